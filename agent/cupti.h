@@ -1,0 +1,58 @@
+/* CUPTI memory activity: every CUDA allocation in the process, not only the
+ * pools'. CUPTI and the driver are opened with dlopen, so everything here
+ * degrades (up = 0, with a reason) on machines without them. */
+#ifndef GPUPOOL_CUPTI_H
+#define GPUPOOL_CUPTI_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "gpupool/agent.h"
+#include "pool/event_ring.h"
+
+/* Starts the subscriber per mode. Returns GPUPOOL_OK also when it degrades in
+ * AUTO mode (see cupti_get_metrics: up = 0 and reason); in FORCE mode a
+ * failure is returned. Never aborts, never creates a CUDA context. */
+gpupool_status cupti_start(gpupool_cupti_mode mode);
+/* Forced flush, disable, unsubscribe (the hand-over to another profiler). */
+void cupti_stop(void);
+
+#define CUPTI_MEMORY_KINDS 8 /* index = CUpti_ActivityMemoryKind (0 unknown .. 7) */
+#define CUPTI_MAX_DEVICES  64
+
+typedef struct cupti_device_metrics {
+  int device; /* CUDA ordinal; -1 for records without a device */
+  /* live bytes by memory kind and owner (0 = pool: inside a gpupool segment, 1 = other) */
+  uint64_t live_bytes[CUPTI_MEMORY_KINDS][2];
+  uint64_t allocations[CUPTI_MEMORY_KINDS][2]; /* ALLOCATION records seen */
+  uint64_t releases[CUPTI_MEMORY_KINDS][2];    /* RELEASE records seen */
+  /* cudaMallocAsync pools (MEMORY_POOL records) */
+  uint64_t mempools_created, mempools_destroyed, mempools_trimmed;
+  uint64_t mempool_size_bytes, mempool_utilized_bytes; /* latest record */
+} cupti_device_metrics;
+
+typedef struct cupti_metrics {
+  int up;                           /* 1 when subscribed and recording */
+  const char *reason;               /* static: "ok", "off", "no_driver", "no_device", "no_cupti",
+                                       "cupti_too_old", "other_subscriber", "error", "stopped" */
+  uint64_t records_total;           /* activity records decoded */
+  uint64_t records_dropped_total;   /* CUPTI's dropped count, accumulated */
+  uint64_t unknown_releases_total;  /* releases of addresses never seen allocated */
+  uint64_t live_map_overflow_total; /* allocations not tracked: the live map was full */
+  uint64_t buffers_exhausted_total; /* buffer requests refused: none was free */
+  uint64_t flushes_total;
+  size_t ndevices;
+  cupti_device_metrics devices[CUPTI_MAX_DEVICES];
+} cupti_metrics;
+
+/* Copy of the current numbers; safe from any thread (the scrape). */
+void cupti_get_metrics(cupti_metrics *out);
+
+/* CUPTI-observed allocations for the trace: a ring of pool_event (EV_ALLOC /
+ * EV_FREE with addr, size, stream, flags; a = memory kind, b = device).
+ * Takes a reference; NULL when CUPTI is not recording. */
+event_ring *cupti_event_ring(void);
+
+const char *cupti_memory_kind_name(int kind); /* "device", "pinned", "managed", ... */
+
+#endif

@@ -1,0 +1,44 @@
+/* The contract between the HTTP server (agent/http.c) and the documents it
+ * serves. A handler reads its query parameters through `args` and fills
+ * `out` with either a whole body (malloc'd, the server frees it) or a stream
+ * that the server pulls in chunks. Handlers never block on pool locks for
+ * more than a copy and make no CUDA call. */
+#ifndef GPUPOOL_ENDPOINT_H
+#define GPUPOOL_ENDPOINT_H
+
+#include <stddef.h>
+#include <sys/types.h>
+
+typedef struct endpoint_args {
+  /* Value of query parameter key, NULL when absent. */
+  const char *(*get)(void *ctx, const char *key);
+  /* Calls fn for each query parameter (to refuse unknown ones). */
+  void (*each)(void *ctx, void (*fn)(void *arg, const char *key, const char *value), void *arg);
+  void *ctx;
+  const char *accept;          /* Accept header or NULL */
+  const char *accept_encoding; /* Accept-Encoding header or NULL */
+} endpoint_args;
+
+typedef struct endpoint_body {
+  int status;                   /* 200, 400, ... */
+  const char *content_type;     /* static string */
+  const char *content_encoding; /* "gzip" or NULL */
+  char *data;                   /* whole body (malloc'd), or NULL when streaming */
+  size_t len;
+  /* Streaming: read returns bytes written into buf (<= max), 0 at the end,
+   * -1 on error; close is always called once. */
+  void *stream;
+  ssize_t (*read)(void *stream, char *buf, size_t max);
+  void (*close)(void *stream);
+} endpoint_body;
+
+/* Fill out->status 400 and a one-line text/plain reason. */
+void endpoint_bad_request(endpoint_body *out, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+
+/* exporters/trace_endpoint.c: GET /trace?since=&until=&pool=&device=&limit= */
+void trace_endpoint(const endpoint_args *args, endpoint_body *out);
+/* exporters/snapshot.c: GET /snapshot?pool= */
+void snapshot_endpoint(const endpoint_args *args, endpoint_body *out);
+
+#endif

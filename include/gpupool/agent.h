@@ -1,0 +1,54 @@
+/* gpupool agent: serves every pool of the process as Prometheus metrics
+ * (/metrics), a Chrome trace (/trace), a block snapshot (/snapshot), /healthz
+ * and an index page (/), from an embedded HTTP server.
+ *
+ * The agent never stops the host program: every failure (port in use, bad
+ * configuration, no GPU, no CUPTI) is a status, a line on stderr and, where
+ * the agent runs, a metric. */
+#ifndef GPUPOOL_AGENT_H
+#define GPUPOOL_AGENT_H
+
+#include <stdio.h>
+
+#include "gpupool.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef enum {
+  GPUPOOL_CUPTI_AUTO = 0, /* subscribe when a driver, a GPU and CUPTI are present */
+  GPUPOOL_CUPTI_OFF,
+  GPUPOOL_CUPTI_FORCE, /* a failure to subscribe makes gpupool_agent_start fail */
+} gpupool_cupti_mode;
+
+/* Zero-initialise; every zero field means "default". GPUPOOL_AGENT_CONF
+ * ("key:value,key:value", keys as below) is applied after these fields unless
+ * ignore_env is set. */
+typedef struct gpupool_agent_options {
+  const char *listen;          /* "host:port", "[v6]:port" or ":port"; default
+                                  127.0.0.1:9477 plus LOCAL_RANK; port 0 = ephemeral;
+                                  "off" = no HTTP server */
+  unsigned sample_interval_ms; /* counter samples and device memory reads; default 1000 */
+  size_t trace_events;         /* event ring capacity per pool stream; default 65536 */
+  int trace_off;               /* nonzero: record no allocation events */
+  gpupool_cupti_mode cupti;
+  const char *labels;     /* constant labels "name=value;name=value" */
+  const char *trace_file; /* write the trace there at gpupool_agent_stop / exit */
+  const char *sd_dir;     /* write a Prometheus file_sd target file there */
+  int ignore_env;         /* nonzero: do not read GPUPOOL_AGENT_CONF (nor LOCAL_RANK) */
+  const char *hostname;   /* the `hostname` label; default gethostname() */
+} gpupool_agent_options;
+
+gpupool_status gpupool_agent_start(const gpupool_agent_options *opt);
+void gpupool_agent_stop(void);
+/* The TCP port the agent listens on, or 0 when it is not serving. */
+int gpupool_agent_port(void);
+
+/* Write the Chrome trace of everything recorded so far to f (no HTTP needed). */
+gpupool_status gpupool_trace_write(FILE *f);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

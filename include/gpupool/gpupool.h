@@ -1,0 +1,122 @@
+/* gpupool: a fast caching device-memory pool.
+ *
+ * Every function is thread-safe. No function aborts: failures come back as a
+ * gpupool_status, and gpupool_last_error() says why in one line. */
+#ifndef GPUPOOL_GPUPOOL_H
+#define GPUPOOL_GPUPOOL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define GPUPOOL_VERSION "0.1.0"
+
+typedef struct gpupool gpupool;
+
+typedef enum {
+  GPUPOOL_OK = 0,
+  GPUPOOL_ERR_OOM,         /* the device (or simulated device) is out of memory */
+  GPUPOOL_ERR_INVALID,     /* a bad argument: size 0, foreign pointer, double free, bad conf */
+  GPUPOOL_ERR_BACKEND,     /* the CUDA runtime (or the host backend) failed */
+  GPUPOOL_ERR_UNSUPPORTED, /* not built in, or not available on this machine */
+} gpupool_status;
+
+typedef enum {
+  GPUPOOL_BACKEND_DEFAULT = 0, /* cuda where a GPU is present, else host */
+  GPUPOOL_BACKEND_CUDA,        /* cudaMalloc / cudaFree */
+  GPUPOOL_BACKEND_CUDA_ASYNC,  /* cudaMallocAsync / cudaFreeAsync on a pool of its own */
+  GPUPOOL_BACKEND_HOST,        /* simulated device in host memory (CI, demos, tests) */
+} gpupool_backend;
+
+typedef enum {
+  GPUPOOL_STRATEGY_DEFAULT = 0, /* bfc */
+  GPUPOOL_STRATEGY_BFC,         /* PyTorch-style best fit with split and coalesce */
+  GPUPOOL_STRATEGY_ROUND,       /* MXNet Round: power-of-two buckets, no split */
+  GPUPOOL_STRATEGY_NAIVE,       /* MXNet Naive: page-rounded exact-size buckets */
+} gpupool_strategy;
+
+/* Zero-initialise, then set what you need: every zero field means "default".
+ * GPUPOOL_CONF (same keys as `tunables`) is applied after these fields, so a
+ * user can retune a program without recompiling; set ignore_env to prevent it. */
+typedef struct gpupool_options {
+  const char *name;        /* the `pool` metrics label; NULL = "default" */
+  int device;              /* CUDA device ordinal */
+  gpupool_backend backend; /* default: cuda where a GPU is present, else host */
+  gpupool_strategy strategy;
+  const char *tunables; /* "key:value,key:value", the GPUPOOL_CONF grammar */
+  size_t host_capacity; /* host backend: simulated device size in bytes (default 8 GiB) */
+  int ignore_env;       /* nonzero: do not read GPUPOOL_CONF */
+} gpupool_options;
+
+/* One statistic in the style of torch.cuda.memory_stats. */
+typedef struct gpupool_stat {
+  int64_t current;
+  int64_t peak;
+  int64_t allocated; /* accumulated increments since creation or reset */
+  int64_t freed;     /* accumulated decrements since creation or reset */
+} gpupool_stat;
+
+enum {
+  GPUPOOL_STAT_ALL = 0,
+  GPUPOOL_STAT_SMALL = 1,
+  GPUPOOL_STAT_LARGE = 2,
+  GPUPOOL_STAT_TYPES = 3
+};
+
+/* Index each array with GPUPOOL_STAT_ALL / _SMALL / _LARGE. */
+typedef struct gpupool_stats {
+  gpupool_stat allocation[GPUPOOL_STAT_TYPES];     /* live allocations */
+  gpupool_stat segment[GPUPOOL_STAT_TYPES];        /* device allocations held */
+  gpupool_stat active[GPUPOOL_STAT_TYPES];         /* allocated or pending stream release */
+  gpupool_stat inactive_split[GPUPOOL_STAT_TYPES]; /* free blocks inside split segments */
+  gpupool_stat allocated_bytes[GPUPOOL_STAT_TYPES];
+  gpupool_stat reserved_bytes[GPUPOOL_STAT_TYPES];
+  gpupool_stat active_bytes[GPUPOOL_STAT_TYPES];
+  gpupool_stat inactive_split_bytes[GPUPOOL_STAT_TYPES];
+  gpupool_stat requested_bytes[GPUPOOL_STAT_TYPES];
+  uint64_t num_alloc_retries;   /* device allocation retried after freeing cache */
+  uint64_t num_ooms;            /* allocations that failed with GPUPOOL_ERR_OOM */
+  uint64_t num_device_alloc;    /* segments allocated from the device */
+  uint64_t num_device_free;     /* segments returned to the device */
+  uint64_t num_cache_hits;      /* allocations served without a device call */
+  uint64_t num_device_sourced;  /* allocations that needed a new segment */
+  uint64_t num_frees;           /* successful gpupool_free calls */
+  uint64_t num_gc_runs;         /* garbage_collection_threshold passes */
+  uint64_t num_sync_events;     /* cross-stream events recorded by record_stream frees */
+  uint64_t largest_free_block;  /* largest cached block, bytes */
+  uint64_t free_blocks;         /* cached (free) blocks */
+  uint64_t pending_free_blocks; /* freed, waiting on events of other streams */
+} gpupool_stats;
+
+gpupool_status gpupool_create(const gpupool_options *opt, gpupool **out);
+void gpupool_destroy(gpupool *p);
+
+/* size > 0; stream is a cudaStream_t (NULL = legacy default stream). */
+gpupool_status gpupool_malloc(gpupool *p, void **ptr, size_t size, void *stream);
+gpupool_status gpupool_free(gpupool *p, void *ptr);
+/* Mark ptr as used on another stream: its reuse waits for that stream's work. */
+gpupool_status gpupool_record_stream(gpupool *p, void *ptr, void *stream);
+/* Return every unused cached segment to the device; returns the bytes released. */
+size_t gpupool_empty_cache(gpupool *p);
+gpupool_status gpupool_get_stats(gpupool *p, gpupool_stats *out);
+/* peak = current for every stat. */
+void gpupool_reset_peak_stats(gpupool *p);
+/* allocated/freed accumulations and the counters to zero. */
+void gpupool_reset_accumulated_stats(gpupool *p);
+
+const char *gpupool_status_string(gpupool_status s);
+/* The reason for the last failure on this thread ("" if none). */
+const char *gpupool_last_error(void);
+
+const char *gpupool_name(const gpupool *p);
+int gpupool_device(const gpupool *p);
+const char *gpupool_backend_name(const gpupool *p);
+const char *gpupool_strategy_name(const gpupool *p);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

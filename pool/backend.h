@@ -1,0 +1,59 @@
+/* The device-memory backends behind one small interface: whole segments are
+ * allocated and freed here; the pool caches and splits them. Streams and
+ * events are opaque handles (cudaStream_t / cudaEvent_t for the CUDA
+ * backends, simulated ones for the host backend). */
+#ifndef GPUPOOL_BACKEND_H
+#define GPUPOOL_BACKEND_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "gpupool/gpupool.h"
+
+typedef struct backend backend;
+
+typedef struct backend_ops {
+  /* GPUPOOL_ERR_OOM when the device is full, GPUPOOL_ERR_BACKEND otherwise. */
+  gpupool_status (*alloc)(backend *b, void **ptr, size_t size, void *stream);
+  void (*free)(backend *b, void *ptr, size_t size, void *stream);
+  /* Record an event on stream; *event is released with event_destroy. */
+  gpupool_status (*event_record)(backend *b, void *stream, void **event);
+  /* 1: complete, 0: pending, -1: error (treated as complete by the pool). */
+  int (*event_query)(backend *b, void *event);
+  void (*event_destroy)(backend *b, void *event);
+  /* Device memory as the driver sees it (or the simulated device). */
+  gpupool_status (*mem_info)(backend *b, size_t *free_bytes, size_t *total_bytes);
+  /* Wait for all device work (before releasing memory other streams may use). */
+  gpupool_status (*synchronize)(backend *b);
+  /* Optional (NULL when absent): cudaMemPool attributes of the cuda_async
+   * backend: reserved current/high and used current/high, bytes. 0 on success. */
+  int (*mempool_attrs)(backend *b, uint64_t out[4]);
+  void (*destroy)(backend *b);
+} backend_ops;
+
+struct backend {
+  const backend_ops *ops;
+  const char *name; /* "cuda", "cuda_async", "host" */
+  int device;
+};
+
+typedef struct host_backend_config {
+  size_t capacity; /* simulated device bytes */
+  unsigned fail_every_n;
+  double fail_rate;
+  uint64_t fail_seed;
+} host_backend_config;
+
+gpupool_status backend_host_create(const host_backend_config *cfg, backend **out);
+/* Change fault injection on a host backend at run time. */
+void backend_host_set_faults(backend *b, unsigned every_n, double rate, uint64_t seed);
+int backend_is_host(const backend *b);
+
+/* Both return GPUPOOL_ERR_UNSUPPORTED when built without CUDA or when no
+ * device is present (never creating a CUDA context in that case). */
+gpupool_status backend_cuda_create(int device, backend **out);
+gpupool_status backend_cuda_async_create(int device, backend **out);
+/* Number of CUDA devices visible (0 without a driver, a GPU or CUDA support). */
+int backend_cuda_device_count(void);
+
+#endif

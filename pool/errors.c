@@ -1,0 +1,39 @@
+/* Status strings and the per-thread reason for the last failure. */
+#include "errors.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+
+static _Thread_local char last_error[512];
+
+const char *gpupool_status_string(gpupool_status s) {
+  switch (s) {
+  case GPUPOOL_OK:
+    return "success";
+  case GPUPOOL_ERR_OOM:
+    return "out of device memory";
+  case GPUPOOL_ERR_INVALID:
+    return "invalid argument";
+  case GPUPOOL_ERR_BACKEND:
+    return "backend (CUDA) error";
+  case GPUPOOL_ERR_UNSUPPORTED:
+    return "not supported";
+  }
+  return "unknown status";
+}
+
+const char *gpupool_last_error(void) {
+  return last_error;
+}
+
+gpupool_status pool_fail(gpupool_status s, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(last_error, sizeof last_error, fmt, ap);
+  va_end(ap);
+  return s;
+}
+
+void pool_clear_error(void) {
+  last_error[0] = '\0';
+}

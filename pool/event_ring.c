@@ -1,0 +1,108 @@
+#include "event_ring.h"
+
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* Slot protocol (seqlock): the writer of event number n stores seq = 2n+1,
+ * the payload, then seq = 2n+2. A reader wanting event n accepts the payload
+ * only if it read seq == 2n+2 both before and after copying it. The payload is
+ * copied word by word with relaxed atomics so that concurrent reads and
+ * writes are well-defined (and TSan-clean). */
+#define WORDS (sizeof(pool_event) / sizeof(uint64_t))
+
+typedef struct slot {
+  _Atomic uint64_t seq;
+  _Atomic uint64_t word[WORDS];
+} slot;
+
+struct event_ring {
+  _Atomic uint64_t head; /* events ever pushed */
+  _Atomic int refs;
+  size_t mask;
+  slot *slots;
+};
+
+event_ring *event_ring_create(size_t capacity) {
+  size_t cap = 16;
+  while (cap < capacity && cap < ((size_t)1 << 40))
+    cap <<= 1;
+  event_ring *r = calloc(1, sizeof *r);
+  if (!r) return NULL;
+  r->slots = calloc(cap, sizeof(slot));
+  if (!r->slots) {
+    free(r);
+    return NULL;
+  }
+  r->mask = cap - 1;
+  atomic_init(&r->refs, 1);
+  return r;
+}
+
+void event_ring_ref(event_ring *r) {
+  atomic_fetch_add_explicit(&r->refs, 1, memory_order_relaxed);
+}
+
+void event_ring_unref(event_ring *r) {
+  if (r && atomic_fetch_sub_explicit(&r->refs, 1, memory_order_acq_rel) == 1) {
+    free(r->slots);
+    free(r);
+  }
+}
+
+void event_ring_push(event_ring *r, const pool_event *ev) {
+  uint64_t n = atomic_load_explicit(&r->head, memory_order_relaxed);
+  slot *s = &r->slots[n & r->mask];
+  uint64_t w[WORDS];
+  memcpy(w, ev, sizeof w);
+  atomic_store_explicit(&s->seq, 2 * n + 1, memory_order_relaxed);
+  atomic_thread_fence(memory_order_release);
+  for (size_t i = 0; i < WORDS; i++)
+    atomic_store_explicit(&s->word[i], w[i], memory_order_relaxed);
+  atomic_store_explicit(&s->seq, 2 * n + 2, memory_order_release);
+  atomic_store_explicit(&r->head, n + 1, memory_order_release);
+}
+
+size_t event_ring_read(event_ring *r, uint64_t *cursor, pool_event *out, size_t max,
+                       uint64_t *skipped) {
+  size_t got = 0;
+  uint64_t cap = r->mask + 1;
+  while (got < max) {
+    uint64_t head = atomic_load_explicit(&r->head, memory_order_acquire);
+    uint64_t n = *cursor;
+    if (n >= head) break;
+    if (head - n > cap) { /* overwritten before we got there */
+      *skipped += head - cap - n;
+      *cursor = n = head - cap;
+    }
+    slot *s = &r->slots[n & r->mask];
+    uint64_t before = atomic_load_explicit(&s->seq, memory_order_acquire);
+    uint64_t w[WORDS];
+    for (size_t i = 0; i < WORDS; i++)
+      w[i] = atomic_load_explicit(&s->word[i], memory_order_relaxed);
+    atomic_thread_fence(memory_order_acquire);
+    uint64_t after = atomic_load_explicit(&s->seq, memory_order_relaxed);
+    if (before != 2 * n + 2 || after != before) {
+      /* Overwritten by a later event while we copied it: this one is lost. */
+      *skipped += 1;
+      *cursor = n + 1;
+      continue;
+    }
+    memcpy(&out[got++], w, sizeof w);
+    *cursor = n + 1;
+  }
+  return got;
+}
+
+uint64_t event_ring_head(const event_ring *r) {
+  return atomic_load_explicit(&((event_ring *)r)->head, memory_order_acquire);
+}
+
+uint64_t event_ring_dropped(const event_ring *r) {
+  uint64_t head = event_ring_head(r), cap = r->mask + 1;
+  return head > cap ? head - cap : 0;
+}
+
+size_t event_ring_capacity(const event_ring *r) {
+  return r->mask + 1;
+}

@@ -1,0 +1,16 @@
+/* Free blocks ordered by (size, address) in a treap: exact best fit (the
+ * smallest block that fits, lowest address on ties) in O(log n). */
+#ifndef GPUPOOL_FREE_INDEX_H
+#define GPUPOOL_FREE_INDEX_H
+
+#include <stddef.h>
+
+#include "pool_internal.h"
+
+void free_index_insert(block **root, block *b);
+void free_index_remove(block **root, block *b);
+/* The smallest block with size >= size, or NULL. */
+block *free_index_lower_bound(block *root, size_t size);
+block *free_index_largest(block *root);
+
+#endif

@@ -1,0 +1,255 @@
+/* The public pool API: create/destroy, the malloc/free hot path, streams,
+ * empty_cache and statistics. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "errors.h"
+#include "pool_internal.h"
+#include "reclaim.h"
+#include "registry.h"
+#include "shard.h"
+#include "sizeclass.h"
+
+#define MAX_REQUEST ((size_t)1 << 48)
+
+static _Atomic uint32_t next_pool_id = 1;
+
+static gpupool_status create_backend(pool_config *c, backend **out) {
+  if (c->backend == GPUPOOL_BACKEND_DEFAULT)
+    c->backend = backend_cuda_device_count() > 0 ? GPUPOOL_BACKEND_CUDA : GPUPOOL_BACKEND_HOST;
+  gpupool_status st;
+  switch (c->backend) {
+  case GPUPOOL_BACKEND_HOST: {
+    host_backend_config hc = {c->host_capacity, c->fault_every_n, c->fault_rate, c->fault_seed};
+    st = backend_host_create(&hc, out);
+    break;
+  }
+  case GPUPOOL_BACKEND_CUDA:
+    st = backend_cuda_create(c->device, out);
+    break;
+  default:
+    st = backend_cuda_async_create(c->device, out);
+    break;
+  }
+  if (st == GPUPOOL_ERR_UNSUPPORTED)
+    return pool_fail(st,
+                     "pool '%s': backend %s is not available (built without CUDA, or no "
+                     "GPU %d on this machine)",
+                     c->name, c->backend == GPUPOOL_BACKEND_CUDA ? "cuda" : "cuda_async",
+                     c->device);
+  if (st != GPUPOOL_OK)
+    return pool_fail(st, "pool '%s': cannot start the backend on device %d", c->name, c->device);
+  return GPUPOOL_OK;
+}
+
+gpupool_status gpupool_create(const gpupool_options *opt, gpupool **out) {
+  if (!out) return pool_fail(GPUPOOL_ERR_INVALID, "gpupool_create: out is NULL");
+  *out = NULL;
+  pool_config cfg;
+  gpupool_status st = pool_config_build(opt, &cfg);
+  if (st != GPUPOOL_OK) return st;
+  if ((cfg.fault_every_n || cfg.fault_rate > 0) && cfg.backend != GPUPOOL_BACKEND_HOST &&
+      cfg.backend != GPUPOOL_BACKEND_DEFAULT)
+    return pool_fail(GPUPOOL_ERR_INVALID, "pool '%s': fault injection needs backend host",
+                     cfg.name);
+  backend *be = NULL;
+  if ((st = create_backend(&cfg, &be)) != GPUPOOL_OK) return st;
+  gpupool *p = aligned_alloc(64, (sizeof *p + 63) / 64 * 64);
+  if (!p) {
+    be->ops->destroy(be);
+    return pool_fail(GPUPOOL_ERR_OOM, "gpupool_create: out of host memory");
+  }
+  memset(p, 0, sizeof *p);
+  p->cfg = cfg;
+  p->be = be;
+  p->id = atomic_fetch_add(&next_pool_id, 1);
+  pthread_mutex_init(&p->shard_create_lock, NULL);
+  pthread_mutex_init(&p->slow_lock, NULL);
+  pthread_mutex_init(&p->peak_lock, NULL);
+  registry_add(p);
+  pool_clear_error();
+  *out = p;
+  return GPUPOOL_OK;
+}
+
+void gpupool_destroy(gpupool *p) {
+  if (!p) return;
+  registry_remove(p);
+  for (shard *sh = atomic_load(&p->shards), *next; sh; sh = next) {
+    next = sh->next_shard;
+    shard_destroy(p, sh);
+  }
+  ptrmap_destroy(&p->map);
+  p->be->ops->destroy(p->be);
+  pthread_mutex_destroy(&p->shard_create_lock);
+  pthread_mutex_destroy(&p->slow_lock);
+  pthread_mutex_destroy(&p->peak_lock);
+  free(p);
+}
+
+/* No cached block fitted: under the slow lock, look again (another thread
+ * may have returned one), then go to the device. */
+static gpupool_status malloc_slow(gpupool *p, shard *sh, size_t rounded, size_t size, block **out) {
+  pthread_mutex_lock(&p->slow_lock);
+  spin_lock(&sh->lock);
+  if (sh->pending) shard_poll_pending(sh);
+  block *b = shard_find_fit(sh, size_is_large(rounded), rounded);
+  if (b) shard_take(sh, b, rounded, size, 0);
+  spin_unlock(&sh->lock);
+  gpupool_status st = b ? GPUPOOL_OK : reclaim_alloc_segment(p, sh, rounded, size, &b);
+  pthread_mutex_unlock(&p->slow_lock);
+  registry_notify_segment_change(p);
+  *out = b;
+  return st;
+}
+
+gpupool_status gpupool_malloc(gpupool *p, void **ptr, size_t size, void *stream) {
+  if (!p || !ptr)
+    return pool_fail(GPUPOOL_ERR_INVALID, "gpupool_malloc: %s is NULL", p ? "ptr" : "pool");
+  if (size == 0 || size > MAX_REQUEST)
+    return pool_fail(GPUPOOL_ERR_INVALID, "gpupool_malloc: pool '%s': size %zu is %s", p->cfg.name,
+                     size, size ? "larger than 2^48 bytes" : "zero");
+  size_t rounded = size_round(&p->cfg, size);
+  shard *sh = shard_get(p, stream);
+  if (!sh)
+    return pool_fail(GPUPOOL_ERR_UNSUPPORTED,
+                     "gpupool_malloc: pool '%s': more than %d streams, or out of host memory",
+                     p->cfg.name, SHARD_TABLE);
+  spin_lock(&sh->lock);
+  if (sh->pending) shard_poll_pending(sh);
+  block *b = shard_find_fit(sh, size_is_large(rounded), rounded);
+  if (b) shard_take(sh, b, rounded, size, 0);
+  spin_unlock(&sh->lock);
+  if (!b) {
+    gpupool_status st = malloc_slow(p, sh, rounded, size, &b);
+    if (st != GPUPOOL_OK) return st;
+  }
+  if (ptrmap_insert(&p->map, b->addr, b) != 0) {
+    spin_lock(&sh->lock);
+    shard_free(sh, b, 0);
+    spin_unlock(&sh->lock);
+    return pool_fail(GPUPOOL_ERR_OOM, "gpupool_malloc: out of host memory");
+  }
+  *ptr = (void *)b->addr;
+  return GPUPOOL_OK;
+}
+
+/* Records an event on every other stream the block was used on; the block
+ * returns to the pool when they complete. */
+static int defer_free(gpupool *p, shard *sh, block *b) {
+  unsigned pending = 0;
+  for (unsigned i = 0; i < b->nstreams; i++) {
+    void *ev = NULL;
+    if (p->be->ops->event_record(p->be, b->streams[i], &ev) != GPUPOOL_OK)
+      ev = NULL; /* cannot wait on it: treat that stream as done */
+    b->streams[i] = ev;
+    pending += ev != NULL;
+  }
+  if (!pending) return 0;
+  sh->st.sync_events += pending;
+  b->state = BLOCK_PENDING;
+  b->pending_next = sh->pending;
+  sh->pending = b;
+  sh->npending++;
+  return 1;
+}
+
+gpupool_status gpupool_free(gpupool *p, void *ptr) {
+  if (!p) return pool_fail(GPUPOOL_ERR_INVALID, "gpupool_free: pool is NULL");
+  if (!ptr) return GPUPOOL_OK;
+  block *b = ptrmap_remove(&p->map, (uintptr_t)ptr);
+  if (!b)
+    return pool_fail(GPUPOOL_ERR_INVALID,
+                     "gpupool_free: pool '%s': %p is not a live allocation of this pool (a foreign "
+                     "or interior pointer, or a double free)",
+                     p->cfg.name, ptr);
+  shard *sh = b->seg->sh;
+  spin_lock(&sh->lock);
+  shard_free(sh, b, b->nstreams && defer_free(p, sh, b));
+  spin_unlock(&sh->lock);
+  return GPUPOOL_OK;
+}
+
+typedef struct stream_use {
+  void *stream;
+  int status;
+} stream_use;
+
+static int add_stream_use(block *b, void *arg) {
+  stream_use *u = arg;
+  if (u->stream == b->seg->sh->stream) return 0;
+  for (unsigned i = 0; i < b->nstreams; i++)
+    if (b->streams[i] == u->stream) return 0;
+  if (b->nstreams == b->cap_streams) {
+    if (b->cap_streams == 255) return -2;
+    unsigned cap = b->cap_streams ? b->cap_streams * 2u : 2u;
+    cap = cap > 255 ? 255 : cap;
+    void **s = realloc(b->streams, cap * sizeof *s);
+    if (!s) return -2;
+    b->streams = s;
+    b->cap_streams = (uint8_t)cap;
+  }
+  b->streams[b->nstreams++] = u->stream;
+  return 0;
+}
+
+gpupool_status gpupool_record_stream(gpupool *p, void *ptr, void *stream) {
+  if (!p || !ptr)
+    return pool_fail(GPUPOOL_ERR_INVALID, "gpupool_record_stream: %s is NULL", p ? "ptr" : "pool");
+  stream_use u = {stream, 0};
+  int r = ptrmap_with(&p->map, (uintptr_t)ptr, add_stream_use, &u);
+  if (r == -1)
+    return pool_fail(GPUPOOL_ERR_INVALID,
+                     "gpupool_record_stream: pool '%s': %p is not a live allocation of this pool",
+                     p->cfg.name, ptr);
+  if (r == -2)
+    return pool_fail(GPUPOOL_ERR_UNSUPPORTED,
+                     "gpupool_record_stream: too many streams on one block, or out of host memory");
+  return GPUPOOL_OK;
+}
+
+size_t gpupool_empty_cache(gpupool *p) {
+  if (!p) return 0;
+  pthread_mutex_lock(&p->slow_lock);
+  reclaim_poll_all(p);
+  size_t released = reclaim_release_cached(p, 0);
+  shard *sh = atomic_load(&p->shards); /* the event goes on the newest stream's track */
+  if (sh) {
+    pool_event ev = {.type = EV_EMPTY_CACHE,
+                     .size = released,
+                     .stream = (uint64_t)(uintptr_t)sh->stream,
+                     .a = (uint64_t)p->seg_stats[1][0].current};
+    spin_lock(&sh->lock);
+    ev.b = (uint64_t)sh->st.s[STAT_ALLOCATED_BYTES][GPUPOOL_STAT_ALL].current;
+    shard_emit(sh, &ev);
+    spin_unlock(&sh->lock);
+  }
+  pthread_mutex_unlock(&p->slow_lock);
+  if (released) registry_notify_segment_change(p);
+  return released;
+}
+
+const char *gpupool_name(const gpupool *p) {
+  return p ? p->cfg.name : NULL;
+}
+
+int gpupool_device(const gpupool *p) {
+  return p ? p->cfg.device : -1;
+}
+
+const char *gpupool_backend_name(const gpupool *p) {
+  return p ? p->be->name : NULL;
+}
+
+const char *gpupool_strategy_name(const gpupool *p) {
+  if (!p) return NULL;
+  switch (p->cfg.strategy) {
+  case GPUPOOL_STRATEGY_ROUND:
+    return "round";
+  case GPUPOOL_STRATEGY_NAIVE:
+    return "naive";
+  default:
+    return "bfc";
+  }
+}

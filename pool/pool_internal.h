@@ -1,0 +1,102 @@
+/* The pool's data structures. A pool is split into shards, one per stream:
+ * each shard has its own lock, free-block index, pending list, statistics and
+ * event ring, so threads allocating on different streams never contend.
+ * Segments (device allocations) belong to one shard; blocks tile segments.
+ * What spans shards — segment counts, reserved bytes, the device-call path —
+ * sits in the pool under `slow_lock`, taken only on the slow path. */
+#ifndef GPUPOOL_POOL_INTERNAL_H
+#define GPUPOOL_POOL_INTERNAL_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdint.h>
+
+#include "backend.h"
+#include "conf.h"
+#include "event_ring.h"
+#include "pool_view.h"
+#include "ptrmap.h"
+#include "spinlock.h"
+#include "stats.h"
+
+typedef struct shard shard;
+typedef struct segment segment;
+
+typedef enum { BLOCK_FREE = 0, BLOCK_ALLOCATED, BLOCK_PENDING } block_state;
+
+typedef struct block {
+  uintptr_t addr;
+  size_t size;
+  size_t requested;
+  segment *seg;
+  struct block *prev, *next;  /* address neighbours in the segment */
+  struct block *left, *right; /* free index (treap) */
+  uint32_t prio;
+  uint8_t state;
+  uint8_t nstreams; /* other streams it was used on (record_stream) */
+  uint8_t cap_streams;
+  void **streams; /* then, while pending: the events to wait for */
+  struct block *pending_next;
+  uint64_t free_seq; /* shard-local free order, for GC */
+} block;
+
+struct segment {
+  uintptr_t addr;
+  size_t size;
+  shard *sh;
+  int large;
+  size_t nblocks;
+  block *first;
+  segment *prev, *next; /* the shard's segments */
+};
+
+typedef struct shard_stats {
+  gpupool_stat s[STAT_COUNT][GPUPOOL_STAT_TYPES];
+  uint64_t cache_hits, device_sourced, frees, sync_events;
+  pool_histogram hist;
+} shard_stats;
+
+struct shard {
+  spinlock lock;
+  void *stream;
+  gpupool *pool;
+  block *free_tree[2]; /* [0] small, [1] large */
+  size_t nfree;
+  block *pending; /* freed, waiting on events */
+  size_t npending;
+  segment *segments;
+  block *spare; /* recycled block structs */
+  uint32_t rng;
+  uint64_t free_seq;
+  shard_stats st;
+  _Atomic int64_t allocated_mirror; /* allocated_bytes current, readable without the lock */
+  event_ring *ring;                 /* NULL when events are off */
+  shard *next_shard;
+} __attribute__((aligned(64)));
+
+#define SHARD_TABLE 1024 /* distinct streams per pool */
+
+struct gpupool {
+  pool_config cfg;
+  backend *be;
+  uint32_t id;
+  ptrmap map;
+  _Atomic(shard *) shard_table[SHARD_TABLE];
+  shard *_Atomic shards; /* list of all shards, newest first */
+  pthread_mutex_t shard_create_lock;
+
+  pthread_mutex_t slow_lock; /* device calls, cross-shard reclaim, global stats */
+  gpupool_stat seg_stats[2][GPUPOOL_STAT_TYPES]; /* [0] segment, [1] reserved_bytes */
+  uint64_t alloc_retries, ooms, device_allocs, device_frees, gc_runs;
+  pool_device_timing timing;
+  size_t device_total; /* cached for the GC threshold; 0 until needed */
+  _Atomic int64_t reserved_mirror;
+
+  pthread_mutex_t peak_lock; /* peaks of sums across shards (see stats.c) */
+  int64_t agg_peak[STAT_COUNT][GPUPOOL_STAT_TYPES];
+};
+
+/* Emitting events: callers hold the shard lock. */
+void shard_emit(shard *sh, const pool_event *ev);
+
+#endif

@@ -1,0 +1,165 @@
+/* pool_view.h: what the agent and exporters read of a pool. */
+#include "pool_view.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "pool_internal.h"
+#include "registry.h"
+#include "shard.h"
+
+uint32_t pool_id(const gpupool *p) {
+  return p->id;
+}
+
+struct backend *pool_get_backend(gpupool *p) {
+  return p->be;
+}
+
+void pool_get_histogram(gpupool *p, pool_histogram *out) {
+  memset(out, 0, sizeof *out);
+  for (shard *sh = atomic_load(&p->shards); sh; sh = sh->next_shard) {
+    spin_lock(&sh->lock);
+    for (int i = 0; i < POOL_HIST_BUCKETS; i++)
+      out->bucket[i] += sh->st.hist.bucket[i];
+    out->count += sh->st.hist.count;
+    out->sum += sh->st.hist.sum;
+    spin_unlock(&sh->lock);
+  }
+}
+
+void pool_get_device_timing(gpupool *p, pool_device_timing *out) {
+  pthread_mutex_lock(&p->slow_lock);
+  *out = p->timing;
+  pthread_mutex_unlock(&p->slow_lock);
+}
+
+void pool_get_backend_info(gpupool *p, pool_backend_info *out) {
+  memset(out, 0, sizeof *out);
+  uint64_t v[4];
+  if (p->be->ops->mempool_attrs && p->be->ops->mempool_attrs(p->be, v) == 0) {
+    out->reserved_current = v[0];
+    out->reserved_high = v[1];
+    out->used_current = v[2];
+    out->used_high = v[3];
+    out->valid = 1;
+  }
+}
+
+static const char *block_state_name(const block *b) {
+  switch (b->state) {
+  case BLOCK_ALLOCATED:
+    return "active_allocated";
+  case BLOCK_PENDING:
+    return "active_pending_free";
+  default:
+    return "inactive";
+  }
+}
+
+/* One shard's segments and blocks, copied under its lock. */
+typedef struct shard_copy {
+  pool_segment_info *segs;
+  pool_block_info *blocks;
+  size_t nsegs, nblocks;
+} shard_copy;
+
+static int copy_shard(shard *sh, shard_copy *c) {
+  spin_lock(&sh->lock);
+  size_t nsegs = 0, nblocks = 0;
+  for (segment *seg = sh->segments; seg; seg = seg->next) {
+    nsegs++;
+    nblocks += seg->nblocks;
+  }
+  c->segs = malloc((nsegs + 1) * sizeof *c->segs);
+  c->blocks = malloc((nblocks + 1) * sizeof *c->blocks);
+  if (!c->segs || !c->blocks) {
+    spin_unlock(&sh->lock);
+    return -1;
+  }
+  size_t bi = 0, si = 0;
+  for (segment *seg = sh->segments; seg; seg = seg->next, si++) {
+    pool_segment_info *s = &c->segs[si];
+    memset(s, 0, sizeof *s);
+    s->addr = seg->addr;
+    s->size = seg->size;
+    s->stream = (uint64_t)(uintptr_t)sh->stream;
+    s->is_large = seg->large;
+    s->nblocks = seg->nblocks;
+    for (block *b = seg->first; b; b = b->next) {
+      c->blocks[bi++] =
+          (pool_block_info){b->addr, b->size, b->state == BLOCK_ALLOCATED ? b->requested : 0,
+                            (uint64_t)(uintptr_t)sh->stream, block_state_name(b)};
+      if (b->state == BLOCK_ALLOCATED) {
+        s->allocated += b->size;
+        s->requested += b->requested;
+      }
+      if (b->state != BLOCK_FREE) s->active += b->size;
+    }
+  }
+  c->nsegs = si;
+  c->nblocks = bi;
+  spin_unlock(&sh->lock);
+  return 0;
+}
+
+size_t pool_walk(gpupool *p, const pool_walker *w) {
+  size_t total = 0;
+  for (shard *sh = atomic_load(&p->shards); sh; sh = sh->next_shard) {
+    shard_copy c = {0};
+    if (copy_shard(sh, &c) == 0) {
+      size_t bi = 0;
+      for (size_t i = 0; i < c.nsegs; i++) {
+        if (w->segment) w->segment(w->arg, &c.segs[i]);
+        for (size_t j = 0; j < c.segs[i].nblocks; j++, bi++)
+          if (w->block) w->block(w->arg, &c.blocks[bi]);
+      }
+      total += c.nsegs;
+    }
+    free(c.segs);
+    free(c.blocks);
+  }
+  return total;
+}
+
+static void give_rings(gpupool *p, void *arg) {
+  size_t cap = *(size_t *)arg;
+  for (shard *sh = atomic_load(&p->shards); sh; sh = sh->next_shard) {
+    event_ring *r = event_ring_create(cap);
+    spin_lock(&sh->lock);
+    event_ring *old = sh->ring;
+    if (!old || event_ring_capacity(old) != event_ring_capacity(r)) {
+      sh->ring = r;
+      r = old;
+    }
+    spin_unlock(&sh->lock);
+    event_ring_unref(r); /* the one not installed */
+  }
+}
+
+void pool_events_enable(size_t capacity) {
+  if (!capacity) return pool_events_disable();
+  shard_set_events_capacity(capacity);
+  registry_foreach(give_rings, &capacity);
+}
+
+void pool_events_disable(void) {
+  shard_set_events_capacity(0);
+}
+
+int pool_events_enabled(void) {
+  return shard_events_capacity() != 0;
+}
+
+size_t pool_event_rings(gpupool *p, event_ring **out, size_t max) {
+  size_t n = 0;
+  for (shard *sh = atomic_load(&p->shards); sh && n < max; sh = sh->next_shard) {
+    spin_lock(&sh->lock);
+    if (sh->ring) {
+      event_ring_ref(sh->ring);
+      out[n++] = sh->ring;
+    }
+    spin_unlock(&sh->lock);
+  }
+  return n;
+}

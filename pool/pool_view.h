@@ -1,0 +1,76 @@
+/* What the agent and exporters may read of a pool beyond the public API:
+ * identity, the allocation-size histogram, the event rings and a walk over
+ * segments and blocks (for /snapshot). Every function copies under the pool's
+ * own locks and returns; none makes a device call. */
+#ifndef GPUPOOL_POOL_VIEW_H
+#define GPUPOOL_POOL_VIEW_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "event_ring.h"
+#include "gpupool/gpupool.h"
+
+struct backend;
+/* The pool's backend (for host fault injection and backend attributes). */
+struct backend *pool_get_backend(gpupool *p);
+
+/* A process-unique id, never reused (pool names may repeat). */
+uint32_t pool_id(const gpupool *p);
+
+/* Allocation sizes (requested bytes): bucket i counts requests with
+ * size <= 2^i bytes and > 2^(i-1) (bucket 0: size <= 1). Non-cumulative. */
+#define POOL_HIST_BUCKETS 41 /* up to 1 TiB; larger requests land in the last */
+typedef struct pool_histogram {
+  uint64_t bucket[POOL_HIST_BUCKETS];
+  uint64_t count;
+  uint64_t sum; /* bytes */
+} pool_histogram;
+void pool_get_histogram(gpupool *p, pool_histogram *out);
+
+/* Device-call latency: total and count of segment allocations and frees. */
+typedef struct pool_device_timing {
+  uint64_t alloc_count, alloc_ns_total, free_count, free_ns_total;
+} pool_device_timing;
+void pool_get_device_timing(gpupool *p, pool_device_timing *out);
+
+/* Backend-level numbers (cuda_async: cudaMemPoolGetAttribute; others 0). */
+typedef struct pool_backend_info {
+  uint64_t reserved_current, reserved_high, used_current, used_high;
+  int valid;
+} pool_backend_info;
+void pool_get_backend_info(gpupool *p, pool_backend_info *out);
+
+/* Snapshot walk: for each segment, fn_segment once, then fn_block for each of
+ * its blocks in address order. States: "active_allocated",
+ * "active_pending_free" (freed, waiting on other streams), "inactive". */
+typedef struct pool_segment_info {
+  uint64_t addr, size, allocated, active, requested;
+  uint64_t stream;
+  int is_large;
+  size_t nblocks;
+} pool_segment_info;
+typedef struct pool_block_info {
+  uint64_t addr, size, requested;
+  uint64_t stream;
+  const char *state;
+} pool_block_info;
+typedef struct pool_walker {
+  void (*segment)(void *arg, const pool_segment_info *s);
+  void (*block)(void *arg, const pool_block_info *b);
+  void *arg;
+} pool_walker;
+/* Copies the segment table under the pool locks, then calls the walker
+ * without holding them. Returns the number of segments. */
+size_t pool_walk(gpupool *p, const pool_walker *w);
+
+/* Event rings: tracing is off until the agent turns it on. Turning it on
+ * gives every shard of every pool (and later ones) a ring of `capacity`
+ * events; off stops recording (rings stay readable until replaced). */
+void pool_events_enable(size_t capacity);
+void pool_events_disable(void);
+int pool_events_enabled(void);
+/* Takes a reference on each ring of p (at most max); returns how many. */
+size_t pool_event_rings(gpupool *p, event_ring **out, size_t max);
+
+#endif

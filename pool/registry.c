@@ -1,0 +1,57 @@
+#include "registry.h"
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+
+static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+static gpupool **pools;
+static int npools, cap;
+static void (*_Atomic segment_listener)(gpupool *p);
+
+void registry_add(gpupool *p) {
+  pthread_mutex_lock(&lock);
+  if (npools == cap) {
+    int ncap = cap ? 2 * cap : 16;
+    gpupool **n = realloc(pools, (size_t)ncap * sizeof *n);
+    if (!n) { /* unregistered pools still work; the agent just cannot see them */
+      pthread_mutex_unlock(&lock);
+      return;
+    }
+    pools = n;
+    cap = ncap;
+  }
+  pools[npools++] = p;
+  pthread_mutex_unlock(&lock);
+}
+
+void registry_remove(gpupool *p) {
+  pthread_mutex_lock(&lock);
+  for (int i = 0; i < npools; i++) {
+    if (pools[i] == p) {
+      for (int j = i + 1; j < npools; j++)
+        pools[j - 1] = pools[j];
+      npools--;
+      break;
+    }
+  }
+  pthread_mutex_unlock(&lock);
+}
+
+int registry_foreach(void (*fn)(gpupool *p, void *arg), void *arg) {
+  pthread_mutex_lock(&lock);
+  int n = npools;
+  for (int i = 0; i < n; i++)
+    fn(pools[i], arg);
+  pthread_mutex_unlock(&lock);
+  return n;
+}
+
+void registry_set_segment_listener(void (*fn)(gpupool *p)) {
+  atomic_store(&segment_listener, fn);
+}
+
+void registry_notify_segment_change(gpupool *p) {
+  void (*fn)(gpupool *) = atomic_load(&segment_listener);
+  if (fn) fn(p);
+}

@@ -1,0 +1,310 @@
+#include "shard.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "clock.h"
+#include "free_index.h"
+#include "sizeclass.h"
+
+static _Atomic size_t events_capacity; /* 0: events off (pool_events.c sets it) */
+
+size_t shard_events_capacity(void) {
+  return atomic_load_explicit(&events_capacity, memory_order_relaxed);
+}
+
+void shard_set_events_capacity(size_t cap) {
+  atomic_store(&events_capacity, cap);
+}
+
+static uint32_t xorshift(uint32_t *s) {
+  uint32_t x = *s;
+  x ^= x << 13;
+  x ^= x >> 17;
+  x ^= x << 5;
+  return *s = x;
+}
+
+static inline uint64_t stream_hash(void *stream) {
+  return ((uint64_t)(uintptr_t)stream * 0x9E3779B97F4A7C15ull) >> 32;
+}
+
+static shard *shard_lookup(gpupool *p, void *stream, size_t *free_slot) {
+  for (size_t n = 0, i = stream_hash(stream) % SHARD_TABLE; n < SHARD_TABLE;
+       n++, i = (i + 1) % SHARD_TABLE) {
+    shard *sh = atomic_load_explicit(&p->shard_table[i], memory_order_acquire);
+    if (!sh) {
+      *free_slot = i;
+      return NULL;
+    }
+    if (sh->stream == stream) return sh;
+  }
+  *free_slot = SHARD_TABLE;
+  return NULL;
+}
+
+shard *shard_get(gpupool *p, void *stream) {
+  size_t slot;
+  shard *sh = shard_lookup(p, stream, &slot);
+  if (sh) return sh;
+  pthread_mutex_lock(&p->shard_create_lock);
+  sh = shard_lookup(p, stream, &slot); /* another thread may have won */
+  if (!sh && slot < SHARD_TABLE && (sh = aligned_alloc(64, sizeof *sh))) {
+    memset(sh, 0, sizeof *sh);
+    sh->stream = stream;
+    sh->pool = p;
+    sh->rng = (uint32_t)(stream_hash(stream) | 1);
+    size_t cap = shard_events_capacity();
+    if (cap) sh->ring = event_ring_create(cap);
+    sh->next_shard = atomic_load(&p->shards);
+    atomic_store(&p->shards, sh);
+    atomic_store_explicit(&p->shard_table[slot], sh, memory_order_release);
+  }
+  pthread_mutex_unlock(&p->shard_create_lock);
+  return sh;
+}
+
+static void free_block_list(block *b) {
+  while (b) {
+    block *next = b->next;
+    free(b->streams);
+    free(b);
+    b = next;
+  }
+}
+
+void shard_destroy(gpupool *p, shard *sh) {
+  for (block *b = sh->pending; b; b = b->pending_next)
+    for (unsigned i = 0; i < b->nstreams; i++)
+      if (b->streams[i]) p->be->ops->event_destroy(p->be, b->streams[i]);
+  for (segment *seg = sh->segments, *next; seg; seg = next) {
+    next = seg->next;
+    p->be->ops->free(p->be, (void *)seg->addr, seg->size, sh->stream);
+    free_block_list(seg->first);
+    free(seg);
+  }
+  for (block *b = sh->spare, *next; b; b = next) {
+    next = b->next;
+    free(b);
+  }
+  event_ring_unref(sh->ring);
+  free(sh);
+}
+
+block *block_new(shard *sh) {
+  block *b = sh->spare;
+  if (b)
+    sh->spare = b->next;
+  else if (!(b = malloc(sizeof *b))) {
+    return NULL;
+  }
+  memset(b, 0, sizeof *b);
+  b->prio = xorshift(&sh->rng);
+  return b;
+}
+
+static void block_recycle(shard *sh, block *b) {
+  free(b->streams);
+  b->streams = NULL;
+  b->next = sh->spare;
+  sh->spare = b;
+}
+
+/* A free block counts as "inactive split" while its segment has other blocks. */
+static void count_inactive_split(shard *sh, block *b, int sign) {
+  if (b->seg->nblocks > 1) {
+    stat_update(sh->st.s[STAT_INACTIVE_SPLIT], b->seg->large, sign);
+    stat_update(sh->st.s[STAT_INACTIVE_SPLIT_BYTES], b->seg->large, sign * (int64_t)b->size);
+  }
+}
+
+static void index_insert(shard *sh, block *b) {
+  free_index_insert(&sh->free_tree[b->seg->large], b);
+  sh->nfree++;
+}
+
+static void index_remove(shard *sh, block *b) {
+  free_index_remove(&sh->free_tree[b->seg->large], b);
+  sh->nfree--;
+}
+
+block *shard_find_fit(shard *sh, int large, size_t rounded) {
+  const pool_config *c = &sh->pool->cfg;
+  block *b = free_index_lower_bound(sh->free_tree[large], rounded);
+  if (!b) return NULL;
+  if (c->strategy != GPUPOOL_STRATEGY_BFC)
+    return b->size == rounded ? b : NULL; /* exact-size buckets */
+  /* Oversize blocks (>= max_split_size) serve only large requests that waste
+   * less than max_non_split_rounding of them. */
+  if (rounded < c->max_split_size && b->size >= c->max_split_size) return NULL;
+  if (rounded >= c->max_split_size && b->size >= rounded + c->max_non_split_rounding) return NULL;
+  return b;
+}
+
+static int should_split(const pool_config *c, const block *b, size_t rounded) {
+  if (c->strategy != GPUPOOL_STRATEGY_BFC) return 0;
+  size_t rest = b->size - rounded;
+  if (!b->seg->large) return rest >= MIN_BLOCK;
+  return b->size < c->max_split_size && rest > SMALL_SIZE;
+}
+
+static void count_request(shard *sh, size_t requested) {
+  unsigned i = requested <= 1 ? 0 : 64 - (unsigned)__builtin_clzll(requested - 1);
+  sh->st.hist.bucket[i < POOL_HIST_BUCKETS ? i : POOL_HIST_BUCKETS - 1]++;
+  sh->st.hist.count++;
+  sh->st.hist.sum += requested;
+}
+
+void shard_take(shard *sh, block *b, size_t rounded, size_t requested, int from_device) {
+  index_remove(sh, b);
+  count_inactive_split(sh, b, -1);
+  if (should_split(&sh->pool->cfg, b, rounded)) {
+    block *r = block_new(sh);
+    if (r) { /* without host memory for the remainder, the whole block is used */
+      r->addr = b->addr + rounded;
+      r->size = b->size - rounded;
+      r->seg = b->seg;
+      r->state = BLOCK_FREE;
+      r->free_seq = b->free_seq;
+      r->prev = b;
+      r->next = b->next;
+      if (b->next) b->next->prev = r;
+      b->next = r;
+      b->size = rounded;
+      b->seg->nblocks++;
+      count_inactive_split(sh, r, +1);
+      index_insert(sh, r);
+    }
+  }
+  int large = b->seg->large;
+  b->state = BLOCK_ALLOCATED;
+  b->requested = requested;
+  b->nstreams = 0;
+  stat_update(sh->st.s[STAT_ALLOCATION], large, 1);
+  stat_update(sh->st.s[STAT_ACTIVE], large, 1);
+  stat_update(sh->st.s[STAT_ALLOCATED_BYTES], large, (int64_t)b->size);
+  stat_update(sh->st.s[STAT_ACTIVE_BYTES], large, (int64_t)b->size);
+  stat_update(sh->st.s[STAT_REQUESTED_BYTES], large, (int64_t)requested);
+  atomic_store_explicit(&sh->allocated_mirror, sh->st.s[STAT_ALLOCATED_BYTES][0].current,
+                        memory_order_relaxed);
+  count_request(sh, requested);
+  if (from_device)
+    sh->st.device_sourced++;
+  else
+    sh->st.cache_hits++;
+  pool_event ev = {.type = EV_ALLOC,
+                   .flags =
+                       (uint8_t)((from_device ? EVF_FROM_DEVICE : 0) | (large ? EVF_LARGE : 0)),
+                   .addr = b->addr,
+                   .size = b->size,
+                   .requested = requested,
+                   .stream = (uint64_t)(uintptr_t)sh->stream};
+  shard_emit(sh, &ev);
+}
+
+/* Absorbs free neighbour n into b. */
+static void absorb(shard *sh, block *b, block *n) {
+  count_inactive_split(sh, n, -1);
+  index_remove(sh, n);
+  if (n == b->prev) {
+    b->addr = n->addr;
+    b->prev = n->prev;
+    if (b->prev)
+      b->prev->next = b;
+    else
+      b->seg->first = b;
+  } else {
+    b->next = n->next;
+    if (b->next) b->next->prev = b;
+  }
+  b->size += n->size;
+  b->seg->nblocks--;
+  block_recycle(sh, n);
+}
+
+void shard_release(shard *sh, block *b) {
+  int large = b->seg->large;
+  stat_update(sh->st.s[STAT_ACTIVE], large, -1);
+  stat_update(sh->st.s[STAT_ACTIVE_BYTES], large, -(int64_t)b->size);
+  b->state = BLOCK_FREE;
+  b->free_seq = ++sh->free_seq;
+  b->nstreams = 0;
+  if (b->prev && b->prev->state == BLOCK_FREE) absorb(sh, b, b->prev);
+  if (b->next && b->next->state == BLOCK_FREE) absorb(sh, b, b->next);
+  count_inactive_split(sh, b, +1);
+  index_insert(sh, b);
+}
+
+void shard_free(shard *sh, block *b, int deferred) {
+  int large = b->seg->large;
+  stat_update(sh->st.s[STAT_ALLOCATION], large, -1);
+  stat_update(sh->st.s[STAT_ALLOCATED_BYTES], large, -(int64_t)b->size);
+  stat_update(sh->st.s[STAT_REQUESTED_BYTES], large, -(int64_t)b->requested);
+  atomic_store_explicit(&sh->allocated_mirror, sh->st.s[STAT_ALLOCATED_BYTES][0].current,
+                        memory_order_relaxed);
+  sh->st.frees++;
+  pool_event ev = {.type = EV_FREE,
+                   .flags = (uint8_t)((deferred ? EVF_DEFERRED : 0) | (large ? EVF_LARGE : 0)),
+                   .addr = b->addr,
+                   .size = b->size,
+                   .requested = b->requested,
+                   .stream = (uint64_t)(uintptr_t)sh->stream};
+  shard_emit(sh, &ev);
+  if (!deferred) shard_release(sh, b);
+}
+
+static int events_complete(gpupool *p, block *b) {
+  for (unsigned i = 0; i < b->nstreams; i++) {
+    if (!b->streams[i]) continue;
+    if (p->be->ops->event_query(p->be, b->streams[i]) == 0) return 0;
+    p->be->ops->event_destroy(p->be, b->streams[i]);
+    b->streams[i] = NULL;
+  }
+  return 1;
+}
+
+void shard_poll_pending(shard *sh) {
+  block **link = &sh->pending;
+  while (*link) {
+    block *b = *link;
+    if (!events_complete(sh->pool, b)) {
+      link = &b->pending_next;
+      continue;
+    }
+    *link = b->pending_next;
+    sh->npending--;
+    pool_event ev = {.type = EV_FREE_COMPLETED,
+                     .addr = b->addr,
+                     .size = b->size,
+                     .stream = (uint64_t)(uintptr_t)sh->stream};
+    shard_emit(sh, &ev);
+    shard_release(sh, b);
+  }
+}
+
+void shard_add_segment(shard *sh, segment *seg) {
+  seg->sh = sh;
+  seg->prev = NULL;
+  seg->next = sh->segments;
+  if (sh->segments) sh->segments->prev = seg;
+  sh->segments = seg;
+  seg->first->free_seq = ++sh->free_seq;
+  index_insert(sh, seg->first);
+}
+
+void shard_remove_segment(shard *sh, segment *seg) {
+  index_remove(sh, seg->first);
+  if (seg->prev)
+    seg->prev->next = seg->next;
+  else
+    sh->segments = seg->next;
+  if (seg->next) seg->next->prev = seg->prev;
+  seg->prev = seg->next = NULL;
+}
+
+void shard_emit(shard *sh, const pool_event *ev) {
+  if (!sh->ring || !shard_events_capacity()) return;
+  pool_event e = *ev;
+  e.ts_ns = clock_realtime_ns();
+  event_ring_push(sh->ring, &e);
+}

@@ -1,0 +1,38 @@
+/* Operations on one shard; callers hold sh->lock unless said otherwise. */
+#ifndef GPUPOOL_SHARD_H
+#define GPUPOOL_SHARD_H
+
+#include "pool_internal.h"
+
+/* The shard for stream, created on first use; NULL when out of host memory
+ * or when the pool already has SHARD_TABLE streams. Takes no shard lock. */
+shard *shard_get(gpupool *p, void *stream);
+void shard_destroy(gpupool *p, shard *sh);
+
+block *shard_find_fit(shard *sh, int large, size_t rounded);
+/* Takes free block b (in the index) for a request; splits when the strategy
+ * allows; updates the statistics and records the event. */
+void shard_take(shard *sh, block *b, size_t rounded, size_t requested, int from_device);
+/* The caller's free of allocated block b: statistics and event; the block
+ * returns to the index unless deferred (then it is on the pending list). */
+void shard_free(shard *sh, block *b, int deferred);
+/* Returns block b (allocated or pending, not in the index) to the free index,
+ * merging it with free neighbours. */
+void shard_release(shard *sh, block *b);
+/* Returns pending blocks whose events have completed. */
+void shard_poll_pending(shard *sh);
+/* Adds segment seg (one free block, not yet indexed) to the shard. */
+void shard_add_segment(shard *sh, segment *seg);
+/* Detaches seg (fully free) from the shard: its block leaves the index. */
+void shard_remove_segment(shard *sh, segment *seg);
+static inline int segment_is_free(const segment *seg) {
+  return seg->nblocks == 1 && seg->first->state == BLOCK_FREE;
+}
+
+/* Event ring capacity for new shards; 0 when events are off. */
+size_t shard_events_capacity(void);
+void shard_set_events_capacity(size_t cap);
+
+block *block_new(shard *sh);
+
+#endif

@@ -1,0 +1,125 @@
+/* gpupool_get_stats and the resets: per-shard statistics summed under each
+ * shard's lock, segment statistics under the slow lock. */
+#include <string.h>
+
+#include "errors.h"
+#include "free_index.h"
+#include "pool_internal.h"
+
+static gpupool_stat *field(gpupool_stats *out, int id) {
+  switch (id) {
+  case STAT_ALLOCATION:
+    return out->allocation;
+  case STAT_ACTIVE:
+    return out->active;
+  case STAT_INACTIVE_SPLIT:
+    return out->inactive_split;
+  case STAT_ALLOCATED_BYTES:
+    return out->allocated_bytes;
+  case STAT_ACTIVE_BYTES:
+    return out->active_bytes;
+  case STAT_INACTIVE_SPLIT_BYTES:
+    return out->inactive_split_bytes;
+  default:
+    return out->requested_bytes;
+  }
+}
+
+gpupool_status gpupool_get_stats(gpupool *p, gpupool_stats *out) {
+  if (!p || !out)
+    return pool_fail(GPUPOOL_ERR_INVALID, "gpupool_get_stats: %s is NULL", p ? "out" : "pool");
+  memset(out, 0, sizeof *out);
+  int64_t max_shard_peak[STAT_COUNT][GPUPOOL_STAT_TYPES] = {{0}};
+  int nshards = 0;
+  for (shard *sh = atomic_load(&p->shards); sh; sh = sh->next_shard, nshards++) {
+    spin_lock(&sh->lock);
+    for (int id = 0; id < STAT_COUNT; id++) {
+      gpupool_stat *dst = field(out, id);
+      for (int t = 0; t < GPUPOOL_STAT_TYPES; t++) {
+        const gpupool_stat *src = &sh->st.s[id][t];
+        dst[t].current += src->current;
+        dst[t].allocated += src->allocated;
+        dst[t].freed += src->freed;
+        if (src->peak > max_shard_peak[id][t]) max_shard_peak[id][t] = src->peak;
+      }
+    }
+    out->num_cache_hits += sh->st.cache_hits;
+    out->num_device_sourced += sh->st.device_sourced;
+    out->num_frees += sh->st.frees;
+    out->num_sync_events += sh->st.sync_events;
+    out->free_blocks += sh->nfree;
+    out->pending_free_blocks += sh->npending;
+    for (int k = 0; k < 2; k++) {
+      block *b = free_index_largest(sh->free_tree[k]);
+      if (b && b->size > out->largest_free_block) out->largest_free_block = b->size;
+    }
+    spin_unlock(&sh->lock);
+  }
+  /* One stream: its peaks are exact. Several: the peak of the sum is the
+   * largest of every sum observed here and of each stream's own peak. */
+  pthread_mutex_lock(&p->peak_lock);
+  for (int id = 0; id < STAT_COUNT; id++) {
+    gpupool_stat *dst = field(out, id);
+    for (int t = 0; t < GPUPOOL_STAT_TYPES; t++) {
+      int64_t peak = max_shard_peak[id][t];
+      if (nshards > 1) {
+        int64_t *agg = &p->agg_peak[id][t];
+        if (dst[t].current > *agg) *agg = dst[t].current;
+        if (peak > *agg) *agg = peak;
+        peak = *agg;
+      }
+      dst[t].peak = peak;
+    }
+  }
+  pthread_mutex_unlock(&p->peak_lock);
+  pthread_mutex_lock(&p->slow_lock);
+  memcpy(out->segment, p->seg_stats[0], sizeof out->segment);
+  memcpy(out->reserved_bytes, p->seg_stats[1], sizeof out->reserved_bytes);
+  out->num_alloc_retries = p->alloc_retries;
+  out->num_ooms = p->ooms;
+  out->num_device_alloc = p->device_allocs;
+  out->num_device_free = p->device_frees;
+  out->num_gc_runs = p->gc_runs;
+  pthread_mutex_unlock(&p->slow_lock);
+  return GPUPOOL_OK;
+}
+
+void gpupool_reset_peak_stats(gpupool *p) {
+  if (!p) return;
+  pthread_mutex_lock(&p->peak_lock);
+  int64_t sum[STAT_COUNT][GPUPOOL_STAT_TYPES] = {{0}};
+  for (shard *sh = atomic_load(&p->shards); sh; sh = sh->next_shard) {
+    spin_lock(&sh->lock);
+    for (int id = 0; id < STAT_COUNT; id++)
+      for (int t = 0; t < GPUPOOL_STAT_TYPES; t++) {
+        stat_reset_peak(&sh->st.s[id][t]);
+        sum[id][t] += sh->st.s[id][t].current;
+      }
+    spin_unlock(&sh->lock);
+  }
+  memcpy(p->agg_peak, sum, sizeof sum);
+  pthread_mutex_unlock(&p->peak_lock);
+  pthread_mutex_lock(&p->slow_lock);
+  for (int i = 0; i < 2; i++)
+    for (int t = 0; t < GPUPOOL_STAT_TYPES; t++)
+      stat_reset_peak(&p->seg_stats[i][t]);
+  pthread_mutex_unlock(&p->slow_lock);
+}
+
+void gpupool_reset_accumulated_stats(gpupool *p) {
+  if (!p) return;
+  for (shard *sh = atomic_load(&p->shards); sh; sh = sh->next_shard) {
+    spin_lock(&sh->lock);
+    for (int id = 0; id < STAT_COUNT; id++)
+      for (int t = 0; t < GPUPOOL_STAT_TYPES; t++)
+        stat_reset_accumulated(&sh->st.s[id][t]);
+    sh->st.cache_hits = sh->st.device_sourced = sh->st.frees = sh->st.sync_events = 0;
+    spin_unlock(&sh->lock);
+  }
+  pthread_mutex_lock(&p->slow_lock);
+  for (int i = 0; i < 2; i++)
+    for (int t = 0; t < GPUPOOL_STAT_TYPES; t++)
+      stat_reset_accumulated(&p->seg_stats[i][t]);
+  p->alloc_retries = p->ooms = p->device_allocs = p->device_frees = p->gc_runs = 0;
+  pthread_mutex_unlock(&p->slow_lock);
+}

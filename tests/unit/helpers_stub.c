@@ -1,0 +1,1 @@
+/* keeps test_helpers non-empty when tests/unit/helpers/ has no files */
