@@ -16,6 +16,13 @@
 gpupool_status cupti_start(gpupool_cupti_mode mode);
 /* Forced flush, disable, unsubscribe (the hand-over to another profiler). */
 void cupti_stop(void);
+/* cupti_stop, then cuptiFinalize, so that another tool (PyTorch's profiler)
+ * starts from a clean CUPTI; reason "released". Call it where no other thread
+ * is inside a CUDA call (see docs/cupti.md). cupti_start takes CUPTI back. */
+void cupti_handover(void);
+/* Decode what CUPTI holds now (cuptiActivityFlushAll(0) on the caller's
+ * thread; no lock held across it). A no-op when not recording. */
+void cupti_flush(void);
 
 #define CUPTI_MEMORY_KINDS 8 /* index = CUpti_ActivityMemoryKind (0 unknown .. 7) */
 #define CUPTI_MAX_DEVICES  64
@@ -25,16 +32,20 @@ typedef struct cupti_device_metrics {
   /* live bytes by memory kind and owner (0 = pool: inside a gpupool segment, 1 = other) */
   uint64_t live_bytes[CUPTI_MEMORY_KINDS][2];
   uint64_t allocations[CUPTI_MEMORY_KINDS][2]; /* ALLOCATION records seen */
-  uint64_t releases[CUPTI_MEMORY_KINDS][2];    /* RELEASE records seen */
+  uint64_t releases[CUPTI_MEMORY_KINDS][2];    /* RELEASE records of tracked allocations
+                                                  (others: unknown_releases_total) */
   /* cudaMallocAsync pools (MEMORY_POOL records) */
   uint64_t mempools_created, mempools_destroyed, mempools_trimmed;
-  uint64_t mempool_size_bytes, mempool_utilized_bytes; /* latest record */
+  /* sum over the device's live mempools of their latest size / utilized size */
+  uint64_t mempool_size_bytes, mempool_utilized_bytes;
 } cupti_device_metrics;
 
 typedef struct cupti_metrics {
   int up;                           /* 1 when subscribed and recording */
-  const char *reason;               /* static: "ok", "off", "no_driver", "no_device", "no_cupti",
-                                       "cupti_too_old", "other_subscriber", "error", "stopped" */
+  const char *reason; /* static: "ok", "off", "no_driver", "no_device", "no_cupti",
+                         "cupti_too_old", "other_subscriber", "error", "stopped",
+                         "released" (handed over), "forked_child" (a child of the
+                         process that recorded: it never calls CUPTI) */
   uint64_t records_total;           /* activity records decoded */
   uint64_t records_dropped_total;   /* CUPTI's dropped count, accumulated */
   uint64_t unknown_releases_total;  /* releases of addresses never seen allocated */
@@ -49,9 +60,16 @@ typedef struct cupti_metrics {
 void cupti_get_metrics(cupti_metrics *out);
 
 /* CUPTI-observed allocations for the trace: a ring of pool_event (EV_ALLOC /
- * EV_FREE with addr, size, stream, flags; a = memory kind, b = device).
+ * EV_FREE with addr, size, stream (CUPTI's stream id, 0 for synchronous
+ * calls), flags; a = memory kind, b = device (-1 as uint64 when none)).
  * Takes a reference; NULL when CUPTI is not recording. */
 event_ring *cupti_event_ring(void);
+/* pool_event.flags of CUPTI events, beside event_ring.h's EVF_* bits. */
+enum {
+  CUPTI_EVF_POOL = 8,     /* inside a gpupool segment (owner "pool") */
+  CUPTI_EVF_ASYNC = 16,   /* stream-ordered (cudaMallocAsync / cudaFreeAsync) */
+  CUPTI_EVF_UNKNOWN = 32, /* a release of an address never seen allocated */
+};
 
 const char *cupti_memory_kind_name(int kind); /* "device", "pinned", "managed", ... */
 

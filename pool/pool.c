@@ -44,17 +44,20 @@ static gpupool_status create_backend(pool_config *c, backend **out) {
 }
 
 gpupool_status gpupool_create(const gpupool_options *opt, gpupool **out) {
-  if (!out) return pool_fail(GPUPOOL_ERR_INVALID, "gpupool_create: out is NULL");
+  if (!out)
+    return pool_fail(GPUPOOL_ERR_INVALID, "gpupool_create: out is NULL");
   *out = NULL;
   pool_config cfg;
   gpupool_status st = pool_config_build(opt, &cfg);
-  if (st != GPUPOOL_OK) return st;
+  if (st != GPUPOOL_OK)
+    return st;
   if ((cfg.fault_every_n || cfg.fault_rate > 0) && cfg.backend != GPUPOOL_BACKEND_HOST &&
       cfg.backend != GPUPOOL_BACKEND_DEFAULT)
     return pool_fail(GPUPOOL_ERR_INVALID, "pool '%s': fault injection needs backend host",
                      cfg.name);
   backend *be = NULL;
-  if ((st = create_backend(&cfg, &be)) != GPUPOOL_OK) return st;
+  if ((st = create_backend(&cfg, &be)) != GPUPOOL_OK)
+    return st;
   gpupool *p = aligned_alloc(64, (sizeof *p + 63) / 64 * 64);
   if (!p) {
     be->ops->destroy(be);
@@ -74,13 +77,13 @@ gpupool_status gpupool_create(const gpupool_options *opt, gpupool **out) {
 }
 
 void gpupool_destroy(gpupool *p) {
-  if (!p) return;
+  if (!p)
+    return;
   registry_remove(p);
   for (shard *sh = atomic_load(&p->shards), *next; sh; sh = next) {
     next = sh->next_shard;
     shard_destroy(p, sh);
   }
-  ptrmap_destroy(&p->map);
   p->be->ops->destroy(p->be);
   pthread_mutex_destroy(&p->shard_create_lock);
   pthread_mutex_destroy(&p->slow_lock);
@@ -88,16 +91,28 @@ void gpupool_destroy(gpupool *p) {
   free(p);
 }
 
+/* The shard this thread allocated from last, a hint for where its frees
+ * will find their blocks. */
+static _Thread_local struct {
+  const gpupool *pool;
+  uint32_t id;
+  shard *sh;
+} hint;
+
 /* No cached block fitted: under the slow lock, look again (another thread
  * may have returned one), then go to the device. */
 static gpupool_status malloc_slow(gpupool *p, shard *sh, size_t rounded, size_t size, block **out) {
   pthread_mutex_lock(&p->slow_lock);
   spin_lock(&sh->lock);
-  if (sh->pending) shard_poll_pending(sh);
+  if (sh->pending)
+    shard_poll_pending(sh);
   block *b = shard_find_fit(sh, size_is_large(rounded), rounded);
-  if (b) shard_take(sh, b, rounded, size, 0);
+  gpupool_status st = GPUPOOL_OK;
+  if (b && shard_serve(sh, b, rounded, size, 0) != 0)
+    st = pool_fail(GPUPOOL_ERR_OOM, "gpupool_malloc: out of host memory");
   spin_unlock(&sh->lock);
-  gpupool_status st = b ? GPUPOOL_OK : reclaim_alloc_segment(p, sh, rounded, size, &b);
+  if (!b)
+    st = reclaim_alloc_segment(p, sh, rounded, size, &b);
   pthread_mutex_unlock(&p->slow_lock);
   registry_notify_segment_change(p);
   *out = b;
@@ -117,22 +132,45 @@ gpupool_status gpupool_malloc(gpupool *p, void **ptr, size_t size, void *stream)
                      "gpupool_malloc: pool '%s': more than %d streams, or out of host memory",
                      p->cfg.name, SHARD_TABLE);
   spin_lock(&sh->lock);
-  if (sh->pending) shard_poll_pending(sh);
+  if (sh->pending)
+    shard_poll_pending(sh);
   block *b = shard_find_fit(sh, size_is_large(rounded), rounded);
-  if (b) shard_take(sh, b, rounded, size, 0);
+  int lost = b && shard_serve(sh, b, rounded, size, 0) != 0;
   spin_unlock(&sh->lock);
+  if (lost)
+    return pool_fail(GPUPOOL_ERR_OOM, "gpupool_malloc: out of host memory");
   if (!b) {
     gpupool_status st = malloc_slow(p, sh, rounded, size, &b);
-    if (st != GPUPOOL_OK) return st;
+    if (st != GPUPOOL_OK)
+      return st;
   }
-  if (ptrmap_insert(&p->map, b->addr, b) != 0) {
-    spin_lock(&sh->lock);
-    shard_free(sh, b, 0);
-    spin_unlock(&sh->lock);
-    return pool_fail(GPUPOOL_ERR_OOM, "gpupool_malloc: out of host memory");
-  }
+  hint.pool = p;
+  hint.id = p->id;
+  hint.sh = sh;
   *ptr = (void *)b->addr;
   return GPUPOOL_OK;
+}
+
+/* Finds the live block at addr and returns its shard, locked; NULL when no
+ * shard has it. Tries the hint first, so a thread freeing what it allocated
+ * takes one lock. */
+static shard *lock_owner(gpupool *p, uintptr_t addr, block **out) {
+  shard *first = hint.pool == p && hint.id == p->id ? hint.sh : NULL;
+  if (first) {
+    spin_lock(&first->lock);
+    if ((*out = addrmap_find(&first->live, addr)))
+      return first;
+    spin_unlock(&first->lock);
+  }
+  for (shard *sh = atomic_load(&p->shards); sh; sh = sh->next_shard) {
+    if (sh == first)
+      continue;
+    spin_lock(&sh->lock);
+    if ((*out = addrmap_find(&sh->live, addr)))
+      return sh;
+    spin_unlock(&sh->lock);
+  }
+  return NULL;
 }
 
 /* Records an event on every other stream the block was used on; the block
@@ -146,7 +184,8 @@ static int defer_free(gpupool *p, shard *sh, block *b) {
     b->streams[i] = ev;
     pending += ev != NULL;
   }
-  if (!pending) return 0;
+  if (!pending)
+    return 0;
   sh->st.sync_events += pending;
   b->state = BLOCK_PENDING;
   b->pending_next = sh->pending;
@@ -156,61 +195,65 @@ static int defer_free(gpupool *p, shard *sh, block *b) {
 }
 
 gpupool_status gpupool_free(gpupool *p, void *ptr) {
-  if (!p) return pool_fail(GPUPOOL_ERR_INVALID, "gpupool_free: pool is NULL");
-  if (!ptr) return GPUPOOL_OK;
-  block *b = ptrmap_remove(&p->map, (uintptr_t)ptr);
-  if (!b)
+  if (!p)
+    return pool_fail(GPUPOOL_ERR_INVALID, "gpupool_free: pool is NULL");
+  if (!ptr)
+    return GPUPOOL_OK;
+  block *b;
+  shard *sh = lock_owner(p, (uintptr_t)ptr, &b);
+  if (!sh)
     return pool_fail(GPUPOOL_ERR_INVALID,
                      "gpupool_free: pool '%s': %p is not a live allocation of this pool (a foreign "
                      "or interior pointer, or a double free)",
                      p->cfg.name, ptr);
-  shard *sh = b->seg->sh;
-  spin_lock(&sh->lock);
+  addrmap_remove(&sh->live, b->addr);
   shard_free(sh, b, b->nstreams && defer_free(p, sh, b));
   spin_unlock(&sh->lock);
   return GPUPOOL_OK;
 }
 
-typedef struct stream_use {
-  void *stream;
-  int status;
-} stream_use;
-
-static int add_stream_use(block *b, void *arg) {
-  stream_use *u = arg;
-  if (u->stream == b->seg->sh->stream) return 0;
+/* 0, or -1 when the block cannot hold another stream. */
+static int add_stream_use(block *b, void *stream) {
+  if (stream == b->seg->sh->stream)
+    return 0;
   for (unsigned i = 0; i < b->nstreams; i++)
-    if (b->streams[i] == u->stream) return 0;
+    if (b->streams[i] == stream)
+      return 0;
   if (b->nstreams == b->cap_streams) {
-    if (b->cap_streams == 255) return -2;
+    if (b->cap_streams == 255)
+      return -1;
     unsigned cap = b->cap_streams ? b->cap_streams * 2u : 2u;
     cap = cap > 255 ? 255 : cap;
     void **s = realloc(b->streams, cap * sizeof *s);
-    if (!s) return -2;
+    if (!s)
+      return -1;
     b->streams = s;
     b->cap_streams = (uint8_t)cap;
   }
-  b->streams[b->nstreams++] = u->stream;
+  b->streams[b->nstreams++] = stream;
   return 0;
 }
 
 gpupool_status gpupool_record_stream(gpupool *p, void *ptr, void *stream) {
   if (!p || !ptr)
     return pool_fail(GPUPOOL_ERR_INVALID, "gpupool_record_stream: %s is NULL", p ? "ptr" : "pool");
-  stream_use u = {stream, 0};
-  int r = ptrmap_with(&p->map, (uintptr_t)ptr, add_stream_use, &u);
-  if (r == -1)
+  block *b;
+  shard *sh = lock_owner(p, (uintptr_t)ptr, &b);
+  if (!sh)
     return pool_fail(GPUPOOL_ERR_INVALID,
                      "gpupool_record_stream: pool '%s': %p is not a live allocation of this pool",
                      p->cfg.name, ptr);
-  if (r == -2)
+  int r = add_stream_use(b, stream);
+  spin_unlock(&sh->lock);
+  if (r != 0)
     return pool_fail(GPUPOOL_ERR_UNSUPPORTED,
                      "gpupool_record_stream: too many streams on one block, or out of host memory");
   return GPUPOOL_OK;
 }
 
 size_t gpupool_empty_cache(gpupool *p) {
-  if (!p) return 0;
+  if (!p)
+    return 0;
   pthread_mutex_lock(&p->slow_lock);
   reclaim_poll_all(p);
   size_t released = reclaim_release_cached(p, 0);
@@ -226,7 +269,8 @@ size_t gpupool_empty_cache(gpupool *p) {
     spin_unlock(&sh->lock);
   }
   pthread_mutex_unlock(&p->slow_lock);
-  if (released) registry_notify_segment_change(p);
+  if (released)
+    registry_notify_segment_change(p);
   return released;
 }
 
@@ -243,7 +287,8 @@ const char *gpupool_backend_name(const gpupool *p) {
 }
 
 const char *gpupool_strategy_name(const gpupool *p) {
-  if (!p) return NULL;
+  if (!p)
+    return NULL;
   switch (p->cfg.strategy) {
   case GPUPOOL_STRATEGY_ROUND:
     return "round";

@@ -15,7 +15,7 @@
 #include "conf.h"
 #include "event_ring.h"
 #include "pool_view.h"
-#include "ptrmap.h"
+#include "addrmap.h"
 #include "spinlock.h"
 #include "stats.h"
 
@@ -69,6 +69,7 @@ struct shard {
   uint32_t rng;
   uint64_t free_seq;
   shard_stats st;
+  addrmap live;                     /* allocated and not yet freed blocks, by address */
   _Atomic int64_t allocated_mirror; /* allocated_bytes current, readable without the lock */
   event_ring *ring;                 /* NULL when events are off */
   shard *next_shard;
@@ -80,7 +81,6 @@ struct gpupool {
   pool_config cfg;
   backend *be;
   uint32_t id;
-  ptrmap map;
   _Atomic(shard *) shard_table[SHARD_TABLE];
   shard *_Atomic shards; /* list of all shards, newest first */
   pthread_mutex_t shard_create_lock;

@@ -94,7 +94,8 @@ static int copy_shard(shard *sh, shard_copy *c) {
         s->allocated += b->size;
         s->requested += b->requested;
       }
-      if (b->state != BLOCK_FREE) s->active += b->size;
+      if (b->state != BLOCK_FREE)
+        s->active += b->size;
     }
   }
   c->nsegs = si;
@@ -110,9 +111,11 @@ size_t pool_walk(gpupool *p, const pool_walker *w) {
     if (copy_shard(sh, &c) == 0) {
       size_t bi = 0;
       for (size_t i = 0; i < c.nsegs; i++) {
-        if (w->segment) w->segment(w->arg, &c.segs[i]);
+        if (w->segment)
+          w->segment(w->arg, &c.segs[i]);
         for (size_t j = 0; j < c.segs[i].nblocks; j++, bi++)
-          if (w->block) w->block(w->arg, &c.blocks[bi]);
+          if (w->block)
+            w->block(w->arg, &c.blocks[bi]);
       }
       total += c.nsegs;
     }
@@ -138,7 +141,8 @@ static void give_rings(gpupool *p, void *arg) {
 }
 
 void pool_events_enable(size_t capacity) {
-  if (!capacity) return pool_events_disable();
+  if (!capacity)
+    return pool_events_disable();
   shard_set_events_capacity(capacity);
   registry_foreach(give_rings, &capacity);
 }

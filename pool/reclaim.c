@@ -48,7 +48,8 @@ static gpupool_status device_alloc(gpupool *p, shard *sh, size_t size, int large
   uint64_t dur = clock_monotonic_ns() - t0;
   p->timing.alloc_count++;
   p->timing.alloc_ns_total += dur;
-  if (st != GPUPOOL_OK) return st;
+  if (st != GPUPOOL_OK)
+    return st;
   segment *seg = calloc(1, sizeof *seg);
   spin_lock(&sh->lock);
   block *b = block_new(sh);
@@ -95,7 +96,8 @@ static void device_free(gpupool *p, segment *seg) {
 void reclaim_poll_all(gpupool *p) {
   for (shard *sh = atomic_load(&p->shards); sh; sh = sh->next_shard) {
     spin_lock(&sh->lock);
-    if (sh->pending) shard_poll_pending(sh);
+    if (sh->pending)
+      shard_poll_pending(sh);
     spin_unlock(&sh->lock);
   }
 }
@@ -138,27 +140,32 @@ static int by_free_seq(const void *a, const void *b) {
 static void garbage_collect(gpupool *p, shard *caller) {
   if (!p->device_total) {
     size_t free_b, total_b;
-    if (p->be->ops->mem_info(p->be, &free_b, &total_b) != GPUPOOL_OK) return;
+    if (p->be->ops->mem_info(p->be, &free_b, &total_b) != GPUPOOL_OK)
+      return;
     p->device_total = total_b;
   }
   int64_t limit = (int64_t)(p->cfg.gc_threshold * (double)p->device_total);
-  if (p->seg_stats[1][0].current <= limit) return;
+  if (p->seg_stats[1][0].current <= limit)
+    return;
   size_t n = 0, cap = 64;
   gc_candidate *c = malloc(cap * sizeof *c);
   for (shard *sh = atomic_load(&p->shards); sh && c; sh = sh->next_shard) {
     spin_lock(&sh->lock);
     for (segment *seg = sh->segments; seg && c; seg = seg->next) {
-      if (!seg->large || !segment_is_free(seg)) continue;
+      if (!seg->large || !segment_is_free(seg))
+        continue;
       if (n == cap) {
         gc_candidate *g = realloc(c, (cap *= 2) * sizeof *c);
-        if (!g) break;
+        if (!g)
+          break;
         c = g;
       }
       c[n++] = (gc_candidate){seg, seg->first->free_seq};
     }
     spin_unlock(&sh->lock);
   }
-  if (!c) return;
+  if (!c)
+    return;
   qsort(c, n, sizeof *c, by_free_seq);
   size_t released = 0;
   for (size_t i = 0; i < n && p->seg_stats[1][0].current > limit; i++) {
@@ -166,7 +173,8 @@ static void garbage_collect(gpupool *p, shard *caller) {
     shard *sh = seg->sh;
     spin_lock(&sh->lock);
     int still_free = segment_is_free(seg);
-    if (still_free) shard_remove_segment(sh, seg);
+    if (still_free)
+      shard_remove_segment(sh, seg);
     spin_unlock(&sh->lock);
     if (still_free) {
       released += seg->size;
@@ -187,9 +195,11 @@ static void garbage_collect(gpupool *p, shard *caller) {
  * cache before an allocation would eat into it. */
 static void keep_reserve(gpupool *p, size_t size) {
   size_t free_b, total_b;
-  if (p->be->ops->mem_info(p->be, &free_b, &total_b) != GPUPOOL_OK) return;
+  if (p->be->ops->mem_info(p->be, &free_b, &total_b) != GPUPOOL_OK)
+    return;
   double reserve = p->cfg.reserve_percent / 100.0 * (double)total_b;
-  if (free_b < size || (double)(free_b - size) < reserve) reclaim_release_cached(p, 0);
+  if (free_b < size || (double)(free_b - size) < reserve)
+    reclaim_release_cached(p, 0);
 }
 
 static size_t largest_free(gpupool *p) {
@@ -198,7 +208,8 @@ static size_t largest_free(gpupool *p) {
     spin_lock(&sh->lock);
     for (int k = 0; k < 2; k++) {
       block *b = free_index_largest(sh->free_tree[k]);
-      if (b && b->size > best) best = b->size;
+      if (b && b->size > best)
+        best = b->size;
     }
     spin_unlock(&sh->lock);
   }
@@ -231,8 +242,10 @@ gpupool_status reclaim_alloc_segment(gpupool *p, shard *sh, size_t rounded, size
                                      block **out) {
   int large = size_is_large(rounded);
   size_t segsize = size_segment(&p->cfg, rounded);
-  if (p->cfg.gc_threshold > 0) garbage_collect(p, sh);
-  if (p->cfg.reserve_percent > 0) keep_reserve(p, segsize);
+  if (p->cfg.gc_threshold > 0)
+    garbage_collect(p, sh);
+  if (p->cfg.reserve_percent > 0)
+    keep_reserve(p, segsize);
   segment *seg = NULL;
   gpupool_status st = device_alloc(p, sh, segsize, large, &seg);
   if (st == GPUPOOL_ERR_OOM) {
@@ -244,14 +257,18 @@ gpupool_status reclaim_alloc_segment(gpupool *p, shard *sh, size_t rounded, size
     p->alloc_retries++;
     st = device_alloc(p, sh, segsize, large, &seg);
   }
-  if (st == GPUPOOL_ERR_OOM) return out_of_memory(p, sh, segsize, requested);
+  if (st == GPUPOOL_ERR_OOM)
+    return out_of_memory(p, sh, segsize, requested);
   if (st != GPUPOOL_OK)
     return pool_fail(st, "pool '%s': %s backend failed to allocate %zu bytes", p->cfg.name,
                      p->be->name, segsize);
   spin_lock(&sh->lock);
   shard_add_segment(sh, seg);
-  shard_take(sh, seg->first, rounded, requested, 1);
-  *out = seg->first;
+  block *b = seg->first;
+  int lost = shard_serve(sh, b, rounded, requested, 1) != 0;
   spin_unlock(&sh->lock);
+  if (lost)
+    return pool_fail(GPUPOOL_ERR_OOM, "pool '%s': out of host memory", p->cfg.name);
+  *out = b;
   return GPUPOOL_OK;
 }

@@ -37,7 +37,8 @@ static shard *shard_lookup(gpupool *p, void *stream, size_t *free_slot) {
       *free_slot = i;
       return NULL;
     }
-    if (sh->stream == stream) return sh;
+    if (sh->stream == stream)
+      return sh;
   }
   *free_slot = SHARD_TABLE;
   return NULL;
@@ -46,7 +47,8 @@ static shard *shard_lookup(gpupool *p, void *stream, size_t *free_slot) {
 shard *shard_get(gpupool *p, void *stream) {
   size_t slot;
   shard *sh = shard_lookup(p, stream, &slot);
-  if (sh) return sh;
+  if (sh)
+    return sh;
   pthread_mutex_lock(&p->shard_create_lock);
   sh = shard_lookup(p, stream, &slot); /* another thread may have won */
   if (!sh && slot < SHARD_TABLE && (sh = aligned_alloc(64, sizeof *sh))) {
@@ -55,7 +57,8 @@ shard *shard_get(gpupool *p, void *stream) {
     sh->pool = p;
     sh->rng = (uint32_t)(stream_hash(stream) | 1);
     size_t cap = shard_events_capacity();
-    if (cap) sh->ring = event_ring_create(cap);
+    if (cap)
+      sh->ring = event_ring_create(cap);
     sh->next_shard = atomic_load(&p->shards);
     atomic_store(&p->shards, sh);
     atomic_store_explicit(&p->shard_table[slot], sh, memory_order_release);
@@ -76,7 +79,8 @@ static void free_block_list(block *b) {
 void shard_destroy(gpupool *p, shard *sh) {
   for (block *b = sh->pending; b; b = b->pending_next)
     for (unsigned i = 0; i < b->nstreams; i++)
-      if (b->streams[i]) p->be->ops->event_destroy(p->be, b->streams[i]);
+      if (b->streams[i])
+        p->be->ops->event_destroy(p->be, b->streams[i]);
   for (segment *seg = sh->segments, *next; seg; seg = next) {
     next = seg->next;
     p->be->ops->free(p->be, (void *)seg->addr, seg->size, sh->stream);
@@ -88,6 +92,7 @@ void shard_destroy(gpupool *p, shard *sh) {
     free(b);
   }
   event_ring_unref(sh->ring);
+  addrmap_destroy(&sh->live);
   free(sh);
 }
 
@@ -131,21 +136,34 @@ static void index_remove(shard *sh, block *b) {
 block *shard_find_fit(shard *sh, int large, size_t rounded) {
   const pool_config *c = &sh->pool->cfg;
   block *b = free_index_lower_bound(sh->free_tree[large], rounded);
-  if (!b) return NULL;
+  if (!b)
+    return NULL;
   if (c->strategy != GPUPOOL_STRATEGY_BFC)
     return b->size == rounded ? b : NULL; /* exact-size buckets */
   /* Oversize blocks (>= max_split_size) serve only large requests that waste
    * less than max_non_split_rounding of them. */
-  if (rounded < c->max_split_size && b->size >= c->max_split_size) return NULL;
-  if (rounded >= c->max_split_size && b->size >= rounded + c->max_non_split_rounding) return NULL;
+  if (rounded < c->max_split_size && b->size >= c->max_split_size)
+    return NULL;
+  if (rounded >= c->max_split_size && b->size >= rounded + c->max_non_split_rounding)
+    return NULL;
   return b;
 }
 
 static int should_split(const pool_config *c, const block *b, size_t rounded) {
-  if (c->strategy != GPUPOOL_STRATEGY_BFC) return 0;
+  if (c->strategy != GPUPOOL_STRATEGY_BFC)
+    return 0;
   size_t rest = b->size - rounded;
-  if (!b->seg->large) return rest >= MIN_BLOCK;
+  if (!b->seg->large)
+    return rest >= MIN_BLOCK;
   return b->size < c->max_split_size && rest > SMALL_SIZE;
+}
+
+int shard_serve(shard *sh, block *b, size_t rounded, size_t requested, int from_device) {
+  shard_take(sh, b, rounded, requested, from_device);
+  if (addrmap_insert(&sh->live, b->addr, b) == 0)
+    return 0;
+  shard_free(sh, b, 0);
+  return -1;
 }
 
 static void count_request(shard *sh, size_t requested) {
@@ -168,7 +186,8 @@ void shard_take(shard *sh, block *b, size_t rounded, size_t requested, int from_
       r->free_seq = b->free_seq;
       r->prev = b;
       r->next = b->next;
-      if (b->next) b->next->prev = r;
+      if (b->next)
+        b->next->prev = r;
       b->next = r;
       b->size = rounded;
       b->seg->nblocks++;
@@ -215,7 +234,8 @@ static void absorb(shard *sh, block *b, block *n) {
       b->seg->first = b;
   } else {
     b->next = n->next;
-    if (b->next) b->next->prev = b;
+    if (b->next)
+      b->next->prev = b;
   }
   b->size += n->size;
   b->seg->nblocks--;
@@ -229,8 +249,10 @@ void shard_release(shard *sh, block *b) {
   b->state = BLOCK_FREE;
   b->free_seq = ++sh->free_seq;
   b->nstreams = 0;
-  if (b->prev && b->prev->state == BLOCK_FREE) absorb(sh, b, b->prev);
-  if (b->next && b->next->state == BLOCK_FREE) absorb(sh, b, b->next);
+  if (b->prev && b->prev->state == BLOCK_FREE)
+    absorb(sh, b, b->prev);
+  if (b->next && b->next->state == BLOCK_FREE)
+    absorb(sh, b, b->next);
   count_inactive_split(sh, b, +1);
   index_insert(sh, b);
 }
@@ -250,13 +272,16 @@ void shard_free(shard *sh, block *b, int deferred) {
                    .requested = b->requested,
                    .stream = (uint64_t)(uintptr_t)sh->stream};
   shard_emit(sh, &ev);
-  if (!deferred) shard_release(sh, b);
+  if (!deferred)
+    shard_release(sh, b);
 }
 
 static int events_complete(gpupool *p, block *b) {
   for (unsigned i = 0; i < b->nstreams; i++) {
-    if (!b->streams[i]) continue;
-    if (p->be->ops->event_query(p->be, b->streams[i]) == 0) return 0;
+    if (!b->streams[i])
+      continue;
+    if (p->be->ops->event_query(p->be, b->streams[i]) == 0)
+      return 0;
     p->be->ops->event_destroy(p->be, b->streams[i]);
     b->streams[i] = NULL;
   }
@@ -286,7 +311,8 @@ void shard_add_segment(shard *sh, segment *seg) {
   seg->sh = sh;
   seg->prev = NULL;
   seg->next = sh->segments;
-  if (sh->segments) sh->segments->prev = seg;
+  if (sh->segments)
+    sh->segments->prev = seg;
   sh->segments = seg;
   seg->first->free_seq = ++sh->free_seq;
   index_insert(sh, seg->first);
@@ -298,12 +324,14 @@ void shard_remove_segment(shard *sh, segment *seg) {
     seg->prev->next = seg->next;
   else
     sh->segments = seg->next;
-  if (seg->next) seg->next->prev = seg->prev;
+  if (seg->next)
+    seg->next->prev = seg->prev;
   seg->prev = seg->next = NULL;
 }
 
 void shard_emit(shard *sh, const pool_event *ev) {
-  if (!sh->ring || !shard_events_capacity()) return;
+  if (!sh->ring || !shard_events_capacity())
+    return;
   pool_event e = *ev;
   e.ts_ns = clock_realtime_ns();
   event_ring_push(sh->ring, &e);

@@ -40,7 +40,8 @@ gpupool_status gpupool_get_stats(gpupool *p, gpupool_stats *out) {
         dst[t].current += src->current;
         dst[t].allocated += src->allocated;
         dst[t].freed += src->freed;
-        if (src->peak > max_shard_peak[id][t]) max_shard_peak[id][t] = src->peak;
+        if (src->peak > max_shard_peak[id][t])
+          max_shard_peak[id][t] = src->peak;
       }
     }
     out->num_cache_hits += sh->st.cache_hits;
@@ -51,7 +52,8 @@ gpupool_status gpupool_get_stats(gpupool *p, gpupool_stats *out) {
     out->pending_free_blocks += sh->npending;
     for (int k = 0; k < 2; k++) {
       block *b = free_index_largest(sh->free_tree[k]);
-      if (b && b->size > out->largest_free_block) out->largest_free_block = b->size;
+      if (b && b->size > out->largest_free_block)
+        out->largest_free_block = b->size;
     }
     spin_unlock(&sh->lock);
   }
@@ -64,8 +66,10 @@ gpupool_status gpupool_get_stats(gpupool *p, gpupool_stats *out) {
       int64_t peak = max_shard_peak[id][t];
       if (nshards > 1) {
         int64_t *agg = &p->agg_peak[id][t];
-        if (dst[t].current > *agg) *agg = dst[t].current;
-        if (peak > *agg) *agg = peak;
+        if (dst[t].current > *agg)
+          *agg = dst[t].current;
+        if (peak > *agg)
+          *agg = peak;
         peak = *agg;
       }
       dst[t].peak = peak;
@@ -85,7 +89,8 @@ gpupool_status gpupool_get_stats(gpupool *p, gpupool_stats *out) {
 }
 
 void gpupool_reset_peak_stats(gpupool *p) {
-  if (!p) return;
+  if (!p)
+    return;
   pthread_mutex_lock(&p->peak_lock);
   int64_t sum[STAT_COUNT][GPUPOOL_STAT_TYPES] = {{0}};
   for (shard *sh = atomic_load(&p->shards); sh; sh = sh->next_shard) {
@@ -107,7 +112,8 @@ void gpupool_reset_peak_stats(gpupool *p) {
 }
 
 void gpupool_reset_accumulated_stats(gpupool *p) {
-  if (!p) return;
+  if (!p)
+    return;
   for (shard *sh = atomic_load(&p->shards); sh; sh = sh->next_shard) {
     spin_lock(&sh->lock);
     for (int id = 0; id < STAT_COUNT; id++)
