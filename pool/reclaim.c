@@ -3,6 +3,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 
+#include "agent/segment_index.h"
 #include "clock.h"
 #include "errors.h"
 #include "free_index.h"
@@ -71,6 +72,8 @@ static gpupool_status device_alloc(gpupool *p, shard *sh, size_t size, int large
   b->state = BLOCK_FREE;
   p->device_allocs++;
   update_segment_stats(p, large, (int64_t)size);
+  if (!backend_is_host(p->be)) /* CUPTI sees device memory only */
+    cupti_note_segment(seg->addr, size, p->cfg.device, 1);
   seg->sh = sh;
   emit_segment_event(p, sh, EV_SEGMENT_ALLOC, seg, dur);
   *out = seg;
@@ -80,6 +83,8 @@ static gpupool_status device_alloc(gpupool *p, shard *sh, size_t size, int large
 /* seg is already detached from its shard. */
 static void device_free(gpupool *p, segment *seg) {
   shard *sh = seg->sh;
+  if (!backend_is_host(p->be))
+    cupti_note_segment(seg->addr, seg->size, p->cfg.device, 0);
   uint64_t t0 = clock_monotonic_ns();
   p->be->ops->free(p->be, (void *)seg->addr, seg->size, sh->stream);
   uint64_t dur = clock_monotonic_ns() - t0;
