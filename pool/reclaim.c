@@ -264,9 +264,12 @@ gpupool_status reclaim_alloc_segment(gpupool *p, shard *sh, size_t rounded, size
   }
   if (st == GPUPOOL_ERR_OOM)
     return out_of_memory(p, sh, segsize, requested);
-  if (st != GPUPOOL_OK)
-    return pool_fail(st, "pool '%s': %s backend failed to allocate %zu bytes", p->cfg.name,
-                     p->be->name, segsize);
+  if (st != GPUPOOL_OK) {
+    char why[256];
+    snprintf(why, sizeof why, "%s", gpupool_last_error()); /* the backend's reason */
+    return pool_fail(st, "pool '%s': %s backend failed to allocate %zu bytes: %s", p->cfg.name,
+                     p->be->name, segsize, why);
+  }
   spin_lock(&sh->lock);
   shard_add_segment(sh, seg);
   block *b = seg->first;

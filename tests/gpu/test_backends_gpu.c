@@ -1,0 +1,288 @@
+/* The cuda and cuda_async backends on a real GPU, through the public API:
+ * memory that holds data, record_stream across two real streams, OOM and
+ * recovery, statistics, empty_cache. Each test prints the device it ran on;
+ * without a visible device each test is skipped with the reason. */
+#include <criterion/criterion.h>
+#include <cuda_runtime_api.h>
+#include <stdatomic.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "gpupool/gpupool.h"
+#include "gpupool/host.h"
+#include "pool/pool_view.h"
+
+#define MiB ((size_t)1 << 20)
+
+#define CUDA_OK(call)                                                                              \
+  do {                                                                                             \
+    cudaError_t err_ = (call);                                                                     \
+    cr_assert_eq(err_, cudaSuccess, "%s: %s", #call, cudaGetErrorString(err_));                    \
+  } while (0)
+
+/* Skips the test when no device is visible; prints the device otherwise. */
+static void require_gpu(const char *backend_name) {
+  int count = 0;
+  cudaError_t err = cudaGetDeviceCount(&count);
+  if (err != cudaSuccess)
+    cr_skip("no CUDA device: %s", cudaGetErrorString(err));
+  if (count == 0)
+    cr_skip("no CUDA device visible");
+  struct cudaDeviceProp prop;
+  CUDA_OK(cudaGetDeviceProperties(&prop, 0));
+  fprintf(stderr, "[gpu] backend %s on device 0: %s (sm_%d%d, %.1f GiB)\n", backend_name, prop.name,
+          prop.major, prop.minor, (double)prop.totalGlobalMem / (1 << 30));
+}
+
+static gpupool *make_pool(gpupool_backend backend, int device) {
+  gpupool_options opt = {.name = "gpu_test", .backend = backend, .device = device, .ignore_env = 1};
+  gpupool *p = NULL;
+  gpupool_status st = gpupool_create(&opt, &p);
+  cr_assert_eq(st, GPUPOOL_OK, "gpupool_create: %s: %s", gpupool_status_string(st),
+               gpupool_last_error());
+  return p;
+}
+
+static gpupool_stats stats_of(gpupool *p) {
+  gpupool_stats s;
+  cr_assert_eq(gpupool_get_stats(p, &s), GPUPOOL_OK);
+  return s;
+}
+
+/* Every byte of the device range [ptr, ptr + size) equals value. */
+static void expect_bytes(const void *ptr, size_t size, unsigned char value) {
+  unsigned char *host = malloc(size);
+  cr_assert_not_null(host);
+  CUDA_OK(cudaMemcpy(host, ptr, size, cudaMemcpyDeviceToHost));
+  for (size_t i = 0; i < size; i++)
+    if (host[i] != value)
+      cr_assert_fail("byte %zu of %zu is %u, want %u", i, size, host[i], value);
+  free(host);
+}
+
+static void check_memory_holds_data(gpupool_backend backend, const char *name) {
+  require_gpu(name);
+  gpupool *p = make_pool(backend, 0);
+  cr_assert_str_eq(gpupool_backend_name(p), name);
+  const size_t sizes[] = {512, 1000, MiB, 3 * MiB, 12 * MiB, 40 * MiB};
+  enum { N = sizeof sizes / sizeof sizes[0] };
+  void *ptr[N];
+  for (int i = 0; i < N; i++) {
+    cr_assert_eq(gpupool_malloc(p, &ptr[i], sizes[i], NULL), GPUPOOL_OK, "%zu bytes: %s", sizes[i],
+                 gpupool_last_error());
+    struct cudaPointerAttributes attr;
+    CUDA_OK(cudaPointerGetAttributes(&attr, ptr[i]));
+    cr_assert_eq(attr.type, cudaMemoryTypeDevice);
+    cr_assert_eq(attr.device, 0);
+    CUDA_OK(cudaMemset(ptr[i], i + 1, sizes[i]));
+  }
+  /* Each allocation still holds its own byte: none overlaps another. */
+  for (int i = 0; i < N; i++)
+    expect_bytes(ptr[i], sizes[i], (unsigned char)(i + 1));
+
+  /* A pattern through the largest pointer and back. */
+  size_t n = sizes[N - 1];
+  unsigned char *out = malloc(n), *in = malloc(n);
+  cr_assert(out && in);
+  for (size_t i = 0; i < n; i++)
+    out[i] = (unsigned char)(i * 131 + 7);
+  CUDA_OK(cudaMemcpy(ptr[N - 1], out, n, cudaMemcpyHostToDevice));
+  CUDA_OK(cudaMemcpy(in, ptr[N - 1], n, cudaMemcpyDeviceToHost));
+  cr_assert_eq(memcmp(in, out, n), 0);
+  free(out);
+  free(in);
+
+  for (int i = 0; i < N; i++)
+    cr_assert_eq(gpupool_free(p, ptr[i]), GPUPOOL_OK);
+  gpupool_destroy(p);
+}
+
+Test(gpu_cuda, memory_holds_data) {
+  check_memory_holds_data(GPUPOOL_BACKEND_CUDA, "cuda");
+}
+Test(gpu_cuda_async, memory_holds_data) {
+  check_memory_holds_data(GPUPOOL_BACKEND_CUDA_ASYNC, "cuda_async");
+}
+
+/* A host function that keeps its stream busy until the test opens the gate:
+ * no kernel and no timing involved. Bounded (10 s) so that a failed test
+ * never leaves the stream blocked. */
+static void CUDART_CB wait_for_gate(void *arg) {
+  atomic_int *open = arg;
+  for (int i = 0; i < 10000 && !atomic_load(open); i++)
+    usleep(1000);
+}
+
+static void check_record_stream_defers_reuse(gpupool_backend backend, const char *name) {
+  require_gpu(name);
+  cudaStream_t s1, s2;
+  CUDA_OK(cudaStreamCreateWithFlags(&s1, cudaStreamNonBlocking));
+  CUDA_OK(cudaStreamCreateWithFlags(&s2, cudaStreamNonBlocking));
+  gpupool *p = make_pool(backend, 0);
+  const size_t size = 12 * MiB; /* >= 10 MiB: a segment of exactly this size */
+
+  void *p1 = NULL, *p2 = NULL, *p3 = NULL;
+  cr_assert_eq(gpupool_malloc(p, &p1, size, s1), GPUPOOL_OK, "%s", gpupool_last_error());
+  CUDA_OK(cudaStreamSynchronize(s1)); /* cuda_async: the allocation is ordered on s1 */
+
+  atomic_int gate = 0;
+  CUDA_OK(cudaLaunchHostFunc(s2, wait_for_gate, &gate));
+  CUDA_OK(cudaMemsetAsync(p1, 0x5A, size, s2)); /* s2 uses the block, after the gate */
+  cr_assert_eq(gpupool_record_stream(p, p1, s2), GPUPOOL_OK);
+  cr_assert_eq(gpupool_free(p, p1), GPUPOOL_OK);
+
+  gpupool_stats s = stats_of(p);
+  cr_assert_eq(s.pending_free_blocks, 1, "the block waits for s2");
+  cr_assert_eq(s.num_sync_events, 1);
+  cr_assert_eq(s.allocated_bytes[GPUPOOL_STAT_ALL].current, 0);
+  cr_assert_geq(s.active_bytes[GPUPOOL_STAT_ALL].current, (int64_t)size);
+
+  cr_assert_eq(gpupool_malloc(p, &p2, size, s1), GPUPOOL_OK, "%s", gpupool_last_error());
+  cr_assert_neq(p2, p1, "reused while s2 still has work queued on it");
+  s = stats_of(p);
+  cr_assert_eq(s.pending_free_blocks, 1, "s2 is still blocked by the gate");
+  cr_assert_eq(s.num_device_alloc, 2);
+
+  atomic_store(&gate, 1);
+  CUDA_OK(cudaStreamSynchronize(s2));
+  cr_assert_eq(gpupool_free(p, p2), GPUPOOL_OK);
+  cr_assert_eq(gpupool_malloc(p, &p3, size, s1), GPUPOOL_OK, "%s", gpupool_last_error());
+  s = stats_of(p);
+  cr_assert_eq(s.pending_free_blocks, 0, "s2's event completed: the block came back");
+  cr_assert(p3 == p1 || p3 == p2);
+  cr_assert_eq(s.num_device_alloc, 2, "served from the cache");
+  cr_assert_eq(gpupool_free(p, p3), GPUPOOL_OK);
+
+  gpupool_destroy(p); /* before the streams: cuda_async frees on them */
+  CUDA_OK(cudaStreamDestroy(s1));
+  CUDA_OK(cudaStreamDestroy(s2));
+}
+
+Test(gpu_cuda, record_stream_defers_reuse) {
+  check_record_stream_defers_reuse(GPUPOOL_BACKEND_CUDA, "cuda");
+}
+Test(gpu_cuda_async, record_stream_defers_reuse) {
+  check_record_stream_defers_reuse(GPUPOOL_BACKEND_CUDA_ASYNC, "cuda_async");
+}
+
+static void check_oom_leaves_pool_usable(gpupool_backend backend, const char *name) {
+  require_gpu(name);
+  gpupool *p = make_pool(backend, 0);
+  void *live = NULL, *huge = (void *)0x1, *after = NULL;
+  cr_assert_eq(gpupool_malloc(p, &live, 3 * MiB, NULL), GPUPOOL_OK);
+  CUDA_OK(cudaMemset(live, 0x3C, 3 * MiB));
+
+  gpupool_status st = gpupool_malloc(p, &huge, (size_t)4 << 40, NULL); /* 4 TiB */
+  cr_assert_eq(st, GPUPOOL_ERR_OOM, "got %s: %s", gpupool_status_string(st), gpupool_last_error());
+  cr_assert_neq(gpupool_last_error()[0], '\0');
+  fprintf(stderr, "[gpu] %s OOM reason: %s\n", name, gpupool_last_error());
+  CUDA_OK(cudaGetLastError()); /* the failed allocation left no sticky error */
+
+  gpupool_stats s = stats_of(p);
+  cr_assert_eq(s.num_ooms, 1);
+  cr_assert_eq(s.num_alloc_retries, 1);
+  cr_assert_eq(s.allocation[GPUPOOL_STAT_ALL].current, 1, "the live allocation is untouched");
+  expect_bytes(live, 3 * MiB, 0x3C);
+
+  cr_assert_eq(gpupool_malloc(p, &after, 12 * MiB, NULL), GPUPOOL_OK, "%s", gpupool_last_error());
+  CUDA_OK(cudaMemset(after, 0x11, 12 * MiB));
+  expect_bytes(after, 12 * MiB, 0x11);
+  cr_assert_eq(gpupool_free(p, after), GPUPOOL_OK);
+  cr_assert_eq(gpupool_free(p, live), GPUPOOL_OK);
+  gpupool_destroy(p);
+}
+
+Test(gpu_cuda, oom_leaves_pool_usable) {
+  check_oom_leaves_pool_usable(GPUPOOL_BACKEND_CUDA, "cuda");
+}
+Test(gpu_cuda_async, oom_leaves_pool_usable) {
+  check_oom_leaves_pool_usable(GPUPOOL_BACKEND_CUDA_ASYNC, "cuda_async");
+}
+
+static void check_stats_and_empty_cache(gpupool_backend backend, const char *name) {
+  require_gpu(name);
+  gpupool *p = make_pool(backend, 0);
+  void *a = NULL, *b = NULL;
+  cr_assert_eq(gpupool_malloc(p, &a, MiB, NULL), GPUPOOL_OK);
+  cr_assert_eq(gpupool_free(p, a), GPUPOOL_OK);
+  cr_assert_eq(gpupool_malloc(p, &a, MiB, NULL), GPUPOOL_OK);
+  cr_assert_eq(gpupool_malloc(p, &b, 12 * MiB, NULL), GPUPOOL_OK);
+  gpupool_stats s = stats_of(p);
+  cr_assert_eq(s.num_device_alloc, 2, "one small and one large segment");
+  cr_assert_eq(s.num_cache_hits, 1, "the second 1 MiB came from the cache");
+  cr_assert_eq(s.num_device_sourced, 2);
+  cr_assert_eq(s.allocation[GPUPOOL_STAT_ALL].allocated, 3);
+
+  cr_assert_eq(gpupool_free(p, a), GPUPOOL_OK);
+  cr_assert_eq(gpupool_free(p, b), GPUPOOL_OK);
+  s = stats_of(p);
+  int64_t reserved = s.reserved_bytes[GPUPOOL_STAT_ALL].current;
+  cr_assert_geq(reserved, (int64_t)(13 * MiB));
+
+  size_t released = gpupool_empty_cache(p);
+  cr_assert_eq(released, (size_t)reserved, "empty_cache returns what was reserved");
+  s = stats_of(p);
+  cr_assert_eq(s.reserved_bytes[GPUPOOL_STAT_ALL].current, 0);
+  cr_assert_eq(s.segment[GPUPOOL_STAT_ALL].current, 0);
+  cr_assert_eq(s.num_device_free, s.num_device_alloc);
+  gpupool_destroy(p);
+}
+
+Test(gpu_cuda, stats_and_empty_cache) {
+  check_stats_and_empty_cache(GPUPOOL_BACKEND_CUDA, "cuda");
+}
+Test(gpu_cuda_async, stats_and_empty_cache) {
+  check_stats_and_empty_cache(GPUPOOL_BACKEND_CUDA_ASYNC, "cuda_async");
+}
+
+Test(gpu_cuda_async, mempool_attributes_follow_the_pool) {
+  require_gpu("cuda_async");
+  gpupool *p = make_pool(GPUPOOL_BACKEND_CUDA_ASYNC, 0);
+  void *a = NULL;
+  cr_assert_eq(gpupool_malloc(p, &a, 12 * MiB, NULL), GPUPOOL_OK);
+  pool_backend_info info;
+  pool_get_backend_info(p, &info);
+  cr_assert(info.valid, "cudaMemPoolGetAttribute read");
+  cr_assert_geq(info.used_current, 12 * MiB);
+  cr_assert_geq(info.reserved_current, info.used_current);
+
+  cr_assert_eq(gpupool_free(p, a), GPUPOOL_OK);
+  cr_assert_gt(gpupool_empty_cache(p), 0);
+  CUDA_OK(cudaDeviceSynchronize()); /* release threshold 0: trimmed at a sync */
+  pool_get_backend_info(p, &info);
+  cr_assert_eq(info.used_current, 0);
+  cr_assert_eq(info.reserved_current, 0, "memory went back to the device, not into a hidden cache");
+  cr_assert_geq(info.reserved_high, 12 * MiB);
+  gpupool_destroy(p);
+}
+
+Test(gpu_cuda, pool_keeps_the_callers_device) {
+  require_gpu("cuda");
+  int count = 0;
+  CUDA_OK(cudaGetDeviceCount(&count));
+  if (count < 2)
+    cr_skip("needs two devices, %d visible", count);
+  CUDA_OK(cudaSetDevice(0));
+  gpupool *p = make_pool(GPUPOOL_BACKEND_CUDA, 1);
+  void *a = NULL;
+  cr_assert_eq(gpupool_malloc(p, &a, 12 * MiB, NULL), GPUPOOL_OK);
+  struct cudaPointerAttributes attr;
+  CUDA_OK(cudaPointerGetAttributes(&attr, a));
+  cr_assert_eq(attr.device, 1, "allocated on the pool's device");
+  int current = -1;
+  CUDA_OK(cudaGetDevice(&current));
+  cr_assert_eq(current, 0, "the caller's current device is unchanged");
+  cr_assert_eq(gpupool_free(p, a), GPUPOOL_OK);
+  gpupool_destroy(p);
+}
+
+Test(gpu_cuda, host_fault_injection_is_unsupported) {
+  require_gpu("cuda");
+  gpupool *p = make_pool(GPUPOOL_BACKEND_CUDA, 0);
+  cr_assert_eq(gpupool_host_inject_faults(p, 1, 0, 0), GPUPOOL_ERR_UNSUPPORTED);
+  cr_assert(strstr(gpupool_last_error(), "cuda"), "reason: %s", gpupool_last_error());
+  gpupool_destroy(p);
+}
