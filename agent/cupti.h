@@ -29,7 +29,8 @@ void cupti_flush(void);
 
 typedef struct cupti_device_metrics {
   int device; /* CUDA ordinal; -1 for records without a device */
-  /* live bytes by memory kind and owner (0 = pool: inside a gpupool segment, 1 = other) */
+  /* live bytes by memory kind and owner (0 = pool: inside a gpupool segment, 1 = other);
+     what was allocated since CUPTI (re)started and not yet released; 0 after a stop */
   uint64_t live_bytes[CUPTI_MEMORY_KINDS][2];
   uint64_t allocations[CUPTI_MEMORY_KINDS][2]; /* ALLOCATION records seen */
   uint64_t releases[CUPTI_MEMORY_KINDS][2];    /* RELEASE records of tracked allocations
@@ -42,10 +43,10 @@ typedef struct cupti_device_metrics {
 
 typedef struct cupti_metrics {
   int up;                           /* 1 when subscribed and recording */
-  const char *reason; /* static: "ok", "off", "no_driver", "no_device", "no_cupti",
-                         "cupti_too_old", "other_subscriber", "error", "stopped",
-                         "released" (handed over), "forked_child" (a child of the
-                         process that recorded: it never calls CUPTI) */
+  const char *reason;               /* static: "ok", "off", "no_driver", "no_device", "no_cupti",
+                                       "cupti_too_old", "other_subscriber", "error", "stopped",
+                                       "released" (handed over), "forked_child" (a child of the
+                                       process that recorded: it never calls CUPTI) */
   uint64_t records_total;           /* activity records decoded */
   uint64_t records_dropped_total;   /* CUPTI's dropped count, accumulated */
   uint64_t unknown_releases_total;  /* releases of addresses never seen allocated */
@@ -62,7 +63,9 @@ void cupti_get_metrics(cupti_metrics *out);
 /* CUPTI-observed allocations for the trace: a ring of pool_event (EV_ALLOC /
  * EV_FREE with addr, size, stream (CUPTI's stream id, 0 for synchronous
  * calls), flags; a = memory kind, b = device (-1 as uint64 when none)).
- * Takes a reference; NULL when CUPTI is not recording. */
+ * Takes a reference; NULL when CUPTI never recorded in this process. After
+ * cupti_stop the ring keeps what was recorded (the stop's forced flush
+ * included), so a trace written after the stop still has it. */
 event_ring *cupti_event_ring(void);
 /* pool_event.flags of CUPTI events, beside event_ring.h's EVF_* bits. */
 enum {

@@ -48,6 +48,20 @@ int gpupool_agent_port(void);
 /* Write the Chrome trace of everything recorded so far to f (no HTTP needed). */
 gpupool_status gpupool_trace_write(FILE *f);
 
+/* Hand CUPTI over to another tool (PyTorch's profiler, Nsight) mid-run:
+ * deliver what CUPTI holds, disable memory activity, unsubscribe and
+ * cuptiFinalize. Call it where no other thread is inside a CUDA call (for
+ * example after torch.cuda.synchronize()). The agent keeps serving pool
+ * metrics, with gpupool_cupti_up 0 and reason "released". GPUPOOL_OK also
+ * when CUPTI was not recording. */
+gpupool_status gpupool_agent_cupti_release(void);
+/* Take CUPTI back after the other tool stopped (its profiler session ended):
+ * subscribes again. GPUPOOL_OK when recording; otherwise an error with the
+ * reason in gpupool_last_error() (e.g. the other tool still holds CUPTI).
+ * Allocations made while released are not seen: their later frees count as
+ * unknown releases. */
+gpupool_status gpupool_agent_cupti_acquire(void);
+
 #ifdef __cplusplus
 }
 #endif

@@ -1,0 +1,179 @@
+/* gpupool_agent_start/stop: the agent's lifecycle. Start validates the whole
+ * configuration before it starts anything, then starts, in order, event
+ * recording, the CUPTI subscriber, the sampler thread and the HTTP server;
+ * a failure undoes what was started, leaves a status, one line on stderr and
+ * a program that runs on. Stop undoes it all in reverse order and writes the
+ * trace file; an exit handler stops an agent still running at exit. */
+#include <limits.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "agent_conf.h"
+#include "agent_health.h"
+#include "cupti.h"
+#include "exporters/metrics.h"
+#include "gpupool/agent.h"
+#include "http.h"
+#include "pool/clock.h"
+#include "pool/errors.h"
+#include "pool/pool_view.h"
+#include "sampler.h"
+#include "sd_file.h"
+
+static pthread_mutex_t g_lock = PTHREAD_MUTEX_INITIALIZER;
+static int g_running;
+static pid_t g_owner; /* the process that started the agent (0: none) */
+static agent_config g_cfg;
+static char g_sd_path[PATH_MAX + 64];
+static int g_exit_handler;
+
+/* Fails with status s: the reason goes to gpupool_last_error() and, as one
+ * line, to stderr. */
+static gpupool_status agent_fail(gpupool_status s, const char *reason) {
+  fprintf(stderr, "gpupool agent: %s\n", reason);
+  return pool_fail(s, "gpupool agent: %s", reason);
+}
+
+/* Writes the trace to path through a temporary file, so that a reader never
+ * sees half a trace. */
+static void write_trace_file(const char *path) {
+  char tmp[PATH_MAX + 16];
+  snprintf(tmp, sizeof tmp, "%s.tmp", path);
+  FILE *f = fopen(tmp, "w");
+  gpupool_status s = f ? gpupool_trace_write(f) : GPUPOOL_ERR_BACKEND;
+  int closed = f ? fclose(f) == 0 : 0;
+  if (s == GPUPOOL_OK && closed && rename(tmp, path) == 0)
+    return;
+  if (f)
+    unlink(tmp);
+  fprintf(stderr, "gpupool agent: could not write the trace to %s\n", path);
+}
+
+/* finished: the agent ran (write the trace file), as opposed to a start
+ * that failed half-way. */
+static void stop_locked(int finished) {
+  http_stop();
+  sampler_stop();
+  cupti_stop();
+  if (finished && g_cfg.trace_file[0])
+    write_trace_file(g_cfg.trace_file);
+  if (g_cfg.trace_events)
+    pool_events_disable();
+  sd_file_remove(g_sd_path);
+  g_sd_path[0] = '\0';
+  g_running = 0;
+}
+
+static void before_fork(void);
+static void after_fork(void);
+
+static void register_atfork(void) {
+  pthread_atfork(before_fork, after_fork, after_fork);
+}
+
+static void stop_at_exit(void) {
+  gpupool_agent_stop();
+}
+
+/* Everything after the configuration, in order; on failure what was started
+ * is stopped again. */
+static gpupool_status start_locked(const agent_config *c) {
+  char err[512];
+  metrics_configure(c->hostname, &c->labels);
+  agent_health_reset((double)clock_realtime_ns() / 1e9);
+  if (c->trace_events)
+    pool_events_enable(c->trace_events);
+  gpupool_status s = cupti_start(c->cupti);
+  if (s != GPUPOOL_OK) { /* cupti:force; the CUPTI module printed its line */
+    char why[600];
+    snprintf(why, sizeof why, "%s", gpupool_last_error());
+    if (c->trace_events)
+      pool_events_disable();
+    return pool_fail(s, "gpupool agent: cupti:force and CUPTI could not start: %s", why);
+  }
+  if (sampler_start(c->sample_interval_ms, err, sizeof err) != 0) {
+    cupti_stop();
+    if (c->trace_events)
+      pool_events_disable();
+    return agent_fail(GPUPOOL_ERR_BACKEND, err);
+  }
+  g_running = 1; /* from here on, stop_locked undoes everything */
+  if (!c->listen_off &&
+      http_start(c->listen_host, c->listen_port, c->hostname, err, sizeof err) != 0) {
+    stop_locked(0);
+    return agent_fail(GPUPOOL_ERR_BACKEND, err);
+  }
+  if (c->sd_dir[0]) {
+    const char *host = c->listen_host;
+    int wildcard = !*host || !strcmp(host, "0.0.0.0") || !strcmp(host, "::");
+    if (sd_file_write(c->sd_dir, c->hostname, http_address(), wildcard, http_port(), &c->labels,
+                      g_sd_path, sizeof g_sd_path, err, sizeof err) != 0) {
+      stop_locked(0);
+      return agent_fail(GPUPOOL_ERR_INVALID, err);
+    }
+  }
+  return GPUPOOL_OK;
+}
+
+/* fork() while another thread holds g_lock would leave it locked forever in
+ * the child: hold it across the fork. */
+static void before_fork(void) {
+  pthread_mutex_lock(&g_lock);
+}
+static void after_fork(void) {
+  pthread_mutex_unlock(&g_lock);
+}
+
+gpupool_status gpupool_agent_start(const gpupool_agent_options *opt) {
+  static pthread_once_t atfork_once = PTHREAD_ONCE_INIT;
+  pthread_once(&atfork_once, register_atfork);
+  pthread_mutex_lock(&g_lock);
+  if (g_running && g_owner != getpid()) {
+    /* A forked child: the parent's server and sampler threads do not exist
+     * here, and their state cannot be reused. */
+    pthread_mutex_unlock(&g_lock);
+    return agent_fail(GPUPOOL_ERR_UNSUPPORTED,
+                      "the agent was running when this process was forked; it cannot be "
+                      "started again in the child");
+  }
+  if (g_running) {
+    pthread_mutex_unlock(&g_lock);
+    return pool_fail(GPUPOOL_ERR_INVALID, "gpupool agent: already running (port %d)", http_port());
+  }
+  char err[512];
+  agent_config c;
+  if (agent_config_resolve(opt, &c, err, sizeof err) != 0) {
+    pthread_mutex_unlock(&g_lock);
+    return agent_fail(GPUPOOL_ERR_INVALID, err);
+  }
+  if (c.listen_off && c.sd_dir[0]) {
+    pthread_mutex_unlock(&g_lock);
+    return agent_fail(GPUPOOL_ERR_INVALID, "sd_dir needs the HTTP server (listen is off)");
+  }
+  g_cfg = c;
+  gpupool_status s = start_locked(&g_cfg);
+  if (s == GPUPOOL_OK) {
+    g_owner = getpid();
+    if (!g_exit_handler)
+      g_exit_handler = atexit(stop_at_exit) == 0;
+  }
+  pthread_mutex_unlock(&g_lock);
+  return s;
+}
+
+void gpupool_agent_stop(void) {
+  pthread_mutex_lock(&g_lock);
+  /* In a forked child the threads to stop are the parent's: leave them. */
+  if (g_running && g_owner == getpid()) {
+    stop_locked(1);
+    g_owner = 0;
+  }
+  pthread_mutex_unlock(&g_lock);
+}
+
+int gpupool_agent_port(void) {
+  return http_port();
+}

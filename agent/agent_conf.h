@@ -1,0 +1,43 @@
+/* The agent's resolved configuration: defaults, then the fields of
+ * gpupool_agent_options, then GPUPOOL_AGENT_CONF (unless ignore_env), then
+ * LOCAL_RANK added to the port. Everything is validated here, before the
+ * agent starts anything. */
+#ifndef GPUPOOL_AGENT_CONF_H
+#define GPUPOOL_AGENT_CONF_H
+
+#include <limits.h>
+#include <stddef.h>
+
+#include "gpupool/agent.h"
+#include "labels.h"
+
+#define AGENT_DEFAULT_HOST         "127.0.0.1"
+#define AGENT_DEFAULT_PORT         9477
+#define AGENT_DEFAULT_SAMPLE_MS    1000
+#define AGENT_DEFAULT_TRACE_EVENTS 65536
+#define AGENT_MAX_TRACE_EVENTS     (1u << 24)
+
+typedef struct agent_config {
+  int listen_off;        /* listen:off: no HTTP server */
+  char listen_host[256]; /* "" = every interface (IPv6 and IPv4) */
+  int listen_port;       /* with LOCAL_RANK added; 0 = ephemeral */
+  unsigned sample_interval_ms;
+  size_t trace_events; /* 0 = events off */
+  gpupool_cupti_mode cupti;
+  agent_labels labels;
+  char trace_file[PATH_MAX]; /* "" = none */
+  char sd_dir[PATH_MAX];     /* "" = none */
+  char hostname[LABEL_VALUE_MAX];
+} agent_config;
+
+/* 0 on success; -1 with a one-line reason. opt may be NULL. */
+int agent_config_resolve(const gpupool_agent_options *opt, agent_config *out, char *err,
+                         size_t errlen);
+
+/* Splits a listen address ("host:port", "[v6]:port", ":port", "host") into
+ * host (without brackets; "" = every interface) and port (-1 when absent).
+ * 0 or -1 with a reason. */
+int agent_parse_listen(const char *text, char *host, size_t hostlen, int *port, char *err,
+                       size_t errlen);
+
+#endif

@@ -1,0 +1,26 @@
+/* The agent's embedded HTTP server (libmicrohttpd, its own polling threads):
+ * /metrics, /trace, /snapshot, /healthz and /. GET and HEAD only (405 with
+ * Allow otherwise), 404 for unknown paths, 400 for bad query parameters.
+ * Connection limits (in total and per client address) and an idle timeout
+ * keep slow or many clients from starving the server. */
+#ifndef GPUPOOL_HTTP_H
+#define GPUPOOL_HTTP_H
+
+#include <stddef.h>
+
+#define HTTP_CONNECTION_LIMIT 128
+#define HTTP_PER_IP_LIMIT     32
+#define HTTP_TIMEOUT_S        10
+#define HTTP_THREADS          2
+
+/* Listens on host:port (host "" = every interface) and serves. hostname is
+ * shown on the index page. 0 or -1 with a reason (bad address, busy port). */
+int http_start(const char *host, int port, const char *hostname, char *err, size_t errlen);
+/* Closes every connection and joins the server's threads; idempotent. */
+void http_stop(void);
+/* The bound port, 0 when not serving. */
+int http_port(void);
+/* "host:port" the server listens on ("" when not serving). */
+const char *http_address(void);
+
+#endif

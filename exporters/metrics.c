@@ -1,0 +1,136 @@
+#include "metrics.h"
+
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <unistd.h>
+
+#include "agent/agent_health.h"
+#include "agent/http_accept.h"
+#include "agent/http_gzip.h"
+#include "metrics_agent.h"
+#include "metrics_cupti.h"
+#include "metrics_devices.h"
+#include "metrics_pools.h"
+#include "metrics_snapshot.h"
+#include "pool/clock.h"
+
+/* Labels of every series, set at agent start and read by each scrape. */
+static pthread_mutex_t g_lock = PTHREAD_MUTEX_INITIALIZER;
+static char g_hostname[LABEL_VALUE_MAX];
+static char g_const_labels[LABELS_MAX * (LABEL_NAME_MAX + 2 * LABEL_VALUE_MAX + 4)];
+/* The size of the last exposition, to size the next buffer in one go. */
+static size_t g_last_size = 64 * 1024;
+
+void metrics_configure(const char *hostname, const agent_labels *labels) {
+  prom_buf b;
+  prom_buf_init(&b, 256);
+  prom_label l[LABELS_MAX];
+  size_t n = labels ? labels->n : 0;
+  for (size_t i = 0; i < n; i++) {
+    l[i].name = labels->name[i];
+    l[i].value = labels->value[i];
+  }
+  prom_render_labels(&b, l, n);
+  pthread_mutex_lock(&g_lock);
+  snprintf(g_hostname, sizeof g_hostname, "%s", hostname ? hostname : "");
+  snprintf(g_const_labels, sizeof g_const_labels, "%.*s", b.failed ? 0 : (int)b.len,
+           b.data ? b.data : "");
+  pthread_mutex_unlock(&g_lock);
+  prom_buf_free(&b);
+}
+
+int metrics_render(prom_buf *buf, prom_format format) {
+  char hostname[LABEL_VALUE_MAX];
+  char const_labels[sizeof g_const_labels];
+  pthread_mutex_lock(&g_lock);
+  if (!g_hostname[0] && gethostname(g_hostname, sizeof g_hostname - 1) != 0)
+    strcpy(g_hostname, "localhost");
+  memcpy(hostname, g_hostname, sizeof hostname);
+  memcpy(const_labels, g_const_labels, sizeof const_labels);
+  pthread_mutex_unlock(&g_lock);
+
+  metrics_snapshot *s = calloc(1, sizeof *s);
+  if (!s)
+    return -1;
+  int rc = metrics_snapshot_take(s, hostname, const_labels);
+  if (rc == 0) {
+    agent_health h;
+    agent_health_get(&h);
+    prom_writer w;
+    prom_writer_init(&w, buf, format);
+    metrics_write_agent(&w, s);
+    metrics_write_devices(&w, s);
+    metrics_write_pools(&w, s);
+    metrics_write_cupti(&w, s, h.start_s);
+    prom_finish(&w);
+    rc = buf->failed ? -1 : 0;
+  }
+  metrics_snapshot_free(s);
+  free(s);
+  return rc;
+}
+
+static void refuse_args(void *arg, const char *key, const char *value) {
+  (void)value;
+  const char **first = arg;
+  if (!*first)
+    *first = key;
+}
+
+/* OpenMetrics only when the client names it, at a quality no lower than the
+ * text format's. */
+static prom_format choose_format(const char *accept) {
+  if (!accept || !strcasestr(accept, "application/openmetrics-text"))
+    return PROM_FORMAT_TEXT;
+  double om = http_accept_q(accept, "application/openmetrics-text", 0);
+  double text = http_accept_q(accept, "text/plain", 0);
+  return om > 0 && om >= text ? PROM_FORMAT_OPENMETRICS : PROM_FORMAT_TEXT;
+}
+
+void metrics_endpoint(const endpoint_args *args, endpoint_body *out) {
+  const char *unknown = NULL;
+  args->each(args->ctx, refuse_args, &unknown);
+  if (unknown) {
+    endpoint_bad_request(out, "/metrics takes no query parameters (got '%s')", unknown);
+    return;
+  }
+  uint64_t t0 = clock_monotonic_ns();
+  prom_format format = choose_format(args->accept);
+
+  pthread_mutex_lock(&g_lock);
+  size_t hint = g_last_size + g_last_size / 4;
+  pthread_mutex_unlock(&g_lock);
+  prom_buf buf;
+  prom_buf_init(&buf, hint);
+  size_t len = 0;
+  char *body = metrics_render(&buf, format) == 0 ? prom_buf_take(&buf, &len) : NULL;
+  prom_buf_free(&buf);
+  if (!body) {
+    out->status = 500;
+    out->content_type = "text/plain; charset=utf-8";
+    out->data = strdup("out of memory while rendering /metrics\n");
+    out->len = out->data ? strlen(out->data) : 0;
+    return;
+  }
+  pthread_mutex_lock(&g_lock);
+  g_last_size = len;
+  pthread_mutex_unlock(&g_lock);
+
+  out->status = 200;
+  out->content_type =
+      format == PROM_FORMAT_OPENMETRICS ? PROM_CONTENT_TYPE_OPENMETRICS : PROM_CONTENT_TYPE_TEXT;
+  out->data = body;
+  out->len = len;
+  char *zipped;
+  size_t zlen;
+  if (http_accepts_gzip(args->accept_encoding) && http_gzip(body, len, &zipped, &zlen) == 0) {
+    free(body);
+    out->data = zipped;
+    out->len = zlen;
+    out->content_encoding = "gzip";
+  }
+  agent_health_scrape(clock_monotonic_ns() - t0);
+}

@@ -1,0 +1,22 @@
+/* /metrics: every pool, device and the agent's own health in the Prometheus
+ * text format 0.0.4, or OpenMetrics 1.0 when the Accept header asks for it,
+ * gzip-compressed when Accept-Encoding allows. */
+#ifndef GPUPOOL_METRICS_H
+#define GPUPOOL_METRICS_H
+
+#include "agent/endpoint.h"
+#include "agent/labels.h"
+#include "prom_buf.h"
+#include "prom_writer.h"
+
+/* The hostname label and the constant labels of every series (agent start).
+ * Before any call: gethostname() and no constant labels. */
+void metrics_configure(const char *hostname, const agent_labels *labels);
+
+/* Appends the whole exposition to buf. 0, or -1 when memory ran out. */
+int metrics_render(prom_buf *buf, prom_format format);
+
+/* GET /metrics (no query parameters). */
+void metrics_endpoint(const endpoint_args *args, endpoint_body *out);
+
+#endif

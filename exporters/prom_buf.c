@@ -1,0 +1,158 @@
+#include "prom_buf.h"
+
+#include <locale.h>
+#include <math.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+void prom_buf_init(prom_buf *b, size_t initial_cap) {
+  b->data = NULL;
+  b->len = 0;
+  b->cap = 0;
+  b->failed = 0;
+  if (initial_cap)
+    prom_buf_reserve(b, initial_cap);
+}
+
+void prom_buf_free(prom_buf *b) {
+  free(b->data);
+  prom_buf_init(b, 0);
+}
+
+char *prom_buf_take(prom_buf *b, size_t *len) {
+  if (prom_buf_reserve(b, 1) != 0 || b->failed) {
+    prom_buf_free(b);
+    *len = 0;
+    return NULL;
+  }
+  b->data[b->len] = '\0';
+  char *out = b->data;
+  *len = b->len;
+  prom_buf_init(b, 0);
+  return out;
+}
+
+int prom_buf_reserve(prom_buf *b, size_t n) {
+  if (b->failed)
+    return -1;
+  if (b->cap - b->len > n)
+    return 0; /* keeps one byte for the terminating NUL */
+  size_t cap = b->cap ? b->cap : 256;
+  while (cap - b->len <= n) {
+    if (cap > SIZE_MAX / 2) {
+      b->failed = 1;
+      return -1;
+    }
+    cap *= 2;
+  }
+  char *d = realloc(b->data, cap);
+  if (!d) {
+    b->failed = 1;
+    return -1;
+  }
+  b->data = d;
+  b->cap = cap;
+  return 0;
+}
+
+void prom_buf_put(prom_buf *b, const char *s, size_t n) {
+  if (prom_buf_reserve(b, n) != 0)
+    return;
+  memcpy(b->data + b->len, s, n);
+  b->len += n;
+}
+
+void prom_buf_puts(prom_buf *b, const char *s) {
+  prom_buf_put(b, s, strlen(s));
+}
+
+void prom_buf_putc(prom_buf *b, char c) {
+  if (prom_buf_reserve(b, 1) != 0)
+    return;
+  b->data[b->len++] = c;
+}
+
+void prom_buf_u64(prom_buf *b, uint64_t v) {
+  char tmp[20];
+  size_t i = sizeof tmp;
+  do {
+    tmp[--i] = (char)('0' + v % 10);
+    v /= 10;
+  } while (v);
+  prom_buf_put(b, tmp + i, sizeof tmp - i);
+}
+
+void prom_buf_i64(prom_buf *b, int64_t v) {
+  if (v < 0) {
+    prom_buf_putc(b, '-');
+    prom_buf_u64(b, (uint64_t)0 - (uint64_t)v);
+  } else {
+    prom_buf_u64(b, (uint64_t)v);
+  }
+}
+
+/* The "C" locale for printf/strtod of doubles, made once: the program may
+ * have called setlocale() with a locale whose decimal point is a comma. */
+static locale_t c_locale;
+static pthread_once_t c_locale_once = PTHREAD_ONCE_INIT;
+
+static void make_c_locale(void) {
+  c_locale = newlocale(LC_NUMERIC_MASK, "C", (locale_t)0);
+}
+
+/* printf of a double with the '.' decimal point, whatever the locale. */
+static int format_double(char *out, size_t outlen, int precision, double v) {
+  pthread_once(&c_locale_once, make_c_locale);
+  locale_t old = c_locale ? uselocale(c_locale) : (locale_t)0;
+  int n = snprintf(out, outlen, "%.*g", precision, v);
+  if (old)
+    uselocale(old);
+  if (!c_locale) { /* no C locale object: repair the decimal point by hand */
+    for (char *p = out; *p; p++)
+      if (*p == ',')
+        *p = '.';
+  }
+  return n;
+}
+
+static double read_double(const char *s) {
+  return c_locale ? strtod_l(s, NULL, c_locale) : strtod(s, NULL);
+}
+
+void prom_buf_double(prom_buf *b, double v) {
+  if (isnan(v)) {
+    prom_buf_put(b, "NaN", 3);
+  } else if (isinf(v)) {
+    prom_buf_puts(b, v > 0 ? "+Inf" : "-Inf");
+  } else if (v == trunc(v) && fabs(v) < 9007199254740992.0) { /* integral, below 2^53 */
+    prom_buf_i64(b, (int64_t)v);
+  } else {
+    char tmp[40];
+    int n = format_double(tmp, sizeof tmp, 15, v);
+    if (read_double(tmp) != v)
+      n = format_double(tmp, sizeof tmp, 17, v);
+    if (n > 0)
+      prom_buf_put(b, tmp, (size_t)n < sizeof tmp ? (size_t)n : sizeof tmp - 1);
+  }
+}
+
+void prom_buf_escaped(prom_buf *b, const char *s, int escape_quote) {
+  const char *run = s; /* copy runs that need no escaping in one go */
+  for (; *s; s++) {
+    const char *esc = NULL;
+    if (*s == '\\')
+      esc = "\\\\";
+    else if (*s == '\n')
+      esc = "\\n";
+    else if (*s == '"' && escape_quote)
+      esc = "\\\"";
+    if (esc) {
+      prom_buf_put(b, run, (size_t)(s - run));
+      prom_buf_put(b, esc, 2);
+      run = s + 1;
+    }
+  }
+  prom_buf_put(b, run, (size_t)(s - run));
+}

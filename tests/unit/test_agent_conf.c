@@ -1,0 +1,208 @@
+/* The agent's configuration: every key of GPUPOOL_AGENT_CONF and of the
+ * options struct, its defaults, and the refusal of bad values. */
+#include <criterion/criterion.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "agent/agent_conf.h"
+#include "agent/labels.h"
+
+static agent_config cfg;
+static char err[512];
+
+static void clean_env(void) {
+  unsetenv("GPUPOOL_AGENT_CONF");
+  unsetenv("LOCAL_RANK");
+}
+
+static int resolve_env(const char *conf) {
+  setenv("GPUPOOL_AGENT_CONF", conf, 1);
+  err[0] = '\0';
+  return agent_config_resolve(NULL, &cfg, err, sizeof err);
+}
+
+TestSuite(agent_conf, .init = clean_env);
+
+Test(agent_conf, defaults) {
+  cr_assert_eq(agent_config_resolve(NULL, &cfg, err, sizeof err), 0, "%s", err);
+  cr_assert_str_eq(cfg.listen_host, "127.0.0.1");
+  cr_assert_eq(cfg.listen_port, 9477);
+  cr_assert_eq(cfg.listen_off, 0);
+  cr_assert_eq(cfg.sample_interval_ms, 1000);
+  cr_assert_eq(cfg.trace_events, 65536);
+  cr_assert_eq(cfg.cupti, GPUPOOL_CUPTI_AUTO);
+  cr_assert_eq(cfg.labels.n, 0);
+  cr_assert_str_eq(cfg.trace_file, "");
+  cr_assert_str_eq(cfg.sd_dir, "");
+  cr_assert_neq(cfg.hostname[0], '\0');
+}
+
+Test(agent_conf, every_key) {
+  cr_assert_eq(resolve_env("listen:0.0.0.0:9500, sample_interval_ms:250, trace_events:1024, "
+                           "cupti:off, labels:team=ml;run=7, trace_file:/tmp/t.json, "
+                           "sd_dir:/tmp/sd, hostname:node-1"),
+               0, "%s", err);
+  cr_assert_str_eq(cfg.listen_host, "0.0.0.0");
+  cr_assert_eq(cfg.listen_port, 9500);
+  cr_assert_eq(cfg.sample_interval_ms, 250);
+  cr_assert_eq(cfg.trace_events, 1024);
+  cr_assert_eq(cfg.cupti, GPUPOOL_CUPTI_OFF);
+  cr_assert_eq(cfg.labels.n, 2);
+  cr_assert_str_eq(cfg.labels.name[0], "team");
+  cr_assert_str_eq(cfg.labels.value[0], "ml");
+  cr_assert_str_eq(cfg.labels.name[1], "run");
+  cr_assert_str_eq(cfg.labels.value[1], "7");
+  cr_assert_str_eq(cfg.trace_file, "/tmp/t.json");
+  cr_assert_str_eq(cfg.sd_dir, "/tmp/sd");
+  cr_assert_str_eq(cfg.hostname, "node-1");
+}
+
+Test(agent_conf, listen_forms) {
+  cr_assert_eq(resolve_env("listen:[::1]:9600"), 0, "%s", err);
+  cr_assert_str_eq(cfg.listen_host, "::1");
+  cr_assert_eq(cfg.listen_port, 9600);
+  cr_assert_eq(resolve_env("listen::9601"), 0, "%s", err);
+  cr_assert_str_eq(cfg.listen_host, "", "':port' listens on every interface");
+  cr_assert_eq(cfg.listen_port, 9601);
+  cr_assert_eq(resolve_env("listen:localhost"), 0, "%s", err);
+  cr_assert_str_eq(cfg.listen_host, "localhost");
+  cr_assert_eq(cfg.listen_port, 9477, "no port: the default one");
+  cr_assert_eq(resolve_env("listen:[::]"), 0, "%s", err);
+  cr_assert_str_eq(cfg.listen_host, "::");
+  cr_assert_eq(resolve_env("listen:127.0.0.1:0"), 0, "%s", err);
+  cr_assert_eq(cfg.listen_port, 0);
+  cr_assert_eq(resolve_env("listen:off"), 0, "%s", err);
+  cr_assert_eq(cfg.listen_off, 1);
+}
+
+Test(agent_conf, bad_listen_values) {
+  const char *bad[] = {"listen:::1:9477",   "listen:[::1",    "listen:[]:80",     "listen:[::1]x",
+                       "listen:host:65536", "listen:host:-1", "listen:host:12ab", "listen:host:"};
+  for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+    cr_assert_eq(resolve_env(bad[i]), -1, "%s was accepted", bad[i]);
+    cr_assert(strstr(err, "listen"), "the reason names the key: %s", err);
+  }
+}
+
+Test(agent_conf, bad_values_are_refused_with_the_key_named) {
+  const struct {
+    const char *conf, *key;
+  } bad[] = {
+      {"sample_interval_ms:0", "sample_interval_ms"},
+      {"sample_interval_ms:fast", "sample_interval_ms"},
+      {"sample_interval_ms:86400001", "sample_interval_ms"},
+      {"trace_events:8", "trace_events"},
+      {"trace_events:-1", "trace_events"},
+      {"trace_events:99999999999", "trace_events"},
+      {"cupti:maybe", "cupti"},
+      {"labels:team", "labels"},
+      {"labels:9team=a", "labels"},
+      {"labels:te-am=a", "labels"},
+      {"labels:team=", "labels"},
+      {"labels:team=a;team=b", "labels"},
+      {"labels:a=1;", "labels"},
+      {"labels:job=x", "job"},
+      {"labels:instance=x", "instance"},
+      {"labels:pod=x", "pod"},
+      {"labels:namespace=x", "namespace"},
+      {"labels:hostname=x", "hostname"},
+      {"labels:device=x", "device"},
+      {"labels:UUID=x", "UUID"},
+      {"labels:pool=x", "pool"},
+      {"labels:__name__=x", "__name__"},
+      {"colour:red", "colour"},
+      {"listen", "listen"},
+      {"listen:", "listen"},
+      {"a:1,,b:2", ""},
+  };
+  for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+    cr_assert_eq(resolve_env(bad[i].conf), -1, "'%s' was accepted", bad[i].conf);
+    cr_assert(strstr(err, "GPUPOOL_AGENT_CONF"), "%s", err);
+    cr_assert(strstr(err, bad[i].key), "'%s': the reason should name %s: %s", bad[i].conf,
+              bad[i].key, err);
+  }
+}
+
+Test(agent_conf, labels_take_utf8_and_refuse_invalid_bytes) {
+  cr_assert_eq(resolve_env("labels:team=équipe ☃"), 0, "%s", err);
+  cr_assert_str_eq(cfg.labels.value[0], "équipe ☃");
+  cr_assert_eq(resolve_env("labels:team=\xff\xfe"), -1);
+  cr_assert(strstr(err, "UTF-8"), "%s", err);
+}
+
+Test(agent_conf, trace_events_zero_turns_events_off) {
+  cr_assert_eq(resolve_env("trace_events:0"), 0, "%s", err);
+  cr_assert_eq(cfg.trace_events, 0);
+}
+
+Test(agent_conf, environment_wins_over_the_struct) {
+  gpupool_agent_options o = {.listen = "127.0.0.1:7000",
+                             .sample_interval_ms = 50,
+                             .trace_events = 4096,
+                             .cupti = GPUPOOL_CUPTI_FORCE,
+                             .labels = "a=1",
+                             .hostname = "from-struct"};
+  setenv("GPUPOOL_AGENT_CONF", "listen:127.0.0.1:7001,hostname:from-env", 1);
+  cr_assert_eq(agent_config_resolve(&o, &cfg, err, sizeof err), 0, "%s", err);
+  cr_assert_eq(cfg.listen_port, 7001);
+  cr_assert_str_eq(cfg.hostname, "from-env");
+  cr_assert_eq(cfg.sample_interval_ms, 50, "fields the environment does not set stay");
+  cr_assert_eq(cfg.trace_events, 4096);
+  cr_assert_eq(cfg.cupti, GPUPOOL_CUPTI_FORCE);
+  cr_assert_str_eq(cfg.labels.value[0], "1");
+
+  o.ignore_env = 1;
+  cr_assert_eq(agent_config_resolve(&o, &cfg, err, sizeof err), 0, "%s", err);
+  cr_assert_eq(cfg.listen_port, 7000);
+  cr_assert_str_eq(cfg.hostname, "from-struct");
+}
+
+Test(agent_conf, struct_fields_are_checked_too) {
+  gpupool_agent_options o = {.ignore_env = 1, .trace_events = 3};
+  cr_assert_eq(agent_config_resolve(&o, &cfg, err, sizeof err), -1);
+  cr_assert(strstr(err, "trace_events"), "%s", err);
+  gpupool_agent_options o2 = {.ignore_env = 1, .labels = "pool=x"};
+  cr_assert_eq(agent_config_resolve(&o2, &cfg, err, sizeof err), -1);
+  cr_assert(strstr(err, "pool"), "%s", err);
+  gpupool_agent_options o3 = {.ignore_env = 1, .trace_off = 1};
+  cr_assert_eq(agent_config_resolve(&o3, &cfg, err, sizeof err), 0, "%s", err);
+  cr_assert_eq(cfg.trace_events, 0);
+}
+
+Test(agent_conf, local_rank_moves_the_port) {
+  setenv("LOCAL_RANK", "3", 1);
+  cr_assert_eq(agent_config_resolve(NULL, &cfg, err, sizeof err), 0, "%s", err);
+  cr_assert_eq(cfg.listen_port, 9480);
+  cr_assert_eq(resolve_env("listen:0.0.0.0:9500"), 0, "%s", err);
+  cr_assert_eq(cfg.listen_port, 9503);
+  cr_assert_eq(resolve_env("listen:127.0.0.1:0"), 0, "%s", err);
+  cr_assert_eq(cfg.listen_port, 0, "an ephemeral port stays ephemeral");
+  setenv("LOCAL_RANK", "two", 1);
+  cr_assert_eq(resolve_env("listen:127.0.0.1:9477"), -1);
+  cr_assert(strstr(err, "LOCAL_RANK"), "%s", err);
+  gpupool_agent_options o = {.ignore_env = 1};
+  cr_assert_eq(agent_config_resolve(&o, &cfg, err, sizeof err), 0, "ignore_env ignores it");
+  cr_assert_eq(cfg.listen_port, 9477);
+}
+
+Test(agent_conf, label_name_rules) {
+  cr_assert(label_name_valid("_a1"));
+  cr_assert(label_name_valid("Team"));
+  cr_assert_not(label_name_valid("1a"));
+  cr_assert_not(label_name_valid(""));
+  cr_assert_not(label_name_valid("a.b"));
+  cr_assert(label_name_reserved("__meta"));
+  cr_assert(label_name_reserved("le"));
+  cr_assert_not(label_name_reserved("team"));
+}
+
+Test(agent_conf, utf8_sanitize_keeps_whole_characters) {
+  char out[8];
+  utf8_sanitize("ab\xffz", out, sizeof out);
+  cr_assert_str_eq(out, "ab?z");
+  utf8_sanitize("abcdé☃", out, sizeof out); /* 'é' fits, the snowman (3 bytes) does not */
+  cr_assert_str_eq(out, "abcdé");
+  cr_assert(utf8_valid("é☃"));
+  cr_assert_not(utf8_valid("\xc0\x80"), "overlong encodings are not UTF-8");
+  cr_assert_not(utf8_valid("\xed\xa0\x80"), "surrogates are not UTF-8");
+}

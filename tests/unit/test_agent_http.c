@@ -1,0 +1,422 @@
+/* The agent's HTTP server, through a real socket: every endpoint, methods,
+ * unknown paths, bad parameters, HEAD, OpenMetrics, gzip, and the lifecycle
+ * (busy port, bad address, restart, sd_dir, trace_file, the exit handler). */
+#include <cjson/cJSON.h>
+#include <criterion/criterion.h>
+#include <criterion/redirect.h>
+#include <netinet/in.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "gpupool/agent.h"
+#include "helpers/http_client.h"
+
+static gpupool *pool;
+
+static void setup(void) {
+  unsetenv("GPUPOOL_AGENT_CONF");
+  unsetenv("GPUPOOL_CONF");
+  unsetenv("LOCAL_RANK");
+  gpupool_options o = {
+      .name = "web", .backend = GPUPOOL_BACKEND_HOST, .host_capacity = 64 << 20, .ignore_env = 1};
+  cr_assert_eq(gpupool_create(&o, &pool), GPUPOOL_OK, "%s", gpupool_last_error());
+}
+
+static void teardown(void) {
+  gpupool_agent_stop();
+  gpupool_destroy(pool);
+}
+
+TestSuite(agent_http, .init = setup, .fini = teardown);
+
+/* Starts the agent on an ephemeral loopback port; returns the port. */
+static int start_local(const char *extra_labels) {
+  gpupool_agent_options o = {
+      .listen = "127.0.0.1:0", .cupti = GPUPOOL_CUPTI_OFF, .labels = extra_labels, .ignore_env = 1};
+  cr_assert_eq(gpupool_agent_start(&o), GPUPOOL_OK, "%s", gpupool_last_error());
+  int port = gpupool_agent_port();
+  cr_assert_gt(port, 0);
+  return port;
+}
+
+static http_response get(int port, const char *method, const char *target, const char *headers) {
+  http_response r;
+  cr_assert_eq(http_request("127.0.0.1", port, method, target, headers, &r), 0,
+               "%s %s: no complete answer", method, target);
+  return r;
+}
+
+static const char *header(const http_response *r, const char *name) {
+  static char buf[256];
+  return http_header(r, name, buf, sizeof buf);
+}
+
+Test(agent_http, serves_every_endpoint) {
+  int port = start_local(NULL);
+  void *p;
+  cr_assert_eq(gpupool_malloc(pool, &p, 4096, NULL), GPUPOOL_OK);
+
+  http_response r = get(port, "GET", "/metrics", NULL);
+  cr_assert_eq(r.status, 200);
+  cr_assert_str_eq(header(&r, "Content-Type"), "text/plain; version=0.0.4; charset=utf-8");
+  cr_assert(strstr(r.body, "\ngpupool_allocated_bytes{"), "%.300s", r.body);
+  cr_assert_null(strstr(r.body, "# EOF"), "the text format has no # EOF");
+  http_response_free(&r);
+
+  r = get(port, "GET", "/healthz", NULL);
+  cr_assert_eq(r.status, 200);
+  cr_assert_str_eq(r.body, "ok\n");
+  http_response_free(&r);
+
+  r = get(port, "GET", "/", NULL);
+  cr_assert_eq(r.status, 200);
+  cr_assert_str_eq(header(&r, "Content-Type"), "text/html; charset=utf-8");
+  const char *links[] = {"href=\"/metrics\"", "href=\"/trace\"", "href=\"/snapshot\"",
+                         "href=\"/healthz\"", GPUPOOL_VERSION,   "<td>web</td>"};
+  for (size_t i = 0; i < sizeof links / sizeof links[0]; i++)
+    cr_assert(strstr(r.body, links[i]), "the index page lacks %s", links[i]);
+  http_response_free(&r);
+
+  const char *json[] = {"/trace", "/snapshot"};
+  for (size_t i = 0; i < 2; i++) {
+    r = get(port, "GET", json[i], NULL);
+    cr_assert_eq(r.status, 200, "%s: %d %s", json[i], r.status, r.body);
+    cr_assert(strstr(header(&r, "Content-Type"), "application/json"));
+    cJSON *doc = cJSON_Parse(r.body);
+    cr_assert_not_null(doc, "%s is not JSON", json[i]);
+    cJSON_Delete(doc);
+    http_response_free(&r);
+  }
+  gpupool_free(pool, p);
+}
+
+Test(agent_http, only_get_and_head) {
+  int port = start_local(NULL);
+  const char *methods[] = {"POST", "PUT", "DELETE", "PATCH", "OPTIONS"};
+  for (size_t i = 0; i < sizeof methods / sizeof methods[0]; i++) {
+    http_response r = get(port, methods[i], "/metrics", "Content-Length: 0\r\n");
+    cr_assert_eq(r.status, 405, "%s gave %d", methods[i], r.status);
+    cr_assert_str_eq(header(&r, "Allow"), "GET, HEAD");
+    http_response_free(&r);
+  }
+}
+
+Test(agent_http, unknown_paths_are_404) {
+  int port = start_local(NULL);
+  const char *paths[] = {"/nope", "/metrics/", "/metricsx", "//metrics", "/healthz/x"};
+  for (size_t i = 0; i < sizeof paths / sizeof paths[0]; i++) {
+    http_response r = get(port, "GET", paths[i], NULL);
+    cr_assert_eq(r.status, 404, "%s gave %d", paths[i], r.status);
+    http_response_free(&r);
+  }
+}
+
+Test(agent_http, bad_parameters_are_400_with_one_line) {
+  int port = start_local(NULL);
+  const char *targets[] = {
+      "/metrics?x=1",     "/metrics?format",        "/healthz?verbose=1", "/?a=b",
+      "/trace?limit=abc", "/trace?since=yesterday", "/snapshot?bogus=1"};
+  for (size_t i = 0; i < sizeof targets / sizeof targets[0]; i++) {
+    http_response r = get(port, "GET", targets[i], NULL);
+    cr_assert_eq(r.status, 400, "%s gave %d", targets[i], r.status);
+    cr_assert_gt(r.body_len, 1);
+    cr_assert_eq(r.body[r.body_len - 1], '\n');
+    cr_assert_null(memchr(r.body, '\n', r.body_len - 1), "%s: more than one line", targets[i]);
+    http_response_free(&r);
+  }
+}
+
+Test(agent_http, head_has_headers_and_no_body) {
+  int port = start_local(NULL);
+  const char *paths[] = {"/metrics", "/healthz", "/", "/trace", "/snapshot"};
+  for (size_t i = 0; i < sizeof paths / sizeof paths[0]; i++) {
+    http_response r = get(port, "HEAD", paths[i], NULL);
+    cr_assert_eq(r.status, 200, "HEAD %s gave %d", paths[i], r.status);
+    cr_assert_not_null(header(&r, "Content-Type"));
+    cr_assert_eq(r.body_len, 0, "HEAD %s has a body", paths[i]);
+    http_response_free(&r);
+  }
+}
+
+Test(agent_http, openmetrics_when_asked) {
+  int port = start_local(NULL);
+  http_response r =
+      get(port, "GET", "/metrics",
+          "Accept: application/openmetrics-text;version=1.0.0,text/plain;version=0.0.4;q=0.5\r\n");
+  cr_assert_eq(r.status, 200);
+  cr_assert_str_eq(header(&r, "Content-Type"),
+                   "application/openmetrics-text; version=1.0.0; charset=utf-8");
+  cr_assert_gt(r.body_len, 6);
+  cr_assert_str_eq(r.body + r.body_len - 6, "# EOF\n");
+  cr_assert(strstr(r.body, "# TYPE gpupool_frees counter\n"));
+  cr_assert(strstr(r.body, "# UNIT gpupool_reserved_bytes bytes\n"));
+  http_response_free(&r);
+
+  r = get(port, "GET", "/metrics", "Accept: text/plain;version=0.0.4\r\n");
+  cr_assert_str_eq(header(&r, "Content-Type"), "text/plain; version=0.0.4; charset=utf-8");
+  http_response_free(&r);
+}
+
+Test(agent_http, gzip_when_allowed) {
+  int port = start_local(NULL);
+  http_response r = get(port, "GET", "/metrics", "Accept-Encoding: gzip\r\n");
+  cr_assert_eq(r.status, 200);
+#ifdef GPUPOOL_HAVE_ZLIB
+  cr_assert_str_eq(header(&r, "Content-Encoding"), "gzip");
+  char *plain;
+  size_t len;
+  cr_assert_eq(http_gunzip(r.body, r.body_len, &plain, &len), 0, "not a gzip stream");
+  cr_assert_eq(strncmp(plain, "# HELP ", 7), 0);
+  cr_assert(strstr(plain, "gpupool_reserved_bytes{"));
+  cr_assert_eq(plain[len - 1], '\n');
+  free(plain);
+#else
+  cr_assert_null(header(&r, "Content-Encoding"), "built without zlib: no gzip");
+#endif
+  http_response_free(&r);
+
+  r = get(port, "GET", "/metrics", "Accept-Encoding: gzip;q=0\r\n");
+  cr_assert_null(header(&r, "Content-Encoding"));
+  http_response_free(&r);
+}
+
+Test(agent_http, busy_port_is_a_clear_error) {
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+  cr_assert_eq(bind(fd, (struct sockaddr *)&a, sizeof a), 0);
+  cr_assert_eq(listen(fd, 1), 0);
+  socklen_t len = sizeof a;
+  getsockname(fd, (struct sockaddr *)&a, &len);
+  char listen_at[64];
+  snprintf(listen_at, sizeof listen_at, "127.0.0.1:%d", ntohs(a.sin_port));
+
+  cr_redirect_stderr();
+  gpupool_agent_options o = {.listen = listen_at, .cupti = GPUPOOL_CUPTI_OFF, .ignore_env = 1};
+  cr_assert_eq(gpupool_agent_start(&o), GPUPOOL_ERR_BACKEND);
+  cr_assert(strstr(gpupool_last_error(), "in use"), "%s", gpupool_last_error());
+  cr_assert_eq(gpupool_agent_port(), 0);
+  fflush(stderr);
+  char line[512] = "";
+  FILE *err = cr_get_redirected_stderr();
+  cr_assert(fgets(line, sizeof line, err));
+  cr_assert(strstr(line, "gpupool agent:") && strstr(line, "in use"), "stderr: %s", line);
+
+  /* The program runs on: pools work, and the agent starts elsewhere. */
+  void *p;
+  cr_assert_eq(gpupool_malloc(pool, &p, 100, NULL), GPUPOOL_OK);
+  cr_assert_eq(gpupool_free(pool, p), GPUPOOL_OK);
+  start_local(NULL);
+  close(fd);
+}
+
+Test(agent_http, bad_addresses_and_conf_start_nothing) {
+  cr_redirect_stderr();
+  const struct {
+    const char *listen;
+    gpupool_status status;
+  } bad[] = {
+      {"999.1.1.1:0", GPUPOOL_ERR_BACKEND}, {"no-such-host.invalid:0", GPUPOOL_ERR_BACKEND},
+      {"192.0.2.1:0", GPUPOOL_ERR_BACKEND}, /* TEST-NET: not an address of this machine */
+      {"[::1:0", GPUPOOL_ERR_INVALID},      {"127.0.0.1:99999", GPUPOOL_ERR_INVALID},
+  };
+  for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+    gpupool_agent_options o = {
+        .listen = bad[i].listen, .cupti = GPUPOOL_CUPTI_OFF, .ignore_env = 1};
+    cr_assert_eq(gpupool_agent_start(&o), bad[i].status, "%s: %s", bad[i].listen,
+                 gpupool_last_error());
+    cr_assert(strstr(gpupool_last_error(), "gpupool agent:"), "%s", gpupool_last_error());
+    cr_assert_eq(gpupool_agent_port(), 0);
+  }
+  setenv("GPUPOOL_AGENT_CONF", "listen:127.0.0.1:0,colour:red", 1);
+  cr_assert_eq(gpupool_agent_start(NULL), GPUPOOL_ERR_INVALID);
+  cr_assert(strstr(gpupool_last_error(), "colour"), "%s", gpupool_last_error());
+  unsetenv("GPUPOOL_AGENT_CONF");
+  start_local(NULL); /* none of that left anything running */
+}
+
+Test(agent_http, start_stop_restart) {
+  int port = start_local(NULL);
+  gpupool_agent_options o = {.listen = "127.0.0.1:0", .cupti = GPUPOOL_CUPTI_OFF, .ignore_env = 1};
+  cr_assert_eq(gpupool_agent_start(&o), GPUPOOL_ERR_INVALID);
+  cr_assert(strstr(gpupool_last_error(), "already running"), "%s", gpupool_last_error());
+  cr_assert_eq(gpupool_agent_port(), port, "the running agent is untouched");
+
+  gpupool_agent_stop();
+  cr_assert_eq(gpupool_agent_port(), 0);
+  http_response r;
+  cr_assert_neq(http_request("127.0.0.1", port, "GET", "/healthz", NULL, &r), 0,
+                "nothing listens after stop");
+  gpupool_agent_stop(); /* idempotent */
+
+  for (int i = 0; i < 3; i++) {
+    port = start_local(NULL);
+    r = get(port, "GET", "/healthz", NULL);
+    cr_assert_eq(r.status, 200);
+    http_response_free(&r);
+    gpupool_agent_stop();
+  }
+}
+
+Test(agent_http, same_port_again_after_stop) {
+  int port = start_local(NULL);
+  http_response r = get(port, "GET", "/metrics", NULL); /* leaves a TIME_WAIT connection */
+  http_response_free(&r);
+  gpupool_agent_stop();
+  char listen_at[64];
+  snprintf(listen_at, sizeof listen_at, "127.0.0.1:%d", port);
+  gpupool_agent_options o = {.listen = listen_at, .cupti = GPUPOOL_CUPTI_OFF, .ignore_env = 1};
+  cr_assert_eq(gpupool_agent_start(&o), GPUPOOL_OK, "%s", gpupool_last_error());
+  cr_assert_eq(gpupool_agent_port(), port);
+}
+
+Test(agent_http, listen_off_serves_nothing) {
+  gpupool_agent_options o = {.listen = "off", .cupti = GPUPOOL_CUPTI_OFF, .ignore_env = 1};
+  cr_assert_eq(gpupool_agent_start(&o), GPUPOOL_OK, "%s", gpupool_last_error());
+  cr_assert_eq(gpupool_agent_port(), 0);
+}
+
+Test(agent_http, ipv6_loopback) {
+  gpupool_agent_options o = {.listen = "[::1]:0", .cupti = GPUPOOL_CUPTI_OFF, .ignore_env = 1};
+  cr_redirect_stderr();
+  if (gpupool_agent_start(&o) != GPUPOOL_OK) {
+    int fd = socket(AF_INET6, SOCK_STREAM, 0);
+    struct sockaddr_in6 a = {.sin6_family = AF_INET6, .sin6_addr = IN6ADDR_LOOPBACK_INIT};
+    int usable = fd >= 0 && bind(fd, (struct sockaddr *)&a, sizeof a) == 0;
+    if (fd >= 0)
+      close(fd);
+    cr_assert_not(usable, "::1 is usable here, yet the agent failed: %s", gpupool_last_error());
+    cr_skip("this machine has no IPv6 loopback");
+  }
+  http_response r;
+  cr_assert_eq(http_request("::1", gpupool_agent_port(), "GET", "/healthz", NULL, &r), 0);
+  cr_assert_eq(r.status, 200);
+  http_response_free(&r);
+}
+
+Test(agent_http, every_interface_takes_ipv4) {
+  gpupool_agent_options o = {.listen = ":0", .cupti = GPUPOOL_CUPTI_OFF, .ignore_env = 1};
+  cr_assert_eq(gpupool_agent_start(&o), GPUPOOL_OK, "%s", gpupool_last_error());
+  http_response r = get(gpupool_agent_port(), "GET", "/healthz", NULL);
+  cr_assert_eq(r.status, 200);
+  http_response_free(&r);
+}
+
+Test(agent_http, sd_dir_file_lives_while_the_agent_runs) {
+  char dir[] = "/tmp/gpupool-sd-XXXXXX";
+  cr_assert_not_null(mkdtemp(dir));
+  gpupool_agent_options o = {.listen = "127.0.0.1:0",
+                             .cupti = GPUPOOL_CUPTI_OFF,
+                             .sd_dir = dir,
+                             .hostname = "node-7",
+                             .labels = "team=ml",
+                             .ignore_env = 1};
+  cr_assert_eq(gpupool_agent_start(&o), GPUPOOL_OK, "%s", gpupool_last_error());
+  char path[512];
+  snprintf(path, sizeof path, "%s/gpupool-node-7-%ld.json", dir, (long)getpid());
+  FILE *f = fopen(path, "r");
+  cr_assert_not_null(f, "no %s", path);
+  char text[4096];
+  size_t n = fread(text, 1, sizeof text - 1, f);
+  text[n] = '\0';
+  fclose(f);
+  cJSON *doc = cJSON_Parse(text);
+  cr_assert(cJSON_IsArray(doc), "%s", text);
+  cJSON *group = cJSON_GetArrayItem(doc, 0);
+  cJSON *target = cJSON_GetArrayItem(cJSON_GetObjectItem(group, "targets"), 0);
+  char want[64];
+  snprintf(want, sizeof want, "127.0.0.1:%d", gpupool_agent_port());
+  cr_assert_str_eq(cJSON_GetStringValue(target), want);
+  cJSON *labels = cJSON_GetObjectItem(group, "labels");
+  cr_assert_str_eq(cJSON_GetStringValue(cJSON_GetObjectItem(labels, "__meta_gpupool_label_team")),
+                   "ml");
+  cJSON_Delete(doc);
+
+  gpupool_agent_stop();
+  struct stat st;
+  cr_assert_neq(stat(path, &st), 0, "the target file outlived the agent");
+  cr_assert_eq(rmdir(dir), 0, "sd_dir should be left empty");
+}
+
+Test(agent_http, sd_dir_that_cannot_be_written_fails_the_start) {
+  cr_redirect_stderr();
+  gpupool_agent_options o = {.listen = "127.0.0.1:0",
+                             .cupti = GPUPOOL_CUPTI_OFF,
+                             .sd_dir = "/nonexistent/dir",
+                             .ignore_env = 1};
+  cr_assert_eq(gpupool_agent_start(&o), GPUPOOL_ERR_INVALID);
+  cr_assert(strstr(gpupool_last_error(), "sd_dir"), "%s", gpupool_last_error());
+  cr_assert_eq(gpupool_agent_port(), 0);
+}
+
+static cJSON *read_json(const char *path) {
+  FILE *f = fopen(path, "r");
+  if (!f)
+    return NULL;
+  fseek(f, 0, SEEK_END);
+  long n = ftell(f);
+  rewind(f);
+  char *text = malloc((size_t)n + 1);
+  size_t got = fread(text, 1, (size_t)n, f);
+  text[got] = '\0';
+  fclose(f);
+  cJSON *doc = cJSON_Parse(text);
+  free(text);
+  return doc;
+}
+
+Test(agent_http, trace_file_is_written_at_stop) {
+  char path[128];
+  snprintf(path, sizeof path, "/tmp/gpupool-trace-%ld.json", (long)getpid());
+  unlink(path);
+  gpupool_agent_options o = {
+      .listen = "off", .cupti = GPUPOOL_CUPTI_OFF, .trace_file = path, .ignore_env = 1};
+  cr_assert_eq(gpupool_agent_start(&o), GPUPOOL_OK, "%s", gpupool_last_error());
+  void *p;
+  cr_assert_eq(gpupool_malloc(pool, &p, 1 << 20, NULL), GPUPOOL_OK);
+  gpupool_free(pool, p);
+  gpupool_agent_stop();
+  cJSON *doc = read_json(path);
+  cr_assert_not_null(doc, "%s is missing or not JSON", path);
+  cr_assert(cJSON_IsArray(cJSON_GetObjectItem(doc, "traceEvents")));
+  cJSON_Delete(doc);
+  unlink(path);
+}
+
+Test(agent_http, exit_handler_stops_the_agent_and_writes_the_trace) {
+  char path[128];
+  snprintf(path, sizeof path, "/tmp/gpupool-exit-trace-%ld.json", (long)getpid());
+  unlink(path);
+  fflush(NULL);
+  pid_t child = fork();
+  if (child == 0) {
+    gpupool_agent_options o = {
+        .listen = "127.0.0.1:0", .cupti = GPUPOOL_CUPTI_OFF, .trace_file = path, .ignore_env = 1};
+    if (gpupool_agent_start(&o) != GPUPOOL_OK)
+      _exit(2);
+    exit(0); /* no gpupool_agent_stop: the exit handler does it */
+  }
+  int status;
+  cr_assert_eq(waitpid(child, &status, 0), child);
+  cr_assert(WIFEXITED(status) && WEXITSTATUS(status) == 0, "child status %d", status);
+  cJSON *doc = read_json(path);
+  cr_assert_not_null(doc, "the exit handler did not write %s", path);
+  cJSON_Delete(doc);
+  unlink(path);
+}
+
+Test(agent_http, cupti_force_that_fails_starts_nothing) {
+  cr_redirect_stderr();
+  gpupool_agent_options o = {
+      .listen = "127.0.0.1:0", .cupti = GPUPOOL_CUPTI_FORCE, .ignore_env = 1};
+  gpupool_status s = gpupool_agent_start(&o);
+  if (s == GPUPOOL_OK)
+    cr_skip("CUPTI records on this machine: cupti:force succeeds");
+  cr_assert(strstr(gpupool_last_error(), "cupti"), "%s", gpupool_last_error());
+  cr_assert_eq(gpupool_agent_port(), 0);
+  start_local(NULL); /* cupti:off starts: nothing was left running */
+}
