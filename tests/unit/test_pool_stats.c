@@ -1,0 +1,160 @@
+/* The statistics themselves: exact values of every stat after a short known
+ * sequence, peaks, and the two resets. */
+#include <criterion/criterion.h>
+#include <string.h>
+
+#include "helpers/pool_check.h"
+
+#define KiB PC_KiB
+#define MiB PC_MiB
+#define A   GPUPOOL_STAT_ALL
+#define S   GPUPOOL_STAT_SMALL
+#define L   GPUPOOL_STAT_LARGE
+
+static void *must_malloc(gpupool *p, size_t size) {
+  void *ptr = NULL;
+  gpupool_status st = gpupool_malloc(p, &ptr, size, NULL);
+  cr_assert_eq(st, GPUPOOL_OK, "malloc(%zu): %s", size, gpupool_last_error());
+  return ptr;
+}
+
+static void must_free(gpupool *p, void *ptr) {
+  cr_assert_eq(gpupool_free(p, ptr), GPUPOOL_OK, "%s", gpupool_last_error());
+}
+
+static void expect_stat(const gpupool_stat *s, int64_t current, int64_t peak, int64_t allocated,
+                        int64_t freed, const char *name) {
+  cr_expect_eq(s->current, current, "%s.current %lld, expected %lld", name, (long long)s->current,
+               (long long)current);
+  cr_expect_eq(s->peak, peak, "%s.peak %lld, expected %lld", name, (long long)s->peak,
+               (long long)peak);
+  cr_expect_eq(s->allocated, allocated, "%s.allocated %lld, expected %lld", name,
+               (long long)s->allocated, (long long)allocated);
+  cr_expect_eq(s->freed, freed, "%s.freed %lld, expected %lld", name, (long long)s->freed,
+               (long long)freed);
+}
+
+Test(pool_stats, exact_values_after_a_known_sequence) {
+  gpupool *p = pc_pool(GPUPOOL_STRATEGY_BFC, 0, NULL);
+  void *a = must_malloc(p, 1000); /* 1024 */
+  must_malloc(p, 3000);           /* 3072 */
+  void *big = must_malloc(p, 3 * MiB);
+  must_free(p, a);
+  must_free(p, big);
+  gpupool_stats s = pc_stats(p);
+
+  expect_stat(&s.allocation[A], 1, 3, 3, 2, "allocation[all]");
+  expect_stat(&s.allocation[S], 1, 2, 2, 1, "allocation[small]");
+  expect_stat(&s.allocation[L], 0, 1, 1, 1, "allocation[large]");
+  expect_stat(&s.allocated_bytes[S], 3072, 4096, 4096, 1024, "allocated_bytes[small]");
+  expect_stat(&s.allocated_bytes[L], 0, 3 * MiB, 3 * MiB, 3 * MiB, "allocated_bytes[large]");
+  expect_stat(&s.requested_bytes[S], 3000, 4000, 4000, 1000, "requested_bytes[small]");
+  expect_stat(&s.active_bytes[S], 3072, 4096, 4096, 1024, "active_bytes[small]");
+  expect_stat(&s.active[A], 1, 3, 3, 2, "active[all]");
+  expect_stat(&s.segment[S], 1, 1, 1, 0, "segment[small]");
+  expect_stat(&s.segment[L], 1, 1, 1, 0, "segment[large]");
+  expect_stat(&s.reserved_bytes[S], 2 * MiB, 2 * MiB, 2 * MiB, 0, "reserved_bytes[small]");
+  expect_stat(&s.reserved_bytes[L], 20 * MiB, 20 * MiB, 20 * MiB, 0, "reserved_bytes[large]");
+  /* small: the freed 1024 B hole and the tail; large: the segment is whole again */
+  cr_expect_eq(s.inactive_split[S].current, 2);
+  cr_expect_eq(s.inactive_split_bytes[S].current, 1024 + 2 * MiB - 4096);
+  cr_expect_eq(s.inactive_split[L].current, 0);
+  cr_expect_eq(s.inactive_split_bytes[L].current, 0);
+  cr_expect_eq(s.free_blocks, 3);
+  cr_expect_eq(s.largest_free_block, 20 * MiB);
+  cr_expect_eq(s.num_cache_hits, 1);
+  cr_expect_eq(s.num_device_sourced, 2);
+  cr_expect_eq(s.num_device_alloc, 2);
+  cr_expect_eq(s.num_device_free, 0);
+  cr_expect_eq(s.num_frees, 2);
+  cr_expect_eq(s.num_alloc_retries, 0);
+  cr_expect_eq(s.num_ooms, 0);
+  cr_expect_eq(s.pending_free_blocks, 0);
+  char msg[256];
+  cr_expect_eq(pc_check_invariants(&s, GPUPOOL_STRATEGY_BFC, 0, msg, sizeof msg), 0, "%s", msg);
+  gpupool_destroy(p);
+}
+
+Test(pool_stats, reset_peak_restarts_peaks_from_current) {
+  gpupool *p = pc_pool(GPUPOOL_STRATEGY_BFC, 0, NULL);
+  void *a = must_malloc(p, 1 * MiB);
+  must_malloc(p, 1 * MiB);
+  must_free(p, a);
+  gpupool_stats s = pc_stats(p);
+  cr_expect_eq(s.allocated_bytes[A].peak, 2 * MiB);
+  cr_expect_eq(s.allocated_bytes[A].current, 1 * MiB);
+  gpupool_reset_peak_stats(p);
+  s = pc_stats(p);
+  cr_expect_eq(s.allocated_bytes[A].peak, 1 * MiB);
+  cr_expect_eq(s.allocation[A].peak, 1);
+  cr_expect_eq(s.reserved_bytes[A].peak, 2 * MiB, "one small segment");
+  cr_expect_eq(s.allocated_bytes[A].allocated, 2 * MiB, "the reset keeps accumulations");
+  must_malloc(p, 512);
+  s = pc_stats(p);
+  cr_expect_eq(s.allocated_bytes[A].peak, 1 * MiB + 512);
+  cr_expect_eq(gpupool_empty_cache(p), 0, "the small segment is in use");
+  char msg[256];
+  cr_expect_eq(pc_check_invariants(&s, GPUPOOL_STRATEGY_BFC, 0, msg, sizeof msg), 0, "%s", msg);
+  gpupool_destroy(p);
+}
+
+Test(pool_stats, reset_accumulated_zeroes_counters_but_not_state) {
+  gpupool *p = pc_pool(GPUPOOL_STRATEGY_BFC, 32 * MiB, NULL);
+  void *keep = must_malloc(p, 4096);
+  must_free(p, must_malloc(p, 8192));
+  must_free(p, must_malloc(p, 12 * MiB));
+  void *x = NULL;
+  cr_expect_eq(gpupool_malloc(p, &x, 40 * MiB, NULL), GPUPOOL_ERR_OOM);
+  gpupool_stats before = pc_stats(p);
+  gpupool_reset_accumulated_stats(p);
+  gpupool_stats s = pc_stats(p);
+  const gpupool_stat *all[] = {
+      s.allocation,      s.segment,        s.active,       s.inactive_split,
+      s.allocated_bytes, s.reserved_bytes, s.active_bytes, s.inactive_split_bytes,
+      s.requested_bytes};
+  const gpupool_stat *old[] = {before.allocation,      before.segment,
+                               before.active,          before.inactive_split,
+                               before.allocated_bytes, before.reserved_bytes,
+                               before.active_bytes,    before.inactive_split_bytes,
+                               before.requested_bytes};
+  for (int k = 0; k < 9; k++)
+    for (int i = 0; i < GPUPOOL_STAT_TYPES; i++) {
+      cr_expect_eq(all[k][i].allocated, 0, "stat %d[%d].allocated", k, i);
+      cr_expect_eq(all[k][i].freed, 0, "stat %d[%d].freed", k, i);
+      cr_expect_eq(all[k][i].current, old[k][i].current, "stat %d[%d].current", k, i);
+      cr_expect_eq(all[k][i].peak, old[k][i].peak, "stat %d[%d].peak", k, i);
+    }
+  cr_expect_eq(s.num_alloc_retries, 0);
+  cr_expect_eq(s.num_ooms, 0);
+  cr_expect_eq(s.num_device_alloc, 0);
+  cr_expect_eq(s.num_device_free, 0);
+  cr_expect_eq(s.num_cache_hits, 0);
+  cr_expect_eq(s.num_device_sourced, 0);
+  cr_expect_eq(s.num_frees, 0);
+  cr_expect_eq(s.num_sync_events, 0);
+  cr_expect_eq(s.free_blocks, before.free_blocks, "state, not a counter");
+  cr_expect_eq(s.largest_free_block, before.largest_free_block);
+  char msg[256];
+  cr_expect_eq(pc_check_invariants(&s, GPUPOOL_STRATEGY_BFC, PC_ACCUMULATED_RESET, msg, sizeof msg),
+               0, "%s", msg);
+
+  must_free(p, keep);
+  must_malloc(p, 4096);
+  s = pc_stats(p);
+  cr_expect_eq(s.allocation[A].allocated, 1);
+  cr_expect_eq(s.allocation[A].freed, 1);
+  cr_expect_eq(s.num_cache_hits, 1);
+  cr_expect_eq(s.num_frees, 1);
+  cr_expect_eq(pc_check_invariants(&s, GPUPOOL_STRATEGY_BFC, PC_ACCUMULATED_RESET, msg, sizeof msg),
+               0, "%s", msg);
+  gpupool_destroy(p);
+}
+
+Test(pool_stats, get_stats_is_idempotent) {
+  gpupool *p = pc_pool(GPUPOOL_STRATEGY_ROUND, 0, NULL);
+  must_malloc(p, 5000);
+  must_free(p, must_malloc(p, 3 * MiB));
+  gpupool_stats a = pc_stats(p), b = pc_stats(p);
+  cr_expect_eq(memcmp(&a, &b, sizeof a), 0, "reading the stats changed them");
+  gpupool_destroy(p);
+}
