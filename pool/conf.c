@@ -50,22 +50,25 @@ static int apply_pair(void *ctx, const char *key, const char *v, char *err, size
     else
       goto bad_choice;
   } else if (strcmp(key, "device") == 0) {
-    if (kvconf_u64(v, 0, 1023, &u)) goto bad_value;
+    if (kvconf_u64(v, 0, 1023, &u))
+      goto bad_value;
     c->device = (int)u;
   } else if (strcmp(key, "name") == 0) {
     return set_name(c, v, err, errlen);
   } else if (strcmp(key, "host_capacity_mb") == 0) {
-    if (kvconf_u64(v, 1, (uint64_t)1 << 30, &u)) goto bad_value;
+    if (kvconf_u64(v, 1, (uint64_t)1 << 30, &u))
+      goto bad_value;
     c->host_capacity = (size_t)u * MiB;
   } else if (strcmp(key, "max_split_size_mb") == 0) {
     if (strcmp(v, "inf") == 0 || strcmp(v, "unlimited") == 0)
       c->max_split_size = SIZE_MAX;
-    else if (kvconf_u64(v, 20, (uint64_t)1 << 30, &u))
+    else if (kvconf_u64(v, 21, (uint64_t)1 << 30, &u)) /* > 20 MiB, as PyTorch requires */
       goto bad_value;
     else
       c->max_split_size = (size_t)u * MiB;
   } else if (strcmp(key, "max_non_split_rounding_mb") == 0) {
-    if (kvconf_u64(v, 0, (uint64_t)1 << 30, &u)) goto bad_value;
+    if (kvconf_u64(v, 0, (uint64_t)1 << 30, &u))
+      goto bad_value;
     c->max_non_split_rounding = (size_t)u * MiB;
   } else if (strcmp(key, "roundup_power2_divisions") == 0) {
     if (kvconf_u64(v, 0, 64, &u) || (u > 1 && (u & (u - 1)))) {
@@ -84,19 +87,24 @@ static int apply_pair(void *ctx, const char *key, const char *v, char *err, size
     }
     c->gc_threshold = d;
   } else if (strcmp(key, "reserve_percent") == 0) {
-    if (kvconf_double(v, 0, 50, &d)) goto bad_value;
+    if (kvconf_double(v, 0, 50, &d))
+      goto bad_value;
     c->reserve_percent = d;
   } else if (strcmp(key, "round_linear_cutoff") == 0) {
-    if (kvconf_u64(v, 12, 40, &u)) goto bad_value;
+    if (kvconf_u64(v, 12, 40, &u))
+      goto bad_value;
     c->round_linear_cutoff = (unsigned)u;
   } else if (strcmp(key, "fault_every_n") == 0) {
-    if (kvconf_u64(v, 0, UINT32_MAX, &u)) goto bad_value;
+    if (kvconf_u64(v, 0, UINT32_MAX, &u))
+      goto bad_value;
     c->fault_every_n = (unsigned)u;
   } else if (strcmp(key, "fault_rate") == 0) {
-    if (kvconf_double(v, 0, 1, &d)) goto bad_value;
+    if (kvconf_double(v, 0, 1, &d))
+      goto bad_value;
     c->fault_rate = d;
   } else if (strcmp(key, "fault_seed") == 0) {
-    if (kvconf_u64(v, 0, UINT64_MAX, &u)) goto bad_value;
+    if (kvconf_u64(v, 0, UINT64_MAX, &u))
+      goto bad_value;
     c->fault_seed = u;
   } else {
     snprintf(err, errlen, "unknown key '%s'", key);
@@ -127,7 +135,8 @@ gpupool_status pool_config_build(const gpupool_options *opt, pool_config *out) {
     c.device = opt->device;
     c.backend = opt->backend;
     c.strategy = opt->strategy;
-    if (opt->host_capacity) c.host_capacity = opt->host_capacity;
+    if (opt->host_capacity)
+      c.host_capacity = opt->host_capacity;
     if (kvconf_parse(opt->tunables, apply_pair, &c, err, sizeof err))
       return pool_fail(GPUPOOL_ERR_INVALID, "gpupool tunables: %s", err);
   }
@@ -138,7 +147,8 @@ gpupool_status pool_config_build(const gpupool_options *opt, pool_config *out) {
       return pool_fail(GPUPOOL_ERR_INVALID, "GPUPOOL_CONF: %s", err);
     }
   }
-  if (c.strategy == GPUPOOL_STRATEGY_DEFAULT) c.strategy = GPUPOOL_STRATEGY_BFC;
+  if (c.strategy == GPUPOOL_STRATEGY_DEFAULT)
+    c.strategy = GPUPOOL_STRATEGY_BFC;
   *out = c;
   return GPUPOOL_OK;
 }

@@ -42,6 +42,9 @@ typedef struct pool_event {
 typedef struct event_ring event_ring;
 
 event_ring *event_ring_create(size_t capacity); /* capacity rounded up to a power of two */
+/* A ring whose events carry clock_stamp() values in ts_ns (cheaper to take
+ * on the hot path); event_ring_read converts them to CLOCK_REALTIME ns. */
+event_ring *event_ring_create_stamped(size_t capacity);
 void event_ring_ref(event_ring *r);
 void event_ring_unref(event_ring *r); /* frees at zero */
 

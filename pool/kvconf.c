@@ -16,22 +16,26 @@ static int copy_trimmed(const char *b, const char *e, char *out, size_t outlen) 
   while (e > b && isspace((unsigned char)e[-1]))
     e--;
   size_t n = (size_t)(e - b);
-  if (n >= outlen) return -1;
+  if (n >= outlen)
+    return -1;
   memcpy(out, b, n);
   out[n] = '\0';
   return 0;
 }
 
 int kvconf_parse(const char *text, kvconf_fn fn, void *ctx, char *err, size_t errlen) {
-  if (!text) return 0;
+  if (!text)
+    return 0;
   const char *p = text;
   while (isspace((unsigned char)*p))
     p++;
-  if (*p == '\0') return 0;
+  if (*p == '\0')
+    return 0;
   char key[128], value[1024];
   for (;;) {
     const char *end = strchr(p, ',');
-    if (!end) end = p + strlen(p);
+    if (!end)
+      end = p + strlen(p);
     const char *colon = memchr(p, ':', (size_t)(end - p));
     if (!colon) {
       snprintf(err, errlen, "'%.*s' is not key:value", (int)(end - p), p);
@@ -50,37 +54,45 @@ int kvconf_parse(const char *text, kvconf_fn fn, void *ctx, char *err, size_t er
       snprintf(err, errlen, "%s: empty value", key);
       return -1;
     }
-    if (fn(ctx, key, value, err, errlen) != 0) return -1;
-    if (*end == '\0') return 0;
+    if (fn(ctx, key, value, err, errlen) != 0)
+      return -1;
+    if (*end == '\0')
+      return 0;
     p = end + 1;
   }
 }
 
 int kvconf_u64(const char *s, uint64_t min, uint64_t max, uint64_t *out) {
-  if (!s || !isdigit((unsigned char)s[0])) return -1;
+  if (!s || !isdigit((unsigned char)s[0]))
+    return -1;
   errno = 0;
   char *end;
   unsigned long long v = strtoull(s, &end, 10);
-  if (errno || *end != '\0' || v < min || v > max) return -1;
+  if (errno || *end != '\0' || v < min || v > max)
+    return -1;
   *out = v;
   return 0;
 }
 
 int kvconf_double(const char *s, double min, double max, double *out) {
-  if (!s || !(isdigit((unsigned char)s[0]) || s[0] == '.' || s[0] == '-' || s[0] == '+')) return -1;
+  if (!s || !(isdigit((unsigned char)s[0]) || s[0] == '.' || s[0] == '-' || s[0] == '+'))
+    return -1;
   /* strtod follows LC_NUMERIC; configuration is always written with '.'. */
   double sign = 1, v = 0, scale = 1;
   const char *p = s;
-  if (*p == '-' || *p == '+') sign = *p++ == '-' ? -1 : 1;
+  if (*p == '-' || *p == '+')
+    sign = *p++ == '-' ? -1 : 1;
   int digits = 0;
   for (; isdigit((unsigned char)*p); p++, digits++)
     v = v * 10 + (*p - '0');
   if (*p == '.')
     for (p++; isdigit((unsigned char)*p); p++, digits++)
       v += (*p - '0') * (scale /= 10);
-  if (!digits || *p != '\0') return -1;
+  if (!digits || *p != '\0')
+    return -1;
   v *= sign;
-  if (!isfinite(v) || v < min || v > max) return -1;
+  if (!isfinite(v) || v < min || v > max)
+    return -1;
   *out = v;
   return 0;
 }
@@ -88,8 +100,10 @@ int kvconf_double(const char *s, double min, double max, double *out) {
 int kvconf_bool(const char *s, int *out) {
   static const char *yes[] = {"1", "true", "yes", "on"}, *no[] = {"0", "false", "no", "off"};
   for (size_t i = 0; i < 4; i++) {
-    if (strcasecmp(s, yes[i]) == 0) return *out = 1, 0;
-    if (strcasecmp(s, no[i]) == 0) return *out = 0, 0;
+    if (strcasecmp(s, yes[i]) == 0)
+      return *out = 1, 0;
+    if (strcasecmp(s, no[i]) == 0)
+      return *out = 0, 0;
   }
   return -1;
 }

@@ -126,7 +126,9 @@ gpupool_status gpupool_malloc(gpupool *p, void **ptr, size_t size, void *stream)
     return pool_fail(GPUPOOL_ERR_INVALID, "gpupool_malloc: pool '%s': size %zu is %s", p->cfg.name,
                      size, size ? "larger than 2^48 bytes" : "zero");
   size_t rounded = size_round(&p->cfg, size);
-  shard *sh = shard_get(p, stream);
+  shard *sh = hint.pool == p && hint.id == p->id && hint.sh->stream == stream
+                  ? hint.sh
+                  : shard_get(p, stream);
   if (!sh)
     return pool_fail(GPUPOOL_ERR_UNSUPPORTED,
                      "gpupool_malloc: pool '%s': more than %d streams, or out of host memory",

@@ -11,9 +11,13 @@
 #include "sizeclass.h"
 
 static void update_segment_stats(gpupool *p, int large, int64_t bytes) {
-  int sign = bytes > 0 ? 1 : -1;
-  stat_update(p->seg_stats[0], large, sign);
-  stat_update(p->seg_stats[1], large, bytes);
+  if (bytes > 0) {
+    stat_inc(p->seg_stats[0], large, 1);
+    stat_inc(p->seg_stats[1], large, bytes);
+  } else {
+    stat_dec(p->seg_stats[0], large, 1);
+    stat_dec(p->seg_stats[1], large, -bytes);
+  }
   atomic_store_explicit(&p->reserved_mirror, p->seg_stats[1][0].current, memory_order_relaxed);
 }
 

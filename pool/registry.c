@@ -53,5 +53,6 @@ void registry_set_segment_listener(void (*fn)(gpupool *p)) {
 
 void registry_notify_segment_change(gpupool *p) {
   void (*fn)(gpupool *) = atomic_load(&segment_listener);
-  if (fn) fn(p);
+  if (fn)
+    fn(p);
 }

@@ -58,7 +58,7 @@ shard *shard_get(gpupool *p, void *stream) {
     sh->rng = (uint32_t)(stream_hash(stream) | 1);
     size_t cap = shard_events_capacity();
     if (cap)
-      sh->ring = event_ring_create(cap);
+      sh->ring = event_ring_create_stamped(cap);
     sh->next_shard = atomic_load(&p->shards);
     atomic_store(&p->shards, sh);
     atomic_store_explicit(&p->shard_table[slot], sh, memory_order_release);
@@ -117,9 +117,14 @@ static void block_recycle(shard *sh, block *b) {
 
 /* A free block counts as "inactive split" while its segment has other blocks. */
 static void count_inactive_split(shard *sh, block *b, int sign) {
-  if (b->seg->nblocks > 1) {
-    stat_update(sh->st.s[STAT_INACTIVE_SPLIT], b->seg->large, sign);
-    stat_update(sh->st.s[STAT_INACTIVE_SPLIT_BYTES], b->seg->large, sign * (int64_t)b->size);
+  if (b->seg->nblocks <= 1)
+    return;
+  if (sign > 0) {
+    stat_inc(sh->st.s[STAT_INACTIVE_SPLIT], b->seg->large, 1);
+    stat_inc(sh->st.s[STAT_INACTIVE_SPLIT_BYTES], b->seg->large, (int64_t)b->size);
+  } else {
+    stat_dec(sh->st.s[STAT_INACTIVE_SPLIT], b->seg->large, 1);
+    stat_dec(sh->st.s[STAT_INACTIVE_SPLIT_BYTES], b->seg->large, (int64_t)b->size);
   }
 }
 
@@ -155,7 +160,7 @@ static int should_split(const pool_config *c, const block *b, size_t rounded) {
   size_t rest = b->size - rounded;
   if (!b->seg->large)
     return rest >= MIN_BLOCK;
-  return b->size < c->max_split_size && rest > SMALL_SIZE;
+  return rounded < c->max_split_size && rest > SMALL_SIZE; /* PyTorch: the request decides */
 }
 
 int shard_serve(shard *sh, block *b, size_t rounded, size_t requested, int from_device) {
@@ -199,11 +204,11 @@ void shard_take(shard *sh, block *b, size_t rounded, size_t requested, int from_
   b->state = BLOCK_ALLOCATED;
   b->requested = requested;
   b->nstreams = 0;
-  stat_update(sh->st.s[STAT_ALLOCATION], large, 1);
-  stat_update(sh->st.s[STAT_ACTIVE], large, 1);
-  stat_update(sh->st.s[STAT_ALLOCATED_BYTES], large, (int64_t)b->size);
-  stat_update(sh->st.s[STAT_ACTIVE_BYTES], large, (int64_t)b->size);
-  stat_update(sh->st.s[STAT_REQUESTED_BYTES], large, (int64_t)requested);
+  stat_inc(sh->st.s[STAT_ALLOCATION], large, 1);
+  stat_inc(sh->st.s[STAT_ACTIVE], large, 1);
+  stat_inc(sh->st.s[STAT_ALLOCATED_BYTES], large, (int64_t)b->size);
+  stat_inc(sh->st.s[STAT_ACTIVE_BYTES], large, (int64_t)b->size);
+  stat_inc(sh->st.s[STAT_REQUESTED_BYTES], large, (int64_t)requested);
   atomic_store_explicit(&sh->allocated_mirror, sh->st.s[STAT_ALLOCATED_BYTES][0].current,
                         memory_order_relaxed);
   count_request(sh, requested);
@@ -244,8 +249,8 @@ static void absorb(shard *sh, block *b, block *n) {
 
 void shard_release(shard *sh, block *b) {
   int large = b->seg->large;
-  stat_update(sh->st.s[STAT_ACTIVE], large, -1);
-  stat_update(sh->st.s[STAT_ACTIVE_BYTES], large, -(int64_t)b->size);
+  stat_dec(sh->st.s[STAT_ACTIVE], large, 1);
+  stat_dec(sh->st.s[STAT_ACTIVE_BYTES], large, (int64_t)b->size);
   b->state = BLOCK_FREE;
   b->free_seq = ++sh->free_seq;
   b->nstreams = 0;
@@ -259,9 +264,9 @@ void shard_release(shard *sh, block *b) {
 
 void shard_free(shard *sh, block *b, int deferred) {
   int large = b->seg->large;
-  stat_update(sh->st.s[STAT_ALLOCATION], large, -1);
-  stat_update(sh->st.s[STAT_ALLOCATED_BYTES], large, -(int64_t)b->size);
-  stat_update(sh->st.s[STAT_REQUESTED_BYTES], large, -(int64_t)b->requested);
+  stat_dec(sh->st.s[STAT_ALLOCATION], large, 1);
+  stat_dec(sh->st.s[STAT_ALLOCATED_BYTES], large, (int64_t)b->size);
+  stat_dec(sh->st.s[STAT_REQUESTED_BYTES], large, (int64_t)b->requested);
   atomic_store_explicit(&sh->allocated_mirror, sh->st.s[STAT_ALLOCATED_BYTES][0].current,
                         memory_order_relaxed);
   sh->st.frees++;
@@ -333,6 +338,6 @@ void shard_emit(shard *sh, const pool_event *ev) {
   if (!sh->ring || !shard_events_capacity())
     return;
   pool_event e = *ev;
-  e.ts_ns = clock_realtime_ns();
+  e.ts_ns = clock_stamp();
   event_ring_push(sh->ring, &e);
 }

@@ -29,6 +29,9 @@ gpupool_status gpupool_get_stats(gpupool *p, gpupool_stats *out) {
   if (!p || !out)
     return pool_fail(GPUPOOL_ERR_INVALID, "gpupool_get_stats: %s is NULL", p ? "out" : "pool");
   memset(out, 0, sizeof *out);
+  /* Segments change only under slow_lock: holding it makes the block side
+   * (shards) and the segment side of the snapshot agree. */
+  pthread_mutex_lock(&p->slow_lock);
   int64_t max_shard_peak[STAT_COUNT][GPUPOOL_STAT_TYPES] = {{0}};
   int nshards = 0;
   for (shard *sh = atomic_load(&p->shards); sh; sh = sh->next_shard, nshards++) {
@@ -76,7 +79,6 @@ gpupool_status gpupool_get_stats(gpupool *p, gpupool_stats *out) {
     }
   }
   pthread_mutex_unlock(&p->peak_lock);
-  pthread_mutex_lock(&p->slow_lock);
   memcpy(out->segment, p->seg_stats[0], sizeof out->segment);
   memcpy(out->reserved_bytes, p->seg_stats[1], sizeof out->reserved_bytes);
   out->num_alloc_retries = p->alloc_retries;
@@ -91,6 +93,7 @@ gpupool_status gpupool_get_stats(gpupool *p, gpupool_stats *out) {
 void gpupool_reset_peak_stats(gpupool *p) {
   if (!p)
     return;
+  pthread_mutex_lock(&p->slow_lock);
   pthread_mutex_lock(&p->peak_lock);
   int64_t sum[STAT_COUNT][GPUPOOL_STAT_TYPES] = {{0}};
   for (shard *sh = atomic_load(&p->shards); sh; sh = sh->next_shard) {
@@ -104,7 +107,6 @@ void gpupool_reset_peak_stats(gpupool *p) {
   }
   memcpy(p->agg_peak, sum, sizeof sum);
   pthread_mutex_unlock(&p->peak_lock);
-  pthread_mutex_lock(&p->slow_lock);
   for (int i = 0; i < 2; i++)
     for (int t = 0; t < GPUPOOL_STAT_TYPES; t++)
       stat_reset_peak(&p->seg_stats[i][t]);

@@ -15,18 +15,25 @@ typedef enum {
   STAT_COUNT
 } shard_stat_id;
 
-/* Adds delta to the ALL entry and to the small or large entry. */
-static inline void stat_update(gpupool_stat s[GPUPOOL_STAT_TYPES], int large, int64_t delta) {
-  gpupool_stat *t[2] = {&s[GPUPOOL_STAT_ALL], &s[large ? GPUPOOL_STAT_LARGE : GPUPOOL_STAT_SMALL]};
-  for (int i = 0; i < 2; i++) {
-    t[i]->current += delta;
-    if (delta > 0) {
-      t[i]->allocated += delta;
-      if (t[i]->current > t[i]->peak) t[i]->peak = t[i]->current;
-    } else {
-      t[i]->freed -= delta;
-    }
-  }
+static inline void stat_inc_one(gpupool_stat *s, int64_t n) {
+  s->current += n;
+  s->allocated += n;
+  if (s->current > s->peak)
+    s->peak = s->current;
+}
+
+/* Adds n >= 0 to the ALL entry and to the small or large entry. */
+static inline void stat_inc(gpupool_stat s[GPUPOOL_STAT_TYPES], int large, int64_t n) {
+  stat_inc_one(&s[GPUPOOL_STAT_ALL], n);
+  stat_inc_one(&s[GPUPOOL_STAT_SMALL + large], n);
+}
+
+/* Subtracts n >= 0 from the ALL entry and from the small or large entry. */
+static inline void stat_dec(gpupool_stat s[GPUPOOL_STAT_TYPES], int large, int64_t n) {
+  s[GPUPOOL_STAT_ALL].current -= n;
+  s[GPUPOOL_STAT_ALL].freed += n;
+  s[GPUPOOL_STAT_SMALL + large].current -= n;
+  s[GPUPOOL_STAT_SMALL + large].freed += n;
 }
 
 static inline void stat_reset_peak(gpupool_stat *s) {
