@@ -1,0 +1,145 @@
+/* gpupool as PyTorch's pluggable CUDA allocator; see torch_allocator.h.
+ *
+ * The fast path is one acquire load of the device's pool pointer; pools are
+ * created under a lock the first time a device is used, and published with a
+ * release store so that everything set up before (the record file) is
+ * visible to every thread that sees the pool. */
+#include <dlfcn.h>
+#include <inttypes.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "cxx_raise.h"
+#include "gpupool/agent.h"
+#include "torch_allocator.h"
+
+#define TORCH_MAX_DEVICES 64
+
+static _Atomic(gpupool *) pools[TORCH_MAX_DEVICES];
+static pthread_mutex_t create_lock = PTHREAD_MUTEX_INITIALIZER;
+static int setup_done; /* under create_lock */
+static FILE *record;   /* GPUPOOL_RECORD; written before the first pool is published */
+
+/* Once, before the first pool: the record file. Under create_lock. exit()
+ * flushes it; it is never closed, since PyTorch may free tensors from static
+ * destructors that run during exit. */
+static void setup_once(void) {
+  if (setup_done)
+    return;
+  setup_done = 1;
+  const char *path = getenv("GPUPOOL_RECORD");
+  if (!path || !*path)
+    return;
+  record = fopen(path, "w");
+  if (!record) {
+    fprintf(stderr, "gpupool_torch: GPUPOOL_RECORD=%s: cannot open the file; not recording\n",
+            path);
+    return;
+  }
+  char *buf = malloc(1 << 20); /* lives as long as the file: the process */
+  if (buf)
+    setvbuf(record, buf, _IOFBF, 1 << 20);
+}
+
+/* Once, after the first pool exists: the agent, when it is asked for. */
+static void start_agent_once(void) {
+  static int tried; /* under create_lock */
+  if (tried)
+    return;
+  tried = 1;
+  const char *conf = getenv("GPUPOOL_AGENT_CONF");
+  if (!conf)
+    return;
+  if (gpupool_agent_start(NULL) != GPUPOOL_OK)
+    fprintf(stderr, "gpupool_torch: the agent did not start: %s\n", gpupool_last_error());
+}
+
+/* The device's pool, created at its first use; NULL with gpupool_last_error()
+ * set when it cannot be created. */
+static gpupool *create_pool(int device) {
+  pthread_mutex_lock(&create_lock);
+  gpupool *p = atomic_load_explicit(&pools[device], memory_order_relaxed);
+  if (!p) {
+    setup_once();
+    gpupool_options opt = {0};
+    opt.name = "torch";
+    opt.device = device;
+    opt.backend = GPUPOOL_BACKEND_CUDA; /* GPUPOOL_CONF may choose another */
+    if (gpupool_create(&opt, &p) == GPUPOOL_OK) {
+      atomic_store_explicit(&pools[device], p, memory_order_release);
+      start_agent_once();
+    } else {
+      p = NULL;
+    }
+  }
+  pthread_mutex_unlock(&create_lock);
+  return p;
+}
+
+/* Whether PyTorch is in the process (its libc10 is loaded), i.e. whether the
+ * caller is its pluggable allocator. */
+static int inside_pytorch(void) {
+  void *c10 = dlopen("libc10.so", RTLD_NOW | RTLD_NOLOAD);
+  if (!c10)
+    return 0;
+  dlclose(c10); /* drops the reference NOLOAD took */
+  return 1;
+}
+
+/* PyTorch does not check the pointer a pluggable allocator returns: NULL
+ * would become a tensor at address 0 and the next kernel would fault. So
+ * inside PyTorch a failure is thrown as a C++ exception, which PyTorch raises
+ * in Python as a RuntimeError carrying this message. Elsewhere (a C program,
+ * which could not catch it) it is a line on stderr and NULL. */
+static void *fail(size_t size, int device, const char *why) {
+  char msg[768];
+  snprintf(msg, sizeof msg, "gpupool_torch: cannot allocate %zu bytes on device %d: %s", size,
+           device, why);
+  if (inside_pytorch())
+    cxx_raise_runtime_error(msg);
+  fprintf(stderr, "%s\n", msg);
+  return NULL;
+}
+
+void *gpupool_torch_malloc(size_t size, int device, void *stream) {
+  if (size == 0)
+    return NULL; /* empty tensors: PyTorch expects no storage */
+  if (device < 0 || device >= TORCH_MAX_DEVICES)
+    return fail(size, device, "no such device");
+  gpupool *p = atomic_load_explicit(&pools[device], memory_order_acquire);
+  if (!p && !(p = create_pool(device)))
+    return fail(size, device, gpupool_last_error());
+  void *ptr = NULL;
+  if (gpupool_malloc(p, &ptr, size, stream) != GPUPOOL_OK)
+    return fail(size, device, gpupool_last_error());
+  if (record)
+    fprintf(record, "a 0x%" PRIxPTR " %zu 0x%" PRIxPTR "\n", (uintptr_t)ptr, size,
+            (uintptr_t)stream);
+  return ptr;
+}
+
+void gpupool_torch_free(void *ptr, size_t size, int device, void *stream) {
+  if (!ptr)
+    return;
+  gpupool *p = gpupool_torch_pool(device);
+  if (!p) {
+    fprintf(stderr, "gpupool_torch: free of %p on device %d, which has no pool\n", ptr, device);
+    return;
+  }
+  /* Written before the free: once freed, another thread may be handed the
+   * same address and write its "a" line. */
+  if (record)
+    fprintf(record, "f 0x%" PRIxPTR "\n", (uintptr_t)ptr);
+  if (gpupool_free(p, ptr) != GPUPOOL_OK)
+    fprintf(stderr, "gpupool_torch: free of %p on device %d: %s\n", ptr, device,
+            gpupool_last_error());
+}
+
+gpupool *gpupool_torch_pool(int device) {
+  if (device < 0 || device >= TORCH_MAX_DEVICES)
+    return NULL;
+  return atomic_load_explicit(&pools[device], memory_order_acquire);
+}

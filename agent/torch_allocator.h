@@ -1,0 +1,42 @@
+/* gpupool as PyTorch's CUDA allocator, through
+ * torch.cuda.memory.CUDAPluggableAllocator(path_to_libgpupool.so,
+ *     "gpupool_torch_malloc", "gpupool_torch_free")
+ * and torch.cuda.memory.change_current_allocator (docs/torch.md).
+ *
+ * One pool per device, named "torch", on the cuda backend, created on first
+ * use; GPUPOOL_CONF (applied after those defaults) picks the strategy and the
+ * tunables, or another backend. The agent is started once, with the first
+ * pool, when GPUPOOL_AGENT_CONF is set. GPUPOOL_RECORD=path writes every
+ * allocation ("a <address> <size> <stream>") and free ("f <address>") to that
+ * file (truncated at the first allocation, flushed at exit), the trace format
+ * of bench/bench_replay.
+ *
+ * `stream` is a cudaStream_t: a pointer, declared void * here so that callers
+ * need no CUDA headers; the ABI is the same. */
+#ifndef GPUPOOL_TORCH_ALLOCATOR_H
+#define GPUPOOL_TORCH_ALLOCATOR_H
+
+#include <stddef.h>
+
+#include "gpupool/gpupool.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* NULL when size is 0 (empty tensors). On a failure (out of memory, no such
+ * device, a pool that cannot be created): inside PyTorch (libc10 loaded), a
+ * C++ std::runtime_error carrying the reason, which PyTorch raises in Python
+ * as a RuntimeError, since it does not check the pointer it is given;
+ * elsewhere, NULL and the reason in one line on stderr. */
+void *gpupool_torch_malloc(size_t size, int device, void *stream);
+void gpupool_torch_free(void *ptr, size_t size, int device, void *stream);
+
+/* The pool of device, or NULL before its first allocation (for statistics:
+ * gpupool_get_stats). */
+gpupool *gpupool_torch_pool(int device);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

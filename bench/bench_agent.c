@@ -1,0 +1,332 @@
+/* bench_agent: what the agent costs.
+ *
+ * 1. The pool's hot path (a malloc+free pair that hits the cache, host
+ *    backend, one thread) with the agent off, and on while a thread scrapes
+ *    /metrics 10 times a second: ns per pair side by side, with events
+ *    recorded (the default) and with trace_events:0.
+ * 2. The server time of one /metrics scrape with 8 devices x 4 pools (host
+ *    pools on ordinals 0..7): rendering alone and the whole handler (format
+ *    negotiation, rendering, gzip), median and p99 over many scrapes, plus a
+ *    loopback HTTP round trip for scale.
+ *
+ *   bench_agent [--quick]
+ *
+ * Exit status 1 when a measurement failed. */
+#include <math.h>
+#include <netinet/in.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "agent/endpoint.h"
+#include "bench_alloc.h"
+#include "bench_format.h"
+#include "exporters/metrics.h"
+#include "gpupool/agent.h"
+#include "pair_timer.h"
+
+#define ROUNDS 5
+
+/* ---- a scraper: GET /metrics every 100 ms on its own thread ---- */
+
+/* One GET; the bytes received, or -1. */
+static long fetch_metrics(int port, const char *extra_headers) {
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  if (fd < 0)
+    return -1;
+  struct sockaddr_in a = {.sin_family = AF_INET,
+                          .sin_port = htons((uint16_t)port),
+                          .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+  long total = -1;
+  if (connect(fd, (struct sockaddr *)&a, sizeof a) == 0) {
+    char req[256];
+    int n =
+        snprintf(req, sizeof req, "GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n%s\r\n",
+                 extra_headers);
+    if (send(fd, req, (size_t)n, MSG_NOSIGNAL) == n) {
+      char buf[65536];
+      ssize_t k;
+      total = 0;
+      while ((k = recv(fd, buf, sizeof buf, 0)) > 0)
+        total += k;
+      if (k < 0)
+        total = -1;
+    }
+  }
+  close(fd);
+  return total;
+}
+
+typedef struct scraper {
+  pthread_t thread;
+  atomic_int stop;
+  int port;
+  int scrapes, failures;
+} scraper;
+
+static void *scrape_loop(void *arg) {
+  scraper *s = arg;
+  while (!atomic_load(&s->stop)) {
+    if (fetch_metrics(s->port, "Accept-Encoding: gzip\r\n") > 0)
+      s->scrapes++;
+    else
+      s->failures++;
+    for (int i = 0; i < 10 && !atomic_load(&s->stop); i++) /* 100 ms, in 10 ms steps */
+      usleep(10000);
+  }
+  return NULL;
+}
+
+static int agent_start(size_t trace_events, int trace_off) {
+  gpupool_agent_options o = {.listen = "127.0.0.1:0",
+                             .cupti = GPUPOOL_CUPTI_OFF,
+                             .trace_events = trace_events,
+                             .trace_off = trace_off,
+                             .ignore_env = 1};
+  if (gpupool_agent_start(&o) != GPUPOOL_OK) {
+    fprintf(stderr, "bench_agent: %s\n", gpupool_last_error());
+    return -1;
+  }
+  return 0;
+}
+
+/* ns per pair with the agent on (and scraped) or off. mode: 0 off, 1 on with
+ * events, 2 on without events. */
+static double measure_mode(const bench_alloc *a, size_t size, const pair_plan *plan, int mode,
+                           int *scrapes) {
+  if (mode == 0)
+    return pair_ns_one_thread(a, size, NULL, plan);
+  if (agent_start(0, mode == 2) != 0)
+    return NAN;
+  scraper s = {.port = gpupool_agent_port()};
+  atomic_init(&s.stop, 0);
+  if (pthread_create(&s.thread, NULL, scrape_loop, &s) != 0) {
+    gpupool_agent_stop();
+    return NAN;
+  }
+  double ns = pair_ns_one_thread(a, size, NULL, plan);
+  atomic_store(&s.stop, 1);
+  pthread_join(s.thread, NULL);
+  gpupool_agent_stop();
+  *scrapes += s.scrapes;
+  return s.failures ? NAN : ns;
+}
+
+static int hot_path(const pair_plan *plan) {
+  static const size_t sizes[] = {512, 65536, 1 << 20};
+  bench_alloc a;
+  char why[256];
+  if (bench_alloc_gpupool(&a, "gpupool bfc", GPUPOOL_BACKEND_HOST, GPUPOOL_STRATEGY_BFC, NULL,
+                          (size_t)8 << 30, why, sizeof why) != 0) {
+    fprintf(stderr, "bench_agent: %s\n", why);
+    return -1;
+  }
+  printf("### Hot path: ns per malloc+free pair (cache hits, host backend, one thread)\n\n");
+  printf("- median of %d rounds; each round measures off, on, on without events in turn\n", ROUNDS);
+  printf("- \"on\": gpupool_agent_start (events on, default ring) and a thread GETting /metrics "
+         "(gzip) every 100 ms during the measurement\n\n");
+  printf("| size | agent off ns | agent on ns | on/off | on, trace_events:0 ns | on/off |\n");
+  printf("|---:|---:|---:|---:|---:|---:|\n");
+  int failed = 0, scrapes = 0;
+  for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++) {
+    double v[3][ROUNDS];
+    for (int r = 0; r < ROUNDS; r++)
+      for (int m = 0; m < 3; m++)
+        v[m][r] = measure_mode(&a, sizes[i], plan, m, &scrapes);
+    char size[32];
+    bench_bytes(sizes[i], size, sizeof size);
+    double med[3];
+    for (int m = 0; m < 3; m++)
+      med[m] = bench_median(v[m], ROUNDS);
+    if (isnan(med[0]) || isnan(med[1]) || isnan(med[2])) {
+      printf("| %s | failed | | | | |\n", size);
+      failed = 1;
+      continue;
+    }
+    printf("| %s | %.1f | %.1f | %.3f | %.1f | %.3f |\n", size, med[0], med[1], med[1] / med[0],
+           med[2], med[2] / med[0]);
+    fflush(stdout);
+  }
+  printf("\n- %d scrapes served during the \"on\" measurements\n\n", scrapes);
+  bench_alloc_destroy(&a);
+  return failed ? -1 : 0;
+}
+
+/* ---- the server time of one scrape ---- */
+
+static const char *no_arg(void *ctx, const char *key) {
+  (void)ctx, (void)key;
+  return NULL;
+}
+static void no_args(void *ctx, void (*fn)(void *, const char *, const char *), void *arg) {
+  (void)ctx, (void)fn, (void)arg;
+}
+
+static int cmp_double(const void *a, const void *b) {
+  double x = *(const double *)a, y = *(const double *)b;
+  return x < y ? -1 : x > y;
+}
+
+typedef struct timing {
+  double median_us, p99_us;
+  size_t bytes;
+} timing;
+
+static void summarise(double *us, int n, timing *t) {
+  qsort(us, (size_t)n, sizeof us[0], cmp_double);
+  t->median_us = us[n / 2];
+  t->p99_us = us[(n * 99) / 100];
+}
+
+/* The /metrics handler as the server calls it. */
+static int time_endpoint(const char *accept, const char *encoding, int n, timing *t) {
+  double *us = malloc((size_t)n * sizeof *us);
+  endpoint_args args = {
+      .get = no_arg, .each = no_args, .accept = accept, .accept_encoding = encoding};
+  for (int i = 0; i < n; i++) {
+    endpoint_body body = {0};
+    uint64_t t0 = bench_clock_ns();
+    metrics_endpoint(&args, &body);
+    us[i] = (double)(bench_clock_ns() - t0) / 1e3;
+    t->bytes = body.len;
+    free(body.data);
+    if (body.status != 200) {
+      free(us);
+      return -1;
+    }
+  }
+  summarise(us, n, t);
+  free(us);
+  return 0;
+}
+
+/* Rendering alone, into a buffer reused like the handler's. */
+static int time_render(prom_format f, int n, timing *t) {
+  double *us = malloc((size_t)n * sizeof *us);
+  for (int i = 0; i < n; i++) {
+    prom_buf b;
+    prom_buf_init(&b, 1 << 20);
+    uint64_t t0 = bench_clock_ns();
+    int rc = metrics_render(&b, f);
+    us[i] = (double)(bench_clock_ns() - t0) / 1e3;
+    t->bytes = b.len;
+    prom_buf_free(&b);
+    if (rc != 0) {
+      free(us);
+      return -1;
+    }
+  }
+  summarise(us, n, t);
+  free(us);
+  return 0;
+}
+
+static int time_http(int port, const char *headers, int n, timing *t) {
+  double *us = malloc((size_t)n * sizeof *us);
+  for (int i = 0; i < n; i++) {
+    uint64_t t0 = bench_clock_ns();
+    long bytes = fetch_metrics(port, headers);
+    us[i] = (double)(bench_clock_ns() - t0) / 1e3;
+    if (bytes <= 0) {
+      free(us);
+      return -1;
+    }
+    t->bytes = (size_t)bytes;
+  }
+  summarise(us, n, t);
+  free(us);
+  return 0;
+}
+
+#define DEVICES          8
+#define POOLS_PER_DEVICE 4
+
+static int scrape_time(int n) {
+  gpupool *pools[DEVICES * POOLS_PER_DEVICE];
+  int made = 0, failed = 0;
+  for (int d = 0; d < DEVICES; d++) {
+    for (int k = 0; k < POOLS_PER_DEVICE; k++) {
+      char name[32];
+      snprintf(name, sizeof name, "pool%d", k);
+      gpupool_options o = {.name = name,
+                           .device = d,
+                           .backend = GPUPOOL_BACKEND_HOST,
+                           .host_capacity = (size_t)1 << 30,
+                           .ignore_env = 1};
+      if (gpupool_create(&o, &pools[made]) != GPUPOOL_OK) {
+        fprintf(stderr, "bench_agent: %s\n", gpupool_last_error());
+        failed = 1;
+        break;
+      }
+      void *p;
+      for (int i = 0; i < 64; i++) /* blocks of many sizes: a filled histogram */
+        if (gpupool_malloc(pools[made], &p, (size_t)(i + 1) * 3000 + (size_t)i * i * 1000, NULL) ==
+                GPUPOOL_OK &&
+            i % 3 == 0)
+          gpupool_free(pools[made], p);
+      made++;
+    }
+  }
+  if (!failed && agent_start(0, 0) != 0)
+    failed = 1;
+  if (!failed) {
+    printf("### Server time of one /metrics scrape: %d devices x %d pools (host backend)\n\n",
+           DEVICES, POOLS_PER_DEVICE);
+    printf("- %d scrapes each; the agent runs (sampler, HTTP server) meanwhile\n\n", n);
+    printf("| what | median us | p99 us | bytes |\n|---|---:|---:|---:|\n");
+    const struct {
+      const char *what;
+      int kind; /* 0 render, 1 endpoint, 2 http */
+      prom_format format;
+      const char *accept, *encoding;
+    } rows[] = {
+        {"render, text 0.0.4", 0, PROM_FORMAT_TEXT, NULL, NULL},
+        {"render, OpenMetrics", 0, PROM_FORMAT_OPENMETRICS, NULL, NULL},
+        {"handler, text", 1, 0, NULL, NULL},
+        {"handler, text + gzip", 1, 0, NULL, "gzip"},
+        {"handler, OpenMetrics + gzip (as Prometheus asks)", 1, 0,
+         "application/openmetrics-text;version=1.0.0,text/plain;version=0.0.4;q=0.5", "gzip"},
+        {"HTTP round trip on loopback, text", 2, 0, "", NULL},
+        {"HTTP round trip on loopback, gzip", 2, 0, "Accept-Encoding: gzip\r\n", NULL},
+    };
+    for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++) {
+      timing t = {0};
+      int rc = rows[i].kind == 0   ? time_render(rows[i].format, n, &t)
+               : rows[i].kind == 1 ? time_endpoint(rows[i].accept, rows[i].encoding, n, &t)
+                                   : time_http(gpupool_agent_port(), rows[i].accept, n / 4, &t);
+      if (rc != 0) {
+        printf("| %s | failed | | |\n", rows[i].what);
+        failed = 1;
+        continue;
+      }
+      printf("| %s | %.1f | %.1f | %zu |\n", rows[i].what, t.median_us, t.p99_us, t.bytes);
+      fflush(stdout);
+    }
+    printf("\n- throughput on loopback: run the agent (e.g. examples/demo) and\n"
+           "  `wrk -t2 -c8 -d10s -H 'Accept-Encoding: gzip' http://127.0.0.1:9477/metrics`\n\n");
+    gpupool_agent_stop();
+  }
+  for (int i = 0; i < made; i++)
+    gpupool_destroy(pools[i]);
+  return failed ? -1 : 0;
+}
+
+int main(int argc, char **argv) {
+  int quick = argc > 1 && !strcmp(argv[1], "--quick");
+  if (argc > 2 || (argc == 2 && !quick)) {
+    fprintf(stderr, "usage: bench_agent [--quick]\n");
+    return 2;
+  }
+  const pair_plan plan = quick
+                             ? (pair_plan){.warmup_ns = 2000000, .batch_ns = 20000000, .reps = 3}
+                             : (pair_plan){.warmup_ns = 10000000, .batch_ns = 100000000, .reps = 7};
+  printf("## bench_agent%s\n\n", quick ? " (--quick: few repetitions)" : "");
+  printf("- gpupool %s\n\n", GPUPOOL_VERSION);
+  int failed = hot_path(&plan) != 0;
+  failed |= scrape_time(quick ? 200 : 2000) != 0;
+  return failed;
+}

@@ -1,0 +1,432 @@
+#!/usr/bin/env python3
+"""PyTorch as a real client of gpupool, on a GPU.
+
+Trains two small models on synthetic data (no downloads): a transformer
+language model with a different sequence length every step, and a CNN with
+varying batch sizes. Each model is trained twice, in separate processes (the
+allocator can only be changed before the first CUDA allocation): once with
+PyTorch's own caching allocator and once with gpupool plugged in through
+CUDAPluggableAllocator. Same seed, deterministic settings. Then compares the
+losses step by step, reports steps/s, and leaves one allocation trace per run
+(bench/trace_file.h format) for bench_replay:
+
+- gpupool runs: GPUPOOL_RECORD (agent/torch_allocator.c) writes the trace, and
+  the agent (GPUPOOL_AGENT_CONF, ephemeral port) is scraped at /metrics during
+  the run;
+- PyTorch runs: torch.cuda.memory._record_memory_history + _snapshot, whose
+  alloc / free_requested entries are written in the same format.
+
+    torch_train.py --lib build/libgpupool.so --outdir DIR [--lm-steps 300] [--cnn-steps 200]
+
+Exit status 0 when every run finished and the losses match (within --rtol).
+"""
+import argparse
+import json
+import math
+import os
+import re
+import subprocess
+import sys
+import threading
+import time
+import urllib.request
+
+MODELS = ("lm", "cnn")
+ALLOCATORS = ("torch", "gpupool")
+WARMUP_STEPS = 10  # not counted in steps/s
+
+
+# ---------------------------------------------------------------- the child
+
+
+def make_lm(torch, nn, vocab, d, heads, layers):
+    class Block(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.ln1 = nn.LayerNorm(d)
+            self.qkv = nn.Linear(d, 3 * d)
+            self.proj = nn.Linear(d, d)
+            self.ln2 = nn.LayerNorm(d)
+            self.mlp = nn.Sequential(nn.Linear(d, 4 * d), nn.GELU(), nn.Linear(4 * d, d))
+
+        def forward(self, x, mask):
+            b, t, _ = x.shape
+            q, k, v = self.qkv(self.ln1(x)).split(d, dim=2)
+            q, k, v = (z.view(b, t, heads, d // heads).transpose(1, 2) for z in (q, k, v))
+            # Attention written out (no fused kernel): deterministic backward.
+            att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(d // heads))
+            att = att.masked_fill(mask[:t, :t], float("-inf")).softmax(dim=-1)
+            y = (att @ v).transpose(1, 2).reshape(b, t, d)
+            x = x + self.proj(y)
+            return x + self.mlp(self.ln2(x))
+
+    class LM(nn.Module):
+        def __init__(self, max_len):
+            super().__init__()
+            self.tok = nn.Embedding(vocab, d)
+            self.pos = nn.Embedding(max_len, d)
+            self.blocks = nn.ModuleList(Block() for _ in range(layers))
+            self.ln = nn.LayerNorm(d)
+            self.head = nn.Linear(d, vocab, bias=False)
+            self.register_buffer(
+                "mask", torch.triu(torch.ones(max_len, max_len, dtype=torch.bool), diagonal=1))
+
+        def forward(self, idx):
+            t = idx.shape[1]
+            x = self.tok(idx) + self.pos(torch.arange(t, device=idx.device))
+            for blk in self.blocks:
+                x = blk(x, self.mask)
+            return self.head(self.ln(x))
+
+    return LM
+
+
+def lm_batches(torch, steps, vocab, seed):
+    """Sequences of an affine recurrence x[t+1] = (a x[t] + c) mod vocab, a and
+    c drawn from a few choices: learnable, so the loss falls."""
+    g = torch.Generator().manual_seed(seed)
+    lengths = [64, 96, 128, 192, 256, 384, 512]
+    mults = torch.tensor([3, 5, 7, 11])
+    for _ in range(steps):
+        t = lengths[int(torch.randint(len(lengths), (1,), generator=g))]
+        b = 16
+        a = mults[torch.randint(len(mults), (b, 1), generator=g)]
+        c = torch.randint(vocab, (b, 1), generator=g)
+        x = torch.empty(b, t + 1, dtype=torch.long)
+        x[:, 0] = torch.randint(vocab, (b,), generator=g)
+        for i in range(t):
+            x[:, i + 1] = (a[:, 0] * x[:, i] + c[:, 0]) % vocab
+        yield x[:, :-1], x[:, 1:]
+
+
+def make_cnn(nn, classes):
+    """Strided convolutions and a global mean instead of pooling layers, whose
+    CUDA backward passes use atomics and are not deterministic."""
+
+    class GlobalMean(nn.Module):
+        def forward(self, x):
+            return x.mean(dim=(2, 3))
+
+    def block(cin, cout, stride):
+        return nn.Sequential(nn.Conv2d(cin, cout, 3, stride=stride, padding=1, bias=False),
+                             nn.BatchNorm2d(cout), nn.ReLU(),
+                             nn.Conv2d(cout, cout, 3, padding=1, bias=False),
+                             nn.BatchNorm2d(cout), nn.ReLU())
+
+    return nn.Sequential(block(3, 32, 1), block(32, 64, 2), block(64, 128, 2), GlobalMean(),
+                         nn.Linear(128, classes))
+
+
+def cnn_batches(torch, steps, classes, seed):
+    """Noise plus a class-dependent pattern, batch sizes varying."""
+    g = torch.Generator().manual_seed(seed)
+    patterns = torch.randn(classes, 3, 32, 32, generator=g)
+    sizes = [32, 48, 64, 96]
+    for _ in range(steps):
+        b = sizes[int(torch.randint(len(sizes), (1,), generator=g))]
+        y = torch.randint(classes, (b,), generator=g)
+        x = patterns[y] + 0.8 * torch.randn(b, 3, 32, 32, generator=g)
+        yield x, y
+
+
+class Scraper(threading.Thread):
+    """Polls the agent's /metrics during a gpupool run."""
+
+    WANTED = ("gpupool_reserved_bytes", "gpupool_allocated_bytes", "gpupool_peak_reserved_bytes",
+              "gpupool_peak_allocated_bytes", "gpupool_allocations_total", "gpupool_segments",
+              "gpupool_frees_total", "gpupool_ooms_total")
+    LINE = re.compile(r'^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{[^}]*\})?\s+(\S+)')
+
+    def __init__(self, port_fn, interval):
+        super().__init__(daemon=True)
+        self.port_fn, self.interval = port_fn, interval
+        self.ok = self.failed = 0
+        self.last, self.max_reserved, self.error = {}, 0.0, ""
+        self.stop = threading.Event()
+
+    def scrape(self):
+        port = self.port_fn()
+        if not port:
+            return False
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as r:
+                text = r.read().decode()
+        except Exception as e:  # the agent must never stop training; count and go on
+            self.failed += 1
+            self.error = str(e)
+            return False
+        sample = {}
+        for line in text.splitlines():
+            m = self.LINE.match(line)
+            if not m or m.group(1) not in self.WANTED or 'pool="torch"' not in (m.group(2) or ""):
+                continue
+            key = m.group(1) + (re.sub(r'.*source="(\w+)".*', r'{source="\1"}', m.group(2))
+                                if "source=" in m.group(2) else "")
+            sample[key] = sample.get(key, 0.0) + float(m.group(3))
+        self.ok += 1
+        self.last = sample
+        self.max_reserved = max(self.max_reserved, sample.get("gpupool_reserved_bytes", 0.0))
+        return True
+
+    def run(self):
+        while not self.stop.wait(self.interval):
+            self.scrape()
+
+
+def write_snapshot_trace(torch, path):
+    """PyTorch's allocation history as a bench_replay trace."""
+    snap = torch.cuda.memory._snapshot()
+    n = 0
+    with open(path, "w") as f:
+        f.write("# PyTorch caching allocator history (torch.cuda.memory._snapshot)\n")
+        for dev_trace in snap.get("device_traces", []):
+            for e in dev_trace:
+                if e["action"] == "alloc":
+                    f.write(f"a {e['addr']:#x} {e['size']} {e.get('stream', 0):#x}\n")
+                    n += 1
+                elif e["action"] == "free_requested":
+                    f.write(f"f {e['addr']:#x}\n")
+                    n += 1
+    return n
+
+
+def oom_check(torch):
+    """A request no GPU can hold must raise (for gpupool: the C++ exception
+    agent/torch_allocator.c throws), and the allocator must work after it."""
+    try:
+        torch.empty(1 << 44, dtype=torch.uint8, device="cuda")  # 16 TiB
+        raised = None
+    except RuntimeError as e:  # torch.OutOfMemoryError is one too
+        raised = f"{type(e).__name__}: {str(e).splitlines()[0][:300]}"
+    x = torch.ones(1024, device="cuda")
+    return {"raised": raised, "works_after": float(x.sum()) == 1024.0}
+
+
+def child(a):
+    import torch
+    import torch.nn as nn
+    import torch.nn.functional as F
+
+    if a.allocator == "gpupool":
+        alloc = torch.cuda.memory.CUDAPluggableAllocator(a.lib, "gpupool_torch_malloc",
+                                                         "gpupool_torch_free")
+        torch.cuda.memory.change_current_allocator(alloc)
+    torch.manual_seed(a.seed)
+    torch.use_deterministic_algorithms(True, warn_only=True)
+    torch.backends.cudnn.deterministic = True
+    torch.backends.cudnn.benchmark = False
+    dev = torch.device("cuda")
+
+    scraper = None
+    if a.allocator == "gpupool":
+        import ctypes
+        lib = ctypes.CDLL(a.lib)  # the same handle PyTorch opened: dlopen shares it
+        scraper = Scraper(lib.gpupool_agent_port, 0.5)
+        scraper.start()
+    else:
+        torch.cuda.memory._record_memory_history(enabled="all", context=None,
+                                                 max_entries=4_000_000)
+
+    if a.model == "lm":
+        vocab = 4096
+        model = make_lm(torch, nn, vocab, d=256, heads=4, layers=4)(max_len=512).to(dev)
+        batches = list(lm_batches(torch, a.steps, vocab, a.seed))  # made before timing
+        loss_of = lambda out, y: F.cross_entropy(out.reshape(-1, vocab), y.reshape(-1))
+    else:
+        classes = 10
+        model = make_cnn(nn, classes).to(dev)
+        batches = list(cnn_batches(torch, a.steps, classes, a.seed))
+        loss_of = F.cross_entropy
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+
+    losses, t0 = [], None
+    for step, (x, y) in enumerate(batches):
+        if step == WARMUP_STEPS:
+            torch.cuda.synchronize()
+            t0 = time.perf_counter()
+        x, y = x.to(dev), y.to(dev)
+        loss = loss_of(model(x), y)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+        losses.append(loss.item())  # synchronizes: same cost for both allocators
+    torch.cuda.synchronize()
+    seconds = time.perf_counter() - t0
+    oom = oom_check(torch)
+    result = {"model": a.model, "allocator": a.allocator, "steps": len(losses),
+              "timed_steps": len(losses) - WARMUP_STEPS, "seconds": seconds,
+              "steps_per_s": (len(losses) - WARMUP_STEPS) / seconds, "losses": losses,
+              "torch": torch.__version__, "device": torch.cuda.get_device_name(), "oom": oom}
+    if scraper:
+        scraper.stop.set()
+        scraper.join()
+        scraper.scrape()  # a final one, after the last step
+        result["metrics"] = {"scrapes_ok": scraper.ok, "scrapes_failed": scraper.failed,
+                             "last_error": scraper.error, "max_reserved_bytes": scraper.max_reserved,
+                             "last": scraper.last}
+    else:
+        s = torch.cuda.memory_stats()
+        result["memory_stats"] = {k: s.get(k) for k in (
+            "reserved_bytes.all.peak", "allocated_bytes.all.peak", "requested_bytes.all.peak",
+            "num_device_alloc", "num_device_free", "segment.all.allocated")}
+        result["trace_events"] = write_snapshot_trace(torch, a.trace)
+        torch.cuda.memory._record_memory_history(enabled=None)
+    with open(a.out, "w") as f:
+        json.dump(result, f)
+
+
+# ---------------------------------------------------------------- the driver
+
+
+def run_child(a, model, allocator):
+    out = os.path.join(a.outdir, f"{model}_{allocator}.json")
+    trace = os.path.join(a.outdir, f"{model}_{allocator}.trace")
+    for p in (out, trace):
+        if os.path.exists(p):
+            os.unlink(p)
+    env = dict(os.environ, CUBLAS_WORKSPACE_CONFIG=":4096:8", PYTHONHASHSEED="0",
+               PYTHONUNBUFFERED="1")
+    if allocator == "gpupool":
+        env["GPUPOOL_RECORD"] = trace
+        env.setdefault("GPUPOOL_AGENT_CONF", "listen:127.0.0.1:0")
+    steps = a.lm_steps if model == "lm" else a.cnn_steps
+    cmd = [sys.executable, os.path.abspath(__file__), "--child", "--model", model, "--allocator",
+           allocator, "--lib", a.lib, "--steps", str(steps), "--seed", str(a.seed), "--out", out,
+           "--trace", trace]
+    t = time.time()
+    try:
+        p = subprocess.run(cmd, env=env, timeout=a.timeout, capture_output=True, text=True)
+        rc, log = p.returncode, p.stdout + p.stderr
+    except subprocess.TimeoutExpired as e:
+        rc, log = "timeout", (e.stdout or b"").decode(errors="replace") + \
+            (e.stderr or b"").decode(errors="replace")
+    print(f"--- {model} / {allocator}: exit {rc} after {time.time() - t:.1f} s")
+    tail = log.strip().splitlines()[-15:]
+    for line in tail:
+        print(f"    {line}")
+    if rc != 0 or not os.path.exists(out):
+        return None
+    with open(out) as f:
+        r = json.load(f)
+    if allocator == "gpupool" and os.path.exists(trace):
+        with open(trace) as f:
+            r["trace_events"] = sum(1 for _ in f)
+    return r
+
+
+def alloc_sequence(path):
+    """The (size, is_alloc) sequence of a trace, to compare the two runs'."""
+    seq = []
+    with open(path) as f:
+        for line in f:
+            if line.startswith("a "):
+                seq.append(int(line.split()[2]))
+    return seq
+
+
+def compare(a, model, runs):
+    ref, gp = runs.get("torch"), runs.get("gpupool")
+    if not ref or not gp:
+        return False, "a run failed"
+    la, lb = ref["losses"], gp["losses"]
+    if len(la) != len(lb):
+        return False, f"{len(la)} vs {len(lb)} steps"
+    same = sum(1 for x, y in zip(la, lb) if x == y)
+    rel = max((abs(x - y) / max(abs(x), 1e-12) for x, y in zip(la, lb)), default=0.0)
+    ok = rel <= a.rtol
+    text = (f"losses: {same}/{len(la)} steps bit-identical, max relative difference {rel:.3g} "
+            f"(tolerance {a.rtol:g}); first {la[0]:.4f}, last {la[-1]:.4f} (torch) / "
+            f"{lb[-1]:.4f} (gpupool)")
+    ta = os.path.join(a.outdir, f"{model}_torch.trace")
+    tb = os.path.join(a.outdir, f"{model}_gpupool.trace")
+    if os.path.exists(ta) and os.path.exists(tb):
+        sa, sb = alloc_sequence(ta), alloc_sequence(tb)
+        text += (f"\n    allocation sequences: {len(sa)} (torch) vs {len(sb)} (gpupool) "
+                 f"allocations, sizes in order {'identical' if sa == sb else 'differ'}")
+    return ok, text
+
+
+def driver(a):
+    os.makedirs(a.outdir, exist_ok=True)
+    a.lib = os.path.realpath(a.lib)
+    results, ok = {}, True
+    for model in MODELS:
+        for allocator in ALLOCATORS:
+            results.setdefault(model, {})[allocator] = run_child(a, model, allocator)
+    print("\n| model | allocator | steps | steps/s | final loss | trace events | /metrics scrapes "
+          "| peak reserved |")
+    print("|---|---|---:|---:|---:|---:|---:|---:|")
+    for model in MODELS:
+        for allocator in ALLOCATORS:
+            r = results[model][allocator]
+            if not r:
+                print(f"| {model} | {allocator} | failed | | | | | |")
+                ok = False
+                continue
+            if allocator == "gpupool":
+                m = r.get("metrics", {})
+                scrapes = f"{m.get('scrapes_ok', 0)} ok, {m.get('scrapes_failed', 0)} failed"
+                peak = m.get("last", {}).get("gpupool_peak_reserved_bytes")
+                if not m.get("scrapes_ok"):
+                    ok = False
+            else:
+                scrapes = "-"
+                peak = r.get("memory_stats", {}).get("reserved_bytes.all.peak")
+            peak = f"{peak / 2**20:.1f} MiB" if peak else "n/a"
+            print(f"| {model} | {allocator} | {r['steps']} | {r['steps_per_s']:.2f} | "
+                  f"{r['losses'][-1]:.4f} | {r.get('trace_events', 'n/a')} | {scrapes} | {peak} |")
+    print()
+    for model in MODELS:
+        good, text = compare(a, model, results[model])
+        ok &= good
+        sp = [results[model][x]["steps_per_s"] for x in ALLOCATORS if results[model][x]]
+        if len(sp) == 2:
+            text += f"\n    steps/s gpupool / torch: {sp[1] / sp[0]:.3f}"
+        print(f"{model}: {'MATCH' if good else 'MISMATCH'}\n    {text}")
+    for model in MODELS:
+        for allocator in ALLOCATORS:
+            r = results[model][allocator]
+            if not r:
+                continue
+            oom = r.get("oom", {})
+            good = bool(oom.get("raised")) and oom.get("works_after") and (
+                allocator != "gpupool" or "gpupool" in oom["raised"])
+            ok &= good
+            print(f"{model} / {allocator}: 16 TiB request {'raised' if oom.get('raised') else 'did NOT raise'}"
+                  f" ({oom.get('raised')}); allocator works after: {oom.get('works_after')}"
+                  f" -> {'ok' if good else 'FAIL'}")
+    for model in MODELS:
+        r = results[model].get("gpupool")
+        if r and r.get("metrics", {}).get("last"):
+            print(f"{model} gpupool, last /metrics sample (pool=\"torch\"): "
+                  f"{json.dumps(r['metrics']['last'], sort_keys=True)}")
+    with open(os.path.join(a.outdir, "summary.json"), "w") as f:
+        json.dump(results, f)
+    print(f"\ntorch_train: {'PASS' if ok else 'FAIL'}")
+    return 0 if ok else 1
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--lib", required=True, help="libgpupool.so")
+    ap.add_argument("--outdir", default="torch_train_out")
+    ap.add_argument("--lm-steps", type=int, default=300)
+    ap.add_argument("--cnn-steps", type=int, default=200)
+    ap.add_argument("--seed", type=int, default=1234)
+    ap.add_argument("--rtol", type=float, default=1e-5)
+    ap.add_argument("--timeout", type=float, default=150, help="seconds per training process")
+    ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
+    ap.add_argument("--model", choices=MODELS, help=argparse.SUPPRESS)
+    ap.add_argument("--allocator", choices=ALLOCATORS, help=argparse.SUPPRESS)
+    ap.add_argument("--steps", type=int, help=argparse.SUPPRESS)
+    ap.add_argument("--out", help=argparse.SUPPRESS)
+    ap.add_argument("--trace", help=argparse.SUPPRESS)
+    a = ap.parse_args()
+    if a.child:
+        child(a)
+        return 0
+    return driver(a)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,183 @@
+/* gpupool_torch_malloc/free (agent/torch_allocator.c) on the host backend:
+ * GPUPOOL_CONF, applied after the cuda default, moves the pools there. Each
+ * Criterion test runs in its own process, so each starts with no pools. */
+#include <criterion/criterion.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "agent/torch_allocator.h"
+#include "gpupool/agent.h"
+#include "gpupool/host.h"
+
+static void host_pools(void) {
+  setenv("GPUPOOL_CONF", "backend:host,host_capacity_mb:64", 1);
+  unsetenv("GPUPOOL_AGENT_CONF");
+  unsetenv("GPUPOOL_RECORD");
+}
+
+static gpupool_stats stats_of(int device) {
+  gpupool_stats s;
+  memset(&s, 0, sizeof s);
+  cr_assert_eq(gpupool_get_stats(gpupool_torch_pool(device), &s), GPUPOOL_OK);
+  return s;
+}
+
+Test(torch_allocator, first_malloc_creates_the_torch_pool, .init = host_pools) {
+  cr_assert_null(gpupool_torch_pool(0));
+  char *p = gpupool_torch_malloc(1000, 0, NULL);
+  cr_assert_not_null(p);
+  memset(p, 0xab, 1000); /* real, writable memory */
+  gpupool *pool = gpupool_torch_pool(0);
+  cr_assert_not_null(pool);
+  cr_assert_str_eq(gpupool_name(pool), "torch");
+  cr_assert_str_eq(gpupool_backend_name(pool), "host");
+  cr_assert_eq(stats_of(0).allocation[GPUPOOL_STAT_ALL].current, 1);
+  cr_assert_eq(stats_of(0).requested_bytes[GPUPOOL_STAT_ALL].current, 1000);
+  gpupool_torch_free(p, 1000, 0, NULL);
+  cr_assert_eq(stats_of(0).allocation[GPUPOOL_STAT_ALL].current, 0);
+  cr_assert_eq(gpupool_torch_pool(0), pool, "the pool outlives its allocations");
+}
+
+Test(torch_allocator, size_zero_is_null_without_a_pool, .init = host_pools) {
+  cr_assert_null(gpupool_torch_malloc(0, 0, NULL));
+  cr_assert_null(gpupool_torch_pool(0));
+  gpupool_torch_free(NULL, 0, 0, NULL); /* a no-op, like free(NULL) */
+}
+
+Test(torch_allocator, out_of_memory_is_null_and_the_pool_goes_on, .init = host_pools) {
+  void *small = gpupool_torch_malloc(4096, 0, NULL);
+  cr_assert_not_null(small);
+  cr_assert_null(gpupool_torch_malloc((size_t)128 << 20, 0, NULL), "128 MiB on a 64 MiB device");
+  gpupool_stats s = stats_of(0);
+  cr_assert_eq(s.num_ooms, 1);
+  cr_assert_eq(s.allocation[GPUPOOL_STAT_ALL].current, 1, "the live allocation is untouched");
+  void *again = gpupool_torch_malloc((size_t)1 << 20, 0, NULL);
+  cr_assert_not_null(again);
+  gpupool_torch_free(again, (size_t)1 << 20, 0, NULL);
+  gpupool_torch_free(small, 4096, 0, NULL);
+  cr_assert_eq(stats_of(0).allocation[GPUPOOL_STAT_ALL].current, 0);
+}
+
+Test(torch_allocator, devices_out_of_range_get_null, .init = host_pools) {
+  cr_assert_null(gpupool_torch_malloc(16, -1, NULL));
+  cr_assert_null(gpupool_torch_malloc(16, 64, NULL));
+  cr_assert_null(gpupool_torch_pool(-1));
+  cr_assert_null(gpupool_torch_pool(64));
+}
+
+Test(torch_allocator, one_pool_per_device, .init = host_pools) {
+  void *a = gpupool_torch_malloc(512, 0, NULL);
+  void *b = gpupool_torch_malloc(512, 1, NULL);
+  cr_assert(a && b);
+  cr_assert_neq(gpupool_torch_pool(0), gpupool_torch_pool(1));
+  cr_assert_eq(gpupool_device(gpupool_torch_pool(0)), 0);
+  cr_assert_eq(gpupool_device(gpupool_torch_pool(1)), 1);
+  cr_assert_eq(stats_of(0).allocation[GPUPOOL_STAT_ALL].current, 1);
+  cr_assert_eq(stats_of(1).allocation[GPUPOOL_STAT_ALL].current, 1);
+  gpupool_torch_free(a, 512, 0, NULL);
+  gpupool_torch_free(b, 512, 1, NULL);
+}
+
+Test(torch_allocator, streams_are_passed_to_the_pool, .init = host_pools) {
+  gpupool_host_stream *s = gpupool_host_stream_create();
+  void *a = gpupool_torch_malloc(4096, 0, s);
+  cr_assert_not_null(a);
+  gpupool_torch_free(a, 4096, 0, s);
+  /* Reused at once on its own stream: a cache hit, no new segment. */
+  uint64_t device_allocs = stats_of(0).num_device_alloc;
+  void *b = gpupool_torch_malloc(4096, 0, s);
+  cr_assert_eq(b, a);
+  cr_assert_eq(stats_of(0).num_device_alloc, device_allocs);
+  gpupool_torch_free(b, 4096, 0, s);
+  gpupool_host_stream_destroy(s);
+}
+
+Test(torch_allocator, foreign_free_changes_nothing, .init = host_pools) {
+  void *a = gpupool_torch_malloc(4096, 0, NULL);
+  cr_assert_not_null(a);
+  int local;
+  gpupool_torch_free(&local, sizeof local, 0, NULL); /* never from the pool */
+  gpupool_torch_free(a, 4096, 1, NULL);              /* device 1 has no pool */
+  cr_assert_eq(stats_of(0).allocation[GPUPOOL_STAT_ALL].current, 1);
+  gpupool_torch_free(a, 4096, 0, NULL);
+  cr_assert_eq(stats_of(0).allocation[GPUPOOL_STAT_ALL].current, 0);
+}
+
+Test(torch_allocator, bad_conf_gives_null_not_a_crash) {
+  setenv("GPUPOOL_CONF", "backend:host,strategy:bogus", 1);
+  unsetenv("GPUPOOL_AGENT_CONF");
+  cr_assert_null(gpupool_torch_malloc(512, 0, NULL));
+  cr_assert_null(gpupool_torch_malloc(512, 0, NULL), "still refused, and quietly");
+  cr_assert_null(gpupool_torch_pool(0));
+}
+
+Test(torch_allocator, agent_starts_from_its_conf, .init = host_pools) {
+  setenv("GPUPOOL_AGENT_CONF", "listen:127.0.0.1:0,cupti:off", 1);
+  cr_assert_eq(gpupool_agent_port(), 0);
+  void *a = gpupool_torch_malloc(512, 0, NULL);
+  cr_assert_not_null(a);
+  cr_assert_gt(gpupool_agent_port(), 0, "the agent serves once the first pool exists");
+  gpupool_torch_free(a, 512, 0, NULL);
+  gpupool_agent_stop();
+}
+
+Test(torch_allocator, a_failing_agent_does_not_stop_allocations, .init = host_pools) {
+  setenv("GPUPOOL_AGENT_CONF", "listen:not-an-address,cupti:off", 1);
+  void *a = gpupool_torch_malloc(512, 0, NULL);
+  cr_assert_not_null(a);
+  cr_assert_eq(gpupool_agent_port(), 0);
+  gpupool_torch_free(a, 512, 0, NULL);
+}
+
+/* GPUPOOL_RECORD: the child allocates and exits (exit flushes the file); the
+ * parent reads what it wrote. */
+Test(torch_allocator, record_writes_the_trace, .init = host_pools) {
+  char path[] = "/tmp/gpupool_torch_record_XXXXXX";
+  int fd = mkstemp(path);
+  cr_assert_geq(fd, 0);
+  close(fd);
+  pid_t pid = fork();
+  cr_assert_geq(pid, 0);
+  if (pid == 0) {
+    setenv("GPUPOOL_RECORD", path, 1);
+    gpupool_host_stream *s = gpupool_host_stream_create();
+    void *a = gpupool_torch_malloc(1000, 0, s);
+    void *b = gpupool_torch_malloc(2048, 0, NULL);
+    gpupool_torch_malloc(0, 0, NULL); /* not recorded */
+    gpupool_torch_free(a, 1000, 0, s);
+    gpupool_torch_free(b, 2048, 0, NULL);
+    exit(a && b ? 0 : 1);
+  }
+  int status = 0;
+  cr_assert_eq(waitpid(pid, &status, 0), pid);
+  cr_assert(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+
+  FILE *f = fopen(path, "r");
+  cr_assert_not_null(f);
+  char line[4][128];
+  int n = 0;
+  while (n < 4 && fgets(line[n], sizeof line[n], f))
+    n++;
+  char extra[128];
+  cr_assert_null(fgets(extra, sizeof extra, f), "exactly four lines");
+  fclose(f);
+  unlink(path);
+  cr_assert_eq(n, 4);
+  uintptr_t a, b, fa, fb, sa, sb;
+  size_t za, zb;
+  cr_assert_eq(sscanf(line[0], "a 0x%" SCNxPTR " %zu 0x%" SCNxPTR, &a, &za, &sa), 3, "%s", line[0]);
+  cr_assert_eq(sscanf(line[1], "a 0x%" SCNxPTR " %zu 0x%" SCNxPTR, &b, &zb, &sb), 3, "%s", line[1]);
+  cr_assert_eq(sscanf(line[2], "f 0x%" SCNxPTR, &fa), 1, "%s", line[2]);
+  cr_assert_eq(sscanf(line[3], "f 0x%" SCNxPTR, &fb), 1, "%s", line[3]);
+  cr_assert_eq(za, 1000);
+  cr_assert_eq(zb, 2048);
+  cr_assert_neq(sa, 0, "the simulated stream's handle");
+  cr_assert_eq(sb, 0, "the default stream");
+  cr_assert_neq(a, b);
+  cr_assert_eq(fa, a);
+  cr_assert_eq(fb, b);
+}
