@@ -15,6 +15,7 @@
 #include "agent_health.h"
 #include "cupti.h"
 #include "exporters/metrics.h"
+#include "exporters/trace_writer.h"
 #include "gpupool/agent.h"
 #include "http.h"
 #include "pool/clock.h"
@@ -37,21 +38,6 @@ static gpupool_status agent_fail(gpupool_status s, const char *reason) {
   return pool_fail(s, "gpupool agent: %s", reason);
 }
 
-/* Writes the trace to path through a temporary file, so that a reader never
- * sees half a trace. */
-static void write_trace_file(const char *path) {
-  char tmp[PATH_MAX + 16];
-  snprintf(tmp, sizeof tmp, "%s.tmp", path);
-  FILE *f = fopen(tmp, "w");
-  gpupool_status s = f ? gpupool_trace_write(f) : GPUPOOL_ERR_BACKEND;
-  int closed = f ? fclose(f) == 0 : 0;
-  if (s == GPUPOOL_OK && closed && rename(tmp, path) == 0)
-    return;
-  if (f)
-    unlink(tmp);
-  fprintf(stderr, "gpupool agent: could not write the trace to %s\n", path);
-}
-
 /* finished: the agent ran (write the trace file), as opposed to a start
  * that failed half-way. */
 static void stop_locked(int finished) {
@@ -59,7 +45,7 @@ static void stop_locked(int finished) {
   sampler_stop();
   cupti_stop();
   if (finished && g_cfg.trace_file[0])
-    write_trace_file(g_cfg.trace_file);
+    trace_write_file(g_cfg.trace_file); /* says why on stderr if it cannot */
   if (g_cfg.trace_events)
     pool_events_disable();
   sd_file_remove(g_sd_path);

@@ -1,0 +1,195 @@
+#include "trace_counters.h"
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <string.h>
+
+#include "pool/clock.h"
+#include "pool/pool_view.h"
+#include "pool/registry.h"
+
+/* The ring uses the seqlock slot protocol of pool/event_ring.c: the writer of
+ * sample n stores seq = 2n+1, the payload, then seq = 2n+2; a reader accepts
+ * the payload only if seq read 2n+2 before and after copying it. Payload words
+ * are relaxed atomics so concurrent copies are well-defined (TSan-clean). The
+ * array is static: untouched pages of it cost no memory. */
+#define WORDS (sizeof(counter_sample) / sizeof(uint64_t))
+#define MASK  (TRACE_COUNTERS_CAPACITY - 1)
+_Static_assert((TRACE_COUNTERS_CAPACITY & MASK) == 0, "capacity must be a power of two");
+_Static_assert(sizeof(counter_sample) % sizeof(uint64_t) == 0, "whole words");
+
+typedef struct slot {
+  _Atomic uint64_t seq;
+  _Atomic uint64_t word[WORDS];
+} slot;
+
+static slot ring[TRACE_COUNTERS_CAPACITY];
+static _Atomic uint64_t head;  /* samples ever appended */
+static _Atomic uint64_t start; /* head at the last reset: older samples are gone */
+
+/* writer_lock serialises writers (sample, reset); table_lock guards the pool
+ * table and is taken last (inside the registry's lock while sampling). */
+static pthread_mutex_t writer_lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_mutex_t table_lock = PTHREAD_MUTEX_INITIALIZER;
+
+typedef struct table_entry {
+  trace_pool_info info;
+  uint64_t last_seen; /* sampling round, for eviction */
+  int used;
+} table_entry;
+static table_entry table[TRACE_POOL_TABLE_SIZE];
+static uint64_t round_no;
+
+static void push(const counter_sample *cs) {
+  uint64_t n = atomic_load_explicit(&head, memory_order_relaxed);
+  slot *s = &ring[n & MASK];
+  uint64_t w[WORDS];
+  memcpy(w, cs, sizeof w);
+  atomic_store_explicit(&s->seq, 2 * n + 1, memory_order_relaxed);
+  atomic_thread_fence(memory_order_release);
+  for (size_t i = 0; i < WORDS; i++)
+    atomic_store_explicit(&s->word[i], w[i], memory_order_relaxed);
+  atomic_store_explicit(&s->seq, 2 * n + 2, memory_order_release);
+  atomic_store_explicit(&head, n + 1, memory_order_release);
+}
+
+static void copy_str(char *dst, size_t size, const char *src) {
+  size_t n = src ? strnlen(src, size - 1) : 0;
+  if (n)
+    memcpy(dst, src, n);
+  dst[n] = '\0';
+}
+
+/* Remembers (or refreshes) pool p; when the table is full, the pool seen
+ * least recently is forgotten. */
+static void remember(gpupool *p, uint32_t id) {
+  pthread_mutex_lock(&table_lock);
+  table_entry *slot_for = NULL, *oldest = NULL;
+  for (size_t i = 0; i < TRACE_POOL_TABLE_SIZE; i++) {
+    table_entry *e = &table[i];
+    if (e->used && e->info.id == id) {
+      slot_for = e;
+      break;
+    }
+    if (!oldest || !e->used || (oldest->used && e->last_seen < oldest->last_seen))
+      oldest = e;
+  }
+  if (!slot_for) {
+    slot_for = oldest;
+    memset(slot_for, 0, sizeof *slot_for);
+    slot_for->used = 1;
+    slot_for->info.id = id;
+    slot_for->info.device = gpupool_device(p);
+    copy_str(slot_for->info.name, sizeof slot_for->info.name, gpupool_name(p));
+    copy_str(slot_for->info.backend, sizeof slot_for->info.backend, gpupool_backend_name(p));
+    copy_str(slot_for->info.strategy, sizeof slot_for->info.strategy, gpupool_strategy_name(p));
+  }
+  slot_for->last_seen = round_no;
+  pthread_mutex_unlock(&table_lock);
+}
+
+static void sample_pool(gpupool *p, void *arg) {
+  uint64_t now = *(const uint64_t *)arg;
+  gpupool_stats st;
+  if (gpupool_get_stats(p, &st) != GPUPOOL_OK)
+    return;
+  uint32_t id = pool_id(p);
+  remember(p, id);
+  counter_sample cs = {
+      .ts_ns = now,
+      .pool_id = id,
+      .device = gpupool_device(p),
+      .allocated = (uint64_t)st.allocated_bytes[GPUPOOL_STAT_ALL].current,
+      .reserved = (uint64_t)st.reserved_bytes[GPUPOOL_STAT_ALL].current,
+      .requested = (uint64_t)st.requested_bytes[GPUPOOL_STAT_ALL].current,
+      .from_cache = st.num_cache_hits,
+      .from_device = st.num_device_sourced,
+  };
+  push(&cs);
+}
+
+void trace_counters_sample(void) {
+  pthread_mutex_lock(&writer_lock);
+  pthread_mutex_lock(&table_lock);
+  round_no++;
+  pthread_mutex_unlock(&table_lock);
+  /* One timestamp per round: the samples of all pools line up in the trace,
+   * and the ring stays ordered by time. */
+  uint64_t now = clock_realtime_ns();
+  registry_foreach(sample_pool, &now);
+  pthread_mutex_unlock(&writer_lock);
+}
+
+void trace_counters_reset(void) {
+  pthread_mutex_lock(&writer_lock);
+  atomic_store_explicit(&start, atomic_load(&head), memory_order_release);
+  pthread_mutex_lock(&table_lock);
+  memset(table, 0, sizeof table);
+  round_no = 0;
+  pthread_mutex_unlock(&table_lock);
+  pthread_mutex_unlock(&writer_lock);
+}
+
+size_t trace_counters_read(uint64_t *cursor, counter_sample *out, size_t max, uint64_t *skipped) {
+  size_t got = 0;
+  uint64_t first = atomic_load_explicit(&start, memory_order_acquire);
+  if (*cursor < first)
+    *cursor = first; /* before a reset: not lost, forgotten on purpose */
+  while (got < max) {
+    uint64_t h = atomic_load_explicit(&head, memory_order_acquire);
+    uint64_t n = *cursor;
+    if (n >= h)
+      break;
+    if (h - n > TRACE_COUNTERS_CAPACITY) {
+      *skipped += h - TRACE_COUNTERS_CAPACITY - n;
+      *cursor = n = h - TRACE_COUNTERS_CAPACITY;
+    }
+    slot *s = &ring[n & MASK];
+    uint64_t before = atomic_load_explicit(&s->seq, memory_order_acquire);
+    uint64_t w[WORDS];
+    for (size_t i = 0; i < WORDS; i++)
+      w[i] = atomic_load_explicit(&s->word[i], memory_order_relaxed);
+    atomic_thread_fence(memory_order_acquire);
+    uint64_t after = atomic_load_explicit(&s->seq, memory_order_relaxed);
+    *cursor = n + 1;
+    if (before != 2 * n + 2 || after != before) {
+      *skipped += 1; /* overwritten while we copied it */
+      continue;
+    }
+    memcpy(&out[got++], w, sizeof w);
+  }
+  return got;
+}
+
+uint64_t trace_counters_head(void) {
+  return atomic_load_explicit(&head, memory_order_acquire);
+}
+
+uint64_t trace_counters_dropped(void) {
+  uint64_t h = trace_counters_head();
+  uint64_t kept = h - atomic_load_explicit(&start, memory_order_acquire);
+  return kept > TRACE_COUNTERS_CAPACITY ? kept - TRACE_COUNTERS_CAPACITY : 0;
+}
+
+size_t trace_counters_capacity(void) {
+  return TRACE_COUNTERS_CAPACITY;
+}
+
+size_t trace_counters_pools(trace_pool_info *out, size_t max) {
+  size_t n = 0;
+  pthread_mutex_lock(&table_lock);
+  for (size_t i = 0; i < TRACE_POOL_TABLE_SIZE && n < max; i++)
+    if (table[i].used)
+      out[n++] = table[i].info;
+  pthread_mutex_unlock(&table_lock);
+  return n;
+}
+
+int trace_counters_knows_name(const char *name) {
+  int found = 0;
+  pthread_mutex_lock(&table_lock);
+  for (size_t i = 0; i < TRACE_POOL_TABLE_SIZE && !found; i++)
+    found = table[i].used && strcmp(table[i].info.name, name) == 0;
+  pthread_mutex_unlock(&table_lock);
+  return found;
+}

@@ -1,0 +1,69 @@
+/* /trace over HTTP (agent/endpoint.h) and the same document written to a
+ * FILE (gpupool_trace_write of include/gpupool/agent.h). */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "agent/endpoint.h"
+#include "gpupool/agent.h"
+#include "pool/errors.h"
+#include "trace_writer.h"
+
+#define FILE_CHUNK 65536
+
+static ssize_t stream_read(void *stream, char *buf, size_t max) {
+  return trace_stream_read(stream, buf, max);
+}
+
+static void stream_close(void *stream) {
+  trace_stream_close(stream);
+}
+
+void trace_endpoint(const endpoint_args *args, endpoint_body *out) {
+  trace_query q;
+  char err[256];
+  if (trace_query_parse(&q, args, err, sizeof err) != 0) {
+    endpoint_bad_request(out, "%s", err);
+    return;
+  }
+  trace_stream *s = trace_stream_open(&q);
+  if (!s) {
+    static const char msg[] = "out of memory opening the trace\n";
+    out->status = 503;
+    out->content_type = "text/plain; charset=utf-8";
+    out->data = strdup(msg);
+    out->len = out->data ? strlen(msg) : 0;
+    return;
+  }
+  out->status = 200;
+  out->content_type = "application/json";
+  out->stream = s;
+  out->read = stream_read;
+  out->close = stream_close;
+}
+
+gpupool_status gpupool_trace_write(FILE *f) {
+  if (!f)
+    return pool_fail(GPUPOOL_ERR_INVALID, "gpupool_trace_write: NULL file");
+  trace_stream *s = trace_stream_open(NULL);
+  char *buf = malloc(FILE_CHUNK);
+  if (!s || !buf) {
+    trace_stream_close(s);
+    free(buf);
+    return pool_fail(GPUPOOL_ERR_OOM, "gpupool_trace_write: out of host memory");
+  }
+  gpupool_status st = GPUPOOL_OK;
+  ssize_t n;
+  while ((n = trace_stream_read(s, buf, FILE_CHUNK)) > 0) {
+    if (fwrite(buf, 1, (size_t)n, f) != (size_t)n) {
+      st = pool_fail(GPUPOOL_ERR_INVALID, "gpupool_trace_write: write failed: %s", strerror(errno));
+      break;
+    }
+  }
+  if (n < 0)
+    st = pool_fail(GPUPOOL_ERR_OOM, "gpupool_trace_write: out of host memory (trace cut)");
+  trace_stream_close(s);
+  free(buf);
+  return st;
+}

@@ -1,0 +1,60 @@
+/* Merges recorded events from many rings (every pool stream's event ring, the
+ * CUPTI ring, the counter-sample ring) into one sequence ordered by time, for
+ * the trace writer. Rings are read lock-free in small batches: nothing is
+ * copied whole. The window is fixed when reading begins (each ring's head is
+ * noted then), so a busy program cannot keep a trace from ending. Events
+ * overwritten before they could be read are skipped and counted. */
+#ifndef GPUPOOL_TRACE_MERGE_H
+#define GPUPOOL_TRACE_MERGE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "pool/event_ring.h"
+#include "trace_counters.h"
+
+typedef enum {
+  TRACE_SRC_POOL = 0, /* a pool stream's event ring */
+  TRACE_SRC_CUPTI,    /* CUPTI-observed allocations */
+  TRACE_SRC_COUNTERS, /* trace_counters samples */
+} trace_src_kind;
+
+typedef struct trace_record {
+  trace_src_kind kind;
+  uint32_t tag;   /* the tag given with the source (the writer's pool index) */
+  uint64_t ts_ns; /* never smaller than the previous record's */
+  union {
+    pool_event ev;     /* TRACE_SRC_POOL, TRACE_SRC_CUPTI */
+    counter_sample cs; /* TRACE_SRC_COUNTERS */
+  } u;
+} trace_record;
+
+/* Returns nonzero to keep a record (applied before the limit is counted). */
+typedef int (*trace_accept_fn)(void *ctx, const trace_record *r);
+
+typedef struct trace_merge trace_merge;
+
+trace_merge *trace_merge_create(void);
+/* Adds a ring; the merge takes over one reference (released at destroy, or
+ * at once if adding fails). 0 on success, -1 on allocation failure. */
+int trace_merge_add_ring(trace_merge *m, event_ring *r, trace_src_kind kind, uint32_t tag);
+int trace_merge_add_counters(trace_merge *m);
+
+/* Fixes the window and prepares reading: records with since_ns <= ts <=
+ * until_ns that `accept` keeps; with limit > 0, only the newest `limit` of
+ * them (found by reading the rings backwards from their heads). 0 on
+ * success, -1 on allocation failure. */
+int trace_merge_begin(trace_merge *m, uint64_t since_ns, uint64_t until_ns, uint64_t limit,
+                      trace_accept_fn accept, void *ctx);
+/* The time of the next record without taking it: 1 if there is one. */
+int trace_merge_peek_ts(trace_merge *m, uint64_t *ts_ns);
+/* The next record: 1, or 0 at the end. */
+int trace_merge_next(trace_merge *m, trace_record *out);
+
+uint64_t trace_merge_skipped(const trace_merge *m); /* overwritten while this merge read */
+uint64_t trace_merge_dropped(const trace_merge *m); /* overwritten in these rings, ever */
+int trace_merge_limited(const trace_merge *m);      /* 1 if the limit cut older records */
+
+void trace_merge_destroy(trace_merge *m);
+
+#endif

@@ -1,0 +1,183 @@
+#include "trace_query.h"
+
+#include <stdio.h>
+#include <string.h>
+
+#include "pool/clock.h"
+#include "pool/kvconf.h"
+#include "pool/registry.h"
+#include "trace_counters.h"
+
+#define DEVICE_MAX 4095
+#define LIMIT_MAX  1000000000ull
+
+void trace_query_init(trace_query *q) {
+  memset(q, 0, sizeof *q);
+  q->until_ns = UINT64_MAX;
+  q->device = -1;
+}
+
+int trace_time_parse(const char *s, uint64_t now_ns, uint64_t *out_ns) {
+  int negative = *s == '-';
+  if (negative)
+    s++;
+  uint64_t whole = 0, frac = 0;
+  int nwhole = 0, nfrac = 0;
+  for (; *s >= '0' && *s <= '9'; s++, nwhole++) {
+    if (whole > (UINT64_MAX - 9) / 10)
+      return -1;
+    whole = whole * 10 + (uint64_t)(*s - '0');
+  }
+  if (*s == '.') {
+    for (s++; *s >= '0' && *s <= '9'; s++, nfrac++) {
+      if (nfrac >= 9)
+        return -1; /* finer than a nanosecond */
+      frac = frac * 10 + (uint64_t)(*s - '0');
+    }
+    if (nfrac == 0)
+      return -1;
+  }
+  if (*s != '\0' || nwhole == 0)
+    return -1;
+  /* Scale to ns: absolute values are µs (3 decimals are ns), relative are s. */
+  int scale_digits = negative ? 9 : 3;
+  if (nfrac > scale_digits)
+    return -1;
+  uint64_t unit = negative ? 1000000000ull : 1000ull;
+  for (int i = nfrac; i < scale_digits; i++)
+    frac *= 10;
+  if (whole > (UINT64_MAX - frac) / unit)
+    return -1;
+  uint64_t ns = whole * unit + frac;
+  *out_ns = negative ? (ns < now_ns ? now_ns - ns : 0) : ns;
+  return 0;
+}
+
+/* A value as it can be quoted in a one-line reason. */
+static void quote_value(char *dst, size_t size, const char *v) {
+  size_t n = 0;
+  for (; *v && n + 4 < size; v++)
+    dst[n++] = (*v >= 0x20 && *v < 0x7f) ? *v : '?';
+  if (*v) {
+    memcpy(dst + n, "...", 3);
+    n += 3;
+  }
+  dst[n] = '\0';
+}
+
+typedef struct scan {
+  const char *unknown;
+  const char *repeated;
+  unsigned seen; /* one bit per known key */
+} scan;
+
+static const char *const keys[] = {"since", "until", "pool", "device", "limit"};
+
+static void check_key(void *arg, const char *key, const char *value) {
+  scan *sc = arg;
+  for (unsigned i = 0; i < sizeof keys / sizeof keys[0]; i++) {
+    if (strcmp(key, keys[i]) == 0) {
+      if ((sc->seen & (1u << i)) && !sc->repeated)
+        sc->repeated = keys[i];
+      sc->seen |= 1u << i;
+      return;
+    }
+  }
+  if (!sc->unknown)
+    sc->unknown = key;
+}
+
+typedef struct name_search {
+  const char *name;
+  int found;
+} name_search;
+
+static void match_name(gpupool *p, void *arg) {
+  name_search *ns = arg;
+  const char *n = gpupool_name(p);
+  if (n && strcmp(n, ns->name) == 0)
+    ns->found = 1;
+}
+
+static int pool_name_known(const char *name) {
+  name_search ns = {name, 0};
+  registry_foreach(match_name, &ns);
+  return ns.found || trace_counters_knows_name(name);
+}
+
+int trace_query_parse_at(trace_query *q, const endpoint_args *args, uint64_t now_ns, char *err,
+                         size_t errlen) {
+  trace_query_init(q);
+  char shown[80];
+  scan sc = {0};
+  if (args->each)
+    args->each(args->ctx, check_key, &sc);
+  if (sc.unknown) {
+    quote_value(shown, sizeof shown, sc.unknown);
+    snprintf(err, errlen, "unknown parameter '%s' (expected since, until, pool, device, limit)",
+             shown);
+    return -1;
+  }
+  if (sc.repeated) {
+    snprintf(err, errlen, "parameter '%s' given more than once", sc.repeated);
+    return -1;
+  }
+
+  const char *v;
+  if ((v = args->get(args->ctx, "since")) && trace_time_parse(v, now_ns, &q->since_ns) != 0) {
+    quote_value(shown, sizeof shown, v);
+    snprintf(err, errlen,
+             "bad since '%s': expected microseconds since the epoch (e.g. 1700000000000000.5) "
+             "or negative seconds before now (e.g. -30)",
+             shown);
+    return -1;
+  }
+  if ((v = args->get(args->ctx, "until")) && trace_time_parse(v, now_ns, &q->until_ns) != 0) {
+    quote_value(shown, sizeof shown, v);
+    snprintf(err, errlen,
+             "bad until '%s': expected microseconds since the epoch (e.g. 1700000000000000.5) "
+             "or negative seconds before now (e.g. -5)",
+             shown);
+    return -1;
+  }
+  if (q->since_ns > q->until_ns) {
+    snprintf(err, errlen, "since is later than until");
+    return -1;
+  }
+  if ((v = args->get(args->ctx, "pool"))) {
+    quote_value(shown, sizeof shown, v);
+    if (!*v || strlen(v) >= sizeof q->pool) {
+      snprintf(err, errlen, "bad pool '%s': expected a pool name of 1 to %d bytes", shown,
+               TRACE_POOL_NAME_MAX - 1);
+      return -1;
+    }
+    if (!pool_name_known(v)) {
+      snprintf(err, errlen, "bad pool '%s': no pool has this name", shown);
+      return -1;
+    }
+    strcpy(q->pool, v);
+  }
+  uint64_t u;
+  if ((v = args->get(args->ctx, "device"))) {
+    if (kvconf_u64(v, 0, DEVICE_MAX, &u) != 0) {
+      quote_value(shown, sizeof shown, v);
+      snprintf(err, errlen, "bad device '%s': expected a device ordinal 0..%d", shown, DEVICE_MAX);
+      return -1;
+    }
+    q->device = (int)u;
+  }
+  if ((v = args->get(args->ctx, "limit"))) {
+    if (kvconf_u64(v, 1, LIMIT_MAX, &u) != 0) {
+      quote_value(shown, sizeof shown, v);
+      snprintf(err, errlen, "bad limit '%s': expected a number of events 1..%llu", shown,
+               LIMIT_MAX);
+      return -1;
+    }
+    q->limit = u;
+  }
+  return 0;
+}
+
+int trace_query_parse(trace_query *q, const endpoint_args *args, char *err, size_t errlen) {
+  return trace_query_parse_at(q, args, clock_realtime_ns(), err, errlen);
+}

@@ -1,0 +1,349 @@
+#include "trace_writer.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "agent/cupti.h"
+#include "gpupool/agent.h"
+#include "pool/clock.h"
+#include "pool/errors.h"
+#include "pool/pool_view.h"
+#include "pool/registry.h"
+#include "trace_format.h"
+#include "trace_merge.h"
+
+#define NS_PER_S 1000000000ull
+
+enum { ST_EVENTS, ST_DONE };
+
+struct trace_stream {
+  trace_query q;
+  trace_merge *merge;
+  trace_pool *pools;
+  size_t npools;
+  trace_format fmt;
+  json_buf out;
+  int state;
+  uint64_t records;
+};
+
+/* ---- gathering the pools and their rings -------------------------------- */
+
+typedef struct ring_ref {
+  event_ring *ring;
+  uint32_t pool_id;
+} ring_ref;
+
+typedef struct gather {
+  const trace_query *q;
+  trace_pool *pools;
+  size_t npools, cap;
+  ring_ref *rings;
+  size_t nrings, caprings;
+  int failed;
+} gather;
+
+static int selected(const trace_query *q, const char *name, int device) {
+  return (!q->pool[0] || strcmp(q->pool, name) == 0) && (q->device < 0 || device == q->device);
+}
+
+static trace_pool *add_pool(gather *g, const trace_pool_info *info, int live) {
+  if (g->npools == g->cap) {
+    size_t cap = g->cap ? g->cap * 2 : 16;
+    trace_pool *p = realloc(g->pools, cap * sizeof *p);
+    if (!p) {
+      g->failed = 1;
+      return NULL;
+    }
+    g->pools = p;
+    g->cap = cap;
+  }
+  trace_pool *p = &g->pools[g->npools++];
+  memset(p, 0, sizeof *p);
+  p->info = *info;
+  p->live = live;
+  return p;
+}
+
+static void copy_str(char *dst, size_t size, const char *src) {
+  snprintf(dst, size, "%s", src ? src : "");
+}
+
+/* All rings of p: pool_event_rings fills at most `cap`, so ask again with
+ * more room until it leaves some unused. */
+static void take_rings(gather *g, gpupool *p, uint32_t id) {
+  size_t cap = 64;
+  for (;;) {
+    event_ring **rs = malloc(cap * sizeof *rs);
+    if (!rs) {
+      g->failed = 1;
+      return;
+    }
+    size_t n = pool_event_rings(p, rs, cap);
+    if (n == cap && cap < 65536) {
+      for (size_t i = 0; i < n; i++)
+        event_ring_unref(rs[i]);
+      free(rs);
+      cap *= 4;
+      continue;
+    }
+    for (size_t i = 0; i < n; i++) {
+      if (g->nrings == g->caprings) {
+        size_t c = g->caprings ? g->caprings * 2 : 64;
+        ring_ref *r = realloc(g->rings, c * sizeof *r);
+        if (!r) {
+          g->failed = 1;
+          event_ring_unref(rs[i]);
+          continue;
+        }
+        g->rings = r;
+        g->caprings = c;
+      }
+      g->rings[g->nrings++] = (ring_ref){rs[i], id};
+    }
+    free(rs);
+    return;
+  }
+}
+
+static void gather_live(gpupool *p, void *arg) {
+  gather *g = arg;
+  trace_pool_info info = {.id = pool_id(p), .device = gpupool_device(p)};
+  copy_str(info.name, sizeof info.name, gpupool_name(p));
+  if (!selected(g->q, info.name, info.device))
+    return;
+  copy_str(info.backend, sizeof info.backend, gpupool_backend_name(p));
+  copy_str(info.strategy, sizeof info.strategy, gpupool_strategy_name(p));
+  if (add_pool(g, &info, 1))
+    take_rings(g, p, info.id);
+}
+
+static int by_id(const void *a, const void *b) {
+  uint32_t x = ((const trace_pool *)a)->info.id, y = ((const trace_pool *)b)->info.id;
+  return x < y ? -1 : x > y;
+}
+
+/* Live pools (with their rings) and, for their counter samples, the pools
+ * the counter module remembers that are gone now. */
+static int gather_pools(trace_stream *s, gather *g) {
+  trace_pool_info *known = malloc(TRACE_POOL_TABLE_SIZE * sizeof *known);
+  if (!known)
+    return -1;
+  /* The table is copied before walking the registry: the sampler takes the
+   * two locks in the order registry, table. */
+  size_t nknown = trace_counters_pools(known, TRACE_POOL_TABLE_SIZE);
+  registry_foreach(gather_live, g);
+  size_t nlive = g->npools;
+  for (size_t i = 0; i < nknown && !g->failed; i++) {
+    int seen = 0;
+    for (size_t j = 0; j < nlive && !seen; j++)
+      seen = g->pools[j].info.id == known[i].id;
+    if (!seen && selected(&s->q, known[i].name, known[i].device))
+      add_pool(g, &known[i], 0);
+  }
+  free(known);
+  if (g->npools)
+    qsort(g->pools, g->npools, sizeof *g->pools, by_id);
+  trace_format_label_pools(g->pools, g->npools);
+  return g->failed ? -1 : 0;
+}
+
+/* ---- filtering ---------------------------------------------------------- */
+
+static int accept_record(void *ctx, const trace_record *r) {
+  trace_stream *s = ctx;
+  switch (r->kind) {
+  case TRACE_SRC_COUNTERS:
+    return trace_format_find_pool(&s->fmt, r->u.cs.pool_id) != NULL;
+  case TRACE_SRC_CUPTI:
+    return s->q.device < 0 || (int64_t)r->u.ev.b == s->q.device;
+  default:
+    return 1; /* the rings of selected pools only were taken */
+  }
+}
+
+/* ---- opening ------------------------------------------------------------ */
+
+static int build_merge(trace_stream *s, gather *g) {
+  s->merge = trace_merge_create();
+  if (!s->merge)
+    return -1;
+  int rc = 0;
+  for (size_t i = 0; i < g->nrings; i++) {
+    trace_pool *p = trace_format_find_pool(&s->fmt, g->rings[i].pool_id);
+    uint32_t tag = (uint32_t)(p - s->pools);
+    if (trace_merge_add_ring(s->merge, g->rings[i].ring, TRACE_SRC_POOL, tag) != 0)
+      rc = -1;
+    g->rings[i].ring = NULL; /* the merge owns the reference now */
+  }
+  if (trace_merge_add_counters(s->merge) != 0)
+    rc = -1;
+  if (!s->q.pool[0]) { /* CUPTI records belong to no pool */
+    event_ring *cr = cupti_event_ring();
+    if (cr && trace_merge_add_ring(s->merge, cr, TRACE_SRC_CUPTI, 0) != 0)
+      rc = -1;
+  }
+  return rc;
+}
+
+static void write_header(trace_stream *s) {
+  uint64_t first_ts;
+  uint64_t t = trace_merge_peek_ts(s->merge, &first_ts) ? first_ts : clock_realtime_ns();
+  /* Times are written relative to a whole second: as µs with 3 decimals they
+   * keep nanoseconds in a double, which absolute epoch µs would not. */
+  s->fmt.base_ns = t - t % NS_PER_S;
+  json_puts(&s->out, "{\"traceEvents\":[");
+  trace_format_metadata(&s->fmt, t);
+}
+
+trace_stream *trace_stream_open(const trace_query *q) {
+  trace_stream *s = calloc(1, sizeof *s);
+  if (!s)
+    return NULL;
+  if (q)
+    s->q = *q;
+  else
+    trace_query_init(&s->q);
+  json_buf_init(&s->out);
+  gather g = {.q = &s->q};
+  int rc = gather_pools(s, &g);
+  s->pools = g.pools;
+  s->npools = g.npools;
+  if (rc == 0)
+    rc = trace_format_init(&s->fmt, &s->out, s->pools, s->npools, 0);
+  if (rc == 0)
+    rc = build_merge(s, &g);
+  for (size_t i = 0; i < g.nrings; i++)
+    event_ring_unref(g.rings[i].ring);
+  free(g.rings);
+  if (rc == 0)
+    rc = trace_merge_begin(s->merge, s->q.since_ns, s->q.until_ns, s->q.limit, accept_record, s);
+  if (rc != 0) {
+    trace_stream_close(s);
+    return NULL;
+  }
+  write_header(s);
+  return s;
+}
+
+/* ---- the end of the document ---------------------------------------------- */
+
+static void write_query(json_buf *o, const trace_query *q) {
+  json_puts(o, ",\"query\":{");
+  int n = 0;
+  if (q->since_ns) {
+    json_puts(o, "\"since_us\":\"");
+    json_ns_as_us(o, (int64_t)q->since_ns);
+    json_putc(o, '"');
+    n++;
+  }
+  if (q->until_ns != UINT64_MAX) {
+    json_puts(o, n++ ? ",\"until_us\":\"" : "\"until_us\":\"");
+    json_ns_as_us(o, (int64_t)q->until_ns);
+    json_putc(o, '"');
+  }
+  if (q->pool[0]) {
+    json_puts(o, n++ ? ",\"pool\":" : "\"pool\":");
+    json_string(o, q->pool);
+  }
+  if (q->device >= 0) {
+    json_puts(o, n++ ? ",\"device\":" : "\"device\":");
+    json_i64(o, q->device);
+  }
+  if (q->limit) {
+    json_puts(o, n++ ? ",\"limit\":" : "\"limit\":");
+    json_u64(o, q->limit);
+  }
+  json_putc(o, '}');
+}
+
+static void write_footer(trace_stream *s) {
+  json_buf *o = &s->out;
+  char host[256] = "";
+  if (gethostname(host, sizeof host - 1) != 0)
+    host[0] = '\0';
+  json_puts(o, "\n],\"displayTimeUnit\":\"ns\",\"otherData\":{\"version\":");
+  json_string(o, GPUPOOL_VERSION);
+  json_puts(o, ",\"hostname\":");
+  json_string(o, host);
+  json_puts(o, ",\"pid\":");
+  json_i64(o, (int64_t)getpid());
+  json_puts(o, ",\"clock\":\"CLOCK_REALTIME\",\"baseTimeNanoseconds\":");
+  json_u64(o, s->fmt.base_ns);
+  json_puts(o, ",\"events_recording\":");
+  json_puts(o, pool_events_enabled() ? "true" : "false");
+  json_puts(o, ",\"events_written\":");
+  json_u64(o, s->records);
+  json_puts(o, ",\"events_dropped\":");
+  json_u64(o, trace_merge_dropped(s->merge));
+  json_puts(o, ",\"events_skipped_while_streaming\":");
+  json_u64(o, trace_merge_skipped(s->merge));
+  json_puts(o, ",\"limit_reached\":");
+  json_puts(o, trace_merge_limited(s->merge) ? "true" : "false");
+  write_query(o, &s->q);
+  json_puts(o, "}}\n");
+}
+
+ssize_t trace_stream_read(trace_stream *s, char *buf, size_t max) {
+  while (json_buf_pending(&s->out) < max && s->state != ST_DONE && !s->out.failed) {
+    trace_record r;
+    if (trace_merge_next(s->merge, &r)) {
+      s->records++;
+      trace_format_record(&s->fmt, &r);
+    } else {
+      write_footer(s);
+      s->state = ST_DONE;
+    }
+  }
+  if (s->out.failed)
+    return -1;
+  return (ssize_t)json_buf_drain(&s->out, buf, max);
+}
+
+void trace_stream_close(trace_stream *s) {
+  if (!s)
+    return;
+  trace_merge_destroy(s->merge);
+  trace_format_free(&s->fmt);
+  json_buf_free(&s->out);
+  free(s->pools);
+  free(s);
+}
+
+/* ---- to a file ---------------------------------------------------------- */
+
+int trace_write_file(const char *path) {
+  char tmp[4096];
+  if (!path || !*path ||
+      (size_t)snprintf(tmp, sizeof tmp, "%s.tmp.%ld", path, (long)getpid()) >= sizeof tmp) {
+    pool_fail(GPUPOOL_ERR_INVALID, "trace_file: bad path");
+    fprintf(stderr, "gpupool: trace_file: bad path\n");
+    return -1;
+  }
+  FILE *f = fopen(tmp, "w");
+  if (!f) {
+    pool_fail(GPUPOOL_ERR_INVALID, "trace_file: cannot create %s: %s", tmp, strerror(errno));
+    fprintf(stderr, "gpupool: trace_file: cannot create %s: %s\n", tmp, strerror(errno));
+    return -1;
+  }
+  gpupool_status st = gpupool_trace_write(f);
+  int err = st == GPUPOOL_OK && fflush(f) != 0 ? errno : 0;
+  if (st == GPUPOOL_OK && !err && fsync(fileno(f)) != 0)
+    err = errno;
+  if (fclose(f) != 0 && st == GPUPOOL_OK && !err)
+    err = errno;
+  if (st == GPUPOOL_OK && !err && rename(tmp, path) != 0)
+    err = errno;
+  if (st != GPUPOOL_OK || err) {
+    char reason[512];
+    snprintf(reason, sizeof reason, "%s", err ? strerror(err) : gpupool_last_error());
+    unlink(tmp);
+    pool_fail(GPUPOOL_ERR_INVALID, "trace_file: cannot write %s: %s", path, reason);
+    fprintf(stderr, "gpupool: trace_file: cannot write %s: %s\n", path, reason);
+    return -1;
+  }
+  return 0;
+}

@@ -1,0 +1,28 @@
+/* The Chrome trace of everything recorded, as a pull-based stream: open it
+ * with a query, read it in chunks of any size until read returns 0, close it.
+ * The document is produced as it is read (the rings are merged a batch at a
+ * time), never built whole; it is valid JSON even when the rings overwrite
+ * events while it is read (those are skipped and counted in otherData). */
+#ifndef GPUPOOL_TRACE_WRITER_H
+#define GPUPOOL_TRACE_WRITER_H
+
+#include <stddef.h>
+#include <sys/types.h>
+
+#include "trace_query.h"
+
+typedef struct trace_stream trace_stream;
+
+/* NULL only when memory runs out. q == NULL: everything, no filter. */
+trace_stream *trace_stream_open(const trace_query *q);
+/* Writes the next bytes of the document into buf (at most max); returns how
+ * many, 0 at the end, -1 if memory ran out (the document is then cut). */
+ssize_t trace_stream_read(trace_stream *s, char *buf, size_t max);
+void trace_stream_close(trace_stream *s);
+
+/* Writes the whole trace to path atomically (a temporary file in the same
+ * directory, then rename). 0 on success; -1 with a one-line reason on stderr
+ * and in gpupool_last_error(). For the agent's trace_file option. */
+int trace_write_file(const char *path);
+
+#endif

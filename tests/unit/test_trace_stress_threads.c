@@ -1,0 +1,171 @@
+/* The trace streamed over and over, in small chunks, while 8 threads allocate
+ * and free on 8 streams and counter samples are taken: every document parses
+ * and follows the format, whatever the rings overwrite meanwhile. Once through
+ * the stream API directly, once over HTTP from a running agent (with
+ * /snapshot too). CI runs this under ThreadSanitizer. */
+#include <criterion/criterion.h>
+#include <pthread.h>
+#include <sched.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "exporters/trace_counters.h"
+#include "gpupool/agent.h"
+#include "gpupool/host.h"
+#include "helpers/http_client.h"
+#include "helpers/trace_check.h"
+#include "pool/pool_view.h"
+
+#define THREADS   8
+#define DOCUMENTS 12
+
+typedef struct worker {
+  pthread_t thread;
+  gpupool *pool;
+  gpupool_host_stream *stream;
+  unsigned seed;
+  int failed;
+} worker;
+
+static atomic_int running; /* workers past their first allocations */
+static atomic_int stop;    /* set once the documents are read: workers overlap them all */
+
+static void *allocate(void *arg) {
+  worker *w = arg;
+  void *held[16] = {0};
+  for (int i = 0; !atomic_load(&stop) && !w->failed; i++) {
+    unsigned slot = (unsigned)rand_r(&w->seed) % 16;
+    if (held[slot]) {
+      w->failed |= gpupool_free(w->pool, held[slot]) != GPUPOOL_OK;
+      held[slot] = NULL;
+    } else {
+      size_t size = 256 + (size_t)rand_r(&w->seed) % (2u << 20);
+      w->failed |= gpupool_malloc(w->pool, &held[slot], size, w->stream) != GPUPOOL_OK;
+    }
+    if (i == 100)
+      atomic_fetch_add(&running, 1);
+    if (i % 1000 == 999)
+      gpupool_empty_cache(w->pool);
+  }
+  for (int s = 0; s < 16; s++)
+    if (held[s])
+      w->failed |= gpupool_free(w->pool, held[s]) != GPUPOOL_OK;
+  return NULL;
+}
+
+static void *sample(void *arg) {
+  (void)arg;
+  while (!atomic_load(&stop)) {
+    trace_counters_sample();
+    usleep(1000); /* the agent samples at an interval too */
+  }
+  return NULL;
+}
+
+typedef struct workload {
+  gpupool *pool;
+  worker w[THREADS];
+  pthread_t sampler;
+  int with_sampler;
+} workload;
+
+/* Starts the workers (and our own sampler when the agent's is not running)
+ * and returns once all of them allocate. */
+static void workload_start(workload *wl, int with_sampler) {
+  atomic_store(&running, 0); /* tests may share a process (the TSan runner) */
+  atomic_store(&stop, 0);
+  gpupool_options o = {.name = "stress",
+                       .backend = GPUPOOL_BACKEND_HOST,
+                       .host_capacity = (size_t)1 << 30,
+                       .ignore_env = 1};
+  cr_assert_eq(gpupool_create(&o, &wl->pool), GPUPOOL_OK, "%s", gpupool_last_error());
+  for (int i = 0; i < THREADS; i++) {
+    wl->w[i] = (worker){
+        .pool = wl->pool, .stream = gpupool_host_stream_create(), .seed = 1234u + (unsigned)i};
+    cr_assert_eq(pthread_create(&wl->w[i].thread, NULL, allocate, &wl->w[i]), 0);
+  }
+  wl->with_sampler = with_sampler;
+  if (with_sampler)
+    cr_assert_eq(pthread_create(&wl->sampler, NULL, sample, NULL), 0);
+  while (atomic_load(&running) < THREADS)
+    sched_yield();
+}
+
+static void workload_stop(workload *wl) {
+  atomic_store(&stop, 1);
+  for (int i = 0; i < THREADS; i++) {
+    pthread_join(wl->w[i].thread, NULL);
+    cr_expect_eq(wl->w[i].failed, 0, "worker %d: %s", i, gpupool_last_error());
+    gpupool_host_stream_destroy(wl->w[i].stream);
+  }
+  if (wl->with_sampler)
+    pthread_join(wl->sampler, NULL);
+  event_ring *rings[THREADS + 1];
+  size_t n = pool_event_rings(wl->pool, rings, THREADS + 1);
+  cr_expect_eq(n, THREADS, "one ring per stream, got %zu", n);
+  for (size_t i = 0; i < n; i++)
+    event_ring_unref(rings[i]);
+  gpupool_destroy(wl->pool);
+}
+
+/* Parses and checks one document; returns its skipped-while-streaming count. */
+static uint64_t check_document(const char *doc, int n) {
+  cr_assert_not_null(doc, "document %d could not be read", n);
+  cJSON *root = cJSON_Parse(doc);
+  cr_assert_not_null(root, "document %d is not JSON", n);
+  char why[512];
+  cr_assert_eq(trace_check_format(root, why, sizeof why), 0, "document %d: %s", n, why);
+  uint64_t skipped = (uint64_t)trace_other_number(root, "events_skipped_while_streaming");
+  cJSON_Delete(root);
+  return skipped;
+}
+
+Test(trace_stress_threads, streamed_documents_stay_valid_while_threads_allocate) {
+  pool_events_enable(256); /* small rings: they lap the readers */
+  trace_counters_reset();
+  workload wl;
+  workload_start(&wl, 1);
+  uint64_t skipped = 0;
+  for (int d = 0; d < DOCUMENTS; d++) {
+    char *doc = trace_read_all(NULL, 1000 + (size_t)d % 7, NULL);
+    skipped += check_document(doc, d);
+    free(doc);
+  }
+  workload_stop(&wl);
+  cr_log_info("%d documents, %llu events skipped while streaming", DOCUMENTS,
+              (unsigned long long)skipped);
+}
+
+Test(trace_stress_threads, trace_and_snapshot_over_http_while_threads_allocate) {
+  gpupool_agent_options o = {.listen = "127.0.0.1:0",
+                             .sample_interval_ms = 5,
+                             .trace_events = 512,
+                             .cupti = GPUPOOL_CUPTI_OFF,
+                             .ignore_env = 1};
+  cr_assert_eq(gpupool_agent_start(&o), GPUPOOL_OK, "%s", gpupool_last_error());
+  int port = gpupool_agent_port();
+  cr_assert_gt(port, 0);
+  workload wl;
+  workload_start(&wl, 0);
+  static const char *const targets[] = {"/trace", "/trace?limit=300", "/trace?since=-1&pool=stress",
+                                        "/snapshot"};
+  for (int d = 0; d < DOCUMENTS; d++) {
+    const char *target = targets[d % 4];
+    http_response r;
+    cr_assert_eq(http_request("127.0.0.1", port, "GET", target, NULL, &r), 0, "GET %s", target);
+    cr_assert_eq(r.status, 200, "GET %s: %d %s", target, r.status, r.body);
+    if (strncmp(target, "/snapshot", 9) == 0) {
+      cJSON *root = cJSON_Parse(r.body);
+      cr_expect(cJSON_IsArray(cJSON_GetObjectItem(root, "pools")), "snapshot %d", d);
+      cJSON_Delete(root);
+    } else {
+      check_document(r.body, d);
+    }
+    http_response_free(&r);
+  }
+  workload_stop(&wl);
+  gpupool_agent_stop();
+}
