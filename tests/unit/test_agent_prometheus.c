@@ -6,6 +6,7 @@
 #include <math.h>
 #include <netinet/in.h>
 #include <signal.h>
+#include <sys/prctl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -86,6 +87,7 @@ static void start_prometheus(const char *sd_dir) {
   prometheus = fork();
   cr_assert_geq(prometheus, 0);
   if (prometheus == 0) {
+    prctl(PR_SET_PDEATHSIG, SIGKILL); /* never outlive a test killed half-way */
     FILE *out = freopen(log, "w", stdout);
     if (out)
       dup2(fileno(out), 2);
