@@ -219,11 +219,12 @@ def child(a):
 
     scraper = None
     if a.allocator == "gpupool":
-        import ctypes
-        lib = ctypes.CDLL(a.lib)  # the same handle PyTorch opened: dlopen shares it
-        scraper = Scraper(lib.gpupool_agent_port, 0.5)
-        scraper.start()
-    else:
+        if os.environ.get("GPUPOOL_AGENT_CONF"):
+            import ctypes
+            lib = ctypes.CDLL(a.lib)  # the same handle PyTorch opened: dlopen shares it
+            scraper = Scraper(lib.gpupool_agent_port, 0.5)
+            scraper.start()
+    elif not a.plain:
         torch.cuda.memory._record_memory_history(enabled="all", context=None,
                                                  max_entries=4_000_000)
 
@@ -264,7 +265,7 @@ def child(a):
         result["metrics"] = {"scrapes_ok": scraper.ok, "scrapes_failed": scraper.failed,
                              "last_error": scraper.error, "max_reserved_bytes": scraper.max_reserved,
                              "last": scraper.last}
-    else:
+    elif not a.plain:
         s = torch.cuda.memory_stats()
         result["memory_stats"] = {k: s.get(k) for k in (
             "reserved_bytes.all.peak", "allocated_bytes.all.peak", "requested_bytes.all.peak",
@@ -278,21 +279,27 @@ def child(a):
 # ---------------------------------------------------------------- the driver
 
 
-def run_child(a, model, allocator):
-    out = os.path.join(a.outdir, f"{model}_{allocator}.json")
-    trace = os.path.join(a.outdir, f"{model}_{allocator}.trace")
+def run_child(a, model, allocator, plain_env=None):
+    """plain_env: None for the recorded comparison run; else a timing run with
+    no recording, its environment updated with plain_env."""
+    tag = "" if plain_env is None else "_timing"
+    out = os.path.join(a.outdir, f"{model}_{allocator}{tag}.json")
+    trace = os.path.join(a.outdir, f"{model}_{allocator}{tag}.trace")
     for p in (out, trace):
         if os.path.exists(p):
             os.unlink(p)
     env = dict(os.environ, CUBLAS_WORKSPACE_CONFIG=":4096:8", PYTHONHASHSEED="0",
                PYTHONUNBUFFERED="1")
-    if allocator == "gpupool":
+    if plain_env is not None:
+        env.pop("GPUPOOL_AGENT_CONF", None)
+        env.update(plain_env)
+    elif allocator == "gpupool":
         env["GPUPOOL_RECORD"] = trace
         env.setdefault("GPUPOOL_AGENT_CONF", "listen:127.0.0.1:0")
     steps = a.lm_steps if model == "lm" else a.cnn_steps
     cmd = [sys.executable, os.path.abspath(__file__), "--child", "--model", model, "--allocator",
            allocator, "--lib", a.lib, "--steps", str(steps), "--seed", str(a.seed), "--out", out,
-           "--trace", trace]
+           "--trace", trace] + (["--plain"] if plain_env is not None else [])
     t = time.time()
     try:
         p = subprocess.run(cmd, env=env, timeout=a.timeout, capture_output=True, text=True)
@@ -300,7 +307,8 @@ def run_child(a, model, allocator):
     except subprocess.TimeoutExpired as e:
         rc, log = "timeout", (e.stdout or b"").decode(errors="replace") + \
             (e.stderr or b"").decode(errors="replace")
-    print(f"--- {model} / {allocator}: exit {rc} after {time.time() - t:.1f} s")
+    print(f"--- {model} / {allocator}{' ' + str(plain_env) if plain_env else ''}: exit {rc} "
+          f"after {time.time() - t:.1f} s")
     tail = log.strip().splitlines()[-15:]
     for line in tail:
         print(f"    {line}")
@@ -346,9 +354,48 @@ def compare(a, model, runs):
     return ok, text
 
 
+TIMING_CONFIGS = [  # (label, allocator, environment): nothing is recorded
+    ("torch (its caching allocator)", "torch", {}),
+    ("gpupool, no agent", "gpupool", {}),
+    ("gpupool, agent, cupti:off", "gpupool",
+     {"GPUPOOL_AGENT_CONF": "listen:127.0.0.1:0,cupti:off"}),
+    ("gpupool, agent, trace_events:0, cupti:off", "gpupool",
+     {"GPUPOOL_AGENT_CONF": "listen:127.0.0.1:0,cupti:off,trace_events:0"}),
+    ("gpupool, agent (default: events and CUPTI on)", "gpupool",
+     {"GPUPOOL_AGENT_CONF": "listen:127.0.0.1:0"}),
+]
+
+
+def timing(a):
+    """Steps/s of each configuration without any recording, rounds
+    interleaved, the median per configuration."""
+    import statistics
+    print(f"\n## steps/s without recording ({a.timing_rounds} interleaved rounds, median)\n")
+    print("| model | configuration | steps/s | relative to torch |")
+    print("|---|---|---:|---:|")
+    for model in MODELS:
+        runs = {label: [] for label, _, _ in TIMING_CONFIGS}
+        for _ in range(a.timing_rounds):
+            for label, allocator, env in TIMING_CONFIGS:
+                r = run_child(a, model, allocator, env)
+                if r:
+                    runs[label].append(r["steps_per_s"])
+        base = statistics.median(runs[TIMING_CONFIGS[0][0]]) if runs[TIMING_CONFIGS[0][0]] else None
+        for label, _, _ in TIMING_CONFIGS:
+            if not runs[label]:
+                print(f"| {model} | {label} | failed | |")
+                continue
+            m = statistics.median(runs[label])
+            rel = f"{m / base:.3f}" if base else "n/a"
+            print(f"| {model} | {label} | {m:.2f} | {rel} |")
+
+
 def driver(a):
     os.makedirs(a.outdir, exist_ok=True)
     a.lib = os.path.realpath(a.lib)
+    if a.timing_only:
+        timing(a)
+        return 0
     results, ok = {}, True
     for model in MODELS:
         for allocator in ALLOCATORS:
@@ -400,6 +447,8 @@ def driver(a):
         if r and r.get("metrics", {}).get("last"):
             print(f"{model} gpupool, last /metrics sample (pool=\"torch\"): "
                   f"{json.dumps(r['metrics']['last'], sort_keys=True)}")
+    if a.timing_rounds:
+        timing(a)
     with open(os.path.join(a.outdir, "summary.json"), "w") as f:
         json.dump(results, f)
     print(f"\ntorch_train: {'PASS' if ok else 'FAIL'}")
@@ -415,7 +464,12 @@ def main():
     ap.add_argument("--seed", type=int, default=1234)
     ap.add_argument("--rtol", type=float, default=1e-5)
     ap.add_argument("--timeout", type=float, default=150, help="seconds per training process")
+    ap.add_argument("--timing-rounds", type=int, default=0,
+                    help="also time every allocator configuration without recording")
+    ap.add_argument("--timing-only", action="store_true",
+                    help="only the timing rounds (no recorded comparison)")
     ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
+    ap.add_argument("--plain", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--model", choices=MODELS, help=argparse.SUPPRESS)
     ap.add_argument("--allocator", choices=ALLOCATORS, help=argparse.SUPPRESS)
     ap.add_argument("--steps", type=int, help=argparse.SUPPRESS)
