@@ -59,19 +59,14 @@ int addrmap_insert(addrmap *m, uintptr_t key, struct block *val) {
   return 0;
 }
 
-struct block *addrmap_find(const addrmap *m, uintptr_t key) {
-  addrmap_entry *e = find(m, key);
-  return e ? e->val : NULL;
+addrmap_entry *addrmap_find(const addrmap *m, uintptr_t key) {
+  return find(m, key);
 }
 
-struct block *addrmap_remove(addrmap *m, uintptr_t key) {
-  addrmap_entry *e = find(m, key);
-  if (!e)
-    return NULL;
+void addrmap_erase(addrmap *m, addrmap_entry *e) {
   e->key = DELETED;
   m->used--;
   m->deleted++;
-  return e->val;
 }
 
 void addrmap_destroy(addrmap *m) {

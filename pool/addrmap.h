@@ -21,8 +21,9 @@ typedef struct addrmap {
 void addrmap_destroy(addrmap *m);
 /* 0 on success, -1 when out of host memory. */
 int addrmap_insert(addrmap *m, uintptr_t key, struct block *val);
-struct block *addrmap_find(const addrmap *m, uintptr_t key);
-/* Removes and returns the value, or NULL when key is absent. */
-struct block *addrmap_remove(addrmap *m, uintptr_t key);
+/* The entry of key, or NULL; valid until the next insert. */
+addrmap_entry *addrmap_find(const addrmap *m, uintptr_t key);
+/* Removes an entry addrmap_find returned. */
+void addrmap_erase(addrmap *m, addrmap_entry *e);
 
 #endif

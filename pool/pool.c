@@ -153,10 +153,10 @@ gpupool_status gpupool_malloc(gpupool *p, void **ptr, size_t size, void *stream)
   return GPUPOOL_OK;
 }
 
-/* Finds the live block at addr and returns its shard, locked; NULL when no
- * shard has it. Tries the hint first, so a thread freeing what it allocated
- * takes one lock. */
-static shard *lock_owner(gpupool *p, uintptr_t addr, block **out) {
+/* Finds the live allocation at addr and returns its shard, locked, with its
+ * map entry; NULL when no shard has it. Tries the hint first, so a thread
+ * freeing what it allocated takes one lock. */
+static shard *lock_owner(gpupool *p, uintptr_t addr, addrmap_entry **out) {
   shard *first = hint.pool == p && hint.id == p->id ? hint.sh : NULL;
   if (first) {
     spin_lock(&first->lock);
@@ -201,14 +201,15 @@ gpupool_status gpupool_free(gpupool *p, void *ptr) {
     return pool_fail(GPUPOOL_ERR_INVALID, "gpupool_free: pool is NULL");
   if (!ptr)
     return GPUPOOL_OK;
-  block *b;
-  shard *sh = lock_owner(p, (uintptr_t)ptr, &b);
+  addrmap_entry *e;
+  shard *sh = lock_owner(p, (uintptr_t)ptr, &e);
   if (!sh)
     return pool_fail(GPUPOOL_ERR_INVALID,
                      "gpupool_free: pool '%s': %p is not a live allocation of this pool (a foreign "
                      "or interior pointer, or a double free)",
                      p->cfg.name, ptr);
-  addrmap_remove(&sh->live, b->addr);
+  block *b = e->val;
+  addrmap_erase(&sh->live, e);
   shard_free(sh, b, b->nstreams && defer_free(p, sh, b));
   spin_unlock(&sh->lock);
   return GPUPOOL_OK;
@@ -239,13 +240,13 @@ static int add_stream_use(block *b, void *stream) {
 gpupool_status gpupool_record_stream(gpupool *p, void *ptr, void *stream) {
   if (!p || !ptr)
     return pool_fail(GPUPOOL_ERR_INVALID, "gpupool_record_stream: %s is NULL", p ? "ptr" : "pool");
-  block *b;
-  shard *sh = lock_owner(p, (uintptr_t)ptr, &b);
+  addrmap_entry *e;
+  shard *sh = lock_owner(p, (uintptr_t)ptr, &e);
   if (!sh)
     return pool_fail(GPUPOOL_ERR_INVALID,
                      "gpupool_record_stream: pool '%s': %p is not a live allocation of this pool",
                      p->cfg.name, ptr);
-  int r = add_stream_use(b, stream);
+  int r = add_stream_use(e->val, stream);
   spin_unlock(&sh->lock);
   if (r != 0)
     return pool_fail(GPUPOOL_ERR_UNSUPPORTED,

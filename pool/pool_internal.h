@@ -52,6 +52,8 @@ struct segment {
 
 typedef struct shard_stats {
   gpupool_stat s[STAT_COUNT][GPUPOOL_STAT_TYPES];
+  /* Highest active count [0] and bytes [1] reached while frees were pending. */
+  int64_t active_peak[2][GPUPOOL_STAT_TYPES];
   uint64_t cache_hits, device_sourced, frees, sync_events;
   pool_histogram hist;
 } shard_stats;
@@ -93,7 +95,7 @@ struct gpupool {
   _Atomic int64_t reserved_mirror;
 
   pthread_mutex_t peak_lock; /* peaks of sums across shards (see stats.c) */
-  int64_t agg_peak[STAT_COUNT][GPUPOOL_STAT_TYPES];
+  int64_t agg_peak[VIEW_COUNT][GPUPOOL_STAT_TYPES];
 };
 
 /* Emitting events: callers hold the shard lock. */

@@ -74,6 +74,7 @@ static gpupool_status device_alloc(gpupool *p, shard *sh, size_t size, int large
   b->size = size;
   b->seg = seg;
   b->state = BLOCK_FREE;
+  b->prev = b->next = NULL;
   p->device_allocs++;
   update_segment_stats(p, large, (int64_t)size);
   if (!backend_is_host(p->be)) /* CUPTI sees device memory only */

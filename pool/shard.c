@@ -7,14 +7,14 @@
 #include "free_index.h"
 #include "sizeclass.h"
 
-static _Atomic size_t events_capacity; /* 0: events off (pool_events.c sets it) */
+_Atomic size_t shard_events_cap; /* 0: events off */
 
 size_t shard_events_capacity(void) {
-  return atomic_load_explicit(&events_capacity, memory_order_relaxed);
+  return atomic_load_explicit(&shard_events_cap, memory_order_relaxed);
 }
 
 void shard_set_events_capacity(size_t cap) {
-  atomic_store(&events_capacity, cap);
+  atomic_store(&shard_events_cap, cap);
 }
 
 static uint32_t xorshift(uint32_t *s) {
@@ -103,8 +103,14 @@ block *block_new(shard *sh) {
   else if (!(b = malloc(sizeof *b))) {
     return NULL;
   }
-  memset(b, 0, sizeof *b);
+  /* The caller sets addr, size, seg, state, prev and next. */
+  b->left = b->right = NULL;
   b->prio = xorshift(&sh->rng);
+  b->requested = 0;
+  b->nstreams = b->cap_streams = 0;
+  b->streams = NULL;
+  b->pending_next = NULL;
+  b->free_seq = 0;
   return b;
 }
 
@@ -171,6 +177,33 @@ int shard_serve(shard *sh, block *b, size_t rounded, size_t requested, int from_
   return -1;
 }
 
+/* Records an event about block b, building it only when events are on. */
+static inline void record_block_event(shard *sh, uint8_t type, uint8_t flags, const block *b,
+                                      size_t requested) {
+  if (!shard_recording(sh))
+    return;
+  pool_event ev = {.type = type,
+                   .flags = (uint8_t)(flags | (b->seg->large ? EVF_LARGE : 0)),
+                   .addr = b->addr,
+                   .size = b->size,
+                   .requested = requested,
+                   .stream = (uint64_t)(uintptr_t)sh->stream};
+  shard_emit(sh, &ev);
+}
+
+/* While frees are pending, active exceeds allocation: keep its peak. */
+static void note_active_peak(shard *sh) {
+  for (int t = 0; t < GPUPOOL_STAT_TYPES; t++) {
+    int64_t n = sh->st.s[STAT_ALLOCATION][t].current + sh->st.s[STAT_PENDING][t].current;
+    int64_t bytes =
+        sh->st.s[STAT_ALLOCATED_BYTES][t].current + sh->st.s[STAT_PENDING_BYTES][t].current;
+    if (n > sh->st.active_peak[0][t])
+      sh->st.active_peak[0][t] = n;
+    if (bytes > sh->st.active_peak[1][t])
+      sh->st.active_peak[1][t] = bytes;
+  }
+}
+
 static void count_request(shard *sh, size_t requested) {
   unsigned i = requested <= 1 ? 0 : 64 - (unsigned)__builtin_clzll(requested - 1);
   sh->st.hist.bucket[i < POOL_HIST_BUCKETS ? i : POOL_HIST_BUCKETS - 1]++;
@@ -205,10 +238,10 @@ void shard_take(shard *sh, block *b, size_t rounded, size_t requested, int from_
   b->requested = requested;
   b->nstreams = 0;
   stat_inc(sh->st.s[STAT_ALLOCATION], large, 1);
-  stat_inc(sh->st.s[STAT_ACTIVE], large, 1);
   stat_inc(sh->st.s[STAT_ALLOCATED_BYTES], large, (int64_t)b->size);
-  stat_inc(sh->st.s[STAT_ACTIVE_BYTES], large, (int64_t)b->size);
   stat_inc(sh->st.s[STAT_REQUESTED_BYTES], large, (int64_t)requested);
+  if (sh->npending)
+    note_active_peak(sh);
   atomic_store_explicit(&sh->allocated_mirror, sh->st.s[STAT_ALLOCATED_BYTES][0].current,
                         memory_order_relaxed);
   count_request(sh, requested);
@@ -216,14 +249,7 @@ void shard_take(shard *sh, block *b, size_t rounded, size_t requested, int from_
     sh->st.device_sourced++;
   else
     sh->st.cache_hits++;
-  pool_event ev = {.type = EV_ALLOC,
-                   .flags =
-                       (uint8_t)((from_device ? EVF_FROM_DEVICE : 0) | (large ? EVF_LARGE : 0)),
-                   .addr = b->addr,
-                   .size = b->size,
-                   .requested = requested,
-                   .stream = (uint64_t)(uintptr_t)sh->stream};
-  shard_emit(sh, &ev);
+  record_block_event(sh, EV_ALLOC, from_device ? EVF_FROM_DEVICE : 0, b, requested);
 }
 
 /* Absorbs free neighbour n into b. */
@@ -248,9 +274,6 @@ static void absorb(shard *sh, block *b, block *n) {
 }
 
 void shard_release(shard *sh, block *b) {
-  int large = b->seg->large;
-  stat_dec(sh->st.s[STAT_ACTIVE], large, 1);
-  stat_dec(sh->st.s[STAT_ACTIVE_BYTES], large, (int64_t)b->size);
   b->state = BLOCK_FREE;
   b->free_seq = ++sh->free_seq;
   b->nstreams = 0;
@@ -270,15 +293,13 @@ void shard_free(shard *sh, block *b, int deferred) {
   atomic_store_explicit(&sh->allocated_mirror, sh->st.s[STAT_ALLOCATED_BYTES][0].current,
                         memory_order_relaxed);
   sh->st.frees++;
-  pool_event ev = {.type = EV_FREE,
-                   .flags = (uint8_t)((deferred ? EVF_DEFERRED : 0) | (large ? EVF_LARGE : 0)),
-                   .addr = b->addr,
-                   .size = b->size,
-                   .requested = b->requested,
-                   .stream = (uint64_t)(uintptr_t)sh->stream};
-  shard_emit(sh, &ev);
-  if (!deferred)
+  record_block_event(sh, EV_FREE, deferred ? EVF_DEFERRED : 0, b, b->requested);
+  if (!deferred) {
     shard_release(sh, b);
+    return;
+  }
+  stat_inc(sh->st.s[STAT_PENDING], large, 1);
+  stat_inc(sh->st.s[STAT_PENDING_BYTES], large, (int64_t)b->size);
 }
 
 static int events_complete(gpupool *p, block *b) {
@@ -303,11 +324,9 @@ void shard_poll_pending(shard *sh) {
     }
     *link = b->pending_next;
     sh->npending--;
-    pool_event ev = {.type = EV_FREE_COMPLETED,
-                     .addr = b->addr,
-                     .size = b->size,
-                     .stream = (uint64_t)(uintptr_t)sh->stream};
-    shard_emit(sh, &ev);
+    record_block_event(sh, EV_FREE_COMPLETED, 0, b, 0);
+    stat_dec(sh->st.s[STAT_PENDING], b->seg->large, 1);
+    stat_dec(sh->st.s[STAT_PENDING_BYTES], b->seg->large, (int64_t)b->size);
     shard_release(sh, b);
   }
 }
@@ -335,7 +354,7 @@ void shard_remove_segment(shard *sh, segment *seg) {
 }
 
 void shard_emit(shard *sh, const pool_event *ev) {
-  if (!sh->ring || !shard_events_capacity())
+  if (!shard_recording(sh))
     return;
   pool_event e = *ev;
   e.ts_ns = clock_stamp();

@@ -8,20 +8,35 @@
 
 static gpupool_stat *field(gpupool_stats *out, int id) {
   switch (id) {
-  case STAT_ALLOCATION:
+  case VIEW_ALLOCATION:
     return out->allocation;
-  case STAT_ACTIVE:
+  case VIEW_ACTIVE:
     return out->active;
-  case STAT_INACTIVE_SPLIT:
+  case VIEW_INACTIVE_SPLIT:
     return out->inactive_split;
-  case STAT_ALLOCATED_BYTES:
+  case VIEW_ALLOCATED_BYTES:
     return out->allocated_bytes;
-  case STAT_ACTIVE_BYTES:
+  case VIEW_ACTIVE_BYTES:
     return out->active_bytes;
-  case STAT_INACTIVE_SPLIT_BYTES:
+  case VIEW_INACTIVE_SPLIT_BYTES:
     return out->inactive_split_bytes;
   default:
     return out->requested_bytes;
+  }
+}
+
+/* A shard's statistics as reported (under its lock). */
+static void shard_view(const shard_stats *st, gpupool_stat v[VIEW_COUNT][GPUPOOL_STAT_TYPES]) {
+  for (int t = 0; t < GPUPOOL_STAT_TYPES; t++) {
+    v[VIEW_ALLOCATION][t] = st->s[STAT_ALLOCATION][t];
+    v[VIEW_ACTIVE][t] =
+        stat_active(&st->s[STAT_ALLOCATION][t], &st->s[STAT_PENDING][t], st->active_peak[0][t]);
+    v[VIEW_INACTIVE_SPLIT][t] = st->s[STAT_INACTIVE_SPLIT][t];
+    v[VIEW_ALLOCATED_BYTES][t] = st->s[STAT_ALLOCATED_BYTES][t];
+    v[VIEW_ACTIVE_BYTES][t] = stat_active(&st->s[STAT_ALLOCATED_BYTES][t],
+                                          &st->s[STAT_PENDING_BYTES][t], st->active_peak[1][t]);
+    v[VIEW_INACTIVE_SPLIT_BYTES][t] = st->s[STAT_INACTIVE_SPLIT_BYTES][t];
+    v[VIEW_REQUESTED_BYTES][t] = st->s[STAT_REQUESTED_BYTES][t];
   }
 }
 
@@ -32,14 +47,16 @@ gpupool_status gpupool_get_stats(gpupool *p, gpupool_stats *out) {
   /* Segments change only under slow_lock: holding it makes the block side
    * (shards) and the segment side of the snapshot agree. */
   pthread_mutex_lock(&p->slow_lock);
-  int64_t max_shard_peak[STAT_COUNT][GPUPOOL_STAT_TYPES] = {{0}};
+  int64_t max_shard_peak[VIEW_COUNT][GPUPOOL_STAT_TYPES] = {{0}};
   int nshards = 0;
   for (shard *sh = atomic_load(&p->shards); sh; sh = sh->next_shard, nshards++) {
+    gpupool_stat view[VIEW_COUNT][GPUPOOL_STAT_TYPES];
     spin_lock(&sh->lock);
-    for (int id = 0; id < STAT_COUNT; id++) {
+    shard_view(&sh->st, view);
+    for (int id = 0; id < VIEW_COUNT; id++) {
       gpupool_stat *dst = field(out, id);
       for (int t = 0; t < GPUPOOL_STAT_TYPES; t++) {
-        const gpupool_stat *src = &sh->st.s[id][t];
+        const gpupool_stat *src = &view[id][t];
         dst[t].current += src->current;
         dst[t].allocated += src->allocated;
         dst[t].freed += src->freed;
@@ -63,7 +80,7 @@ gpupool_status gpupool_get_stats(gpupool *p, gpupool_stats *out) {
   /* One stream: its peaks are exact. Several: the peak of the sum is the
    * largest of every sum observed here and of each stream's own peak. */
   pthread_mutex_lock(&p->peak_lock);
-  for (int id = 0; id < STAT_COUNT; id++) {
+  for (int id = 0; id < VIEW_COUNT; id++) {
     gpupool_stat *dst = field(out, id);
     for (int t = 0; t < GPUPOOL_STAT_TYPES; t++) {
       int64_t peak = max_shard_peak[id][t];
@@ -95,14 +112,21 @@ void gpupool_reset_peak_stats(gpupool *p) {
     return;
   pthread_mutex_lock(&p->slow_lock);
   pthread_mutex_lock(&p->peak_lock);
-  int64_t sum[STAT_COUNT][GPUPOOL_STAT_TYPES] = {{0}};
+  int64_t sum[VIEW_COUNT][GPUPOOL_STAT_TYPES] = {{0}};
   for (shard *sh = atomic_load(&p->shards); sh; sh = sh->next_shard) {
+    gpupool_stat view[VIEW_COUNT][GPUPOOL_STAT_TYPES];
     spin_lock(&sh->lock);
     for (int id = 0; id < STAT_COUNT; id++)
-      for (int t = 0; t < GPUPOOL_STAT_TYPES; t++) {
+      for (int t = 0; t < GPUPOOL_STAT_TYPES; t++)
         stat_reset_peak(&sh->st.s[id][t]);
-        sum[id][t] += sh->st.s[id][t].current;
-      }
+    shard_view(&sh->st, view);
+    for (int t = 0; t < GPUPOOL_STAT_TYPES; t++) {
+      sh->st.active_peak[0][t] = view[VIEW_ACTIVE][t].current;
+      sh->st.active_peak[1][t] = view[VIEW_ACTIVE_BYTES][t].current;
+    }
+    for (int id = 0; id < VIEW_COUNT; id++)
+      for (int t = 0; t < GPUPOOL_STAT_TYPES; t++)
+        sum[id][t] += view[id][t].current;
     spin_unlock(&sh->lock);
   }
   memcpy(p->agg_peak, sum, sizeof sum);

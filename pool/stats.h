@@ -4,16 +4,31 @@
 
 #include "gpupool/gpupool.h"
 
+/* What each shard counts. "active" (allocated, or freed and waiting on other
+ * streams) is not counted: it is allocation + pending, derived when read,
+ * which keeps two statistics off the hot path. */
 typedef enum {
   STAT_ALLOCATION,
-  STAT_ACTIVE,
+  STAT_PENDING, /* freed blocks waiting on other streams' events */
   STAT_INACTIVE_SPLIT,
   STAT_ALLOCATED_BYTES,
-  STAT_ACTIVE_BYTES,
+  STAT_PENDING_BYTES,
   STAT_INACTIVE_SPLIT_BYTES,
   STAT_REQUESTED_BYTES,
   STAT_COUNT
 } shard_stat_id;
+
+/* What gpupool_get_stats reports per shard, in this order. */
+typedef enum {
+  VIEW_ALLOCATION,
+  VIEW_ACTIVE,
+  VIEW_INACTIVE_SPLIT,
+  VIEW_ALLOCATED_BYTES,
+  VIEW_ACTIVE_BYTES,
+  VIEW_INACTIVE_SPLIT_BYTES,
+  VIEW_REQUESTED_BYTES,
+  VIEW_COUNT
+} view_stat_id;
 
 static inline void stat_inc_one(gpupool_stat *s, int64_t n) {
   s->current += n;
@@ -34,6 +49,21 @@ static inline void stat_dec(gpupool_stat s[GPUPOOL_STAT_TYPES], int large, int64
   s[GPUPOOL_STAT_ALL].freed += n;
   s[GPUPOOL_STAT_SMALL + large].current -= n;
   s[GPUPOOL_STAT_SMALL + large].freed += n;
+}
+
+/* active = allocation + pending. Its increments are the allocations; its
+ * decrements are the frees not deferred plus the deferred ones completed.
+ * Its peak is reached either with nothing pending (then it is the
+ * allocation peak) or while frees are pending (then it was recorded in
+ * pending_peak at that allocation). */
+static inline gpupool_stat stat_active(const gpupool_stat *alloc, const gpupool_stat *pending,
+                                       int64_t pending_peak) {
+  gpupool_stat a;
+  a.current = alloc->current + pending->current;
+  a.allocated = alloc->allocated;
+  a.freed = alloc->freed - pending->allocated + pending->freed;
+  a.peak = alloc->peak > pending_peak ? alloc->peak : pending_peak;
+  return a;
 }
 
 static inline void stat_reset_peak(gpupool_stat *s) {

@@ -158,3 +158,54 @@ Test(pool_stats, get_stats_is_idempotent) {
   cr_expect_eq(memcmp(&a, &b, sizeof a), 0, "reading the stats changed them");
   gpupool_destroy(p);
 }
+
+/* active = allocation + frees waiting on other streams: its current,
+ * accumulations and peak while a free is pending, after it completes, and
+ * after the resets. */
+Test(pool_stats, active_counts_pending_frees_exactly) {
+  gpupool *p = pc_pool(GPUPOOL_STRATEGY_BFC, 64 << 20, NULL);
+  gpupool_host_stream *s1 = gpupool_host_stream_create();
+  void *a, *b, *c, *d;
+  cr_assert_eq(gpupool_malloc(p, &a, 1000, NULL), GPUPOOL_OK);
+  cr_assert_eq(gpupool_record_stream(p, a, s1), GPUPOOL_OK);
+  gpupool_host_stream_enqueue(s1);
+  cr_assert_eq(gpupool_free(p, a), GPUPOOL_OK); /* pending: 1024 B stay active */
+  cr_assert_eq(gpupool_malloc(p, &b, 1000, NULL), GPUPOOL_OK);
+  cr_assert_eq(gpupool_malloc(p, &c, 3000, NULL), GPUPOOL_OK);
+  gpupool_stats s = pc_stats(p);
+  cr_expect_eq(s.allocation[GPUPOOL_STAT_ALL].current, 2);
+  cr_expect_eq(s.allocation[GPUPOOL_STAT_ALL].peak, 2);
+  cr_expect_eq(s.active[GPUPOOL_STAT_ALL].current, 3);
+  cr_expect_eq(s.active[GPUPOOL_STAT_ALL].peak, 3);
+  cr_expect_eq(s.active[GPUPOOL_STAT_ALL].allocated, 3);
+  cr_expect_eq(s.active[GPUPOOL_STAT_ALL].freed, 0);
+  cr_expect_eq(s.active_bytes[GPUPOOL_STAT_SMALL].current, 1024 + 1024 + 3072);
+  cr_expect_eq(s.active_bytes[GPUPOOL_STAT_SMALL].peak, 1024 + 1024 + 3072);
+  cr_expect_eq(s.active_bytes[GPUPOOL_STAT_LARGE].current, 0);
+
+  gpupool_host_stream_complete(s1);
+  cr_assert_eq(gpupool_free(p, c), GPUPOOL_OK);
+  cr_assert_eq(gpupool_malloc(p, &d, 512, NULL), GPUPOOL_OK); /* polls: a completes */
+  s = pc_stats(p);
+  cr_expect_eq(s.pending_free_blocks, 0);
+  cr_expect_eq(s.active[GPUPOOL_STAT_ALL].current, 2);
+  cr_expect_eq(s.active[GPUPOOL_STAT_ALL].peak, 3);
+  cr_expect_eq(s.active[GPUPOOL_STAT_ALL].allocated, 4);
+  cr_expect_eq(s.active[GPUPOOL_STAT_ALL].freed, 2);
+  cr_expect_eq(s.active_bytes[GPUPOOL_STAT_ALL].current, 1024 + 512);
+  cr_expect_eq(s.active_bytes[GPUPOOL_STAT_ALL].peak, 1024 + 1024 + 3072);
+
+  gpupool_reset_peak_stats(p);
+  s = pc_stats(p);
+  cr_expect_eq(s.active[GPUPOOL_STAT_ALL].peak, 2);
+  cr_expect_eq(s.active_bytes[GPUPOOL_STAT_ALL].peak, 1024 + 512);
+  gpupool_reset_accumulated_stats(p);
+  s = pc_stats(p);
+  cr_expect_eq(s.active[GPUPOOL_STAT_ALL].allocated, 0);
+  cr_expect_eq(s.active[GPUPOOL_STAT_ALL].freed, 0);
+  cr_expect_eq(s.active[GPUPOOL_STAT_ALL].current, 2);
+  gpupool_free(p, b);
+  gpupool_free(p, d);
+  gpupool_host_stream_destroy(s1);
+  gpupool_destroy(p);
+}
