@@ -25,7 +25,7 @@ uint64_t clock_monotonic_ns(void) {
  * anchor_tsc) / rate, with the rate measured over everything since the
  * anchor, so it only gets more precise as the process runs. */
 static pthread_once_t once = PTHREAD_ONCE_INIT;
-static int use_tsc;
+int clock_use_tsc;
 static uint64_t anchor_tsc, anchor_ns;
 static pthread_mutex_t rate_lock = PTHREAD_MUTEX_INITIALIZER;
 static double ticks_per_ns;
@@ -52,8 +52,8 @@ static int cpu_has_invariant_tsc(void) {
 
 static void stamp_init(void) {
 #if defined(__x86_64__)
-  use_tsc = cpu_has_invariant_tsc();
-  if (use_tsc) {
+  clock_use_tsc = cpu_has_invariant_tsc();
+  if (clock_use_tsc) {
     anchor_ns = clock_realtime_ns();
     anchor_tsc = __rdtsc();
     /* A first rate over 2 ms; clock_stamp_to_ns refines it as time passes. */
@@ -70,16 +70,8 @@ void clock_stamp_init(void) {
   pthread_once(&once, stamp_init);
 }
 
-uint64_t clock_stamp(void) {
-#if defined(__x86_64__)
-  if (use_tsc)
-    return __rdtsc();
-#endif
-  return clock_realtime_ns();
-}
-
 uint64_t clock_stamp_to_ns(uint64_t stamp) {
-  if (!use_tsc)
+  if (!clock_use_tsc)
     return stamp;
 #if defined(__x86_64__)
   pthread_mutex_lock(&rate_lock);

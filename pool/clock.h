@@ -12,8 +12,18 @@ uint64_t clock_monotonic_ns(void); /* for durations */
 /* Decides the stamp source and anchors it to the wall clock; call once
  * before stamps are taken (idempotent, thread-safe). */
 void clock_stamp_init(void);
-/* A stamp: a few ns on x86-64. */
-uint64_t clock_stamp(void);
+extern int clock_use_tsc; /* set by clock_stamp_init */
+/* A stamp: one rdtsc on x86-64 with an invariant TSC. */
+static inline uint64_t clock_stamp(void) {
+#if defined(__x86_64__)
+  if (clock_use_tsc) {
+    uint32_t lo, hi;
+    __asm__ __volatile__("rdtsc" : "=a"(lo), "=d"(hi));
+    return ((uint64_t)hi << 32) | lo;
+  }
+#endif
+  return clock_realtime_ns();
+}
 /* CLOCK_REALTIME ns of a stamp taken after clock_stamp_init. */
 uint64_t clock_stamp_to_ns(uint64_t stamp);
 

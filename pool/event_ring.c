@@ -6,26 +6,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* Slot protocol (seqlock): the writer of event number n stores seq = 2n+1,
- * the payload, then seq = 2n+2. A reader wanting event n accepts the payload
- * only if it read seq == 2n+2 both before and after copying it. The payload is
- * copied word by word with relaxed atomics so that concurrent reads and
- * writes are well-defined (and TSan-clean). */
-#define WORDS (sizeof(pool_event) / sizeof(uint64_t))
-
-typedef struct slot {
-  _Atomic uint64_t seq;
-  _Atomic uint64_t word[WORDS];
-} slot;
-
-struct event_ring {
-  _Atomic uint64_t head; /* events ever pushed */
-  _Atomic int refs;
-  int stamped; /* ts_ns holds clock_stamp() values */
-  size_t mask;
-  slot *slots;
-};
-
 event_ring *event_ring_create(size_t capacity) {
   size_t cap = 16;
   while (cap < capacity && cap < ((size_t)1 << 40))
@@ -33,7 +13,7 @@ event_ring *event_ring_create(size_t capacity) {
   event_ring *r = calloc(1, sizeof *r);
   if (!r)
     return NULL;
-  r->slots = calloc(cap, sizeof(slot));
+  r->slots = calloc(cap, sizeof(event_ring_slot));
   if (!r->slots) {
     free(r);
     return NULL;
@@ -63,22 +43,6 @@ void event_ring_unref(event_ring *r) {
   }
 }
 
-void event_ring_push(event_ring *r, const pool_event *ev) {
-  uint64_t n = atomic_load_explicit(&r->head, memory_order_relaxed);
-  slot *s = &r->slots[n & r->mask];
-  uint64_t w[WORDS];
-  memcpy(w, ev, sizeof w);
-  atomic_store_explicit(&s->seq, 2 * n + 1, memory_order_relaxed);
-  atomic_thread_fence(memory_order_release);
-  for (size_t i = 0; i < WORDS; i++)
-    atomic_store_explicit(&s->word[i], w[i], memory_order_relaxed);
-  atomic_store_explicit(&s->seq, 2 * n + 2, memory_order_release);
-  atomic_store_explicit(&r->head, n + 1, memory_order_release);
-  /* The next push writes the next slot: fetch it now, off that push's path
-   * (a ring larger than the cache would otherwise miss on every event). */
-  __builtin_prefetch(&r->slots[(n + 1) & r->mask], 1);
-}
-
 size_t event_ring_read(event_ring *r, uint64_t *cursor, pool_event *out, size_t max,
                        uint64_t *skipped) {
   size_t got = 0;
@@ -92,10 +56,10 @@ size_t event_ring_read(event_ring *r, uint64_t *cursor, pool_event *out, size_t 
       *skipped += head - cap - n;
       *cursor = n = head - cap;
     }
-    slot *s = &r->slots[n & r->mask];
+    event_ring_slot *s = &r->slots[n & r->mask];
     uint64_t before = atomic_load_explicit(&s->seq, memory_order_acquire);
-    uint64_t w[WORDS];
-    for (size_t i = 0; i < WORDS; i++)
+    uint64_t w[EVENT_RING_WORDS];
+    for (size_t i = 0; i < EVENT_RING_WORDS; i++)
       w[i] = atomic_load_explicit(&s->word[i], memory_order_relaxed);
     atomic_thread_fence(memory_order_acquire);
     uint64_t after = atomic_load_explicit(&s->seq, memory_order_relaxed);

@@ -12,6 +12,7 @@
 #include <stdint.h>
 
 #include "backend.h"
+#include "clock.h"
 #include "conf.h"
 #include "event_ring.h"
 #include "pool_view.h"
@@ -98,7 +99,18 @@ struct gpupool {
   int64_t agg_peak[VIEW_COUNT][GPUPOOL_STAT_TYPES];
 };
 
-/* Emitting events: callers hold the shard lock. */
-void shard_emit(shard *sh, const pool_event *ev);
+extern _Atomic size_t shard_events_cap; /* 0: events off */
+static inline int shard_recording(const shard *sh) {
+  return sh->ring && atomic_load_explicit(&shard_events_cap, memory_order_relaxed);
+}
+
+/* Records ev with a timestamp; callers hold the shard lock. */
+static inline void shard_emit(shard *sh, const pool_event *ev) {
+  if (!shard_recording(sh))
+    return;
+  pool_event e = *ev;
+  e.ts_ns = clock_stamp();
+  event_ring_push(sh->ring, &e);
+}
 
 #endif

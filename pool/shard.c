@@ -352,11 +352,3 @@ void shard_remove_segment(shard *sh, segment *seg) {
     seg->next->prev = seg->prev;
   seg->prev = seg->next = NULL;
 }
-
-void shard_emit(shard *sh, const pool_event *ev) {
-  if (!shard_recording(sh))
-    return;
-  pool_event e = *ev;
-  e.ts_ns = clock_stamp();
-  event_ring_push(sh->ring, &e);
-}

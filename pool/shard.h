@@ -33,11 +33,7 @@ static inline int segment_is_free(const segment *seg) {
 }
 
 /* Event ring capacity for new shards; 0 when events are off. */
-extern _Atomic size_t shard_events_cap;
 size_t shard_events_capacity(void);
-static inline int shard_recording(const shard *sh) {
-  return sh->ring && atomic_load_explicit(&shard_events_cap, memory_order_relaxed);
-}
 void shard_set_events_capacity(size_t cap);
 
 block *block_new(shard *sh);

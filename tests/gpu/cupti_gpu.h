@@ -89,7 +89,7 @@ static inline int cupti_find_event(uint8_t type, uint64_t addr, pool_event *out)
 
 /* The allocation event of addr, checked for size, kind and owner. */
 static inline pool_event cupti_expect_alloc(uint64_t addr, uint64_t size, int kind, int owner) {
-  pool_event ev;
+  pool_event ev = {0};
   cr_assert(cupti_find_event(EV_ALLOC, addr, &ev), "no CUPTI allocation record at %#llx",
             (unsigned long long)addr);
   cr_assert_eq(ev.size, size, "size %llu, want %llu", (unsigned long long)ev.size,
