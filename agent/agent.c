@@ -1,6 +1,7 @@
 /* gpupool_agent_start/stop: the agent's lifecycle. Start validates the whole
- * configuration before it starts anything, then starts, in order, event
- * recording, the CUPTI subscriber, the sampler thread and the HTTP server;
+ * configuration and opens the listening socket before it starts anything,
+ * then starts, in order, event recording, the CUPTI subscriber, the sampler
+ * thread and the HTTP server;
  * a failure undoes what was started, leaves a status, one line on stderr and
  * a program that runs on. Stop undoes it all in reverse order and writes the
  * trace file; an exit handler stops an agent still running at exit. */
@@ -18,6 +19,7 @@
 #include "exporters/trace_writer.h"
 #include "gpupool/agent.h"
 #include "http.h"
+#include "http_listen.h"
 #include "pool/clock.h"
 #include "pool/errors.h"
 #include "pool/pool_view.h"
@@ -68,6 +70,10 @@ static void stop_at_exit(void) {
  * is stopped again. */
 static gpupool_status start_locked(const agent_config *c) {
   char err[512];
+  /* A busy port or a bad address fails the start before CUPTI is touched. */
+  http_listener l = {.fd = -1};
+  if (!c->listen_off && http_listen_open(c->listen_host, c->listen_port, &l, err, sizeof err) != 0)
+    return agent_fail(GPUPOOL_ERR_BACKEND, err);
   metrics_configure(c->hostname, &c->labels);
   agent_health_reset((double)clock_realtime_ns() / 1e9);
   if (c->trace_events)
@@ -78,17 +84,20 @@ static gpupool_status start_locked(const agent_config *c) {
     snprintf(why, sizeof why, "%s", gpupool_last_error());
     if (c->trace_events)
       pool_events_disable();
+    if (l.fd >= 0)
+      close(l.fd);
     return pool_fail(s, "gpupool agent: cupti:force and CUPTI could not start: %s", why);
   }
   if (sampler_start(c->sample_interval_ms, err, sizeof err) != 0) {
     cupti_stop();
     if (c->trace_events)
       pool_events_disable();
+    if (l.fd >= 0)
+      close(l.fd);
     return agent_fail(GPUPOOL_ERR_BACKEND, err);
   }
   g_running = 1; /* from here on, stop_locked undoes everything */
-  if (!c->listen_off &&
-      http_start(c->listen_host, c->listen_port, c->hostname, err, sizeof err) != 0) {
+  if (!c->listen_off && http_start(&l, c->hostname, err, sizeof err) != 0) {
     stop_locked(0);
     return agent_fail(GPUPOOL_ERR_BACKEND, err);
   }

@@ -14,8 +14,12 @@ void agent_health_reset(double start_s) {
   atomic_store(&g_scrapes, 0);
   atomic_store(&g_last_ns, 0);
   atomic_store(&g_total_ns, 0);
+  /* The errors the agent itself answers are there from the start, at 0, so
+   * that their series exist before the first one (rate() and alerts need it). */
+  static const int preset[] = {400, 404, 405};
+  const int npreset = (int)(sizeof preset / sizeof preset[0]);
   for (int i = 0; i < AGENT_HEALTH_CODES; i++) {
-    atomic_store(&g_code[i], 0);
+    atomic_store(&g_code[i], i < npreset ? preset[i] : 0);
     atomic_store(&g_errors[i], 0);
   }
 }

@@ -11,7 +11,6 @@
 #include "endpoint.h"
 #include "exporters/metrics.h"
 #include "http_index.h"
-#include "http_listen.h"
 #include "labels.h"
 
 static struct MHD_Daemon *g_daemon;
@@ -21,8 +20,15 @@ static char g_hostname[LABEL_VALUE_MAX];
 
 /* ---- endpoint_args over an MHD connection ---- */
 
+/* A key given without '=' ("?limit") has no value in libmicrohttpd: it reads
+ * as "" so that handlers refuse it rather than take it for an absent key. */
 static const char *arg_get(void *ctx, const char *key) {
-  return MHD_lookup_connection_value(ctx, MHD_GET_ARGUMENT_KIND, key);
+  const char *value = NULL;
+  size_t len;
+  if (MHD_lookup_connection_value_n(ctx, MHD_GET_ARGUMENT_KIND, key, strlen(key), &value, &len) !=
+      MHD_YES)
+    return NULL;
+  return value ? value : "";
 }
 
 typedef struct each_ctx {
@@ -118,7 +124,34 @@ static void stream_free(void *cls) {
 
 #define STREAM_BLOCK (64 * 1024)
 
-static struct MHD_Response *make_response(endpoint_body *b) {
+static ssize_t never_read(void *cls, uint64_t pos, char *buf, size_t max) {
+  (void)cls, (void)pos, (void)buf, (void)max;
+  return MHD_CONTENT_READER_END_WITH_ERROR;
+}
+
+/* HEAD of a streamed document: libmicrohttpd 0.9.75 ends a chunked HEAD
+ * response with a "0" chunk, which would corrupt the next response on a
+ * kept-alive connection, and a HEAD must not announce a length other than
+ * GET's. So the document is produced and counted, and the answer announces
+ * its length without a body. */
+static struct MHD_Response *head_of_stream(endpoint_body *b) {
+  char *scratch = malloc(STREAM_BLOCK);
+  uint64_t len = 0;
+  ssize_t n = -1;
+  if (scratch)
+    while ((n = b->read(b->stream, scratch, STREAM_BLOCK)) > 0)
+      len += (uint64_t)n;
+  free(scratch);
+  if (b->close)
+    b->close(b->stream);
+  if (n < 0)
+    return NULL;
+  return MHD_create_response_from_callback(len, STREAM_BLOCK, never_read, NULL, NULL);
+}
+
+static struct MHD_Response *make_response(endpoint_body *b, int head) {
+  if (b->read && head)
+    return head_of_stream(b);
   if (b->read) {
     stream_ctx *s = malloc(sizeof *s);
     if (!s) {
@@ -144,8 +177,9 @@ static struct MHD_Response *make_response(endpoint_body *b) {
   return r;
 }
 
-static enum MHD_Result queue(struct MHD_Connection *c, endpoint_body *b, const char *allow) {
-  struct MHD_Response *r = make_response(b);
+static enum MHD_Result queue(struct MHD_Connection *c, endpoint_body *b, int head,
+                             const char *allow) {
+  struct MHD_Response *r = make_response(b, head);
   if (!r)
     return MHD_NO; /* out of memory: MHD closes the connection */
   if (b->content_type)
@@ -166,14 +200,28 @@ static enum MHD_Result queue(struct MHD_Connection *c, endpoint_body *b, const c
 static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const char *url,
                                   const char *method, const char *version, const char *upload_data,
                                   size_t *upload_data_size, void **con_cls) {
-  (void)cls, (void)version, (void)upload_data, (void)upload_data_size, (void)con_cls;
+  (void)cls, (void)version, (void)upload_data;
+  static int headers_seen;
   endpoint_body body = {0};
   if (strcmp(method, MHD_HTTP_METHOD_GET) != 0 && strcmp(method, MHD_HTTP_METHOD_HEAD) != 0) {
+    /* Answered at once, without reading a body: the connection closes. */
     char line[160];
     snprintf(line, sizeof line, "method %.64s not allowed: use GET or HEAD\n", method);
     text_body(&body, 405, line);
-    return queue(c, &body, "GET, HEAD");
+    return queue(c, &body, 0, "GET, HEAD");
   }
+  /* A response queued in the first call (headers only) makes libmicrohttpd
+   * close the connection after it: answer in the next call, once the request
+   * is read (a body, which GET and HEAD should not have, is discarded). */
+  if (!*con_cls) {
+    *con_cls = &headers_seen;
+    return MHD_YES;
+  }
+  if (*upload_data_size) {
+    *upload_data_size = 0;
+    return MHD_YES;
+  }
+  int head = strcmp(method, MHD_HTTP_METHOD_HEAD) == 0;
   const route *rt = NULL;
   for (size_t i = 0; i < sizeof routes / sizeof routes[0]; i++)
     if (strcmp(url, routes[i].path) == 0) {
@@ -182,7 +230,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
     }
   if (!rt) {
     text_body(&body, 404, "not found: try /, /metrics, /trace, /snapshot or /healthz\n");
-    return queue(c, &body, NULL);
+    return queue(c, &body, head, NULL);
   }
   endpoint_args args = {
       .get = arg_get,
@@ -195,43 +243,32 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
   rt->handler(&args, &body);
   if (!body.status)
     body.status = 200;
-  if (body.read && strcmp(method, MHD_HTTP_METHOD_HEAD) == 0) {
-    /* libmicrohttpd 0.9.75 ends a chunked HEAD response with a "0" chunk,
-     * which would corrupt the next response on a kept-alive connection:
-     * answer HEAD without the stream. */
-    if (body.close)
-      body.close(body.stream);
-    body.read = NULL;
-    body.close = NULL;
-  }
-  return queue(c, &body, NULL);
+  return queue(c, &body, head, NULL);
 }
 
-int http_start(const char *host, int port, const char *hostname, char *err, size_t errlen) {
+int http_start(http_listener *l, const char *hostname, char *err, size_t errlen) {
   if (g_daemon) {
+    close(l->fd);
     snprintf(err, errlen, "the HTTP server is already running");
     return -1;
   }
-  http_listener l;
-  if (http_listen_open(host, port, &l, err, errlen) != 0)
-    return -1;
   snprintf(g_hostname, sizeof g_hostname, "%s", hostname);
   unsigned flags = MHD_USE_AUTO_INTERNAL_THREAD;
-  if (l.ipv6)
+  if (l->ipv6)
     flags |= MHD_USE_IPv6;
   g_daemon =
       MHD_start_daemon(flags, 0, NULL, NULL, on_request, NULL, MHD_OPTION_LISTEN_SOCKET,
-                       (MHD_socket)l.fd, MHD_OPTION_THREAD_POOL_SIZE, (unsigned)HTTP_THREADS,
+                       (MHD_socket)l->fd, MHD_OPTION_THREAD_POOL_SIZE, (unsigned)HTTP_THREADS,
                        MHD_OPTION_CONNECTION_LIMIT, (unsigned)HTTP_CONNECTION_LIMIT,
                        MHD_OPTION_PER_IP_CONNECTION_LIMIT, (unsigned)HTTP_PER_IP_LIMIT,
                        MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)HTTP_TIMEOUT_S, MHD_OPTION_END);
   if (!g_daemon) {
-    close(l.fd);
-    snprintf(err, errlen, "libmicrohttpd could not start a server on %s", l.address);
+    close(l->fd);
+    snprintf(err, errlen, "libmicrohttpd could not start a server on %s", l->address);
     return -1;
   }
-  snprintf(g_address, sizeof g_address, "%s", l.address);
-  atomic_store(&g_port, l.port);
+  snprintf(g_address, sizeof g_address, "%s", l->address);
+  atomic_store(&g_port, l->port);
   return 0;
 }
 

@@ -8,14 +8,16 @@
 
 #include <stddef.h>
 
+#include "http_listen.h"
+
 #define HTTP_CONNECTION_LIMIT 128
 #define HTTP_PER_IP_LIMIT     32
 #define HTTP_TIMEOUT_S        10
 #define HTTP_THREADS          2
 
-/* Listens on host:port (host "" = every interface) and serves. hostname is
- * shown on the index page. 0 or -1 with a reason (bad address, busy port). */
-int http_start(const char *host, int port, const char *hostname, char *err, size_t errlen);
+/* Serves on a listener from http_listen_open, which it takes over (closed on
+ * failure too). hostname is shown on the index page. 0 or -1 with a reason. */
+int http_start(http_listener *l, const char *hostname, char *err, size_t errlen);
 /* Closes every connection and joins the server's threads; idempotent. */
 void http_stop(void);
 /* The bound port, 0 when not serving. */

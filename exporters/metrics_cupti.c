@@ -47,6 +47,9 @@ static void write_per_kind(prom_writer *w, const metrics_snapshot *s, const cupt
   for (size_t f = 0; f < sizeof kind_families / sizeof kind_families[0]; f++) {
     const kind_family *kf = &kind_families[f];
     prom_family(w, kf->name, kf->type, kf->help);
+    /* Declared without samples while CUPTI has seen nothing (or is off):
+     * 0 would claim the process has no CUDA memory. */
+    prom_family_declare(w);
     for (size_t i = 0; i < c->ndevices; i++) {
       const cupti_device_metrics *d = &c->devices[i];
       const char *labels = device_labels(scratch, s, d);

@@ -81,6 +81,11 @@ static void put_header(prom_writer *w) {
   }
 }
 
+void prom_family_declare(prom_writer *w) {
+  if (w->header_pending)
+    put_header(w);
+}
+
 /* name{labels,extra...} and the space before the value. */
 static void put_series(prom_writer *w, const char *suffix, const char *labels,
                        const prom_label *extra, size_t nextra) {

@@ -54,6 +54,9 @@ void prom_writer_init(prom_writer *w, prom_buf *buf, prom_format format);
  * help must stay valid until the next prom_family. The HELP/TYPE lines are
  * written with the first sample: a family without samples is left out. */
 void prom_family(prom_writer *w, const char *name, prom_type type, const char *help);
+/* Writes the HELP/TYPE lines of the family started last now: for a family a
+ * scraper expects to find even while it has no samples. */
+void prom_family_declare(prom_writer *w);
 
 /* Gauge (and info) samples. */
 void prom_gauge_u64(prom_writer *w, const char *labels, const prom_label *extra, size_t nextra,

@@ -120,7 +120,8 @@ Test(agent_http, bad_parameters_are_400_with_one_line) {
   int port = start_local(NULL);
   const char *targets[] = {
       "/metrics?x=1",     "/metrics?format",        "/healthz?verbose=1", "/?a=b",
-      "/trace?limit=abc", "/trace?since=yesterday", "/snapshot?bogus=1"};
+      "/trace?limit=abc", "/trace?since=yesterday", "/snapshot?bogus=1",  "/trace?limit",
+      "/trace?device",    "/snapshot?pool"};
   for (size_t i = 0; i < sizeof targets / sizeof targets[0]; i++) {
     http_response r = get(port, "GET", targets[i], NULL);
     cr_assert_eq(r.status, 400, "%s gave %d", targets[i], r.status);
@@ -141,6 +142,66 @@ Test(agent_http, head_has_headers_and_no_body) {
     cr_assert_eq(r.body_len, 0, "HEAD %s has a body", paths[i]);
     http_response_free(&r);
   }
+}
+
+/* Reads what the server sends until it closes the connection. */
+static char *read_until_close(int fd, size_t *len) {
+  size_t cap = 1 << 20, n = 0;
+  char *buf = malloc(cap);
+  cr_assert_not_null(buf);
+  ssize_t k;
+  while (n + 1 < cap && (k = recv(fd, buf + n, cap - n - 1, 0)) > 0)
+    n += (size_t)k;
+  buf[n] = '\0';
+  *len = n;
+  return buf;
+}
+
+/* The header block at *pos (status 200 asserted), its Content-Length; *pos
+ * moves past the block. */
+static long next_headers(const char *data, size_t len, size_t *pos, const char *what) {
+  const char *start = data + *pos;
+  const char *end = strstr(start, "\r\n\r\n");
+  cr_assert_not_null(end, "%s: no (complete) response at byte %zu of %zu", what, *pos, len);
+  cr_assert_eq(strncmp(start, "HTTP/1.1 200 ", 13), 0, "%s: %.60s", what, start);
+  char block[1024];
+  snprintf(block, sizeof block, "%.*s", (int)(end - start), start);
+  cr_assert_null(strstr(block, "Transfer-Encoding"), "%s: %s", what, block);
+  const char *cl = strstr(block, "Content-Length: ");
+  cr_assert_not_null(cl, "%s: no Content-Length: %s", what, block);
+  *pos = (size_t)(end + 4 - data);
+  return atol(cl + 16);
+}
+
+/* Prometheus and browsers keep connections open: after a HEAD (of a
+ * streamed document too) the next request on the same connection is
+ * answered cleanly, and HEAD announces the length GET would send. */
+Test(agent_http, head_then_get_on_one_connection) {
+  int port = start_local(NULL);
+  const char *paths[] = {"/trace", "/metrics", "/snapshot", "/", "/healthz"};
+  size_t npaths = sizeof paths / sizeof paths[0];
+  char requests[2048] = "";
+  for (size_t i = 0; i < npaths; i++) {
+    size_t n = strlen(requests);
+    snprintf(requests + n, sizeof requests - n,
+             "HEAD %s HTTP/1.1\r\nHost: t\r\n\r\nGET /healthz HTTP/1.1\r\nHost: t\r\n%s\r\n",
+             paths[i], i + 1 == npaths ? "Connection: close\r\n" : "");
+  }
+  int fd = http_connect("127.0.0.1", port);
+  cr_assert_geq(fd, 0);
+  cr_assert_eq(send(fd, requests, strlen(requests), MSG_NOSIGNAL), (ssize_t)strlen(requests));
+  size_t len, pos = 0;
+  char *data = read_until_close(fd, &len);
+  close(fd);
+  for (size_t i = 0; i < npaths; i++) {
+    long head_len = next_headers(data, len, &pos, paths[i]);
+    cr_assert_gt(head_len, 0, "HEAD %s announces %ld bytes", paths[i], head_len);
+    cr_assert_eq(next_headers(data, len, &pos, "GET /healthz after it"), 3);
+    cr_assert_eq(strncmp(data + pos, "ok\n", 3), 0, "after HEAD %s: %.40s", paths[i], data + pos);
+    pos += 3;
+  }
+  cr_assert_eq(pos, len, "bytes left over: %.40s", data + pos);
+  free(data);
 }
 
 Test(agent_http, openmetrics_when_asked) {
@@ -196,7 +257,8 @@ Test(agent_http, busy_port_is_a_clear_error) {
   snprintf(listen_at, sizeof listen_at, "127.0.0.1:%d", ntohs(a.sin_port));
 
   cr_redirect_stderr();
-  gpupool_agent_options o = {.listen = listen_at, .cupti = GPUPOOL_CUPTI_OFF, .ignore_env = 1};
+  /* cupti:auto: the port fails the start before CUPTI says anything. */
+  gpupool_agent_options o = {.listen = listen_at, .cupti = GPUPOOL_CUPTI_AUTO, .ignore_env = 1};
   cr_assert_eq(gpupool_agent_start(&o), GPUPOOL_ERR_BACKEND);
   cr_assert(strstr(gpupool_last_error(), "in use"), "%s", gpupool_last_error());
   cr_assert_eq(gpupool_agent_port(), 0);
@@ -205,6 +267,7 @@ Test(agent_http, busy_port_is_a_clear_error) {
   FILE *err = cr_get_redirected_stderr();
   cr_assert(fgets(line, sizeof line, err));
   cr_assert(strstr(line, "gpupool agent:") && strstr(line, "in use"), "stderr: %s", line);
+  cr_assert_null(fgets(line, sizeof line, err), "more than one line on stderr: %s", line);
 
   /* The program runs on: pools work, and the agent starts elsewhere. */
   void *p;

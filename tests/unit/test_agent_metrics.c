@@ -299,6 +299,68 @@ Test(agent_metrics, agent_health_and_cupti_state) {
   free(text);
 }
 
+/* What a probe scraping a fresh agent with one idle host pool and no CUPTI
+ * expects: every family of the contract declared, with samples (counters at
+ * 0) wherever a value is known. */
+Test(agent_metrics, a_fresh_agent_declares_every_family) {
+  gpupool *p = make_pool("fresh", 0, 64 << 20);
+  start_agent(0);
+  char *text = scrape();
+  static const char *const families[] = {
+      "gpupool_build_info gauge",
+      "gpupool_device_info gauge",
+      "gpupool_device_memory_total_bytes gauge",
+      "gpupool_device_memory_free_bytes gauge",
+      "gpupool_reserved_bytes gauge",
+      "gpupool_allocated_bytes gauge",
+      "gpupool_requested_bytes gauge",
+      "gpupool_inactive_split_bytes gauge",
+      "gpupool_largest_free_block_bytes gauge",
+      "gpupool_peak_reserved_bytes gauge",
+      "gpupool_peak_allocated_bytes gauge",
+      "gpupool_segments gauge",
+      "gpupool_blocks gauge",
+      "gpupool_allocations_total counter",
+      "gpupool_frees_total counter",
+      "gpupool_device_frees_total counter",
+      "gpupool_alloc_retries_total counter",
+      "gpupool_ooms_total counter",
+      "gpupool_allocation_size_bytes histogram",
+      "gpupool_cuda_memory_bytes gauge",
+      "gpupool_cupti_up gauge",
+      "gpupool_cupti_records_dropped_total counter",
+      "gpupool_trace_events_total counter",
+      "gpupool_trace_events_dropped_total counter",
+      "gpupool_agent_http_errors_total counter",
+  };
+  for (size_t i = 0; i < sizeof families / sizeof families[0]; i++) {
+    char line[128];
+    snprintf(line, sizeof line, "\n# TYPE %s\n", families[i]);
+    cr_assert(strstr(text, line), "no '%s' in a fresh agent's /metrics", families[i]);
+  }
+  const char *cache[] = {"source=\"cache\"", NULL};
+  const char *device[] = {"source=\"device\"", NULL};
+  double v;
+  cr_assert_eq(metrics_value(text, "gpupool_allocations_total", cache, &v), 0);
+  cr_assert_eq(v, 0);
+  cr_assert_eq(metrics_value(text, "gpupool_allocations_total", device, &v), 0);
+  cr_assert_eq(v, 0);
+  cr_assert_eq(metrics_value(text, "gpupool_cupti_up", NULL, &v), 0);
+  cr_assert_eq(v, 0);
+  cr_assert_eq(metrics_value(text, "gpupool_cupti_records_dropped_total", NULL, &v), 0);
+  static const char *const codes[] = {"code=\"400\"", "code=\"404\"", "code=\"405\""};
+  for (size_t i = 0; i < 3; i++) {
+    const char *l[] = {codes[i], NULL};
+    cr_assert_eq(metrics_value(text, "gpupool_agent_http_errors_total", l, &v), 0,
+                 "no %s error series before the first error", codes[i]);
+    cr_assert_eq(v, 0);
+  }
+  cr_assert_eq(metrics_count(text, "gpupool_cuda_memory_bytes", NULL), 0,
+               "no CUDA memory value without CUPTI");
+  free(text);
+  gpupool_destroy(p);
+}
+
 Test(agent_metrics, openmetrics_carries_the_same_values) {
   gpupool *p = make_pool("om", 0, 64 << 20);
   void *x;

@@ -200,6 +200,29 @@ Test(prom_writer, families_units_info_and_empty_ones) {
   prom_buf_free(&b);
 }
 
+static void declared(prom_writer *w) {
+  prom_family(w, "app_seen_bytes", PROM_GAUGE, "Declared.");
+  prom_family_declare(w);
+  prom_family(w, "app_seen", PROM_COUNTER, "Declared, then sampled.");
+  prom_family_declare(w);
+  prom_counter(w, NULL, NULL, 0, 2, 0);
+}
+
+Test(prom_writer, declared_families_without_samples) {
+  prom_buf b;
+  const char *s = render(PROM_FORMAT_TEXT, declared, &b);
+  cr_assert_str_eq(s, "# HELP app_seen_bytes Declared.\n# TYPE app_seen_bytes gauge\n"
+                      "# HELP app_seen_total Declared, then sampled.\n"
+                      "# TYPE app_seen_total counter\napp_seen_total 2\n");
+  prom_buf_free(&b);
+  s = render(PROM_FORMAT_OPENMETRICS, declared, &b);
+  cr_assert_str_eq(s, "# HELP app_seen_bytes Declared.\n# TYPE app_seen_bytes gauge\n"
+                      "# UNIT app_seen_bytes bytes\n"
+                      "# HELP app_seen Declared, then sampled.\n# TYPE app_seen counter\n"
+                      "app_seen_total 2\n# EOF\n");
+  prom_buf_free(&b);
+}
+
 static void histogram(prom_writer *w) {
   static const char *const le[] = {"1", "2", "4", "8"};
   static const uint64_t counts[] = {3, 0, 5, 1, 2}; /* the last: above 8 */
