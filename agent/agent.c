@@ -135,8 +135,10 @@ gpupool_status gpupool_agent_start(const gpupool_agent_options *opt) {
                       "started again in the child");
   }
   if (g_running) {
+    char why[64];
+    snprintf(why, sizeof why, "already running (port %d)", http_port());
     pthread_mutex_unlock(&g_lock);
-    return pool_fail(GPUPOOL_ERR_INVALID, "gpupool agent: already running (port %d)", http_port());
+    return agent_fail(GPUPOOL_ERR_INVALID, why);
   }
   char err[512];
   agent_config c;

@@ -10,7 +10,7 @@ static inline uint32_t slot_of(uintptr_t key, uint32_t mask) {
 }
 
 static addrmap_entry *find(const addrmap *m, uintptr_t key) {
-  if (!m->tab)
+  if (!m->tab || key <= DELETED) /* the markers are never keys: 1 would match a tombstone */
     return NULL;
   for (uint32_t i = slot_of(key, m->mask);; i = (i + 1) & m->mask) {
     if (m->tab[i].key == key)

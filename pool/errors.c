@@ -15,7 +15,7 @@ const char *gpupool_status_string(gpupool_status s) {
   case GPUPOOL_ERR_INVALID:
     return "invalid argument";
   case GPUPOOL_ERR_BACKEND:
-    return "backend (CUDA) error";
+    return "backend or system error";
   case GPUPOOL_ERR_UNSUPPORTED:
     return "not supported";
   }

@@ -37,6 +37,10 @@ int kvconf_parse(const char *text, kvconf_fn fn, void *ctx, char *err, size_t er
     if (!end)
       end = p + strlen(p);
     const char *colon = memchr(p, ':', (size_t)(end - p));
+    if (copy_trimmed(p, end, key, sizeof key) == 0 && key[0] == '\0') {
+      snprintf(err, errlen, "empty entry (a stray ',') in '%s'", text);
+      return -1;
+    }
     if (!colon) {
       snprintf(err, errlen, "'%.*s' is not key:value", (int)(end - p), p);
       return -1;

@@ -16,8 +16,6 @@
 static _Atomic uint32_t next_pool_id = 1;
 
 static gpupool_status create_backend(pool_config *c, backend **out) {
-  if (c->backend == GPUPOOL_BACKEND_DEFAULT)
-    c->backend = backend_cuda_device_count() > 0 ? GPUPOOL_BACKEND_CUDA : GPUPOOL_BACKEND_HOST;
   gpupool_status st;
   switch (c->backend) {
   case GPUPOOL_BACKEND_HOST: {
@@ -51,8 +49,9 @@ gpupool_status gpupool_create(const gpupool_options *opt, gpupool **out) {
   gpupool_status st = pool_config_build(opt, &cfg);
   if (st != GPUPOOL_OK)
     return st;
-  if ((cfg.fault_every_n || cfg.fault_rate > 0) && cfg.backend != GPUPOOL_BACKEND_HOST &&
-      cfg.backend != GPUPOOL_BACKEND_DEFAULT)
+  if (cfg.backend == GPUPOOL_BACKEND_DEFAULT)
+    cfg.backend = backend_cuda_device_count() > 0 ? GPUPOOL_BACKEND_CUDA : GPUPOOL_BACKEND_HOST;
+  if ((cfg.fault_every_n || cfg.fault_rate > 0) && cfg.backend != GPUPOOL_BACKEND_HOST)
     return pool_fail(GPUPOOL_ERR_INVALID, "pool '%s': fault injection needs backend host",
                      cfg.name);
   backend *be = NULL;

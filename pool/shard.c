@@ -121,19 +121,6 @@ static void block_recycle(shard *sh, block *b) {
   sh->spare = b;
 }
 
-/* A free block counts as "inactive split" while its segment has other blocks. */
-static void count_inactive_split(shard *sh, block *b, int sign) {
-  if (b->seg->nblocks <= 1)
-    return;
-  if (sign > 0) {
-    stat_inc(sh->st.s[STAT_INACTIVE_SPLIT], b->seg->large, 1);
-    stat_inc(sh->st.s[STAT_INACTIVE_SPLIT_BYTES], b->seg->large, (int64_t)b->size);
-  } else {
-    stat_dec(sh->st.s[STAT_INACTIVE_SPLIT], b->seg->large, 1);
-    stat_dec(sh->st.s[STAT_INACTIVE_SPLIT_BYTES], b->seg->large, (int64_t)b->size);
-  }
-}
-
 static void index_insert(shard *sh, block *b) {
   free_index_insert(&sh->free_tree[b->seg->large], b);
   sh->nfree++;
@@ -212,28 +199,35 @@ static void count_request(shard *sh, size_t requested) {
 }
 
 void shard_take(shard *sh, block *b, size_t rounded, size_t requested, int from_device) {
-  index_remove(sh, b);
-  count_inactive_split(sh, b, -1);
-  if (should_split(&sh->pool->cfg, b, rounded)) {
-    block *r = block_new(sh);
-    if (r) { /* without host memory for the remainder, the whole block is used */
-      r->addr = b->addr + rounded;
-      r->size = b->size - rounded;
-      r->seg = b->seg;
-      r->state = BLOCK_FREE;
-      r->free_seq = b->free_seq;
-      r->prev = b;
-      r->next = b->next;
-      if (b->next)
-        b->next->prev = r;
-      b->next = r;
-      b->size = rounded;
-      b->seg->nblocks++;
-      count_inactive_split(sh, r, +1);
-      index_insert(sh, r);
-    }
-  }
   int large = b->seg->large;
+  index_remove(sh, b);
+  block *r = should_split(&sh->pool->cfg, b, rounded) ? block_new(sh) : NULL;
+  if (r) { /* without host memory for the remainder, the whole block is used */
+    /* Counted as PyTorch does: an inactive split block that is cut stays one,
+     * shrunk by what is taken; an unsplit block leaves one behind. */
+    if (b->seg->nblocks > 1)
+      stat_dec(sh->st.s[STAT_INACTIVE_SPLIT_BYTES], large, (int64_t)rounded);
+    else {
+      stat_inc(sh->st.s[STAT_INACTIVE_SPLIT], large, 1);
+      stat_inc(sh->st.s[STAT_INACTIVE_SPLIT_BYTES], large, (int64_t)(b->size - rounded));
+    }
+    r->addr = b->addr + rounded;
+    r->size = b->size - rounded;
+    r->seg = b->seg;
+    r->state = BLOCK_FREE;
+    r->free_seq = b->free_seq;
+    r->prev = b;
+    r->next = b->next;
+    if (b->next)
+      b->next->prev = r;
+    b->next = r;
+    b->size = rounded;
+    b->seg->nblocks++;
+    index_insert(sh, r);
+  } else if (b->seg->nblocks > 1) { /* a split block taken whole */
+    stat_dec(sh->st.s[STAT_INACTIVE_SPLIT], large, 1);
+    stat_dec(sh->st.s[STAT_INACTIVE_SPLIT_BYTES], large, (int64_t)b->size);
+  }
   b->state = BLOCK_ALLOCATED;
   b->requested = requested;
   b->nstreams = 0;
@@ -252,9 +246,9 @@ void shard_take(shard *sh, block *b, size_t rounded, size_t requested, int from_
   record_block_event(sh, EV_ALLOC, from_device ? EVF_FROM_DEVICE : 0, b, requested);
 }
 
-/* Absorbs free neighbour n into b. */
-static void absorb(shard *sh, block *b, block *n) {
-  count_inactive_split(sh, n, -1);
+/* Absorbs free neighbour n into b; returns the bytes it had. */
+static size_t absorb(shard *sh, block *b, block *n) {
+  size_t size = n->size;
   index_remove(sh, n);
   if (n == b->prev) {
     b->addr = n->addr;
@@ -271,17 +265,31 @@ static void absorb(shard *sh, block *b, block *n) {
   b->size += n->size;
   b->seg->nblocks--;
   block_recycle(sh, n);
+  return size;
 }
 
 void shard_release(shard *sh, block *b) {
   b->state = BLOCK_FREE;
   b->free_seq = ++sh->free_seq;
   b->nstreams = 0;
-  if (b->prev && b->prev->state == BLOCK_FREE)
-    absorb(sh, b, b->prev);
-  if (b->next && b->next->state == BLOCK_FREE)
-    absorb(sh, b, b->next);
-  count_inactive_split(sh, b, +1);
+  /* inactive_split changes by its net amount, as PyTorch counts it: each
+   * neighbour absorbed was one, the merged block is one if the segment is
+   * still split. */
+  int64_t blocks = 0, bytes = 0;
+  if (b->prev && b->prev->state == BLOCK_FREE) {
+    blocks--;
+    bytes -= (int64_t)absorb(sh, b, b->prev);
+  }
+  if (b->next && b->next->state == BLOCK_FREE) {
+    blocks--;
+    bytes -= (int64_t)absorb(sh, b, b->next);
+  }
+  if (b->seg->nblocks > 1) {
+    blocks++;
+    bytes += (int64_t)b->size;
+  }
+  stat_add(sh->st.s[STAT_INACTIVE_SPLIT], b->seg->large, blocks);
+  stat_add(sh->st.s[STAT_INACTIVE_SPLIT_BYTES], b->seg->large, bytes);
   index_insert(sh, b);
 }
 

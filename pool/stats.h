@@ -56,6 +56,14 @@ static inline void stat_dec(gpupool_stat s[GPUPOOL_STAT_TYPES], int large, int64
  * Its peak is reached either with nothing pending (then it is the
  * allocation peak) or while frees are pending (then it was recorded in
  * pending_peak at that allocation). */
+/* Adds delta of either sign; 0 changes nothing. */
+static inline void stat_add(gpupool_stat s[GPUPOOL_STAT_TYPES], int large, int64_t delta) {
+  if (delta > 0)
+    stat_inc(s, large, delta);
+  else if (delta < 0)
+    stat_dec(s, large, -delta);
+}
+
 static inline gpupool_stat stat_active(const gpupool_stat *alloc, const gpupool_stat *pending,
                                        int64_t pending_peak) {
   gpupool_stat a;

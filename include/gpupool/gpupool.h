@@ -99,7 +99,10 @@ gpupool_status gpupool_malloc(gpupool *p, void **ptr, size_t size, void *stream)
 gpupool_status gpupool_free(gpupool *p, void *ptr);
 /* Mark ptr as used on another stream: its reuse waits for that stream's work. */
 gpupool_status gpupool_record_stream(gpupool *p, void *ptr, void *stream);
-/* Return every unused cached segment to the device; returns the bytes released. */
+/* Return every cached segment that holds no live block to the device;
+ * returns the bytes released. Unlike PyTorch's empty_cache it does not wait
+ * for other streams: a block freed after record_stream whose streams have not
+ * finished stays until a later call finds them done. */
 size_t gpupool_empty_cache(gpupool *p);
 gpupool_status gpupool_get_stats(gpupool *p, gpupool_stats *out);
 /* peak = current for every stat. */

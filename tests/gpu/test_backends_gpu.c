@@ -286,3 +286,18 @@ Test(gpu_cuda, host_fault_injection_is_unsupported) {
   cr_assert(strstr(gpupool_last_error(), "cuda"), "reason: %s", gpupool_last_error());
   gpupool_destroy(p);
 }
+
+/* Where a GPU is present the default backend is cuda: fault keys, which only
+ * the host backend honours, are refused rather than ignored. */
+Test(gpu_cuda, fault_keys_on_the_default_backend_are_refused) {
+  require_gpu("cuda");
+  setenv("GPUPOOL_CONF", "fault_every_n:2", 1);
+  gpupool *p = NULL;
+  gpupool_status st = gpupool_create(NULL, &p);
+  unsetenv("GPUPOOL_CONF");
+  cr_expect_eq(st, GPUPOOL_ERR_INVALID, "status %s", gpupool_status_string(st));
+  cr_expect_null(p);
+  cr_expect(strstr(gpupool_last_error(), "fault"), "reason: %s", gpupool_last_error());
+  if (p)
+    gpupool_destroy(p);
+}

@@ -145,6 +145,26 @@ Test(pool_badinput, frees_of_pointers_the_pool_does_not_own) {
   }
 }
 
+/* The live-allocation map marks freed slots with the key 1 and empty ones
+ * with 0: the addresses 1 and 0 must never match them. */
+Test(pool_badinput, frees_of_the_map_marker_addresses_are_refused) {
+  for (int k = 0; k < 3; k++) {
+    gpupool *p = pc_pool(strategies[k], 0, NULL);
+    void *x[64];
+    for (int i = 0; i < 64; i++)
+      cr_assert_eq(gpupool_malloc(p, &x[i], 4096, NULL), GPUPOOL_OK);
+    for (int i = 0; i < 64; i++)
+      cr_assert_eq(gpupool_free(p, x[i]), GPUPOOL_OK);
+    gpupool_stats before = pc_stats(p);
+    cr_expect_eq(gpupool_free(p, (void *)1), GPUPOOL_ERR_INVALID, "strategy %d", strategies[k]);
+    expect_reason("gpupool_free(1)");
+    cr_expect_eq(gpupool_record_stream(p, (void *)1, NULL), GPUPOOL_ERR_INVALID);
+    expect_reason("gpupool_record_stream(1)");
+    expect_same_stats(p, &before, "a free of address 1");
+    gpupool_destroy(p);
+  }
+}
+
 Test(pool_badinput, bfc_free_of_a_cached_block_address_is_refused) {
   /* y's block merged into the segment's free tail: its address is not live */
   gpupool *p = pc_pool(GPUPOOL_STRATEGY_BFC, 0, NULL);
@@ -212,9 +232,12 @@ static const bad_conf bad_confs[] = {
     {"strategy", "strategy"},
     {"strategy:", "strategy"},
     {":1", NULL},
-    {"strategy:bfc,,name:x", NULL},
+    {"strategy:bfc,,name:x", "stray ','"},
+    {"strategy:bfc,", "stray ','"},
+    {",strategy:bfc", "stray ','"},
+    {" , ", "stray ','"},
     {"strategy:bfc,bogus", "bogus"},
-    {",", NULL},
+    {",", "stray ','"},
 };
 #define N_BAD_CONFS (sizeof bad_confs / sizeof bad_confs[0])
 

@@ -209,3 +209,41 @@ Test(pool_stats, active_counts_pending_frees_exactly) {
   gpupool_host_stream_destroy(s1);
   gpupool_destroy(p);
 }
+
+/* inactive_split as PyTorch counts it: cutting a request out of a block that
+ * is already an inactive split block shrinks it (bytes freed by the part
+ * taken) without counting a block freed and another allocated. */
+Test(pool_stats, inactive_split_accumulates_as_pytorch_does) {
+  gpupool *p = pc_pool(GPUPOOL_STRATEGY_BFC, 0, NULL);
+  void *a = must_malloc(p, 5 * MiB);  /* a 20 MiB segment: 15 MiB split off */
+  void *b = must_malloc(p, 12 * MiB); /* cut from those 15 MiB: 3 MiB stay */
+  gpupool_stats s = pc_stats(p);
+  expect_stat(&s.inactive_split[L], 1, 1, 1, 0, "inactive_split");
+  expect_stat(&s.inactive_split_bytes[L], 3 * MiB, 15 * MiB, 15 * MiB, 12 * MiB,
+              "inactive_split_bytes");
+  must_free(p, a);
+  must_free(p, b);
+  gpupool_destroy(p);
+}
+
+/* Freeing changes inactive_split by its net amount, as PyTorch counts it: a
+ * free that merges with the free rest of the segment leaves the count as it
+ * was; one that merges two neighbours into an unsplit segment removes two. */
+Test(pool_stats, inactive_split_changes_by_net_amount_on_free) {
+  gpupool *p = pc_pool(GPUPOOL_STRATEGY_BFC, 0, NULL);
+  void *a = must_malloc(p, 1024); /* splits the 2 MiB segment: the rest is one */
+  void *b = must_malloc(p, 1024); /* cut from the rest: the rest shrinks */
+  void *c = must_malloc(p, 1024);
+  must_free(p, a); /* no free neighbour: +1 */
+  must_free(p, c); /* merges with the rest, still one block: net 0 */
+  gpupool_stats s = pc_stats(p);
+  expect_stat(&s.inactive_split[S], 2, 2, 2, 0, "inactive_split after freeing a and c");
+  must_free(p, b); /* merges a and the rest: the segment is whole again, -2 */
+  s = pc_stats(p);
+  expect_stat(&s.inactive_split[S], 0, 2, 2, 2, "inactive_split after freeing b");
+  /* bytes: +(2 MiB - 1 KiB) at a's split, -1 KiB for b and for c, +1 KiB
+   * for a's free, net +1 KiB for c's, -(2 MiB - 1 KiB) for b's. */
+  expect_stat(&s.inactive_split_bytes[S], 0, 2 * MiB - 1 * KiB, 2 * MiB + 1 * KiB,
+              2 * MiB + 1 * KiB, "inactive_split_bytes");
+  gpupool_destroy(p);
+}
