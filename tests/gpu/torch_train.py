@@ -373,15 +373,16 @@ def timing(a):
     print(f"\n## steps/s without recording ({a.timing_rounds} interleaved rounds, median)\n")
     print("| model | configuration | steps/s | relative to torch |")
     print("|---|---|---:|---:|")
+    configs = [TIMING_CONFIGS[i] for i in (0, 1, 4)] if a.timing_short else TIMING_CONFIGS
     for model in MODELS:
-        runs = {label: [] for label, _, _ in TIMING_CONFIGS}
+        runs = {label: [] for label, _, _ in configs}
         for _ in range(a.timing_rounds):
-            for label, allocator, env in TIMING_CONFIGS:
+            for label, allocator, env in configs:
                 r = run_child(a, model, allocator, env)
                 if r:
                     runs[label].append(r["steps_per_s"])
-        base = statistics.median(runs[TIMING_CONFIGS[0][0]]) if runs[TIMING_CONFIGS[0][0]] else None
-        for label, _, _ in TIMING_CONFIGS:
+        base = statistics.median(runs[configs[0][0]]) if runs[configs[0][0]] else None
+        for label, _, _ in configs:
             if not runs[label]:
                 print(f"| {model} | {label} | failed | |")
                 continue
@@ -468,6 +469,8 @@ def main():
                     help="also time every allocator configuration without recording")
     ap.add_argument("--timing-only", action="store_true",
                     help="only the timing rounds (no recorded comparison)")
+    ap.add_argument("--timing-short", action="store_true",
+                    help="time only torch, gpupool without and with the default agent")
     ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--plain", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--model", choices=MODELS, help=argparse.SUPPRESS)
