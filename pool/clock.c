@@ -21,15 +21,26 @@ uint64_t clock_monotonic_ns(void) {
 }
 
 /* The TSC is used only when the CPU says it ticks at a constant rate in every
- * power state (constant_tsc and nonstop_tsc): then ns = anchor_ns + (tsc -
- * anchor_tsc) / rate, with the rate measured over everything since the
- * anchor, so it only gets more precise as the process runs. */
+ * power state (constant_tsc and nonstop_tsc). Stamps become wall-clock time
+ * through anchors: (tsc, ns) pairs taken at least ANCHOR_NS apart, each with
+ * the rate measured since the previous one. A stamp is converted with the
+ * last anchor before it and that anchor's rate, which never change once the
+ * anchor exists: converting a stamp again gives the same ns (a trace read
+ * twice is the same document), and the error stays within what the clocks
+ * drift apart in one interval. */
+#define ANCHOR_NS 10000000000ull /* 10 s */
+#define ANCHORS   4096           /* about 11 hours of history */
+
+typedef struct anchor {
+  uint64_t tsc, ns;
+  double ticks_per_ns; /* over the interval that ends here */
+} anchor;
+
 static pthread_once_t once = PTHREAD_ONCE_INIT;
 int clock_use_tsc;
-static uint64_t anchor_tsc, anchor_ns;
-static pthread_mutex_t rate_lock = PTHREAD_MUTEX_INITIALIZER;
-static double ticks_per_ns;
-static uint64_t rate_at_ns; /* when ticks_per_ns was last measured */
+static pthread_mutex_t anchor_lock = PTHREAD_MUTEX_INITIALIZER;
+static anchor anchors[ANCHORS];
+static uint64_t nanchors; /* ever taken; the last ANCHORS are kept */
 
 #if defined(__x86_64__)
 static int cpu_has_invariant_tsc(void) {
@@ -50,18 +61,24 @@ static int cpu_has_invariant_tsc(void) {
 }
 #endif
 
+#if defined(__x86_64__)
+static void add_anchor(uint64_t tsc, uint64_t ns) {
+  const anchor *prev = &anchors[(nanchors - 1) % ANCHORS];
+  double rate = (double)(tsc - prev->tsc) / (double)(ns - prev->ns);
+  anchors[nanchors++ % ANCHORS] = (anchor){tsc, ns, rate};
+}
+#endif
+
 static void stamp_init(void) {
 #if defined(__x86_64__)
   clock_use_tsc = cpu_has_invariant_tsc();
   if (clock_use_tsc) {
-    anchor_ns = clock_realtime_ns();
-    anchor_tsc = __rdtsc();
-    /* A first rate over 2 ms; clock_stamp_to_ns refines it as time passes. */
+    anchors[0] = (anchor){__rdtsc(), clock_realtime_ns(), 0};
+    nanchors = 1;
+    /* A first rate over 2 ms; the next anchors measure it over 10 s. */
     struct timespec pause = {0, 2000000};
     nanosleep(&pause, NULL);
-    uint64_t tsc = __rdtsc(), ns = clock_realtime_ns();
-    ticks_per_ns = ns > anchor_ns ? (double)(tsc - anchor_tsc) / (double)(ns - anchor_ns) : 1;
-    rate_at_ns = ns;
+    add_anchor(__rdtsc(), clock_realtime_ns());
   }
 #endif
 }
@@ -74,17 +91,27 @@ uint64_t clock_stamp_to_ns(uint64_t stamp) {
   if (!clock_use_tsc)
     return stamp;
 #if defined(__x86_64__)
-  pthread_mutex_lock(&rate_lock);
+  pthread_mutex_lock(&anchor_lock);
+  const anchor *last = &anchors[(nanchors - 1) % ANCHORS];
   uint64_t now_ns = clock_realtime_ns();
-  if (now_ns - rate_at_ns > 10000000ull) { /* re-measure every 10 ms */
-    uint64_t now_tsc = __rdtsc();
-    now_ns = clock_realtime_ns();
-    ticks_per_ns = (double)(now_tsc - anchor_tsc) / (double)(now_ns - anchor_ns);
-    rate_at_ns = now_ns;
+  if (now_ns - last->ns >= ANCHOR_NS) {
+    add_anchor(__rdtsc(), clock_realtime_ns());
+    last = &anchors[(nanchors - 1) % ANCHORS];
   }
-  double rate = ticks_per_ns;
-  pthread_mutex_unlock(&rate_lock);
-  int64_t ticks = (int64_t)(stamp - anchor_tsc);
-  return anchor_ns + (uint64_t)((double)ticks / rate);
+  /* The last anchor at or before the stamp (binary search over the kept
+   * ones, oldest first); stamps older than all of them use the oldest. */
+  uint64_t lo = nanchors > ANCHORS ? nanchors - ANCHORS : 0, hi = nanchors - 1;
+  while (lo < hi) {
+    uint64_t mid = lo + (hi - lo + 1) / 2;
+    if (anchors[mid % ANCHORS].tsc <= stamp)
+      lo = mid;
+    else
+      hi = mid - 1;
+  }
+  anchor a = anchors[lo % ANCHORS];
+  if (a.ticks_per_ns == 0) /* the very first anchor: use the next one's rate */
+    a.ticks_per_ns = anchors[1].ticks_per_ns;
+  pthread_mutex_unlock(&anchor_lock);
+  return a.ns + (uint64_t)((double)(int64_t)(stamp - a.tsc) / a.ticks_per_ns);
 #endif
 }
