@@ -19,7 +19,6 @@ static int g_running; /* the thread exists */
 static int g_stop;    /* asks it to end */
 static int g_woken;   /* a segment changed since the last sample */
 static unsigned g_interval_ms;
-static unsigned long g_runs;
 
 /* The condition variable waits on CLOCK_MONOTONIC: wall-clock jumps must not
  * stall or hurry the sampler. */
@@ -74,7 +73,6 @@ static void *sampler_main(void *arg) {
     }
     trace_counters_sample();
     pthread_mutex_lock(&g_lock);
-    g_runs++;
     if (full)
       deadline_after(&next, g_interval_ms);
     deadline_after(&earliest, MIN_SPACING_MS);
@@ -104,7 +102,6 @@ int sampler_start(unsigned interval_ms, char *err, size_t errlen) {
   }
   g_stop = 0;
   g_woken = 0;
-  g_runs = 0;
   g_interval_ms = interval_ms;
   int rc = pthread_create(&g_thread, NULL, sampler_main, NULL);
   if (rc == 0)
@@ -135,11 +132,4 @@ void sampler_stop(void) {
   pthread_mutex_unlock(&g_lock);
   sampler_backend_clear();
   device_info_clear();
-}
-
-unsigned long sampler_runs(void) {
-  pthread_mutex_lock(&g_lock);
-  unsigned long n = g_runs;
-  pthread_mutex_unlock(&g_lock);
-  return n;
 }

@@ -11,7 +11,5 @@
 int sampler_start(unsigned interval_ms, char *err, size_t errlen);
 /* Stops and joins the thread; idempotent. */
 void sampler_stop(void);
-/* Samples taken since start (interval and wake-ups), for tests. */
-unsigned long sampler_runs(void);
 
 #endif

@@ -155,14 +155,6 @@ void prom_counter(prom_writer *w, const char *labels, const prom_label *extra, s
   put_created(w, labels, extra, nextra, created_s);
 }
 
-void prom_counter_double(prom_writer *w, const char *labels, const prom_label *extra, size_t nextra,
-                         double v, double created_s) {
-  put_series(w, "_total", labels, extra, nextra);
-  prom_buf_double(w->buf, v);
-  prom_buf_putc(w->buf, '\n');
-  put_created(w, labels, extra, nextra, created_s);
-}
-
 void prom_summary(prom_writer *w, const char *labels, const prom_label *extra, size_t nextra,
                   double sum, uint64_t count, double created_s) {
   put_series(w, "_sum", labels, extra, nextra);

@@ -69,8 +69,6 @@ void prom_gauge_double(prom_writer *w, const char *labels, const prom_label *ext
  * (OpenMetrics _created); 0 = unknown, not written. */
 void prom_counter(prom_writer *w, const char *labels, const prom_label *extra, size_t nextra,
                   uint64_t v, double created_s);
-void prom_counter_double(prom_writer *w, const char *labels, const prom_label *extra, size_t nextra,
-                         double v, double created_s);
 void prom_summary(prom_writer *w, const char *labels, const prom_label *extra, size_t nextra,
                   double sum, uint64_t count, double created_s);
 /* Histogram with upper bounds le[0..n-1] (ascending numbers, as text) and

@@ -7,7 +7,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <strings.h>
 
 /* Copies [b, e) into out (size outlen) without surrounding white space. */
 static int copy_trimmed(const char *b, const char *e, char *out, size_t outlen) {
@@ -99,15 +98,4 @@ int kvconf_double(const char *s, double min, double max, double *out) {
     return -1;
   *out = v;
   return 0;
-}
-
-int kvconf_bool(const char *s, int *out) {
-  static const char *yes[] = {"1", "true", "yes", "on"}, *no[] = {"0", "false", "no", "off"};
-  for (size_t i = 0; i < 4; i++) {
-    if (strcasecmp(s, yes[i]) == 0)
-      return *out = 1, 0;
-    if (strcasecmp(s, no[i]) == 0)
-      return *out = 0, 0;
-  }
-  return -1;
 }

@@ -21,6 +21,5 @@ int kvconf_parse(const char *text, kvconf_fn fn, void *ctx, char *err, size_t er
 /* Strict value parsers: the whole string must be consumed; 0 ok, -1 bad. */
 int kvconf_u64(const char *s, uint64_t min, uint64_t max, uint64_t *out);
 int kvconf_double(const char *s, double min, double max, double *out);
-int kvconf_bool(const char *s, int *out); /* true/false/1/0/yes/no/on/off */
 
 #endif

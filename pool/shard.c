@@ -156,14 +156,6 @@ static int should_split(const pool_config *c, const block *b, size_t rounded) {
   return rounded < c->max_split_size && rest > SMALL_SIZE; /* PyTorch: the request decides */
 }
 
-int shard_serve(shard *sh, block *b, size_t rounded, size_t requested, int from_device) {
-  shard_take(sh, b, rounded, requested, from_device);
-  if (addrmap_insert(&sh->live, b->addr, b) == 0)
-    return 0;
-  shard_free(sh, b, 0);
-  return -1;
-}
-
 /* Records an event about block b, building it only when events are on. */
 static inline void record_block_event(shard *sh, uint8_t type, uint8_t flags, const block *b,
                                       size_t requested) {
@@ -198,7 +190,9 @@ static void count_request(shard *sh, size_t requested) {
   sh->st.hist.sum += requested;
 }
 
-void shard_take(shard *sh, block *b, size_t rounded, size_t requested, int from_device) {
+/* Takes free block b (in the index) for a request; splits it when the
+ * strategy allows; updates the statistics and records the event. */
+static void shard_take(shard *sh, block *b, size_t rounded, size_t requested, int from_device) {
   int large = b->seg->large;
   index_remove(sh, b);
   block *r = should_split(&sh->pool->cfg, b, rounded) ? block_new(sh) : NULL;
@@ -246,6 +240,14 @@ void shard_take(shard *sh, block *b, size_t rounded, size_t requested, int from_
   record_block_event(sh, EV_ALLOC, from_device ? EVF_FROM_DEVICE : 0, b, requested);
 }
 
+int shard_serve(shard *sh, block *b, size_t rounded, size_t requested, int from_device) {
+  shard_take(sh, b, rounded, requested, from_device);
+  if (addrmap_insert(&sh->live, b->addr, b) == 0)
+    return 0;
+  shard_free(sh, b, 0);
+  return -1;
+}
+
 /* Absorbs free neighbour n into b; returns the bytes it had. */
 static size_t absorb(shard *sh, block *b, block *n) {
   size_t size = n->size;
@@ -268,7 +270,9 @@ static size_t absorb(shard *sh, block *b, block *n) {
   return size;
 }
 
-void shard_release(shard *sh, block *b) {
+/* Returns block b (allocated or pending, not in the index) to the free
+ * index, merging it with its free neighbours. */
+static void shard_release(shard *sh, block *b) {
   b->state = BLOCK_FREE;
   b->free_seq = ++sh->free_seq;
   b->nstreams = 0;

@@ -10,18 +10,12 @@ shard *shard_get(gpupool *p, void *stream);
 void shard_destroy(gpupool *p, shard *sh);
 
 block *shard_find_fit(shard *sh, int large, size_t rounded);
-/* Takes free block b (in the index) for a request; splits when the strategy
- * allows; updates the statistics and records the event. */
-void shard_take(shard *sh, block *b, size_t rounded, size_t requested, int from_device);
 /* shard_take, then records b as live; -1 (and b back in the index) when out
  * of host memory. */
 int shard_serve(shard *sh, block *b, size_t rounded, size_t requested, int from_device);
 /* The caller's free of allocated block b: statistics and event; the block
  * returns to the index unless deferred (then it is on the pending list). */
 void shard_free(shard *sh, block *b, int deferred);
-/* Returns block b (allocated or pending, not in the index) to the free index,
- * merging it with free neighbours. */
-void shard_release(shard *sh, block *b);
 /* Returns pending blocks whose events have completed. */
 void shard_poll_pending(shard *sh);
 /* Adds segment seg (one free block, not yet indexed) to the shard. */
