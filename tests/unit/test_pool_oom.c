@@ -11,24 +11,6 @@
 #define MiB PC_MiB
 #define A   GPUPOOL_STAT_ALL
 
-static void *must_malloc(gpupool *p, size_t size) {
-  void *ptr = NULL;
-  gpupool_status st = gpupool_malloc(p, &ptr, size, NULL);
-  cr_assert_eq(st, GPUPOOL_OK, "malloc(%zu): %s", size, gpupool_last_error());
-  return ptr;
-}
-
-static void must_free(gpupool *p, void *ptr) {
-  gpupool_status st = gpupool_free(p, ptr);
-  cr_assert_eq(st, GPUPOOL_OK, "free(%p): %s", ptr, gpupool_last_error());
-}
-
-static void expect_consistent(gpupool *p, gpupool_strategy strategy) {
-  gpupool_stats s = pc_stats(p);
-  char msg[256];
-  cr_expect_eq(pc_check_invariants(&s, strategy, 0, msg, sizeof msg), 0, "%s", msg);
-}
-
 static void expect_oom(gpupool *p, size_t size) {
   void *ptr = NULL;
   gpupool_status st = gpupool_malloc(p, &ptr, size, NULL);
@@ -39,8 +21,8 @@ static void expect_oom(gpupool *p, size_t size) {
 
 Test(pool_oom, retry_after_releasing_cached_segments_succeeds) {
   gpupool *p = pc_pool(GPUPOOL_STRATEGY_BFC, 64 * MiB, NULL);
-  must_free(p, must_malloc(p, 30 * MiB));
-  void *b = must_malloc(p, 40 * MiB); /* 30 cached + 40 > 64: release, retry */
+  pc_must_free(p, pc_must_malloc(p, 30 * MiB, NULL));
+  void *b = pc_must_malloc(p, 40 * MiB, NULL); /* 30 cached + 40 > 64: release, retry */
   gpupool_stats s = pc_stats(p);
   cr_expect_eq(s.num_alloc_retries, 1);
   cr_expect_eq(s.num_ooms, 0);
@@ -50,17 +32,18 @@ Test(pool_oom, retry_after_releasing_cached_segments_succeeds) {
   cr_expect_eq(s.segment[A].current, 1);
   pc_pattern_fill(b, 40 * MiB, 1);
   cr_expect_eq(pc_pattern_check(b, 40 * MiB, 1), SIZE_MAX);
-  expect_consistent(p, GPUPOOL_STRATEGY_BFC);
+  pc_expect_consistent(p, GPUPOOL_STRATEGY_BFC);
   gpupool_destroy(p);
 }
 
 Test(pool_oom, oom_leaves_live_allocations_intact_and_the_pool_usable) {
   gpupool *p = pc_pool(GPUPOOL_STRATEGY_BFC, 64 * MiB, NULL);
-  void *big = must_malloc(p, 30 * MiB);
-  void *small = must_malloc(p, 1000); /* a split 2 MiB segment: never released while used */
+  void *big = pc_must_malloc(p, 30 * MiB, NULL);
+  void *small =
+      pc_must_malloc(p, 1000, NULL); /* a split 2 MiB segment: never released while used */
   pc_pattern_fill(big, 30 * MiB, 11);
   pc_pattern_fill(small, 1000, 12);
-  must_free(p, must_malloc(p, 12 * MiB)); /* 12 MiB cached */
+  pc_must_free(p, pc_must_malloc(p, 12 * MiB, NULL)); /* 12 MiB cached */
   gpupool_stats before = pc_stats(p);
 
   expect_oom(p, 40 * MiB); /* 30 + 2 + 40 > 64 even after releasing the cache */
@@ -79,14 +62,14 @@ Test(pool_oom, oom_leaves_live_allocations_intact_and_the_pool_usable) {
                before.num_cache_hits + before.num_device_sourced);
   cr_expect_eq(pc_pattern_check(big, 30 * MiB, 11), SIZE_MAX, "a live allocation was touched");
   cr_expect_eq(pc_pattern_check(small, 1000, 12), SIZE_MAX, "a live allocation was touched");
-  expect_consistent(p, GPUPOOL_STRATEGY_BFC);
+  pc_expect_consistent(p, GPUPOOL_STRATEGY_BFC);
 
-  void *c = must_malloc(p, 20 * MiB); /* 52 MiB of 64: fits */
+  void *c = pc_must_malloc(p, 20 * MiB, NULL); /* 52 MiB of 64: fits */
   pc_pattern_fill(c, 20 * MiB, 13);
-  must_free(p, big);
-  must_free(p, small);
+  pc_must_free(p, big);
+  pc_must_free(p, small);
   cr_expect_eq(pc_pattern_check(c, 20 * MiB, 13), SIZE_MAX);
-  must_free(p, c);
+  pc_must_free(p, c);
   gpupool_empty_cache(p);
   s = pc_stats(p);
   char msg[256];
@@ -99,15 +82,15 @@ Test(pool_oom, a_request_larger_than_the_device_fails_for_each_strategy) {
                                         GPUPOOL_STRATEGY_NAIVE};
   for (int k = 0; k < 3; k++) {
     gpupool *p = pc_pool(st[k], 16 * MiB, NULL);
-    void *x = must_malloc(p, 1 * MiB); /* a 1 or 2 MiB segment */
+    void *x = pc_must_malloc(p, 1 * MiB, NULL); /* a 1 or 2 MiB segment */
     expect_oom(p, 16 * MiB);
     expect_oom(p, 64 * MiB);
     gpupool_stats s = pc_stats(p);
     cr_expect_eq(s.num_ooms, 2, "strategy %d", st[k]);
     cr_expect_eq(s.num_alloc_retries, 2, "strategy %d", st[k]);
     cr_expect_eq(s.allocation[A].current, 1);
-    expect_consistent(p, st[k]);
-    must_free(p, x);
+    pc_expect_consistent(p, st[k]);
+    pc_must_free(p, x);
     gpupool_destroy(p);
   }
 }
@@ -121,9 +104,9 @@ Test(pool_oom, every_device_allocation_fails_with_fault_every_n_1) {
   cr_expect_eq(s.num_device_alloc, 0);
   cr_expect_eq(s.reserved_bytes[A].current, 0);
   cr_expect_eq(gpupool_host_inject_faults(p, 0, 0, 0), GPUPOOL_OK); /* off */
-  must_malloc(p, 512);
+  pc_must_malloc(p, 512, NULL);
   cr_expect_eq(pc_stats(p).num_device_alloc, 1);
-  expect_consistent(p, GPUPOOL_STRATEGY_BFC);
+  pc_expect_consistent(p, GPUPOOL_STRATEGY_BFC);
   gpupool_destroy(p);
 }
 
@@ -131,27 +114,27 @@ Test(pool_oom, fault_every_n_2_fails_every_second_attempt_and_the_retry_succeeds
   gpupool *p = pc_pool(GPUPOOL_STRATEGY_BFC, 0, "fault_every_n:2");
   /* attempts 1 ok; 2 fails, 3 ok; 4 fails, 5 ok; ... */
   for (int i = 0; i < 10; i++)
-    must_malloc(p, 12 * MiB);
+    pc_must_malloc(p, 12 * MiB, NULL);
   gpupool_stats s = pc_stats(p);
   cr_expect_eq(s.num_device_alloc, 10);
   cr_expect_eq(s.num_alloc_retries, 9);
   cr_expect_eq(s.num_ooms, 0);
-  expect_consistent(p, GPUPOOL_STRATEGY_BFC);
+  pc_expect_consistent(p, GPUPOOL_STRATEGY_BFC);
   gpupool_destroy(p);
 }
 
 Test(pool_oom, injected_faults_do_not_touch_cache_hits) {
   gpupool *p = pc_pool(GPUPOOL_STRATEGY_BFC, 0, NULL);
-  void *x = must_malloc(p, 4096);
-  must_free(p, x);
+  void *x = pc_must_malloc(p, 4096, NULL);
+  pc_must_free(p, x);
   cr_assert_eq(gpupool_host_inject_faults(p, 1, 0, 0), GPUPOOL_OK);
-  cr_expect_eq(must_malloc(p, 4096), x, "a cache hit needs no device call");
-  must_malloc(p, 512 * KiB); /* still room in the 2 MiB segment */
+  cr_expect_eq(pc_must_malloc(p, 4096, NULL), x, "a cache hit needs no device call");
+  pc_must_malloc(p, 512 * KiB, NULL); /* still room in the 2 MiB segment */
   expect_oom(p, 12 * MiB);
   gpupool_stats s = pc_stats(p);
   cr_expect_eq(s.num_cache_hits, 2);
   cr_expect_eq(s.num_ooms, 1);
-  expect_consistent(p, GPUPOOL_STRATEGY_BFC);
+  pc_expect_consistent(p, GPUPOOL_STRATEGY_BFC);
   gpupool_destroy(p);
 }
 
@@ -163,7 +146,7 @@ static void fault_outcomes(gpupool *p, char *out, int n) {
     cr_assert(st == GPUPOOL_OK || st == GPUPOOL_ERR_OOM, "%s", gpupool_status_string(st));
     out[i] = st == GPUPOOL_OK ? '.' : 'X';
     if (st == GPUPOOL_OK) {
-      must_free(p, x);
+      pc_must_free(p, x);
       gpupool_empty_cache(p);
     }
   }
@@ -192,7 +175,7 @@ Test(pool_oom, fault_rate_is_seeded_and_counted) {
   cr_expect(s.num_alloc_retries > (uint64_t)ooms, "retries %llu, ooms %d",
             (unsigned long long)s.num_alloc_retries, ooms);
   cr_expect_eq(s.num_device_alloc, (uint64_t)(N - ooms));
-  expect_consistent(p1, GPUPOOL_STRATEGY_BFC);
+  pc_expect_consistent(p1, GPUPOOL_STRATEGY_BFC);
   gpupool_destroy(p1);
   gpupool_destroy(p2);
   gpupool_destroy(p3);
@@ -208,41 +191,41 @@ Test(pool_oom, inject_faults_rejects_bad_arguments) {
   cr_expect_neq(gpupool_host_inject_faults(NULL, 1, 0, 0), GPUPOOL_OK);
   cr_expect_eq(gpupool_host_inject_faults(p, 0, 1.5, 0), GPUPOOL_ERR_INVALID);
   cr_expect_eq(gpupool_host_inject_faults(p, 0, -0.1, 0), GPUPOOL_ERR_INVALID);
-  must_malloc(p, 4096); /* injection stayed off */
+  pc_must_malloc(p, 4096, NULL); /* injection stayed off */
   gpupool_destroy(p);
 }
 
 Test(pool_oom, garbage_collection_releases_the_oldest_cached_segments) {
   /* threshold: 0.5 * 128 MiB = 64 MiB */
   gpupool *p = pc_pool(GPUPOOL_STRATEGY_BFC, 128 * MiB, "garbage_collection_threshold:0.5");
-  void *a = must_malloc(p, 12 * MiB);
-  void *b = must_malloc(p, 14 * MiB);
-  void *c = must_malloc(p, 16 * MiB);
-  must_malloc(p, 20 * MiB);
-  must_malloc(p, 20 * MiB); /* 62 MiB reserved before it: no pass yet */
+  void *a = pc_must_malloc(p, 12 * MiB, NULL);
+  void *b = pc_must_malloc(p, 14 * MiB, NULL);
+  void *c = pc_must_malloc(p, 16 * MiB, NULL);
+  pc_must_malloc(p, 20 * MiB, NULL);
+  pc_must_malloc(p, 20 * MiB, NULL); /* 62 MiB reserved before it: no pass yet */
   cr_expect_eq(pc_stats(p).num_gc_runs, 0);
-  must_free(p, a); /* freed first: the oldest */
-  must_free(p, b);
-  must_free(p, c);
+  pc_must_free(p, a); /* freed first: the oldest */
+  pc_must_free(p, b);
+  pc_must_free(p, c);
 
   /* 18 MiB misses the cache; 82 MiB > 64 MiB: release a (70), then b (56) */
-  must_malloc(p, 18 * MiB);
+  pc_must_malloc(p, 18 * MiB, NULL);
   gpupool_stats s = pc_stats(p);
   cr_expect_eq(s.num_gc_runs, 1);
   cr_expect_eq(s.num_device_free, 2);
   cr_expect_eq(s.num_alloc_retries, 0);
   cr_expect_eq(s.reserved_bytes[A].current, 74 * (int64_t)MiB);
   cr_expect_eq(s.largest_free_block, 16 * MiB, "c, freed last, stays cached");
-  cr_expect_eq(must_malloc(p, 16 * MiB), c);
-  expect_consistent(p, GPUPOOL_STRATEGY_BFC);
+  cr_expect_eq(pc_must_malloc(p, 16 * MiB, NULL), c);
+  pc_expect_consistent(p, GPUPOOL_STRATEGY_BFC);
   gpupool_destroy(p);
 }
 
 Test(pool_oom, garbage_collection_stays_idle_under_the_threshold) {
   gpupool *p = pc_pool(GPUPOOL_STRATEGY_BFC, 100 * MiB, "garbage_collection_threshold:0.5");
-  must_malloc(p, 12 * MiB);
-  must_free(p, must_malloc(p, 12 * MiB));
-  must_malloc(p, 14 * MiB); /* 24 MiB reserved < 50 MiB */
+  pc_must_malloc(p, 12 * MiB, NULL);
+  pc_must_free(p, pc_must_malloc(p, 12 * MiB, NULL));
+  pc_must_malloc(p, 14 * MiB, NULL); /* 24 MiB reserved < 50 MiB */
   gpupool_stats s = pc_stats(p);
   cr_expect_eq(s.num_gc_runs, 0);
   cr_expect_eq(s.num_device_free, 0);
@@ -254,33 +237,33 @@ Test(pool_oom, reserve_percent_releases_the_cache_before_the_device_runs_low) {
   gpupool *p = pc_pool(GPUPOOL_STRATEGY_BFC, 100 * MiB, "reserve_percent:20");
   void *x[4];
   for (int i = 0; i < 4; i++)
-    x[i] = must_malloc(p, 12 * MiB);
-  must_free(p, x[0]);
-  must_free(p, x[1]);
+    x[i] = pc_must_malloc(p, 12 * MiB, NULL);
+  pc_must_free(p, x[0]);
+  pc_must_free(p, x[1]);
   /* 52 MiB free on the device; 52 - 14 = 38 >= 20: nothing released */
-  must_malloc(p, 14 * MiB);
+  pc_must_malloc(p, 14 * MiB, NULL);
   gpupool_stats s = pc_stats(p);
   cr_expect_eq(s.num_device_free, 0);
   cr_expect_eq(s.reserved_bytes[A].current, 62 * (int64_t)MiB);
   /* 38 MiB free; 38 - 22 = 16 < 20: both cached segments go first */
-  must_malloc(p, 22 * MiB);
+  pc_must_malloc(p, 22 * MiB, NULL);
   s = pc_stats(p);
   cr_expect_eq(s.num_device_free, 2);
   cr_expect_eq(s.num_alloc_retries, 0);
   cr_expect_eq(s.reserved_bytes[A].current, 60 * (int64_t)MiB);
   cr_expect_eq(s.free_blocks, 0);
-  expect_consistent(p, GPUPOOL_STRATEGY_BFC);
+  pc_expect_consistent(p, GPUPOOL_STRATEGY_BFC);
   gpupool_destroy(p);
 }
 
 Test(pool_oom, empty_cache_returns_the_bytes_of_fully_free_segments) {
   gpupool *p = pc_pool(GPUPOOL_STRATEGY_BFC, 0, NULL);
-  void *s512 = must_malloc(p, 512);  /* keeps its 2 MiB segment */
-  must_free(p, must_malloc(p, 512)); /* a free block in a used segment */
-  void *x = must_malloc(p, 12 * MiB);
-  void *y = must_malloc(p, 2 * MiB);
-  must_free(p, x); /* a free 12 MiB segment */
-  must_free(p, y); /* a free 20 MiB segment */
+  void *s512 = pc_must_malloc(p, 512, NULL);     /* keeps its 2 MiB segment */
+  pc_must_free(p, pc_must_malloc(p, 512, NULL)); /* a free block in a used segment */
+  void *x = pc_must_malloc(p, 12 * MiB, NULL);
+  void *y = pc_must_malloc(p, 2 * MiB, NULL);
+  pc_must_free(p, x); /* a free 12 MiB segment */
+  pc_must_free(p, y); /* a free 20 MiB segment */
   gpupool_stats s = pc_stats(p);
   cr_expect_eq(s.reserved_bytes[A].current, 34 * (int64_t)MiB);
   cr_expect_eq(gpupool_empty_cache(p), 32 * MiB);
@@ -292,9 +275,9 @@ Test(pool_oom, empty_cache_returns_the_bytes_of_fully_free_segments) {
   cr_expect_eq(s.reserved_bytes[GPUPOOL_STAT_LARGE].freed, 32 * (int64_t)MiB);
   cr_expect_eq(s.allocation[A].current, 1);
   cr_expect_eq(s.reserved_bytes[A].peak, 34 * (int64_t)MiB, "peaks survive empty_cache");
-  expect_consistent(p, GPUPOOL_STRATEGY_BFC);
+  pc_expect_consistent(p, GPUPOOL_STRATEGY_BFC);
   cr_expect_eq(gpupool_empty_cache(p), 0, "nothing left to release");
-  must_free(p, s512);
+  pc_must_free(p, s512);
   cr_expect_eq(gpupool_empty_cache(p), 2 * MiB);
   s = pc_stats(p);
   char msg[256];
@@ -307,33 +290,33 @@ Test(pool_oom, empty_cache_releases_every_cached_bucket_of_round_and_naive) {
   static const gpupool_strategy st[] = {GPUPOOL_STRATEGY_ROUND, GPUPOOL_STRATEGY_NAIVE};
   for (int k = 0; k < 2; k++) {
     gpupool *p = pc_pool(st[k], 0, NULL);
-    void *keep = must_malloc(p, 4096);
-    must_free(p, must_malloc(p, 4096));
-    must_free(p, must_malloc(p, 3 * MiB));
+    void *keep = pc_must_malloc(p, 4096, NULL);
+    pc_must_free(p, pc_must_malloc(p, 4096, NULL));
+    pc_must_free(p, pc_must_malloc(p, 3 * MiB, NULL));
     gpupool_stats s = pc_stats(p);
     size_t cached = (size_t)(s.reserved_bytes[A].current - 4096);
     cr_expect_eq(gpupool_empty_cache(p), cached, "strategy %d", st[k]);
     s = pc_stats(p);
     cr_expect_eq(s.reserved_bytes[A].current, 4096);
     cr_expect_eq(s.free_blocks, 0);
-    must_free(p, keep);
+    pc_must_free(p, keep);
     gpupool_destroy(p);
   }
 }
 
 Test(pool_oom, allocations_keep_working_after_many_ooms) {
   gpupool *p = pc_pool(GPUPOOL_STRATEGY_BFC, 32 * MiB, NULL);
-  void *keep = must_malloc(p, 10 * MiB);
+  void *keep = pc_must_malloc(p, 10 * MiB, NULL);
   pc_pattern_fill(keep, 10 * MiB, 99);
   size_t n = pc_scaled(200);
   for (size_t i = 0; i < n; i++) {
     expect_oom(p, 24 * MiB);
-    void *x = must_malloc(p, 4 * MiB + i * 4096);
-    must_free(p, x);
+    void *x = pc_must_malloc(p, 4 * MiB + i * 4096, NULL);
+    pc_must_free(p, x);
   }
   gpupool_stats s = pc_stats(p);
   cr_expect_eq(s.num_ooms, n);
   cr_expect_eq(pc_pattern_check(keep, 10 * MiB, 99), SIZE_MAX);
-  expect_consistent(p, GPUPOOL_STRATEGY_BFC);
+  pc_expect_consistent(p, GPUPOOL_STRATEGY_BFC);
   gpupool_destroy(p);
 }

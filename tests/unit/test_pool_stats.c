@@ -11,17 +11,6 @@
 #define S   GPUPOOL_STAT_SMALL
 #define L   GPUPOOL_STAT_LARGE
 
-static void *must_malloc(gpupool *p, size_t size) {
-  void *ptr = NULL;
-  gpupool_status st = gpupool_malloc(p, &ptr, size, NULL);
-  cr_assert_eq(st, GPUPOOL_OK, "malloc(%zu): %s", size, gpupool_last_error());
-  return ptr;
-}
-
-static void must_free(gpupool *p, void *ptr) {
-  cr_assert_eq(gpupool_free(p, ptr), GPUPOOL_OK, "%s", gpupool_last_error());
-}
-
 static void expect_stat(const gpupool_stat *s, int64_t current, int64_t peak, int64_t allocated,
                         int64_t freed, const char *name) {
   cr_expect_eq(s->current, current, "%s.current %lld, expected %lld", name, (long long)s->current,
@@ -36,11 +25,11 @@ static void expect_stat(const gpupool_stat *s, int64_t current, int64_t peak, in
 
 Test(pool_stats, exact_values_after_a_known_sequence) {
   gpupool *p = pc_pool(GPUPOOL_STRATEGY_BFC, 0, NULL);
-  void *a = must_malloc(p, 1000); /* 1024 */
-  must_malloc(p, 3000);           /* 3072 */
-  void *big = must_malloc(p, 3 * MiB);
-  must_free(p, a);
-  must_free(p, big);
+  void *a = pc_must_malloc(p, 1000, NULL); /* 1024 */
+  pc_must_malloc(p, 3000, NULL);           /* 3072 */
+  void *big = pc_must_malloc(p, 3 * MiB, NULL);
+  pc_must_free(p, a);
+  pc_must_free(p, big);
   gpupool_stats s = pc_stats(p);
 
   expect_stat(&s.allocation[A], 1, 3, 3, 2, "allocation[all]");
@@ -77,9 +66,9 @@ Test(pool_stats, exact_values_after_a_known_sequence) {
 
 Test(pool_stats, reset_peak_restarts_peaks_from_current) {
   gpupool *p = pc_pool(GPUPOOL_STRATEGY_BFC, 0, NULL);
-  void *a = must_malloc(p, 1 * MiB);
-  must_malloc(p, 1 * MiB);
-  must_free(p, a);
+  void *a = pc_must_malloc(p, 1 * MiB, NULL);
+  pc_must_malloc(p, 1 * MiB, NULL);
+  pc_must_free(p, a);
   gpupool_stats s = pc_stats(p);
   cr_expect_eq(s.allocated_bytes[A].peak, 2 * MiB);
   cr_expect_eq(s.allocated_bytes[A].current, 1 * MiB);
@@ -89,7 +78,7 @@ Test(pool_stats, reset_peak_restarts_peaks_from_current) {
   cr_expect_eq(s.allocation[A].peak, 1);
   cr_expect_eq(s.reserved_bytes[A].peak, 2 * MiB, "one small segment");
   cr_expect_eq(s.allocated_bytes[A].allocated, 2 * MiB, "the reset keeps accumulations");
-  must_malloc(p, 512);
+  pc_must_malloc(p, 512, NULL);
   s = pc_stats(p);
   cr_expect_eq(s.allocated_bytes[A].peak, 1 * MiB + 512);
   cr_expect_eq(gpupool_empty_cache(p), 0, "the small segment is in use");
@@ -100,9 +89,9 @@ Test(pool_stats, reset_peak_restarts_peaks_from_current) {
 
 Test(pool_stats, reset_accumulated_zeroes_counters_but_not_state) {
   gpupool *p = pc_pool(GPUPOOL_STRATEGY_BFC, 32 * MiB, NULL);
-  void *keep = must_malloc(p, 4096);
-  must_free(p, must_malloc(p, 8192));
-  must_free(p, must_malloc(p, 12 * MiB));
+  void *keep = pc_must_malloc(p, 4096, NULL);
+  pc_must_free(p, pc_must_malloc(p, 8192, NULL));
+  pc_must_free(p, pc_must_malloc(p, 12 * MiB, NULL));
   void *x = NULL;
   cr_expect_eq(gpupool_malloc(p, &x, 40 * MiB, NULL), GPUPOOL_ERR_OOM);
   gpupool_stats before = pc_stats(p);
@@ -138,8 +127,8 @@ Test(pool_stats, reset_accumulated_zeroes_counters_but_not_state) {
   cr_expect_eq(pc_check_invariants(&s, GPUPOOL_STRATEGY_BFC, PC_ACCUMULATED_RESET, msg, sizeof msg),
                0, "%s", msg);
 
-  must_free(p, keep);
-  must_malloc(p, 4096);
+  pc_must_free(p, keep);
+  pc_must_malloc(p, 4096, NULL);
   s = pc_stats(p);
   cr_expect_eq(s.allocation[A].allocated, 1);
   cr_expect_eq(s.allocation[A].freed, 1);
@@ -152,8 +141,8 @@ Test(pool_stats, reset_accumulated_zeroes_counters_but_not_state) {
 
 Test(pool_stats, get_stats_is_idempotent) {
   gpupool *p = pc_pool(GPUPOOL_STRATEGY_ROUND, 0, NULL);
-  must_malloc(p, 5000);
-  must_free(p, must_malloc(p, 3 * MiB));
+  pc_must_malloc(p, 5000, NULL);
+  pc_must_free(p, pc_must_malloc(p, 3 * MiB, NULL));
   gpupool_stats a = pc_stats(p), b = pc_stats(p);
   cr_expect_eq(memcmp(&a, &b, sizeof a), 0, "reading the stats changed them");
   gpupool_destroy(p);
@@ -215,14 +204,14 @@ Test(pool_stats, active_counts_pending_frees_exactly) {
  * taken) without counting a block freed and another allocated. */
 Test(pool_stats, inactive_split_accumulates_as_pytorch_does) {
   gpupool *p = pc_pool(GPUPOOL_STRATEGY_BFC, 0, NULL);
-  void *a = must_malloc(p, 5 * MiB);  /* a 20 MiB segment: 15 MiB split off */
-  void *b = must_malloc(p, 12 * MiB); /* cut from those 15 MiB: 3 MiB stay */
+  void *a = pc_must_malloc(p, 5 * MiB, NULL);  /* a 20 MiB segment: 15 MiB split off */
+  void *b = pc_must_malloc(p, 12 * MiB, NULL); /* cut from those 15 MiB: 3 MiB stay */
   gpupool_stats s = pc_stats(p);
   expect_stat(&s.inactive_split[L], 1, 1, 1, 0, "inactive_split");
   expect_stat(&s.inactive_split_bytes[L], 3 * MiB, 15 * MiB, 15 * MiB, 12 * MiB,
               "inactive_split_bytes");
-  must_free(p, a);
-  must_free(p, b);
+  pc_must_free(p, a);
+  pc_must_free(p, b);
   gpupool_destroy(p);
 }
 
@@ -231,14 +220,14 @@ Test(pool_stats, inactive_split_accumulates_as_pytorch_does) {
  * was; one that merges two neighbours into an unsplit segment removes two. */
 Test(pool_stats, inactive_split_changes_by_net_amount_on_free) {
   gpupool *p = pc_pool(GPUPOOL_STRATEGY_BFC, 0, NULL);
-  void *a = must_malloc(p, 1024); /* splits the 2 MiB segment: the rest is one */
-  void *b = must_malloc(p, 1024); /* cut from the rest: the rest shrinks */
-  void *c = must_malloc(p, 1024);
-  must_free(p, a); /* no free neighbour: +1 */
-  must_free(p, c); /* merges with the rest, still one block: net 0 */
+  void *a = pc_must_malloc(p, 1024, NULL); /* splits the 2 MiB segment: the rest is one */
+  void *b = pc_must_malloc(p, 1024, NULL); /* cut from the rest: the rest shrinks */
+  void *c = pc_must_malloc(p, 1024, NULL);
+  pc_must_free(p, a); /* no free neighbour: +1 */
+  pc_must_free(p, c); /* merges with the rest, still one block: net 0 */
   gpupool_stats s = pc_stats(p);
   expect_stat(&s.inactive_split[S], 2, 2, 2, 0, "inactive_split after freeing a and c");
-  must_free(p, b); /* merges a and the rest: the segment is whole again, -2 */
+  pc_must_free(p, b); /* merges a and the rest: the segment is whole again, -2 */
   s = pc_stats(p);
   expect_stat(&s.inactive_split[S], 0, 2, 2, 2, "inactive_split after freeing b");
   /* bytes: +(2 MiB - 1 KiB) at a's split, -1 KiB for b and for c, +1 KiB

@@ -15,40 +15,22 @@ static const gpupool_strategy strategies[] = {GPUPOOL_STRATEGY_BFC, GPUPOOL_STRA
                                               GPUPOOL_STRATEGY_NAIVE};
 static const char *const strategy_names[] = {"bfc", "round", "naive"};
 
-static void *must_malloc(gpupool *p, size_t size, void *stream) {
-  void *ptr = NULL;
-  gpupool_status st = gpupool_malloc(p, &ptr, size, stream);
-  cr_assert_eq(st, GPUPOOL_OK, "malloc(%zu): %s", size, gpupool_last_error());
-  return ptr;
-}
-
-static void must_free(gpupool *p, void *ptr) {
-  gpupool_status st = gpupool_free(p, ptr);
-  cr_assert_eq(st, GPUPOOL_OK, "free(%p): %s", ptr, gpupool_last_error());
-}
-
-static void expect_consistent(gpupool *p, gpupool_strategy strategy) {
-  gpupool_stats s = pc_stats(p);
-  char msg[256];
-  cr_expect_eq(pc_check_invariants(&s, strategy, 0, msg, sizeof msg), 0, "%s", msg);
-}
-
 Test(pool_streams, same_stream_reuses_at_once) {
   gpupool_host_stream *a = gpupool_host_stream_create();
   for (int k = 0; k < 3; k++) {
     gpupool *p = pc_pool(strategies[k], 0, NULL);
     void *streams[] = {NULL, a};
     for (int i = 0; i < 2; i++) {
-      void *x = must_malloc(p, 4096, streams[i]);
+      void *x = pc_must_malloc(p, 4096, streams[i]);
       gpupool_host_stream_enqueue(a); /* pending work on the stream does not matter */
-      must_free(p, x);
-      cr_expect_eq(must_malloc(p, 4096, streams[i]), x, "%s, stream %d", strategy_names[k], i);
+      pc_must_free(p, x);
+      cr_expect_eq(pc_must_malloc(p, 4096, streams[i]), x, "%s, stream %d", strategy_names[k], i);
     }
     gpupool_stats s = pc_stats(p);
     cr_expect_eq(s.num_device_alloc, 2, "%s: one segment per stream", strategy_names[k]);
     cr_expect_eq(s.num_cache_hits, 2, "%s", strategy_names[k]);
     cr_expect_eq(s.num_sync_events, 0, "%s", strategy_names[k]);
-    expect_consistent(p, strategies[k]);
+    pc_expect_consistent(p, strategies[k]);
     gpupool_destroy(p);
   }
   gpupool_host_stream_destroy(a);
@@ -58,17 +40,17 @@ Test(pool_streams, different_streams_never_share_a_block) {
   gpupool_host_stream *a = gpupool_host_stream_create(), *b = gpupool_host_stream_create();
   for (int k = 0; k < 3; k++) {
     gpupool *p = pc_pool(strategies[k], 0, NULL);
-    void *x = must_malloc(p, 4096, a);
-    must_free(p, x); /* a's segment is now entirely free */
-    void *y = must_malloc(p, 4096, b);
+    void *x = pc_must_malloc(p, 4096, a);
+    pc_must_free(p, x); /* a's segment is now entirely free */
+    void *y = pc_must_malloc(p, 4096, b);
     cr_expect_neq(y, x, "%s: stream b got stream a's block", strategy_names[k]);
-    void *z = must_malloc(p, 4096, NULL);
+    void *z = pc_must_malloc(p, 4096, NULL);
     cr_expect(z != x && z != y, "%s: the default stream is a stream of its own", strategy_names[k]);
     gpupool_stats s = pc_stats(p);
     cr_expect_eq(s.num_device_alloc, 3, "%s: segments are never shared across streams",
                  strategy_names[k]);
-    cr_expect_eq(must_malloc(p, 4096, a), x, "%s", strategy_names[k]);
-    expect_consistent(p, strategies[k]);
+    cr_expect_eq(pc_must_malloc(p, 4096, a), x, "%s", strategy_names[k]);
+    pc_expect_consistent(p, strategies[k]);
     gpupool_destroy(p);
   }
   gpupool_host_stream_destroy(a);
@@ -78,8 +60,8 @@ Test(pool_streams, different_streams_never_share_a_block) {
 Test(pool_streams, bfc_large_segment_of_one_stream_is_not_split_for_another) {
   gpupool_host_stream *a = gpupool_host_stream_create(), *b = gpupool_host_stream_create();
   gpupool *p = pc_pool(GPUPOOL_STRATEGY_BFC, 0, NULL);
-  must_malloc(p, 2 * MiB, a); /* 18 MiB free on a */
-  must_malloc(p, 2 * MiB, b);
+  pc_must_malloc(p, 2 * MiB, a); /* 18 MiB free on a */
+  pc_must_malloc(p, 2 * MiB, b);
   gpupool_stats s = pc_stats(p);
   cr_expect_eq(s.segment[GPUPOOL_STAT_LARGE].current, 2);
   cr_expect_eq(s.reserved_bytes[A].current, 40 * (int64_t)MiB);
@@ -91,11 +73,11 @@ Test(pool_streams, bfc_large_segment_of_one_stream_is_not_split_for_another) {
 Test(pool_streams, record_stream_defers_reuse_until_the_stream_completes) {
   gpupool_host_stream *a = gpupool_host_stream_create(), *b = gpupool_host_stream_create();
   gpupool *p = pc_pool(GPUPOOL_STRATEGY_BFC, 0, NULL);
-  void *x = must_malloc(p, 512, a);
-  void *y = must_malloc(p, 512, a);
+  void *x = pc_must_malloc(p, 512, a);
+  void *y = pc_must_malloc(p, 512, a);
   cr_assert_eq(gpupool_record_stream(p, x, b), GPUPOOL_OK, "%s", gpupool_last_error());
   gpupool_host_stream_enqueue(b); /* x is in use by work queued on b */
-  must_free(p, x);
+  pc_must_free(p, x);
 
   gpupool_stats s = pc_stats(p);
   cr_expect_eq(s.num_sync_events, 1);
@@ -107,14 +89,14 @@ Test(pool_streams, record_stream_defers_reuse_until_the_stream_completes) {
   cr_expect_eq(s.active[GPUPOOL_STAT_SMALL].current, 2);
   cr_expect_eq(s.active_bytes[A].current, 1024);
   cr_expect_eq(s.num_frees, 1);
-  expect_consistent(p, GPUPOOL_STRATEGY_BFC);
+  pc_expect_consistent(p, GPUPOOL_STRATEGY_BFC);
 
-  void *z = must_malloc(p, 512, a);
+  void *z = pc_must_malloc(p, 512, a);
   cr_expect(z != x, "x was reused while b's work was pending");
   cr_expect_eq(pc_stats(p).pending_free_blocks, 1);
 
   gpupool_host_stream_complete(b);
-  void *w = must_malloc(p, 512, a);
+  void *w = pc_must_malloc(p, 512, a);
   cr_expect_eq(w, x, "after b completes, x is the best fit again");
   s = pc_stats(p);
   cr_expect_eq(s.pending_free_blocks, 0);
@@ -122,7 +104,7 @@ Test(pool_streams, record_stream_defers_reuse_until_the_stream_completes) {
   cr_expect_eq(s.allocation[A].current, 3);
   cr_expect_eq(s.active_bytes[A].current, s.allocated_bytes[A].current);
   cr_expect_eq(s.num_device_alloc, 1);
-  expect_consistent(p, GPUPOOL_STRATEGY_BFC);
+  pc_expect_consistent(p, GPUPOOL_STRATEGY_BFC);
   (void)y;
   gpupool_destroy(p);
   gpupool_host_stream_destroy(a);
@@ -134,23 +116,23 @@ Test(pool_streams, record_stream_waits_for_every_recorded_stream) {
                       *c = gpupool_host_stream_create();
   for (int k = 0; k < 3; k++) {
     gpupool *p = pc_pool(strategies[k], 0, NULL);
-    void *x = must_malloc(p, 8192, a);
+    void *x = pc_must_malloc(p, 8192, a);
     cr_assert_eq(gpupool_record_stream(p, x, b), GPUPOOL_OK);
     cr_assert_eq(gpupool_record_stream(p, x, c), GPUPOOL_OK);
     cr_assert_eq(gpupool_record_stream(p, x, b), GPUPOOL_OK); /* twice: still one stream */
     gpupool_host_stream_enqueue(b);
     gpupool_host_stream_enqueue(c);
-    must_free(p, x);
+    pc_must_free(p, x);
     gpupool_stats s = pc_stats(p);
     cr_expect_eq(s.num_sync_events, 2, "%s: one event per other stream", strategy_names[k]);
     gpupool_host_stream_complete(b);
-    void *y = must_malloc(p, 8192, a);
+    void *y = pc_must_malloc(p, 8192, a);
     cr_expect_neq(y, x, "%s: c's work is still pending", strategy_names[k]);
     cr_expect_eq(pc_stats(p).pending_free_blocks, 1, "%s", strategy_names[k]);
     gpupool_host_stream_complete(c);
-    cr_expect_eq(must_malloc(p, 8192, a), x, "%s", strategy_names[k]);
+    cr_expect_eq(pc_must_malloc(p, 8192, a), x, "%s", strategy_names[k]);
     cr_expect_eq(pc_stats(p).pending_free_blocks, 0, "%s", strategy_names[k]);
-    expect_consistent(p, strategies[k]);
+    pc_expect_consistent(p, strategies[k]);
     gpupool_destroy(p);
   }
   gpupool_host_stream_destroy(a);
@@ -161,16 +143,16 @@ Test(pool_streams, record_stream_waits_for_every_recorded_stream) {
 Test(pool_streams, record_stream_on_an_idle_stream_does_not_delay_reuse) {
   gpupool_host_stream *a = gpupool_host_stream_create(), *b = gpupool_host_stream_create();
   gpupool *p = pc_pool(GPUPOOL_STRATEGY_BFC, 0, NULL);
-  void *x = must_malloc(p, 4096, a);
-  must_malloc(p, 512, a);
+  void *x = pc_must_malloc(p, 4096, a);
+  pc_must_malloc(p, 512, a);
   cr_assert_eq(gpupool_record_stream(p, x, b), GPUPOOL_OK);    /* nothing enqueued on b */
   cr_assert_eq(gpupool_record_stream(p, x, NULL), GPUPOOL_OK); /* default: always complete */
-  must_free(p, x);
-  cr_expect_eq(must_malloc(p, 4096, a), x);
+  pc_must_free(p, x);
+  cr_expect_eq(pc_must_malloc(p, 4096, a), x);
   gpupool_stats s = pc_stats(p);
   cr_expect_eq(s.pending_free_blocks, 0);
   cr_expect_eq(s.active[A].current, s.allocation[A].current);
-  expect_consistent(p, GPUPOOL_STRATEGY_BFC);
+  pc_expect_consistent(p, GPUPOOL_STRATEGY_BFC);
   gpupool_destroy(p);
   gpupool_host_stream_destroy(a);
   gpupool_host_stream_destroy(b);
@@ -179,15 +161,15 @@ Test(pool_streams, record_stream_on_an_idle_stream_does_not_delay_reuse) {
 Test(pool_streams, record_stream_on_the_own_stream_is_a_no_op) {
   gpupool_host_stream *a = gpupool_host_stream_create();
   gpupool *p = pc_pool(GPUPOOL_STRATEGY_BFC, 0, NULL);
-  void *x = must_malloc(p, 4096, a);
-  must_malloc(p, 512, a);
+  void *x = pc_must_malloc(p, 4096, a);
+  pc_must_malloc(p, 512, a);
   cr_assert_eq(gpupool_record_stream(p, x, a), GPUPOOL_OK);
   gpupool_host_stream_enqueue(a);
-  must_free(p, x);
+  pc_must_free(p, x);
   gpupool_stats s = pc_stats(p);
   cr_expect_eq(s.num_sync_events, 0);
   cr_expect_eq(s.pending_free_blocks, 0);
-  cr_expect_eq(must_malloc(p, 4096, a), x);
+  cr_expect_eq(pc_must_malloc(p, 4096, a), x);
   gpupool_destroy(p);
   gpupool_host_stream_destroy(a);
 }
@@ -195,10 +177,10 @@ Test(pool_streams, record_stream_on_the_own_stream_is_a_no_op) {
 Test(pool_streams, empty_cache_releases_pending_blocks_once_complete) {
   gpupool_host_stream *a = gpupool_host_stream_create(), *b = gpupool_host_stream_create();
   gpupool *p = pc_pool(GPUPOOL_STRATEGY_BFC, 0, NULL);
-  void *x = must_malloc(p, 12 * MiB, a); /* a segment of its own */
+  void *x = pc_must_malloc(p, 12 * MiB, a); /* a segment of its own */
   cr_assert_eq(gpupool_record_stream(p, x, b), GPUPOOL_OK);
   gpupool_host_stream_enqueue(b);
-  must_free(p, x);
+  pc_must_free(p, x);
   cr_expect_eq(gpupool_empty_cache(p), 0, "x's segment is still in use by b");
   gpupool_stats s = pc_stats(p);
   cr_expect_eq(s.reserved_bytes[A].current, 12 * (int64_t)MiB);
@@ -219,15 +201,15 @@ Test(pool_streams, empty_cache_releases_pending_blocks_once_complete) {
 Test(pool_streams, oom_path_waits_for_pending_blocks_and_retries) {
   gpupool_host_stream *a = gpupool_host_stream_create(), *b = gpupool_host_stream_create();
   gpupool *p = pc_pool(GPUPOOL_STRATEGY_BFC, 32 * MiB, NULL);
-  void *x = must_malloc(p, 20 * MiB, a);
+  void *x = pc_must_malloc(p, 20 * MiB, a);
   cr_assert_eq(gpupool_record_stream(p, x, b), GPUPOOL_OK);
   gpupool_host_stream_enqueue(b);
-  must_free(p, x);
+  pc_must_free(p, x);
   cr_expect_eq(gpupool_empty_cache(p), 0, "x waits on b");
 
   /* 20 + 20 > 32: the OOM path synchronizes the device, completes x's
    * events, releases its segment and retries (on another stream, too) */
-  void *y = must_malloc(p, 20 * MiB, NULL);
+  void *y = pc_must_malloc(p, 20 * MiB, NULL);
   gpupool_stats s = pc_stats(p);
   cr_expect_eq(s.num_ooms, 0);
   cr_expect_eq(s.num_alloc_retries, 1);
@@ -236,7 +218,7 @@ Test(pool_streams, oom_path_waits_for_pending_blocks_and_retries) {
   cr_expect_eq(s.reserved_bytes[A].current, 20 * (int64_t)MiB);
   pc_pattern_fill(y, 20 * MiB, 8);
   cr_expect_eq(pc_pattern_check(y, 20 * MiB, 8), SIZE_MAX);
-  expect_consistent(p, GPUPOOL_STRATEGY_BFC);
+  pc_expect_consistent(p, GPUPOOL_STRATEGY_BFC);
 
   /* a live allocation on a busy stream is never touched: out of memory */
   cr_assert_eq(gpupool_record_stream(p, y, b), GPUPOOL_OK);
@@ -247,7 +229,7 @@ Test(pool_streams, oom_path_waits_for_pending_blocks_and_retries) {
   s = pc_stats(p);
   cr_expect_eq(s.num_ooms, 1);
   cr_expect_eq(s.allocation[A].current, 1);
-  expect_consistent(p, GPUPOOL_STRATEGY_BFC);
+  pc_expect_consistent(p, GPUPOOL_STRATEGY_BFC);
   gpupool_destroy(p);
   gpupool_host_stream_destroy(a);
   gpupool_host_stream_destroy(b);
@@ -257,18 +239,18 @@ Test(pool_streams, round_and_naive_defer_reuse_too) {
   gpupool_host_stream *a = gpupool_host_stream_create(), *b = gpupool_host_stream_create();
   for (int k = 1; k < 3; k++) {
     gpupool *p = pc_pool(strategies[k], 0, NULL);
-    void *x = must_malloc(p, 3 * MiB, a);
+    void *x = pc_must_malloc(p, 3 * MiB, a);
     cr_assert_eq(gpupool_record_stream(p, x, b), GPUPOOL_OK);
     gpupool_host_stream_enqueue(b);
-    must_free(p, x);
+    pc_must_free(p, x);
     gpupool_stats s = pc_stats(p);
     cr_expect_eq(s.active[GPUPOOL_STAT_LARGE].current, 1, "%s", strategy_names[k]);
     cr_expect_eq(s.allocation[GPUPOOL_STAT_LARGE].current, 0, "%s", strategy_names[k]);
-    void *y = must_malloc(p, 3 * MiB, a);
+    void *y = pc_must_malloc(p, 3 * MiB, a);
     cr_expect_neq(y, x, "%s", strategy_names[k]);
     gpupool_host_stream_complete(b);
-    cr_expect_eq(must_malloc(p, 3 * MiB, a), x, "%s", strategy_names[k]);
-    expect_consistent(p, strategies[k]);
+    cr_expect_eq(pc_must_malloc(p, 3 * MiB, a), x, "%s", strategy_names[k]);
+    pc_expect_consistent(p, strategies[k]);
     gpupool_destroy(p);
   }
   gpupool_host_stream_destroy(a);
@@ -278,11 +260,11 @@ Test(pool_streams, round_and_naive_defer_reuse_too) {
 Test(pool_streams, destroy_with_pending_blocks_is_clean) {
   gpupool_host_stream *a = gpupool_host_stream_create(), *b = gpupool_host_stream_create();
   gpupool *p = pc_pool(GPUPOOL_STRATEGY_BFC, 0, NULL);
-  void *x = must_malloc(p, 4096, a);
-  must_malloc(p, 4096, a); /* a live allocation left at destroy, too */
+  void *x = pc_must_malloc(p, 4096, a);
+  pc_must_malloc(p, 4096, a); /* a live allocation left at destroy, too */
   cr_assert_eq(gpupool_record_stream(p, x, b), GPUPOOL_OK);
   gpupool_host_stream_enqueue(b);
-  must_free(p, x);
+  pc_must_free(p, x);
   gpupool_destroy(p); /* ASan reports anything leaked or touched after free */
   gpupool_host_stream_destroy(a);
   gpupool_host_stream_destroy(b);
@@ -291,9 +273,9 @@ Test(pool_streams, destroy_with_pending_blocks_is_clean) {
 Test(pool_streams, record_stream_rejects_pointers_it_does_not_own) {
   gpupool_host_stream *b = gpupool_host_stream_create();
   gpupool *p = pc_pool(GPUPOOL_STRATEGY_BFC, 0, NULL);
-  void *x = must_malloc(p, 4096, NULL);
-  void *freed = must_malloc(p, 4096, NULL);
-  must_free(p, freed);
+  void *x = pc_must_malloc(p, 4096, NULL);
+  void *freed = pc_must_malloc(p, 4096, NULL);
+  pc_must_free(p, freed);
   void *foreign = malloc(64);
   gpupool_stats before = pc_stats(p);
   struct {
@@ -314,7 +296,7 @@ Test(pool_streams, record_stream_rejects_pointers_it_does_not_own) {
   gpupool_stats after = pc_stats(p);
   cr_expect_eq(memcmp(&before, &after, sizeof before), 0, "failed calls changed the stats");
   /* x itself is unaffected: freed at once, no event */
-  must_free(p, x);
+  pc_must_free(p, x);
   cr_expect_eq(pc_stats(p).num_sync_events, 0);
   free(foreign);
   gpupool_destroy(p);
@@ -324,10 +306,10 @@ Test(pool_streams, record_stream_rejects_pointers_it_does_not_own) {
 Test(pool_streams, a_pending_block_is_not_live) {
   gpupool_host_stream *a = gpupool_host_stream_create(), *b = gpupool_host_stream_create();
   gpupool *p = pc_pool(GPUPOOL_STRATEGY_BFC, 0, NULL);
-  void *x = must_malloc(p, 4096, a);
+  void *x = pc_must_malloc(p, 4096, a);
   cr_assert_eq(gpupool_record_stream(p, x, b), GPUPOOL_OK);
   gpupool_host_stream_enqueue(b);
-  must_free(p, x);
+  pc_must_free(p, x);
   gpupool_stats before = pc_stats(p);
   cr_expect_eq(gpupool_free(p, x), GPUPOOL_ERR_INVALID, "a double free while pending");
   cr_expect_eq(gpupool_record_stream(p, x, b), GPUPOOL_ERR_INVALID);
@@ -346,14 +328,14 @@ Test(pool_streams, a_pending_block_is_not_live) {
 Test(pool_streams, destroying_the_recorded_stream_finishes_its_work) {
   gpupool_host_stream *b = gpupool_host_stream_create();
   gpupool *p = pc_pool(GPUPOOL_STRATEGY_BFC, 0, NULL);
-  void *x = must_malloc(p, 4096, NULL);
-  must_malloc(p, 512, NULL);
+  void *x = pc_must_malloc(p, 4096, NULL);
+  pc_must_malloc(p, 512, NULL);
   cr_assert_eq(gpupool_record_stream(p, x, b), GPUPOOL_OK);
   gpupool_host_stream_enqueue(b);
-  must_free(p, x);
-  cr_expect_neq(must_malloc(p, 4096, NULL), x);
+  pc_must_free(p, x);
+  cr_expect_neq(pc_must_malloc(p, 4096, NULL), x);
   gpupool_host_stream_destroy(b); /* like cudaStreamDestroy: queued work still completes */
-  cr_expect_eq(must_malloc(p, 4096, NULL), x);
+  cr_expect_eq(pc_must_malloc(p, 4096, NULL), x);
   cr_expect_eq(pc_stats(p).pending_free_blocks, 0);
   gpupool_destroy(p);
 }
@@ -388,7 +370,7 @@ Test(pool_streams, many_streams_fail_cleanly_or_work) {
   for (int i = 0; i < N; i++) {
     if (ptr[i]) {
       cr_expect_eq(pc_pattern_check(ptr[i], 512, (uint64_t)i), SIZE_MAX, "stream %d", i);
-      must_free(p, ptr[i]);
+      pc_must_free(p, ptr[i]);
     }
     gpupool_host_stream_destroy(s[i]);
   }

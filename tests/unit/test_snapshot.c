@@ -8,6 +8,7 @@
 
 #include "agent/endpoint.h"
 #include "gpupool/host.h"
+#include "helpers/pool_check.h"
 #include "helpers/trace_check.h"
 #include "pool/pool_view.h"
 
@@ -22,12 +23,6 @@ static gpupool *host_pool(const char *name, const char *strategy) {
   gpupool *p = NULL;
   cr_assert_eq(gpupool_create(&o, &p), GPUPOOL_OK, "%s", gpupool_last_error());
   return p;
-}
-
-static void *must_malloc(gpupool *p, size_t size, void *stream) {
-  void *ptr = NULL;
-  cr_assert_eq(gpupool_malloc(p, &ptr, size, stream), GPUPOOL_OK, "%s", gpupool_last_error());
-  return ptr;
 }
 
 static cJSON *snapshot(const char *const *pairs, size_t n, int expect_status) {
@@ -140,8 +135,8 @@ Test(snapshot, blocks_tile_segments_and_agree_with_the_stats) {
   gpupool_host_stream *hs = gpupool_host_stream_create();
   void *ptr[40];
   for (int i = 0; i < 40; i++) /* small and large, on two streams */
-    ptr[i] = must_malloc(p, i % 4 == 0 ? 3 * MiB + (size_t)i : 1000 * (size_t)(i + 1),
-                         i % 3 == 0 ? (void *)hs : NULL);
+    ptr[i] = pc_must_malloc(p, i % 4 == 0 ? 3 * MiB + (size_t)i : 1000 * (size_t)(i + 1),
+                            i % 3 == 0 ? (void *)hs : NULL);
   for (int i = 0; i < 40; i += 3)
     if (i != 6)
       cr_assert_eq(gpupool_free(p, ptr[i]), GPUPOOL_OK);
@@ -151,7 +146,7 @@ Test(snapshot, blocks_tile_segments_and_agree_with_the_stats) {
   cr_assert_eq(gpupool_free(p, ptr[7]), GPUPOOL_OK);
 
   gpupool *q = host_pool("other", "strategy:round");
-  must_malloc(q, 5000, NULL);
+  pc_must_malloc(q, 5000, NULL);
 
   cJSON *root = snapshot(NULL, 0, 200);
   cr_expect(cJSON_IsString(cJSON_GetObjectItem(root, "version")));

@@ -13,6 +13,7 @@
 #include "exporters/trace_writer.h"
 #include "gpupool/agent.h"
 #include "gpupool/host.h"
+#include "helpers/pool_check.h"
 #include "helpers/trace_check.h"
 #include "pool/clock.h"
 #include "pool/pool_view.h"
@@ -28,17 +29,6 @@ static gpupool *host_pool(const char *name, int device, size_t capacity) {
   gpupool *p = NULL;
   cr_assert_eq(gpupool_create(&o, &p), GPUPOOL_OK, "create %s: %s", name, gpupool_last_error());
   return p;
-}
-
-static void *must_malloc(gpupool *p, size_t size, void *stream) {
-  void *ptr = NULL;
-  cr_assert_eq(gpupool_malloc(p, &ptr, size, stream), GPUPOOL_OK, "malloc(%zu): %s", size,
-               gpupool_last_error());
-  return ptr;
-}
-
-static void must_free(gpupool *p, void *ptr) {
-  cr_assert_eq(gpupool_free(p, ptr), GPUPOOL_OK, "free: %s", gpupool_last_error());
 }
 
 /* Parses doc (freed) and checks the format; the caller deletes the tree. */
@@ -115,19 +105,19 @@ Test(trace_writer, follows_the_format_and_records_what_the_pool_did) {
   sample_apart();
   void *small[10], *large[3];
   for (int i = 0; i < 10; i++)
-    small[i] = must_malloc(p, 1000 * (size_t)(i + 1), NULL);
+    small[i] = pc_must_malloc(p, 1000 * (size_t)(i + 1), NULL);
   for (int i = 0; i < 3; i++)
-    large[i] = must_malloc(p, 3 * MiB, NULL);
+    large[i] = pc_must_malloc(p, 3 * MiB, NULL);
   for (int i = 0; i < 10; i += 2)
-    must_free(p, small[i]);
+    pc_must_free(p, small[i]);
   /* A deferred free: used on another stream with work pending. */
   cr_assert_eq(gpupool_record_stream(p, large[0], hs), GPUPOOL_OK);
   gpupool_host_stream_enqueue(hs);
-  must_free(p, large[0]);
+  pc_must_free(p, large[0]);
   gpupool_host_stream_complete(hs);
-  must_free(p, must_malloc(p, 512, NULL)); /* polls the pending free */
-  must_free(p, large[1]);
-  must_free(p, large[2]);
+  pc_must_free(p, pc_must_malloc(p, 512, NULL)); /* polls the pending free */
+  pc_must_free(p, large[1]);
+  pc_must_free(p, large[2]);
   cr_assert_gt(gpupool_empty_cache(p), 0);
   void *huge = NULL;
   cr_assert_eq(gpupool_malloc(p, &huge, 1024 * MiB, NULL), GPUPOOL_ERR_OOM);
@@ -219,7 +209,7 @@ Test(trace_writer, overwritten_events_are_counted_and_the_trace_stays_valid) {
   init_events(16);
   gpupool *p = host_pool("tiny", 0, 64 * MiB);
   for (int i = 0; i < 500; i++)
-    must_free(p, must_malloc(p, 4096 + (size_t)i, NULL));
+    pc_must_free(p, pc_must_malloc(p, 4096 + (size_t)i, NULL));
   event_ring *rings[8];
   size_t n = pool_event_rings(p, rings, 8);
   uint64_t dropped = 0;
@@ -239,7 +229,7 @@ Test(trace_writer, events_overwritten_while_streaming_are_skipped_and_counted) {
   init_events(4096);
   gpupool *p = host_pool("busy", 0, 64 * MiB);
   for (int i = 0; i < 3000; i++)
-    must_free(p, must_malloc(p, 4096, NULL));
+    pc_must_free(p, pc_must_malloc(p, 4096, NULL));
   trace_stream *s = trace_stream_open(NULL);
   cr_assert_not_null(s);
   size_t cap = 1 << 20, len = 0;
@@ -249,7 +239,7 @@ Test(trace_writer, events_overwritten_while_streaming_are_skipped_and_counted) {
   len += (size_t)got;
   /* The ring laps what the stream has not read yet. */
   for (int i = 0; i < 10000; i++)
-    must_free(p, must_malloc(p, 4096, NULL));
+    pc_must_free(p, pc_must_malloc(p, 4096, NULL));
   while ((got = trace_stream_read(s, doc + len, 1000)) > 0) {
     len += (size_t)got;
     if (cap - len < 1000)
@@ -268,9 +258,9 @@ Test(trace_writer, pool_filter_selects_one_pool) {
   init_events(1024);
   gpupool *a = host_pool("a", 0, 64 * MiB), *b = host_pool("b", 0, 64 * MiB);
   for (int i = 0; i < 3; i++)
-    must_malloc(a, 4096, NULL);
+    pc_must_malloc(a, 4096, NULL);
   for (int i = 0; i < 5; i++)
-    must_malloc(b, 4096, NULL);
+    pc_must_malloc(b, 4096, NULL);
   sample_apart();
   const char *q[] = {"pool=a"};
   cJSON *root = read_checked(q, 1);
@@ -296,8 +286,8 @@ Test(trace_writer, pool_filter_selects_one_pool) {
 Test(trace_writer, pools_with_the_same_name_get_distinct_tracks) {
   init_events(1024);
   gpupool *a = host_pool("dup", 0, 64 * MiB), *b = host_pool("dup", 0, 64 * MiB);
-  must_malloc(a, 4096, NULL);
-  must_malloc(b, 4096, NULL);
+  pc_must_malloc(a, 4096, NULL);
+  pc_must_malloc(b, 4096, NULL);
   sample_apart();
   cJSON *root = read_checked(NULL, 0);
   char label[64];
@@ -314,9 +304,9 @@ Test(trace_writer, device_filter_selects_one_device) {
   init_events(1024);
   gpupool *a = host_pool("zero", 0, 64 * MiB), *b = host_pool("one", 1, 64 * MiB);
   for (int i = 0; i < 2; i++)
-    must_malloc(a, 4096, NULL);
+    pc_must_malloc(a, 4096, NULL);
   for (int i = 0; i < 4; i++)
-    must_malloc(b, 4096, NULL);
+    pc_must_malloc(b, 4096, NULL);
   sample_apart();
   const char *q[] = {"device=1"};
   cJSON *root = read_checked(q, 1);
@@ -332,18 +322,18 @@ Test(trace_writer, device_filter_selects_one_device) {
 Test(trace_writer, time_window_selects_exactly_the_events_inside) {
   init_events(4096);
   gpupool *p = host_pool("win", 0, 64 * MiB);
-  void *keep = must_malloc(p, 4096, NULL);        /* phase 1: its segment and one allocation */
+  void *keep = pc_must_malloc(p, 4096, NULL);     /* phase 1: its segment and one allocation */
   uint64_t t1 = clock_realtime_ns() + GAP_NS / 2; /* the window's start */
   wait_past(t1 + GAP_NS / 2);
   void *x[7];
   for (int i = 0; i < 7; i++) /* phase 2: 7 allocations and 7 frees */
-    x[i] = must_malloc(p, 8192, NULL);
+    x[i] = pc_must_malloc(p, 8192, NULL);
   for (int i = 0; i < 7; i++)
-    must_free(p, x[i]);
+    pc_must_free(p, x[i]);
   uint64_t t2 = clock_realtime_ns() + GAP_NS / 2; /* the window's end */
   wait_past(t2 + GAP_NS / 2);
-  must_free(p, keep); /* phase 3 */
-  must_malloc(p, 4096, NULL);
+  pc_must_free(p, keep); /* phase 3 */
+  pc_must_malloc(p, 4096, NULL);
 
   char since[64], until[64];
   us_string(since + 6, sizeof since - 6, t1);
@@ -383,7 +373,7 @@ Test(trace_writer, limit_keeps_the_newest_events) {
   gpupool *p = host_pool("lim", 0, 64 * MiB);
   void *ptr[100];
   for (int i = 0; i < 100; i++)
-    ptr[i] = must_malloc(p, 4096, NULL);
+    ptr[i] = pc_must_malloc(p, 4096, NULL);
   const char *q[] = {"limit=10"};
   cJSON *root = read_checked(q, 1);
   cr_expect_eq(trace_other_number(root, "events_written"), 10);
@@ -499,7 +489,7 @@ Test(trace_writer, time_values_parse_exactly) {
 Test(trace_writer, endpoint_streams_json_or_refuses) {
   init_events(1024);
   gpupool *p = host_pool("ep", 0, 64 * MiB);
-  must_malloc(p, 4096, NULL);
+  pc_must_malloc(p, 4096, NULL);
   const char *bad[] = {"limit=0"};
   test_args ta;
   endpoint_args a = test_args_make(&ta, bad, 1);
@@ -543,7 +533,7 @@ static char *slurp(FILE *f) {
 Test(trace_writer, written_to_a_file) {
   init_events(1024);
   gpupool *p = host_pool("file", 0, 64 * MiB);
-  must_malloc(p, 4096, NULL);
+  pc_must_malloc(p, 4096, NULL);
   FILE *f = tmpfile();
   cr_assert_eq(gpupool_trace_write(f), GPUPOOL_OK);
   cJSON *root = parse_checked(slurp(f));
@@ -595,7 +585,7 @@ Test(trace_writer, counter_ring_overwrites_are_counted) {
 Test(trace_writer, destroyed_pools_keep_their_samples_and_labels) {
   init_events(1024);
   gpupool *p = host_pool("gone", 3, 64 * MiB);
-  must_malloc(p, 4096, NULL);
+  pc_must_malloc(p, 4096, NULL);
   sample_apart();
   gpupool_destroy(p);
   cJSON *root = read_checked(NULL, 0);

@@ -374,3 +374,21 @@ int pc_check_empty(const gpupool_stats *s, char *msg, size_t len) {
                 U64(s->num_device_free));
   return 0;
 }
+
+void *pc_must_malloc(gpupool *p, size_t size, void *stream) {
+  void *ptr = NULL;
+  gpupool_status st = gpupool_malloc(p, &ptr, size, stream);
+  cr_assert_eq(st, GPUPOOL_OK, "malloc(%zu): %s", size, gpupool_last_error());
+  return ptr;
+}
+
+void pc_must_free(gpupool *p, void *ptr) {
+  gpupool_status st = gpupool_free(p, ptr);
+  cr_assert_eq(st, GPUPOOL_OK, "free(%p): %s", ptr, gpupool_last_error());
+}
+
+void pc_expect_consistent(gpupool *p, gpupool_strategy strategy) {
+  gpupool_stats s = pc_stats(p);
+  char msg[256];
+  cr_expect_eq(pc_check_invariants(&s, strategy, 0, msg, sizeof msg), 0, "%s", msg);
+}

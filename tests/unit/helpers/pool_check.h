@@ -75,4 +75,10 @@ int pc_check_model(const gpupool_stats *s, const pc_model *m, char *msg, size_t 
 /* Every current of s is zero (no live allocation, nothing reserved). */
 int pc_check_empty(const gpupool_stats *s, char *msg, size_t len);
 
+/* gpupool_malloc / gpupool_free that fail the test, with the pool's reason. */
+void *pc_must_malloc(gpupool *p, size_t size, void *stream);
+void pc_must_free(gpupool *p, void *ptr);
+/* Expects every invariant of pc_check_invariants to hold right now. */
+void pc_expect_consistent(gpupool *p, gpupool_strategy strategy);
+
 #endif
