@@ -98,6 +98,26 @@ static _Thread_local struct {
   shard *sh;
 } hint;
 
+/* Pool-wide peaks of a pool used on several streams are sums over shards.
+ * While a single thread allocates from it (the common case of a compute and
+ * a communication stream driven by one thread), they are kept exact by
+ * summing the shards after each malloc, which is what raises the
+ * allocation, allocated, requested and active peaks (a free can still raise
+ * inactive_split: its pool-wide peak stays as observed). A second thread
+ * turns this off for good, so that threads on different streams share
+ * nothing; the peaks are then the largest sums gpupool_get_stats observes. */
+static void note_peaks(gpupool *p) {
+  if (atomic_load_explicit(&p->nshards, memory_order_relaxed) < 2 ||
+      atomic_load_explicit(&p->shared, memory_order_relaxed))
+    return;
+  const void *me = &hint, *owner = atomic_load_explicit(&p->owner, memory_order_relaxed);
+  if (owner != me && (owner || !atomic_compare_exchange_strong(&p->owner, &owner, me))) {
+    atomic_store(&p->shared, 1);
+    return;
+  }
+  stats_note_peaks(p);
+}
+
 /* No cached block fitted: under the slow lock, look again (another thread
  * may have returned one), then go to the device. */
 static gpupool_status malloc_slow(gpupool *p, shard *sh, size_t rounded, size_t size, block **out) {
@@ -149,6 +169,7 @@ gpupool_status gpupool_malloc(gpupool *p, void **ptr, size_t size, void *stream)
   hint.id = p->id;
   hint.sh = sh;
   *ptr = (void *)b->addr;
+  note_peaks(p);
   return GPUPOOL_OK;
 }
 

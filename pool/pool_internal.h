@@ -97,6 +97,11 @@ struct gpupool {
 
   pthread_mutex_t peak_lock; /* peaks of sums across shards (see stats.c) */
   int64_t agg_peak[VIEW_COUNT][GPUPOOL_STAT_TYPES];
+  /* While one thread uses a pool of several shards, pool-wide peaks are kept
+   * exact after each operation (pool.c note_peaks). */
+  _Atomic int nshards;
+  _Atomic(const void *) owner; /* the first thread to allocate once there are several */
+  _Atomic int shared;          /* another thread allocated too: tracking is off */
 };
 
 extern _Atomic size_t shard_events_cap; /* 0: events off */

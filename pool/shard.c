@@ -61,6 +61,7 @@ shard *shard_get(gpupool *p, void *stream) {
       sh->ring = event_ring_create_stamped(cap);
     sh->next_shard = atomic_load(&p->shards);
     atomic_store(&p->shards, sh);
+    atomic_fetch_add(&p->nshards, 1);
     atomic_store_explicit(&p->shard_table[slot], sh, memory_order_release);
   }
   pthread_mutex_unlock(&p->shard_create_lock);

@@ -40,6 +40,32 @@ static void shard_view(const shard_stats *st, gpupool_stat v[VIEW_COUNT][GPUPOOL
   }
 }
 
+void stats_note_peaks(gpupool *p) {
+  int64_t cur[STAT_COUNT][GPUPOOL_STAT_TYPES] = {{0}};
+  for (shard *sh = atomic_load(&p->shards); sh; sh = sh->next_shard) {
+    spin_lock(&sh->lock);
+    for (int id = 0; id < STAT_COUNT; id++)
+      for (int t = 0; t < GPUPOOL_STAT_TYPES; t++)
+        cur[id][t] += sh->st.s[id][t].current;
+    spin_unlock(&sh->lock);
+  }
+  pthread_mutex_lock(&p->peak_lock);
+  for (int t = 0; t < GPUPOOL_STAT_TYPES; t++) {
+    const int64_t sums[VIEW_COUNT] = {
+        [VIEW_ALLOCATION] = cur[STAT_ALLOCATION][t],
+        [VIEW_ACTIVE] = cur[STAT_ALLOCATION][t] + cur[STAT_PENDING][t],
+        [VIEW_INACTIVE_SPLIT] = cur[STAT_INACTIVE_SPLIT][t],
+        [VIEW_ALLOCATED_BYTES] = cur[STAT_ALLOCATED_BYTES][t],
+        [VIEW_ACTIVE_BYTES] = cur[STAT_ALLOCATED_BYTES][t] + cur[STAT_PENDING_BYTES][t],
+        [VIEW_INACTIVE_SPLIT_BYTES] = cur[STAT_INACTIVE_SPLIT_BYTES][t],
+        [VIEW_REQUESTED_BYTES] = cur[STAT_REQUESTED_BYTES][t]};
+    for (int id = 0; id < VIEW_COUNT; id++)
+      if (sums[id] > p->agg_peak[id][t])
+        p->agg_peak[id][t] = sums[id];
+  }
+  pthread_mutex_unlock(&p->peak_lock);
+}
+
 gpupool_status gpupool_get_stats(gpupool *p, gpupool_stats *out) {
   if (!p || !out)
     return pool_fail(GPUPOOL_ERR_INVALID, "gpupool_get_stats: %s is NULL", p ? "out" : "pool");
@@ -78,7 +104,8 @@ gpupool_status gpupool_get_stats(gpupool *p, gpupool_stats *out) {
     spin_unlock(&sh->lock);
   }
   /* One stream: its peaks are exact. Several: the peak of the sum is the
-   * largest of every sum observed here and of each stream's own peak. */
+   * largest of every sum observed here, after each operation while one
+   * thread uses the pool (pool.c note_peaks), and of each stream's own peak. */
   pthread_mutex_lock(&p->peak_lock);
   for (int id = 0; id < VIEW_COUNT; id++) {
     gpupool_stat *dst = field(out, id);

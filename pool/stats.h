@@ -74,6 +74,10 @@ static inline gpupool_stat stat_active(const gpupool_stat *alloc, const gpupool_
   return a;
 }
 
+/* Raises the pool-wide peaks to the current sums over all shards (each read
+ * under its lock). Callers hold no pool lock. */
+void stats_note_peaks(gpupool *p);
+
 static inline void stat_reset_peak(gpupool_stat *s) {
   s->peak = s->current;
 }

@@ -236,3 +236,30 @@ Test(pool_stats, inactive_split_changes_by_net_amount_on_free) {
               2 * MiB + 1 * KiB, "inactive_split_bytes");
   gpupool_destroy(p);
 }
+
+/* One thread, two streams: the pool-wide peaks are the peaks of the sums
+ * over the streams, even when no one read the stats at the peak. */
+Test(pool_stats, peaks_span_streams_of_one_thread) {
+  gpupool *p = pc_pool(GPUPOOL_STRATEGY_BFC, 0, NULL);
+  gpupool_host_stream *s1 = gpupool_host_stream_create(), *s2 = gpupool_host_stream_create();
+  void *a = pc_must_malloc(p, 1 * MiB, s1);
+  void *b = pc_must_malloc(p, 1 * MiB, s2);
+  void *c = pc_must_malloc(p, 3000, s2);
+  pc_must_free(p, a);
+  pc_must_free(p, b);
+  pc_must_free(p, c);
+  gpupool_stats s = pc_stats(p);
+  cr_expect_eq(s.allocation[A].current, 0);
+  cr_expect_eq(s.allocation[A].peak, 3);
+  cr_expect_eq(s.allocated_bytes[A].peak, 2 * MiB + 3072);
+  cr_expect_eq(s.allocated_bytes[S].peak, 2 * MiB + 3072);
+  cr_expect_eq(s.requested_bytes[A].peak, 2 * MiB + 3000);
+  cr_expect_eq(s.active_bytes[A].peak, 2 * MiB + 3072);
+  gpupool_reset_peak_stats(p);
+  s = pc_stats(p);
+  cr_expect_eq(s.allocation[A].peak, 0);
+  cr_expect_eq(s.allocated_bytes[A].peak, 0);
+  gpupool_destroy(p);
+  gpupool_host_stream_destroy(s1);
+  gpupool_host_stream_destroy(s2);
+}
