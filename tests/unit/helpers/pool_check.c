@@ -208,9 +208,11 @@ static int check_one_stat(const named_stat *ns, int flags, char *msg, size_t len
   return 0;
 }
 
-int pc_check_invariants(const gpupool_stats *s, gpupool_strategy strategy, int flags, char *msg,
-                        size_t len) {
-  const named_stat all[] = {
+#define NAMED_STATS 9
+
+/* Every gpupool_stat array of s with its torch.cuda.memory_stats name. */
+static void named_stats(const gpupool_stats *s, named_stat out[NAMED_STATS]) {
+  const named_stat all[NAMED_STATS] = {
       {"allocation", s->allocation},
       {"segment", s->segment},
       {"active", s->active},
@@ -221,7 +223,14 @@ int pc_check_invariants(const gpupool_stats *s, gpupool_strategy strategy, int f
       {"inactive_split_bytes", s->inactive_split_bytes},
       {"requested_bytes", s->requested_bytes},
   };
-  for (size_t k = 0; k < sizeof all / sizeof all[0]; k++)
+  memcpy(out, all, sizeof all);
+}
+
+int pc_check_invariants(const gpupool_stats *s, gpupool_strategy strategy, int flags, char *msg,
+                        size_t len) {
+  named_stat all[NAMED_STATS];
+  named_stats(s, all);
+  for (size_t k = 0; k < NAMED_STATS; k++)
     if (check_one_stat(&all[k], flags, msg, len))
       return -1;
 
@@ -350,18 +359,9 @@ int pc_check_model(const gpupool_stats *s, const pc_model *m, char *msg, size_t 
 }
 
 int pc_check_empty(const gpupool_stats *s, char *msg, size_t len) {
-  const named_stat all[] = {
-      {"allocation", s->allocation},
-      {"segment", s->segment},
-      {"active", s->active},
-      {"inactive_split", s->inactive_split},
-      {"allocated_bytes", s->allocated_bytes},
-      {"reserved_bytes", s->reserved_bytes},
-      {"active_bytes", s->active_bytes},
-      {"inactive_split_bytes", s->inactive_split_bytes},
-      {"requested_bytes", s->requested_bytes},
-  };
-  for (size_t k = 0; k < sizeof all / sizeof all[0]; k++)
+  named_stat all[NAMED_STATS];
+  named_stats(s, all);
+  for (size_t k = 0; k < NAMED_STATS; k++)
     for (int i = 0; i < GPUPOOL_STAT_TYPES; i++)
       if (all[k].s[i].current != 0)
         return fail(msg, len, "%s[%s].current is %lld, expected 0", all[k].name, idx_name[i],
