@@ -72,9 +72,8 @@ struct shard {
   uint32_t rng;
   uint64_t free_seq;
   shard_stats st;
-  addrmap live;                     /* allocated and not yet freed blocks, by address */
-  _Atomic int64_t allocated_mirror; /* allocated_bytes current, readable without the lock */
-  event_ring *ring;                 /* NULL when events are off */
+  addrmap live;     /* allocated and not yet freed blocks, by address */
+  event_ring *ring; /* NULL when events are off */
   shard *next_shard;
 } __attribute__((aligned(64)));
 
@@ -93,7 +92,6 @@ struct gpupool {
   uint64_t alloc_retries, ooms, device_allocs, device_frees, gc_runs;
   pool_device_timing timing;
   size_t device_total; /* cached for the GC threshold; 0 until needed */
-  _Atomic int64_t reserved_mirror;
 
   pthread_mutex_t peak_lock; /* peaks of sums across shards (see stats.c) */
   int64_t agg_peak[VIEW_COUNT][GPUPOOL_STAT_TYPES];

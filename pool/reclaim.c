@@ -18,13 +18,17 @@ static void update_segment_stats(gpupool *p, int large, int64_t bytes) {
     stat_dec(p->seg_stats[0], large, 1);
     stat_dec(p->seg_stats[1], large, -bytes);
   }
-  atomic_store_explicit(&p->reserved_mirror, p->seg_stats[1][0].current, memory_order_relaxed);
 }
 
-static int64_t pool_allocated_relaxed(gpupool *p) {
+/* Bytes allocated over all shards, for the slow path's events (callers
+ * hold no shard lock). */
+static int64_t pool_allocated(gpupool *p) {
   int64_t sum = 0;
-  for (shard *sh = atomic_load(&p->shards); sh; sh = sh->next_shard)
-    sum += atomic_load_explicit(&sh->allocated_mirror, memory_order_relaxed);
+  for (shard *sh = atomic_load(&p->shards); sh; sh = sh->next_shard) {
+    spin_lock(&sh->lock);
+    sum += sh->st.s[STAT_ALLOCATED_BYTES][GPUPOOL_STAT_ALL].current;
+    spin_unlock(&sh->lock);
+  }
   return sum;
 }
 
@@ -42,7 +46,7 @@ static void emit_segment_event(gpupool *p, shard *sh, int type, segment *seg, ui
                    .size = seg->size,
                    .stream = (uint64_t)(uintptr_t)sh->stream,
                    .a = (uint64_t)p->seg_stats[1][0].current,
-                   .b = (uint64_t)pool_allocated_relaxed(p)};
+                   .b = (uint64_t)pool_allocated(p)};
   emit_locked(sh, &ev);
 }
 
@@ -197,7 +201,7 @@ static void garbage_collect(gpupool *p, shard *caller) {
                    .size = released,
                    .stream = (uint64_t)(uintptr_t)caller->stream,
                    .a = (uint64_t)p->seg_stats[1][0].current,
-                   .b = (uint64_t)pool_allocated_relaxed(p)};
+                   .b = (uint64_t)pool_allocated(p)};
   emit_locked(caller, &ev);
 }
 
@@ -230,7 +234,7 @@ static gpupool_status out_of_memory(gpupool *p, shard *sh, size_t segsize, size_
   p->ooms++;
   size_t dev_free = 0, dev_total = 0;
   p->be->ops->mem_info(p->be, &dev_free, &dev_total);
-  int64_t reserved = p->seg_stats[1][0].current, allocated = pool_allocated_relaxed(p);
+  int64_t reserved = p->seg_stats[1][0].current, allocated = pool_allocated(p);
   size_t largest = largest_free(p);
   pool_event ev = {.type = EV_OOM,
                    .size = segsize,

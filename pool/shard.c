@@ -231,8 +231,6 @@ static void shard_take(shard *sh, block *b, size_t rounded, size_t requested, in
   stat_inc(sh->st.s[STAT_REQUESTED_BYTES], large, (int64_t)requested);
   if (sh->npending)
     note_active_peak(sh);
-  atomic_store_explicit(&sh->allocated_mirror, sh->st.s[STAT_ALLOCATED_BYTES][0].current,
-                        memory_order_relaxed);
   count_request(sh, requested);
   if (from_device)
     sh->st.device_sourced++;
@@ -303,8 +301,6 @@ void shard_free(shard *sh, block *b, int deferred) {
   stat_dec(sh->st.s[STAT_ALLOCATION], large, 1);
   stat_dec(sh->st.s[STAT_ALLOCATED_BYTES], large, (int64_t)b->size);
   stat_dec(sh->st.s[STAT_REQUESTED_BYTES], large, (int64_t)b->requested);
-  atomic_store_explicit(&sh->allocated_mirror, sh->st.s[STAT_ALLOCATED_BYTES][0].current,
-                        memory_order_relaxed);
   sh->st.frees++;
   record_block_event(sh, EV_FREE, deferred ? EVF_DEFERRED : 0, b, b->requested);
   if (!deferred) {
