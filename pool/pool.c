@@ -130,10 +130,12 @@ static gpupool_status malloc_slow(gpupool *p, shard *sh, size_t rounded, size_t 
   if (b && shard_serve(sh, b, rounded, size, 0) != 0)
     st = pool_fail(GPUPOOL_ERR_OOM, "gpupool_malloc: out of host memory");
   spin_unlock(&sh->lock);
-  if (!b)
+  int to_device = !b; /* segments change only there (also when it fails) */
+  if (to_device)
     st = reclaim_alloc_segment(p, sh, rounded, size, &b);
   pthread_mutex_unlock(&p->slow_lock);
-  registry_notify_segment_change(p);
+  if (to_device)
+    registry_notify_segment_change(p);
   *out = b;
   return st;
 }
