@@ -5,26 +5,15 @@
 #include <string.h>
 
 #include "pool/clock.h"
+#include "pool/event_ring.h"
 #include "pool/pool_view.h"
 #include "pool/registry.h"
 
-/* The ring uses the seqlock slot protocol of pool/event_ring.c: the writer of
- * sample n stores seq = 2n+1, the payload, then seq = 2n+2; a reader accepts
- * the payload only if seq read 2n+2 before and after copying it. Payload words
- * are relaxed atomics so concurrent copies are well-defined (TSan-clean). The
- * array is static: untouched pages of it cost no memory. */
-#define WORDS (sizeof(counter_sample) / sizeof(uint64_t))
-#define MASK  (TRACE_COUNTERS_CAPACITY - 1)
-_Static_assert((TRACE_COUNTERS_CAPACITY & MASK) == 0, "capacity must be a power of two");
-_Static_assert(sizeof(counter_sample) % sizeof(uint64_t) == 0, "whole words");
-
-typedef struct slot {
-  _Atomic uint64_t seq;
-  _Atomic uint64_t word[WORDS];
-} slot;
-
-static slot ring[TRACE_COUNTERS_CAPACITY];
-static _Atomic uint64_t head;  /* samples ever appended */
+/* The samples live in an event_ring of their own (pool/event_ring.h: one
+ * writer at a time, lock-free seqlock readers): a counter sample fits in one
+ * 64-byte event slot. Created at the first sample, never freed. */
+_Static_assert(sizeof(counter_sample) <= sizeof(pool_event), "a sample fits in one event slot");
+static event_ring *_Atomic ring;
 static _Atomic uint64_t start; /* head at the last reset: older samples are gone */
 
 /* writer_lock serialises writers (sample, reset); table_lock guards the pool
@@ -41,16 +30,9 @@ static table_entry table[TRACE_POOL_TABLE_SIZE];
 static uint64_t round_no;
 
 static void push(const counter_sample *cs) {
-  uint64_t n = atomic_load_explicit(&head, memory_order_relaxed);
-  slot *s = &ring[n & MASK];
-  uint64_t w[WORDS];
-  memcpy(w, cs, sizeof w);
-  atomic_store_explicit(&s->seq, 2 * n + 1, memory_order_relaxed);
-  atomic_thread_fence(memory_order_release);
-  for (size_t i = 0; i < WORDS; i++)
-    atomic_store_explicit(&s->word[i], w[i], memory_order_relaxed);
-  atomic_store_explicit(&s->seq, 2 * n + 2, memory_order_release);
-  atomic_store_explicit(&head, n + 1, memory_order_release);
+  pool_event ev = {0};
+  memcpy(&ev, cs, sizeof *cs);
+  event_ring_push(atomic_load_explicit(&ring, memory_order_relaxed), &ev);
 }
 
 static void copy_str(char *dst, size_t size, const char *src) {
@@ -110,6 +92,14 @@ static void sample_pool(gpupool *p, void *arg) {
 
 void trace_counters_sample(void) {
   pthread_mutex_lock(&writer_lock);
+  if (!atomic_load_explicit(&ring, memory_order_relaxed)) {
+    event_ring *r = event_ring_create(TRACE_COUNTERS_CAPACITY);
+    if (!r) { /* out of host memory: no samples this round */
+      pthread_mutex_unlock(&writer_lock);
+      return;
+    }
+    atomic_store_explicit(&ring, r, memory_order_release);
+  }
   pthread_mutex_lock(&table_lock);
   round_no++;
   pthread_mutex_unlock(&table_lock);
@@ -122,7 +112,7 @@ void trace_counters_sample(void) {
 
 void trace_counters_reset(void) {
   pthread_mutex_lock(&writer_lock);
-  atomic_store_explicit(&start, atomic_load(&head), memory_order_release);
+  atomic_store_explicit(&start, trace_counters_head(), memory_order_release);
   pthread_mutex_lock(&table_lock);
   memset(table, 0, sizeof table);
   round_no = 0;
@@ -131,43 +121,32 @@ void trace_counters_reset(void) {
 }
 
 size_t trace_counters_read(uint64_t *cursor, counter_sample *out, size_t max, uint64_t *skipped) {
-  size_t got = 0;
+  event_ring *r = atomic_load_explicit(&ring, memory_order_acquire);
+  if (!r)
+    return 0;
   uint64_t first = atomic_load_explicit(&start, memory_order_acquire);
   if (*cursor < first)
     *cursor = first; /* before a reset: not lost, forgotten on purpose */
+  size_t got = 0;
+  pool_event buf[64];
   while (got < max) {
-    uint64_t h = atomic_load_explicit(&head, memory_order_acquire);
-    uint64_t n = *cursor;
-    if (n >= h)
+    size_t want = max - got < 64 ? max - got : 64;
+    size_t n = event_ring_read(r, cursor, buf, want, skipped);
+    if (!n)
       break;
-    if (h - n > TRACE_COUNTERS_CAPACITY) {
-      *skipped += h - TRACE_COUNTERS_CAPACITY - n;
-      *cursor = n = h - TRACE_COUNTERS_CAPACITY;
-    }
-    slot *s = &ring[n & MASK];
-    uint64_t before = atomic_load_explicit(&s->seq, memory_order_acquire);
-    uint64_t w[WORDS];
-    for (size_t i = 0; i < WORDS; i++)
-      w[i] = atomic_load_explicit(&s->word[i], memory_order_relaxed);
-    atomic_thread_fence(memory_order_acquire);
-    uint64_t after = atomic_load_explicit(&s->seq, memory_order_relaxed);
-    *cursor = n + 1;
-    if (before != 2 * n + 2 || after != before) {
-      *skipped += 1; /* overwritten while we copied it */
-      continue;
-    }
-    memcpy(&out[got++], w, sizeof w);
+    for (size_t i = 0; i < n; i++)
+      memcpy(&out[got++], &buf[i], sizeof *out);
   }
   return got;
 }
 
 uint64_t trace_counters_head(void) {
-  return atomic_load_explicit(&head, memory_order_acquire);
+  event_ring *r = atomic_load_explicit(&ring, memory_order_acquire);
+  return r ? event_ring_head(r) : 0;
 }
 
 uint64_t trace_counters_dropped(void) {
-  uint64_t h = trace_counters_head();
-  uint64_t kept = h - atomic_load_explicit(&start, memory_order_acquire);
+  uint64_t kept = trace_counters_head() - atomic_load_explicit(&start, memory_order_acquire);
   return kept > TRACE_COUNTERS_CAPACITY ? kept - TRACE_COUNTERS_CAPACITY : 0;
 }
 
