@@ -3,6 +3,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "buf_grow.h"
+
 void json_buf_init(json_buf *b) {
   memset(b, 0, sizeof *b);
 }
@@ -42,17 +44,10 @@ static int reserve(json_buf *b, size_t n) {
     if (b->len + n <= b->cap)
       return 0;
   }
-  size_t cap = b->cap ? b->cap : 4096;
-  while (cap < b->len + n)
-    cap *= 2;
-  char *d = realloc(b->data, cap);
-  if (!d) {
-    b->failed = 1;
-    return -1;
-  }
-  b->data = d;
-  b->cap = cap;
-  return 0;
+  if (buf_grow(&b->data, &b->cap, b->len + n, 4096) == 0)
+    return 0;
+  b->failed = 1;
+  return -1;
 }
 
 void json_put(json_buf *b, const char *s, size_t n) {

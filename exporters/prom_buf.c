@@ -7,6 +7,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "buf_grow.h"
+
 void prom_buf_init(prom_buf *b, size_t initial_cap) {
   b->data = NULL;
   b->len = 0;
@@ -39,22 +41,10 @@ int prom_buf_reserve(prom_buf *b, size_t n) {
     return -1;
   if (b->cap - b->len > n)
     return 0; /* keeps one byte for the terminating NUL */
-  size_t cap = b->cap ? b->cap : 256;
-  while (cap - b->len <= n) {
-    if (cap > SIZE_MAX / 2) {
-      b->failed = 1;
-      return -1;
-    }
-    cap *= 2;
-  }
-  char *d = realloc(b->data, cap);
-  if (!d) {
-    b->failed = 1;
-    return -1;
-  }
-  b->data = d;
-  b->cap = cap;
-  return 0;
+  if (n < SIZE_MAX - b->len && buf_grow(&b->data, &b->cap, b->len + n + 1, 256) == 0)
+    return 0; /* + 1: the terminating NUL */
+  b->failed = 1;
+  return -1;
 }
 
 void prom_buf_put(prom_buf *b, const char *s, size_t n) {
