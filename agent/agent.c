@@ -1,7 +1,7 @@
 /* gpupool_agent_start/stop: the agent's lifecycle. Start validates the whole
  * configuration and opens the listening socket before it starts anything,
- * then starts, in order, event recording, the CUPTI subscriber, the sampler
- * thread and the HTTP server;
+ * then starts, in order, event recording (with the event clock's ticker), the
+ * CUPTI subscriber, the sampler thread and the HTTP server;
  * a failure undoes what was started, leaves a status, one line on stderr and
  * a program that runs on. Stop undoes it all in reverse order and writes the
  * trace file; an exit handler stops an agent still running at exit. */
@@ -22,6 +22,7 @@
 #include "http_listen.h"
 #include "pool/clock.h"
 #include "pool/errors.h"
+#include "pool/event_clock.h"
 #include "pool/pool_view.h"
 #include "sampler.h"
 #include "sd_file.h"
@@ -40,6 +41,21 @@ static gpupool_status agent_fail(gpupool_status s, const char *reason) {
   return pool_fail(s, "gpupool agent: %s", reason);
 }
 
+/* Event recording and the clock that stamps the events (pool/event_clock.h):
+ * the ticker is a convenience, so a ticker that cannot start leaves exact
+ * stamps and one line on stderr, not a failed start. */
+static void start_events(const agent_config *c) {
+  pool_events_enable(c->trace_events);
+  if (event_clock_start(c->trace_tick_us) != 0)
+    fprintf(stderr, "gpupool agent: the event clock's ticker thread could not start: every "
+                    "event is stamped exactly\n");
+}
+
+static void stop_events(void) {
+  event_clock_stop();
+  pool_events_disable();
+}
+
 /* finished: the agent ran (write the trace file), as opposed to a start
  * that failed half-way. */
 static void stop_locked(int finished) {
@@ -49,7 +65,7 @@ static void stop_locked(int finished) {
   if (finished && g_cfg.trace_file[0])
     trace_write_file(g_cfg.trace_file); /* says why on stderr if it cannot */
   if (g_cfg.trace_events)
-    pool_events_disable();
+    stop_events();
   sd_file_remove(g_sd_path);
   g_sd_path[0] = '\0';
   g_running = 0;
@@ -77,13 +93,13 @@ static gpupool_status start_locked(const agent_config *c) {
   metrics_configure(c->hostname, &c->labels);
   agent_health_reset((double)clock_realtime_ns() / 1e9);
   if (c->trace_events)
-    pool_events_enable(c->trace_events);
+    start_events(c);
   gpupool_status s = cupti_start(c->cupti);
   if (s != GPUPOOL_OK) { /* cupti:force; the CUPTI module printed its line */
     char why[600];
     snprintf(why, sizeof why, "%s", gpupool_last_error());
     if (c->trace_events)
-      pool_events_disable();
+      stop_events();
     if (l.fd >= 0)
       close(l.fd);
     return pool_fail(s, "gpupool agent: cupti:force and CUPTI could not start: %s", why);
@@ -91,7 +107,7 @@ static gpupool_status start_locked(const agent_config *c) {
   if (sampler_start(c->sample_interval_ms, err, sizeof err) != 0) {
     cupti_stop();
     if (c->trace_events)
-      pool_events_disable();
+      stop_events();
     if (l.fd >= 0)
       close(l.fd);
     return agent_fail(GPUPOOL_ERR_BACKEND, err);

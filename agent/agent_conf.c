@@ -66,6 +66,7 @@ typedef struct raw_settings {
   uint64_t sample_ms;
   uint64_t trace_events; /* UINT64_MAX = not given */
   int trace_off;
+  uint64_t trace_tick_us; /* UINT64_MAX = not given */
   gpupool_cupti_mode cupti;
   agent_config *cfg; /* labels, trace_file, sd_dir and hostname go straight here */
 } raw_settings;
@@ -105,6 +106,14 @@ static int apply_pair(void *ctx, const char *key, const char *value, char *err, 
     r->trace_off = v == 0;
     return 0;
   }
+  if (strcmp(key, "trace_tick_us") == 0) {
+    if (kvconf_u64(value, 0, AGENT_MAX_TRACE_TICK_US, &r->trace_tick_us) != 0) {
+      snprintf(err, errlen, "trace_tick_us: '%s' is not a number from 0 (exact stamps) to %u",
+               value, AGENT_MAX_TRACE_TICK_US);
+      return -1;
+    }
+    return 0;
+  }
   if (strcmp(key, "cupti") == 0) {
     if (strcasecmp(value, "auto") == 0)
       r->cupti = GPUPOOL_CUPTI_AUTO;
@@ -127,8 +136,8 @@ static int apply_pair(void *ctx, const char *key, const char *value, char *err, 
   if (strcmp(key, "hostname") == 0)
     return copy_setting(key, value, r->cfg->hostname, sizeof r->cfg->hostname, err, errlen);
   snprintf(err, errlen,
-           "unknown key '%s' (known: listen, sample_interval_ms, trace_events, cupti, labels, "
-           "trace_file, sd_dir, hostname)",
+           "unknown key '%s' (known: listen, sample_interval_ms, trace_events, trace_tick_us, "
+           "cupti, labels, trace_file, sd_dir, hostname)",
            key);
   return -1;
 }
@@ -155,6 +164,16 @@ static int apply_options(const gpupool_agent_options *o, raw_settings *r, char *
   }
   if (o->trace_off)
     r->trace_off = 1;
+  if (o->trace_tick_us) {
+    if (o->trace_tick_us > AGENT_MAX_TRACE_TICK_US) {
+      snprintf(err, errlen, "trace_tick_us: %u is more than %u", o->trace_tick_us,
+               AGENT_MAX_TRACE_TICK_US);
+      return -1;
+    }
+    r->trace_tick_us = o->trace_tick_us;
+  }
+  if (o->trace_tick_off)
+    r->trace_tick_us = 0;
   if (o->cupti < GPUPOOL_CUPTI_AUTO || o->cupti > GPUPOOL_CUPTI_FORCE) {
     snprintf(err, errlen, "cupti: %d is not a gpupool_cupti_mode", (int)o->cupti);
     return -1;
@@ -205,7 +224,7 @@ int agent_config_resolve(const gpupool_agent_options *opt, agent_config *out, ch
   static const gpupool_agent_options none;
   const gpupool_agent_options *o = opt ? opt : &none;
   memset(out, 0, sizeof *out);
-  raw_settings r = {.trace_events = UINT64_MAX, .cfg = out};
+  raw_settings r = {.trace_events = UINT64_MAX, .trace_tick_us = UINT64_MAX, .cfg = out};
 
   if (apply_options(o, &r, err, errlen) != 0)
     return -1;
@@ -225,6 +244,8 @@ int agent_config_resolve(const gpupool_agent_options *opt, agent_config *out, ch
     out->trace_events = 0;
   else
     out->trace_events = r.trace_events != UINT64_MAX ? r.trace_events : AGENT_DEFAULT_TRACE_EVENTS;
+  out->trace_tick_us =
+      r.trace_tick_us != UINT64_MAX ? (unsigned)r.trace_tick_us : AGENT_DEFAULT_TRACE_TICK_US;
   out->cupti = r.cupti;
   if (!out->hostname[0] && gethostname(out->hostname, sizeof out->hostname) != 0)
     strcpy(out->hostname, "localhost");

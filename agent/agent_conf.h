@@ -11,18 +11,21 @@
 #include "gpupool/agent.h"
 #include "labels.h"
 
-#define AGENT_DEFAULT_HOST         "127.0.0.1"
-#define AGENT_DEFAULT_PORT         9477
-#define AGENT_DEFAULT_SAMPLE_MS    1000
-#define AGENT_DEFAULT_TRACE_EVENTS 65536
-#define AGENT_MAX_TRACE_EVENTS     (1u << 24)
+#define AGENT_DEFAULT_HOST          "127.0.0.1"
+#define AGENT_DEFAULT_PORT          9477
+#define AGENT_DEFAULT_SAMPLE_MS     1000
+#define AGENT_DEFAULT_TRACE_EVENTS  65536
+#define AGENT_MAX_TRACE_EVENTS      (1u << 24)
+#define AGENT_DEFAULT_TRACE_TICK_US 1000
+#define AGENT_MAX_TRACE_TICK_US     100000
 
 typedef struct agent_config {
   int listen_off;        /* listen:off: no HTTP server */
   char listen_host[256]; /* "" = every interface (IPv6 and IPv4) */
   int listen_port;       /* with LOCAL_RANK added; 0 = ephemeral */
   unsigned sample_interval_ms;
-  size_t trace_events; /* 0 = events off */
+  size_t trace_events;    /* 0 = events off */
+  unsigned trace_tick_us; /* event clock tick (pool/event_clock.h); 0 = every stamp exact */
   gpupool_cupti_mode cupti;
   agent_labels labels;
   char trace_file[PATH_MAX]; /* "" = none */

@@ -1,22 +1,29 @@
 /* bench_events: what recording allocation events costs the hot path. ns per
  * malloc+free pair (a cache hit after the warm-up) on the host backend with
  * pool events off and on, side by side, on one thread and on N threads each
- * on its own stream (each stream has its own ring). Off and on alternate on
- * the same pool, several rounds, and the medians are compared.
+ * on its own stream (each stream has its own ring). "On" is measured twice:
+ * with the exact clock (an rdtsc per event, as trace_tick_us:0) and with the
+ * event clock's ticker running (the agent's default, pool/event_clock.h),
+ * which publishes a shared stamp every tick once events are frequent; the
+ * ticker thread's CPU time during that measurement is reported as a percent
+ * of one core, with the clock mode it was in. Off, exact and ticker
+ * alternate on the same pool, several rounds, and the medians are compared.
  *
- *   bench_events [--quick] [--threads N] [--capacity EVENTS]
+ *   bench_events [--quick] [--threads N] [--capacity EVENTS] [--tick-us US]
  *
  * Exit status 1 when a measurement failed. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "bench_alloc.h"
 #include "bench_format.h"
 #include "gpupool/host.h"
 #include "pair_timer.h"
 #include "pool/clock.h"
+#include "pool/event_clock.h"
 #include "pool/event_ring.h"
 #include "pool/pool_view.h"
 
@@ -28,10 +35,11 @@ static const size_t sizes[] = {512, 65536, 1 << 20, 16 << 20};
 typedef struct options {
   int quick, threads;
   size_t capacity;
+  unsigned tick_us;
 } options;
 
 static int parse_args(int argc, char **argv, options *o) {
-  *o = (options){.threads = 8, .capacity = 65536};
+  *o = (options){.threads = 8, .capacity = 65536, .tick_us = EVENT_CLOCK_DEFAULT_TICK};
   for (int i = 1; i < argc; i++) {
     if (!strcmp(argv[i], "--quick")) {
       o->quick = 1;
@@ -39,13 +47,18 @@ static int parse_args(int argc, char **argv, options *o) {
       o->threads = atoi(argv[++i]);
     } else if (!strcmp(argv[i], "--capacity") && i + 1 < argc) {
       o->capacity = (size_t)strtoull(argv[++i], NULL, 10);
+    } else if (!strcmp(argv[i], "--tick-us") && i + 1 < argc) {
+      o->tick_us = (unsigned)strtoul(argv[++i], NULL, 10);
     } else {
-      fprintf(stderr, "usage: bench_events [--quick] [--threads N] [--capacity EVENTS]\n");
+      fprintf(stderr, "usage: bench_events [--quick] [--threads N] [--capacity EVENTS] "
+                      "[--tick-us US]\n");
       return -1;
     }
   }
-  if (o->threads < 1 || o->threads > MAX_THREADS || o->capacity < 1) {
-    fprintf(stderr, "bench_events: --threads must be 1..%d, --capacity >= 1\n", MAX_THREADS);
+  if (o->threads < 1 || o->threads > MAX_THREADS || o->capacity < 1 || o->tick_us < 1 ||
+      o->tick_us > EVENT_CLOCK_MAX_TICK) {
+    fprintf(stderr, "bench_events: --threads must be 1..%d, --capacity >= 1, --tick-us 1..%d\n",
+            MAX_THREADS, EVENT_CLOCK_MAX_TICK);
     return -1;
   }
   return 0;
@@ -75,9 +88,14 @@ static double per_call(uint64_t (*f)(void), int n) {
 static void breakdown(size_t capacity, int quick) {
   const int n = quick ? 1000000 : 10000000;
   clock_stamp_init();
-  printf("\n- one clock_stamp() (the event's timestamp): %.1f ns; clock_realtime_ns() for "
-         "comparison: %.1f ns\n",
+  printf("\n- one clock_stamp() (the event's timestamp, exact mode): %.1f ns; clock_realtime_ns() "
+         "for comparison: %.1f ns\n",
          per_call(clock_stamp, n), per_call(clock_realtime_ns, n));
+  event_clock_publish(clock_stamp()); /* ticked mode, with no ticker moving the stamp */
+  double coarse = per_call(event_clock_stamp, n);
+  event_clock_publish(0);
+  printf("- one event_clock_stamp() in ticked mode (a load of the published stamp): %.1f ns\n",
+         coarse);
   event_ring *r = event_ring_create_stamped(capacity);
   if (!r)
     return;
@@ -90,27 +108,88 @@ static void breakdown(size_t capacity, int quick) {
     event_ring_push(r, &ev);
   }
   uint64_t t1 = bench_clock_ns();
-  printf("- one event_ring_push() into a ring of %zu: %.1f ns\n", event_ring_capacity(r),
-         (double)(t1 - t0) / n);
+  printf("- one event_ring_push() into a ring of %zu events (64-byte slots): %.1f ns\n",
+         event_ring_capacity(r), (double)(t1 - t0) / n);
   printf("- a malloc+free pair records two events\n");
   event_ring_unref(r);
 }
 
-/* Medians of ROUNDS alternating off/on measurements. */
+/* The ticker's own cost while no events come: one rate check every 10 ms. */
+static void idle_ticker(unsigned tick_us, int quick) {
+  if (event_clock_start(tick_us) != 0)
+    return;
+  int64_t cpu0 = event_clock_thread_cpu_ns();
+  uint64_t t0 = bench_clock_ns();
+  struct timespec pause = {quick ? 0 : 1, quick ? 250000000 : 0};
+  nanosleep(&pause, NULL);
+  int64_t cpu1 = event_clock_thread_cpu_ns();
+  uint64_t t1 = bench_clock_ns();
+  printf("- the ticker thread with no events (exact mode, a rate check every %d ms): %.2f %% of "
+         "one core\n",
+         EVENT_CLOCK_CHECK_NS / 1000000, 100.0 * (double)(cpu1 - cpu0) / (double)(t1 - t0));
+  event_clock_stop();
+}
+
+typedef struct result {
+  double off, exact, ticker; /* ns per pair, medians */
+  double ticker_cpu;         /* the ticker thread's CPU, % of one core (median) */
+  int ticked_rounds;         /* rounds whose ticker measurement started in ticked mode */
+  uint64_t switches;         /* mode switches during the ticker measurements */
+  double late_ms;            /* the latest tick, beyond its time (max over rounds) */
+} result;
+
+/* Runs pairs on this thread until the ticker has switched to ticked mode
+ * (it needs EVENT_CLOCK_ON_RATE events/s over one 10 ms check); gives up
+ * after 2 s (the round then says how many rounds were ticked). */
+static void until_ticked(const bench_alloc *a, size_t size, void *stream) {
+  uint64_t deadline = bench_clock_ns() + 2000000000ull;
+  while (!event_clock_resolution_us() && bench_clock_ns() < deadline) {
+    for (int i = 0; i < 1000; i++) {
+      void *p;
+      if (a->alloc(a->ctx, &p, size, stream) != 0)
+        return;
+      a->free(a->ctx, p, size, stream);
+    }
+  }
+}
+
+/* Medians of ROUNDS alternating off / on with the exact clock / on with the
+ * ticker measurements. */
 static int compare(const bench_alloc *a, size_t size, void *const *streams, int threads,
-                   const pair_plan *plan, size_t capacity, double *off, double *on) {
-  double v_off[ROUNDS], v_on[ROUNDS];
+                   const pair_plan *plan, const options *o, result *res) {
+  double v_off[ROUNDS], v_exact[ROUNDS], v_ticker[ROUNDS], cpu[ROUNDS];
+  res->ticked_rounds = 0;
+  res->switches = 0;
+  res->late_ms = 0;
   for (int r = 0; r < ROUNDS; r++) {
+    event_clock_stop();
     pool_events_disable();
     v_off[r] = measure(a, size, streams, threads, plan);
-    pool_events_enable(capacity);
-    v_on[r] = measure(a, size, streams, threads, plan);
+    pool_events_enable(o->capacity);
+    v_exact[r] = measure(a, size, streams, threads, plan);
+    if (event_clock_start(o->tick_us) != 0)
+      return -1;
+    until_ticked(a, size, streams[0]);
+    res->ticked_rounds += event_clock_resolution_us() != 0;
+    uint64_t sw0 = event_clock_switches();
+    int64_t cpu0 = event_clock_thread_cpu_ns();
+    uint64_t t0 = bench_clock_ns();
+    v_ticker[r] = measure(a, size, streams, threads, plan);
+    uint64_t t1 = bench_clock_ns();
+    int64_t cpu1 = event_clock_thread_cpu_ns();
+    cpu[r] = 100.0 * (double)(cpu1 - cpu0) / (double)(t1 - t0);
+    res->switches += event_clock_switches() - sw0;
+    double late = (double)event_clock_max_late_ns() / 1e6;
+    res->late_ms = late > res->late_ms ? late : res->late_ms;
+    event_clock_stop();
     pool_events_disable();
-    if (isnan(v_off[r]) || isnan(v_on[r]))
+    if (isnan(v_off[r]) || isnan(v_exact[r]) || isnan(v_ticker[r]))
       return -1;
   }
-  *off = bench_median(v_off, ROUNDS);
-  *on = bench_median(v_on, ROUNDS);
+  res->off = bench_median(v_off, ROUNDS);
+  res->exact = bench_median(v_exact, ROUNDS);
+  res->ticker = bench_median(v_ticker, ROUNDS);
+  res->ticker_cpu = bench_median(cpu, ROUNDS);
   return 0;
 }
 
@@ -142,31 +221,47 @@ int main(int argc, char **argv) {
   printf("## bench_events%s\n\n", o.quick ? " (--quick: few repetitions)" : "");
   printf("- gpupool %s, host backend, bfc; events ring of %zu per stream when on\n",
          GPUPOOL_VERSION, o.capacity);
-  printf("- ns per malloc+free pair (cache hits), median of %d alternating off/on rounds\n",
+  printf("- ns per malloc+free pair (cache hits), median of %d rounds, each measuring off, on "
+         "with the exact clock, on with the ticker, in turn\n",
          ROUNDS);
   printf("- %d threads: the process's ns per pair (1e9 / total pairs per second), each thread "
-         "on its own stream\n\n",
+         "on its own stream\n",
          o.threads);
-  printf("| size | threads | events off ns | events on ns | on/off | added ns |\n");
-  printf("|---:|---:|---:|---:|---:|---:|\n");
+  printf("- exact clock: an rdtsc per event (trace_tick_us:0); ticker: the agent's default, a "
+         "stamp published every %u us while events are frequent (pool/event_clock.h)\n",
+         o.tick_us);
+  printf("- ticker CPU: the ticker thread's CPU time during the ticker measurement, %% of one "
+         "core; clock: the ticker's mode when the measurement started (rounds ticked / rounds) "
+         "and its mode switches during the measurements (the threaded measurement ends with "
+         "threads stopping: an idle tail that may switch it off); late tick: the most a tick "
+         "was published after its time (a stamp is that much staler than the tick), max over "
+         "rounds\n\n");
+  printf(
+      "| size | threads | events off ns | on, exact clock ns | on, ticker ns | added ns, exact | "
+      "added ns, ticker | ticker/off | ticker CPU | clock | late tick |\n");
+  printf("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---:|\n");
   int failed = 0;
   const int thread_counts[2] = {1, o.threads};
   for (int t = 0; t < (o.threads > 1 ? 2 : 1); t++) {
     for (size_t s = 0; s < NSIZES; s++) {
       char size[32];
       bench_bytes(sizes[s], size, sizeof size);
-      double off, on;
-      if (compare(&a, sizes[s], streams, thread_counts[t], &plan, o.capacity, &off, &on) != 0) {
-        printf("| %s | %d | failed | failed | | |\n", size, thread_counts[t]);
+      result r;
+      if (compare(&a, sizes[s], streams, thread_counts[t], &plan, &o, &r) != 0) {
+        printf("| %s | %d | failed | failed | failed | | | | | | |\n", size, thread_counts[t]);
         failed = 1;
         continue;
       }
-      printf("| %s | %d | %.1f | %.1f | %.3f | %+.1f |\n", size, thread_counts[t], off, on,
-             on / off, on - off);
+      printf("| %s | %d | %.1f | %.1f | %.1f | %+.1f | %+.1f | %.3f | %.2f %% | %s %d/%d, "
+             "%llu switches | %.2f ms |\n",
+             size, thread_counts[t], r.off, r.exact, r.ticker, r.exact - r.off, r.ticker - r.off,
+             r.ticker / r.off, r.ticker_cpu, r.ticked_rounds == ROUNDS ? "ticked" : "exact",
+             r.ticked_rounds, ROUNDS, (unsigned long long)r.switches, r.late_ms);
       fflush(stdout);
     }
   }
   breakdown(o.capacity, o.quick);
+  idle_ticker(o.tick_us, o.quick);
   for (int i = 0; i < o.threads; i++)
     gpupool_host_stream_destroy(streams[i]);
   bench_alloc_destroy(&a);

@@ -10,8 +10,9 @@
 #include "pool/registry.h"
 
 /* The samples live in an event_ring of their own (pool/event_ring.h: one
- * writer at a time, lock-free seqlock readers): a counter sample fits in one
- * 64-byte event slot. Created at the first sample, never freed. */
+ * writer at a time, lock-free readers): a counter sample fits in one 64-byte
+ * event slot. Created at the first sample, never freed; it keeps
+ * TRACE_COUNTERS_CAPACITY samples (one fewer than its slots). */
 _Static_assert(sizeof(counter_sample) <= sizeof(pool_event), "a sample fits in one event slot");
 static event_ring *_Atomic ring;
 static _Atomic uint64_t start; /* head at the last reset: older samples are gone */

@@ -11,7 +11,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define TRACE_COUNTERS_CAPACITY 32768 /* samples kept (2 MiB), allocated at first use */
+#define TRACE_COUNTERS_CAPACITY 32767 /* samples kept (32768 slots, 2 MiB), made at first use */
 #define TRACE_POOL_TABLE_SIZE   1024  /* pools remembered by id */
 #define TRACE_LABEL_MAX         128   /* pool names are kept up to this many bytes */
 

@@ -10,6 +10,7 @@
 #include "gpupool/agent.h"
 #include "pool/clock.h"
 #include "pool/errors.h"
+#include "pool/event_clock.h"
 #include "pool/pool_view.h"
 #include "pool/registry.h"
 #include "trace_format.h"
@@ -260,6 +261,19 @@ static void write_query(json_buf *o, const trace_query *q) {
   json_putc(o, '}');
 }
 
+/* How pools stamp events (pool/event_clock.h): the source, the ticker's tick
+ * when it runs (0: every stamp exact) and the resolution now (the tick while
+ * events are frequent enough to be ticked, else 0: exact). */
+static void write_clock(json_buf *o) {
+  clock_stamp_init();
+  json_puts(o, ",\"clock_source\":");
+  json_puts(o, clock_use_tsc ? "\"tsc\"" : "\"clock_gettime\"");
+  json_puts(o, ",\"clock_tick_us\":");
+  json_u64(o, event_clock_tick_us());
+  json_puts(o, ",\"clock_resolution_us\":");
+  json_u64(o, event_clock_resolution_us());
+}
+
 static void write_footer(trace_stream *s) {
   json_buf *o = &s->out;
   char host[256] = "";
@@ -271,7 +285,9 @@ static void write_footer(trace_stream *s) {
   json_string(o, host);
   json_puts(o, ",\"pid\":");
   json_i64(o, (int64_t)getpid());
-  json_puts(o, ",\"clock\":\"CLOCK_REALTIME\",\"baseTimeNanoseconds\":");
+  json_puts(o, ",\"clock\":\"CLOCK_REALTIME\"");
+  write_clock(o);
+  json_puts(o, ",\"baseTimeNanoseconds\":");
   json_u64(o, s->fmt.base_ns);
   json_puts(o, ",\"events_recording\":");
   json_puts(o, pool_events_enabled() ? "true" : "false");

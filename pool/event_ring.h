@@ -1,10 +1,13 @@
 /* A bounded ring of allocation events. One ring per pool stream shard,
  * written only under that shard's lock (so a single writer at a time, no
  * atomic read-modify-write on the hot path) and read lock-free by the trace
- * writer: each slot carries a sequence number (seqlock), so a reader never
- * returns a torn event. When full, the oldest events are overwritten; the
- * number overwritten is head - capacity, never lost silently. Rings are
- * reference-counted so a trace being streamed can outlive its pool. */
+ * writer. A slot is exactly one 64-byte event, 64-byte aligned (one cache
+ * line), with no per-slot sequence number: the ring's head alone tells a
+ * reader which of the events it copied are whole (protocol below), so a
+ * reader never returns a torn event. When full, the oldest events are
+ * overwritten; the number overwritten is head - capacity, never lost
+ * silently. Rings are reference-counted so a trace being streamed can outlive
+ * its pool. */
 #ifndef GPUPOOL_EVENT_RING_H
 #define GPUPOOL_EVENT_RING_H
 
@@ -41,59 +44,101 @@ typedef struct pool_event {
   uint64_t a, b; /* meaning by type, above */
 } pool_event;    /* 64 bytes: one cache line */
 
-/* Slot protocol (seqlock): the writer of event number n stores seq = 2n+1,
- * the payload, then seq = 2n+2. A reader wanting event n accepts the payload
- * only if it read seq == 2n+2 both before and after copying it. The payload is
- * copied word by word with relaxed atomics so that concurrent reads and
- * writes are well-defined (and TSan-clean). */
+/* Protocol. Event number n lives in slot n mod S (S slots, a power of two).
+ *
+ * Writer (one at a time; the caller serialises): n = head (relaxed); a
+ * release fence; the event's 8 words stored relaxed; head = n + 1 (release).
+ *
+ * Reader: h1 = head (acquire); copies the words of events [cursor, h1)
+ * relaxed; an acquire fence; h2 = head again. The writer of event n + S, the
+ * one that reuses n's slot, starts only after head = n + S was stored, and
+ * its release fence orders that store before its slot stores: a reader that
+ * copied any word of it therefore reads h2 >= n + S (fence to fence
+ * synchronisation). So an event n whose n + S > h2 was copied whole; the
+ * others are dropped (counted as skipped, like events overwritten before the
+ * reader got to them). Words are loaded and stored with relaxed atomics, so
+ * racing copies are well-defined (and TSan-clean).
+ *
+ * A consequence: with head = h the slot of event h - S may be being
+ * rewritten right now (the writer of event h needs no further store to
+ * start), so a ring of S slots keeps S - 1 readable events: its capacity is
+ * S - 1 and event_ring_dropped() counts the events beyond that. */
 #define EVENT_RING_WORDS (sizeof(pool_event) / sizeof(uint64_t))
+#define EVENT_RING_SLOT  64 /* bytes: one cache line */
+/* The push prefetches the slot this many events ahead (written soon). */
+#define EVENT_RING_PREFETCH 4
 
 typedef struct event_ring_slot {
-  _Atomic uint64_t seq;
-  _Atomic uint64_t word[EVENT_RING_WORDS];
+  _Alignas(EVENT_RING_SLOT) _Atomic uint64_t word[EVENT_RING_WORDS];
 } event_ring_slot;
+
+_Static_assert(sizeof(pool_event) == EVENT_RING_SLOT, "an event is one cache line");
+_Static_assert(offsetof(pool_event, addr) == 2 * sizeof(uint64_t) &&
+                   offsetof(pool_event, b) == 7 * sizeof(uint64_t),
+               "event_ring_push stores the fields as words 0-7");
+_Static_assert(sizeof(event_ring_slot) == EVENT_RING_SLOT, "a slot is exactly one event");
 
 typedef struct event_ring {
   _Atomic uint64_t head; /* events ever pushed */
-  _Atomic int refs;
-  int stamped; /* ts_ns holds clock_stamp() values */
-  size_t mask;
+  uint64_t last_stamp;   /* writer only: the newest timestamp pushed (event_clock.h) */
+  size_t mask;           /* slots - 1 */
   event_ring_slot *slots;
+  int stamped; /* ts_ns holds clock_stamp() values */
+  _Atomic int refs;
 } event_ring;
 
-event_ring *event_ring_create(size_t capacity); /* capacity rounded up to a power of two */
+/* capacity rounded up to a power of two (at least 16) slots, which keep one
+ * event fewer (see above): event_ring_capacity() says how many. */
+event_ring *event_ring_create(size_t capacity);
 /* A ring whose events carry clock_stamp() values in ts_ns (cheaper to take
  * on the hot path); event_ring_read converts them to CLOCK_REALTIME ns. */
 event_ring *event_ring_create_stamped(size_t capacity);
 void event_ring_ref(event_ring *r);
 void event_ring_unref(event_ring *r); /* frees at zero */
 
+/* Word 1 of an event as it lies in memory (type, flags, reserved0, dur_ns). */
+static inline uint64_t event_ring_word1(const pool_event *ev) {
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+  return (uint64_t)ev->type | (uint64_t)ev->flags << 8 | (uint64_t)ev->reserved0 << 16 |
+         (uint64_t)ev->dur_ns << 32;
+#else
+  uint64_t w;
+  memcpy(&w, (const char *)ev + sizeof ev->ts_ns, sizeof w);
+  return w;
+#endif
+}
+
 /* Writer side: the caller serialises pushes (the shard lock). Inline, so
- * that an event built by the caller goes straight into its slot. */
+ * that the fields of an event built by the caller go from registers straight
+ * into its slot (copying the struct into an array of words first goes
+ * through the stack, where narrow stores read back wide stall forwarding). */
 static inline void event_ring_push(event_ring *r, const pool_event *ev) {
   uint64_t n = atomic_load_explicit(&r->head, memory_order_relaxed);
   event_ring_slot *s = &r->slots[n & r->mask];
-  uint64_t w[EVENT_RING_WORDS];
-  memcpy(w, ev, sizeof w);
-  atomic_store_explicit(&s->seq, 2 * n + 1, memory_order_relaxed);
-  atomic_thread_fence(memory_order_release);
-  for (size_t i = 0; i < EVENT_RING_WORDS; i++)
-    atomic_store_explicit(&s->word[i], w[i], memory_order_relaxed);
-  atomic_store_explicit(&s->seq, 2 * n + 2, memory_order_release);
+  atomic_thread_fence(memory_order_release); /* head = n (stored before) -> these words */
+  atomic_store_explicit(&s->word[0], ev->ts_ns, memory_order_relaxed);
+  atomic_store_explicit(&s->word[1], event_ring_word1(ev), memory_order_relaxed);
+  atomic_store_explicit(&s->word[2], ev->addr, memory_order_relaxed);
+  atomic_store_explicit(&s->word[3], ev->size, memory_order_relaxed);
+  atomic_store_explicit(&s->word[4], ev->requested, memory_order_relaxed);
+  atomic_store_explicit(&s->word[5], ev->stream, memory_order_relaxed);
+  atomic_store_explicit(&s->word[6], ev->a, memory_order_relaxed);
+  atomic_store_explicit(&s->word[7], ev->b, memory_order_relaxed);
   atomic_store_explicit(&r->head, n + 1, memory_order_release);
-  /* The next push writes the next slot: fetch it now, off that push's path
-   * (a ring larger than the cache would otherwise miss on every event). */
-  __builtin_prefetch(&r->slots[(n + 1) & r->mask], 1);
+  /* Fetch a slot a few pushes ahead now, off those pushes' path (a ring
+   * larger than the cache would otherwise miss on every event). */
+  __builtin_prefetch(&r->slots[(n + EVENT_RING_PREFETCH) & r->mask], 1);
 }
 
 /* Reader side, lock-free. *cursor is the sequence number of the next event
- * wanted (start at 0). Events already overwritten are skipped: *cursor jumps
- * forward and the number skipped is added to *skipped. Returns the number of
- * events copied into out (at most max). */
+ * wanted (start at 0). Events already overwritten, or being overwritten
+ * while they were copied, are skipped: *cursor jumps forward and the number
+ * skipped is added to *skipped. Returns the number of events copied into out
+ * (at most max). */
 size_t event_ring_read(event_ring *r, uint64_t *cursor, pool_event *out, size_t max,
                        uint64_t *skipped);
 uint64_t event_ring_head(const event_ring *r);    /* events ever pushed */
-uint64_t event_ring_dropped(const event_ring *r); /* events overwritten */
-size_t event_ring_capacity(const event_ring *r);
+uint64_t event_ring_dropped(const event_ring *r); /* events overwritten: head - capacity */
+size_t event_ring_capacity(const event_ring *r);  /* events kept: slots - 1 */
 
 #endif

@@ -14,6 +14,7 @@
 #include "backend.h"
 #include "clock.h"
 #include "conf.h"
+#include "event_clock.h"
 #include "event_ring.h"
 #include "pool_view.h"
 #include "addrmap.h"
@@ -112,7 +113,7 @@ static inline void shard_emit(shard *sh, const pool_event *ev) {
   if (!shard_recording(sh))
     return;
   pool_event e = *ev;
-  e.ts_ns = clock_stamp();
+  e.ts_ns = event_clock_ring_stamp(sh->ring);
   event_ring_push(sh->ring, &e);
 }
 

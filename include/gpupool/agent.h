@@ -38,6 +38,10 @@ typedef struct gpupool_agent_options {
   const char *sd_dir;     /* write a Prometheus file_sd target file there */
   int ignore_env;         /* nonzero: do not read GPUPOOL_AGENT_CONF (nor LOCAL_RANK) */
   const char *hostname;   /* the `hostname` label; default gethostname() */
+  unsigned trace_tick_us; /* event timestamps: a shared stamp every this many us while events
+                             are frequent (100,000/s or more), else exact; default 1000, at
+                             most 100000 */
+  int trace_tick_off;     /* nonzero: every event stamped exactly (as trace_tick_us:0) */
 } gpupool_agent_options;
 
 gpupool_status gpupool_agent_start(const gpupool_agent_options *opt);

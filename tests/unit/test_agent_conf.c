@@ -30,6 +30,7 @@ Test(agent_conf, defaults) {
   cr_assert_eq(cfg.listen_off, 0);
   cr_assert_eq(cfg.sample_interval_ms, 1000);
   cr_assert_eq(cfg.trace_events, 65536);
+  cr_assert_eq(cfg.trace_tick_us, 1000);
   cr_assert_eq(cfg.cupti, GPUPOOL_CUPTI_AUTO);
   cr_assert_eq(cfg.labels.n, 0);
   cr_assert_str_eq(cfg.trace_file, "");
@@ -39,13 +40,14 @@ Test(agent_conf, defaults) {
 
 Test(agent_conf, every_key) {
   cr_assert_eq(resolve_env("listen:0.0.0.0:9500, sample_interval_ms:250, trace_events:1024, "
-                           "cupti:off, labels:team=ml;run=7, trace_file:/tmp/t.json, "
-                           "sd_dir:/tmp/sd, hostname:node-1"),
+                           "trace_tick_us:250, cupti:off, labels:team=ml;run=7, "
+                           "trace_file:/tmp/t.json, sd_dir:/tmp/sd, hostname:node-1"),
                0, "%s", err);
   cr_assert_str_eq(cfg.listen_host, "0.0.0.0");
   cr_assert_eq(cfg.listen_port, 9500);
   cr_assert_eq(cfg.sample_interval_ms, 250);
   cr_assert_eq(cfg.trace_events, 1024);
+  cr_assert_eq(cfg.trace_tick_us, 250);
   cr_assert_eq(cfg.cupti, GPUPOOL_CUPTI_OFF);
   cr_assert_eq(cfg.labels.n, 2);
   cr_assert_str_eq(cfg.labels.name[0], "team");
@@ -94,6 +96,10 @@ Test(agent_conf, bad_values_are_refused_with_the_key_named) {
       {"trace_events:8", "trace_events"},
       {"trace_events:-1", "trace_events"},
       {"trace_events:99999999999", "trace_events"},
+      {"trace_tick_us:-1", "trace_tick_us"},
+      {"trace_tick_us:100001", "trace_tick_us"},
+      {"trace_tick_us:1ms", "trace_tick_us"},
+      {"trace_tick_us:", "trace_tick_us"},
       {"cupti:maybe", "cupti"},
       {"labels:team", "labels"},
       {"labels:9team=a", "labels"},
@@ -135,6 +141,18 @@ Test(agent_conf, trace_events_zero_turns_events_off) {
   cr_assert_eq(cfg.trace_events, 0);
 }
 
+Test(agent_conf, trace_tick_us_zero_means_exact_stamps) {
+  cr_assert_eq(resolve_env("trace_tick_us:0"), 0, "%s", err);
+  cr_assert_eq(cfg.trace_tick_us, 0);
+  cr_assert_eq(resolve_env("trace_tick_us:100000"), 0, "%s", err);
+  cr_assert_eq(cfg.trace_tick_us, 100000);
+}
+
+Test(agent_conf, unknown_keys_list_trace_tick_us) {
+  cr_assert_eq(resolve_env("trace_tick:5"), -1);
+  cr_assert(strstr(err, "trace_tick_us"), "%s", err);
+}
+
 Test(agent_conf, environment_wins_over_the_struct) {
   gpupool_agent_options o = {.listen = "127.0.0.1:7000",
                              .sample_interval_ms = 50,
@@ -167,6 +185,19 @@ Test(agent_conf, struct_fields_are_checked_too) {
   gpupool_agent_options o3 = {.ignore_env = 1, .trace_off = 1};
   cr_assert_eq(agent_config_resolve(&o3, &cfg, err, sizeof err), 0, "%s", err);
   cr_assert_eq(cfg.trace_events, 0);
+  gpupool_agent_options o4 = {.ignore_env = 1, .trace_tick_us = 100001};
+  cr_assert_eq(agent_config_resolve(&o4, &cfg, err, sizeof err), -1);
+  cr_assert(strstr(err, "trace_tick_us"), "%s", err);
+  gpupool_agent_options o5 = {.ignore_env = 1, .trace_tick_us = 500};
+  cr_assert_eq(agent_config_resolve(&o5, &cfg, err, sizeof err), 0, "%s", err);
+  cr_assert_eq(cfg.trace_tick_us, 500);
+  gpupool_agent_options o6 = {.ignore_env = 1, .trace_tick_us = 500, .trace_tick_off = 1};
+  cr_assert_eq(agent_config_resolve(&o6, &cfg, err, sizeof err), 0, "%s", err);
+  cr_assert_eq(cfg.trace_tick_us, 0, "trace_tick_off: every stamp exact");
+  setenv("GPUPOOL_AGENT_CONF", "trace_tick_us:2000", 1);
+  o6.ignore_env = 0;
+  cr_assert_eq(agent_config_resolve(&o6, &cfg, err, sizeof err), 0, "%s", err);
+  cr_assert_eq(cfg.trace_tick_us, 2000, "the environment wins over the struct");
 }
 
 Test(agent_conf, local_rank_moves_the_port) {

@@ -16,6 +16,7 @@
 #include "helpers/pool_check.h"
 #include "helpers/trace_check.h"
 #include "pool/clock.h"
+#include "pool/event_clock.h"
 #include "pool/pool_view.h"
 
 #define MiB ((size_t)1 << 20)
@@ -200,8 +201,31 @@ Test(trace_writer, follows_the_format_and_records_what_the_pool_did) {
   const cJSON *other = cJSON_GetObjectItem(root, "otherData");
   cr_expect_str_eq(cJSON_GetObjectItem(other, "version")->valuestring, GPUPOOL_VERSION);
   cr_expect_gt(strlen(cJSON_GetObjectItem(other, "hostname")->valuestring), 0);
+  cr_expect_str_eq(cJSON_GetObjectItem(other, "clock")->valuestring, "CLOCK_REALTIME");
+  const char *source = cJSON_GetObjectItem(other, "clock_source")->valuestring;
+  cr_expect(!strcmp(source, "tsc") || !strcmp(source, "clock_gettime"), "%s", source);
+  cr_expect_eq(trace_other_number(root, "clock_tick_us"), 0, "no ticker: every stamp exact");
+  cr_expect_eq(trace_other_number(root, "clock_resolution_us"), 0);
   cJSON_Delete(root);
   gpupool_host_stream_destroy(hs);
+  gpupool_destroy(p);
+}
+
+Test(trace_writer, other_data_states_the_event_clock) {
+  init_events(64);
+  gpupool *p = host_pool("ticked", 0, 64 * MiB);
+  pc_must_free(p, pc_must_malloc(p, 4096, NULL));
+  cr_assert_eq(event_clock_start(250), 0);
+  cJSON *root = parse_checked(trace_read_all(NULL, 100, NULL));
+  cr_expect_eq(trace_other_number(root, "clock_tick_us"), 250, "the ticker's tick");
+  double res = trace_other_number(root, "clock_resolution_us");
+  cr_expect(res == 0 || res == 250, "0 (exact now) or the tick (ticked now): %g", res);
+  cJSON_Delete(root);
+  event_clock_stop();
+  root = parse_checked(trace_read_all(NULL, 100, NULL));
+  cr_expect_eq(trace_other_number(root, "clock_tick_us"), 0);
+  cr_expect_eq(trace_other_number(root, "clock_resolution_us"), 0);
+  cJSON_Delete(root);
   gpupool_destroy(p);
 }
 

@@ -1,0 +1,115 @@
+/* Event timestamps: exact or ticked (adaptive).
+ *
+ * An exact stamp is one clock_stamp() (an rdtsc: 8 ns on the development VM,
+ * 17-20 ns on the GPU machine's host), too much for a hot path that should
+ * pay a few ns per event. In ticked mode a ticker thread publishes
+ * clock_stamp() into one global word every tick (default 1 ms) and events
+ * take that word: one relaxed load of a line every core keeps in its cache.
+ * Stamps stay in clock_stamp()'s units either way (clock_stamp_to_ns converts
+ * both).
+ *
+ * The ticker costs wake-ups, so it ticks only while events are frequent: it
+ * measures the event rate (the heads of all pools' rings) every 10 ms,
+ * switches ticking on at EVENT_CLOCK_ON_RATE events/s and off again below
+ * half of that (the gap keeps a rate near the threshold from flapping).
+ * Why 100,000 events/s: ticking every 1 ms is 1000 wake-ups a second; at
+ * about 2 us of CPU per wake-up (bare metal) that is 2 ms of CPU per second,
+ * what 100,000 exact stamps cost at 20 ns each (the GPU host's rdtsc). Below
+ * the threshold exact stamps cost the process less CPU in total than the
+ * ticker would (and either costs at most 0.2 % of a core); above it the
+ * saving grows with the rate while the ticker's cost stays fixed. Where
+ * wake-ups are dear the break-even is higher: 15-20 us each on the 2-core
+ * development VM (the ticker then uses about 2 % of a core while ticked and
+ * 0.2-0.5 % while exact, for its checks), against about 4.5 ns saved per
+ * event (an rdtsc partly overlaps other work), i.e. about 4 million
+ * events/s. bench/bench_events measures both sides.
+ *
+ * Resolution in ticked mode: events within one tick share a timestamp
+ * (order within a ring stays exact: it is the ring's order), and a ring's
+ * timestamps never go backwards across mode switches (event_clock_ring_stamp
+ * keeps the ring's last stamp). The ticker needs a CPU at every tick: where
+ * busy threads outnumber cores it publishes late and stamps get staler than
+ * the tick (event_clock_max_late_ns says by how much). */
+#ifndef GPUPOOL_EVENT_CLOCK_H
+#define GPUPOOL_EVENT_CLOCK_H
+
+#include <stdatomic.h>
+#include <stdint.h>
+
+#include "clock.h"
+#include "event_ring.h"
+
+#define EVENT_CLOCK_ON_RATE      100000.0 /* events/s: ticking on; off below half */
+#define EVENT_CLOCK_CHECK_NS     10000000 /* the event rate is measured every 10 ms */
+#define EVENT_CLOCK_DEFAULT_TICK 1000     /* us */
+#define EVENT_CLOCK_MAX_TICK     100000   /* us */
+
+/* The stamp published by the ticker; 0 = exact mode. Alone on its cache
+ * line: written once a tick, read by every event. */
+typedef struct event_clock_word {
+  _Alignas(64) _Atomic uint64_t stamp;
+  char pad[64 - sizeof(uint64_t)];
+} event_clock_word;
+extern event_clock_word event_clock_coarse;
+
+/* A timestamp for an event: the published stamp in ticked mode, else an
+ * exact clock_stamp(). */
+static inline uint64_t event_clock_stamp(void) {
+  uint64_t t = atomic_load_explicit(&event_clock_coarse.stamp, memory_order_relaxed);
+  return t ? t : clock_stamp();
+}
+
+/* The timestamp for the next event pushed into r (writer side, under the
+ * caller's serialisation): event_clock_stamp(), but never older than the
+ * ring's previous event, so a ring's stamps never decrease when the mode
+ * switches (a coarse stamp can be up to a tick older than an exact one
+ * taken just before). */
+static inline uint64_t event_clock_ring_stamp(event_ring *r) {
+  uint64_t t = event_clock_stamp();
+  t = t < r->last_stamp ? r->last_stamp : t;
+  r->last_stamp = t;
+  return t;
+}
+
+/* Starts the ticker thread with a tick of tick_us microseconds (at most
+ * EVENT_CLOCK_MAX_TICK; 0: never tick, every stamp exact: no thread, and a
+ * running ticker is stopped). Idempotent: while it runs, a new call only
+ * changes the tick. 0, or -1 when the thread cannot be started (stamps stay
+ * exact). */
+int event_clock_start(unsigned tick_us);
+/* Stops the ticker (prompt: it is woken) and returns to exact stamps.
+ * Idempotent; start may be called again after it. */
+void event_clock_stop(void);
+/* The tick while the ticker is in ticked mode, else 0. */
+unsigned event_clock_resolution_us(void);
+/* The tick the ticker runs with (ticked or measuring), 0 when not running. */
+unsigned event_clock_tick_us(void);
+/* Switches between exact and ticked mode so far (both ways). */
+uint64_t event_clock_switches(void);
+/* The latest a tick was published after its time since the ticker started,
+ * ns: how stale a ticked stamp got beyond the tick (the ticker waiting for a
+ * CPU on a machine with more busy threads than cores). */
+uint64_t event_clock_max_late_ns(void);
+/* CPU time the ticker thread has used, ns; -1 when it is not running. */
+int64_t event_clock_thread_cpu_ns(void);
+
+/* The ticker's decisions, separated from its thread so that tests can drive
+ * them with made-up event counts and times. */
+typedef struct event_clock_meter {
+  uint64_t last_ns, last_events; /* the previous measurement */
+  int have_last;
+  int ticked;  /* the mode decided */
+  double rate; /* events/s over the last period measured */
+} event_clock_meter;
+/* One measurement at now_ns with events_total events ever pushed: updates
+ * the rate and the mode (on at EVENT_CLOCK_ON_RATE, off below half of it; a
+ * period in which the total went down, when rings went away, is not
+ * measured). Returns the mode: 1 ticked, 0 exact. Publishes nothing. */
+int event_clock_meter_step(event_clock_meter *m, uint64_t now_ns, uint64_t events_total);
+/* Sets the published stamp (0: exact mode). The ticker's only store; for
+ * tests, while no ticker runs. */
+void event_clock_publish(uint64_t stamp);
+/* Events ever pushed into the rings of all registered pools. */
+uint64_t event_clock_count_events(void);
+
+#endif

@@ -1,0 +1,249 @@
+/* The event clock (pool/event_clock.h): exact and ticked stamps, per-ring
+ * monotonicity across mode switches, the ticker's switching decisions
+ * (driven with made-up event counts and times) and its thread's life cycle.
+ * No test depends on how fast anything runs: waits on the real ticker are
+ * for a state, with a deadline only as a safety net. */
+#include <criterion/criterion.h>
+#include <sched.h>
+#include <stdint.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "gpupool/agent.h"
+#include "gpupool/host.h"
+#include "helpers/pool_check.h"
+#include "pool/clock.h"
+#include "pool/event_clock.h"
+#include "pool/pool_view.h"
+
+#define MS 1000000ull /* ns */
+
+static void exact(void) {
+  clock_stamp_init();
+  event_clock_publish(0);
+}
+
+TestSuite(event_clock, .init = exact);
+
+Test(event_clock, coarse_mode_returns_the_published_stamp) {
+  event_clock_publish(123456789);
+  cr_assert_eq(event_clock_stamp(), 123456789);
+  cr_assert_eq(event_clock_stamp(), 123456789, "the same until the next tick");
+  event_clock_publish(123456790);
+  cr_assert_eq(event_clock_stamp(), 123456790);
+  event_clock_publish(0);
+}
+
+Test(event_clock, exact_mode_takes_a_fresh_stamp) {
+  uint64_t before = clock_stamp();
+  uint64_t t = event_clock_stamp();
+  uint64_t after = clock_stamp();
+  cr_assert_leq(before, t);
+  cr_assert_leq(t, after);
+}
+
+Test(event_clock, ring_stamps_never_go_back_across_mode_switches) {
+  event_ring *r = event_ring_create_stamped(64);
+  uint64_t start = clock_stamp(), last = 0;
+  uint64_t t = event_clock_ring_stamp(r); /* exact */
+  cr_assert_geq(t, start);
+  last = t;
+  event_clock_publish(start); /* ticked, with a stamp older than the last event's */
+  t = event_clock_ring_stamp(r);
+  cr_assert_eq(t, last, "an older coarse stamp does not take the ring back");
+  event_clock_publish(0); /* exact again: later than the coarse stamp */
+  t = event_clock_ring_stamp(r);
+  cr_assert_geq(t, last);
+  last = t;
+  event_clock_publish(last + 1000000000000ull); /* a coarse stamp ahead of the clock */
+  t = event_clock_ring_stamp(r);
+  cr_assert_eq(t, last + 1000000000000ull, "coarse stamps are taken as published");
+  last = t;
+  event_clock_publish(0); /* exact, now behind the ring's last stamp */
+  for (int i = 0; i < 100; i++) {
+    t = event_clock_ring_stamp(r);
+    cr_assert_geq(t, last);
+    last = t;
+  }
+  event_ring_unref(r);
+}
+
+/* Events of a pool through its ring: times read back never decrease while
+ * the mode switches between every few events, coarse stamps lagging. */
+Test(event_clock, pool_event_times_never_decrease_across_mode_switches) {
+  pool_events_enable(4096);
+  gpupool *p = pc_pool(GPUPOOL_STRATEGY_BFC, 64 * PC_MiB, NULL);
+  uint64_t old = clock_stamp();
+  for (int i = 0; i < 1000; i++) {
+    if (i % 7 == 0)
+      event_clock_publish(i % 14 == 0 ? old : 0);
+    if (i % 50 == 0)
+      old = clock_stamp();
+    void *x;
+    cr_assert_eq(gpupool_malloc(p, &x, 4096 + (size_t)i, NULL), GPUPOOL_OK);
+    cr_assert_eq(gpupool_free(p, x), GPUPOOL_OK);
+  }
+  event_clock_publish(0);
+  event_ring *rings[4];
+  size_t n = pool_event_rings(p, rings, 4);
+  cr_assert_eq(n, 1);
+  static pool_event ev[4096];
+  uint64_t cursor = 0, skipped = 0;
+  size_t got = event_ring_read(rings[0], &cursor, ev, 4096, &skipped);
+  cr_assert_geq(got, 2000, "an alloc and a free event each time");
+  for (size_t i = 1; i < got; i++)
+    cr_assert_geq(ev[i].ts_ns, ev[i - 1].ts_ns, "event %zu steps back", i);
+  event_ring_unref(rings[0]);
+  gpupool_destroy(p);
+  pool_events_disable();
+}
+
+Test(event_clock, meter_switches_on_at_the_threshold_and_off_below_half) {
+  event_clock_meter m = {0};
+  cr_assert_eq(event_clock_meter_step(&m, 1000 * MS, 5000), 0, "a first measurement: no rate");
+  /* 10 ms periods: 1000 events = 100,000/s. */
+  cr_assert_eq(event_clock_meter_step(&m, 1010 * MS, 5999), 0, "99,900/s: below");
+  cr_assert_eq(event_clock_meter_step(&m, 1020 * MS, 6999), 1, "100,000/s: on");
+  cr_assert_eq(m.rate, 100000.0);
+  cr_assert_eq(event_clock_meter_step(&m, 1030 * MS, 7599), 1, "60,000/s: stays on");
+  cr_assert_eq(event_clock_meter_step(&m, 1040 * MS, 8099), 1, "50,000/s: stays on");
+  cr_assert_eq(event_clock_meter_step(&m, 1050 * MS, 8598), 0, "49,900/s: off");
+  cr_assert_eq(event_clock_meter_step(&m, 1060 * MS, 9500), 0, "90,200/s: stays off");
+  cr_assert_eq(event_clock_meter_step(&m, 1070 * MS, 9500), 0, "idle");
+  cr_assert_eq(event_clock_meter_step(&m, 2070 * MS, 1009500), 1, "1,000,000/s over 1 s: on");
+  cr_assert_eq(event_clock_meter_step(&m, 2080 * MS, 1009500), 0, "idle: off");
+}
+
+Test(event_clock, meter_keeps_its_mode_when_rings_go_away) {
+  event_clock_meter m = {0};
+  event_clock_meter_step(&m, 0, 0);
+  cr_assert_eq(event_clock_meter_step(&m, 10 * MS, 100000), 1);
+  cr_assert_eq(event_clock_meter_step(&m, 20 * MS, 40), 1, "the total fell: not a rate");
+  cr_assert_eq(event_clock_meter_step(&m, 30 * MS, 2040), 1, "200,000/s from the new total");
+  cr_assert_eq(event_clock_meter_step(&m, 30 * MS, 2040), 1, "no time passed: not a rate");
+  cr_assert_eq(event_clock_meter_step(&m, 40 * MS, 2040), 0);
+}
+
+Test(event_clock, counts_the_events_of_every_pool) {
+  pool_events_enable(64);
+  uint64_t before = event_clock_count_events();
+  gpupool *p = pc_pool(GPUPOOL_STRATEGY_BFC, 64 * PC_MiB, NULL);
+  gpupool *q = pc_pool(GPUPOOL_STRATEGY_BFC, 64 * PC_MiB, NULL);
+  for (int i = 0; i < 100; i++) {
+    void *x;
+    cr_assert_eq(gpupool_malloc(i % 2 ? p : q, &x, 4096, NULL), GPUPOOL_OK);
+    cr_assert_eq(gpupool_free(i % 2 ? p : q, x), GPUPOOL_OK);
+  }
+  /* 200 alloc and free events, plus each pool's first segment allocation. */
+  cr_assert_eq(event_clock_count_events() - before, 202);
+  gpupool_destroy(p);
+  gpupool_destroy(q);
+  pool_events_disable();
+}
+
+Test(event_clock, start_and_stop_are_idempotent) {
+  event_clock_stop(); /* nothing running */
+  cr_assert_eq(event_clock_tick_us(), 0);
+  cr_assert_eq(event_clock_start(1000), 0);
+  cr_assert_eq(event_clock_tick_us(), 1000);
+  cr_assert_eq(event_clock_start(500), 0, "again: only the tick changes");
+  cr_assert_eq(event_clock_tick_us(), 500);
+  cr_assert_geq(event_clock_thread_cpu_ns(), 0, "the thread runs");
+  event_clock_stop();
+  event_clock_stop();
+  cr_assert_eq(event_clock_tick_us(), 0);
+  cr_assert_eq(event_clock_resolution_us(), 0);
+  cr_assert_eq(event_clock_thread_cpu_ns(), -1);
+  cr_assert_eq(atomic_load(&event_clock_coarse.stamp), 0, "stopped: exact stamps");
+  cr_assert_eq(event_clock_start(0), 0, "tick 0: no thread, every stamp exact");
+  cr_assert_eq(event_clock_tick_us(), 0);
+  cr_assert_eq(event_clock_start(200000), 0, "a tick above the maximum is capped");
+  cr_assert_eq(event_clock_tick_us(), EVENT_CLOCK_MAX_TICK);
+  cr_assert_eq(event_clock_start(0), 0, "tick 0 while running stops the ticker");
+  cr_assert_eq(event_clock_thread_cpu_ns(), -1);
+  cr_assert_eq(event_clock_start(1000), 0, "starts again after a stop");
+  event_clock_stop();
+}
+
+/* Allocates and frees on p until done() says so, or a safety-net deadline
+ * passes (far beyond what the state needs). */
+static int pairs_until(gpupool *p, int (*done)(void)) {
+  uint64_t deadline = clock_monotonic_ns() + 60000 * MS;
+  while (!done()) {
+    if (clock_monotonic_ns() > deadline)
+      return 0;
+    for (int i = 0; i < 1000 && p; i++) {
+      void *x;
+      cr_assert_eq(gpupool_malloc(p, &x, 4096, NULL), GPUPOOL_OK);
+      cr_assert_eq(gpupool_free(p, x), GPUPOOL_OK);
+    }
+    if (!p)
+      usleep(1000);
+  }
+  return 1;
+}
+
+static int is_ticked(void) {
+  return event_clock_resolution_us() != 0;
+}
+static int is_exact(void) {
+  return event_clock_resolution_us() == 0;
+}
+static uint64_t seen_stamp;
+static int stamp_moved(void) {
+  return atomic_load(&event_clock_coarse.stamp) != seen_stamp;
+}
+
+Test(event_clock, the_ticker_ticks_while_events_are_frequent_and_stops_when_idle) {
+  pool_events_enable(1024);
+  gpupool *p = pc_pool(GPUPOOL_STRATEGY_BFC, 64 * PC_MiB, NULL);
+  cr_assert_eq(event_clock_start(1000), 0);
+  cr_assert(pairs_until(p, is_ticked), "ticking never started under a stream of events");
+  cr_assert_eq(event_clock_resolution_us(), 1000);
+  seen_stamp = atomic_load(&event_clock_coarse.stamp);
+  cr_assert(pairs_until(p, stamp_moved), "the published stamp never moved");
+  uint64_t t = event_clock_stamp();
+  cr_assert(t != 0);
+  cr_assert(pairs_until(NULL, is_exact), "ticking never stopped when events stopped");
+  cr_assert_eq(atomic_load(&event_clock_coarse.stamp), 0, "exact mode publishes 0");
+  event_clock_stop();
+  gpupool_destroy(p);
+  pool_events_disable();
+}
+
+/* The agent runs the ticker while it records events, with its tick. */
+static unsigned tick_while_agent_runs(gpupool_agent_options o) {
+  o.listen = "off";
+  o.cupti = GPUPOOL_CUPTI_OFF;
+  o.ignore_env = 1;
+  cr_assert_eq(gpupool_agent_start(&o), GPUPOOL_OK, "%s", gpupool_last_error());
+  unsigned tick = event_clock_tick_us();
+  gpupool_agent_stop();
+  cr_assert_eq(event_clock_tick_us(), 0, "the agent's stop stops the ticker");
+  cr_assert_eq(atomic_load(&event_clock_coarse.stamp), 0);
+  return tick;
+}
+
+Test(event_clock, the_agent_starts_and_stops_the_ticker) {
+  cr_assert_eq(tick_while_agent_runs((gpupool_agent_options){0}), 1000, "the default tick");
+  cr_assert_eq(tick_while_agent_runs((gpupool_agent_options){.trace_tick_us = 250}), 250);
+  cr_assert_eq(tick_while_agent_runs((gpupool_agent_options){.trace_tick_off = 1}), 0,
+               "trace_tick_off: no ticker");
+  cr_assert_eq(tick_while_agent_runs((gpupool_agent_options){.trace_off = 1}), 0,
+               "no events, no ticker");
+}
+
+Test(event_clock, a_forked_child_stamps_exactly) {
+  event_clock_stop(); /* sets up the fork handler */
+  event_clock_publish(42);
+  pid_t pid = fork();
+  cr_assert_geq(pid, 0);
+  if (pid == 0)
+    _exit(event_clock_stamp() != 42 && atomic_load(&event_clock_coarse.stamp) == 0 ? 0 : 1);
+  int status = 0;
+  cr_assert_eq(waitpid(pid, &status, 0), pid);
+  cr_assert(WIFEXITED(status) && WEXITSTATUS(status) == 0,
+            "the child kept the parent's published stamp");
+  cr_assert_eq(event_clock_stamp(), 42, "the parent keeps it");
+  event_clock_publish(0);
+}

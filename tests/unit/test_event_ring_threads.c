@@ -1,0 +1,142 @@
+/* The event ring's protocol (pool/event_ring.h): readers racing a writer
+ * that laps the ring never get a torn event, and what they miss is counted.
+ * Every word of event n is derived from n, so a copy mixing two events is
+ * caught. CI runs this under ThreadSanitizer. */
+#include <criterion/criterion.h>
+#include <pthread.h>
+#include <sched.h>
+#include <stdatomic.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "helpers/pool_check.h"
+#include "pool/event_ring.h"
+
+#define READERS 2
+
+static uint64_t word_of(uint64_t n, size_t i) {
+  return i == 0 ? n : (n + 1) * 0x9E3779B97F4A7C15ull ^ ((uint64_t)i << 56);
+}
+
+static pool_event event_of(uint64_t n) {
+  uint64_t w[EVENT_RING_WORDS];
+  for (size_t i = 0; i < EVENT_RING_WORDS; i++)
+    w[i] = word_of(n, i);
+  pool_event ev;
+  memcpy(&ev, w, sizeof ev);
+  return ev;
+}
+
+/* The event's number, or UINT64_MAX when its words do not all belong to it. */
+static uint64_t number_of(const pool_event *ev) {
+  uint64_t w[EVENT_RING_WORDS];
+  memcpy(w, ev, sizeof w);
+  for (size_t i = 0; i < EVENT_RING_WORDS; i++)
+    if (w[i] != word_of(w[0], i))
+      return UINT64_MAX;
+  return w[0];
+}
+
+typedef struct reader {
+  pthread_t thread;
+  event_ring *ring;
+  atomic_int *done;
+  uint64_t got, skipped, cursor, torn, out_of_order, last;
+} reader;
+
+static void *read_ring(void *arg) {
+  reader *rd = arg;
+  pool_event buf[64];
+  uint64_t next = 0; /* the lowest number the next event may have */
+  for (unsigned round = 0;; round++) {
+    int finished = atomic_load(rd->done);
+    size_t want = 1 + round % 64; /* batches of every size */
+    size_t n;
+    while ((n = event_ring_read(rd->ring, &rd->cursor, buf, want, &rd->skipped)) > 0) {
+      for (size_t i = 0; i < n; i++) {
+        uint64_t num = number_of(&buf[i]);
+        if (num == UINT64_MAX) {
+          rd->torn++;
+          continue;
+        }
+        if (num < next || num >= rd->cursor)
+          rd->out_of_order++;
+        next = num + 1;
+        rd->last = num;
+      }
+      rd->got += n;
+    }
+    if (finished)
+      break; /* read everything the writer left */
+    if (round % 16 == 0)
+      sched_yield();
+  }
+  return NULL;
+}
+
+static void race(size_t capacity, uint64_t events) {
+  event_ring *r = event_ring_create(capacity);
+  cr_assert_not_null(r);
+  atomic_int done = 0;
+  reader rd[READERS];
+  for (int i = 0; i < READERS; i++) {
+    rd[i] = (reader){.ring = r, .done = &done};
+    cr_assert_eq(pthread_create(&rd[i].thread, NULL, read_ring, &rd[i]), 0);
+  }
+  for (uint64_t n = 0; n < events; n++) { /* the only writer */
+    pool_event ev = event_of(n);
+    event_ring_push(r, &ev);
+  }
+  atomic_store(&done, 1);
+  uint64_t laps = 0;
+  for (int i = 0; i < READERS; i++) {
+    pthread_join(rd[i].thread, NULL);
+    cr_expect_eq(rd[i].torn, 0, "reader %d got %llu torn events", i,
+                 (unsigned long long)rd[i].torn);
+    cr_expect_eq(rd[i].out_of_order, 0, "reader %d: numbers out of order", i);
+    cr_expect_eq(rd[i].cursor, events, "reader %d read to the end", i);
+    cr_expect_eq(rd[i].got + rd[i].skipped, events, "reader %d: every event read or counted", i);
+    cr_expect_eq(rd[i].last, events - 1, "reader %d got the newest event", i);
+    laps += rd[i].skipped;
+  }
+  cr_expect_eq(event_ring_head(r), events);
+  cr_expect_eq(event_ring_dropped(r), events - event_ring_capacity(r));
+  cr_log_info("ring of %zu: %llu events, readers skipped %llu together", event_ring_capacity(r),
+              (unsigned long long)events, (unsigned long long)laps);
+  event_ring_unref(r);
+}
+
+Test(event_ring_threads, readers_racing_a_lapping_writer_never_get_a_torn_event) {
+  race(16, pc_scaled(2000000));
+}
+
+Test(event_ring_threads, readers_racing_a_writer_on_a_larger_ring) {
+  race(1024, pc_scaled(2000000));
+}
+
+Test(event_ring_threads, a_full_ring_at_rest_gives_back_all_it_keeps) {
+  event_ring *r = event_ring_create(16);
+  cr_assert_eq(event_ring_capacity(r), 15, "16 slots keep 15 events");
+  for (uint64_t n = 0; n < 100; n++) {
+    pool_event ev = event_of(n);
+    event_ring_push(r, &ev);
+  }
+  cr_assert_eq(event_ring_dropped(r), 85);
+  pool_event out[32];
+  uint64_t cursor = 0, skipped = 0;
+  size_t n = event_ring_read(r, &cursor, out, 32, &skipped);
+  cr_assert_eq(n, 15, "everything kept is read back, no spurious skip");
+  cr_assert_eq(skipped, 85, "the dropped ones, counted");
+  cr_assert_eq(cursor, 100);
+  for (size_t i = 0; i < n; i++)
+    cr_assert_eq(number_of(&out[i]), 85 + i);
+  event_ring_unref(r);
+}
+
+Test(event_ring_threads, slots_are_cache_lines) {
+  event_ring *r = event_ring_create(100);
+  cr_assert_eq(event_ring_capacity(r), 127, "100 rounds up to 128 slots");
+  cr_assert_eq((uintptr_t)r->slots % 64, 0, "slots are 64-byte aligned");
+  cr_assert_eq(sizeof r->slots[0], 64);
+  event_ring_unref(r);
+}
