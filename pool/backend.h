@@ -12,6 +12,27 @@
 
 typedef struct backend backend;
 
+/* Virtual memory management, for expandable segments (optional: a backend
+ * without it has vmm NULL). Physical memory comes in pages of
+ * backend.page_size bytes, one handle each, mapped into reserved address
+ * ranges; the pool maps a page where a block needs memory and moves idle
+ * pages (under free blocks) to where they are needed, so what it holds
+ * follows what is allocated instead of what was ever split. */
+typedef struct backend_vmm_ops {
+  /* An address range of size bytes (a multiple of page_size), no memory. */
+  gpupool_status (*reserve)(backend *b, size_t size, void **base);
+  void (*unreserve)(backend *b, void *base, size_t size);
+  /* n pages of physical memory into handles; all or none: GPUPOOL_ERR_OOM
+   * when the device is full, GPUPOOL_ERR_BACKEND otherwise. */
+  gpupool_status (*create)(backend *b, void **handles, size_t n);
+  void (*release)(backend *b, void *const *handles, size_t n);
+  /* Maps handles[i] at addr + i * page_size, readable and writable by the
+   * device; all or none. */
+  gpupool_status (*map)(backend *b, void *addr, void *const *handles, size_t n);
+  /* Unmaps n pages mapped at addr (the handles stay valid). */
+  void (*unmap)(backend *b, void *addr, size_t n);
+} backend_vmm_ops;
+
 typedef struct backend_ops {
   /* GPUPOOL_ERR_OOM when the device is full, GPUPOOL_ERR_BACKEND otherwise. */
   gpupool_status (*alloc)(backend *b, void **ptr, size_t size, void *stream);
@@ -29,12 +50,14 @@ typedef struct backend_ops {
    * backend: reserved current/high and used current/high, bytes. 0 on success. */
   int (*mempool_attrs)(backend *b, uint64_t out[4]);
   void (*destroy)(backend *b);
+  const backend_vmm_ops *vmm; /* NULL: no expandable segments */
 } backend_ops;
 
 struct backend {
   const backend_ops *ops;
   const char *name; /* "cuda", "cuda_async", "host" */
   int device;
+  size_t page_size; /* of vmm pages; 0 without vmm */
 };
 
 typedef struct host_backend_config {

@@ -25,8 +25,14 @@ static void cuda_free(backend *b, void *ptr, size_t size, void *stream) {
   cuda_report_free_error("cudaFree", b->device, err);
 }
 
+/* Each backend holds its own copy of the ops: vmm is set per device. */
+typedef struct cuda_backend {
+  backend base;
+  backend_ops ops;
+} cuda_backend;
+
 static void cuda_destroy(backend *b) {
-  free(b);
+  free((cuda_backend *)b);
 }
 
 static const backend_ops cuda_ops = {
@@ -39,19 +45,22 @@ static const backend_ops cuda_ops = {
     .synchronize = cuda_synchronize,
     .mempool_attrs = NULL,
     .destroy = cuda_destroy,
+    .vmm = NULL, /* set by backend_cuda_create where the device has it */
 };
 
 gpupool_status backend_cuda_create(int device, backend **out) {
   gpupool_status st = cuda_check_device("cuda", device);
   if (st != GPUPOOL_OK)
     return st;
-  backend *b = calloc(1, sizeof *b);
-  if (!b)
+  cuda_backend *c = calloc(1, sizeof *c);
+  if (!c)
     return pool_fail(GPUPOOL_ERR_BACKEND, "backend cuda: out of host memory");
-  b->ops = &cuda_ops;
-  b->name = "cuda";
-  b->device = device;
-  *out = b;
+  c->ops = cuda_ops;
+  c->ops.vmm = cuda_vmm_ops(device, &c->base.page_size); /* NULL, page_size 0: no vmm */
+  c->base.ops = &c->ops;
+  c->base.name = "cuda";
+  c->base.device = device;
+  *out = &c->base;
   return GPUPOOL_OK;
 }
 

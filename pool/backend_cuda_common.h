@@ -38,6 +38,17 @@ int cuda_event_query(backend *b, void *event);
 void cuda_event_destroy(backend *b, void *event);
 gpupool_status cuda_mem_info(backend *b, size_t *free_bytes, size_t *total_bytes);
 gpupool_status cuda_synchronize(backend *b);
+
+/* The cuda backend's virtual memory operations (backend_cuda_vmm.c), with the
+ * driver entry points resolved through the runtime (libcuda is never linked).
+ * NULL, with *page_size 0, when they are unavailable: no driver entry points,
+ * or `device` without virtual memory management; else the ops, with
+ * *page_size the recommended granularity of pinned memory on `device`
+ * (2 MiB on current GPUs). Creates no context unless the driver needs one to
+ * report the granularity. Thread-safe. */
+const backend_vmm_ops *cuda_vmm_ops(int device, size_t *page_size);
+/* Why the last cuda_vmm_ops call on this thread returned NULL ("" if it did not). */
+const char *cuda_vmm_unavailable_reason(void);
 #endif
 
 #endif

@@ -10,20 +10,9 @@
 #include <string.h>
 #include <sys/mman.h>
 
-#include "backend.h"
+#include "backend_host_internal.h"
 #include "backend_host_stream.h"
 #include "errors.h"
-
-typedef struct host_backend {
-  backend base;
-  pthread_mutex_t lock; /* guards everything below; several shards allocate at once */
-  size_t capacity;
-  size_t used; /* bytes of live segments, as requested (not page-rounded) */
-  unsigned fail_every_n;
-  double fail_rate;
-  uint64_t fail_seed;
-  uint64_t attempts; /* allocation attempts since faults were last set */
-} host_backend;
 
 static const backend_ops host_ops;
 
@@ -50,17 +39,14 @@ static int fault_fires(const host_backend *h, uint64_t k) {
   return u < h->fail_rate;
 }
 
-static gpupool_status host_alloc(backend *b, void **ptr, size_t size, void *stream) {
-  host_backend *h = as_host(b);
-  if (size == 0)
-    return pool_fail(GPUPOOL_ERR_INVALID, "host backend: allocation of 0 bytes");
+gpupool_status host_charge(host_backend *h, size_t size) {
   pthread_mutex_lock(&h->lock);
   uint64_t attempt = ++h->attempts;
   int injected = fault_fires(h, attempt);
   size_t used = h->used;
   int full = !injected && size > h->capacity - used;
   if (!injected && !full)
-    h->used += size; /* reserve before mapping, outside the lock */
+    h->used += size;
   pthread_mutex_unlock(&h->lock);
   if (injected)
     return pool_fail(GPUPOOL_ERR_OOM, "host backend: injected fault on device allocation %llu",
@@ -69,14 +55,27 @@ static gpupool_status host_alloc(backend *b, void **ptr, size_t size, void *stre
     return pool_fail(GPUPOOL_ERR_OOM,
                      "host backend: simulated device full: %zu bytes requested, %zu of %zu used",
                      size, used, h->capacity);
+  return GPUPOOL_OK;
+}
 
+void host_uncharge(host_backend *h, size_t size) {
+  pthread_mutex_lock(&h->lock);
+  h->used -= size <= h->used ? size : h->used;
+  pthread_mutex_unlock(&h->lock);
+}
+
+static gpupool_status host_alloc(backend *b, void **ptr, size_t size, void *stream) {
+  host_backend *h = as_host(b);
+  if (size == 0)
+    return pool_fail(GPUPOOL_ERR_INVALID, "host backend: allocation of 0 bytes");
+  gpupool_status st = host_charge(h, size); /* before mapping, outside the lock */
+  if (st != GPUPOOL_OK)
+    return st;
   void *p =
       mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
   if (p == MAP_FAILED) {
     int err = errno;
-    pthread_mutex_lock(&h->lock);
-    h->used -= size;
-    pthread_mutex_unlock(&h->lock);
+    host_uncharge(h, size);
     return pool_fail(err == ENOMEM ? GPUPOOL_ERR_OOM : GPUPOOL_ERR_BACKEND,
                      "host backend: mmap of %zu bytes failed: %s", size, strerror(err));
   }
@@ -89,9 +88,7 @@ static void host_free(backend *b, void *ptr, size_t size, void *stream) {
   if (!ptr || size == 0)
     return;
   munmap(ptr, size);
-  pthread_mutex_lock(&h->lock);
-  h->used -= size <= h->used ? size : h->used;
-  pthread_mutex_unlock(&h->lock);
+  host_uncharge(h, size);
 }
 
 static gpupool_status host_event_record(backend *b, void *stream, void **event) {
@@ -123,6 +120,7 @@ static gpupool_status host_synchronize(backend *b) {
 
 static void host_destroy(backend *b) {
   host_backend *h = as_host(b);
+  host_vmm_destroy(h);
   pthread_mutex_destroy(&h->lock);
   free(h);
 }
@@ -137,6 +135,7 @@ static const backend_ops host_ops = {
     .synchronize = host_synchronize,
     .mempool_attrs = NULL,
     .destroy = host_destroy,
+    .vmm = &host_vmm_ops,
 };
 
 static int valid_rate(double rate) {
@@ -165,6 +164,8 @@ gpupool_status backend_host_create(const host_backend_config *cfg, backend **out
   h->fail_every_n = cfg->fail_every_n;
   h->fail_rate = cfg->fail_rate;
   h->fail_seed = cfg->fail_seed;
+  h->base.page_size = HOST_PAGE_SIZE;
+  h->vmm_fd = -1;
   *out = &h->base;
   return GPUPOOL_OK;
 }

@@ -3,6 +3,8 @@
  * recovery, statistics, empty_cache. Each test prints the device it ran on;
  * without a visible device each test is skipped with the reason. */
 #include <criterion/criterion.h>
+#include <cuda.h>
+#include <cudaTypedefs.h>
 #include <cuda_runtime_api.h>
 #include <stdatomic.h>
 #include <stdint.h>
@@ -13,6 +15,8 @@
 
 #include "gpupool/gpupool.h"
 #include "gpupool/host.h"
+#include "pool/backend.h"
+#include "pool/backend_cuda_common.h"
 #include "pool/pool_view.h"
 
 #define MiB ((size_t)1 << 20)
@@ -300,4 +304,189 @@ Test(gpu_cuda, fault_keys_on_the_default_backend_are_refused) {
   cr_expect(strstr(gpupool_last_error(), "fault"), "reason: %s", gpupool_last_error());
   if (p)
     gpupool_destroy(p);
+}
+
+/* The cuda backend's VMM operations (expandable segments), driven directly. */
+
+/* A driver function, looked up as the backend does (NULL if absent). */
+static void *driver_entry_point(const char *symbol) {
+  void *fn = NULL;
+  enum cudaDriverEntryPointQueryResult found = cudaDriverEntryPointSymbolNotFound;
+  if (cudaGetDriverEntryPointByVersion(symbol, &fn, 12000, cudaEnableDefault, &found) !=
+          cudaSuccess ||
+      found != cudaDriverEntryPointSuccess) {
+    (void)cudaGetLastError();
+    return NULL;
+  }
+  return fn;
+}
+
+/* Whether the driver says device 0 supports virtual memory management, asked
+ * independently of the backend: 1, 0, or -1 when the driver cannot be asked. */
+static int driver_says_vmm(void) {
+  PFN_cuDeviceGet_v2000 device_get;
+  PFN_cuDeviceGetAttribute_v2000 get_attribute;
+  *(void **)&device_get = driver_entry_point("cuDeviceGet");
+  *(void **)&get_attribute = driver_entry_point("cuDeviceGetAttribute");
+  CUdevice dev = 0;
+  int supported = 0;
+  if (!device_get || !get_attribute || device_get(&dev, 0) != CUDA_SUCCESS ||
+      get_attribute(&supported, CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED, dev) !=
+          CUDA_SUCCESS)
+    return -1;
+  return supported != 0;
+}
+
+/* A cuda backend on device 0 with vmm ops; skips where the device has none. */
+static backend *vmm_backend(void) {
+  require_gpu("cuda (vmm)");
+  backend *b = NULL;
+  gpupool_status st = backend_cuda_create(0, &b);
+  cr_assert_eq(st, GPUPOOL_OK, "backend_cuda_create: %s: %s", gpupool_status_string(st),
+               gpupool_last_error());
+  if (!b->ops->vmm) {
+    const char *why = cuda_vmm_unavailable_reason();
+    int driver = driver_says_vmm();
+    b->ops->destroy(b);
+    cr_assert_neq(driver, 1, "the driver supports VMM on device 0 but the backend has none: %s",
+                  why);
+    cr_skip("device 0 without VMM: %s", why);
+  }
+  cr_assert_gt(b->page_size, 0);
+  cr_assert_eq(b->page_size & (b->page_size - 1), 0, "page size %zu: a power of two", b->page_size);
+  fprintf(stderr, "[gpu] cuda vmm page size: %zu bytes\n", b->page_size);
+  return b;
+}
+
+/* Every byte of the device range [ptr, ptr + size) equals want[0..size). */
+static void expect_pattern(const void *ptr, const unsigned char *want, size_t size,
+                           const char *what) {
+  unsigned char *host = malloc(size);
+  cr_assert_not_null(host);
+  CUDA_OK(cudaMemcpy(host, ptr, size, cudaMemcpyDeviceToHost));
+  for (size_t i = 0; i < size; i++)
+    if (host[i] != want[i])
+      cr_assert_fail("%s: byte %zu of %zu is %u, want %u", what, i, size, host[i], want[i]);
+  free(host);
+}
+
+Test(gpu_cuda, vmm_pages_hold_data_and_move) {
+  backend *b = vmm_backend();
+  const backend_vmm_ops *vmm = b->ops->vmm;
+  const size_t page = b->page_size, size = 4 * page;
+
+  void *base = NULL;
+  cr_assert_eq(vmm->reserve(b, size, &base), GPUPOOL_OK, "%s", gpupool_last_error());
+  cr_assert_not_null(base);
+  cr_assert_eq((uintptr_t)base % page, 0, "the range is aligned to the page size");
+  char *at = base;
+
+  void *h[4] = {0};
+  cr_assert_eq(vmm->create(b, h, 4), GPUPOOL_OK, "%s", gpupool_last_error());
+  cr_assert_eq(vmm->map(b, base, h, 4), GPUPOOL_OK, "%s", gpupool_last_error());
+  int current = -1;
+  CUDA_OK(cudaGetDevice(&current));
+  cr_assert_eq(current, 0);
+
+  struct cudaPointerAttributes attr;
+  CUDA_OK(cudaPointerGetAttributes(&attr, base));
+  cr_expect_eq(attr.type, cudaMemoryTypeDevice);
+  cr_expect_eq(attr.device, 0);
+
+  /* One memset and one copy through all four mappings. */
+  unsigned char *out = malloc(size);
+  cr_assert_not_null(out);
+  for (size_t i = 0; i < size; i++)
+    out[i] = (unsigned char)(i * 131 + 7 + i / page);
+  CUDA_OK(cudaMemset(base, 0x77, size));
+  expect_bytes(base, size, 0x77);
+  CUDA_OK(cudaMemcpy(base, out, size, cudaMemcpyHostToDevice));
+  expect_pattern(base, out, size, "all four pages");
+
+  /* Unmap pages 1 and 2; map a fresh page at 1 and page 1's old memory at 2,
+   * as the pool does when it moves an idle page. */
+  vmm->unmap(b, at + page, 2);
+  vmm->release(b, &h[2], 1);
+  void *fresh = NULL;
+  cr_assert_eq(vmm->create(b, &fresh, 1), GPUPOOL_OK, "%s", gpupool_last_error());
+  void *const again[2] = {fresh, h[1]};
+  cr_assert_eq(vmm->map(b, at + page, again, 2), GPUPOOL_OK, "%s", gpupool_last_error());
+  h[2] = h[1];
+  h[1] = fresh;
+  expect_pattern(at, out, page, "page 0, untouched");
+  expect_pattern(at + 3 * page, out + 3 * page, page, "page 3, untouched");
+  expect_pattern(at + 2 * page, out + page, page, "page 1's memory, now at 2");
+  CUDA_OK(cudaMemset(at + page, 0xA5, page));
+  expect_bytes(at + page, page, 0xA5);
+  expect_pattern(at + 2 * page, out + page, page, "page 2, after a write to page 1");
+  CUDA_OK(cudaMemcpy(base, out, size, cudaMemcpyHostToDevice));
+  expect_pattern(base, out, size, "all four pages, remapped");
+
+  vmm->unmap(b, base, 4);
+  vmm->release(b, h, 4);
+  vmm->unreserve(b, base, size);
+  CUDA_OK(cudaDeviceSynchronize());
+  CUDA_OK(cudaGetLastError());
+  free(out);
+  b->ops->destroy(b);
+}
+
+Test(gpu_cuda, vmm_map_is_all_or_none) {
+  backend *b = vmm_backend();
+  const backend_vmm_ops *vmm = b->ops->vmm;
+  const size_t page = b->page_size;
+  void *base = NULL, *h[3] = {0};
+  cr_assert_eq(vmm->reserve(b, 2 * page, &base), GPUPOOL_OK, "%s", gpupool_last_error());
+  char *at = base;
+  cr_assert_eq(vmm->create(b, h, 3), GPUPOOL_OK, "%s", gpupool_last_error());
+  cr_assert_eq(vmm->map(b, at + page, &h[2], 1), GPUPOOL_OK, "%s", gpupool_last_error());
+
+  /* Page 0 maps, page 1 is taken: the call fails and leaves page 0 unmapped. */
+  gpupool_status st = vmm->map(b, base, h, 2);
+  cr_assert_neq(st, GPUPOOL_OK, "mapped over a mapped page");
+  cr_expect_eq(st, GPUPOOL_ERR_BACKEND, "got %s", gpupool_status_string(st));
+  cr_expect(strstr(gpupool_last_error(), "cuMemMap"), "reason: %s", gpupool_last_error());
+  fprintf(stderr, "[gpu] map over a mapped page: %s\n", gpupool_last_error());
+  cr_assert_eq(vmm->map(b, base, h, 1), GPUPOOL_OK, "page 0 was left mapped: %s",
+               gpupool_last_error());
+  CUDA_OK(cudaMemset(base, 0x5C, 2 * page));
+  expect_bytes(base, 2 * page, 0x5C);
+
+  vmm->unmap(b, base, 1);
+  vmm->unmap(b, at + page, 1);
+  vmm->release(b, h, 3);
+  vmm->unreserve(b, base, 2 * page);
+  CUDA_OK(cudaGetLastError());
+  b->ops->destroy(b);
+}
+
+Test(gpu_cuda, vmm_empty_and_invalid_requests) {
+  backend *b = vmm_backend();
+  const backend_vmm_ops *vmm = b->ops->vmm;
+  const size_t page = b->page_size;
+  void *base = NULL, *h = (void *)0x1;
+  cr_assert_eq(vmm->reserve(b, page, &base), GPUPOOL_OK, "%s", gpupool_last_error());
+  /* n == 0: nothing to do, nothing done (h is not touched). */
+  cr_assert_eq(vmm->create(b, &h, 0), GPUPOOL_OK);
+  cr_assert_eq(h, (void *)0x1);
+  cr_assert_eq(vmm->map(b, base, NULL, 0), GPUPOOL_OK);
+  vmm->unmap(b, base, 0);
+  vmm->release(b, NULL, 0);
+  /* Sizes that are not whole pages are refused before the driver sees them. */
+  void *other = NULL;
+  cr_assert_eq(vmm->reserve(b, page + 1, &other), GPUPOOL_ERR_INVALID);
+  cr_assert_eq(vmm->reserve(b, 0, &other), GPUPOOL_ERR_INVALID);
+  cr_assert_null(other);
+  vmm->unreserve(b, base, page);
+  CUDA_OK(cudaGetLastError());
+  b->ops->destroy(b);
+}
+
+Test(gpu_cuda_async, has_no_vmm) {
+  require_gpu("cuda_async");
+  backend *b = NULL;
+  cr_assert_eq(backend_cuda_async_create(0, &b), GPUPOOL_OK, "%s", gpupool_last_error());
+  cr_assert_null(b->ops->vmm);
+  cr_assert_eq(b->page_size, 0);
+  b->ops->destroy(b);
 }
