@@ -25,6 +25,9 @@ static int gp_stats(void *ctx, bench_alloc_stats *out) {
   out->device_allocs = s.num_device_alloc;
   out->device_frees = s.num_device_free;
   out->have_device_calls = 1;
+  out->pages_moved = s.num_pages_moved;
+  out->device_syncs = s.num_device_syncs;
+  out->have_pages = 1;
   return 0;
 }
 

@@ -62,6 +62,7 @@ static int parse_args(int argc, char **argv, options *o) {
   add_row(o, "bfc rp2:8", GPUPOOL_STRATEGY_BFC, "roundup_power2_divisions:8");
   add_row(o, "round", GPUPOOL_STRATEGY_ROUND, NULL);
   add_row(o, "naive", GPUPOOL_STRATEGY_NAIVE, NULL);
+  add_row(o, "bfc expandable", GPUPOOL_STRATEGY_BFC, "expandable_segments:True");
   o->traces = calloc((size_t)argc, sizeof *o->traces);
   if (!o->traces)
     return -1;
@@ -174,7 +175,7 @@ static void print_csv(const char *path, const trace *t, const result *res, int n
     printf(",");
     bench_csv_field(stdout, r->name);
     if (!r->ok) {
-      printf(",NA,NA,NA,NA,NA,NA,%llu,", (unsigned long long)t->peak_requested);
+      printf(",NA,NA,NA,NA,NA,NA,NA,NA,%llu,", (unsigned long long)t->peak_requested);
       bench_csv_field(stdout, r->why);
       printf("\n");
       continue;
@@ -187,6 +188,11 @@ static void print_csv(const char *path, const trace *t, const result *res, int n
     if (r->have_stats && r->st.have_device_calls)
       printf(",%llu,%llu", (unsigned long long)r->st.device_allocs,
              (unsigned long long)r->st.device_frees);
+    else
+      printf(",NA,NA");
+    if (r->have_stats && r->st.have_pages)
+      printf(",%llu,%llu", (unsigned long long)r->st.pages_moved,
+             (unsigned long long)r->st.device_syncs);
     else
       printf(",NA,NA");
     printf(",%.1f,%zu,%llu,\n", r->ns_per_event, r->failed, (unsigned long long)t->peak_requested);
@@ -202,12 +208,14 @@ static void print_table(const char *path, const trace *t, const result *res, int
          path, t->n_allocs, t->n_frees, t->n_unmatched_frees, t->n_live_at_end, t->n_streams,
          t->n_streams == 1 ? "" : "s", b1, b2);
   printf("| allocator | peak reserved | peak allocated | reserved / allocated | reserved / "
-         "requested | device allocs | device frees | ns per event | failed allocs |\n");
-  printf("|---|---:|---:|---:|---:|---:|---:|---:|---:|\n");
+         "requested | device allocs | device frees | pages moved | syncs | ns per event | failed "
+         "allocs "
+         "|\n");
+  printf("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
   for (int i = 0; i < n; i++) {
     const result *r = &res[i];
     if (!r->ok) {
-      printf("| %s | n/a (%s) | | | | | | | |\n", r->name, r->why);
+      printf("| %s | n/a (%s) | | | | | | | | | |\n", r->name, r->why);
       continue;
     }
     if (r->have_stats) {
@@ -227,6 +235,11 @@ static void print_table(const char *path, const trace *t, const result *res, int
              (unsigned long long)r->st.device_frees);
     else
       printf(" n/a | n/a |");
+    if (r->have_stats && r->st.have_pages)
+      printf(" %llu | %llu |", (unsigned long long)r->st.pages_moved,
+             (unsigned long long)r->st.device_syncs);
+    else
+      printf(" - | - |");
     printf(" %.1f | %zu |\n", r->ns_per_event, r->failed);
   }
 }
@@ -289,14 +302,19 @@ int main(int argc, char **argv) {
   if (o.csv) {
     printf("# bench_replay %s | device: %s | host: %s\n", date, d.name, d.host);
     printf("trace,allocator,peak_reserved,peak_allocated,device_allocs,device_frees,"
-           "ns_per_event,failed_allocs,peak_requested,note\n");
+           "pages_moved,device_syncs,ns_per_event,failed_allocs,peak_requested,note\n");
   } else {
     printf("## bench_replay, %s\n\n- device: %s\n- host: %s\n", date, d.name, d.host);
     printf("- reserved / allocated: each allocator's own peaks; reserved / requested: against "
            "the most bytes the trace holds live at once (the same for every allocator)\n");
     printf("- cudaMalloc: reserved read with cudaMemGetInfo after each allocation; "
            "cudaMallocAsync: the pool's ReservedMemHigh / UsedMemHigh\n");
-    printf("- rp2:N = roundup_power2_divisions:N\n");
+    printf("- rp2:N = roundup_power2_divisions:N; expandable = expandable_segments:True "
+           "(pages moved: idle pages remapped under new blocks; syncs: device synchronizations "
+           "before unmapping)\n");
+    const char *torch_conf = getenv("PYTORCH_CUDA_ALLOC_CONF");
+    if (torch_conf && *torch_conf)
+      printf("- torch row: PYTORCH_CUDA_ALLOC_CONF=%s\n", torch_conf);
   }
   int rc = 0;
   for (int i = 0; i < o.n_traces; i++)

@@ -64,6 +64,12 @@ static uint64_t gc_runs(const metrics_pool *m) {
 static uint64_t sync_events(const metrics_pool *m) {
   return m->stats.num_sync_events;
 }
+static uint64_t pages_moved(const metrics_pool *m) {
+  return m->stats.num_pages_moved;
+}
+static uint64_t device_syncs(const metrics_pool *m) {
+  return m->stats.num_device_syncs;
+}
 static uint64_t events_total(const metrics_pool *m) {
   return m->events_total;
 }
@@ -88,8 +94,15 @@ static const pool_family families[] = {
      peak_allocated},
     {"gpupool_segments", PROM_GAUGE, "Device allocations (segments) the pool holds.", segments},
     {"gpupool_frees", PROM_COUNTER, "Successful gpupool_free calls.", frees},
-    {"gpupool_device_allocs", PROM_COUNTER, "Segments allocated from the device.", device_allocs},
-    {"gpupool_device_frees", PROM_COUNTER, "Segments returned to the device.", device_frees},
+    {"gpupool_device_allocs", PROM_COUNTER,
+     "Segments allocated from the device (pages, with expandable segments).", device_allocs},
+    {"gpupool_device_frees", PROM_COUNTER,
+     "Segments returned to the device (pages, with expandable segments).", device_frees},
+    {"gpupool_pages_moved", PROM_COUNTER,
+     "Expandable segments: idle pages unmapped from free blocks and mapped under new ones.",
+     pages_moved},
+    {"gpupool_device_syncs", PROM_COUNTER,
+     "Device synchronizations the pool made before unmapping pages.", device_syncs},
     {"gpupool_alloc_retries", PROM_COUNTER,
      "Device allocations retried after releasing cached segments.", retries},
     {"gpupool_ooms", PROM_COUNTER, "Allocations that failed out of memory.", ooms},

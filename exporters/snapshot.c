@@ -84,6 +84,7 @@ static void on_segment(void *arg, const pool_segment_info *s) {
   }
   add_hex(seg, "address", s->addr, b);
   add_num(seg, "size", (double)s->size, b);
+  add_num(seg, "mapped", (double)s->mapped, b);
   add_num(seg, "allocated", (double)s->allocated, b);
   add_num(seg, "active", (double)s->active, b);
   add_num(seg, "requested", (double)s->requested, b);

@@ -90,6 +90,15 @@ static int apply_pair(void *ctx, const char *key, const char *v, char *err, size
     if (kvconf_double(v, 0, 50, &d))
       goto bad_value;
     c->reserve_percent = d;
+  } else if (strcmp(key, "expandable_segments") == 0) {
+    if (strcmp(v, "True") == 0 || strcmp(v, "true") == 0 || strcmp(v, "1") == 0)
+      c->expandable = 1;
+    else if (strcmp(v, "False") == 0 || strcmp(v, "false") == 0 || strcmp(v, "0") == 0)
+      c->expandable = 0;
+    else {
+      snprintf(err, errlen, "expandable_segments: '%s' is not True or False", v);
+      return -1;
+    }
   } else if (strcmp(key, "round_linear_cutoff") == 0) {
     if (kvconf_u64(v, 12, 40, &u))
       goto bad_value;

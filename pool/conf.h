@@ -22,6 +22,7 @@ typedef struct pool_config {
   double gc_threshold;               /* fraction of device memory; 0: off */
   double reserve_percent;            /* 0: off */
   unsigned round_linear_cutoff;      /* log2 bytes */
+  int expandable;                    /* expandable_segments: large segments on vmm pages */
   unsigned fault_every_n;
   double fault_rate;
   uint64_t fault_seed;

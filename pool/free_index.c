@@ -66,6 +66,19 @@ block *free_index_lower_bound(block *t, size_t size) {
   return best;
 }
 
+block *free_index_next(block *t, const block *b) {
+  block *best = NULL;
+  while (t) {
+    if (less(b, t)) {
+      best = t;
+      t = t->left;
+    } else {
+      t = t->right;
+    }
+  }
+  return best;
+}
+
 block *free_index_largest(block *t) {
   while (t && t->right)
     t = t->right;

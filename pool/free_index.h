@@ -11,6 +11,8 @@ void free_index_insert(block **root, block *b);
 void free_index_remove(block **root, block *b);
 /* The smallest block with size >= size, or NULL. */
 block *free_index_lower_bound(block *root, size_t size);
+/* The block after b in (size, address) order, or NULL. */
+block *free_index_next(block *root, const block *b);
 block *free_index_largest(block *root);
 
 #endif

@@ -54,9 +54,20 @@ gpupool_status gpupool_create(const gpupool_options *opt, gpupool **out) {
   if ((cfg.fault_every_n || cfg.fault_rate > 0) && cfg.backend != GPUPOOL_BACKEND_HOST)
     return pool_fail(GPUPOOL_ERR_INVALID, "pool '%s': fault injection needs backend host",
                      cfg.name);
+  if (cfg.expandable && cfg.strategy != GPUPOOL_STRATEGY_BFC)
+    return pool_fail(GPUPOOL_ERR_INVALID, "pool '%s': expandable_segments needs strategy bfc",
+                     cfg.name);
   backend *be = NULL;
   if ((st = create_backend(&cfg, &be)) != GPUPOOL_OK)
     return st;
+  if (cfg.expandable && (!be->ops->vmm || !be->page_size)) {
+    const char *name = be->name;
+    be->ops->destroy(be);
+    return pool_fail(GPUPOOL_ERR_UNSUPPORTED,
+                     "pool '%s': expandable_segments needs virtual memory management, which "
+                     "backend %s does not have here (use backend cuda or host)",
+                     cfg.name, name);
+  }
   gpupool *p = aligned_alloc(64, (sizeof *p + 63) / 64 * 64);
   if (!p) {
     be->ops->destroy(be);
@@ -118,25 +129,14 @@ static void note_peaks(gpupool *p) {
   stats_note_peaks(p);
 }
 
-/* No cached block fitted: under the slow lock, look again (another thread
- * may have returned one), then go to the device. */
+/* No cached block was ready: the slow path, under the slow lock. */
 static gpupool_status malloc_slow(gpupool *p, shard *sh, size_t rounded, size_t size, block **out) {
+  int to_device;
   pthread_mutex_lock(&p->slow_lock);
-  spin_lock(&sh->lock);
-  if (sh->pending)
-    shard_poll_pending(sh);
-  block *b = shard_find_fit(sh, size_is_large(rounded), rounded);
-  gpupool_status st = GPUPOOL_OK;
-  if (b && shard_serve(sh, b, rounded, size, 0) != 0)
-    st = pool_fail(GPUPOOL_ERR_OOM, "gpupool_malloc: out of host memory");
-  spin_unlock(&sh->lock);
-  int to_device = !b; /* segments change only there (also when it fails) */
-  if (to_device)
-    st = reclaim_alloc_segment(p, sh, rounded, size, &b);
+  gpupool_status st = reclaim_malloc(p, sh, rounded, size, out, &to_device);
   pthread_mutex_unlock(&p->slow_lock);
-  if (to_device)
+  if (to_device) /* segments or pages changed (also when it failed) */
     registry_notify_segment_change(p);
-  *out = b;
   return st;
 }
 
@@ -158,6 +158,8 @@ gpupool_status gpupool_malloc(gpupool *p, void **ptr, size_t size, void *stream)
   if (sh->pending)
     shard_poll_pending(sh);
   block *b = shard_find_fit(sh, size_is_large(rounded), rounded);
+  if (b && !shard_fit_ready(sh, b, rounded))
+    b = NULL;
   int lost = b && shard_serve(sh, b, rounded, size, 0) != 0;
   spin_unlock(&sh->lock);
   if (lost)

@@ -50,6 +50,12 @@ struct segment {
   size_t nblocks;
   block *first;
   segment *prev, *next; /* the shard's segments */
+  /* vmm segments (expandable_segments) only, else pages is NULL: the
+   * physical page mapped at each page_size step, NULL where none. Every page
+   * under an allocated or pending block is mapped; pages wholly under free
+   * blocks may not be. Changed under the shard lock and the slow lock. */
+  void **pages;
+  size_t page_size, npages, nmapped;
 };
 
 typedef struct shard_stats {
@@ -75,6 +81,11 @@ struct shard {
   shard_stats st;
   addrmap live;     /* allocated and not yet freed blocks, by address */
   event_ring *ring; /* NULL when events are off */
+  /* Expandable segments: an event recorded on the stream after the frees up
+   * to fence_seq; once it completed, blocks freed up to safe_seq are no
+   * longer used by queued work, and their pages move without a synchronize. */
+  void *fence;
+  uint64_t fence_seq, safe_seq;
   shard *next_shard;
 } __attribute__((aligned(64)));
 
@@ -90,7 +101,7 @@ struct gpupool {
 
   pthread_mutex_t slow_lock; /* device calls, cross-shard reclaim, global stats */
   gpupool_stat seg_stats[2][GPUPOOL_STAT_TYPES]; /* [0] segment, [1] reserved_bytes */
-  uint64_t alloc_retries, ooms, device_allocs, device_frees, gc_runs;
+  uint64_t alloc_retries, ooms, device_allocs, device_frees, gc_runs, pages_moved, device_syncs;
   pool_device_timing timing;
   size_t device_total; /* cached for the GC threshold; 0 until needed */
 

@@ -46,6 +46,7 @@ void pool_get_backend_info(gpupool *p, pool_backend_info *out);
  * "active_pending_free" (freed, waiting on other streams), "inactive". */
 typedef struct pool_segment_info {
   uint64_t addr, size, allocated, active, requested;
+  uint64_t mapped; /* bytes of device memory behind it: size, less unmapped vmm pages */
   uint64_t stream;
   int is_large;
   size_t nblocks;

@@ -7,17 +7,14 @@
 #include "clock.h"
 #include "errors.h"
 #include "free_index.h"
+#include "pages.h"
 #include "shard.h"
 #include "sizeclass.h"
 
-static void update_segment_stats(gpupool *p, int large, int64_t bytes) {
-  if (bytes > 0) {
-    stat_inc(p->seg_stats[0], large, 1);
-    stat_inc(p->seg_stats[1], large, bytes);
-  } else {
-    stat_dec(p->seg_stats[0], large, 1);
-    stat_dec(p->seg_stats[1], large, -bytes);
-  }
+/* Segment counts; reserved bytes change with segments, or with pages
+ * (pages.c) for vmm segments. */
+static void count_segment(gpupool *p, int large, int delta) {
+  stat_add(p->seg_stats[0], large, delta);
 }
 
 /* Bytes allocated over all shards, for the slow path's events (callers
@@ -38,73 +35,114 @@ static void emit_locked(shard *sh, pool_event *ev) {
   spin_unlock(&sh->lock);
 }
 
-static void emit_segment_event(gpupool *p, shard *sh, int type, segment *seg, uint64_t dur) {
+static void emit_segment_event(gpupool *p, shard *sh, int type, int large, uintptr_t addr,
+                               size_t size, uint64_t dur) {
   pool_event ev = {.type = (uint8_t)type,
-                   .flags = seg->large ? EVF_LARGE : 0,
+                   .flags = large ? EVF_LARGE : 0,
                    .dur_ns = dur > UINT32_MAX ? UINT32_MAX : (uint32_t)dur,
-                   .addr = seg->addr,
-                   .size = seg->size,
+                   .addr = addr,
+                   .size = size,
                    .stream = (uint64_t)(uintptr_t)sh->stream,
                    .a = (uint64_t)p->seg_stats[1][0].current,
                    .b = (uint64_t)pool_allocated(p)};
   emit_locked(sh, &ev);
 }
 
+/* Pages unmapped (moved away or released), then pages mapped, as segment
+ * events: the trace shows memory changing hands inside vmm segments. */
+static void emit_page_events(gpupool *p, shard *sh, const pages_work *w) {
+  if (w->unmapped_at)
+    emit_segment_event(p, sh, EV_SEGMENT_FREE, 1, w->unmapped_at, w->moved + w->released,
+                       w->unmap_ns);
+  if (w->mapped_at)
+    emit_segment_event(p, sh, EV_SEGMENT_ALLOC, 1, w->mapped_at, w->moved + w->created, w->map_ns);
+}
+
+/* A new segment of size bytes for shard sh: device memory, or for a large
+ * segment of an expandable pool, address space whose pages are mapped as
+ * blocks need them. Not yet in the shard. */
 static gpupool_status device_alloc(gpupool *p, shard *sh, size_t size, int large, segment **out) {
-  void *ptr = NULL;
-  uint64_t t0 = clock_monotonic_ns();
-  gpupool_status st = p->be->ops->alloc(p->be, &ptr, size, sh->stream);
-  uint64_t dur = clock_monotonic_ns() - t0;
-  p->timing.alloc_count++;
-  p->timing.alloc_ns_total += dur;
-  if (st != GPUPOOL_OK)
-    return st;
-  segment *seg = calloc(1, sizeof *seg);
+  segment *seg = NULL;
+  uint64_t dur = 0;
+  if (p->cfg.expandable && large) {
+    gpupool_status st = pages_segment_create(p, size, large, &seg);
+    if (st != GPUPOOL_OK)
+      return st;
+  } else {
+    void *ptr = NULL;
+    uint64_t t0 = clock_monotonic_ns();
+    gpupool_status st = p->be->ops->alloc(p->be, &ptr, size, sh->stream);
+    dur = clock_monotonic_ns() - t0;
+    p->timing.alloc_count++;
+    p->timing.alloc_ns_total += dur;
+    if (st != GPUPOOL_OK)
+      return st;
+    if (!(seg = calloc(1, sizeof *seg))) {
+      p->be->ops->free(p->be, ptr, size, sh->stream);
+      return pool_fail(GPUPOOL_ERR_OOM, "pool '%s': out of host memory", p->cfg.name);
+    }
+    seg->addr = (uintptr_t)ptr;
+    seg->size = size;
+    seg->large = large;
+    p->device_allocs++;
+    stat_add(p->seg_stats[1], large, (int64_t)size);
+    if (!backend_is_host(p->be)) /* CUPTI sees device memory only */
+      cupti_note_segment(seg->addr, size, p->cfg.device, 1);
+  }
   spin_lock(&sh->lock);
   block *b = block_new(sh);
   spin_unlock(&sh->lock);
-  if (!seg || !b) {
-    p->be->ops->free(p->be, ptr, size, sh->stream);
-    free(seg);
-    free(b);
+  if (!b) {
+    seg->sh = sh;
+    reclaim_segment_free(p, seg);
     return pool_fail(GPUPOOL_ERR_OOM, "pool '%s': out of host memory", p->cfg.name);
   }
-  seg->addr = (uintptr_t)ptr;
-  seg->size = size;
-  seg->large = large;
   seg->nblocks = 1;
   seg->first = b;
   b->addr = seg->addr;
-  b->size = size;
+  b->size = seg->size;
   b->seg = seg;
   b->state = BLOCK_FREE;
   b->prev = b->next = NULL;
-  p->device_allocs++;
-  update_segment_stats(p, large, (int64_t)size);
-  if (!backend_is_host(p->be)) /* CUPTI sees device memory only */
-    cupti_note_segment(seg->addr, size, p->cfg.device, 1);
+  count_segment(p, large, 1);
   seg->sh = sh;
-  emit_segment_event(p, sh, EV_SEGMENT_ALLOC, seg, dur);
+  if (!seg->pages)
+    emit_segment_event(p, sh, EV_SEGMENT_ALLOC, large, seg->addr, seg->size, dur);
   *out = seg;
   return GPUPOOL_OK;
+}
+
+void reclaim_segment_free(gpupool *p, segment *seg) {
+  if (seg->pages) {
+    pages_segment_destroy(p, seg);
+    return;
+  }
+  if (!backend_is_host(p->be))
+    cupti_note_segment(seg->addr, seg->size, p->cfg.device, 0);
+  uint64_t t0 = clock_monotonic_ns();
+  p->be->ops->free(p->be, (void *)seg->addr, seg->size, seg->sh->stream);
+  uint64_t dur = clock_monotonic_ns() - t0;
+  p->timing.free_count++;
+  p->timing.free_ns_total += dur;
+  p->device_frees++;
+  stat_add(p->seg_stats[1], seg->large, -(int64_t)seg->size);
+  free(seg);
 }
 
 /* seg is already detached from its shard. */
 static void device_free(gpupool *p, segment *seg) {
   shard *sh = seg->sh;
-  if (!backend_is_host(p->be))
-    cupti_note_segment(seg->addr, seg->size, p->cfg.device, 0);
+  int large = seg->large;
+  uintptr_t addr = seg->addr;
+  size_t size = seg->size;
+  block *first = seg->first;
   uint64_t t0 = clock_monotonic_ns();
-  p->be->ops->free(p->be, (void *)seg->addr, seg->size, sh->stream);
+  reclaim_segment_free(p, seg);
   uint64_t dur = clock_monotonic_ns() - t0;
-  p->timing.free_count++;
-  p->timing.free_ns_total += dur;
-  p->device_frees++;
-  update_segment_stats(p, seg->large, -(int64_t)seg->size);
-  emit_segment_event(p, sh, EV_SEGMENT_FREE, seg, dur);
-  free(seg->first->streams);
-  free(seg->first);
-  free(seg);
+  count_segment(p, large, -1);
+  emit_segment_event(p, sh, EV_SEGMENT_FREE, large, addr, size, dur);
+  free(first->streams);
+  free(first);
 }
 
 void reclaim_poll_all(gpupool *p) {
@@ -132,9 +170,15 @@ size_t reclaim_release_cached(gpupool *p, int large_only) {
     spin_unlock(&sh->lock);
     for (segment *seg = list, *next; seg; seg = next) {
       next = seg->next;
-      released += seg->size;
+      released += seg->pages ? seg->nmapped * seg->page_size : seg->size;
       device_free(p, seg);
     }
+  }
+  if (p->cfg.expandable) { /* the pages under free blocks of segments still in use */
+    pages_work w = {0};
+    released += pages_release_idle(p, &w);
+    if (w.released)
+      emit_page_events(p, atomic_load(&p->shards), &w);
   }
   return released;
 }
@@ -191,11 +235,16 @@ static void garbage_collect(gpupool *p, shard *caller) {
       shard_remove_segment(sh, seg);
     spin_unlock(&sh->lock);
     if (still_free) {
-      released += seg->size;
+      released += seg->pages ? seg->nmapped * seg->page_size : seg->size;
       device_free(p, seg);
     }
   }
   free(c);
+  if (p->cfg.expandable && p->seg_stats[1][0].current > limit) {
+    pages_work w = {0};
+    released += pages_release_idle(p, &w);
+    emit_page_events(p, caller, &w);
+  }
   p->gc_runs++;
   pool_event ev = {.type = EV_GC,
                    .size = released,
@@ -252,25 +301,68 @@ static gpupool_status out_of_memory(gpupool *p, shard *sh, size_t segsize, size_
                    (long long)(reserved - allocated), largest, dev_free, dev_total);
 }
 
-gpupool_status reclaim_alloc_segment(gpupool *p, shard *sh, size_t rounded, size_t requested,
-                                     block **out) {
+/* One try at serving a request on sh: a cached block (mapping its pages
+ * first if it is in a vmm segment), else a new segment. */
+static gpupool_status attempt(gpupool *p, shard *sh, size_t rounded, size_t requested, block **out,
+                              int *to_device) {
   int large = size_is_large(rounded);
+  pages_work w = {0};
+  gpupool_status st = GPUPOOL_OK;
+  spin_lock(&sh->lock);
+  if (sh->pending)
+    shard_poll_pending(sh);
+  block *b = p->cfg.expandable ? shard_find_ready_fit(sh, large, rounded)
+                               : shard_find_fit(sh, large, rounded);
+  if (b && !shard_fit_ready(sh, b, rounded)) {
+    *to_device = 1;
+    st = pages_back(p, b->seg, b->addr, shard_take_size(sh, b, rounded), &w);
+  }
+  if (b && st == GPUPOOL_OK && shard_serve(sh, b, rounded, requested, w.mapped_at != 0) != 0)
+    st = pool_fail(GPUPOOL_ERR_OOM, "pool '%s': out of host memory", p->cfg.name);
+  spin_unlock(&sh->lock);
+  emit_page_events(p, sh, &w);
+  if (b) {
+    *out = st == GPUPOOL_OK ? b : NULL;
+    return st;
+  }
+
+  *to_device = 1;
   size_t segsize = size_segment(&p->cfg, rounded);
   if (p->cfg.gc_threshold > 0)
     garbage_collect(p, sh);
   if (p->cfg.reserve_percent > 0)
     keep_reserve(p, segsize);
   segment *seg = NULL;
-  gpupool_status st = device_alloc(p, sh, segsize, large, &seg);
+  if ((st = device_alloc(p, sh, segsize, large, &seg)) != GPUPOOL_OK)
+    return st;
+  pages_work nw = {0};
+  spin_lock(&sh->lock);
+  shard_add_segment(sh, seg);
+  b = seg->first;
+  if (seg->pages)
+    st = pages_back(p, seg, b->addr, shard_take_size(sh, b, rounded), &nw);
+  if (st == GPUPOOL_OK && shard_serve(sh, b, rounded, requested, 1) != 0)
+    st = pool_fail(GPUPOOL_ERR_OOM, "pool '%s': out of host memory", p->cfg.name);
+  spin_unlock(&sh->lock);
+  emit_page_events(p, sh, &nw);
+  *out = st == GPUPOOL_OK ? b : NULL;
+  return st;
+}
+
+gpupool_status reclaim_malloc(gpupool *p, shard *sh, size_t rounded, size_t requested, block **out,
+                              int *to_device) {
+  *to_device = 0;
+  gpupool_status st = attempt(p, sh, rounded, requested, out, to_device);
   if (st == GPUPOOL_ERR_OOM) {
     /* Wait for the device, finish every deferred free, return all cached
-     * segments, then try once more. */
+     * segments and idle pages, then try once more. */
     p->be->ops->synchronize(p->be);
     reclaim_poll_all(p);
     reclaim_release_cached(p, 0);
     p->alloc_retries++;
-    st = device_alloc(p, sh, segsize, large, &seg);
+    st = attempt(p, sh, rounded, requested, out, to_device);
   }
+  size_t segsize = size_segment(&p->cfg, rounded);
   if (st == GPUPOOL_ERR_OOM)
     return out_of_memory(p, sh, segsize, requested);
   if (st != GPUPOOL_OK) {
@@ -279,13 +371,5 @@ gpupool_status reclaim_alloc_segment(gpupool *p, shard *sh, size_t rounded, size
     return pool_fail(st, "pool '%s': %s backend failed to allocate %zu bytes: %s", p->cfg.name,
                      p->be->name, segsize, why);
   }
-  spin_lock(&sh->lock);
-  shard_add_segment(sh, seg);
-  block *b = seg->first;
-  int lost = shard_serve(sh, b, rounded, requested, 1) != 0;
-  spin_unlock(&sh->lock);
-  if (lost)
-    return pool_fail(GPUPOOL_ERR_OOM, "pool '%s': out of host memory", p->cfg.name);
-  *out = b;
   return GPUPOOL_OK;
 }

@@ -6,10 +6,15 @@
 
 #include "pool_internal.h"
 
-/* Allocates a new segment for a request on shard sh, taking block *out from
- * it; GPUPOOL_ERR_OOM after the retry fails. */
-gpupool_status reclaim_alloc_segment(gpupool *p, shard *sh, size_t rounded, size_t requested,
-                                     block **out);
+/* A malloc the hot path could not serve from sh's cache: looks again, then
+ * maps pages (vmm segments) or allocates a new segment, with the OOM retry;
+ * GPUPOOL_ERR_OOM when that fails. *to_device says whether the device was
+ * asked for anything. */
+gpupool_status reclaim_malloc(gpupool *p, shard *sh, size_t rounded, size_t requested, block **out,
+                              int *to_device);
+/* Returns a segment's memory to the device and frees the struct (not its
+ * blocks); for shard_destroy and the release paths. */
+void reclaim_segment_free(gpupool *p, segment *seg);
 /* Completes every pending block whose events are done, in every shard. */
 void reclaim_poll_all(gpupool *p);
 /* Returns every fully free segment (large ones only when large_only) to the

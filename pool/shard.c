@@ -5,6 +5,7 @@
 
 #include "clock.h"
 #include "free_index.h"
+#include "reclaim.h"
 #include "sizeclass.h"
 
 _Atomic size_t shard_events_cap; /* 0: events off */
@@ -82,11 +83,13 @@ void shard_destroy(gpupool *p, shard *sh) {
     for (unsigned i = 0; i < b->nstreams; i++)
       if (b->streams[i])
         p->be->ops->event_destroy(p->be, b->streams[i]);
+  if (sh->fence)
+    p->be->ops->event_destroy(p->be, sh->fence);
   for (segment *seg = sh->segments, *next; seg; seg = next) {
     next = seg->next;
-    p->be->ops->free(p->be, (void *)seg->addr, seg->size, sh->stream);
-    free_block_list(seg->first);
-    free(seg);
+    block *blocks = seg->first;
+    reclaim_segment_free(p, seg);
+    free_block_list(blocks);
   }
   for (block *b = sh->spare, *next; b; b = next) {
     next = b->next;
@@ -132,20 +135,38 @@ static void index_remove(shard *sh, block *b) {
   sh->nfree--;
 }
 
-block *shard_find_fit(shard *sh, int large, size_t rounded) {
-  const pool_config *c = &sh->pool->cfg;
-  block *b = free_index_lower_bound(sh->free_tree[large], rounded);
-  if (!b)
-    return NULL;
+/* Whether free block b (size >= rounded) may serve a request of rounded. */
+static int fit_allowed(const pool_config *c, const block *b, size_t rounded) {
   if (c->strategy != GPUPOOL_STRATEGY_BFC)
-    return b->size == rounded ? b : NULL; /* exact-size buckets */
+    return b->size == rounded; /* exact-size buckets */
   /* Oversize blocks (>= max_split_size) serve only large requests that waste
    * less than max_non_split_rounding of them. */
   if (rounded < c->max_split_size && b->size >= c->max_split_size)
-    return NULL;
+    return 0;
   if (rounded >= c->max_split_size && b->size >= rounded + c->max_non_split_rounding)
-    return NULL;
-  return b;
+    return 0;
+  return 1;
+}
+
+block *shard_find_fit(shard *sh, int large, size_t rounded) {
+  block *b = free_index_lower_bound(sh->free_tree[large], rounded);
+  return b && fit_allowed(&sh->pool->cfg, b, rounded) ? b : NULL;
+}
+
+/* How many blocks past the best fit the slow path looks at for one whose
+ * pages are all mapped (vmm segments): each it finds saves moving pages. */
+#define READY_LOOKAHEAD 16
+
+block *shard_find_ready_fit(shard *sh, int large, size_t rounded) {
+  block *first = shard_find_fit(sh, large, rounded), *b = first;
+  for (int i = 0; b && i < READY_LOOKAHEAD; i++) {
+    if (shard_fit_ready(sh, b, rounded))
+      return b;
+    b = free_index_next(sh->free_tree[large], b);
+    if (b && !fit_allowed(&sh->pool->cfg, b, rounded))
+      break;
+  }
+  return first;
 }
 
 static int should_split(const pool_config *c, const block *b, size_t rounded) {
@@ -155,6 +176,10 @@ static int should_split(const pool_config *c, const block *b, size_t rounded) {
   if (!b->seg->large)
     return rest >= MIN_BLOCK;
   return rounded < c->max_split_size && rest > SMALL_SIZE; /* PyTorch: the request decides */
+}
+
+size_t shard_take_size(const shard *sh, const block *b, size_t rounded) {
+  return should_split(&sh->pool->cfg, b, rounded) ? rounded : b->size;
 }
 
 /* Records an event about block b, building it only when events are on. */

@@ -2,6 +2,7 @@
 #ifndef GPUPOOL_SHARD_H
 #define GPUPOOL_SHARD_H
 
+#include "pages.h"
 #include "pool_internal.h"
 
 /* The shard for stream, created on first use; NULL when out of host memory
@@ -10,6 +11,20 @@ shard *shard_get(gpupool *p, void *stream);
 void shard_destroy(gpupool *p, shard *sh);
 
 block *shard_find_fit(shard *sh, int large, size_t rounded);
+/* The best fit whose pages are all mapped, among the few blocks from the
+ * best fit up; else the best fit. */
+block *shard_find_ready_fit(shard *sh, int large, size_t rounded);
+/* The bytes a request of `rounded` takes from free block b: rounded when b
+ * is split for it, all of b otherwise. */
+size_t shard_take_size(const shard *sh, const block *b, size_t rounded);
+/* Whether fit b can be handed out now: false when some page it would take
+ * is not mapped (vmm segments), which is the slow path's work. */
+static inline int shard_fit_ready(const shard *sh, const block *b, size_t rounded) {
+  const segment *seg = b->seg;
+  if (!seg->pages || seg->nmapped == seg->npages)
+    return 1;
+  return pages_cover(seg, b->addr, shard_take_size(sh, b, rounded));
+}
 /* shard_take, then records b as live; -1 (and b back in the index) when out
  * of host memory. */
 int shard_serve(shard *sh, block *b, size_t rounded, size_t requested, int from_device);

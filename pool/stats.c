@@ -129,6 +129,8 @@ gpupool_status gpupool_get_stats(gpupool *p, gpupool_stats *out) {
   out->num_ooms = p->ooms;
   out->num_device_alloc = p->device_allocs;
   out->num_device_free = p->device_frees;
+  out->num_pages_moved = p->pages_moved;
+  out->num_device_syncs = p->device_syncs;
   out->num_gc_runs = p->gc_runs;
   pthread_mutex_unlock(&p->slow_lock);
   return GPUPOOL_OK;
@@ -180,5 +182,6 @@ void gpupool_reset_accumulated_stats(gpupool *p) {
     for (int t = 0; t < GPUPOOL_STAT_TYPES; t++)
       stat_reset_accumulated(&p->seg_stats[i][t]);
   p->alloc_retries = p->ooms = p->device_allocs = p->device_frees = p->gc_runs = 0;
+  p->pages_moved = p->device_syncs = 0;
   pthread_mutex_unlock(&p->slow_lock);
 }

@@ -79,8 +79,8 @@ typedef struct gpupool_stats {
   gpupool_stat requested_bytes[GPUPOOL_STAT_TYPES];
   uint64_t num_alloc_retries;   /* device allocation retried after freeing cache */
   uint64_t num_ooms;            /* allocations that failed with GPUPOOL_ERR_OOM */
-  uint64_t num_device_alloc;    /* segments allocated from the device */
-  uint64_t num_device_free;     /* segments returned to the device */
+  uint64_t num_device_alloc;    /* segments allocated from the device (pages: expandable) */
+  uint64_t num_device_free;     /* segments returned to the device (pages: expandable) */
   uint64_t num_cache_hits;      /* allocations served without a device call */
   uint64_t num_device_sourced;  /* allocations that needed a new segment */
   uint64_t num_frees;           /* successful gpupool_free calls */
@@ -89,6 +89,11 @@ typedef struct gpupool_stats {
   uint64_t largest_free_block;  /* largest cached block, bytes */
   uint64_t free_blocks;         /* cached (free) blocks */
   uint64_t pending_free_blocks; /* freed, waiting on events of other streams */
+  /* expandable_segments: idle pages moved to back another block, and the
+   * device synchronizations made before unmapping pages (work queued before
+   * a free may still use its memory). */
+  uint64_t num_pages_moved;
+  uint64_t num_device_syncs;
 } gpupool_stats;
 
 gpupool_status gpupool_create(const gpupool_options *opt, gpupool **out);

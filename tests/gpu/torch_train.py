@@ -291,7 +291,8 @@ def run_child(a, model, allocator, plain_env=None):
     env = dict(os.environ, CUBLAS_WORKSPACE_CONFIG=":4096:8", PYTHONHASHSEED="0",
                PYTHONUNBUFFERED="1")
     if plain_env is not None:
-        env.pop("GPUPOOL_AGENT_CONF", None)
+        for k in ("GPUPOOL_AGENT_CONF", "GPUPOOL_CONF", "PYTORCH_CUDA_ALLOC_CONF"):
+            env.pop(k, None)
         env.update(plain_env)
     elif allocator == "gpupool":
         env["GPUPOOL_RECORD"] = trace
@@ -363,6 +364,10 @@ TIMING_CONFIGS = [  # (label, allocator, environment): nothing is recorded
      {"GPUPOOL_AGENT_CONF": "listen:127.0.0.1:0,cupti:off,trace_events:0"}),
     ("gpupool, agent (default: events and CUPTI on)", "gpupool",
      {"GPUPOOL_AGENT_CONF": "listen:127.0.0.1:0"}),
+    ("gpupool expandable_segments, agent (default)", "gpupool",
+     {"GPUPOOL_AGENT_CONF": "listen:127.0.0.1:0", "GPUPOOL_CONF": "expandable_segments:True"}),
+    ("torch expandable_segments", "torch",
+     {"PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True"}),
 ]
 
 
@@ -373,7 +378,7 @@ def timing(a):
     print(f"\n## steps/s without recording ({a.timing_rounds} interleaved rounds, median)\n")
     print("| model | configuration | steps/s | relative to torch |")
     print("|---|---|---:|---:|")
-    configs = [TIMING_CONFIGS[i] for i in (0, 1, 4)] if a.timing_short else TIMING_CONFIGS
+    configs = [TIMING_CONFIGS[i] for i in (0, 1, 4, 5, 6)] if a.timing_short else TIMING_CONFIGS
     for model in MODELS:
         runs = {label: [] for label, _, _ in configs}
         for _ in range(a.timing_rounds):

@@ -27,6 +27,7 @@ typedef struct run_cfg {
   unsigned cutoff;       /* round_linear_cutoff; 0: 24 */
   double fault_rate;
   const char *extra; /* more tunables */
+  int expandable;    /* expandable_segments:True */
   int nstreams;      /* host streams besides the default one; 0: the default only (exact peaks) */
   size_t ops;
   size_t max_live;
@@ -230,7 +231,8 @@ static void do_free(run *r) {
 static void check_stats(run *r) {
   gpupool_stats s = pc_stats(r->pool);
   char msg[512];
-  int bad = pc_check_invariants(&s, r->cfg->strategy, 0, msg, sizeof msg);
+  int bad = pc_check_invariants(&s, r->cfg->strategy, r->cfg->expandable ? PC_EXPANDABLE : 0, msg,
+                                sizeof msg);
   cr_assert_eq(bad, 0, "op %zu: %s", r->op, msg);
   bad = pc_check_model(&s, &r->model, msg, sizeof msg);
   cr_assert_eq(bad, 0, "op %zu: %s", r->op, msg);
@@ -307,6 +309,8 @@ static void run_sequence(const run_cfg *cfg) {
     n += snprintf(tunables + n, sizeof tunables - n, ",round_linear_cutoff:%u", cfg->cutoff);
   if (cfg->fault_rate > 0)
     n += snprintf(tunables + n, sizeof tunables - n, ",fault_rate:%g", cfg->fault_rate);
+  if (cfg->expandable)
+    n += snprintf(tunables + n, sizeof tunables - n, ",expandable_segments:True");
   if (cfg->extra)
     snprintf(tunables + n, sizeof tunables - n, ",%s", cfg->extra);
 
@@ -378,6 +382,8 @@ static void run_sequence(const run_cfg *cfg) {
     cr_expect(s.num_gc_runs > 0, "the garbage collector never ran");
   if (cfg->nstreams)
     cr_expect(s.num_sync_events > 0, "record_stream never deferred a free");
+  if (cfg->expandable)
+    cr_expect(s.num_pages_moved > 0, "no page was ever moved to another block");
   for (int k = 0; k < cfg->nstreams; k++)
     gpupool_host_stream_destroy(r.streams[k]);
   gpupool_destroy(r.pool);
@@ -417,6 +423,29 @@ Test(pool_random, bfc_small_device_with_gc_and_reserve) {
                           .ops = 60000,
                           .max_live = 600,
                           .seed = 9});
+}
+
+/* Pages move between blocks all the time here: the pattern written through
+ * every allocation catches a page mapped twice or taken from under a block. */
+Test(pool_random, bfc_expandable_several_streams) {
+  run_sequence(&(run_cfg){.strategy = GPUPOOL_STRATEGY_BFC,
+                          .expandable = 1,
+                          .nstreams = 3,
+                          .ops = 80000,
+                          .max_live = 1200,
+                          .seed = 10});
+}
+
+Test(pool_random, bfc_expandable_small_device_with_faults) {
+  run_sequence(&(run_cfg){.strategy = GPUPOOL_STRATEGY_BFC,
+                          .expandable = 1,
+                          .capacity = 48 * MiB,
+                          .fault_rate = 0.2,
+                          .extra = "garbage_collection_threshold:0.5",
+                          .nstreams = 2,
+                          .ops = 60000,
+                          .max_live = 800,
+                          .seed = 11});
 }
 
 Test(pool_random, round_several_streams) {

@@ -36,6 +36,7 @@ typedef struct shared {
   _Atomic uint64_t mallocs, frees, cross_frees, requested;
   _Atomic int workers_done;
   _Atomic int failed;
+  int flags; /* pc_check_invariants flags of the pool's configuration */
   char why[512];
 } shared;
 
@@ -179,7 +180,7 @@ static void *monitor_main(void *arg) {
       fail(sh, "monitor: get_stats failed");
       break;
     }
-    if (pc_check_invariants(&s, GPUPOOL_STRATEGY_BFC, PC_CONCURRENT, msg, sizeof msg)) {
+    if (pc_check_invariants(&s, GPUPOOL_STRATEGY_BFC, PC_CONCURRENT | sh->flags, msg, sizeof msg)) {
       fail(sh, "monitor, read %u: %s", i, msg);
       break;
     }
@@ -195,11 +196,12 @@ static void *monitor_main(void *arg) {
   return NULL;
 }
 
-static void run_threads(int shared_stream) {
+static void run_threads(int shared_stream, int expandable) {
   static shared sh; /* the ring is large: not on the stack */
   memset(&sh, 0, sizeof sh);
   pthread_mutex_init(&sh.lock, NULL);
-  sh.pool = pc_pool(GPUPOOL_STRATEGY_BFC, 0, NULL);
+  sh.flags = expandable ? PC_EXPANDABLE : 0;
+  sh.pool = pc_pool(GPUPOOL_STRATEGY_BFC, 0, expandable ? "expandable_segments:True" : NULL);
   sh.side = gpupool_host_stream_create();
   gpupool_host_stream *streams[NTHREADS], *common = gpupool_host_stream_create();
   worker w[NTHREADS];
@@ -225,8 +227,11 @@ static void run_threads(int shared_stream) {
 
   gpupool_stats s = pc_stats(sh.pool);
   char msg[512];
-  cr_expect_eq(pc_check_invariants(&s, GPUPOOL_STRATEGY_BFC, 0, msg, sizeof msg), 0, "%s", msg);
+  cr_expect_eq(pc_check_invariants(&s, GPUPOOL_STRATEGY_BFC, sh.flags, msg, sizeof msg), 0, "%s",
+               msg);
   cr_expect_eq(pc_check_empty(&s, msg, sizeof msg), 0, "%s", msg);
+  if (expandable)
+    cr_expect(s.num_pages_moved > 0, "no page moved between threads' blocks");
   uint64_t mallocs = atomic_load(&sh.mallocs), frees = atomic_load(&sh.frees);
   cr_expect_eq(mallocs, frees, "every allocation was freed");
   cr_expect_eq(s.allocation[A].allocated, (int64_t)mallocs);
@@ -249,11 +254,17 @@ static void run_threads(int shared_stream) {
 }
 
 Test(pool_threads, eight_threads_on_their_own_streams) {
-  run_threads(0);
+  run_threads(0, 0);
 }
 
 Test(pool_threads, eight_threads_sharing_one_stream) {
-  run_threads(1);
+  run_threads(1, 0);
+}
+
+/* Pages move between shards under the slow lock while other threads
+ * allocate: nested shard locks, unmapping under free blocks. */
+Test(pool_threads, eight_threads_with_expandable_segments) {
+  run_threads(0, 1);
 }
 
 Test(pool_threads, threads_on_separate_pools_do_not_interfere) {

@@ -226,6 +226,55 @@ static void named_stats(const gpupool_stats *s, named_stat out[NAMED_STATS]) {
   memcpy(out, all, sizeof all);
 }
 
+/* Without expandable segments, reserved - active is the free space, all
+ * in free blocks. */
+static int free_space_check(const gpupool_stats *s, int flags, char *msg, size_t len) {
+  const int A = GPUPOOL_STAT_ALL;
+  if (s->num_pages_moved || s->num_device_syncs)
+    return fail(msg, len, "no expandable segments, yet %llu pages moved, %llu syncs",
+                U64(s->num_pages_moved), U64(s->num_device_syncs));
+  int64_t free_bytes = s->reserved_bytes[A].current - s->active_bytes[A].current;
+  if ((int64_t)s->largest_free_block > free_bytes)
+    return fail(msg, len, "largest_free_block %llu > reserved - active %lld",
+                U64(s->largest_free_block), I64(free_bytes));
+  if ((s->free_blocks == 0) != (s->largest_free_block == 0))
+    return fail(msg, len, "free_blocks %llu but largest_free_block %llu", U64(s->free_blocks),
+                U64(s->largest_free_block));
+  if ((int64_t)s->free_blocks * 512 > free_bytes)
+    return fail(msg, len, "free_blocks %llu cannot fit in reserved - active %lld",
+                U64(s->free_blocks), I64(free_bytes));
+  if (!(flags & PC_CONCURRENT) && free_bytes > 0 && s->free_blocks == 0)
+    return fail(msg, len, "reserved - active = %lld bytes but no free block", I64(free_bytes));
+
+  return 0;
+}
+
+/* With them, free blocks may lie on unmapped pages: only what is mapped
+ * counts as reserved, in whole pages. */
+static int expandable_check(const gpupool_stats *s, int flags, char *msg, size_t len) {
+  if (s->reserved_bytes[GPUPOOL_STAT_LARGE].current % (int64_t)(2 * PC_MiB) != 0)
+    return fail(msg, len, "expandable: large reserved %lld is not a number of 2 MiB pages",
+                I64(s->reserved_bytes[GPUPOOL_STAT_LARGE].current));
+  if (!(flags & PC_ACCUMULATED_RESET) && s->num_pages_moved && !s->num_device_alloc)
+    return fail(msg, len, "expandable: %llu pages moved but none was ever created",
+                U64(s->num_pages_moved));
+  return 0;
+}
+
+/* Segments are device allocations one for one. */
+static int device_calls_check(const gpupool_stats *s, char *msg, size_t len) {
+  const int A = GPUPOOL_STAT_ALL;
+  if (s->num_device_alloc - s->num_device_free != (uint64_t)s->segment[A].current)
+    return fail(msg, len, "device allocs %llu - device frees %llu != segment.current %lld",
+                U64(s->num_device_alloc), U64(s->num_device_free), I64(s->segment[A].current));
+  if (s->num_device_alloc != (uint64_t)s->segment[A].allocated ||
+      s->num_device_free != (uint64_t)s->segment[A].freed)
+    return fail(msg, len, "device allocs/frees %llu/%llu != segment allocated/freed %lld/%lld",
+                U64(s->num_device_alloc), U64(s->num_device_free), I64(s->segment[A].allocated),
+                I64(s->segment[A].freed));
+  return 0;
+}
+
 int pc_check_invariants(const gpupool_stats *s, gpupool_strategy strategy, int flags, char *msg,
                         size_t len) {
   named_stat all[NAMED_STATS];
@@ -242,14 +291,15 @@ int pc_check_invariants(const gpupool_stats *s, gpupool_strategy strategy, int f
       return fail(msg, len,
                   "[%s] requested %lld <= allocated %lld <= active %lld <= reserved %lld fails",
                   idx_name[i], I64(req), I64(alloc), I64(act), I64(res));
-    if (act + isb > res)
+    if (!(flags & PC_EXPANDABLE) && act + isb > res)
       return fail(msg, len, "[%s] active_bytes %lld + inactive_split_bytes %lld > reserved %lld",
                   idx_name[i], I64(act), I64(isb), I64(res));
     if (s->allocation[i].current > s->active[i].current)
       return fail(msg, len, "[%s] allocation %lld > active %lld", idx_name[i],
                   I64(s->allocation[i].current), I64(s->active[i].current));
     if ((s->allocation[i].current == 0) != (alloc == 0) ||
-        (s->active[i].current == 0) != (act == 0) || (s->segment[i].current == 0) != (res == 0))
+        (s->active[i].current == 0) != (act == 0) ||
+        (!(flags & PC_EXPANDABLE) && (s->segment[i].current == 0) != (res == 0)))
       return fail(msg, len, "[%s] a count and its bytes disagree on zero", idx_name[i]);
   }
 
@@ -261,39 +311,24 @@ int pc_check_invariants(const gpupool_stats *s, gpupool_strategy strategy, int f
   if ((uint64_t)s->inactive_split[A].current > s->free_blocks)
     return fail(msg, len, "inactive_split %lld > free_blocks %llu",
                 I64(s->inactive_split[A].current), U64(s->free_blocks));
-  int64_t free_bytes = s->reserved_bytes[A].current - s->active_bytes[A].current;
-  if ((int64_t)s->largest_free_block > free_bytes)
-    return fail(msg, len, "largest_free_block %llu > reserved - active %lld",
-                U64(s->largest_free_block), I64(free_bytes));
-  if ((s->free_blocks == 0) != (s->largest_free_block == 0))
-    return fail(msg, len, "free_blocks %llu but largest_free_block %llu", U64(s->free_blocks),
-                U64(s->largest_free_block));
-  if ((int64_t)s->free_blocks * 512 > free_bytes)
-    return fail(msg, len, "free_blocks %llu cannot fit in reserved - active %lld",
-                U64(s->free_blocks), I64(free_bytes));
-  if (!(flags & PC_CONCURRENT) && free_bytes > 0 && s->free_blocks == 0)
-    return fail(msg, len, "reserved - active = %lld bytes but no free block", I64(free_bytes));
+  if (flags & PC_EXPANDABLE ? expandable_check(s, flags, msg, len)
+                            : free_space_check(s, flags, msg, len))
+    return -1;
 
   if (!(flags & PC_ACCUMULATED_RESET)) {
     if (s->num_cache_hits + s->num_device_sourced != (uint64_t)s->allocation[A].allocated)
       return fail(msg, len, "cache hits %llu + device sourced %llu != allocation.allocated %lld",
                   U64(s->num_cache_hits), U64(s->num_device_sourced),
                   I64(s->allocation[A].allocated));
-    if (s->num_device_alloc - s->num_device_free != (uint64_t)s->segment[A].current)
-      return fail(msg, len, "device allocs %llu - device frees %llu != segment.current %lld",
-                  U64(s->num_device_alloc), U64(s->num_device_free), I64(s->segment[A].current));
-    if (s->num_device_alloc != (uint64_t)s->segment[A].allocated ||
-        s->num_device_free != (uint64_t)s->segment[A].freed)
-      return fail(msg, len, "device allocs/frees %llu/%llu != segment allocated/freed %lld/%lld",
-                  U64(s->num_device_alloc), U64(s->num_device_free), I64(s->segment[A].allocated),
-                  I64(s->segment[A].freed));
+    if (!(flags & PC_EXPANDABLE) && device_calls_check(s, msg, len))
+      return -1;
     if (s->num_frees != (uint64_t)s->allocation[A].freed)
       return fail(msg, len, "num_frees %llu != allocation.freed %lld", U64(s->num_frees),
                   I64(s->allocation[A].freed));
     if (s->active[A].allocated != s->allocation[A].allocated)
       return fail(msg, len, "active.allocated %lld != allocation.allocated %lld",
                   I64(s->active[A].allocated), I64(s->allocation[A].allocated));
-    if (s->num_device_sourced > s->num_device_alloc)
+    if (!(flags & PC_EXPANDABLE) && s->num_device_sourced > s->num_device_alloc)
       return fail(msg, len, "device sourced %llu > device allocs %llu", U64(s->num_device_sourced),
                   U64(s->num_device_alloc));
   }

@@ -53,6 +53,9 @@ enum {
    * counted that its shard's blocks were read before. Skips the checks that
    * equate the two sides. */
   PC_CONCURRENT = 2,
+  /* expandable_segments: reserved counts mapped pages, and free blocks may
+   * lie on unmapped ones; the device calls count page batches, not segments */
+  PC_EXPANDABLE = 4,
 };
 int pc_check_invariants(const gpupool_stats *s, gpupool_strategy strategy, int flags, char *msg,
                         size_t len);

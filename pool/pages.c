@@ -1,0 +1,367 @@
+#include "pages.h"
+
+#include <stdlib.h>
+
+#include "agent/segment_index.h"
+#include "clock.h"
+#include "errors.h"
+
+/* A page taken off a segment: where it was mapped and its physical handle. */
+typedef struct loose_page {
+  segment *seg;
+  size_t index;
+  void *handle;
+  int fenced; /* freed before a completed fence: no queued work uses it */
+} loose_page;
+
+typedef struct page_list {
+  loose_page *v;
+  size_t n, cap;
+} page_list;
+
+static int list_push(page_list *l, loose_page pg) {
+  if (l->n == l->cap) {
+    size_t cap = l->cap ? 2 * l->cap : 64;
+    loose_page *v = realloc(l->v, cap * sizeof *v);
+    if (!v)
+      return -1;
+    l->v = v;
+    l->cap = cap;
+  }
+  l->v[l->n++] = pg;
+  return 0;
+}
+
+static void reserved_add(gpupool *p, const segment *seg, int64_t bytes) {
+  stat_add(p->seg_stats[1], seg->large, bytes);
+}
+
+gpupool_status pages_segment_create(gpupool *p, size_t size, int large, segment **out) {
+  backend *be = p->be;
+  size_t ps = be->page_size;
+  size = (size + ps - 1) / ps * ps;
+  segment *seg = calloc(1, sizeof *seg);
+  void **pages = seg ? calloc(size / ps, sizeof *pages) : NULL;
+  if (!pages) {
+    free(seg);
+    return pool_fail(GPUPOOL_ERR_OOM, "pool '%s': out of host memory", p->cfg.name);
+  }
+  void *base = NULL;
+  gpupool_status st = be->ops->vmm->reserve(be, size, &base);
+  if (st != GPUPOOL_OK) {
+    free(pages);
+    free(seg);
+    return st;
+  }
+  seg->addr = (uintptr_t)base;
+  seg->size = size;
+  seg->large = large;
+  seg->pages = pages;
+  seg->page_size = ps;
+  seg->npages = size / ps;
+  if (!backend_is_host(be)) /* CUPTI sees the mappings inside this range */
+    cupti_note_segment(seg->addr, size, p->cfg.device, 1);
+  *out = seg;
+  return GPUPOOL_OK;
+}
+
+/* Unmaps the pages of l (grouping neighbours of one segment into one call)
+ * and, when release, returns them to the device. */
+static void unmap_list(gpupool *p, page_list *l, int release, pages_work *w) {
+  backend *be = p->be;
+  uint64_t t0 = clock_monotonic_ns();
+  /* Work queued before the frees may still use these pages: unlike
+   * cudaFree, unmapping does not wait for it. */
+  int unfenced = 0;
+  for (size_t i = 0; i < l->n && !unfenced; i++)
+    unfenced = !l->v[i].fenced;
+  if (unfenced) {
+    be->ops->synchronize(be);
+    p->device_syncs++;
+  }
+  for (size_t i = 0, j; i < l->n; i = j) {
+    for (j = i + 1;
+         j < l->n && l->v[j].seg == l->v[i].seg && l->v[j].index == l->v[j - 1].index + 1; j++)
+      ;
+    segment *seg = l->v[i].seg;
+    be->ops->vmm->unmap(be, (void *)(seg->addr + l->v[i].index * seg->page_size), j - i);
+    if (w && !w->unmapped_at)
+      w->unmapped_at = seg->addr + l->v[i].index * seg->page_size;
+  }
+  if (release && l->n) {
+    void **h = malloc(l->n * sizeof *h);
+    for (size_t i = 0; i < l->n; i++) {
+      reserved_add(p, l->v[i].seg, -(int64_t)l->v[i].seg->page_size);
+      if (h)
+        h[i] = l->v[i].handle;
+      else /* without host memory: one call per page */
+        be->ops->vmm->release(be, &l->v[i].handle, 1);
+    }
+    if (h)
+      be->ops->vmm->release(be, h, l->n);
+    free(h);
+    p->device_frees += l->n;
+    if (w) {
+      w->released += l->n * be->page_size;
+      w->unmap_calls++;
+    }
+  }
+  uint64_t dur = clock_monotonic_ns() - t0;
+  if (release) {
+    p->timing.free_count++;
+    p->timing.free_ns_total += dur;
+  }
+  if (w)
+    w->unmap_ns += dur;
+}
+
+size_t pages_segment_destroy(gpupool *p, segment *seg) {
+  page_list l = {0};
+  size_t bytes = 0;
+  for (size_t i = 0; i < seg->npages; i++) {
+    if (!seg->pages[i])
+      continue;
+    bytes += seg->page_size;
+    if (list_push(&l, (loose_page){seg, i, seg->pages[i], 0}) != 0) {
+      p->be->ops->vmm->unmap(p->be, (void *)(seg->addr + i * seg->page_size), 1);
+      p->be->ops->vmm->release(p->be, &seg->pages[i], 1);
+      reserved_add(p, seg, -(int64_t)seg->page_size);
+      p->device_frees++;
+    }
+    seg->pages[i] = NULL;
+  }
+  seg->nmapped = 0;
+  unmap_list(p, &l, 1, NULL);
+  free(l.v);
+  if (!backend_is_host(p->be))
+    cupti_note_segment(seg->addr, seg->size, p->cfg.device, 0);
+  p->be->ops->vmm->unreserve(p->be, (void *)seg->addr, seg->size);
+  free(seg->pages);
+  free(seg);
+  return bytes;
+}
+
+/* The pages of seg wholly under free block b: [*first, *last]; 0 if none. */
+static int interior_pages(const segment *seg, const block *b, size_t *first, size_t *last) {
+  size_t ps = seg->page_size;
+  uintptr_t lo = (b->addr - seg->addr + ps - 1) / ps, hi = (b->addr + b->size - seg->addr) / ps;
+  if (hi <= lo)
+    return 0;
+  *first = lo;
+  *last = hi - 1;
+  return 1;
+}
+
+/* Takes the idle mapped pages of seg in [first, last] (at most max of them,
+ * none in seg's pages [keep_first, keep_last]) off the segment into l. Under
+ * seg's shard lock. Returns how many were taken. */
+static size_t take_idle(segment *seg, size_t first, size_t last, size_t keep_first,
+                        size_t keep_last, size_t max, page_list *l) {
+  size_t taken = 0;
+  for (block *b = seg->first; b && taken < max; b = b->next) {
+    size_t lo, hi;
+    if (b->state != BLOCK_FREE || !interior_pages(seg, b, &lo, &hi))
+      continue;
+    int fenced = b->free_seq <= seg->sh->safe_seq;
+    lo = lo > first ? lo : first;
+    hi = hi < last ? hi : last;
+    for (size_t i = lo; i <= hi && taken < max; i++) {
+      if (!seg->pages[i] || (i >= keep_first && i <= keep_last))
+        continue;
+      if (list_push(l, (loose_page){seg, i, seg->pages[i], fenced}) != 0)
+        return taken;
+      seg->pages[i] = NULL;
+      seg->nmapped--;
+      taken++;
+    }
+  }
+  return taken;
+}
+
+/* An idle stretch found while looking for pages to move. */
+typedef struct candidate {
+  uint64_t free_seq;
+  segment *seg;
+  size_t first, last;
+} candidate;
+
+static int oldest_first(const void *a, const void *b) {
+  uint64_t x = ((const candidate *)a)->free_seq, y = ((const candidate *)b)->free_seq;
+  return x < y ? -1 : x > y;
+}
+
+static int has_mapped(const segment *seg, size_t first, size_t last) {
+  for (size_t i = first; i <= last; i++)
+    if (seg->pages[i])
+      return 1;
+  return 0;
+}
+
+/* Moves sh's fence forward: when its event completed, what was freed
+ * before it is safe to unmap; a new one is recorded if blocks were freed
+ * since. Under sh's lock. */
+static void advance_fence(gpupool *p, shard *sh) {
+  backend *be = p->be;
+  if (sh->fence) {
+    if (be->ops->event_query(be, sh->fence) == 0)
+      return;
+    sh->safe_seq = sh->fence_seq;
+    be->ops->event_destroy(be, sh->fence);
+    sh->fence = NULL;
+  }
+  if (sh->free_seq != sh->safe_seq && be->ops->event_record(be, sh->stream, &sh->fence) == 0)
+    sh->fence_seq = sh->free_seq;
+  else
+    sh->fence = NULL;
+}
+
+/* Free blocks with idle mapped pages, in every shard; `held` is locked by
+ * the caller already. */
+static candidate *find_candidates(gpupool *p, shard *held, size_t *n) {
+  size_t cap = 64;
+  candidate *c = malloc(cap * sizeof *c);
+  *n = 0;
+  for (shard *sh = atomic_load(&p->shards); sh && c; sh = sh->next_shard) {
+    if (sh != held)
+      spin_lock(&sh->lock);
+    advance_fence(p, sh);
+    for (segment *seg = sh->segments; seg && c; seg = seg->next) {
+      if (!seg->pages || !seg->nmapped)
+        continue;
+      for (block *b = seg->first; b; b = b->next) {
+        size_t lo, hi;
+        if (b->state != BLOCK_FREE || !interior_pages(seg, b, &lo, &hi) || !has_mapped(seg, lo, hi))
+          continue;
+        if (*n == cap) {
+          candidate *g = realloc(c, (cap *= 2) * sizeof *c);
+          if (!g)
+            break;
+          c = g;
+        }
+        c[(*n)++] = (candidate){b->free_seq, seg, lo, hi};
+      }
+    }
+    if (sh != held)
+      spin_unlock(&sh->lock);
+  }
+  return c;
+}
+
+/* Moves up to `want` idle pages off their segments (oldest free first) into
+ * l, sparing target's pages [keep_first, keep_last]. The candidates are
+ * checked again under each shard's lock: blocks may have been taken since. */
+static void gather_idle(gpupool *p, segment *target, size_t keep_first, size_t keep_last,
+                        size_t want, page_list *l) {
+  size_t n;
+  candidate *c = find_candidates(p, target->sh, &n);
+  if (!c)
+    return;
+  qsort(c, n, sizeof *c, oldest_first);
+  for (size_t i = 0; i < n && l->n < want; i++) {
+    shard *sh = c[i].seg->sh; /* segments go away only under the slow lock */
+    if (sh != target->sh)
+      spin_lock(&sh->lock);
+    size_t kf = c[i].seg == target ? keep_first : 1, kl = c[i].seg == target ? keep_last : 0;
+    take_idle(c[i].seg, c[i].first, c[i].last, kf, kl, want - l->n, l);
+    if (sh != target->sh)
+      spin_unlock(&sh->lock);
+  }
+  free(c);
+}
+
+/* Maps handles h (one per missing page of seg in [first, last], in order);
+ * on failure maps none of the rest and returns how many were used. */
+static size_t map_missing(gpupool *p, segment *seg, size_t first, size_t last, void **h,
+                          gpupool_status *st) {
+  backend *be = p->be;
+  size_t used = 0;
+  *st = GPUPOOL_OK;
+  for (size_t i = first, j; i <= last; i = j) {
+    if (seg->pages[i]) {
+      j = i + 1;
+      continue;
+    }
+    for (j = i + 1; j <= last && !seg->pages[j]; j++)
+      ;
+    *st = be->ops->vmm->map(be, (void *)(seg->addr + i * seg->page_size), h + used, j - i);
+    if (*st != GPUPOOL_OK)
+      return used;
+    for (size_t k = i; k < j; k++) {
+      seg->pages[k] = h[used++];
+      seg->nmapped++;
+    }
+  }
+  return used;
+}
+
+gpupool_status pages_back(gpupool *p, segment *seg, uintptr_t addr, size_t len, pages_work *w) {
+  backend *be = p->be;
+  size_t ps = seg->page_size;
+  size_t first = (addr - seg->addr) / ps, last = (addr + len - 1 - seg->addr) / ps;
+  size_t missing = 0;
+  for (size_t i = first; i <= last; i++)
+    missing += !seg->pages[i];
+  if (!missing)
+    return GPUPOOL_OK;
+  void **h = malloc(missing * sizeof *h);
+  if (!h)
+    return pool_fail(GPUPOOL_ERR_OOM, "pool '%s': out of host memory", p->cfg.name);
+
+  page_list moved = {0};
+  gather_idle(p, seg, first, last, missing, &moved);
+  unmap_list(p, &moved, 0, w);
+  for (size_t i = 0; i < moved.n; i++)
+    h[i] = moved.v[i].handle;
+  size_t have = moved.n;
+  free(moved.v);
+
+  uint64_t t0 = clock_monotonic_ns();
+  gpupool_status st = GPUPOOL_OK;
+  if (have < missing) {
+    st = be->ops->vmm->create(be, h + have, missing - have);
+    if (st == GPUPOOL_OK) {
+      reserved_add(p, seg, (int64_t)((missing - have) * ps));
+      w->created += (missing - have) * ps;
+      p->device_allocs += missing - have;
+      w->map_calls++;
+    }
+  }
+  size_t used = 0;
+  if (st == GPUPOOL_OK)
+    used = map_missing(p, seg, first, last, h, &st);
+  uint64_t dur = clock_monotonic_ns() - t0;
+  p->timing.alloc_count++;
+  p->timing.alloc_ns_total += dur;
+  w->map_ns += dur;
+  if (used && !w->mapped_at)
+    w->mapped_at = seg->addr + first * ps;
+  w->moved += (used < have ? used : have) * ps;
+  p->pages_moved += used < have ? used : have;
+  /* What was not mapped goes back to the device: moved pages included, which
+   * is what an allocation that is about to fail needs. */
+  size_t spare = (st == GPUPOOL_OK ? missing : have) - used;
+  if (spare) {
+    be->ops->vmm->release(be, h + used, spare);
+    reserved_add(p, seg, -(int64_t)(spare * ps));
+    p->device_frees += spare;
+    w->released += spare * ps;
+  }
+  free(h);
+  return st;
+}
+
+size_t pages_release_idle(gpupool *p, pages_work *w) {
+  size_t released = 0;
+  for (shard *sh = atomic_load(&p->shards); sh; sh = sh->next_shard) {
+    page_list l = {0};
+    spin_lock(&sh->lock);
+    for (segment *seg = sh->segments; seg; seg = seg->next)
+      if (seg->pages && seg->nmapped)
+        take_idle(seg, 0, seg->npages - 1, 1, 0, SIZE_MAX, &l);
+    spin_unlock(&sh->lock);
+    unmap_list(p, &l, 1, w);
+    released += l.n ? l.n * p->be->page_size : 0;
+    free(l.v);
+  }
+  return released;
+}

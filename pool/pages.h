@@ -1,0 +1,51 @@
+/* Pages of vmm segments (expandable_segments:True). A large segment is an
+ * address range; physical pages are mapped into it only where blocks need
+ * them. Before the pool asks the device for a new page it moves an idle one
+ * (a mapped page wholly under a free block, oldest free first) to where it
+ * is needed, so what the pool holds follows what is allocated rather than
+ * what was ever split. Callers hold p->slow_lock. */
+#ifndef GPUPOOL_PAGES_H
+#define GPUPOOL_PAGES_H
+
+#include "pool_internal.h"
+
+/* Whether every page of seg under [addr, addr + len) is mapped (always true
+ * for a plain segment). Under the segment's shard lock. */
+static inline int pages_cover(const segment *seg, uintptr_t addr, size_t len) {
+  if (!seg->pages || seg->nmapped == seg->npages)
+    return 1;
+  size_t first = (addr - seg->addr) / seg->page_size;
+  size_t last = (addr + len - 1 - seg->addr) / seg->page_size;
+  for (size_t i = first; i <= last; i++)
+    if (!seg->pages[i])
+      return 0;
+  return 1;
+}
+
+/* What the page operations of one slow-path call did, for the pool's
+ * counters and events (emitted by the caller once no shard lock is held). */
+typedef struct pages_work {
+  size_t created, moved, released;  /* bytes: new pages, idle pages remapped, pages returned */
+  uintptr_t mapped_at, unmapped_at; /* the first page mapped, and unmapped */
+  uint64_t map_ns, unmap_ns;        /* time in create + map, and in unmap + release */
+  unsigned map_calls, unmap_calls;  /* device calls that obtained, and gave up, memory */
+} pages_work;
+
+/* A vmm segment of size bytes (a multiple of the page size): address space
+ * only, no page mapped. */
+gpupool_status pages_segment_create(gpupool *p, size_t size, int large, segment **out);
+/* Unmaps and releases every page of seg and frees its address range and
+ * the struct (not its blocks); returns the bytes of pages released. */
+size_t pages_segment_destroy(gpupool *p, segment *seg);
+
+/* Maps every missing page of seg under [addr, addr + len), moving idle pages
+ * from anywhere in the pool (not from that range) before creating new ones.
+ * The caller holds seg->sh's lock (other shards are locked here one at a
+ * time). GPUPOOL_ERR_OOM when the device has no page left for it. */
+gpupool_status pages_back(gpupool *p, segment *seg, uintptr_t addr, size_t len, pages_work *w);
+
+/* Returns the idle pages of every vmm segment of p to the device; no shard
+ * lock held. Returns the bytes released. */
+size_t pages_release_idle(gpupool *p, pages_work *w);
+
+#endif

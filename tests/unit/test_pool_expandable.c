@@ -1,0 +1,202 @@
+/* expandable_segments:True on the host backend: large segments are address
+ * space, pages are mapped where blocks need them, idle pages move before new
+ * ones are created, and what the pool reports as reserved is what is
+ * mapped. Exact page counts after known sequences. */
+#include <criterion/criterion.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "gpupool/host.h"
+#include "helpers/pool_check.h"
+#include "pool/pool_view.h"
+
+#define MiB  PC_MiB
+#define PAGE (2 * MiB)
+#define L    GPUPOOL_STAT_LARGE
+#define A    GPUPOOL_STAT_ALL
+
+static gpupool *expandable_pool(size_t capacity) {
+  return pc_pool(GPUPOOL_STRATEGY_BFC, capacity, "expandable_segments:True");
+}
+
+static void *take(gpupool *p, size_t size, uint64_t id) {
+  void *x = NULL;
+  cr_assert_eq(gpupool_malloc(p, &x, size, NULL), GPUPOOL_OK, "%zu bytes: %s", size,
+               gpupool_last_error());
+  pc_pattern_fill(x, size, id);
+  return x;
+}
+
+static void check_and_free(gpupool *p, void *x, size_t size, uint64_t id) {
+  cr_assert_eq(pc_pattern_check(x, size, id), SIZE_MAX, "the data of allocation %llu changed",
+               (unsigned long long)id);
+  cr_assert_eq(gpupool_free(p, x), GPUPOOL_OK);
+}
+
+static void check_invariants(gpupool *p) {
+  gpupool_stats s = pc_stats(p);
+  char msg[512];
+  cr_assert_eq(pc_check_invariants(&s, GPUPOOL_STRATEGY_BFC, PC_EXPANDABLE, msg, sizeof msg), 0,
+               "%s", msg);
+}
+
+static void add_mapped(void *arg, const pool_segment_info *s) {
+  *(uint64_t *)arg += s->mapped;
+}
+
+/* The snapshot's segments say how much of them is mapped; it adds up to
+ * reserved_bytes. */
+static void check_mapped_is_reserved(gpupool *p) {
+  uint64_t mapped = 0;
+  pool_walker w = {.segment = add_mapped, .arg = &mapped};
+  pool_walk(p, &w);
+  cr_assert_eq((int64_t)mapped, pc_stats(p).reserved_bytes[A].current);
+}
+
+Test(pool_expandable, maps_only_the_pages_blocks_use) {
+  gpupool *p = expandable_pool(0);
+  void *a = take(p, 3 * MiB, 1); /* a 20 MiB segment of address space: 2 pages mapped */
+  gpupool_stats s = pc_stats(p);
+  cr_assert_eq(s.segment[L].current, 1);
+  cr_assert_eq(s.reserved_bytes[L].current, 2 * PAGE);
+  cr_assert_eq(s.num_device_alloc, 2, "device allocations count pages");
+  void *b = take(p, 3 * MiB, 2); /* [3, 6) MiB of the same segment: page 2 is new */
+  s = pc_stats(p);
+  cr_assert_eq(s.segment[L].current, 1);
+  cr_assert_eq(s.reserved_bytes[L].current, 3 * PAGE);
+  check_mapped_is_reserved(p);
+  check_invariants(p);
+  check_and_free(p, a, 3 * MiB, 1);
+  check_and_free(p, b, 3 * MiB, 2);
+  gpupool_destroy(p);
+}
+
+Test(pool_expandable, moves_idle_pages_instead_of_growing) {
+  gpupool *p = expandable_pool(0);
+  void *a = take(p, 40 * MiB, 1);
+  check_and_free(p, a, 40 * MiB, 1); /* 20 idle pages stay mapped, cached */
+  void *b = take(p, 50 * MiB, 2);    /* no free block of 50 MiB: a new segment */
+  gpupool_stats s = pc_stats(p);
+  cr_assert_eq(s.num_pages_moved, 20, "the 20 idle pages move under the new block");
+  cr_assert_eq(s.num_device_alloc, 25, "only 5 new pages");
+  cr_assert_eq(s.reserved_bytes[L].current, 50 * MiB);
+  cr_assert_eq(s.reserved_bytes[L].peak, 50 * MiB, "plain bfc would hold 90 MiB here");
+  cr_assert_eq(s.segment[L].current, 2);
+  cr_assert_geq(s.num_device_syncs, 1, "pages under a free block are unmapped after a sync");
+  check_mapped_is_reserved(p);
+  check_invariants(p);
+  check_and_free(p, b, 50 * MiB, 2);
+  gpupool_destroy(p);
+
+  gpupool *plain = pc_pool(GPUPOOL_STRATEGY_BFC, 0, NULL);
+  a = take(plain, 40 * MiB, 1);
+  check_and_free(plain, a, 40 * MiB, 1);
+  b = take(plain, 50 * MiB, 2);
+  cr_assert_eq(pc_stats(plain).reserved_bytes[L].current, 90 * MiB);
+  check_and_free(plain, b, 50 * MiB, 2);
+  gpupool_destroy(plain);
+}
+
+Test(pool_expandable, prefers_a_mapped_block_to_moving_pages) {
+  gpupool *p = expandable_pool(0);
+  void *keep = take(p, 12 * MiB, 1);
+  void *a = take(p, 40 * MiB, 2);
+  void *c = take(p, 44 * MiB, 3);
+  check_and_free(p, a, 40 * MiB, 2);
+  check_and_free(p, c, 44 * MiB, 3);
+  size_t moved = pc_stats(p).num_pages_moved;
+  void *d = take(p, 40 * MiB, 4); /* the 40 MiB block, still mapped: a cache hit */
+  gpupool_stats s = pc_stats(p);
+  cr_assert_eq(s.num_pages_moved, moved);
+  cr_assert_eq(s.reserved_bytes[L].current, (12 + 40 + 44) * MiB);
+  check_and_free(p, d, 40 * MiB, 4);
+  check_and_free(p, keep, 12 * MiB, 1);
+  gpupool_destroy(p);
+}
+
+Test(pool_expandable, empty_cache_returns_idle_pages_of_used_segments) {
+  gpupool *p = expandable_pool(0);
+  void *a = take(p, 3 * MiB, 1);  /* pages 0-1 of a 20 MiB segment */
+  void *b = take(p, 14 * MiB, 2); /* [3, 17) MiB: pages 1-8 */
+  check_and_free(p, b, 14 * MiB, 2);
+  cr_assert_eq(pc_stats(p).reserved_bytes[L].current, 9 * PAGE);
+  size_t released = gpupool_empty_cache(p);
+  /* pages 2-8 lie wholly in the free block after a; page 1 is shared */
+  cr_assert_eq(released, 7 * PAGE);
+  gpupool_stats s = pc_stats(p);
+  cr_assert_eq(s.reserved_bytes[L].current, 2 * PAGE);
+  cr_assert_eq(s.segment[L].current, 1, "the segment stays: a lives in it");
+  check_mapped_is_reserved(p);
+  check_invariants(p);
+  void *c = take(p, 14 * MiB, 3); /* maps them again */
+  cr_assert_eq(pc_stats(p).reserved_bytes[L].current, 9 * PAGE);
+  check_and_free(p, c, 14 * MiB, 3);
+  check_and_free(p, a, 3 * MiB, 1);
+  cr_assert_eq(gpupool_empty_cache(p), 9 * PAGE);
+  s = pc_stats(p);
+  cr_assert_eq(s.reserved_bytes[A].current, 0);
+  cr_assert_eq(s.segment[A].current, 0);
+  cr_assert_eq(s.num_device_alloc, s.num_device_free);
+  gpupool_destroy(p);
+}
+
+Test(pool_expandable, a_full_device_moves_pages_then_fails_cleanly) {
+  gpupool *p = expandable_pool(64 * MiB);
+  void *a = take(p, 40 * MiB, 1);
+  check_and_free(p, a, 40 * MiB, 1);
+  void *b = take(p, 60 * MiB, 2); /* 20 pages moved, 10 created: fits in 64 MiB */
+  gpupool_stats s = pc_stats(p);
+  cr_assert_eq(s.num_alloc_retries, 0, "no cache flush was needed");
+  cr_assert_eq(s.reserved_bytes[A].current, 60 * MiB);
+  void *x = NULL;
+  cr_assert_eq(gpupool_malloc(p, &x, 10 * MiB, NULL), GPUPOOL_ERR_OOM);
+  cr_assert_null(x);
+  cr_assert(strstr(gpupool_last_error(), "out of memory"), "%s", gpupool_last_error());
+  s = pc_stats(p);
+  cr_assert_eq(s.num_ooms, 1);
+  cr_assert_eq(s.reserved_bytes[A].current, 60 * MiB, "the failure changed nothing");
+  check_invariants(p);
+  check_mapped_is_reserved(p);
+  check_and_free(p, b, 60 * MiB, 2);
+  void *c = take(p, 62 * MiB, 3); /* the pool still works */
+  check_and_free(p, c, 62 * MiB, 3);
+  gpupool_destroy(p);
+}
+
+Test(pool_expandable, pages_under_a_pending_free_do_not_move) {
+  gpupool *p = expandable_pool(0);
+  gpupool_host_stream *side = gpupool_host_stream_create();
+  void *a = take(p, 40 * MiB, 1);
+  cr_assert_eq(gpupool_record_stream(p, a, side), GPUPOOL_OK);
+  gpupool_host_stream_enqueue(side); /* work on the other stream keeps a in use */
+  cr_assert_eq(gpupool_free(p, a), GPUPOOL_OK);
+  void *b = take(p, 50 * MiB, 2);
+  gpupool_stats s = pc_stats(p);
+  cr_assert_eq(s.num_pages_moved, 0, "a's pages are still in use on the other stream");
+  cr_assert_eq(s.reserved_bytes[L].current, 90 * MiB);
+  cr_assert_eq(pc_pattern_check(a, 40 * MiB, 1), SIZE_MAX, "a's data was kept");
+  gpupool_host_stream_complete(side);
+  check_and_free(p, b, 50 * MiB, 2);
+  gpupool_host_stream_destroy(side);
+  gpupool_destroy(p);
+}
+
+Test(pool_expandable, needs_bfc_and_a_boolean) {
+  gpupool_options o = {.backend = GPUPOOL_BACKEND_HOST,
+                       .strategy = GPUPOOL_STRATEGY_ROUND,
+                       .tunables = "expandable_segments:True",
+                       .ignore_env = 1};
+  gpupool *p = NULL;
+  cr_assert_eq(gpupool_create(&o, &p), GPUPOOL_ERR_INVALID);
+  cr_assert_null(p);
+  cr_assert(strstr(gpupool_last_error(), "expandable_segments needs strategy bfc"), "%s",
+            gpupool_last_error());
+  o.strategy = GPUPOOL_STRATEGY_BFC;
+  o.tunables = "expandable_segments:yes";
+  cr_assert_eq(gpupool_create(&o, &p), GPUPOOL_ERR_INVALID);
+  cr_assert(strstr(gpupool_last_error(), "expandable_segments: 'yes' is not True or False"), "%s",
+            gpupool_last_error());
+  o.tunables = "expandable_segments:False";
+  cr_assert_eq(gpupool_create(&o, &p), GPUPOOL_OK, "%s", gpupool_last_error());
+  gpupool_destroy(p);
+}
