@@ -114,7 +114,7 @@ static void breakdown(size_t capacity, int quick) {
   event_ring_unref(r);
 }
 
-/* The ticker's own cost while no events come: one rate check every 10 ms. */
+/* The ticker's own cost while no events come: one rate check every 50 ms. */
 static void idle_ticker(unsigned tick_us, int quick) {
   if (event_clock_start(tick_us) != 0)
     return;
@@ -139,7 +139,7 @@ typedef struct result {
 } result;
 
 /* Runs pairs on this thread until the ticker has switched to ticked mode
- * (it needs EVENT_CLOCK_ON_RATE events/s over one 10 ms check); gives up
+ * (it needs EVENT_CLOCK_ON_RATE events/s over one 50 ms check); gives up
  * after 2 s (the round then says how many rounds were ticked). */
 static void until_ticked(const bench_alloc *a, size_t size, void *stream) {
   uint64_t deadline = bench_clock_ns() + 2000000000ull;

@@ -292,7 +292,9 @@ static void segment_call(trace_format *f, trace_pool *p, const pool_event *ev, u
   if (start > ts)
     start = ts;
   p->calls_end_ns = ts;
-  const char *name = ev->type == EV_SEGMENT_ALLOC ? "segment alloc" : "segment free";
+  const char *name = ev->flags & EVF_PAGES
+                         ? (ev->type == EV_SEGMENT_ALLOC ? "pages map" : "pages unmap")
+                         : (ev->type == EV_SEGMENT_ALLOC ? "segment alloc" : "segment free");
   begin_event(f, "X", name, "device", trace_pid_of_device(p->info.device), calls_tid(p), start);
   json_buf *o = f->out;
   json_puts(o, ",\"dur\":");

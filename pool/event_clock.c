@@ -110,7 +110,7 @@ static uint64_t measure(event_clock_meter *m) {
 
 /* Exact mode: wakes every EVENT_CLOCK_CHECK_NS to measure the event rate.
  * Ticked mode: publishes clock_stamp() every tick and measures at the same
- * 10 ms period. */
+ * period. */
 static void *ticker_main(void *arg) {
   (void)arg;
   pthread_setname_np(pthread_self(), "gpupool-tick");

@@ -29,7 +29,9 @@ typedef enum {
                         address), stream = device free bytes (0 if unknown) */
 } event_type;
 
-enum { EVF_FROM_DEVICE = 1, EVF_DEFERRED = 2, EVF_LARGE = 4 };
+/* EVF_PAGES: a segment event that mapped or unmapped pages of an expandable
+ * segment (size = the bytes of those pages). */
+enum { EVF_FROM_DEVICE = 1, EVF_DEFERRED = 2, EVF_LARGE = 4, EVF_PAGES = 8 };
 
 typedef struct pool_event {
   uint64_t ts_ns; /* CLOCK_REALTIME nanoseconds (see clock.h) */

@@ -35,10 +35,10 @@ static void emit_locked(shard *sh, pool_event *ev) {
   spin_unlock(&sh->lock);
 }
 
-static void emit_segment_event(gpupool *p, shard *sh, int type, int large, uintptr_t addr,
+static void emit_segment_event(gpupool *p, shard *sh, int type, int flags, uintptr_t addr,
                                size_t size, uint64_t dur) {
   pool_event ev = {.type = (uint8_t)type,
-                   .flags = large ? EVF_LARGE : 0,
+                   .flags = (uint8_t)flags,
                    .dur_ns = dur > UINT32_MAX ? UINT32_MAX : (uint32_t)dur,
                    .addr = addr,
                    .size = size,
@@ -52,10 +52,11 @@ static void emit_segment_event(gpupool *p, shard *sh, int type, int large, uintp
  * events: the trace shows memory changing hands inside vmm segments. */
 static void emit_page_events(gpupool *p, shard *sh, const pages_work *w) {
   if (w->unmapped_at)
-    emit_segment_event(p, sh, EV_SEGMENT_FREE, 1, w->unmapped_at, w->moved + w->released,
-                       w->unmap_ns);
+    emit_segment_event(p, sh, EV_SEGMENT_FREE, EVF_LARGE | EVF_PAGES, w->unmapped_at,
+                       w->moved + w->released, w->unmap_ns);
   if (w->mapped_at)
-    emit_segment_event(p, sh, EV_SEGMENT_ALLOC, 1, w->mapped_at, w->moved + w->created, w->map_ns);
+    emit_segment_event(p, sh, EV_SEGMENT_ALLOC, EVF_LARGE | EVF_PAGES, w->mapped_at,
+                       w->moved + w->created, w->map_ns);
 }
 
 /* A new segment of size bytes for shard sh: device memory, or for a large
@@ -107,7 +108,7 @@ static gpupool_status device_alloc(gpupool *p, shard *sh, size_t size, int large
   count_segment(p, large, 1);
   seg->sh = sh;
   if (!seg->pages)
-    emit_segment_event(p, sh, EV_SEGMENT_ALLOC, large, seg->addr, seg->size, dur);
+    emit_segment_event(p, sh, EV_SEGMENT_ALLOC, large ? EVF_LARGE : 0, seg->addr, seg->size, dur);
   *out = seg;
   return GPUPOOL_OK;
 }
@@ -140,7 +141,7 @@ static void device_free(gpupool *p, segment *seg) {
   reclaim_segment_free(p, seg);
   uint64_t dur = clock_monotonic_ns() - t0;
   count_segment(p, large, -1);
-  emit_segment_event(p, sh, EV_SEGMENT_FREE, large, addr, size, dur);
+  emit_segment_event(p, sh, EV_SEGMENT_FREE, large ? EVF_LARGE : 0, addr, size, dur);
   free(first->streams);
   free(first);
 }

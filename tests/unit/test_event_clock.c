@@ -100,18 +100,18 @@ Test(event_clock, pool_event_times_never_decrease_across_mode_switches) {
 
 Test(event_clock, meter_switches_on_at_the_threshold_and_off_below_half) {
   event_clock_meter m = {0};
-  cr_assert_eq(event_clock_meter_step(&m, 1000 * MS, 5000), 0, "a first measurement: no rate");
-  /* 10 ms periods: 1000 events = 100,000/s. */
-  cr_assert_eq(event_clock_meter_step(&m, 1010 * MS, 5999), 0, "99,900/s: below");
-  cr_assert_eq(event_clock_meter_step(&m, 1020 * MS, 6999), 1, "100,000/s: on");
-  cr_assert_eq(m.rate, 100000.0);
-  cr_assert_eq(event_clock_meter_step(&m, 1030 * MS, 7599), 1, "60,000/s: stays on");
-  cr_assert_eq(event_clock_meter_step(&m, 1040 * MS, 8099), 1, "50,000/s: stays on");
-  cr_assert_eq(event_clock_meter_step(&m, 1050 * MS, 8598), 0, "49,900/s: off");
-  cr_assert_eq(event_clock_meter_step(&m, 1060 * MS, 9500), 0, "90,200/s: stays off");
-  cr_assert_eq(event_clock_meter_step(&m, 1070 * MS, 9500), 0, "idle");
-  cr_assert_eq(event_clock_meter_step(&m, 2070 * MS, 1009500), 1, "1,000,000/s over 1 s: on");
-  cr_assert_eq(event_clock_meter_step(&m, 2080 * MS, 1009500), 0, "idle: off");
+  cr_assert_eq(event_clock_meter_step(&m, 1000 * MS, 50000), 0, "a first measurement: no rate");
+  /* 10 ms periods: 10,000 events = 1,000,000/s. */
+  cr_assert_eq(event_clock_meter_step(&m, 1010 * MS, 59990), 0, "999,000/s: below");
+  cr_assert_eq(event_clock_meter_step(&m, 1020 * MS, 69990), 1, "1,000,000/s: on");
+  cr_assert_eq(m.rate, 1000000.0);
+  cr_assert_eq(event_clock_meter_step(&m, 1030 * MS, 75990), 1, "600,000/s: stays on");
+  cr_assert_eq(event_clock_meter_step(&m, 1040 * MS, 80990), 1, "500,000/s: stays on");
+  cr_assert_eq(event_clock_meter_step(&m, 1050 * MS, 85980), 0, "499,000/s: off");
+  cr_assert_eq(event_clock_meter_step(&m, 1060 * MS, 95000), 0, "902,000/s: stays off");
+  cr_assert_eq(event_clock_meter_step(&m, 1070 * MS, 95000), 0, "idle");
+  cr_assert_eq(event_clock_meter_step(&m, 2070 * MS, 10095000), 1, "10,000,000/s over 1 s: on");
+  cr_assert_eq(event_clock_meter_step(&m, 2080 * MS, 10095000), 0, "idle: off");
 }
 
 Test(event_clock, meter_keeps_its_mode_when_rings_go_away) {
@@ -119,9 +119,9 @@ Test(event_clock, meter_keeps_its_mode_when_rings_go_away) {
   event_clock_meter_step(&m, 0, 0);
   cr_assert_eq(event_clock_meter_step(&m, 10 * MS, 100000), 1);
   cr_assert_eq(event_clock_meter_step(&m, 20 * MS, 40), 1, "the total fell: not a rate");
-  cr_assert_eq(event_clock_meter_step(&m, 30 * MS, 2040), 1, "200,000/s from the new total");
-  cr_assert_eq(event_clock_meter_step(&m, 30 * MS, 2040), 1, "no time passed: not a rate");
-  cr_assert_eq(event_clock_meter_step(&m, 40 * MS, 2040), 0);
+  cr_assert_eq(event_clock_meter_step(&m, 30 * MS, 20040), 1, "2,000,000/s from the new total");
+  cr_assert_eq(event_clock_meter_step(&m, 30 * MS, 20040), 1, "no time passed: not a rate");
+  cr_assert_eq(event_clock_meter_step(&m, 40 * MS, 20040), 0);
 }
 
 Test(event_clock, counts_the_events_of_every_pool) {

@@ -200,3 +200,38 @@ Test(pool_expandable, needs_bfc_and_a_boolean) {
   cr_assert_eq(gpupool_create(&o, &p), GPUPOOL_OK, "%s", gpupool_last_error());
   gpupool_destroy(p);
 }
+
+/* The trace shows pages changing hands: an unmap of the idle pages, then a
+ * map of the new block's pages, each with the bytes involved. */
+Test(pool_expandable, page_moves_are_segment_events_of_the_trace) {
+  pool_events_enable(256);
+  gpupool *p = expandable_pool(0);
+  void *a = take(p, 40 * MiB, 1);
+  check_and_free(p, a, 40 * MiB, 1);
+  void *b = take(p, 50 * MiB, 2);
+  event_ring *ring;
+  cr_assert_eq(pool_event_rings(p, &ring, 1), 1);
+  pool_event ev[64];
+  uint64_t cursor = 0, skipped = 0;
+  size_t n = event_ring_read(ring, &cursor, ev, 64, &skipped);
+  event_ring_unref(ring);
+  size_t mapped = 0, unmapped = 0, maps = 0;
+  for (size_t i = 0; i < n; i++) {
+    if (!(ev[i].flags & EVF_PAGES))
+      continue;
+    cr_assert(ev[i].type == EV_SEGMENT_ALLOC || ev[i].type == EV_SEGMENT_FREE);
+    if (ev[i].type == EV_SEGMENT_ALLOC) {
+      mapped += ev[i].size;
+      maps++;
+    } else {
+      unmapped += ev[i].size;
+      cr_assert_eq(ev[i].a, 50 * MiB, "reserved after the move: 20 moved and 5 new pages");
+    }
+  }
+  cr_assert_eq(maps, 2, "a's pages, then b's");
+  cr_assert_eq(mapped, 40 * MiB + 50 * MiB);
+  cr_assert_eq(unmapped, 40 * MiB, "a's 20 idle pages, moved");
+  check_and_free(p, b, 50 * MiB, 2);
+  gpupool_destroy(p);
+  pool_events_disable();
+}
