@@ -475,7 +475,8 @@ def main():
     ap.add_argument("--timing-only", action="store_true",
                     help="only the timing rounds (no recorded comparison)")
     ap.add_argument("--timing-short", action="store_true",
-                    help="time only torch, gpupool without and with the default agent")
+                    help="time only torch, gpupool without and with the default agent, and "
+                    "both with expandable_segments:True")
     ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--plain", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--model", choices=MODELS, help=argparse.SUPPRESS)

@@ -235,3 +235,28 @@ Test(pool_expandable, page_moves_are_segment_events_of_the_trace) {
   gpupool_destroy(p);
   pool_events_disable();
 }
+
+/* A training step whose shapes repeat maps its pages in the first steps and
+ * then finds every block mapped: no page moves after that. */
+Test(pool_expandable, repeating_shapes_stop_moving_pages) {
+  static const size_t step[] = {30 * MiB, 12 * MiB, 7 * MiB, 50 * MiB, 3 * MiB, 24 * MiB};
+  enum { N = sizeof step / sizeof step[0] };
+  gpupool *p = expandable_pool(0);
+  uint64_t moved_after[12];
+  for (int it = 0; it < 12; it++) {
+    void *x[N];
+    for (int i = 0; i < N; i++)
+      x[i] = take(p, step[i], (uint64_t)i);
+    for (int i = 0; i < N; i += 2) /* activations freed out of order */
+      check_and_free(p, x[i], step[i], (uint64_t)i);
+    void *y = take(p, 40 * MiB, 100);
+    for (int i = 1; i < N; i += 2)
+      check_and_free(p, x[i], step[i], (uint64_t)i);
+    check_and_free(p, y, 40 * MiB, 100);
+    moved_after[it] = pc_stats(p).num_pages_moved;
+  }
+  cr_assert_eq(moved_after[11], moved_after[2], "pages moved %llu after step 3, %llu after 12",
+               (unsigned long long)moved_after[2], (unsigned long long)moved_after[11]);
+  check_invariants(p);
+  gpupool_destroy(p);
+}
