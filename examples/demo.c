@@ -1,5 +1,6 @@
-/* gpupool-demo: a training-loop workload on three pools per device, one per
- * strategy (bfc, round, naive), with the agent serving /metrics, /trace and
+/* gpupool-demo: a training-loop workload on four pools per device: one per
+ * strategy (bfc, round, naive) and bfc with expandable_segments:True (where
+ * the backend has virtual memory management), with the agent serving /metrics, /trace and
  * /snapshot. Runs on the GPU where there is one (backend cuda), on the host
  * backend's simulated devices otherwise; GPUPOOL_CONF overrides either.
  * Stops after --seconds or on SIGINT/SIGTERM, cleanly, with status 0. */
@@ -18,16 +19,19 @@
 #include "gpupool/gpupool.h"
 
 #define MAX_DEVICES     64
-#define STRATEGIES      3
+#define STRATEGIES      4
 #define REPORT_EVERY_NS (10 * 1000000000ll)
 
 static const struct {
-  const char *name;
+  const char *name; /* the pool's name */
   gpupool_strategy strategy;
+  const char *strategy_name;
+  const char *tunables;
 } strategies[STRATEGIES] = {
-    {"bfc", GPUPOOL_STRATEGY_BFC},
-    {"round", GPUPOOL_STRATEGY_ROUND},
-    {"naive", GPUPOOL_STRATEGY_NAIVE},
+    {"bfc", GPUPOOL_STRATEGY_BFC, "bfc", NULL},
+    {"round", GPUPOOL_STRATEGY_ROUND, "round", NULL},
+    {"naive", GPUPOOL_STRATEGY_NAIVE, "naive", NULL},
+    {"bfc-expandable", GPUPOOL_STRATEGY_BFC, "bfc", "expandable_segments:True"},
 };
 
 typedef struct demo_args {
@@ -184,13 +188,14 @@ static int setup_device(demo_device *dev, int ordinal, const demo_args *a, const
     gpupool_options o = {.name = strategies[i].name,
                          .device = ordinal,
                          .strategy = strategies[i].strategy,
+                         .tunables = strategies[i].tunables,
                          .host_capacity = a->capacity_mb << 20};
     if (gpupool_create(&o, &dev->pools[i]) != GPUPOOL_OK) {
       fprintf(stderr, "gpupool-demo: pool %s on device %d: %s\n", o.name, ordinal,
               gpupool_last_error());
       return -1;
     }
-    if (strcmp(gpupool_strategy_name(dev->pools[i]), strategies[i].name) != 0)
+    if (strcmp(gpupool_strategy_name(dev->pools[i]), strategies[i].strategy_name) != 0)
       fprintf(stderr, "gpupool-demo: GPUPOOL_CONF sets the strategy: pool %s runs %s\n", o.name,
               gpupool_strategy_name(dev->pools[i]));
   }
@@ -255,8 +260,8 @@ static void print_endpoints(const demo_args *a, const char *backend, const demo_
       host = buf;
   }
   int port = gpupool_agent_port();
-  printf("gpupool-demo: pools bfc, round, naive on each of %d %s (backend %s", a->devices,
-         strcmp(backend, "host") == 0 ? "simulated device(s)" : "GPU(s)", backend);
+  printf("gpupool-demo: pools bfc, round, naive, bfc-expandable on each of %d %s (backend %s",
+         a->devices, strcmp(backend, "host") == 0 ? "simulated device(s)" : "GPU(s)", backend);
   if (strcmp(backend, "host") == 0)
     printf(", %zu MiB each", a->capacity_mb);
   printf("), sequence length %u..%u, ", m->seq_min, m->seq_max);

@@ -7,7 +7,7 @@ static double mib(int64_t bytes) {
 }
 
 void demo_report_header(FILE *f) {
-  fprintf(f, "%-4s %-6s %12s %12s %12s %6s %7s %8s %6s %8s %8s\n", "dev", "pool", "reserved_MiB",
+  fprintf(f, "%-4s %-14s %12s %12s %12s %6s %7s %8s %6s %8s %8s\n", "dev", "pool", "reserved_MiB",
           "alloc_MiB", "peak_MiB", "frag", "cached", "retries", "ooms", "steps", "dropped");
 }
 
@@ -23,7 +23,7 @@ void demo_report_line(FILE *f, const demo_replica *r) {
     frag = 0;
   uint64_t allocs = s.num_cache_hits + s.num_device_sourced;
   double cached = allocs ? (double)s.num_cache_hits / (double)allocs : 0.0;
-  fprintf(f, "%-4d %-6s %12.1f %12.1f %12.1f %5.0f%% %6.1f%% %8llu %6llu %8llu %8llu\n",
+  fprintf(f, "%-4d %-14s %12.1f %12.1f %12.1f %5.0f%% %6.1f%% %8llu %6llu %8llu %8llu\n",
           gpupool_device(r->pool), gpupool_name(r->pool), mib(reserved), mib(allocated),
           mib(s.reserved_bytes[GPUPOOL_STAT_ALL].peak), 100.0 * frag, 100.0 * cached,
           (unsigned long long)s.num_alloc_retries, (unsigned long long)s.num_ooms,
