@@ -378,8 +378,13 @@ def timing(a):
     print(f"\n## steps/s without recording ({a.timing_rounds} interleaved rounds, median)\n")
     print("| model | configuration | steps/s | relative to torch |")
     print("|---|---|---:|---:|")
-    configs = [TIMING_CONFIGS[i] for i in (0, 1, 4, 5, 6)] if a.timing_short else TIMING_CONFIGS
-    for model in MODELS:
+    if a.timing_configs:
+        configs = [TIMING_CONFIGS[int(i)] for i in a.timing_configs.split(",")]
+    elif a.timing_short:
+        configs = [TIMING_CONFIGS[i] for i in (0, 1, 4, 5, 6)]
+    else:
+        configs = TIMING_CONFIGS
+    for model in a.timing_models.split(","):
         runs = {label: [] for label, _, _ in configs}
         for _ in range(a.timing_rounds):
             for label, allocator, env in configs:
@@ -477,6 +482,10 @@ def main():
     ap.add_argument("--timing-short", action="store_true",
                     help="time only torch, gpupool without and with the default agent, and "
                     "both with expandable_segments:True")
+    ap.add_argument("--timing-configs", metavar="I,J,...",
+                    help="time only these entries of TIMING_CONFIGS (0 is the baseline: torch)")
+    ap.add_argument("--timing-models", metavar="M,N", default=",".join(MODELS),
+                    help="time only these models")
     ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--plain", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--model", choices=MODELS, help=argparse.SUPPRESS)
