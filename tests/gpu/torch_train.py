@@ -18,6 +18,11 @@ losses step by step, reports steps/s, and leaves one allocation trace per run
 
     torch_train.py --lib build/libgpupool.so --outdir DIR [--lm-steps 300] [--cnn-steps 200]
 
+Timing rounds (--timing-rounds, --timing-only) train again with nothing
+recorded and report steps/s per configuration; there the agent is scraped
+every 0.5 s from this (the parent) process, as Prometheus would scrape it,
+so that no scraping thread competes with the training loop for the GIL.
+
 Exit status 0 when every run finished and the losses match (within --rtol).
 """
 import argparse
@@ -219,7 +224,9 @@ def child(a):
 
     scraper = None
     if a.allocator == "gpupool":
-        if os.environ.get("GPUPOOL_AGENT_CONF"):
+        # Timing runs are scraped from the parent process, as Prometheus would
+        # scrape: a thread here would take the GIL from the training loop.
+        if os.environ.get("GPUPOOL_AGENT_CONF") and not a.plain:
             import ctypes
             lib = ctypes.CDLL(a.lib)  # the same handle PyTorch opened: dlopen shares it
             scraper = Scraper(lib.gpupool_agent_port, 0.5)
@@ -279,6 +286,14 @@ def child(a):
 # ---------------------------------------------------------------- the driver
 
 
+def free_port():
+    """A port nothing listens on now (the agent binds it moments later)."""
+    import socket
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
 def run_child(a, model, allocator, plain_env=None):
     """plain_env: None for the recorded comparison run; else a timing run with
     no recording, its environment updated with plain_env."""
@@ -297,6 +312,14 @@ def run_child(a, model, allocator, plain_env=None):
     elif allocator == "gpupool":
         env["GPUPOOL_RECORD"] = trace
         env.setdefault("GPUPOOL_AGENT_CONF", "listen:127.0.0.1:0")
+    outside = None
+    conf = env.get("GPUPOOL_AGENT_CONF", "")
+    if plain_env is not None and "listen:127.0.0.1:0" in conf:
+        port = free_port()
+        env.pop("LOCAL_RANK", None)  # the agent would add it to the port
+        env["GPUPOOL_AGENT_CONF"] = conf.replace("listen:127.0.0.1:0", f"listen:127.0.0.1:{port}")
+        outside = Scraper(lambda: port, 0.5)
+        outside.start()
     steps = a.lm_steps if model == "lm" else a.cnn_steps
     cmd = [sys.executable, os.path.abspath(__file__), "--child", "--model", model, "--allocator",
            allocator, "--lib", a.lib, "--steps", str(steps), "--seed", str(a.seed), "--out", out,
@@ -308,8 +331,12 @@ def run_child(a, model, allocator, plain_env=None):
     except subprocess.TimeoutExpired as e:
         rc, log = "timeout", (e.stdout or b"").decode(errors="replace") + \
             (e.stderr or b"").decode(errors="replace")
+    if outside:
+        outside.stop.set()
+        outside.join()
     print(f"--- {model} / {allocator}{' ' + str(plain_env) if plain_env else ''}: exit {rc} "
-          f"after {time.time() - t:.1f} s")
+          f"after {time.time() - t:.1f} s"
+          + (f", /metrics scraped {outside.ok} times from outside" if outside else ""))
     tail = log.strip().splitlines()[-15:]
     for line in tail:
         print(f"    {line}")
