@@ -168,6 +168,14 @@ static void ratio(uint64_t num, uint64_t den, char *buf, size_t len) {
     snprintf(buf, len, "%.3f", (double)num / (double)den);
 }
 
+/* Two counts in format, or `unknown` when the allocator does not say. */
+static void print_pair(int known, uint64_t x, uint64_t y, const char *format, const char *unknown) {
+  if (known)
+    printf(format, (unsigned long long)x, (unsigned long long)y);
+  else
+    printf("%s", unknown);
+}
+
 static void print_csv(const char *path, const trace *t, const result *res, int n) {
   for (int i = 0; i < n; i++) {
     const result *r = &res[i];
@@ -180,21 +188,11 @@ static void print_csv(const char *path, const trace *t, const result *res, int n
       printf("\n");
       continue;
     }
-    if (r->have_stats)
-      printf(",%llu,%llu", (unsigned long long)r->st.peak_reserved,
-             (unsigned long long)r->st.peak_allocated);
-    else
-      printf(",NA,NA");
-    if (r->have_stats && r->st.have_device_calls)
-      printf(",%llu,%llu", (unsigned long long)r->st.device_allocs,
-             (unsigned long long)r->st.device_frees);
-    else
-      printf(",NA,NA");
-    if (r->have_stats && r->st.have_pages)
-      printf(",%llu,%llu", (unsigned long long)r->st.pages_moved,
-             (unsigned long long)r->st.device_syncs);
-    else
-      printf(",NA,NA");
+    const char *csv = ",%llu,%llu", *na = ",NA,NA";
+    print_pair(r->have_stats, r->st.peak_reserved, r->st.peak_allocated, csv, na);
+    print_pair(r->have_stats && r->st.have_device_calls, r->st.device_allocs, r->st.device_frees,
+               csv, na);
+    print_pair(r->have_stats && r->st.have_pages, r->st.pages_moved, r->st.device_syncs, csv, na);
     printf(",%.1f,%zu,%llu,\n", r->ns_per_event, r->failed, (unsigned long long)t->peak_requested);
   }
 }
@@ -208,9 +206,8 @@ static void print_table(const char *path, const trace *t, const result *res, int
          path, t->n_allocs, t->n_frees, t->n_unmatched_frees, t->n_live_at_end, t->n_streams,
          t->n_streams == 1 ? "" : "s", b1, b2);
   printf("| allocator | peak reserved | peak allocated | reserved / allocated | reserved / "
-         "requested | device allocs | device frees | pages moved | syncs | ns per event | failed "
-         "allocs "
-         "|\n");
+         "requested | device allocs | device frees | pages moved | syncs | ns per event | "
+         "failed allocs |\n");
   printf("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
   for (int i = 0; i < n; i++) {
     const result *r = &res[i];
@@ -230,16 +227,10 @@ static void print_table(const char *path, const trace *t, const result *res, int
       snprintf(b4, sizeof b4, "-");
     }
     printf("| %s | %s | %s | %s | %s |", r->name, b1, b2, b3, b4);
-    if (r->have_stats && r->st.have_device_calls)
-      printf(" %llu | %llu |", (unsigned long long)r->st.device_allocs,
-             (unsigned long long)r->st.device_frees);
-    else
-      printf(" n/a | n/a |");
-    if (r->have_stats && r->st.have_pages)
-      printf(" %llu | %llu |", (unsigned long long)r->st.pages_moved,
-             (unsigned long long)r->st.device_syncs);
-    else
-      printf(" - | - |");
+    print_pair(r->have_stats && r->st.have_device_calls, r->st.device_allocs, r->st.device_frees,
+               " %llu | %llu |", " n/a | n/a |");
+    print_pair(r->have_stats && r->st.have_pages, r->st.pages_moved, r->st.device_syncs,
+               " %llu | %llu |", " - | - |");
     printf(" %.1f | %zu |\n", r->ns_per_event, r->failed);
   }
 }
