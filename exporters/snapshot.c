@@ -71,6 +71,8 @@ static void add_stats(cJSON *obj, const gpupool_stats *st, build *b) {
   add_num(obj, "largest_free_block", (double)st->largest_free_block, b);
   add_num(obj, "free_blocks", (double)st->free_blocks, b);
   add_num(obj, "pending_free_blocks", (double)st->pending_free_blocks, b);
+  add_num(obj, "num_pages_moved", (double)st->num_pages_moved, b);
+  add_num(obj, "num_device_syncs", (double)st->num_device_syncs, b);
 }
 
 static void on_segment(void *arg, const pool_segment_info *s) {

@@ -67,8 +67,9 @@ static const cJSON *find_pool(const cJSON *root, const char *name) {
   return NULL;
 }
 
-/* Blocks tile each segment; states and sizes agree with the stats. */
-static void check_pool(const cJSON *pool, gpupool *p) {
+/* Blocks tile each segment; states and sizes agree with the stats; what is
+ * mapped adds up to reserved_bytes. */
+static void check_pool_kind(const cJSON *pool, gpupool *p, int expandable) {
   gpupool_stats st;
   cr_assert_eq(gpupool_get_stats(p, &st), GPUPOOL_OK);
   const cJSON *stats = cJSON_GetObjectItem(pool, "stats");
@@ -76,6 +77,8 @@ static void check_pool(const cJSON *pool, gpupool *p) {
   cr_expect_eq(num(stats, "reserved_bytes.large_pool.peak"), (double)st.reserved_bytes[2].peak);
   cr_expect_eq(num(stats, "num_device_alloc"), (double)st.num_device_alloc);
   cr_expect_eq(num(stats, "pending_free_blocks"), (double)st.pending_free_blocks);
+  cr_expect_eq(num(stats, "num_pages_moved"), (double)st.num_pages_moved);
+  cr_expect_eq(num(stats, "num_device_syncs"), (double)st.num_device_syncs);
   cr_expect_eq(num(pool, "id"), (double)pool_id(p));
 
   double reserved = 0, alloc_n = 0, alloc_bytes = 0, free_n = 0, pending_n = 0, requested = 0;
@@ -85,7 +88,11 @@ static void check_pool(const cJSON *pool, gpupool *p) {
   cJSON_ArrayForEach(seg, cJSON_GetObjectItem(pool, "segments")) {
     segments++;
     uint64_t addr = hex(seg, "address"), size = (uint64_t)num(seg, "size");
-    reserved += (double)size;
+    double mapped = num(seg, "mapped"); /* = size, but in expandable pools */
+    cr_expect_leq(mapped, (double)size);
+    if (!expandable)
+      cr_expect_eq(mapped, (double)size);
+    reserved += mapped;
     hex(seg, "stream");
     const char *kind = cJSON_GetObjectItem(seg, "pool")->valuestring;
     cr_expect(strcmp(kind, "small") == 0 || strcmp(kind, "large") == 0);
@@ -128,6 +135,10 @@ static void check_pool(const cJSON *pool, gpupool *p) {
   cr_expect_eq(active_bytes, (double)st.active_bytes[0].current);
   cr_expect_eq(free_n, (double)st.free_blocks);
   cr_expect_eq(pending_n, (double)st.pending_free_blocks);
+}
+
+static void check_pool(const cJSON *pool, gpupool *p) {
+  check_pool_kind(pool, p, 0);
 }
 
 Test(snapshot, blocks_tile_segments_and_agree_with_the_stats) {
@@ -176,6 +187,31 @@ Test(snapshot, blocks_tile_segments_and_agree_with_the_stats) {
   gpupool_destroy(p);
   gpupool_destroy(q);
   gpupool_host_stream_destroy(hs);
+}
+
+/* Expandable segments: a segment's blocks tile its address range, part of
+ * which has no pages; "mapped" says how much has. */
+Test(snapshot, expandable_segments_say_what_is_mapped) {
+  gpupool *p = host_pool("exp", "expandable_segments:True");
+  void *a = pc_must_malloc(p, 40 * MiB, NULL);
+  void *keep = pc_must_malloc(p, 3 * MiB, NULL);
+  cr_assert_eq(gpupool_free(p, a), GPUPOOL_OK);
+  pc_must_malloc(p, 50 * MiB, NULL); /* moves a's idle pages */
+  cJSON *root = snapshot(NULL, 0, 200);
+  const cJSON *ep = find_pool(root, "exp");
+  cr_assert_not_null(ep);
+  check_pool_kind(ep, p, 1);
+  cr_expect_gt(num(cJSON_GetObjectItem(ep, "stats"), "num_pages_moved"), 0);
+  double size = 0, mapped = 0;
+  const cJSON *seg;
+  cJSON_ArrayForEach(seg, cJSON_GetObjectItem(ep, "segments")) {
+    size += num(seg, "size");
+    mapped += num(seg, "mapped");
+  }
+  cr_expect_lt(mapped, size, "the moved pages left address space without memory behind it");
+  cJSON_Delete(root);
+  (void)keep;
+  gpupool_destroy(p);
 }
 
 Test(snapshot, bad_parameters_are_refused) {
