@@ -101,10 +101,8 @@ static void unmap_list(gpupool *p, page_list *l, int release, pages_work *w) {
       be->ops->vmm->release(be, h, l->n);
     free(h);
     p->device_frees += l->n;
-    if (w) {
+    if (w)
       w->released += l->n * be->page_size;
-      w->unmap_calls++;
-    }
   }
   uint64_t dur = clock_monotonic_ns() - t0;
   if (release) {
@@ -323,7 +321,6 @@ gpupool_status pages_back(gpupool *p, segment *seg, uintptr_t addr, size_t len, 
       reserved_add(p, seg, (int64_t)((missing - have) * ps));
       w->created += (missing - have) * ps;
       p->device_allocs += missing - have;
-      w->map_calls++;
     }
   }
   size_t used = 0;

@@ -28,7 +28,6 @@ typedef struct pages_work {
   size_t created, moved, released;  /* bytes: new pages, idle pages remapped, pages returned */
   uintptr_t mapped_at, unmapped_at; /* the first page mapped, and unmapped */
   uint64_t map_ns, unmap_ns;        /* time in create + map, and in unmap + release */
-  unsigned map_calls, unmap_calls;  /* device calls that obtained, and gave up, memory */
 } pages_work;
 
 /* A vmm segment of size bytes (a multiple of the page size): address space
