@@ -347,8 +347,7 @@ gpupool_status pages_back(gpupool *p, segment *seg, uintptr_t addr, size_t len, 
   return st;
 }
 
-size_t pages_release_idle(gpupool *p, pages_work *w) {
-  size_t released = 0;
+void pages_release_idle(gpupool *p, pages_work *w) {
   for (shard *sh = atomic_load(&p->shards); sh; sh = sh->next_shard) {
     page_list l = {0};
     spin_lock(&sh->lock);
@@ -357,8 +356,6 @@ size_t pages_release_idle(gpupool *p, pages_work *w) {
         take_idle(seg, 0, seg->npages - 1, 1, 0, SIZE_MAX, &l);
     spin_unlock(&sh->lock);
     unmap_list(p, &l, 1, w);
-    released += l.n ? l.n * p->be->page_size : 0;
     free(l.v);
   }
-  return released;
 }

@@ -43,8 +43,8 @@ size_t pages_segment_destroy(gpupool *p, segment *seg);
  * time). GPUPOOL_ERR_OOM when the device has no page left for it. */
 gpupool_status pages_back(gpupool *p, segment *seg, uintptr_t addr, size_t len, pages_work *w);
 
-/* Returns the idle pages of every vmm segment of p to the device; no shard
- * lock held. Returns the bytes released. */
-size_t pages_release_idle(gpupool *p, pages_work *w);
+/* Returns the idle pages of every vmm segment of p to the device (w says
+ * how many bytes); no shard lock held. */
+void pages_release_idle(gpupool *p, pages_work *w);
 
 #endif

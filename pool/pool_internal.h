@@ -58,6 +58,11 @@ struct segment {
   size_t page_size, npages, nmapped;
 };
 
+/* Bytes of device memory behind seg: all of it, or its mapped pages. */
+static inline size_t segment_mapped_bytes(const segment *seg) {
+  return seg->pages ? seg->nmapped * seg->page_size : seg->size;
+}
+
 typedef struct shard_stats {
   gpupool_stat s[STAT_COUNT][GPUPOOL_STAT_TYPES];
   /* Highest active count [0] and bytes [1] reached while frees were pending. */

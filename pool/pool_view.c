@@ -83,7 +83,7 @@ static int copy_shard(shard *sh, shard_copy *c) {
     memset(s, 0, sizeof *s);
     s->addr = seg->addr;
     s->size = seg->size;
-    s->mapped = seg->pages ? seg->nmapped * seg->page_size : seg->size;
+    s->mapped = segment_mapped_bytes(seg);
     s->stream = (uint64_t)(uintptr_t)sh->stream;
     s->is_large = seg->large;
     s->nblocks = seg->nblocks;

@@ -59,6 +59,15 @@ static void emit_page_events(gpupool *p, shard *sh, const pages_work *w) {
                        w->moved + w->created, w->map_ns);
 }
 
+/* Returns the idle pages of every vmm segment to the device, with their
+ * events on sh's track; the bytes released. */
+static size_t release_idle_pages(gpupool *p, shard *sh) {
+  pages_work w = {0};
+  pages_release_idle(p, &w);
+  emit_page_events(p, sh, &w);
+  return w.released;
+}
+
 /* A new segment of size bytes for shard sh: device memory, or for a large
  * segment of an expandable pool, address space whose pages are mapped as
  * blocks need them. Not yet in the shard. */
@@ -90,11 +99,11 @@ static gpupool_status device_alloc(gpupool *p, shard *sh, size_t size, int large
     if (!backend_is_host(p->be)) /* CUPTI sees device memory only */
       cupti_note_segment(seg->addr, size, p->cfg.device, 1);
   }
+  seg->sh = sh;
   spin_lock(&sh->lock);
   block *b = block_new(sh);
   spin_unlock(&sh->lock);
   if (!b) {
-    seg->sh = sh;
     reclaim_segment_free(p, seg);
     return pool_fail(GPUPOOL_ERR_OOM, "pool '%s': out of host memory", p->cfg.name);
   }
@@ -106,7 +115,6 @@ static gpupool_status device_alloc(gpupool *p, shard *sh, size_t size, int large
   b->state = BLOCK_FREE;
   b->prev = b->next = NULL;
   count_segment(p, large, 1);
-  seg->sh = sh;
   if (!seg->pages)
     emit_segment_event(p, sh, EV_SEGMENT_ALLOC, large ? EVF_LARGE : 0, seg->addr, seg->size, dur);
   *out = seg;
@@ -171,16 +179,12 @@ size_t reclaim_release_cached(gpupool *p, int large_only) {
     spin_unlock(&sh->lock);
     for (segment *seg = list, *next; seg; seg = next) {
       next = seg->next;
-      released += seg->pages ? seg->nmapped * seg->page_size : seg->size;
+      released += segment_mapped_bytes(seg);
       device_free(p, seg);
     }
   }
-  if (p->cfg.expandable) { /* the pages under free blocks of segments still in use */
-    pages_work w = {0};
-    released += pages_release_idle(p, &w);
-    if (w.released)
-      emit_page_events(p, atomic_load(&p->shards), &w);
-  }
+  if (p->cfg.expandable) /* the pages under free blocks of segments still in use */
+    released += release_idle_pages(p, atomic_load(&p->shards));
   return released;
 }
 
@@ -236,16 +240,13 @@ static void garbage_collect(gpupool *p, shard *caller) {
       shard_remove_segment(sh, seg);
     spin_unlock(&sh->lock);
     if (still_free) {
-      released += seg->pages ? seg->nmapped * seg->page_size : seg->size;
+      released += segment_mapped_bytes(seg);
       device_free(p, seg);
     }
   }
   free(c);
-  if (p->cfg.expandable && p->seg_stats[1][0].current > limit) {
-    pages_work w = {0};
-    released += pages_release_idle(p, &w);
-    emit_page_events(p, caller, &w);
-  }
+  if (p->cfg.expandable && p->seg_stats[1][0].current > limit)
+    released += release_idle_pages(p, caller);
   p->gc_runs++;
   pool_event ev = {.type = EV_GC,
                    .size = released,
@@ -312,8 +313,7 @@ static gpupool_status attempt(gpupool *p, shard *sh, size_t rounded, size_t requ
   spin_lock(&sh->lock);
   if (sh->pending)
     shard_poll_pending(sh);
-  block *b = p->cfg.expandable ? shard_find_ready_fit(sh, large, rounded)
-                               : shard_find_fit(sh, large, rounded);
+  block *b = shard_find_ready_fit(sh, large, rounded);
   if (b && !shard_fit_ready(sh, b, rounded)) {
     *to_device = 1;
     st = pages_back(p, b->seg, b->addr, shard_take_size(sh, b, rounded), &w);

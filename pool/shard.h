@@ -12,7 +12,8 @@ void shard_destroy(gpupool *p, shard *sh);
 
 block *shard_find_fit(shard *sh, int large, size_t rounded);
 /* The best fit whose pages are all mapped, among the few blocks from the
- * best fit up; else the best fit. */
+ * best fit up; else the best fit (which, outside vmm segments, is always
+ * mapped: shard_find_fit's answer). */
 block *shard_find_ready_fit(shard *sh, int large, size_t rounded);
 /* The bytes a request of `rounded` takes from free block b: rounded when b
  * is split for it, all of b otherwise. */
@@ -21,7 +22,7 @@ size_t shard_take_size(const shard *sh, const block *b, size_t rounded);
  * is not mapped (vmm segments), which is the slow path's work. */
 static inline int shard_fit_ready(const shard *sh, const block *b, size_t rounded) {
   const segment *seg = b->seg;
-  if (!seg->pages || seg->nmapped == seg->npages)
+  if (!seg->pages || seg->nmapped == seg->npages) /* keeps shard_take_size off the hot path */
     return 1;
   return pages_cover(seg, b->addr, shard_take_size(sh, b, rounded));
 }
