@@ -14,16 +14,11 @@
 #include <string.h>
 
 #include "agent/cupti.h"
+#include "gpu_check.h"
 #include "gpupool/gpupool.h"
 
 #define MiB ((size_t)1 << 20)
 enum { OWNER_POOL = 0, OWNER_OTHER = 1 };
-
-#define CUDA_OK(call)                                                                              \
-  do {                                                                                             \
-    cudaError_t err_ = (call);                                                                     \
-    cr_assert_eq(err_, cudaSuccess, "%s: %s", #call, cudaGetErrorString(err_));                    \
-  } while (0)
 
 #define CU_OK(call)                                                                                \
   do {                                                                                             \
@@ -42,23 +37,9 @@ enum { OWNER_POOL = 0, OWNER_OTHER = 1 };
     cr_assert_eq(q_, cudaDriverEntryPointSuccess, "driver entry point %s", #name);                 \
   } while (0)
 
-/* Skips without a device; prints the device the test runs on. */
-static inline void cupti_require_gpu(const char *test) {
-  int count = 0;
-  cudaError_t err = cudaGetDeviceCount(&count);
-  if (err != cudaSuccess)
-    cr_skip("no CUDA device: %s", cudaGetErrorString(err));
-  if (count == 0)
-    cr_skip("no CUDA device visible");
-  struct cudaDeviceProp prop;
-  CUDA_OK(cudaGetDeviceProperties(&prop, 0));
-  fprintf(stderr, "[gpu] %s on device 0: %s (sm_%d%d, %.1f GiB)\n", test, prop.name, prop.major,
-          prop.minor, (double)prop.totalGlobalMem / (1 << 30));
-}
-
 /* Device present and CUPTI recording (FORCE: a failure says why). */
 static inline void cupti_require_recording(const char *test) {
-  cupti_require_gpu(test);
+  gpu_require(test);
   gpupool_status s = cupti_start(GPUPOOL_CUPTI_FORCE);
   cr_assert_eq(s, GPUPOOL_OK, "cupti_start: %s", gpupool_last_error());
   cupti_metrics m;

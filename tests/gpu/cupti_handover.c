@@ -82,7 +82,7 @@ static int other_records_after_malloc(void) {
 }
 
 Test(cupti_handover, other_subscriber_first_keeps_its_records) {
-  cupti_require_gpu("other subscriber first");
+  gpu_require("other subscriber first");
   CUDA_OK(cudaFree(0));
   other_open();
   other_start();

@@ -13,6 +13,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "gpu_check.h"
 #include "gpupool/gpupool.h"
 #include "gpupool/host.h"
 #include "pool/backend.h"
@@ -21,24 +22,11 @@
 
 #define MiB ((size_t)1 << 20)
 
-#define CUDA_OK(call)                                                                              \
-  do {                                                                                             \
-    cudaError_t err_ = (call);                                                                     \
-    cr_assert_eq(err_, cudaSuccess, "%s: %s", #call, cudaGetErrorString(err_));                    \
-  } while (0)
-
 /* Skips the test when no device is visible; prints the device otherwise. */
 static void require_gpu(const char *backend_name) {
-  int count = 0;
-  cudaError_t err = cudaGetDeviceCount(&count);
-  if (err != cudaSuccess)
-    cr_skip("no CUDA device: %s", cudaGetErrorString(err));
-  if (count == 0)
-    cr_skip("no CUDA device visible");
-  struct cudaDeviceProp prop;
-  CUDA_OK(cudaGetDeviceProperties(&prop, 0));
-  fprintf(stderr, "[gpu] backend %s on device 0: %s (sm_%d%d, %.1f GiB)\n", backend_name, prop.name,
-          prop.major, prop.minor, (double)prop.totalGlobalMem / (1 << 30));
+  char what[64];
+  snprintf(what, sizeof what, "backend %s", backend_name);
+  gpu_require(what);
 }
 
 static gpupool *make_pool(gpupool_backend backend, int device) {
