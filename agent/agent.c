@@ -45,13 +45,17 @@ static gpupool_status agent_fail(gpupool_status s, const char *reason) {
  * the ticker is a convenience, so a ticker that cannot start leaves exact
  * stamps and one line on stderr, not a failed start. */
 static void start_events(const agent_config *c) {
+  if (!c->trace_events)
+    return;
   pool_events_enable(c->trace_events);
   if (event_clock_start(c->trace_tick_us) != 0)
     fprintf(stderr, "gpupool agent: the event clock's ticker thread could not start: every "
                     "event is stamped exactly\n");
 }
 
-static void stop_events(void) {
+static void stop_events(const agent_config *c) {
+  if (!c->trace_events)
+    return;
   event_clock_stop();
   pool_events_disable();
 }
@@ -64,8 +68,7 @@ static void stop_locked(int finished) {
   cupti_stop();
   if (finished && g_cfg.trace_file[0])
     trace_write_file(g_cfg.trace_file); /* says why on stderr if it cannot */
-  if (g_cfg.trace_events)
-    stop_events();
+  stop_events(&g_cfg);
   sd_file_remove(g_sd_path);
   g_sd_path[0] = '\0';
   g_running = 0;
@@ -92,22 +95,19 @@ static gpupool_status start_locked(const agent_config *c) {
     return agent_fail(GPUPOOL_ERR_BACKEND, err);
   metrics_configure(c->hostname, &c->labels);
   agent_health_reset((double)clock_realtime_ns() / 1e9);
-  if (c->trace_events)
-    start_events(c);
+  start_events(c);
   gpupool_status s = cupti_start(c->cupti);
   if (s != GPUPOOL_OK) { /* cupti:force; the CUPTI module printed its line */
     char why[600];
     snprintf(why, sizeof why, "%s", gpupool_last_error());
-    if (c->trace_events)
-      stop_events();
+    stop_events(c);
     if (l.fd >= 0)
       close(l.fd);
     return pool_fail(s, "gpupool agent: cupti:force and CUPTI could not start: %s", why);
   }
   if (sampler_start(c->sample_interval_ms, err, sizeof err) != 0) {
     cupti_stop();
-    if (c->trace_events)
-      stop_events();
+    stop_events(c);
     if (l.fd >= 0)
       close(l.fd);
     return agent_fail(GPUPOOL_ERR_BACKEND, err);
