@@ -10,8 +10,6 @@
 #include "pool/registry.h"
 #include "prom_writer.h"
 
-#define MAX_RINGS 64 /* rings (stream shards) counted per pool */
-
 static void copy_name(char *dst, size_t n, const char *src) {
   snprintf(dst, n, "%s", src ? src : "");
 }
@@ -41,13 +39,7 @@ static void copy_pool(gpupool *p, void *arg) {
   pool_get_histogram(p, &m->hist);
   pool_get_device_timing(p, &m->timing);
 
-  event_ring *rings[MAX_RINGS];
-  size_t n = pool_event_rings(p, rings, MAX_RINGS);
-  for (size_t i = 0; i < n; i++) {
-    m->events_total += event_ring_head(rings[i]);
-    m->events_dropped += event_ring_dropped(rings[i]);
-    event_ring_unref(rings[i]);
-  }
+  pool_event_counts(p, &m->events_total, &m->events_dropped);
 
   size_t free_bytes, total_bytes;
   if (m->simulated && be->ops->mem_info(be, &free_bytes, &total_bytes) == GPUPOOL_OK) {

@@ -68,22 +68,15 @@ int event_clock_meter_step(event_clock_meter *m, uint64_t now_ns, uint64_t event
   return m->ticked;
 }
 
-/* Rings looked at per pool: one per stream that recorded events. A pool with
- * more streams has the others left out of the rate (an underestimate). */
-#define RINGS_PER_POOL 256
-
-static void add_heads(gpupool *p, void *arg) {
-  event_ring *rings[RINGS_PER_POOL];
-  size_t n = pool_event_rings(p, rings, RINGS_PER_POOL);
-  for (size_t i = 0; i < n; i++) {
-    *(uint64_t *)arg += event_ring_head(rings[i]);
-    event_ring_unref(rings[i]);
-  }
+static void add_recorded(gpupool *p, void *arg) {
+  uint64_t recorded, dropped;
+  pool_event_counts(p, &recorded, &dropped);
+  *(uint64_t *)arg += recorded;
 }
 
 uint64_t event_clock_count_events(void) {
   uint64_t total = 0;
-  registry_foreach(add_heads, &total);
+  registry_foreach(add_recorded, &total);
   return total;
 }
 

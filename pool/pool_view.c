@@ -156,6 +156,18 @@ int pool_events_enabled(void) {
   return shard_events_capacity() != 0;
 }
 
+void pool_event_counts(gpupool *p, uint64_t *recorded, uint64_t *dropped) {
+  *recorded = *dropped = 0;
+  for (shard *sh = atomic_load(&p->shards); sh; sh = sh->next_shard) {
+    spin_lock(&sh->lock); /* a ring replaced meanwhile is released after the swap */
+    if (sh->ring) {
+      *recorded += event_ring_head(sh->ring);
+      *dropped += event_ring_dropped(sh->ring);
+    }
+    spin_unlock(&sh->lock);
+  }
+}
+
 size_t pool_event_rings(gpupool *p, event_ring **out, size_t max) {
   size_t n = 0;
   for (shard *sh = atomic_load(&p->shards); sh && n < max; sh = sh->next_shard) {

@@ -71,6 +71,8 @@ size_t pool_walk(gpupool *p, const pool_walker *w);
 void pool_events_enable(size_t capacity);
 void pool_events_disable(void);
 int pool_events_enabled(void);
+/* Events p's rings have recorded and overwritten, summed over its streams. */
+void pool_event_counts(gpupool *p, uint64_t *recorded, uint64_t *dropped);
 /* Takes a reference on each ring of p (at most max); returns how many. */
 size_t pool_event_rings(gpupool *p, event_ring **out, size_t max);
 
