@@ -184,5 +184,6 @@ void json_string_n(json_buf *b, const char *str, size_t max_bytes) {
 }
 
 void json_string(json_buf *b, const char *s) {
-  json_string_n(b, s ? s : "", (size_t)-1);
+  s = s ? s : "";
+  json_string_n(b, s, strlen(s));
 }

@@ -2,6 +2,7 @@
 
 #include <pthread.h>
 #include <stdatomic.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "pool/clock.h"
@@ -37,10 +38,7 @@ static void push(const counter_sample *cs) {
 }
 
 static void copy_str(char *dst, size_t size, const char *src) {
-  size_t n = src ? strnlen(src, size - 1) : 0;
-  if (n)
-    memcpy(dst, src, n);
-  dst[n] = '\0';
+  snprintf(dst, size, "%s", src ? src : "");
 }
 
 /* Remembers (or refreshes) pool p; when the table is full, the pool seen
