@@ -91,17 +91,29 @@ static void open_columns(const bench_device *d, const options *o, column *c) {
                                             sizeof c[COL_ASYNC].why);
 }
 
-static double measure(const column *c, int mode, size_t size, void **streams, void **shared,
-                      int threads, const pair_plan *plan) {
-  double v;
-  if (mode == MODE_ONE)
-    v = pair_ns_one_thread(&c->a, size, streams[0], plan);
-  else
-    v = pairs_per_s_threads(&c->a, size, mode == MODE_OWN_STREAMS ? streams : shared, threads,
-                            plan) /
-        1e6;
-  if (c->a.trim)
+static void trim(const column *c) {
+  if (c->ok && c->a.trim)
     c->a.trim(c->a.ctx);
+}
+
+/* One thread: every available column side by side at one size. */
+static void measure_one_thread(const column *cols, size_t size, void *stream, const pair_plan *plan,
+                               double *out) {
+  const bench_alloc *a[NCOLS];
+  for (int k = 0; k < NCOLS; k++)
+    a[k] = cols[k].ok ? &cols[k].a : NULL;
+  pair_ns_side_by_side(a, NCOLS, size, stream, plan, out);
+  for (int k = 0; k < NCOLS; k++)
+    trim(&cols[k]);
+}
+
+/* Threads: M pairs/s of one column at one size. */
+static double measure_threads(const column *c, int mode, size_t size, void **streams, void **shared,
+                              int threads, const pair_plan *plan) {
+  double v =
+      pairs_per_s_threads(&c->a, size, mode == MODE_OWN_STREAMS ? streams : shared, threads, plan) /
+      1e6;
+  trim(c);
   return v;
 }
 
@@ -203,7 +215,8 @@ static void print_tables(const run_info *r, const column *c, double res[][NSIZES
   printf("- torch: %s\n", r->torch);
   printf("- cudaMallocAsync: the device's default memory pool, release threshold UINT64_MAX\n");
   printf("- method: an untimed warm-up of %.0f ms fills each cache; then the median of %d timed "
-         "batches of ~%.1f ms (one thread) or of %d timed runs of %.0f ms (threads)\n",
+         "batches of ~%.1f ms (one thread; the allocators take turns, a batch each) or of %d "
+         "timed runs of %.0f ms (threads)\n",
          plan->warmup_ns / 1e6, plan->reps, plan->batch_ns / 1e6, plan->runs, plan->run_ns / 1e6);
   printf("- ratios: how many times faster gpupool bfc is than the column named\n");
   for (int m = 0; m < NMODES; m++)
@@ -214,20 +227,27 @@ static void print_tables(const run_info *r, const column *c, double res[][NSIZES
 static int run_all(const options *o, column *cols, void **streams, void **shared,
                    const pair_plan *plan, double res[][NSIZES][NCOLS]) {
   static const char *mode_names[NMODES] = {"1 thread", "own streams", "one stream"};
-  int failed = 0;
-  for (int m = 0; m < NMODES; m++)
+  char sz[32];
+  for (size_t s = 0; s < NSIZES; s++) {
+    bench_bytes(sizes[s], sz, sizeof sz);
+    fprintf(stderr, "bench_pool: %s, every allocator side by side, %s\n", mode_names[MODE_ONE], sz);
+    measure_one_thread(cols, sizes[s], streams[0], plan, res[MODE_ONE][s]);
+  }
+  for (int m = MODE_ONE + 1; m < NMODES; m++)
     for (int k = 0; k < NCOLS; k++)
       for (size_t s = 0; s < NSIZES; s++) {
         res[m][s][k] = NAN;
         if (!cols[k].ok)
           continue;
-        char sz[32];
         bench_bytes(sizes[s], sz, sizeof sz);
         fprintf(stderr, "bench_pool: %s, %s, %s\n", mode_names[m], col_names[k], sz);
-        res[m][s][k] = measure(&cols[k], m, sizes[s], streams, shared, o->threads, plan);
-        if (isnan(res[m][s][k]))
-          failed = 1;
+        res[m][s][k] = measure_threads(&cols[k], m, sizes[s], streams, shared, o->threads, plan);
       }
+  int failed = 0;
+  for (int m = 0; m < NMODES; m++)
+    for (int k = 0; k < NCOLS; k++)
+      for (size_t s = 0; s < NSIZES; s++)
+        failed |= cols[k].ok && isnan(res[m][s][k]);
   return failed;
 }
 

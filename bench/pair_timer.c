@@ -46,14 +46,15 @@ static int run_pairs(const bench_alloc *a, size_t size, void *stream, uint64_t n
   return 0;
 }
 
-double pair_ns_one_thread(const bench_alloc *a, size_t size, void *stream, const pair_plan *p) {
-  /* Warm-up in doubling batches; the last one estimates the cost of a pair. */
+/* The untimed warm-up, in doubling batches; returns the pairs of a timed
+ * batch (sized from the last warm-up batch), or 0 when a malloc failed. */
+static uint64_t warm_up(const bench_alloc *a, size_t size, void *stream, const pair_plan *p) {
   uint64_t start = bench_clock_ns(), n = 1;
   double per_pair = 0;
   for (;;) {
     uint64_t t0 = bench_clock_ns();
     if (run_pairs(a, size, stream, n))
-      return NAN;
+      return 0;
     uint64_t t1 = bench_clock_ns();
     per_pair = (double)(t1 - t0) / (double)n;
     if (t1 - start >= p->warmup_ns)
@@ -61,25 +62,43 @@ double pair_ns_one_thread(const bench_alloc *a, size_t size, void *stream, const
     n *= 2;
   }
   uint64_t batch = per_pair > 0 ? (uint64_t)((double)p->batch_ns / per_pair) : 1;
-  if (batch < 1)
-    batch = 1;
-  if (batch > (1u << 24))
-    batch = 1u << 24;
+  return batch < 1 ? 1 : batch > (1u << 24) ? 1u << 24 : batch;
+}
 
-  double *samples = malloc((size_t)p->reps * sizeof *samples);
-  if (!samples)
-    return NAN;
-  for (int r = 0; r < p->reps; r++) {
-    uint64_t t0 = bench_clock_ns();
-    if (run_pairs(a, size, stream, batch)) {
-      free(samples);
-      return NAN;
+void pair_ns_side_by_side(const bench_alloc *const *a, int n, size_t size, void *stream,
+                          const pair_plan *p, double *out) {
+  uint64_t *batch = calloc((size_t)n, sizeof *batch);
+  double *samples = calloc((size_t)n * (size_t)p->reps, sizeof *samples);
+  for (int i = 0; i < n; i++)
+    out[i] = NAN;
+  if (!batch || !samples)
+    goto out;
+  for (int i = 0; i < n; i++)
+    batch[i] = a[i] ? warm_up(a[i], size, stream, p) : 0;
+  for (int r = 0; r < p->reps; r++)
+    for (int i = 0; i < n; i++) {
+      if (!batch[i])
+        continue;
+      uint64_t t0 = bench_clock_ns();
+      if (run_pairs(a[i], size, stream, batch[i])) {
+        batch[i] = 0; /* failed: NAN */
+        continue;
+      }
+      samples[(size_t)i * (size_t)p->reps + (size_t)r] =
+          (double)(bench_clock_ns() - t0) / (double)batch[i];
     }
-    samples[r] = (double)(bench_clock_ns() - t0) / (double)batch;
-  }
-  double m = bench_median(samples, p->reps);
+  for (int i = 0; i < n; i++)
+    if (batch[i])
+      out[i] = bench_median(&samples[(size_t)i * (size_t)p->reps], p->reps);
+out:
+  free(batch);
   free(samples);
-  return m;
+}
+
+double pair_ns_one_thread(const bench_alloc *a, size_t size, void *stream, const pair_plan *p) {
+  double ns;
+  pair_ns_side_by_side(&a, 1, size, stream, p, &ns);
+  return ns;
 }
 
 /* ---- several threads ----

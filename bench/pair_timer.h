@@ -24,6 +24,12 @@ double bench_median(double *v, int n); /* sorts v */
 
 /* Median ns per pair, or NAN when an allocation failed. */
 double pair_ns_one_thread(const bench_alloc *a, size_t size, void *stream, const pair_plan *p);
+/* The same for n allocators side by side: each is warmed up, then they take
+ * turns, one timed batch each per round, so that a slow phase of a noisy
+ * machine hits all of them alike. out[i]: the median ns per pair of a[i];
+ * NAN where a[i] is NULL or failed. */
+void pair_ns_side_by_side(const bench_alloc *const *a, int n, size_t size, void *stream,
+                          const pair_plan *p, double *out);
 /* Median total pairs per second of nthreads threads, thread i on streams[i];
  * NAN when an allocation failed or a thread could not start. */
 double pairs_per_s_threads(const bench_alloc *a, size_t size, void *const *streams, int nthreads,
