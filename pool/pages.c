@@ -33,7 +33,7 @@ static int list_push(page_list *l, loose_page pg) {
 }
 
 static void reserved_add(gpupool *p, const segment *seg, int64_t bytes) {
-  stat_add(p->seg_stats[1], seg->large, bytes);
+  stat_add(&p->seg_stats[1], seg->large, bytes);
 }
 
 gpupool_status pages_segment_create(gpupool *p, size_t size, int large, segment **out) {

@@ -103,11 +103,16 @@ void gpupool_destroy(gpupool *p) {
 
 /* The shard this thread allocated from last, a hint for where its frees
  * will find their blocks. */
-static _Thread_local struct {
+typedef struct thread_hint {
   const gpupool *pool;
-  uint32_t id;
+  uint32_t id; /* a pool created where a destroyed one was is another pool */
   shard *sh;
-} hint;
+} thread_hint;
+static _Thread_local thread_hint hint;
+
+static inline shard *hinted_shard(const thread_hint *h, const gpupool *p) {
+  return h->pool == p && h->id == p->id ? h->sh : NULL;
+}
 
 /* Pool-wide peaks of a pool used on several streams are sums over shards.
  * While a single thread allocates from it (the common case of a compute and
@@ -117,11 +122,11 @@ static _Thread_local struct {
  * inactive_split: its pool-wide peak stays as observed). A second thread
  * turns this off for good, so that threads on different streams share
  * nothing; the peaks are then the largest sums gpupool_get_stats observes. */
-static void note_peaks(gpupool *p) {
+static void note_peaks(gpupool *p, const thread_hint *me) {
   if (atomic_load_explicit(&p->nshards, memory_order_relaxed) < 2 ||
       atomic_load_explicit(&p->shared, memory_order_relaxed))
     return;
-  const void *me = &hint, *owner = atomic_load_explicit(&p->owner, memory_order_relaxed);
+  const void *owner = atomic_load_explicit(&p->owner, memory_order_relaxed);
   if (owner != me && (owner || !atomic_compare_exchange_strong(&p->owner, &owner, me))) {
     atomic_store(&p->shared, 1);
     return;
@@ -147,13 +152,14 @@ gpupool_status gpupool_malloc(gpupool *p, void **ptr, size_t size, void *stream)
     return pool_fail(GPUPOOL_ERR_INVALID, "gpupool_malloc: pool '%s': size %zu is %s", p->cfg.name,
                      size, size ? "larger than 2^48 bytes" : "zero");
   size_t rounded = size_round(&p->cfg, size);
-  shard *sh = hint.pool == p && hint.id == p->id && hint.sh->stream == stream
-                  ? hint.sh
-                  : shard_get(p, stream);
-  if (!sh)
-    return pool_fail(GPUPOOL_ERR_UNSUPPORTED,
-                     "gpupool_malloc: pool '%s': more than %d streams, or out of host memory",
-                     p->cfg.name, SHARD_TABLE);
+  thread_hint *h = &hint; /* one TLS address lookup per call */
+  shard *hinted = hinted_shard(h, p), *sh = hinted;
+  if (!sh || sh->stream != stream) {
+    if (!(sh = shard_get(p, stream)))
+      return pool_fail(GPUPOOL_ERR_UNSUPPORTED,
+                       "gpupool_malloc: pool '%s': more than %d streams, or out of host memory",
+                       p->cfg.name, SHARD_TABLE);
+  }
   spin_lock(&sh->lock);
   if (sh->pending)
     shard_poll_pending(sh);
@@ -169,11 +175,10 @@ gpupool_status gpupool_malloc(gpupool *p, void **ptr, size_t size, void *stream)
     if (st != GPUPOOL_OK)
       return st;
   }
-  hint.pool = p;
-  hint.id = p->id;
-  hint.sh = sh;
+  if (sh != hinted)
+    *h = (thread_hint){p, p->id, sh};
   *ptr = (void *)b->addr;
-  note_peaks(p);
+  note_peaks(p, h);
   return GPUPOOL_OK;
 }
 
@@ -181,7 +186,7 @@ gpupool_status gpupool_malloc(gpupool *p, void **ptr, size_t size, void *stream)
  * map entry; NULL when no shard has it. Tries the hint first, so a thread
  * freeing what it allocated takes one lock. */
 static shard *lock_owner(gpupool *p, uintptr_t addr, addrmap_entry **out) {
-  shard *first = hint.pool == p && hint.id == p->id ? hint.sh : NULL;
+  shard *first = hinted_shard(&hint, p);
   if (first) {
     spin_lock(&first->lock);
     if ((*out = addrmap_find(&first->live, addr)))
@@ -289,9 +294,9 @@ size_t gpupool_empty_cache(gpupool *p) {
     pool_event ev = {.type = EV_EMPTY_CACHE,
                      .size = released,
                      .stream = (uint64_t)(uintptr_t)sh->stream,
-                     .a = (uint64_t)p->seg_stats[1][0].current};
+                     .a = (uint64_t)stat_total(&p->seg_stats[1])};
     spin_lock(&sh->lock);
-    ev.b = (uint64_t)sh->st.s[STAT_ALLOCATED_BYTES][GPUPOOL_STAT_ALL].current;
+    ev.b = (uint64_t)stat_total(&sh->st.s[STAT_ALLOCATED_BYTES]);
     shard_emit(sh, &ev);
     spin_unlock(&sh->lock);
   }

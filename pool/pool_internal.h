@@ -63,12 +63,15 @@ static inline size_t segment_mapped_bytes(const segment *seg) {
   return seg->pages ? seg->nmapped * seg->page_size : seg->size;
 }
 
+/* Cache hits and frees are not counted apart: they are the allocation
+ * statistic's increments (less device_sourced) and decrements. */
 typedef struct shard_stats {
-  gpupool_stat s[STAT_COUNT][GPUPOOL_STAT_TYPES];
+  stat_counter s[STAT_COUNT];
   /* Highest active count [0] and bytes [1] reached while frees were pending. */
   int64_t active_peak[2][GPUPOOL_STAT_TYPES];
-  uint64_t cache_hits, device_sourced, frees, sync_events;
-  pool_histogram hist;
+  uint64_t device_sourced, sync_events;
+  uint64_t hist_bucket[POOL_HIST_BUCKETS]; /* requests (pool_histogram) */
+  uint64_t hist_sum;
 } shard_stats;
 
 struct shard {
@@ -105,7 +108,7 @@ struct gpupool {
   pthread_mutex_t shard_create_lock;
 
   pthread_mutex_t slow_lock; /* device calls, cross-shard reclaim, global stats */
-  gpupool_stat seg_stats[2][GPUPOOL_STAT_TYPES]; /* [0] segment, [1] reserved_bytes */
+  stat_counter seg_stats[2]; /* [0] segment, [1] reserved_bytes */
   uint64_t alloc_retries, ooms, device_allocs, device_frees, gc_runs, pages_moved, device_syncs;
   pool_device_timing timing;
   size_t device_total; /* cached for the GC threshold; 0 until needed */

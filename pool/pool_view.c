@@ -20,10 +20,11 @@ void pool_get_histogram(gpupool *p, pool_histogram *out) {
   memset(out, 0, sizeof *out);
   for (shard *sh = atomic_load(&p->shards); sh; sh = sh->next_shard) {
     spin_lock(&sh->lock);
-    for (int i = 0; i < POOL_HIST_BUCKETS; i++)
-      out->bucket[i] += sh->st.hist.bucket[i];
-    out->count += sh->st.hist.count;
-    out->sum += sh->st.hist.sum;
+    for (int i = 0; i < POOL_HIST_BUCKETS; i++) {
+      out->bucket[i] += sh->st.hist_bucket[i];
+      out->count += sh->st.hist_bucket[i];
+    }
+    out->sum += sh->st.hist_sum;
     spin_unlock(&sh->lock);
   }
 }

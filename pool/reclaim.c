@@ -14,7 +14,7 @@
 /* Segment counts; reserved bytes change with segments, or with pages
  * (pages.c) for vmm segments. */
 static void count_segment(gpupool *p, int large, int delta) {
-  stat_add(p->seg_stats[0], large, delta);
+  stat_add(&p->seg_stats[0], large, delta);
 }
 
 /* Bytes allocated over all shards, for the slow path's events (callers
@@ -23,7 +23,7 @@ static int64_t pool_allocated(gpupool *p) {
   int64_t sum = 0;
   for (shard *sh = atomic_load(&p->shards); sh; sh = sh->next_shard) {
     spin_lock(&sh->lock);
-    sum += sh->st.s[STAT_ALLOCATED_BYTES][GPUPOOL_STAT_ALL].current;
+    sum += stat_total(&sh->st.s[STAT_ALLOCATED_BYTES]);
     spin_unlock(&sh->lock);
   }
   return sum;
@@ -43,7 +43,7 @@ static void emit_segment_event(gpupool *p, shard *sh, int type, int flags, uintp
                    .addr = addr,
                    .size = size,
                    .stream = (uint64_t)(uintptr_t)sh->stream,
-                   .a = (uint64_t)p->seg_stats[1][0].current,
+                   .a = (uint64_t)stat_total(&p->seg_stats[1]),
                    .b = (uint64_t)pool_allocated(p)};
   emit_locked(sh, &ev);
 }
@@ -95,7 +95,7 @@ static gpupool_status device_alloc(gpupool *p, shard *sh, size_t size, int large
     seg->size = size;
     seg->large = large;
     p->device_allocs++;
-    stat_add(p->seg_stats[1], large, (int64_t)size);
+    stat_add(&p->seg_stats[1], large, (int64_t)size);
     if (!backend_is_host(p->be)) /* CUPTI sees device memory only */
       cupti_note_segment(seg->addr, size, p->cfg.device, 1);
   }
@@ -134,7 +134,7 @@ void reclaim_segment_free(gpupool *p, segment *seg) {
   p->timing.free_count++;
   p->timing.free_ns_total += dur;
   p->device_frees++;
-  stat_add(p->seg_stats[1], seg->large, -(int64_t)seg->size);
+  stat_add(&p->seg_stats[1], seg->large, -(int64_t)seg->size);
   free(seg);
 }
 
@@ -208,7 +208,7 @@ static void garbage_collect(gpupool *p, shard *caller) {
     p->device_total = total_b;
   }
   int64_t limit = (int64_t)(p->cfg.gc_threshold * (double)p->device_total);
-  if (p->seg_stats[1][0].current <= limit)
+  if (stat_total(&p->seg_stats[1]) <= limit)
     return;
   size_t n = 0, cap = 64;
   gc_candidate *c = malloc(cap * sizeof *c);
@@ -231,7 +231,7 @@ static void garbage_collect(gpupool *p, shard *caller) {
     return;
   qsort(c, n, sizeof *c, by_free_seq);
   size_t released = 0;
-  for (size_t i = 0; i < n && p->seg_stats[1][0].current > limit; i++) {
+  for (size_t i = 0; i < n && stat_total(&p->seg_stats[1]) > limit; i++) {
     segment *seg = c[i].seg; /* segments are freed only under slow_lock: still valid */
     shard *sh = seg->sh;
     spin_lock(&sh->lock);
@@ -245,13 +245,13 @@ static void garbage_collect(gpupool *p, shard *caller) {
     }
   }
   free(c);
-  if (p->cfg.expandable && p->seg_stats[1][0].current > limit)
+  if (p->cfg.expandable && stat_total(&p->seg_stats[1]) > limit)
     released += release_idle_pages(p, caller);
   p->gc_runs++;
   pool_event ev = {.type = EV_GC,
                    .size = released,
                    .stream = (uint64_t)(uintptr_t)caller->stream,
-                   .a = (uint64_t)p->seg_stats[1][0].current,
+                   .a = (uint64_t)stat_total(&p->seg_stats[1]),
                    .b = (uint64_t)pool_allocated(p)};
   emit_locked(caller, &ev);
 }
@@ -285,7 +285,7 @@ static gpupool_status out_of_memory(gpupool *p, shard *sh, size_t segsize, size_
   p->ooms++;
   size_t dev_free = 0, dev_total = 0;
   p->be->ops->mem_info(p->be, &dev_free, &dev_total);
-  int64_t reserved = p->seg_stats[1][0].current, allocated = pool_allocated(p);
+  int64_t reserved = stat_total(&p->seg_stats[1]), allocated = pool_allocated(p);
   size_t largest = largest_free(p);
   pool_event ev = {.type = EV_OOM,
                    .size = segsize,

@@ -107,8 +107,8 @@ block *block_new(shard *sh) {
   else if (!(b = malloc(sizeof *b))) {
     return NULL;
   }
-  /* The caller sets addr, size, seg, state, prev and next. */
-  b->left = b->right = NULL;
+  /* The caller sets addr, size, seg, state, prev and next; the index sets
+   * left and right. */
   b->prio = xorshift(&sh->rng);
   b->requested = 0;
   b->nstreams = b->cap_streams = 0;
@@ -119,8 +119,10 @@ block *block_new(shard *sh) {
 }
 
 static void block_recycle(shard *sh, block *b) {
-  free(b->streams);
-  b->streams = NULL;
+  if (b->streams) {
+    free(b->streams);
+    b->streams = NULL;
+  }
   b->next = sh->spare;
   sh->spare = b;
 }
@@ -198,10 +200,11 @@ static inline void record_block_event(shard *sh, uint8_t type, uint8_t flags, co
 
 /* While frees are pending, active exceeds allocation: keep its peak. */
 static void note_active_peak(shard *sh) {
+  const stat_counter *s = sh->st.s;
   for (int t = 0; t < GPUPOOL_STAT_TYPES; t++) {
-    int64_t n = sh->st.s[STAT_ALLOCATION][t].current + sh->st.s[STAT_PENDING][t].current;
+    int64_t n = stat_current(&s[STAT_ALLOCATION], t) + stat_current(&s[STAT_PENDING], t);
     int64_t bytes =
-        sh->st.s[STAT_ALLOCATED_BYTES][t].current + sh->st.s[STAT_PENDING_BYTES][t].current;
+        stat_current(&s[STAT_ALLOCATED_BYTES], t) + stat_current(&s[STAT_PENDING_BYTES], t);
     if (n > sh->st.active_peak[0][t])
       sh->st.active_peak[0][t] = n;
     if (bytes > sh->st.active_peak[1][t])
@@ -211,9 +214,8 @@ static void note_active_peak(shard *sh) {
 
 static void count_request(shard *sh, size_t requested) {
   unsigned i = requested <= 1 ? 0 : 64 - (unsigned)__builtin_clzll(requested - 1);
-  sh->st.hist.bucket[i < POOL_HIST_BUCKETS ? i : POOL_HIST_BUCKETS - 1]++;
-  sh->st.hist.count++;
-  sh->st.hist.sum += requested;
+  sh->st.hist_bucket[i < POOL_HIST_BUCKETS ? i : POOL_HIST_BUCKETS - 1]++;
+  sh->st.hist_sum += requested;
 }
 
 /* Takes free block b (in the index) for a request; splits it when the
@@ -226,10 +228,10 @@ static void shard_take(shard *sh, block *b, size_t rounded, size_t requested, in
     /* Counted as PyTorch does: an inactive split block that is cut stays one,
      * shrunk by what is taken; an unsplit block leaves one behind. */
     if (b->seg->nblocks > 1)
-      stat_dec(sh->st.s[STAT_INACTIVE_SPLIT_BYTES], large, (int64_t)rounded);
+      stat_dec(&sh->st.s[STAT_INACTIVE_SPLIT_BYTES], large, (int64_t)rounded);
     else {
-      stat_inc(sh->st.s[STAT_INACTIVE_SPLIT], large, 1);
-      stat_inc(sh->st.s[STAT_INACTIVE_SPLIT_BYTES], large, (int64_t)(b->size - rounded));
+      stat_inc(&sh->st.s[STAT_INACTIVE_SPLIT], large, 1);
+      stat_inc(&sh->st.s[STAT_INACTIVE_SPLIT_BYTES], large, (int64_t)(b->size - rounded));
     }
     r->addr = b->addr + rounded;
     r->size = b->size - rounded;
@@ -245,22 +247,19 @@ static void shard_take(shard *sh, block *b, size_t rounded, size_t requested, in
     b->seg->nblocks++;
     index_insert(sh, r);
   } else if (b->seg->nblocks > 1) { /* a split block taken whole */
-    stat_dec(sh->st.s[STAT_INACTIVE_SPLIT], large, 1);
-    stat_dec(sh->st.s[STAT_INACTIVE_SPLIT_BYTES], large, (int64_t)b->size);
+    stat_dec(&sh->st.s[STAT_INACTIVE_SPLIT], large, 1);
+    stat_dec(&sh->st.s[STAT_INACTIVE_SPLIT_BYTES], large, (int64_t)b->size);
   }
   b->state = BLOCK_ALLOCATED;
   b->requested = requested;
   b->nstreams = 0;
-  stat_inc(sh->st.s[STAT_ALLOCATION], large, 1);
-  stat_inc(sh->st.s[STAT_ALLOCATED_BYTES], large, (int64_t)b->size);
-  stat_inc(sh->st.s[STAT_REQUESTED_BYTES], large, (int64_t)requested);
+  stat_inc(&sh->st.s[STAT_ALLOCATION], large, 1);
+  stat_inc(&sh->st.s[STAT_ALLOCATED_BYTES], large, (int64_t)b->size);
+  stat_inc(&sh->st.s[STAT_REQUESTED_BYTES], large, (int64_t)requested);
   if (sh->npending)
     note_active_peak(sh);
   count_request(sh, requested);
-  if (from_device)
-    sh->st.device_sourced++;
-  else
-    sh->st.cache_hits++;
+  sh->st.device_sourced += from_device != 0;
   record_block_event(sh, EV_ALLOC, from_device ? EVF_FROM_DEVICE : 0, b, requested);
 }
 
@@ -316,24 +315,23 @@ static void shard_release(shard *sh, block *b) {
     blocks++;
     bytes += (int64_t)b->size;
   }
-  stat_add(sh->st.s[STAT_INACTIVE_SPLIT], b->seg->large, blocks);
-  stat_add(sh->st.s[STAT_INACTIVE_SPLIT_BYTES], b->seg->large, bytes);
+  stat_add(&sh->st.s[STAT_INACTIVE_SPLIT], b->seg->large, blocks);
+  stat_add(&sh->st.s[STAT_INACTIVE_SPLIT_BYTES], b->seg->large, bytes);
   index_insert(sh, b);
 }
 
 void shard_free(shard *sh, block *b, int deferred) {
   int large = b->seg->large;
-  stat_dec(sh->st.s[STAT_ALLOCATION], large, 1);
-  stat_dec(sh->st.s[STAT_ALLOCATED_BYTES], large, (int64_t)b->size);
-  stat_dec(sh->st.s[STAT_REQUESTED_BYTES], large, (int64_t)b->requested);
-  sh->st.frees++;
+  stat_dec(&sh->st.s[STAT_ALLOCATION], large, 1);
+  stat_dec(&sh->st.s[STAT_ALLOCATED_BYTES], large, (int64_t)b->size);
+  stat_dec(&sh->st.s[STAT_REQUESTED_BYTES], large, (int64_t)b->requested);
   record_block_event(sh, EV_FREE, deferred ? EVF_DEFERRED : 0, b, b->requested);
   if (!deferred) {
     shard_release(sh, b);
     return;
   }
-  stat_inc(sh->st.s[STAT_PENDING], large, 1);
-  stat_inc(sh->st.s[STAT_PENDING_BYTES], large, (int64_t)b->size);
+  stat_inc(&sh->st.s[STAT_PENDING], large, 1);
+  stat_inc(&sh->st.s[STAT_PENDING_BYTES], large, (int64_t)b->size);
 }
 
 static int events_complete(gpupool *p, block *b) {
@@ -359,8 +357,8 @@ void shard_poll_pending(shard *sh) {
     *link = b->pending_next;
     sh->npending--;
     record_block_event(sh, EV_FREE_COMPLETED, 0, b, 0);
-    stat_dec(sh->st.s[STAT_PENDING], b->seg->large, 1);
-    stat_dec(sh->st.s[STAT_PENDING_BYTES], b->seg->large, (int64_t)b->size);
+    stat_dec(&sh->st.s[STAT_PENDING], b->seg->large, 1);
+    stat_dec(&sh->st.s[STAT_PENDING_BYTES], b->seg->large, (int64_t)b->size);
     shard_release(sh, b);
   }
 }

@@ -27,16 +27,19 @@ static gpupool_stat *field(gpupool_stats *out, int id) {
 
 /* A shard's statistics as reported (under its lock). */
 static void shard_view(const shard_stats *st, gpupool_stat v[VIEW_COUNT][GPUPOOL_STAT_TYPES]) {
+  gpupool_stat r[STAT_COUNT][GPUPOOL_STAT_TYPES];
+  for (int id = 0; id < STAT_COUNT; id++)
+    stat_report(&st->s[id], r[id]);
   for (int t = 0; t < GPUPOOL_STAT_TYPES; t++) {
-    v[VIEW_ALLOCATION][t] = st->s[STAT_ALLOCATION][t];
+    v[VIEW_ALLOCATION][t] = r[STAT_ALLOCATION][t];
     v[VIEW_ACTIVE][t] =
-        stat_active(&st->s[STAT_ALLOCATION][t], &st->s[STAT_PENDING][t], st->active_peak[0][t]);
-    v[VIEW_INACTIVE_SPLIT][t] = st->s[STAT_INACTIVE_SPLIT][t];
-    v[VIEW_ALLOCATED_BYTES][t] = st->s[STAT_ALLOCATED_BYTES][t];
-    v[VIEW_ACTIVE_BYTES][t] = stat_active(&st->s[STAT_ALLOCATED_BYTES][t],
-                                          &st->s[STAT_PENDING_BYTES][t], st->active_peak[1][t]);
-    v[VIEW_INACTIVE_SPLIT_BYTES][t] = st->s[STAT_INACTIVE_SPLIT_BYTES][t];
-    v[VIEW_REQUESTED_BYTES][t] = st->s[STAT_REQUESTED_BYTES][t];
+        stat_active(&r[STAT_ALLOCATION][t], &r[STAT_PENDING][t], st->active_peak[0][t]);
+    v[VIEW_INACTIVE_SPLIT][t] = r[STAT_INACTIVE_SPLIT][t];
+    v[VIEW_ALLOCATED_BYTES][t] = r[STAT_ALLOCATED_BYTES][t];
+    v[VIEW_ACTIVE_BYTES][t] =
+        stat_active(&r[STAT_ALLOCATED_BYTES][t], &r[STAT_PENDING_BYTES][t], st->active_peak[1][t]);
+    v[VIEW_INACTIVE_SPLIT_BYTES][t] = r[STAT_INACTIVE_SPLIT_BYTES][t];
+    v[VIEW_REQUESTED_BYTES][t] = r[STAT_REQUESTED_BYTES][t];
   }
 }
 
@@ -46,7 +49,7 @@ void stats_note_peaks(gpupool *p) {
     spin_lock(&sh->lock);
     for (int id = 0; id < STAT_COUNT; id++)
       for (int t = 0; t < GPUPOOL_STAT_TYPES; t++)
-        cur[id][t] += sh->st.s[id][t].current;
+        cur[id][t] += stat_current(&sh->st.s[id], t);
     spin_unlock(&sh->lock);
   }
   pthread_mutex_lock(&p->peak_lock);
@@ -90,9 +93,10 @@ gpupool_status gpupool_get_stats(gpupool *p, gpupool_stats *out) {
           max_shard_peak[id][t] = src->peak;
       }
     }
-    out->num_cache_hits += sh->st.cache_hits;
+    const gpupool_stat *allocs = &view[VIEW_ALLOCATION][GPUPOOL_STAT_ALL];
+    out->num_cache_hits += (uint64_t)allocs->allocated - sh->st.device_sourced;
     out->num_device_sourced += sh->st.device_sourced;
-    out->num_frees += sh->st.frees;
+    out->num_frees += (uint64_t)allocs->freed;
     out->num_sync_events += sh->st.sync_events;
     out->free_blocks += sh->nfree;
     out->pending_free_blocks += sh->npending;
@@ -123,8 +127,8 @@ gpupool_status gpupool_get_stats(gpupool *p, gpupool_stats *out) {
     }
   }
   pthread_mutex_unlock(&p->peak_lock);
-  memcpy(out->segment, p->seg_stats[0], sizeof out->segment);
-  memcpy(out->reserved_bytes, p->seg_stats[1], sizeof out->reserved_bytes);
+  stat_report(&p->seg_stats[0], out->segment);
+  stat_report(&p->seg_stats[1], out->reserved_bytes);
   out->num_alloc_retries = p->alloc_retries;
   out->num_ooms = p->ooms;
   out->num_device_alloc = p->device_allocs;
@@ -146,8 +150,7 @@ void gpupool_reset_peak_stats(gpupool *p) {
     gpupool_stat view[VIEW_COUNT][GPUPOOL_STAT_TYPES];
     spin_lock(&sh->lock);
     for (int id = 0; id < STAT_COUNT; id++)
-      for (int t = 0; t < GPUPOOL_STAT_TYPES; t++)
-        stat_reset_peak(&sh->st.s[id][t]);
+      stat_reset_peak(&sh->st.s[id]);
     shard_view(&sh->st, view);
     for (int t = 0; t < GPUPOOL_STAT_TYPES; t++) {
       sh->st.active_peak[0][t] = view[VIEW_ACTIVE][t].current;
@@ -161,8 +164,7 @@ void gpupool_reset_peak_stats(gpupool *p) {
   memcpy(p->agg_peak, sum, sizeof sum);
   pthread_mutex_unlock(&p->peak_lock);
   for (int i = 0; i < 2; i++)
-    for (int t = 0; t < GPUPOOL_STAT_TYPES; t++)
-      stat_reset_peak(&p->seg_stats[i][t]);
+    stat_reset_peak(&p->seg_stats[i]);
   pthread_mutex_unlock(&p->slow_lock);
 }
 
@@ -172,15 +174,13 @@ void gpupool_reset_accumulated_stats(gpupool *p) {
   for (shard *sh = atomic_load(&p->shards); sh; sh = sh->next_shard) {
     spin_lock(&sh->lock);
     for (int id = 0; id < STAT_COUNT; id++)
-      for (int t = 0; t < GPUPOOL_STAT_TYPES; t++)
-        stat_reset_accumulated(&sh->st.s[id][t]);
-    sh->st.cache_hits = sh->st.device_sourced = sh->st.frees = sh->st.sync_events = 0;
+      stat_reset_accumulated(&sh->st.s[id]);
+    sh->st.device_sourced = sh->st.sync_events = 0;
     spin_unlock(&sh->lock);
   }
   pthread_mutex_lock(&p->slow_lock);
   for (int i = 0; i < 2; i++)
-    for (int t = 0; t < GPUPOOL_STAT_TYPES; t++)
-      stat_reset_accumulated(&p->seg_stats[i][t]);
+    stat_reset_accumulated(&p->seg_stats[i]);
   p->alloc_retries = p->ooms = p->device_allocs = p->device_frees = p->gc_runs = 0;
   p->pages_moved = p->device_syncs = 0;
   pthread_mutex_unlock(&p->slow_lock);

@@ -30,40 +30,90 @@ typedef enum {
   VIEW_COUNT
 } view_stat_id;
 
-static inline void stat_inc_one(gpupool_stat *s, int64_t n) {
-  s->current += n;
-  s->allocated += n;
-  if (s->current > s->peak)
-    s->peak = s->current;
+/* One statistic, counted for small and large blocks apart and reported for
+ * each and for both (GPUPOOL_STAT_ALL) as a gpupool_stat. An update touches
+ * its own kind only: `allocated` is derived (current - base + freed, base
+ * being current at the last reset of the accumulations) and ALL is summed
+ * when read; only ALL's peak needs a field of its own. */
+typedef struct kind_count {
+  int64_t current, peak, freed, base;
+} kind_count;
+
+typedef struct stat_counter {
+  kind_count kind[2]; /* [0] small, [1] large */
+  int64_t total_peak;
+} stat_counter;
+
+/* Adds n >= 0 to kind large (0 or 1). */
+static inline void stat_inc(stat_counter *s, int large, int64_t n) {
+  kind_count *k = &s->kind[large];
+  int64_t cur = k->current += n;
+  if (cur > k->peak)
+    k->peak = cur;
+  int64_t total = cur + s->kind[!large].current;
+  if (total > s->total_peak)
+    s->total_peak = total;
 }
 
-/* Adds n >= 0 to the ALL entry and to the small or large entry. */
-static inline void stat_inc(gpupool_stat s[GPUPOOL_STAT_TYPES], int large, int64_t n) {
-  stat_inc_one(&s[GPUPOOL_STAT_ALL], n);
-  stat_inc_one(&s[GPUPOOL_STAT_SMALL + large], n);
+/* Subtracts n >= 0 from kind large. */
+static inline void stat_dec(stat_counter *s, int large, int64_t n) {
+  s->kind[large].current -= n;
+  s->kind[large].freed += n;
 }
 
-/* Subtracts n >= 0 from the ALL entry and from the small or large entry. */
-static inline void stat_dec(gpupool_stat s[GPUPOOL_STAT_TYPES], int large, int64_t n) {
-  s[GPUPOOL_STAT_ALL].current -= n;
-  s[GPUPOOL_STAT_ALL].freed += n;
-  s[GPUPOOL_STAT_SMALL + large].current -= n;
-  s[GPUPOOL_STAT_SMALL + large].freed += n;
-}
-
-/* active = allocation + pending. Its increments are the allocations; its
- * decrements are the frees not deferred plus the deferred ones completed.
- * Its peak is reached either with nothing pending (then it is the
- * allocation peak) or while frees are pending (then it was recorded in
- * pending_peak at that allocation). */
 /* Adds delta of either sign; 0 changes nothing. */
-static inline void stat_add(gpupool_stat s[GPUPOOL_STAT_TYPES], int large, int64_t delta) {
+static inline void stat_add(stat_counter *s, int large, int64_t delta) {
   if (delta > 0)
     stat_inc(s, large, delta);
   else if (delta < 0)
     stat_dec(s, large, -delta);
 }
 
+static inline int64_t stat_total(const stat_counter *s) {
+  return s->kind[0].current + s->kind[1].current;
+}
+
+/* current of type t (GPUPOOL_STAT_ALL, _SMALL or _LARGE). */
+static inline int64_t stat_current(const stat_counter *s, int t) {
+  return t == GPUPOOL_STAT_ALL ? stat_total(s) : s->kind[t - GPUPOOL_STAT_SMALL].current;
+}
+
+/* s as gpupool_get_stats reports it, indexed by GPUPOOL_STAT_ALL/_SMALL/_LARGE. */
+static inline void stat_report(const stat_counter *s, gpupool_stat out[GPUPOOL_STAT_TYPES]) {
+  out[GPUPOOL_STAT_ALL] = (gpupool_stat){.peak = s->total_peak};
+  for (int k = 0; k < 2; k++) {
+    const kind_count *c = &s->kind[k];
+    gpupool_stat v = {.current = c->current,
+                      .peak = c->peak,
+                      .allocated = c->current - c->base + c->freed,
+                      .freed = c->freed};
+    out[GPUPOOL_STAT_SMALL + k] = v;
+    out[GPUPOOL_STAT_ALL].current += v.current;
+    out[GPUPOOL_STAT_ALL].allocated += v.allocated;
+    out[GPUPOOL_STAT_ALL].freed += v.freed;
+  }
+}
+
+/* peak = current. */
+static inline void stat_reset_peak(stat_counter *s) {
+  s->kind[0].peak = s->kind[0].current;
+  s->kind[1].peak = s->kind[1].current;
+  s->total_peak = stat_total(s);
+}
+
+/* allocated = freed = 0. */
+static inline void stat_reset_accumulated(stat_counter *s) {
+  for (int k = 0; k < 2; k++) {
+    s->kind[k].freed = 0;
+    s->kind[k].base = s->kind[k].current;
+  }
+}
+
+/* active = allocation + pending, from their reports. Its increments are the
+ * allocations; its decrements are the frees not deferred plus the deferred
+ * ones completed. Its peak is reached either with nothing pending (then it
+ * is the allocation peak) or while frees are pending (then it was recorded
+ * in pending_peak at that allocation). */
 static inline gpupool_stat stat_active(const gpupool_stat *alloc, const gpupool_stat *pending,
                                        int64_t pending_peak) {
   gpupool_stat a;
@@ -77,13 +127,5 @@ static inline gpupool_stat stat_active(const gpupool_stat *alloc, const gpupool_
 /* Raises the pool-wide peaks to the current sums over all shards (each read
  * under its lock). Callers hold no pool lock. */
 void stats_note_peaks(gpupool *p);
-
-static inline void stat_reset_peak(gpupool_stat *s) {
-  s->peak = s->current;
-}
-
-static inline void stat_reset_accumulated(gpupool_stat *s) {
-  s->allocated = s->freed = 0;
-}
 
 #endif
