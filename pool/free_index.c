@@ -53,6 +53,33 @@ void free_index_remove(block **root, block *b) {
   b->left = b->right = NULL;
 }
 
+int free_index_replace(block **root, block *old, block *b) {
+  block **link = root, *lo = NULL, *hi = NULL; /* old's neighbours in order */
+  while (*link != old) {
+    if (less(old, *link)) {
+      hi = *link;
+      link = &(*link)->left;
+    } else {
+      lo = *link;
+      link = &(*link)->right;
+    }
+  }
+  if (old->left)
+    for (lo = old->left; lo->right;)
+      lo = lo->right;
+  if (old->right)
+    for (hi = old->right; hi->left;)
+      hi = hi->left;
+  if ((lo && !less(lo, b)) || (hi && !less(b, hi)))
+    return -1;
+  b->left = old->left;
+  b->right = old->right;
+  b->prio = old->prio; /* the heap order holds with old's priority */
+  *link = b;
+  old->left = old->right = NULL;
+  return 0;
+}
+
 block *free_index_lower_bound(block *t, size_t size) {
   block *best = NULL;
   while (t) {

@@ -137,6 +137,17 @@ static void index_remove(shard *sh, block *b) {
   sh->nfree--;
 }
 
+/* Free block old leaves the index and free block b (of its segment) enters:
+ * b takes old's place when the order allows, which is the common case of a
+ * split remainder or a merged block. */
+static void index_swap(shard *sh, block *old, block *b) {
+  block **root = &sh->free_tree[old->seg->large];
+  if (free_index_replace(root, old, b) != 0) {
+    free_index_remove(root, old);
+    free_index_insert(root, b);
+  }
+}
+
 /* Whether free block b (size >= rounded) may serve a request of rounded. */
 static int fit_allowed(const pool_config *c, const block *b, size_t rounded) {
   if (c->strategy != GPUPOOL_STRATEGY_BFC)
@@ -222,7 +233,6 @@ static void count_request(shard *sh, size_t requested) {
  * strategy allows; updates the statistics and records the event. */
 static void shard_take(shard *sh, block *b, size_t rounded, size_t requested, int from_device) {
   int large = b->seg->large;
-  index_remove(sh, b);
   block *r = should_split(&sh->pool->cfg, b, rounded) ? block_new(sh) : NULL;
   if (r) { /* without host memory for the remainder, the whole block is used */
     /* Counted as PyTorch does: an inactive split block that is cut stays one,
@@ -240,15 +250,18 @@ static void shard_take(shard *sh, block *b, size_t rounded, size_t requested, in
     r->free_seq = b->free_seq;
     r->prev = b;
     r->next = b->next;
+    index_swap(sh, b, r); /* before b's key changes: the index finds b by it */
     if (b->next)
       b->next->prev = r;
     b->next = r;
     b->size = rounded;
     b->seg->nblocks++;
-    index_insert(sh, r);
-  } else if (b->seg->nblocks > 1) { /* a split block taken whole */
-    stat_dec(&sh->st.s[STAT_INACTIVE_SPLIT], large, 1);
-    stat_dec(&sh->st.s[STAT_INACTIVE_SPLIT_BYTES], large, (int64_t)b->size);
+  } else {
+    index_remove(sh, b);
+    if (b->seg->nblocks > 1) { /* a split block taken whole */
+      stat_dec(&sh->st.s[STAT_INACTIVE_SPLIT], large, 1);
+      stat_dec(&sh->st.s[STAT_INACTIVE_SPLIT_BYTES], large, (int64_t)b->size);
+    }
   }
   b->state = BLOCK_ALLOCATED;
   b->requested = requested;
@@ -271,10 +284,11 @@ int shard_serve(shard *sh, block *b, size_t rounded, size_t requested, int from_
   return -1;
 }
 
-/* Absorbs free neighbour n into b; returns the bytes it had. */
-static size_t absorb(shard *sh, block *b, block *n) {
+/* Absorbs free neighbour n into b's address range and unlinks it from the
+ * segment; n keeps its own fields, so that the index still finds it.
+ * Returns the bytes it had. */
+static size_t absorb(block *b, block *n) {
   size_t size = n->size;
-  index_remove(sh, n);
   if (n == b->prev) {
     b->addr = n->addr;
     b->prev = n->prev;
@@ -289,7 +303,6 @@ static size_t absorb(shard *sh, block *b, block *n) {
   }
   b->size += n->size;
   b->seg->nblocks--;
-  block_recycle(sh, n);
   return size;
 }
 
@@ -303,13 +316,21 @@ static void shard_release(shard *sh, block *b) {
    * neighbour absorbed was one, the merged block is one if the segment is
    * still split. */
   int64_t blocks = 0, bytes = 0;
+  block *slot = NULL; /* an absorbed neighbour whose place in the index b takes */
   if (b->prev && b->prev->state == BLOCK_FREE) {
+    slot = b->prev;
     blocks--;
-    bytes -= (int64_t)absorb(sh, b, b->prev);
+    bytes -= (int64_t)absorb(b, slot);
   }
   if (b->next && b->next->state == BLOCK_FREE) {
+    block *n = b->next;
     blocks--;
-    bytes -= (int64_t)absorb(sh, b, b->next);
+    bytes -= (int64_t)absorb(b, n);
+    if (slot) {
+      index_remove(sh, n);
+      block_recycle(sh, n);
+    } else
+      slot = n;
   }
   if (b->seg->nblocks > 1) {
     blocks++;
@@ -317,7 +338,11 @@ static void shard_release(shard *sh, block *b) {
   }
   stat_add(&sh->st.s[STAT_INACTIVE_SPLIT], b->seg->large, blocks);
   stat_add(&sh->st.s[STAT_INACTIVE_SPLIT_BYTES], b->seg->large, bytes);
-  index_insert(sh, b);
+  if (slot) {
+    index_swap(sh, slot, b);
+    block_recycle(sh, slot);
+  } else
+    index_insert(sh, b);
 }
 
 void shard_free(shard *sh, block *b, int deferred) {

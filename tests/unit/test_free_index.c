@@ -1,0 +1,115 @@
+/* The free-block treap: random inserts, removes and in-place replaces
+ * checked against a sorted reference, with the order and heap invariants
+ * walked after every operation. */
+#include <criterion/criterion.h>
+#include <stdlib.h>
+
+#include "pool/free_index.h"
+
+#define NODES 512
+
+static uint32_t rng = 2463534242u;
+static uint32_t next_random(void) {
+  rng ^= rng << 13;
+  rng ^= rng >> 17;
+  rng ^= rng << 5;
+  return rng;
+}
+
+static int key_less(const block *a, const block *b) {
+  return a->size < b->size || (a->size == b->size && a->addr < b->addr);
+}
+
+/* In-order walk: the order is strict, every child's priority is at most its
+ * parent's, and the nodes are exactly the n of want[] (sorted). */
+static size_t walk(const block *t, const block **out, size_t n, uint32_t parent_prio) {
+  if (!t)
+    return n;
+  cr_assert_leq(t->prio, parent_prio, "heap order broken at size %zu", t->size);
+  n = walk(t->left, out, n, t->prio);
+  out[n++] = t;
+  return walk(t->right, out, n, t->prio);
+}
+
+static int cmp_blocks(const void *a, const void *b) {
+  const block *x = *(const block *const *)a, *y = *(const block *const *)b;
+  return key_less(x, y) ? -1 : key_less(y, x);
+}
+
+static void check(block *root, block **in, size_t nin) {
+  static const block *seen[NODES];
+  size_t n = walk(root, seen, 0, UINT32_MAX);
+  cr_assert_eq(n, nin, "index holds %zu blocks, expected %zu", n, nin);
+  qsort(in, nin, sizeof *in, cmp_blocks);
+  for (size_t i = 0; i < n; i++)
+    cr_assert_eq(seen[i], in[i], "block %zu in order is not the expected one", i);
+}
+
+/* A key not used by any block: sizes collide often, addresses never. */
+static void fresh_key(block *b, uintptr_t *next_addr) {
+  b->size = 512 * (1 + next_random() % 64);
+  b->addr = (*next_addr += 512);
+}
+
+Test(free_index, random_inserts_removes_and_replaces_keep_the_treap_sorted) {
+  static block nodes[NODES];
+  block *in[NODES]; /* the blocks in the index */
+  block *out[NODES];
+  size_t nin = 0, nout = 0;
+  uintptr_t next_addr = 0;
+  for (size_t i = 0; i < NODES; i++)
+    out[nout++] = &nodes[i];
+  block *root = NULL;
+  int replaced = 0, refused = 0;
+  for (int op = 0; op < 40000; op++) {
+    uint32_t r = next_random() % 3;
+    if ((r == 0 || nin == 0) && nout) { /* insert */
+      size_t k = next_random() % nout;
+      block *b = out[k];
+      out[k] = out[--nout];
+      fresh_key(b, &next_addr);
+      b->prio = next_random();
+      free_index_insert(&root, b);
+      in[nin++] = b;
+    } else if (r == 1 && nin) { /* remove */
+      size_t k = next_random() % nin;
+      block *b = in[k];
+      in[k] = in[--nin];
+      free_index_remove(&root, b);
+      out[nout++] = b;
+    } else if (nin && nout) { /* replace: a nearby key fits, a far one may not */
+      size_t k = next_random() % nin, j = next_random() % nout;
+      block *old = in[k], *b = out[j];
+      b->size = next_random() % 2 ? old->size : 512 * (1 + next_random() % 64);
+      b->addr = old->addr + (next_random() % 2 ? 1 : (uintptr_t)-1);
+      int fits = 1, taken = 0;
+      for (size_t i = 0; i < nin; i++) {
+        taken |= !key_less(in[i], b) && !key_less(b, in[i]);
+        if (in[i] != old && (key_less(in[i], old) != key_less(in[i], b)))
+          fits = 0; /* some block sorts between old and b */
+      }
+      if (taken) /* keys are unique in a pool: blocks do not overlap */
+        continue;
+      int rc = free_index_replace(&root, old, b);
+      cr_assert_eq(rc == 0, fits, "replace %s a key that %s", rc == 0 ? "took" : "refused",
+                   fits ? "fits" : "does not fit");
+      if (rc == 0) {
+        in[k] = b;
+        out[j] = old;
+        replaced++;
+      } else
+        refused++;
+    }
+    check(root, in, nin);
+    if (nin) { /* lower bound: the smallest block of at least size */
+      size_t size = 512 * (1 + next_random() % 70);
+      const block *want = NULL;
+      for (size_t i = 0; i < nin; i++)
+        if (in[i]->size >= size && (!want || key_less(in[i], want)))
+          want = in[i];
+      cr_assert_eq(free_index_lower_bound(root, size), want);
+    }
+  }
+  cr_assert_gt(replaced, 1000, "the in-place path ran %d times", replaced);
+  cr_assert_gt(refused, 1000, "the refused path ran %d times", refused);
+}
