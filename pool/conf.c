@@ -15,6 +15,7 @@ static void set_defaults(pool_config *c) {
   c->max_non_split_rounding = 20 * MiB;
   c->round_linear_cutoff = 24;
   c->fault_seed = 1;
+  c->expandable_slack = 0.05;
 }
 
 static int set_name(pool_config *c, const char *name, char *err, size_t errlen) {
@@ -99,6 +100,10 @@ static int apply_pair(void *ctx, const char *key, const char *v, char *err, size
       snprintf(err, errlen, "expandable_segments: '%s' is not True or False", v);
       return -1;
     }
+  } else if (strcmp(key, "expandable_slack_percent") == 0) {
+    if (kvconf_double(v, 0, 100, &d))
+      goto bad_value;
+    c->expandable_slack = d / 100;
   } else if (strcmp(key, "round_linear_cutoff") == 0) {
     if (kvconf_u64(v, 12, 40, &u))
       goto bad_value;

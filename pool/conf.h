@@ -23,6 +23,7 @@ typedef struct pool_config {
   double reserve_percent;            /* 0: off */
   unsigned round_linear_cutoff;      /* log2 bytes */
   int expandable;                    /* expandable_segments: large segments on vmm pages */
+  double expandable_slack;           /* expandable_slack_percent / 100 */
   unsigned fault_every_n;
   double fault_rate;
   uint64_t fault_seed;

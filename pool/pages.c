@@ -292,6 +292,44 @@ static size_t map_missing(gpupool *p, segment *seg, size_t first, size_t last, v
   return used;
 }
 
+/* Unmaps up to `want` idle pages (gather_idle) and puts their handles in h;
+ * returns how many. */
+static size_t move_idle(gpupool *p, segment *seg, size_t first, size_t last, size_t want, void **h,
+                        pages_work *w) {
+  page_list moved = {0};
+  gather_idle(p, seg, first, last, want, &moved);
+  unmap_list(p, &moved, 0, w);
+  for (size_t i = 0; i < moved.n; i++)
+    h[i] = moved.v[i].handle;
+  free(moved.v);
+  return moved.n;
+}
+
+/* How many of `missing` new pages may be created rather than moved: while
+ * what the pool holds stays within (1 + slack) times the most it has had
+ * allocated (each shard's allocated-bytes peak, summed, or what is allocated
+ * now plus this block), idle pages stay where they are, ready for the blocks
+ * that freed them; moving them costs an unmap and a map each. Under the slow
+ * lock and seg's shard lock. */
+static size_t pages_to_create(gpupool *p, const segment *seg, size_t len, size_t missing) {
+  double slack = p->cfg.expandable_slack;
+  if (slack <= 0)
+    return 0;
+  int64_t peak = 0, now = (int64_t)len;
+  for (shard *sh = atomic_load(&p->shards); sh; sh = sh->next_shard) {
+    if (sh != seg->sh)
+      spin_lock(&sh->lock);
+    peak += sh->st.s[STAT_ALLOCATED_BYTES].total_peak;
+    now += stat_total(&sh->st.s[STAT_ALLOCATED_BYTES]);
+    if (sh != seg->sh)
+      spin_unlock(&sh->lock);
+  }
+  double allowed = (1 + slack) * (double)(peak > now ? peak : now);
+  double room = allowed - (double)stat_total(&p->seg_stats[1]);
+  size_t pages = room > 0 ? (size_t)(room / (double)seg->page_size) : 0;
+  return pages < missing ? pages : missing;
+}
+
 gpupool_status pages_back(gpupool *p, segment *seg, uintptr_t addr, size_t len, pages_work *w) {
   backend *be = p->be;
   size_t ps = seg->page_size;
@@ -305,18 +343,17 @@ gpupool_status pages_back(gpupool *p, segment *seg, uintptr_t addr, size_t len, 
   if (!h)
     return pool_fail(GPUPOOL_ERR_OOM, "pool '%s': out of host memory", p->cfg.name);
 
-  page_list moved = {0};
-  gather_idle(p, seg, first, last, missing, &moved);
-  unmap_list(p, &moved, 0, w);
-  for (size_t i = 0; i < moved.n; i++)
-    h[i] = moved.v[i].handle;
-  size_t have = moved.n;
-  free(moved.v);
+  size_t create = pages_to_create(p, seg, len, missing);
+  size_t have = create < missing ? move_idle(p, seg, first, last, missing - create, h, w) : 0;
 
   uint64_t t0 = clock_monotonic_ns();
   gpupool_status st = GPUPOOL_OK;
   if (have < missing) {
     st = be->ops->vmm->create(be, h + have, missing - have);
+    if (st != GPUPOOL_OK && create) { /* no room for new pages after all: move instead */
+      have += move_idle(p, seg, first, last, missing - have, h + have, w);
+      st = have < missing ? be->ops->vmm->create(be, h + have, missing - have) : GPUPOOL_OK;
+    }
     if (st == GPUPOOL_OK) {
       reserved_add(p, seg, (int64_t)((missing - have) * ps));
       w->created += (missing - have) * ps;

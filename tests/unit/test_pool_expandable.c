@@ -19,6 +19,12 @@ static gpupool *expandable_pool(size_t capacity) {
   return pc_pool(GPUPOOL_STRATEGY_BFC, capacity, "expandable_segments:True");
 }
 
+/* No slack: every idle page moves before a new one is created. */
+static gpupool *moving_pool(size_t capacity) {
+  return pc_pool(GPUPOOL_STRATEGY_BFC, capacity,
+                 "expandable_segments:True,expandable_slack_percent:0");
+}
+
 static void *take(gpupool *p, size_t size, uint64_t id) {
   void *x = NULL;
   cr_assert_eq(gpupool_malloc(p, &x, size, NULL), GPUPOOL_OK, "%zu bytes: %s", size,
@@ -72,7 +78,7 @@ Test(pool_expandable, maps_only_the_pages_blocks_use) {
 }
 
 Test(pool_expandable, moves_idle_pages_instead_of_growing) {
-  gpupool *p = expandable_pool(0);
+  gpupool *p = moving_pool(0);
   void *a = take(p, 40 * MiB, 1);
   check_and_free(p, a, 40 * MiB, 1); /* 20 idle pages stay mapped, cached */
   void *b = take(p, 50 * MiB, 2);    /* no free block of 50 MiB: a new segment */
@@ -141,7 +147,7 @@ Test(pool_expandable, empty_cache_returns_idle_pages_of_used_segments) {
 }
 
 Test(pool_expandable, a_full_device_moves_pages_then_fails_cleanly) {
-  gpupool *p = expandable_pool(64 * MiB);
+  gpupool *p = moving_pool(64 * MiB);
   void *a = take(p, 40 * MiB, 1);
   check_and_free(p, a, 40 * MiB, 1);
   void *b = take(p, 60 * MiB, 2); /* 20 pages moved, 10 created: fits in 64 MiB */
@@ -205,7 +211,7 @@ Test(pool_expandable, needs_bfc_and_a_boolean) {
  * map of the new block's pages, each with the bytes involved. */
 Test(pool_expandable, page_moves_are_segment_events_of_the_trace) {
   pool_events_enable(256);
-  gpupool *p = expandable_pool(0);
+  gpupool *p = moving_pool(0);
   void *a = take(p, 40 * MiB, 1);
   check_and_free(p, a, 40 * MiB, 1);
   void *b = take(p, 50 * MiB, 2);
@@ -259,4 +265,64 @@ Test(pool_expandable, repeating_shapes_stop_moving_pages) {
                (unsigned long long)moved_after[2], (unsigned long long)moved_after[11]);
   check_invariants(p);
   gpupool_destroy(p);
+}
+
+/* The default slack (5 %): new pages while the pool holds at most 1.05x the
+ * most it has had allocated; idle pages move only for the rest. */
+Test(pool_expandable, creates_pages_within_the_slack_and_moves_the_rest) {
+  gpupool *p = expandable_pool(0);
+  void *a = take(p, 40 * MiB, 1);
+  check_and_free(p, a, 40 * MiB, 1); /* 20 idle pages */
+  void *b = take(p, 50 * MiB, 2);    /* 25 pages: 1.05 x 50 MiB leaves room for 6 new ones */
+  gpupool_stats s = pc_stats(p);
+  cr_assert_eq(s.num_pages_moved, 19);
+  cr_assert_eq(s.reserved_bytes[L].current, 52 * MiB);
+  cr_assert_leq(s.reserved_bytes[A].peak, 1.05 * (double)s.allocated_bytes[A].peak);
+  check_mapped_is_reserved(p);
+  check_invariants(p);
+  check_and_free(p, b, 50 * MiB, 2);
+  gpupool_destroy(p);
+
+  p = pc_pool(GPUPOOL_STRATEGY_BFC, 0, "expandable_segments:True,expandable_slack_percent:25");
+  a = take(p, 40 * MiB, 1);
+  check_and_free(p, a, 40 * MiB, 1);
+  b = take(p, 50 * MiB, 2); /* 1.25 x 50 MiB: room for 11 new pages, 14 move */
+  s = pc_stats(p);
+  cr_assert_eq(s.num_pages_moved, 14);
+  cr_assert_eq(s.reserved_bytes[L].current, 62 * MiB);
+  check_mapped_is_reserved(p);
+  check_and_free(p, b, 50 * MiB, 2);
+  gpupool_destroy(p);
+}
+
+/* Slack allows new pages the device does not have: the pool moves idle ones
+ * instead, without the OOM path's cache flush. */
+Test(pool_expandable, a_full_device_moves_pages_despite_the_slack) {
+  gpupool *p = pc_pool(GPUPOOL_STRATEGY_BFC, 64 * MiB,
+                       "expandable_segments:True,expandable_slack_percent:50");
+  void *a = take(p, 40 * MiB, 1);
+  check_and_free(p, a, 40 * MiB, 1);
+  void *b = take(p, 60 * MiB, 2); /* 25 new pages do not fit in 64 MiB: 20 move, 10 new */
+  gpupool_stats s = pc_stats(p);
+  cr_assert_eq(s.num_alloc_retries, 0);
+  cr_assert_eq(s.num_ooms, 0);
+  cr_assert_eq(s.num_pages_moved, 20);
+  cr_assert_eq(s.reserved_bytes[A].current, 60 * MiB);
+  check_mapped_is_reserved(p);
+  check_invariants(p);
+  check_and_free(p, b, 60 * MiB, 2);
+  gpupool_destroy(p);
+}
+
+Test(pool_expandable, slack_percent_is_checked) {
+  static const char *bad[] = {"expandable_slack_percent:101", "expandable_slack_percent:-1",
+                              "expandable_slack_percent:five"};
+  for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+    gpupool_options o = {.backend = GPUPOOL_BACKEND_HOST, .ignore_env = 1, .tunables = bad[i]};
+    gpupool *p = NULL;
+    cr_assert_eq(gpupool_create(&o, &p), GPUPOOL_ERR_INVALID, "%s", bad[i]);
+    cr_assert_null(p);
+    cr_assert(strstr(gpupool_last_error(), "expandable_slack_percent: bad or out-of-range value"),
+              "%s", gpupool_last_error());
+  }
 }
