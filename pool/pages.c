@@ -315,15 +315,7 @@ static size_t pages_to_create(gpupool *p, const segment *seg, size_t len, size_t
   double slack = p->cfg.expandable_slack;
   if (slack <= 0)
     return 0;
-  int64_t peak = 0, now = (int64_t)len;
-  for (shard *sh = atomic_load(&p->shards); sh; sh = sh->next_shard) {
-    if (sh != seg->sh)
-      spin_lock(&sh->lock);
-    peak += sh->st.s[STAT_ALLOCATED_BYTES].total_peak;
-    now += stat_total(&sh->st.s[STAT_ALLOCATED_BYTES]);
-    if (sh != seg->sh)
-      spin_unlock(&sh->lock);
-  }
+  int64_t peak, now = stats_allocated_bytes(p, seg->sh, &peak) + (int64_t)len;
   double allowed = (1 + slack) * (double)(peak > now ? peak : now);
   double room = allowed - (double)stat_total(&p->seg_stats[1]);
   size_t pages = room > 0 ? (size_t)(room / (double)seg->page_size) : 0;

@@ -17,18 +17,6 @@ static void count_segment(gpupool *p, int large, int delta) {
   stat_add(&p->seg_stats[0], large, delta);
 }
 
-/* Bytes allocated over all shards, for the slow path's events (callers
- * hold no shard lock). */
-static int64_t pool_allocated(gpupool *p) {
-  int64_t sum = 0;
-  for (shard *sh = atomic_load(&p->shards); sh; sh = sh->next_shard) {
-    spin_lock(&sh->lock);
-    sum += stat_total(&sh->st.s[STAT_ALLOCATED_BYTES]);
-    spin_unlock(&sh->lock);
-  }
-  return sum;
-}
-
 static void emit_locked(shard *sh, pool_event *ev) {
   spin_lock(&sh->lock);
   shard_emit(sh, ev);
@@ -44,7 +32,7 @@ static void emit_segment_event(gpupool *p, shard *sh, int type, int flags, uintp
                    .size = size,
                    .stream = (uint64_t)(uintptr_t)sh->stream,
                    .a = (uint64_t)stat_total(&p->seg_stats[1]),
-                   .b = (uint64_t)pool_allocated(p)};
+                   .b = (uint64_t)stats_allocated_bytes(p, NULL, NULL)};
   emit_locked(sh, &ev);
 }
 
@@ -252,7 +240,7 @@ static void garbage_collect(gpupool *p, shard *caller) {
                    .size = released,
                    .stream = (uint64_t)(uintptr_t)caller->stream,
                    .a = (uint64_t)stat_total(&p->seg_stats[1]),
-                   .b = (uint64_t)pool_allocated(p)};
+                   .b = (uint64_t)stats_allocated_bytes(p, NULL, NULL)};
   emit_locked(caller, &ev);
 }
 
@@ -285,7 +273,7 @@ static gpupool_status out_of_memory(gpupool *p, shard *sh, size_t segsize, size_
   p->ooms++;
   size_t dev_free = 0, dev_total = 0;
   p->be->ops->mem_info(p->be, &dev_free, &dev_total);
-  int64_t reserved = stat_total(&p->seg_stats[1]), allocated = pool_allocated(p);
+  int64_t reserved = stat_total(&p->seg_stats[1]), allocated = stats_allocated_bytes(p, NULL, NULL);
   size_t largest = largest_free(p);
   pool_event ev = {.type = EV_OOM,
                    .size = segsize,

@@ -69,6 +69,21 @@ void stats_note_peaks(gpupool *p) {
   pthread_mutex_unlock(&p->peak_lock);
 }
 
+int64_t stats_allocated_bytes(gpupool *p, const shard *held, int64_t *peak_sum) {
+  int64_t now = 0, peak = 0;
+  for (shard *sh = atomic_load(&p->shards); sh; sh = sh->next_shard) {
+    if (sh != held)
+      spin_lock(&sh->lock);
+    now += stat_total(&sh->st.s[STAT_ALLOCATED_BYTES]);
+    peak += sh->st.s[STAT_ALLOCATED_BYTES].total_peak;
+    if (sh != held)
+      spin_unlock(&sh->lock);
+  }
+  if (peak_sum)
+    *peak_sum = peak;
+  return now;
+}
+
 gpupool_status gpupool_get_stats(gpupool *p, gpupool_stats *out) {
   if (!p || !out)
     return pool_fail(GPUPOOL_ERR_INVALID, "gpupool_get_stats: %s is NULL", p ? "out" : "pool");

@@ -4,6 +4,8 @@
 
 #include "gpupool/gpupool.h"
 
+struct shard;
+
 /* What each shard counts. "active" (allocated, or freed and waiting on other
  * streams) is not counted: it is allocation + pending, derived when read,
  * which keeps two statistics off the hot path. */
@@ -127,5 +129,10 @@ static inline gpupool_stat stat_active(const gpupool_stat *alloc, const gpupool_
 /* Raises the pool-wide peaks to the current sums over all shards (each read
  * under its lock). Callers hold no pool lock. */
 void stats_note_peaks(gpupool *p);
+
+/* Bytes allocated now over all shards; with peak_sum, also the sum of each
+ * shard's peak of them (the pool's peak when it has one stream). `held` is a
+ * shard the caller has locked already, or NULL. */
+int64_t stats_allocated_bytes(gpupool *p, const struct shard *held, int64_t *peak_sum);
 
 #endif
