@@ -62,10 +62,10 @@ size_t event_ring_read(event_ring *r, uint64_t *cursor, pool_event *out, size_t 
       const event_ring_slot *s = &r->slots[m & r->mask];
       uint64_t w[EVENT_RING_WORDS];
       for (size_t i = 0; i < EVENT_RING_WORDS; i++)
-        w[i] = atomic_load_explicit(&s->word[i], memory_order_relaxed);
+        w[i] = atomic_load_explicit(&s->word[i], EVENT_RING_WORD_LOAD);
       memcpy(&out[got + (m - n)], w, sizeof w);
     }
-    atomic_thread_fence(memory_order_acquire);
+    EVENT_RING_FENCE(memory_order_acquire);
     uint64_t h2 = atomic_load_explicit(&r->head, memory_order_relaxed);
     /* Event m was copied whole iff m + slots > h2, i.e. m >= h2 - cap. */
     uint64_t valid = h2 > cap ? h2 - cap : 0;

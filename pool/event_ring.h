@@ -66,7 +66,29 @@ typedef struct pool_event {
  * start), so a ring of S slots keeps S - 1 readable events: its capacity is
  * S - 1 and event_ring_dropped() counts the events beyond that. */
 #define EVENT_RING_WORDS (sizeof(pool_event) / sizeof(uint64_t))
-#define EVENT_RING_SLOT  64 /* bytes: one cache line */
+
+/* ThreadSanitizer does not model fences (GCC warns, -Wtsan, and TSan could
+ * miss the ordering): built with it, every word is stored with release and
+ * loaded with acquire instead, which orders the same things (a reader that
+ * loads a word of the writer of event n + S synchronises with it, so its
+ * later load of head sees n + S) in a form TSan follows. */
+#if defined(__SANITIZE_THREAD__)
+#define EVENT_RING_TSAN 1
+#elif defined(__has_feature)
+#if __has_feature(thread_sanitizer)
+#define EVENT_RING_TSAN 1
+#endif
+#endif
+#ifdef EVENT_RING_TSAN
+#define EVENT_RING_FENCE(order) ((void)0)
+#define EVENT_RING_WORD_STORE   memory_order_release
+#define EVENT_RING_WORD_LOAD    memory_order_acquire
+#else
+#define EVENT_RING_FENCE(order) atomic_thread_fence(order)
+#define EVENT_RING_WORD_STORE   memory_order_relaxed
+#define EVENT_RING_WORD_LOAD    memory_order_relaxed
+#endif
+#define EVENT_RING_SLOT 64 /* bytes: one cache line */
 /* The push prefetches the slot this many events ahead (written soon). */
 #define EVENT_RING_PREFETCH 4
 
@@ -117,15 +139,15 @@ static inline uint64_t event_ring_word1(const pool_event *ev) {
 static inline void event_ring_push(event_ring *r, const pool_event *ev) {
   uint64_t n = atomic_load_explicit(&r->head, memory_order_relaxed);
   event_ring_slot *s = &r->slots[n & r->mask];
-  atomic_thread_fence(memory_order_release); /* head = n (stored before) -> these words */
-  atomic_store_explicit(&s->word[0], ev->ts_ns, memory_order_relaxed);
-  atomic_store_explicit(&s->word[1], event_ring_word1(ev), memory_order_relaxed);
-  atomic_store_explicit(&s->word[2], ev->addr, memory_order_relaxed);
-  atomic_store_explicit(&s->word[3], ev->size, memory_order_relaxed);
-  atomic_store_explicit(&s->word[4], ev->requested, memory_order_relaxed);
-  atomic_store_explicit(&s->word[5], ev->stream, memory_order_relaxed);
-  atomic_store_explicit(&s->word[6], ev->a, memory_order_relaxed);
-  atomic_store_explicit(&s->word[7], ev->b, memory_order_relaxed);
+  EVENT_RING_FENCE(memory_order_release); /* head = n (stored before) -> these words */
+  atomic_store_explicit(&s->word[0], ev->ts_ns, EVENT_RING_WORD_STORE);
+  atomic_store_explicit(&s->word[1], event_ring_word1(ev), EVENT_RING_WORD_STORE);
+  atomic_store_explicit(&s->word[2], ev->addr, EVENT_RING_WORD_STORE);
+  atomic_store_explicit(&s->word[3], ev->size, EVENT_RING_WORD_STORE);
+  atomic_store_explicit(&s->word[4], ev->requested, EVENT_RING_WORD_STORE);
+  atomic_store_explicit(&s->word[5], ev->stream, EVENT_RING_WORD_STORE);
+  atomic_store_explicit(&s->word[6], ev->a, EVENT_RING_WORD_STORE);
+  atomic_store_explicit(&s->word[7], ev->b, EVENT_RING_WORD_STORE);
   atomic_store_explicit(&r->head, n + 1, memory_order_release);
   /* Fetch a slot a few pushes ahead now, off those pushes' path (a ring
    * larger than the cache would otherwise miss on every event). */

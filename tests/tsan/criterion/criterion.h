@@ -45,8 +45,10 @@ void crs_log(const char *level, const char *fmt, ...) __attribute__((format(prin
   }                                                                                                \
   static void S_##_##N_##_impl(void)
 
+/* The format passed on starts with ": " so that it is never empty (GCC's
+ * -Wformat-zero-length) and stays checked when a message follows. */
 #define CRS_CHECK(fatal, cond, expr, ...)                                                          \
-  crs_check(!!(cond), fatal, __FILE__, __LINE__, expr, "" __VA_ARGS__)
+  crs_check(!!(cond), fatal, __FILE__, __LINE__, expr, ": " __VA_ARGS__)
 
 #define cr_assert(c, ...)              CRS_CHECK(1, c, #c, __VA_ARGS__)
 #define cr_expect(c, ...)              CRS_CHECK(0, c, #c, __VA_ARGS__)
@@ -76,8 +78,8 @@ void crs_log(const char *level, const char *fmt, ...) __attribute__((format(prin
 #define cr_assert_arr_eq(a, b, n, ...) CRS_CHECK(1, !memcmp(a, b, n), #a " == " #b, __VA_ARGS__)
 #define cr_expect_arr_eq(a, b, n, ...) CRS_CHECK(0, !memcmp(a, b, n), #a " == " #b, __VA_ARGS__)
 #define cr_assert_fail(...)            CRS_CHECK(1, 0, "fail", __VA_ARGS__)
-#define cr_skip(...)                   crs_skip("" __VA_ARGS__)
-#define cr_skip_test(...)              crs_skip("" __VA_ARGS__)
+#define cr_skip(...)                   crs_skip("skipped: " __VA_ARGS__)
+#define cr_skip_test(...)              crs_skip("skipped: " __VA_ARGS__)
 #define cr_log_info(...)               crs_log("info", __VA_ARGS__)
 #define cr_log_warn(...)               crs_log("warn", __VA_ARGS__)
 #define cr_log_error(...)              crs_log("error", __VA_ARGS__)
