@@ -68,13 +68,17 @@ static void usage(FILE *f) {
              "  --listen HOST:PORT     agent address (default 127.0.0.1:9477, + LOCAL_RANK)\n"
              "  --hostname NAME        the hostname label of every series (default: gethostname)\n"
              "  --sd-dir DIR           the agent writes a Prometheus file_sd target file there\n"
-             "  --device-count N       devices, three pools on each (default 1); on the host\n"
+             "  --device-count N       devices, four pools on each (default 1); on the host\n"
              "                         backend these are simulated devices\n"
              "  --steps-per-second R   training steps per second per pool (default 10, 0 = max)\n"
              "  --capacity-mb M        simulated device size on the host backend (default 2560)\n"
              "  --seed S               seed of the sequence lengths and free orders (default 1)\n"
              "  --quiet                no summary table every 10 seconds\n"
-             "Environment: GPUPOOL_CONF (pool options, e.g. backend:host), GPUPOOL_AGENT_CONF.\n");
+             "Pools on each device: bfc, round, naive and bfc-expandable (bfc with\n"
+             "expandable_segments:True where the backend has virtual memory management).\n"
+             "Environment: GPUPOOL_CONF (pool options, e.g. backend:host) applies to every pool;\n"
+             "a pool that refuses one of its keys (round and naive refuse\n"
+             "expandable_segments:True) runs without that key, and says so. GPUPOOL_AGENT_CONF.\n");
 }
 
 static int parse_double(const char *s, double min, double max, double *out) {
@@ -182,6 +186,59 @@ static int install_signals(void) {
   return sigaction(SIGINT, &sa, NULL) || sigaction(SIGTERM, &sa, NULL) ? -1 : 0;
 }
 
+/* Creates a pool with GPUPOOL_CONF applied over o. When the pool refuses
+ * GPUPOOL_CONF as a whole (round and naive refuse expandable_segments:True,
+ * which the bfc pools take), each key:value is tried alone on top of the
+ * ones kept so far: the pool gets those it accepts, and one line per key
+ * it refused says so. Only with fallback: the first pool (plain bfc) takes
+ * every valid setting, so what it refuses is an error in GPUPOOL_CONF. */
+static gpupool_status create_pool(gpupool_options o, int ordinal, int fallback, gpupool **out) {
+  if (gpupool_create(&o, out) == GPUPOOL_OK)
+    return GPUPOOL_OK;
+  const char *env = getenv("GPUPOOL_CONF");
+  char first[512];
+  snprintf(first, sizeof first, "%s", gpupool_last_error());
+  size_t len = env ? strlen(env) : 0;
+  char *items = env && *env ? strdup(env) : NULL, *kept = calloc(1, len + 512);
+  if (!fallback || !items || !kept || o.ignore_env) {
+    fprintf(stderr, "gpupool-demo: pool %s on device %d: %s\n", o.name, ordinal, first);
+    free(items);
+    free(kept);
+    return GPUPOOL_ERR_INVALID;
+  }
+  snprintf(kept, len + 512, "%s", o.tunables ? o.tunables : "");
+  char *trial = malloc(len + 512);
+  gpupool_status st = trial ? GPUPOOL_OK : GPUPOOL_ERR_INVALID;
+  o.ignore_env = 1; /* GPUPOOL_CONF's keys now go in through tunables, one by one */
+  char *save = NULL;
+  for (char *item = strtok_r(items, ",", &save); item && st == GPUPOOL_OK;
+       item = strtok_r(NULL, ",", &save)) {
+    snprintf(trial, len + 512, "%s%s%s", kept, kept[0] ? "," : "", item);
+    o.tunables = trial;
+    gpupool *probe;
+    if (gpupool_create(&o, &probe) == GPUPOOL_OK) {
+      gpupool_destroy(probe);
+      strcpy(kept, trial);
+    } else {
+      fprintf(stderr,
+              "gpupool-demo: pool %s on device %d refused GPUPOOL_CONF's '%s' (%s); it "
+              "runs without it\n",
+              o.name, ordinal, item, gpupool_last_error());
+    }
+  }
+  if (st == GPUPOOL_OK) {
+    o.tunables = kept;
+    st = gpupool_create(&o, out);
+    if (st != GPUPOOL_OK)
+      fprintf(stderr, "gpupool-demo: pool %s on device %d: %s\n", o.name, ordinal,
+              gpupool_last_error());
+  }
+  free(trial);
+  free(items);
+  free(kept);
+  return st;
+}
+
 static int setup_device(demo_device *dev, int ordinal, const demo_args *a, const demo_model *m) {
   char err[256];
   for (int i = 0; i < STRATEGIES; i++) {
@@ -190,11 +247,8 @@ static int setup_device(demo_device *dev, int ordinal, const demo_args *a, const
                          .strategy = strategies[i].strategy,
                          .tunables = strategies[i].tunables,
                          .host_capacity = a->capacity_mb << 20};
-    if (gpupool_create(&o, &dev->pools[i]) != GPUPOOL_OK) {
-      fprintf(stderr, "gpupool-demo: pool %s on device %d: %s\n", o.name, ordinal,
-              gpupool_last_error());
+    if (create_pool(o, ordinal, i > 0, &dev->pools[i]) != GPUPOOL_OK)
       return -1;
-    }
     if (strcmp(gpupool_strategy_name(dev->pools[i]), strategies[i].strategy_name) != 0)
       fprintf(stderr, "gpupool-demo: GPUPOOL_CONF sets the strategy: pool %s runs %s\n", o.name,
               gpupool_strategy_name(dev->pools[i]));

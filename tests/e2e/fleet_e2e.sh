@@ -135,8 +135,12 @@ bad_rules=$(curl -sS "$prom/api/v1/rules" |
 [[ -z $bad_rules ]] || fail "rules with errors: $bad_rules"
 echo "ok   every rule evaluates without error"
 
-# Two more scrapes so that every rate window holds samples of all series.
-sleep 3
+# Two more scrapes of every target, so that every rate window holds samples
+# of all series (polled: the count of `up` samples of the least scraped one).
+scrapes() { q 'min(count_over_time(up[1h]))' | jq -r '.data.result[0].value[1] // "0"'; }
+scrapes0=$(scrapes)
+two_more_scrapes() { (($(scrapes) >= scrapes0 + 2)); }
+wait_for 30 "two more scrapes of every target" two_more_scrapes
 
 cupti_up=$(q 'max(gpupool_cupti_up)' | jq -r '.data.result[0].value[1] // "0"')
 
