@@ -2,20 +2,38 @@
 """Every PyTorch CUDA tensor in a gpupool pool, with the agent serving
 /metrics, and no change to the model code.
 
+Needs PyTorch >= 2.0 (torch.cuda.memory.CUDAPluggableAllocator) with CUDA, and
+libgpupool.so, which `./tools/build` makes (see README.md):
+
+    ./tools/build
     GPUPOOL_AGENT_CONF=listen:127.0.0.1:9477 \\
-        python3 examples/torch_gpupool.py build/libgpupool.so --wait
+        python3 examples/torch_gpupool.py build/release/libgpupool.so --wait
     curl -s localhost:9477/metrics | grep 'pool="torch"'    # from another shell
 
-(--wait keeps the process, and so the agent, alive until Enter is pressed.)
+(--wait keeps the process, and so the agent, alive until Enter is pressed.
+Without a path, build/release/libgpupool.so of this repository is used.)
 
 GPUPOOL_CONF picks the strategy and tunables (e.g. strategy:round or
 roundup_power2_divisions:4); see docs/torch.md.
 """
+import os
 import sys
 
-import torch
+MIN_TORCH = "2.0"  # the first release with CUDAPluggableAllocator
 
-lib = sys.argv[1] if len(sys.argv) > 1 else "libgpupool.so"
+try:
+    import torch
+except ImportError:
+    sys.exit(f"torch_gpupool.py: needs PyTorch >= {MIN_TORCH} with CUDA; torch is not installed")
+if not hasattr(getattr(torch.cuda, "memory", None), "CUDAPluggableAllocator"):
+    sys.exit(f"torch_gpupool.py: needs PyTorch >= {MIN_TORCH} (torch.cuda.memory."
+             f"CUDAPluggableAllocator); this is torch {torch.__version__}")
+
+here = os.path.dirname(os.path.abspath(__file__))
+lib = sys.argv[1] if len(sys.argv) > 1 else os.path.join(here, "..", "build", "release",
+                                                          "libgpupool.so")
+if not os.path.exists(lib):
+    sys.exit(f"torch_gpupool.py: {lib} does not exist: run ./tools/build first")
 
 # Before the first CUDA allocation of the process: the allocator cannot be
 # changed once PyTorch has allocated with its own.

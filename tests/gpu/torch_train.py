@@ -16,7 +16,7 @@ losses step by step, reports steps/s, and leaves one allocation trace per run
 - PyTorch runs: torch.cuda.memory._record_memory_history + _snapshot, whose
   alloc / free_requested entries are written in the same format.
 
-    torch_train.py --lib build/libgpupool.so --outdir DIR [--lm-steps 300] [--cnn-steps 200]
+    torch_train.py --lib build/release/libgpupool.so --outdir DIR [--lm-steps 300] [--cnn-steps 200]
 
 Timing rounds (--timing-rounds, --timing-only) train again with nothing
 recorded and report steps/s per configuration; there the agent is scraped
