@@ -8,12 +8,31 @@
  * its options (CUPTI auto by default), and never fails the program: a failure
  * is one line on stderr and the program runs on. We are inside cuInit here,
  * so nothing on this call stack may call the driver: cuda_driver_mark_injected
- * makes the agent defer its driver calls to its own threads. */
+ * makes the agent defer its driver calls to its own threads.
+ *
+ * Without a CUDA driver (no libcuda.so.1) nothing ever loads this library:
+ * CUDA_INJECTION64_PATH is read by the driver, and the program's own CUDA
+ * error is the only sign. Loaded some other way while CUDA_INJECTION64_PATH
+ * asks for injection (LD_PRELOAD, to check a setup: docs/cupti.md), it says
+ * in one line why no agent will start. */
 #include <stdatomic.h>
 #include <stdio.h>
+#include <stdlib.h>
 
 #include "agent/cuda_driver.h"
 #include "gpupool/agent.h"
+
+/* Inside the driver's cuInit, libcuda.so.1 is loaded already and the
+ * check costs one dlopen of it (no driver call). */
+__attribute__((constructor)) static void say_why_without_driver(void) {
+  const char *why = NULL;
+  if (getenv("CUDA_INJECTION64_PATH") && !cuda_driver_load(&why))
+    fprintf(stderr,
+            "gpupool inject: the agent will not start: %s (the driver loads "
+            "CUDA_INJECTION64_PATH inside cuInit: without one, nothing calls "
+            "InitializeInjection)\n",
+            why ? why : "no CUDA driver");
+}
 
 int InitializeInjection(void) {
   static atomic_int started;
