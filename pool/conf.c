@@ -6,6 +6,7 @@
 
 #include "errors.h"
 #include "kvconf.h"
+#include "pool_name.h"
 
 static void set_defaults(pool_config *c) {
   memset(c, 0, sizeof *c);
@@ -19,12 +20,10 @@ static void set_defaults(pool_config *c) {
 }
 
 static int set_name(pool_config *c, const char *name, char *err, size_t errlen) {
-  size_t n = strlen(name);
-  if (n == 0 || n >= sizeof c->name) {
-    snprintf(err, errlen, "name: must be 1 to %zu bytes", sizeof c->name - 1);
+  _Static_assert(sizeof c->name > POOL_NAME_MAX, "pool_config.name holds the longest name");
+  if (pool_name_check(name, err, errlen))
     return -1;
-  }
-  memcpy(c->name, name, n + 1);
+  memcpy(c->name, name, strlen(name) + 1);
   return 0;
 }
 

@@ -42,7 +42,9 @@ typedef enum {
  * GPUPOOL_CONF (same keys as `tunables`) is applied after these fields, so a
  * user can retune a program without recompiling; set ignore_env to prevent it. */
 typedef struct gpupool_options {
-  const char *name;        /* the `pool` metrics label; NULL = "default" */
+  /* The `pool` metrics label; NULL = "default". UTF-8 text without control
+   * characters, 1 to 127 bytes: any other name is GPUPOOL_ERR_INVALID. */
+  const char *name;
   int device;              /* CUDA device ordinal */
   gpupool_backend backend; /* default: cuda where a GPU is present, else host */
   gpupool_strategy strategy;
