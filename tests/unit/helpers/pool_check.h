@@ -32,7 +32,9 @@ gpupool_stats pc_stats(gpupool *p);
 void pc_pattern_fill(void *p, size_t n, uint64_t id);
 size_t pc_pattern_check(const void *p, size_t n, uint64_t id);
 
-/* The rules of /tmp/poolsem.md, written out again for the tests. */
+/* The rounding and segment rules of docs/pool.md ("Strategies and size
+ * classes"), written out again, independently of pool/sizeclass.c, for the
+ * tests to compare the pool with. */
 size_t pc_bfc_round(size_t size, unsigned divisions);
 size_t pc_bfc_segment(size_t rounded);
 size_t pc_round_bucket(size_t size, unsigned cutoff);
