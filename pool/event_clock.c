@@ -54,12 +54,19 @@ void event_clock_publish(uint64_t stamp) {
   atomic_store_explicit(&event_clock_coarse.stamp, stamp, memory_order_relaxed);
 }
 
+static _Atomic uint64_t on_rate = (uint64_t)EVENT_CLOCK_ON_RATE;
+
+void event_clock_set_on_rate(uint64_t events_per_s) {
+  atomic_store(&on_rate, events_per_s ? events_per_s : (uint64_t)EVENT_CLOCK_ON_RATE);
+}
+
 int event_clock_meter_step(event_clock_meter *m, uint64_t now_ns, uint64_t events_total) {
   if (m->have_last && now_ns > m->last_ns && events_total >= m->last_events) {
+    double on = (double)atomic_load_explicit(&on_rate, memory_order_relaxed);
     m->rate = (double)(events_total - m->last_events) * 1e9 / (double)(now_ns - m->last_ns);
-    if (!m->ticked && m->rate >= EVENT_CLOCK_ON_RATE)
+    if (!m->ticked && m->rate >= on)
       m->ticked = 1;
-    else if (m->ticked && m->rate < EVENT_CLOCK_ON_RATE / 2)
+    else if (m->ticked && m->rate < on / 2)
       m->ticked = 0;
   }
   m->last_ns = now_ns;

@@ -102,10 +102,15 @@ typedef struct event_clock_meter {
   double rate; /* events/s over the last period measured */
 } event_clock_meter;
 /* One measurement at now_ns with events_total events ever pushed: updates
- * the rate and the mode (on at EVENT_CLOCK_ON_RATE, off below half of it; a
+ * the rate and the mode (on at EVENT_CLOCK_ON_RATE or the rate set with
+ * event_clock_set_on_rate, off below half of it; a
  * period in which the total went down, when rings went away, is not
  * measured). Returns the mode: 1 ticked, 0 exact. Publishes nothing. */
 int event_clock_meter_step(event_clock_meter *m, uint64_t now_ns, uint64_t events_total);
+/* The rate at which ticking switches on (off below half of it), events/s;
+ * 0 restores EVENT_CLOCK_ON_RATE. For tests, so that the ticker's switching
+ * can be driven by a rate any machine reaches. */
+void event_clock_set_on_rate(uint64_t events_per_s);
 /* Sets the published stamp (0: exact mode). The ticker's only store; for
  * tests, while no ticker runs. */
 void event_clock_publish(uint64_t stamp);

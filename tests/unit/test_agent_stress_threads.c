@@ -4,7 +4,9 @@
  * and every socket operation in time. */
 #include <criterion/criterion.h>
 #include <errno.h>
+#include <math.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -16,6 +18,8 @@
 #include "gpupool/host.h"
 #include "helpers/http_client.h"
 #include "helpers/metrics_text.h"
+
+#include <cjson/cJSON.h>
 
 static void clean_env(void) {
   unsetenv("GPUPOOL_AGENT_CONF");
@@ -82,11 +86,105 @@ static void *allocate(void *arg) {
   return NULL;
 }
 
+/* What a scraper saw. Each request ends one of three ways: a complete 200
+ * answer whose body is well-formed for its path (ok), no complete answer
+ * (unanswered: only expected while the agent stops), or a complete answer
+ * that is not right (bad, with the first reason kept). Counters read from
+ * successive /metrics scrapes of one thread must never go down. */
 typedef struct scrape_job {
   int port;
   int rounds;
-  int ok;
+  _Atomic int ok;
+  int unanswered, bad;
+  char why[256];
+  double last[2][3]; /* pools s0, s1: allocations {cache, device}, frees */
 } scrape_job;
+
+/* Every line a comment (HELP or TYPE) or "name[{labels}] value". */
+static int metrics_lines_ok(const char *text, char *why, size_t n) {
+  for (const char *l = text; *l;) {
+    const char *end = strchr(l, '\n');
+    if (!end) {
+      snprintf(why, n, "/metrics: the last line has no newline");
+      return 0;
+    }
+    char line[1024];
+    size_t len = (size_t)(end - l) < sizeof line - 1 ? (size_t)(end - l) : sizeof line - 1;
+    memcpy(line, l, len);
+    line[len] = '\0';
+    l = end + 1;
+    if (line[0] == '#') {
+      if (strncmp(line, "# HELP ", 7) && strncmp(line, "# TYPE ", 7)) {
+        snprintf(why, n, "/metrics: bad comment '%.80s'", line);
+        return 0;
+      }
+      continue;
+    }
+    char *sp = strrchr(line, ' ');
+    char *num_end;
+    if (!sp || sp == line || !(line[0] == '_' || line[0] == ':' || (line[0] | 32) >= 'a') ||
+        (strtod(sp + 1, &num_end), *num_end != '\0' || num_end == sp + 1)) {
+      snprintf(why, n, "/metrics: bad sample line '%.80s'", line);
+      return 0;
+    }
+  }
+  return 1;
+}
+
+static int counters_never_go_down(scrape_job *j, const char *text) {
+  static const char *const what[3][2] = {{"gpupool_allocations_total", "source=\"cache\""},
+                                         {"gpupool_allocations_total", "source=\"device\""},
+                                         {"gpupool_frees_total", NULL}};
+  for (int p = 0; p < 2; p++) {
+    char pool[16];
+    snprintf(pool, sizeof pool, "pool=\"s%d\"", p);
+    for (int k = 0; k < 3; k++) {
+      const char *labels[] = {pool, what[k][1], NULL};
+      double v;
+      if (metrics_value(text, what[k][0], labels, &v) != 0)
+        continue; /* not this test's pools */
+      if (!(v >= j->last[p][k])) {
+        snprintf(j->why, sizeof j->why, "%s{%s,%s} went from %g to %g", what[k][0], pool,
+                 what[k][1] ? what[k][1] : "", j->last[p][k], v);
+        return 0;
+      }
+      j->last[p][k] = v;
+    }
+  }
+  return 1;
+}
+
+static int well_formed(scrape_job *j, const char *target, http_response *r) {
+  if (r->status != 200) {
+    snprintf(j->why, sizeof j->why, "%s: status %d", target, r->status);
+    return 0;
+  }
+  char enc[32];
+  char *body = r->body, *plain = NULL;
+  size_t len = r->body_len;
+  if (http_header(r, "Content-Encoding", enc, sizeof enc) && strcmp(enc, "gzip") == 0) {
+    if (http_gunzip(r->body, r->body_len, &plain, &len) != 0) {
+      snprintf(j->why, sizeof j->why, "%s: a gzip body that does not inflate", target);
+      return 0;
+    }
+    body = plain;
+  }
+  int ok = 1;
+  if (strcmp(target, "/metrics") == 0) {
+    ok = metrics_lines_ok(body, j->why, sizeof j->why) && counters_never_go_down(j, body);
+  } else if (strcmp(target, "/healthz") == 0) {
+    ok = len > 0;
+  } else { /* /snapshot, /trace: JSON objects with their arrays */
+    cJSON *doc = cJSON_Parse(body);
+    const char *key = strncmp(target, "/trace", 6) == 0 ? "traceEvents" : "pools";
+    ok = doc && cJSON_IsArray(cJSON_GetObjectItemCaseSensitive(doc, key));
+    cJSON_Delete(doc);
+  }
+  if (!ok && !j->why[0])
+    snprintf(j->why, sizeof j->why, "%s: a malformed body (%zu bytes)", target, len);
+  free(plain);
+  return ok;
+}
 
 static void *scrape(void *arg) {
   scrape_job *j = arg;
@@ -95,9 +193,15 @@ static void *scrape(void *arg) {
   for (int i = 0; i < j->rounds; i++) {
     http_response r;
     const char *headers = i % 2 ? "Accept-Encoding: gzip\r\n" : NULL;
-    if (http_request("127.0.0.1", j->port, "GET", targets[i % 5], headers, &r) == 0 &&
-        r.status == 200)
-      j->ok++;
+    const char *target = targets[i % 5];
+    if (http_request("127.0.0.1", j->port, "GET", target, headers, &r) != 0) {
+      j->unanswered++;
+      continue;
+    }
+    if (well_formed(j, target, &r))
+      atomic_fetch_add(&j->ok, 1);
+    else
+      j->bad++;
     http_response_free(&r);
   }
   return NULL;
@@ -122,8 +226,9 @@ STRESS_TEST(scrapes_while_threads_allocate) {
     pthread_join(at[i], NULL);
   for (int i = 0; i < SCRAPERS; i++) {
     pthread_join(st[i], NULL);
-    cr_assert_eq(sj[i].ok, sj[i].rounds, "scraper %d: %d of %d answered", i, sj[i].ok,
-                 sj[i].rounds);
+    cr_assert_eq(sj[i].bad, 0, "scraper %d: %d bad answers, first: %s", i, sj[i].bad, sj[i].why);
+    cr_assert_eq(atomic_load(&sj[i].ok), sj[i].rounds, "scraper %d: %d of %d answered well", i,
+                 atomic_load(&sj[i].ok), sj[i].rounds);
   }
   for (int i = 0; i < ALLOCATORS; i++) {
     cr_assert_eq(aj[i].failures, 0);
@@ -241,6 +346,10 @@ STRESS_TEST(clients_that_never_finish_do_not_block_others) {
   close(streaming);
 }
 
+/* Stops the agent while a client sends requests: each request gets a
+ * well-formed answer or none (never a malformed one), at least one is
+ * answered before the stop (waited for, bounded), and the port is closed
+ * after it. */
 STRESS_TEST(start_and_stop_while_clients_knock) {
   gpupool *p = make_pool("knock", 0);
   for (int round = 0; round < 5; round++) {
@@ -248,9 +357,19 @@ STRESS_TEST(start_and_stop_while_clients_knock) {
     scrape_job j = {.port = port, .rounds = 5};
     pthread_t t;
     cr_assert_eq(pthread_create(&t, NULL, scrape, &j), 0);
-    usleep(2000);
+    for (int waited = 0; atomic_load(&j.ok) == 0 && waited < 10000; waited++)
+      usleep(1000);       /* until one answer came (at most 10 s) */
     gpupool_agent_stop(); /* requests in flight end with the server */
+    cr_assert_eq(gpupool_agent_port(), 0);
     pthread_join(t, NULL);
+    cr_assert_eq(j.bad, 0, "round %d: %d bad answers, first: %s", round, j.bad, j.why);
+    cr_assert_geq(atomic_load(&j.ok), 1, "round %d: no request was answered before the stop",
+                  round);
+    cr_assert_eq(atomic_load(&j.ok) + j.unanswered, j.rounds, "round %d: requests lost", round);
+    int fd = http_connect("127.0.0.1", port);
+    if (fd >= 0)
+      close(fd);
+    cr_assert_lt(fd, 0, "round %d: port %d still accepts after the stop", round, port);
   }
   gpupool_destroy(p);
 }

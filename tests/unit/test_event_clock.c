@@ -194,7 +194,11 @@ static int stamp_moved(void) {
   return atomic_load(&event_clock_coarse.stamp) != seen_stamp;
 }
 
+/* Ticking switches on at a rate this test sets low (1000 events/s: a few
+ * pairs per 50 ms measurement), so that it does not depend on how many
+ * events a second this machine can make. */
 Test(event_clock, the_ticker_ticks_while_events_are_frequent_and_stops_when_idle) {
+  event_clock_set_on_rate(1000);
   pool_events_enable(1024);
   gpupool *p = pc_pool(GPUPOOL_STRATEGY_BFC, 64 * PC_MiB, NULL);
   cr_assert_eq(event_clock_start(1000), 0);
@@ -209,6 +213,22 @@ Test(event_clock, the_ticker_ticks_while_events_are_frequent_and_stops_when_idle
   event_clock_stop();
   gpupool_destroy(p);
   pool_events_disable();
+  event_clock_set_on_rate(0);
+}
+
+Test(event_clock, the_rate_that_switches_ticking_on_can_be_set) {
+  event_clock_meter m = {0};
+  event_clock_set_on_rate(1000);
+  event_clock_meter_step(&m, 0, 0);
+  cr_assert_eq(event_clock_meter_step(&m, 1000 * MS, 999), 0, "999/s: below");
+  cr_assert_eq(event_clock_meter_step(&m, 2000 * MS, 1999), 1, "1000/s: on");
+  cr_assert_eq(event_clock_meter_step(&m, 3000 * MS, 2499), 1, "500/s: stays on");
+  cr_assert_eq(event_clock_meter_step(&m, 4000 * MS, 2998), 0, "499/s: off");
+  event_clock_set_on_rate(0);
+  m = (event_clock_meter){0};
+  event_clock_meter_step(&m, 0, 0);
+  cr_assert_eq(event_clock_meter_step(&m, 1000 * MS, 999999), 0, "the default again: below");
+  cr_assert_eq(event_clock_meter_step(&m, 2000 * MS, 1999999), 1, "1,000,000/s: on");
 }
 
 /* The agent runs the ticker while it records events, with its tick. */
