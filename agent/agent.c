@@ -167,7 +167,7 @@ gpupool_status gpupool_agent_start(const gpupool_agent_options *opt) {
   }
   if (c.oom_dir[0] && access(c.oom_dir, W_OK | X_OK) != 0) {
     pthread_mutex_unlock(&g_lock);
-    snprintf(err, sizeof err, "oom_dir '%s' is not a writable directory", c.oom_dir);
+    snprintf(err, sizeof err, "oom_dir '%.400s' is not a writable directory", c.oom_dir);
     return agent_fail(GPUPOOL_ERR_INVALID, err);
   }
   if (c.listen_off && c.sd_dir[0]) {

@@ -70,7 +70,7 @@ typedef struct raw_settings {
   uint64_t trace_tick_us; /* UINT64_MAX = not given */
   gpupool_cupti_mode cupti;
   uint64_t oom_reports; /* UINT64_MAX = not given */
-  agent_config *cfg; /* labels, trace_file, sd_dir, hostname and oom_dir go straight here */
+  agent_config *cfg;    /* labels, trace_file, sd_dir, hostname and oom_dir go straight here */
 } raw_settings;
 
 static int copy_setting(const char *key, const char *value, char *dst, size_t dstlen, char *err,

@@ -94,7 +94,7 @@ typedef struct route {
 
 static const route routes[] = {
     {"/metrics", metrics_endpoint}, {"/trace", trace_endpoint}, {"/snapshot", snapshot_route},
-    {"/healthz", healthz_endpoint}, {"/", root_endpoint},    {"/oom", oom_endpoint},
+    {"/healthz", healthz_endpoint}, {"/", root_endpoint},       {"/oom", oom_endpoint},
 };
 /* Routes that also serve the paths below them ("/oom/<id>"). */
 static const route prefix_routes[] = {

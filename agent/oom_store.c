@@ -22,8 +22,8 @@ static uint64_t g_total, g_write_errors, g_kept_bytes;
 static char g_dir[4096];
 
 static uint64_t report_bytes(const pool_oom_report *r) {
-  return sizeof *r + r->cap.nsegs * sizeof *r->cap.segs +
-         r->cap.nblocks * sizeof *r->cap.blocks + r->cap.nevents * sizeof *r->cap.events;
+  return sizeof *r + r->cap.nsegs * sizeof *r->cap.segs + r->cap.nblocks * sizeof *r->cap.blocks +
+         r->cap.nevents * sizeof *r->cap.events;
 }
 
 /* CUPTI kinds of memory that live on the device. */
@@ -91,7 +91,8 @@ static void write_report(const pool_oom_report *r) {
   char *pickle = torch_snapshot_pickle(&cap, 1, &plen);
   int rc = json && pickle ? 0 : -1;
   if (rc == 0) {
-    snprintf(path, sizeof path, "%s/gpupool-oom-%ld-%" PRIu64 ".json", g_dir, (long)getpid(), r->id);
+    snprintf(path, sizeof path, "%s/gpupool-oom-%ld-%" PRIu64 ".json", g_dir, (long)getpid(),
+             r->id);
     rc = write_file(path, json, strlen(json));
   }
   if (rc == 0) {
@@ -107,8 +108,8 @@ static void write_report(const pool_oom_report *r) {
   int first = g_write_errors++ == 0;
   pthread_mutex_unlock(&g_lock);
   if (first) /* once: an OOM loop must not flood stderr */
-    fprintf(stderr, "gpupool agent: cannot write OOM report %" PRIu64 " to oom_dir %s: %s\n",
-            r->id, g_dir, strerror(errno));
+    fprintf(stderr, "gpupool agent: cannot write OOM report %" PRIu64 " to oom_dir %s: %s\n", r->id,
+            g_dir, strerror(errno));
 }
 
 /* Deliveries are serialised by the pool (one at a time), and only they
@@ -273,8 +274,8 @@ static void one(const char *idtext, const char *format, endpoint_body *out) {
   pthread_mutex_unlock(&g_lock);
   if (!found) {
     char line[160];
-    snprintf(line, sizeof line, "no OOM report %" PRIu64 " (the agent keeps the last %zu; see /oom)",
-             id, g_keep);
+    snprintf(line, sizeof line,
+             "no OOM report %" PRIu64 " (the agent keeps the last %zu; see /oom)", id, g_keep);
     plain(out, 404, line);
     return;
   }

@@ -75,8 +75,8 @@ gpupool_status gpupool_snapshot_write_torch(FILE *f, const char *pool) {
   collection_free(&c);
   if (pool && !matched) {
     free(data);
-    return pool_fail(GPUPOOL_ERR_INVALID, "gpupool_snapshot_write_torch: no live pool is named '%s'",
-                     pool);
+    return pool_fail(GPUPOOL_ERR_INVALID,
+                     "gpupool_snapshot_write_torch: no live pool is named '%s'", pool);
   }
   if (!data)
     return pool_fail(GPUPOOL_ERR_OOM, "gpupool_snapshot_write_torch: out of host memory");

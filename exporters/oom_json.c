@@ -208,8 +208,9 @@ static void segments(jb *j, cJSON *root, const pool_capture *c) {
 }
 
 static const char *event_name(int type) {
-  static const char *const names[] = {"?",           "alloc",       "free", "free_completed",
-                                      "segment_alloc", "segment_free", "empty_cache", "gc", "oom"};
+  static const char *const names[] = {
+      "?",           "alloc", "free", "free_completed", "segment_alloc", "segment_free",
+      "empty_cache", "gc",    "oom"};
   return type > 0 && type <= EV_OOM ? names[type] : "?";
 }
 

@@ -14,8 +14,6 @@
 #include "pool_internal.h"
 #include "sizeclass.h"
 
-
-
 static pthread_mutex_t observer_lock = PTHREAD_MUTEX_INITIALIZER;
 static pool_oom_observer observer; /* under observer_lock */
 static _Atomic int observer_set;
@@ -58,7 +56,7 @@ static void device_reading(gpupool *p, pool_oom_report *r) {
     }
     r->other_known = 1;
     r->other_bytes = backend_host_other(p->be);
-    snprintf(r->other_source, sizeof r->other_source, "host backend (simulated)");
+    snprintf(r->other_source, sizeof r->other_source, "simulated by the host backend");
     return;
   }
   if (p->seen_ns) {
@@ -84,7 +82,8 @@ void pool_oom_capture(gpupool *p, void *stream, size_t size, size_t rounded, siz
   r->stream = (uint64_t)(uintptr_t)stream;
   /* Blocks and events are copied only for an observer to keep. */
   int keep = atomic_load(&observer_set);
-  uint64_t limit = rounded > 21 * (uint64_t)MiB ? (rounded + (uint64_t)MiB - 1) / (uint64_t)MiB : 21;
+  uint64_t limit =
+      rounded > 21 * (uint64_t)MiB ? (rounded + (uint64_t)MiB - 1) / (uint64_t)MiB : 21;
   if (pool_capture_take(p, 1, keep ? OOM_REPORT_MAX_BLOCKS : 0, keep ? OOM_REPORT_MAX_EVENTS : 0,
                         limit * (uint64_t)MiB, &r->cap) != 0) {
     free(r);
@@ -137,8 +136,7 @@ static void compute(pool_oom_report *r) {
   if (e->empty_cache_frees >= e->need)
     e->empty_cache_enough = OOM_YES;
   else if (r->device_known)
-    e->empty_cache_enough =
-        r->device_free + e->empty_cache_frees >= e->need ? OOM_YES : OOM_NO;
+    e->empty_cache_enough = r->device_free + e->empty_cache_frees >= e->need ? OOM_YES : OOM_NO;
   else
     e->empty_cache_enough = OOM_MAYBE;
   /* expandable_segments: large blocks hold only the pages under them, so
@@ -169,7 +167,8 @@ static void compute(pool_oom_report *r) {
    * segments that large are not split, so only the free blocks of smaller
    * split segments stay stranded. */
   uint64_t limit = e->split_limit_mb * (uint64_t)MiB;
-  if (t->split_free_bytes && (r->cap.max_split_size == UINT64_MAX || r->cap.max_split_size > limit)) {
+  if (t->split_free_bytes &&
+      (r->cap.max_split_size == UINT64_MAX || r->cap.max_split_size > limit)) {
     e->split_unstranded = t->split_free_at_least;
     e->split_at_most = t->split_free_bytes - t->split_free_at_least;
   } else {
@@ -204,7 +203,8 @@ static void write_message(pool_oom_report *r) {
   const oom_explanation *e = &r->ex;
   char a[32], b[32], c[32];
   msg m = {r->message, sizeof r->message, 0};
-  add(&m, "CUDA out of memory. Tried to allocate %s (block %s, from the device %s) in pool '%s' "
+  add(&m,
+      "CUDA out of memory. Tried to allocate %s (block %s, from the device %s) in pool '%s' "
       "on device %d (%s, %s).",
       bytes(a, sizeof a, r->size), bytes(b, sizeof b, r->rounded), bytes(c, sizeof c, e->need),
       r->cap.name, r->cap.device, r->cap.backend, r->cap.strategy);
@@ -221,7 +221,8 @@ static void write_message(pool_oom_report *r) {
         r->other_source);
   else
     add(&m, " other CUDA allocations unknown (no CUPTI).");
-  add(&m, " Free in the pool %s in %" PRIu64 " blocks, largest %s (external fragmentation %.0f%%), "
+  add(&m,
+      " Free in the pool %s in %" PRIu64 " blocks, largest %s (external fragmentation %.0f%%), "
       "inactive split %s.",
       bytes(a, sizeof a, e->free_in_pool), e->free_blocks, bytes(b, sizeof b, e->largest_free),
       e->external_fragmentation * 100.0, bytes(c, sizeof c, e->inactive_split_bytes));
@@ -229,10 +230,12 @@ static void write_message(pool_oom_report *r) {
     add(&m, " The request is larger than the device (%s): no setting makes it fit.",
         bytes(a, sizeof a, r->device_total));
   } else {
-    add(&m, " Remedies: an empty_cache would free %s (%s);", bytes(a, sizeof a, e->empty_cache_frees),
+    add(&m, " Remedies: an empty_cache would free %s (%s);",
+        bytes(a, sizeof a, e->empty_cache_frees),
         answer(e->empty_cache_enough, "enough", "not enough", "enough unknown"));
     if (e->expandable == OOM_NOT_APPLICABLE)
-      add(&m, " expandable_segments %s;", r->cap.expandable ? "is already on" : "is not available on this backend");
+      add(&m, " expandable_segments %s;",
+          r->cap.expandable ? "is already on" : "is not available on this backend");
     else
       add(&m, " expandable_segments:True%s %s (it would hold %s to %s of %s usable);",
           strcmp(r->cap.strategy, "bfc") ? " (with strategy bfc)" : "",
@@ -240,11 +243,17 @@ static void write_message(pool_oom_report *r) {
                  "might have served it"),
           bytes(a, sizeof a, e->expandable_low), bytes(b, sizeof b, e->expandable_high),
           r->device_known ? bytes(c, sizeof c, e->expandable_room) : "an unknown amount");
-    if (e->split_limit_mb)
-      add(&m, " max_split_size_mb:%" PRIu64 " leaves at most %s in splits (%s free now in larger "
+    if (e->split_limit_mb && e->split_unstranded)
+      add(&m,
+          " max_split_size_mb:%" PRIu64 " leaves at most %s in splits (%s free now in larger "
           "split segments);",
           e->split_limit_mb, bytes(a, sizeof a, e->split_at_most),
           bytes(b, sizeof b, e->split_unstranded));
+    else if (e->split_limit_mb)
+      add(&m,
+          " max_split_size_mb:%" PRIu64 " would not help (the %s free in splits lie in "
+          "smaller segments);",
+          e->split_limit_mb, bytes(a, sizeof a, e->split_at_most));
     if (e->free_outside_to_fit)
       add(&m, " it fits if %s held outside this pool is freed;",
           bytes(a, sizeof a, e->free_outside_to_fit));

@@ -24,23 +24,23 @@
 typedef enum { OOM_NO = 0, OOM_YES = 1, OOM_MAYBE = 2, OOM_NOT_APPLICABLE = 3 } oom_answer;
 
 typedef struct oom_explanation {
-  uint64_t need;               /* bytes the device had to give: the new segment, or pages */
-  uint64_t free_in_pool;       /* reserved - allocated (inactive and pending blocks) */
+  uint64_t need;         /* bytes the device had to give: the new segment, or pages */
+  uint64_t free_in_pool; /* reserved - allocated (inactive and pending blocks) */
   uint64_t free_blocks, largest_free;
   double external_fragmentation; /* 1 - largest_free / free_in_pool (0 when nothing is free) */
   uint64_t inactive_split_bytes;
-  uint64_t outside_pool;     /* device memory not held by this pool (total - free - reserved) */
+  uint64_t outside_pool; /* device memory not held by this pool (total - free - reserved) */
   int outside_known;
   uint64_t shortfall; /* need - device free (when the device reading is known) */
   int larger_than_device;
   uint64_t empty_cache_frees;
   oom_answer empty_cache_enough;
-  oom_answer expandable; /* would expandable_segments:True have served it */
+  oom_answer expandable;                    /* would expandable_segments:True have served it */
   uint64_t expandable_low, expandable_high; /* bytes the pool would hold with it (bounds) */
   uint64_t expandable_room;                 /* device memory it could have used */
   uint64_t split_limit_mb;                  /* the max_split_size_mb suggested (0: none) */
-  uint64_t split_at_most;    /* bytes left in splits with it: free in smaller split segments */
-  uint64_t split_unstranded; /* free bytes now inside split segments of that size or more */
+  uint64_t split_at_most;       /* bytes left in splits with it: free in smaller split segments */
+  uint64_t split_unstranded;    /* free bytes now inside split segments of that size or more */
   uint64_t free_outside_to_fit; /* bytes others must free for it to fit (0: none needed) */
 } oom_explanation;
 
@@ -53,8 +53,8 @@ typedef struct pool_oom_report {
   /* The device: the last reading known without a device call. */
   int device_known;
   uint64_t device_free, device_total;
-  uint64_t device_age_ns;    /* how old that reading is */
-  char device_source[96];    /* where it came from, in words */
+  uint64_t device_age_ns; /* how old that reading is */
+  char device_source[96]; /* where it came from, in words */
   /* Memory held by other CUDA allocations on the device (CUPTI owner="other",
    * or the host backend's simulated other allocations). */
   int other_known;

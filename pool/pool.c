@@ -143,7 +143,7 @@ static gpupool_status malloc_slow(gpupool *p, shard *sh, size_t rounded, size_t 
   pthread_mutex_unlock(&p->slow_lock);
   if (st == GPUPOOL_ERR_OOM)
     pool_oom_deliver(); /* the report, its observer and the explanation in last_error */
-  if (to_device) /* segments or pages changed (also when it failed) */
+  if (to_device)        /* segments or pages changed (also when it failed) */
     registry_notify_segment_change(p);
   return st;
 }

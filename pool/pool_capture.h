@@ -17,23 +17,23 @@
 
 typedef struct pool_capture_segment {
   pool_segment_info info;
-  int expandable; /* a vmm segment (expandable_segments) */
+  int expandable;     /* a vmm segment (expandable_segments) */
   size_t first_block; /* index into pool_capture.blocks */
 } pool_capture_segment;
 
 /* Sums over every block and segment (never truncated). */
 typedef struct pool_capture_totals {
   uint64_t segments, blocks;
-  uint64_t reserved;              /* device memory held: mapped bytes of every segment */
-  uint64_t small_reserved;        /* of small segments */
+  uint64_t reserved;       /* device memory held: mapped bytes of every segment */
+  uint64_t small_reserved; /* of small segments */
   uint64_t free_bytes, free_blocks, largest_free;
-  uint64_t cached_bytes;          /* device memory of segments with no live block:
-                                     what an empty_cache would return now */
-  uint64_t split_free_bytes;      /* free blocks inside segments that hold live blocks */
-  uint64_t split_free_at_least;   /* ...of those, in segments of at least split_limit bytes */
-  uint64_t large_live_bytes;      /* allocated and pending blocks of large segments */
-  uint64_t large_live_pages;      /* the same, in whole pages of page_size (no sharing) */
-  uint64_t page_size;             /* the backend's vmm page size (0: none) */
+  uint64_t cached_bytes;        /* device memory of segments with no live block:
+                                   what an empty_cache would return now */
+  uint64_t split_free_bytes;    /* free blocks inside segments that hold live blocks */
+  uint64_t split_free_at_least; /* ...of those, in segments of at least split_limit bytes */
+  uint64_t large_live_bytes;    /* allocated and pending blocks of large segments */
+  uint64_t large_live_pages;    /* the same, in whole pages of page_size (no sharing) */
+  uint64_t page_size;           /* the backend's vmm page size (0: none) */
 } pool_capture_totals;
 
 typedef struct pool_capture {
@@ -47,8 +47,8 @@ typedef struct pool_capture {
   size_t nsegs;
   pool_block_info *blocks; /* state strings are static */
   size_t nblocks;
-  int truncated;       /* not every segment was copied */
-  pool_event *events;  /* oldest first; CLOCK_REALTIME ns stamps */
+  int truncated;      /* not every segment was copied */
+  pool_event *events; /* oldest first; CLOCK_REALTIME ns stamps */
   size_t nevents;
   uint64_t events_lost; /* events of the window overwritten before the copy */
   pool_capture_totals t;
