@@ -258,6 +258,8 @@ static void write_message(pool_oom_report *r) {
       add(&m, " it fits if %s held outside this pool is freed;",
           bytes(a, sizeof a, e->free_outside_to_fit));
   }
+  if (m.len && r->message[m.len - 1] == ';') /* the last remedy ends the sentence */
+    r->message[m.len - 1] = '.';
   if (r->observed)
     add(&m, " Report: /oom/%" PRIu64 ", advice: /advice on the gpupool agent.", r->id);
 }
