@@ -20,6 +20,7 @@
 #include "gpupool/agent.h"
 #include "http.h"
 #include "http_listen.h"
+#include "oom_store.h"
 #include "pool/clock.h"
 #include "pool/errors.h"
 #include "pool/event_clock.h"
@@ -64,6 +65,7 @@ static void stop_events(const agent_config *c) {
  * that failed half-way. */
 static void stop_locked(int finished) {
   http_stop();
+  oom_store_stop();
   sampler_stop();
   cupti_stop();
   if (finished && g_cfg.trace_file[0])
@@ -113,6 +115,7 @@ static gpupool_status start_locked(const agent_config *c) {
     return agent_fail(GPUPOOL_ERR_BACKEND, err);
   }
   g_running = 1; /* from here on, stop_locked undoes everything */
+  oom_store_start(c->oom_reports, c->oom_dir);
   if (!c->listen_off && http_start(&l, c->hostname, err, sizeof err) != 0) {
     stop_locked(0);
     return agent_fail(GPUPOOL_ERR_BACKEND, err);
@@ -160,6 +163,11 @@ gpupool_status gpupool_agent_start(const gpupool_agent_options *opt) {
   agent_config c;
   if (agent_config_resolve(opt, &c, err, sizeof err) != 0) {
     pthread_mutex_unlock(&g_lock);
+    return agent_fail(GPUPOOL_ERR_INVALID, err);
+  }
+  if (c.oom_dir[0] && access(c.oom_dir, W_OK | X_OK) != 0) {
+    pthread_mutex_unlock(&g_lock);
+    snprintf(err, sizeof err, "oom_dir '%.400s' is not a writable directory", c.oom_dir);
     return agent_fail(GPUPOOL_ERR_INVALID, err);
   }
   if (c.listen_off && c.sd_dir[0]) {

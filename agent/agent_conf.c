@@ -6,6 +6,7 @@
 #include <strings.h>
 #include <unistd.h>
 
+#include "oom_store.h"
 #include "pool/kvconf.h"
 
 int agent_parse_listen(const char *text, char *host, size_t hostlen, int *port, char *err,
@@ -68,7 +69,8 @@ typedef struct raw_settings {
   int trace_off;
   uint64_t trace_tick_us; /* UINT64_MAX = not given */
   gpupool_cupti_mode cupti;
-  agent_config *cfg; /* labels, trace_file, sd_dir and hostname go straight here */
+  uint64_t oom_reports; /* UINT64_MAX = not given */
+  agent_config *cfg;    /* labels, trace_file, sd_dir, hostname and oom_dir go straight here */
 } raw_settings;
 
 static int copy_setting(const char *key, const char *value, char *dst, size_t dstlen, char *err,
@@ -135,9 +137,19 @@ static int apply_pair(void *ctx, const char *key, const char *value, char *err, 
     return copy_setting(key, value, r->cfg->sd_dir, sizeof r->cfg->sd_dir, err, errlen);
   if (strcmp(key, "hostname") == 0)
     return copy_setting(key, value, r->cfg->hostname, sizeof r->cfg->hostname, err, errlen);
+  if (strcmp(key, "oom_reports") == 0) {
+    if (kvconf_u64(value, 0, OOM_STORE_MAX_KEEP, &r->oom_reports) != 0) {
+      snprintf(err, errlen, "oom_reports: '%s' is not a number from 0 to %d", value,
+               OOM_STORE_MAX_KEEP);
+      return -1;
+    }
+    return 0;
+  }
+  if (strcmp(key, "oom_dir") == 0)
+    return copy_setting(key, value, r->cfg->oom_dir, sizeof r->cfg->oom_dir, err, errlen);
   snprintf(err, errlen,
            "unknown key '%s' (known: listen, sample_interval_ms, trace_events, trace_tick_us, "
-           "cupti, labels, trace_file, sd_dir, hostname)",
+           "cupti, labels, trace_file, sd_dir, hostname, oom_reports, oom_dir)",
            key);
   return -1;
 }
@@ -224,7 +236,10 @@ int agent_config_resolve(const gpupool_agent_options *opt, agent_config *out, ch
   static const gpupool_agent_options none;
   const gpupool_agent_options *o = opt ? opt : &none;
   memset(out, 0, sizeof *out);
-  raw_settings r = {.trace_events = UINT64_MAX, .trace_tick_us = UINT64_MAX, .cfg = out};
+  raw_settings r = {.trace_events = UINT64_MAX,
+                    .trace_tick_us = UINT64_MAX,
+                    .oom_reports = UINT64_MAX,
+                    .cfg = out};
 
   if (apply_options(o, &r, err, errlen) != 0)
     return -1;
@@ -247,6 +262,7 @@ int agent_config_resolve(const gpupool_agent_options *opt, agent_config *out, ch
   out->trace_tick_us =
       r.trace_tick_us != UINT64_MAX ? (unsigned)r.trace_tick_us : AGENT_DEFAULT_TRACE_TICK_US;
   out->cupti = r.cupti;
+  out->oom_reports = r.oom_reports != UINT64_MAX ? (size_t)r.oom_reports : OOM_STORE_DEFAULT_KEEP;
   if (!out->hostname[0] && gethostname(out->hostname, sizeof out->hostname) != 0)
     strcpy(out->hostname, "localhost");
   out->hostname[sizeof out->hostname - 1] = '\0';

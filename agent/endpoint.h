@@ -17,12 +17,14 @@ typedef struct endpoint_args {
   void *ctx;
   const char *accept;          /* Accept header or NULL */
   const char *accept_encoding; /* Accept-Encoding header or NULL */
+  const char *path;            /* the request's path (routes matched by prefix) */
 } endpoint_args;
 
 typedef struct endpoint_body {
   int status;                   /* 200, 400, ... */
   const char *content_type;     /* static string */
   const char *content_encoding; /* "gzip" or NULL */
+  char filename[96];            /* non-empty: sent as an attachment of that name */
   char *data;                   /* whole body (malloc'd), or NULL when streaming */
   size_t len;
   /* Streaming: read returns bytes written into buf (<= max), 0 at the end,
@@ -40,5 +42,8 @@ void endpoint_bad_request(endpoint_body *out, const char *fmt, ...)
 void trace_endpoint(const endpoint_args *args, endpoint_body *out);
 /* exporters/snapshot.c: GET /snapshot?pool= */
 void snapshot_endpoint(const endpoint_args *args, endpoint_body *out);
+/* agent/snapshot_torch.c: GET /snapshot?format=json|torch&pool= (json: the
+ * above; torch: PyTorch's memory snapshot pickle) */
+void snapshot_route(const endpoint_args *args, endpoint_body *out);
 
 #endif

@@ -12,6 +12,7 @@
 #include "exporters/metrics.h"
 #include "http_index.h"
 #include "labels.h"
+#include "oom_store.h"
 
 static struct MHD_Daemon *g_daemon;
 static atomic_int g_port;
@@ -92,8 +93,12 @@ typedef struct route {
 } route;
 
 static const route routes[] = {
-    {"/metrics", metrics_endpoint}, {"/trace", trace_endpoint}, {"/snapshot", snapshot_endpoint},
-    {"/healthz", healthz_endpoint}, {"/", root_endpoint},
+    {"/metrics", metrics_endpoint}, {"/trace", trace_endpoint}, {"/snapshot", snapshot_route},
+    {"/healthz", healthz_endpoint}, {"/", root_endpoint},       {"/oom", oom_endpoint},
+};
+/* Routes that also serve the paths below them ("/oom/<id>"). */
+static const route prefix_routes[] = {
+    {"/oom/", oom_endpoint},
 };
 
 /* ---- responses ---- */
@@ -186,6 +191,11 @@ static enum MHD_Result queue(struct MHD_Connection *c, endpoint_body *b, int hea
     MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, b->content_type);
   if (b->content_encoding)
     MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_ENCODING, b->content_encoding);
+  if (b->filename[0]) {
+    char disposition[sizeof b->filename + 40];
+    snprintf(disposition, sizeof disposition, "attachment; filename=\"%s\"", b->filename);
+    MHD_add_response_header(r, "Content-Disposition", disposition);
+  }
   if (allow)
     MHD_add_response_header(r, MHD_HTTP_HEADER_ALLOW, allow);
   MHD_add_response_header(r, MHD_HTTP_HEADER_CACHE_CONTROL, "no-store");
@@ -228,8 +238,11 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
       rt = &routes[i];
       break;
     }
+  for (size_t i = 0; !rt && i < sizeof prefix_routes / sizeof prefix_routes[0]; i++)
+    if (strncmp(url, prefix_routes[i].path, strlen(prefix_routes[i].path)) == 0)
+      rt = &prefix_routes[i];
   if (!rt) {
-    text_body(&body, 404, "not found: try /, /metrics, /trace, /snapshot or /healthz\n");
+    text_body(&body, 404, "not found: try /, /metrics, /trace, /snapshot, /oom or /healthz\n");
     return queue(c, &body, head, NULL);
   }
   endpoint_args args = {
@@ -239,6 +252,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
       .accept = MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_ACCEPT),
       .accept_encoding =
           MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_ACCEPT_ENCODING),
+      .path = url,
   };
   rt->handler(&args, &body);
   if (!body.status)

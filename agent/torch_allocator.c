@@ -10,6 +10,7 @@
 #include <stdatomic.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <string.h>
 #include <stdlib.h>
 
 #include "cxx_raise.h"
@@ -95,9 +96,12 @@ static int inside_pytorch(void) {
  * in Python as a RuntimeError carrying this message. Elsewhere (a C program,
  * which could not catch it) it is a line on stderr and NULL. */
 static void *fail(size_t size, int device, const char *why) {
-  char msg[768];
-  snprintf(msg, sizeof msg, "gpupool_torch: cannot allocate %zu bytes on device %d: %s", size,
-           device, why);
+  char msg[1536];
+  if (strncmp(why, "CUDA out of memory.", 19) == 0) /* first, for the batch-size finders */
+    snprintf(msg, sizeof msg, "%s [gpupool_torch, device %d]", why, device);
+  else
+    snprintf(msg, sizeof msg, "gpupool_torch: cannot allocate %zu bytes on device %d: %s", size,
+             device, why);
   if (inside_pytorch())
     cxx_raise_runtime_error(msg);
   fprintf(stderr, "%s\n", msg);

@@ -3,6 +3,7 @@
 #include <stdio.h>
 
 #include "agent/agent_health.h"
+#include "agent/oom_store.h"
 
 #ifdef GPUPOOL_VERSION_STRING
 #define BUILD_VERSION GPUPOOL_VERSION_STRING
@@ -49,4 +50,16 @@ void metrics_write_agent(prom_writer *w, const metrics_snapshot *s) {
     prom_label l = {"code", code};
     prom_counter(w, labels, &l, 1, h.errors[i], h.start_s);
   }
+
+  oom_store_counts oc;
+  oom_store_get_counts(&oc);
+  prom_family(w, "gpupool_oom_reports", PROM_COUNTER,
+              "OOM reports recorded (one per failed allocation of any pool; see /oom).");
+  prom_counter(w, labels, NULL, 0, oc.total, h.start_s);
+  prom_family(w, "gpupool_oom_reports_kept", PROM_GAUGE,
+              "OOM reports the agent holds for /oom (the last oom_reports of them).");
+  prom_gauge_u64(w, labels, NULL, 0, oc.kept);
+  prom_family(w, "gpupool_oom_report_write_errors", PROM_COUNTER,
+              "OOM reports that could not be written to oom_dir.");
+  prom_counter(w, labels, NULL, 0, oc.write_errors, h.start_s);
 }

@@ -161,6 +161,8 @@ static void check_param(void *arg, const char *key, const char *value) {
   param_check *c = arg;
   if (strcmp(key, "pool") == 0)
     c->pools++;
+  else if (strcmp(key, "format") == 0) /* json or torch: checked by snapshot_route */
+    return;
   else if (!c->unknown)
     c->unknown = key;
 }
@@ -188,7 +190,7 @@ void snapshot_endpoint(const endpoint_args *args, endpoint_body *out) {
     args->each(args->ctx, check_param, &pc);
   if (pc.unknown) {
     printable(shown, sizeof shown, pc.unknown);
-    endpoint_bad_request(out, "unknown parameter '%s' (expected pool)", shown);
+    endpoint_bad_request(out, "unknown parameter '%s' (expected pool or format)", shown);
     return;
   }
   if (pc.pools > 1) {

@@ -71,6 +71,10 @@ gpupool_status backend_host_create(const host_backend_config *cfg, backend **out
 /* Change fault injection on a host backend at run time. */
 void backend_host_set_faults(backend *b, unsigned every_n, double rate, uint64_t seed);
 int backend_is_host(const backend *b);
+/* Host backend: set the bytes held by simulated other allocations
+ * (GPUPOOL_ERR_OOM when they do not fit), and read them. */
+gpupool_status backend_host_set_other(backend *b, size_t bytes);
+size_t backend_host_other(backend *b);
 
 /* Both return GPUPOOL_ERR_UNSUPPORTED when built without CUDA or when no
  * device is present (never creating a CUDA context in that case). */

@@ -185,3 +185,32 @@ void backend_host_set_faults(backend *b, unsigned every_n, double rate, uint64_t
 int backend_is_host(const backend *b) {
   return b && b->ops == &host_ops;
 }
+
+gpupool_status backend_host_set_other(backend *b, size_t bytes) {
+  host_backend *h = as_host(b);
+  pthread_mutex_lock(&h->lock);
+  size_t others = h->used - h->other; /* the pool's segments and pages */
+  int fits = bytes <= h->capacity - others;
+  if (fits) {
+    h->used = others + bytes;
+    h->other = bytes;
+  }
+  size_t cap = h->capacity;
+  pthread_mutex_unlock(&h->lock);
+  if (!fits)
+    return pool_fail(GPUPOOL_ERR_OOM,
+                     "host backend: %zu bytes of other allocations do not fit: %zu of %zu used "
+                     "by the pool",
+                     bytes, others, cap);
+  return GPUPOOL_OK;
+}
+
+size_t backend_host_other(backend *b) {
+  if (!backend_is_host(b))
+    return 0;
+  host_backend *h = as_host(b);
+  pthread_mutex_lock(&h->lock);
+  size_t v = h->other;
+  pthread_mutex_unlock(&h->lock);
+  return v;
+}

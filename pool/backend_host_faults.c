@@ -21,3 +21,14 @@ gpupool_status gpupool_host_inject_faults(gpupool *p, unsigned every_n, double r
   backend_host_set_faults(b, every_n, rate, seed);
   return GPUPOOL_OK;
 }
+
+gpupool_status gpupool_host_hold_other(gpupool *p, size_t bytes) {
+  if (!p)
+    return pool_fail(GPUPOOL_ERR_INVALID, "gpupool_host_hold_other: NULL pool");
+  backend *b = pool_get_backend(p);
+  if (!backend_is_host(b))
+    return pool_fail(GPUPOOL_ERR_UNSUPPORTED,
+                     "gpupool_host_hold_other: pool \"%s\" uses backend %s, not host",
+                     gpupool_name(p), b ? b->name : "none");
+  return backend_host_set_other(b, bytes);
+}

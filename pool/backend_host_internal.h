@@ -14,7 +14,8 @@ typedef struct host_backend {
   backend base;
   pthread_mutex_t lock; /* guards everything below; several shards allocate at once */
   size_t capacity;
-  size_t used; /* bytes of live segments (as requested) and vmm pages */
+  size_t used;  /* bytes of live segments (as requested), vmm pages and `other` */
+  size_t other; /* held by "other CUDA allocations" (gpupool_host_hold_other) */
   unsigned fail_every_n;
   double fail_rate;
   uint64_t fail_seed;

@@ -4,7 +4,7 @@
 #include <stdarg.h>
 #include <stdio.h>
 
-static _Thread_local char last_error[512];
+static _Thread_local char last_error[1280]; /* an OOM explains itself at length */
 
 const char *gpupool_status_string(gpupool_status s) {
   switch (s) {

@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "errors.h"
+#include "oom_report.h"
 #include "pool_internal.h"
 #include "reclaim.h"
 #include "registry.h"
@@ -140,7 +141,9 @@ static gpupool_status malloc_slow(gpupool *p, shard *sh, size_t rounded, size_t 
   pthread_mutex_lock(&p->slow_lock);
   gpupool_status st = reclaim_malloc(p, sh, rounded, size, out, &to_device);
   pthread_mutex_unlock(&p->slow_lock);
-  if (to_device) /* segments or pages changed (also when it failed) */
+  if (st == GPUPOOL_ERR_OOM)
+    pool_oom_deliver(); /* the report, its observer and the explanation in last_error */
+  if (to_device)        /* segments or pages changed (also when it failed) */
     registry_notify_segment_change(p);
   return st;
 }

@@ -112,6 +112,10 @@ struct gpupool {
   uint64_t alloc_retries, ooms, device_allocs, device_frees, gc_runs, pages_moved, device_syncs;
   pool_device_timing timing;
   size_t device_total; /* cached for the GC threshold; 0 until needed */
+  /* The last device reading the pool made (GC threshold, reserve), for OOM
+   * reports, which make no device call; seen_ns 0: none. */
+  size_t seen_free, seen_total;
+  uint64_t seen_ns;
 
   pthread_mutex_t peak_lock; /* peaks of sums across shards (see stats.c) */
   int64_t agg_peak[VIEW_COUNT][GPUPOOL_STAT_TYPES];

@@ -7,6 +7,7 @@
 #include "clock.h"
 #include "errors.h"
 #include "free_index.h"
+#include "oom_report.h"
 #include "pages.h"
 #include "shard.h"
 #include "sizeclass.h"
@@ -176,6 +177,17 @@ size_t reclaim_release_cached(gpupool *p, int large_only) {
   return released;
 }
 
+/* The backend's mem_info, remembered for OOM reports. */
+static gpupool_status mem_info(gpupool *p, size_t *free_b, size_t *total_b) {
+  gpupool_status st = p->be->ops->mem_info(p->be, free_b, total_b);
+  if (st == GPUPOOL_OK) {
+    p->seen_free = *free_b;
+    p->seen_total = *total_b;
+    p->seen_ns = clock_realtime_ns();
+  }
+  return st;
+}
+
 typedef struct gc_candidate {
   segment *seg;
   uint64_t free_seq;
@@ -191,7 +203,7 @@ static int by_free_seq(const void *a, const void *b) {
 static void garbage_collect(gpupool *p, shard *caller) {
   if (!p->device_total) {
     size_t free_b, total_b;
-    if (p->be->ops->mem_info(p->be, &free_b, &total_b) != GPUPOOL_OK)
+    if (mem_info(p, &free_b, &total_b) != GPUPOOL_OK)
       return;
     p->device_total = total_b;
   }
@@ -248,7 +260,7 @@ static void garbage_collect(gpupool *p, shard *caller) {
  * cache before an allocation would eat into it. */
 static void keep_reserve(gpupool *p, size_t size) {
   size_t free_b, total_b;
-  if (p->be->ops->mem_info(p->be, &free_b, &total_b) != GPUPOOL_OK)
+  if (mem_info(p, &free_b, &total_b) != GPUPOOL_OK)
     return;
   double reserve = p->cfg.reserve_percent / 100.0 * (double)total_b;
   if (free_b < size || (double)(free_b - size) < reserve)
@@ -269,12 +281,21 @@ static size_t largest_free(gpupool *p) {
   return best;
 }
 
-static gpupool_status out_of_memory(gpupool *p, shard *sh, size_t segsize, size_t requested) {
+/* The final failure: an OOM event with what the pool knows, and the report
+ * (oom_report.h), delivered once the slow lock is released. No device call:
+ * the device reading is the last one known. */
+static gpupool_status out_of_memory(gpupool *p, shard *sh, size_t rounded, size_t segsize,
+                                    size_t requested) {
   p->ooms++;
-  size_t dev_free = 0, dev_total = 0;
-  p->be->ops->mem_info(p->be, &dev_free, &dev_total);
   int64_t reserved = stat_total(&p->seg_stats[1]), allocated = stats_allocated_bytes(p, NULL, NULL);
   size_t largest = largest_free(p);
+  size_t dev_free = 0;
+  if (backend_is_host(p->be)) { /* the simulated device's accounting, no device */
+    size_t total;
+    p->be->ops->mem_info(p->be, &dev_free, &total);
+  } else if (p->seen_ns) {
+    dev_free = p->seen_free;
+  }
   pool_event ev = {.type = EV_OOM,
                    .size = segsize,
                    .requested = requested,
@@ -283,12 +304,12 @@ static gpupool_status out_of_memory(gpupool *p, shard *sh, size_t segsize, size_
                    .addr = (uint64_t)reserved,
                    .stream = dev_free};
   emit_locked(sh, &ev);
+  pool_oom_capture(p, sh->stream, requested, rounded, segsize);
   return pool_fail(GPUPOOL_ERR_OOM,
-                   "pool '%s': out of memory allocating %zu bytes (segment %zu): reserved %lld, "
-                   "allocated %lld, free in pool %lld, largest free block %zu, device free %zu "
-                   "of %zu",
+                   "CUDA out of memory. pool '%s': allocating %zu bytes (segment %zu): reserved "
+                   "%lld, allocated %lld, free in pool %lld, largest free block %zu",
                    p->cfg.name, requested, segsize, (long long)reserved, (long long)allocated,
-                   (long long)(reserved - allocated), largest, dev_free, dev_total);
+                   (long long)(reserved - allocated), largest);
 }
 
 /* One try at serving a request on sh: a cached block (mapping its pages
@@ -353,7 +374,7 @@ gpupool_status reclaim_malloc(gpupool *p, shard *sh, size_t rounded, size_t requ
   }
   size_t segsize = size_segment(&p->cfg, rounded);
   if (st == GPUPOOL_ERR_OOM)
-    return out_of_memory(p, sh, segsize, requested);
+    return out_of_memory(p, sh, rounded, segsize, requested);
   if (st != GPUPOOL_OK) {
     char why[256];
     snprintf(why, sizeof why, "%s", gpupool_last_error()); /* the backend's reason */

@@ -84,13 +84,8 @@ int64_t stats_allocated_bytes(gpupool *p, const shard *held, int64_t *peak_sum) 
   return now;
 }
 
-gpupool_status gpupool_get_stats(gpupool *p, gpupool_stats *out) {
-  if (!p || !out)
-    return pool_fail(GPUPOOL_ERR_INVALID, "gpupool_get_stats: %s is NULL", p ? "out" : "pool");
+void stats_collect_locked(gpupool *p, gpupool_stats *out) {
   memset(out, 0, sizeof *out);
-  /* Segments change only under slow_lock: holding it makes the block side
-   * (shards) and the segment side of the snapshot agree. */
-  pthread_mutex_lock(&p->slow_lock);
   int64_t max_shard_peak[VIEW_COUNT][GPUPOOL_STAT_TYPES] = {{0}};
   int nshards = 0;
   for (shard *sh = atomic_load(&p->shards); sh; sh = sh->next_shard, nshards++) {
@@ -151,6 +146,15 @@ gpupool_status gpupool_get_stats(gpupool *p, gpupool_stats *out) {
   out->num_pages_moved = p->pages_moved;
   out->num_device_syncs = p->device_syncs;
   out->num_gc_runs = p->gc_runs;
+}
+
+gpupool_status gpupool_get_stats(gpupool *p, gpupool_stats *out) {
+  if (!p || !out)
+    return pool_fail(GPUPOOL_ERR_INVALID, "gpupool_get_stats: %s is NULL", p ? "out" : "pool");
+  /* Segments change only under slow_lock: holding it makes the block side
+   * (shards) and the segment side of the snapshot agree. */
+  pthread_mutex_lock(&p->slow_lock);
+  stats_collect_locked(p, out);
   pthread_mutex_unlock(&p->slow_lock);
   return GPUPOOL_OK;
 }

@@ -52,6 +52,14 @@ int gpupool_agent_port(void);
 /* Write the Chrome trace of everything recorded so far to f (no HTTP needed). */
 gpupool_status gpupool_trace_write(FILE *f);
 
+/* Write PyTorch's memory snapshot of the live pools (every pool when pool is
+ * NULL, else the pools of that name) to f as a pickle that
+ * torch.cuda._memory_viz and the memory_viz page read: segments and blocks
+ * now, and device_traces from the event rings (empty while the agent does
+ * not record events). No agent needed. GPUPOOL_ERR_INVALID when f is NULL or
+ * no pool has that name. See docs/oom.md. */
+gpupool_status gpupool_snapshot_write_torch(FILE *f, const char *pool);
+
 /* Hand CUPTI over to another tool (PyTorch's profiler, Nsight) mid-run:
  * deliver what CUPTI holds, disable memory activity, unsubscribe and
  * cuptiFinalize. Call it where no other thread is inside a CUDA call (for

@@ -27,6 +27,14 @@ void gpupool_host_stream_complete(gpupool_host_stream *s); /* everything enqueue
  * fault_every_n, fault_rate and fault_seed. */
 gpupool_status gpupool_host_inject_faults(gpupool *p, unsigned every_n, double rate, uint64_t seed);
 
+/* Simulate memory held on the device by other CUDA allocations (a cuBLAS
+ * workspace, NCCL buffers: what CUPTI reports as owner="other" on a GPU):
+ * `bytes` of the host backend's capacity are taken from pool p's simulated
+ * device (the total held is set, not added to; 0 gives it back). OOM reports
+ * of p show them as other CUDA memory. GPUPOOL_ERR_OOM when they do not fit,
+ * GPUPOOL_ERR_UNSUPPORTED on a pool of another backend. */
+gpupool_status gpupool_host_hold_other(gpupool *p, size_t bytes);
+
 #ifdef __cplusplus
 }
 #endif

@@ -1,0 +1,175 @@
+/* PyTorch's memory snapshot of the live pools: gpupool_snapshot_write_torch()
+ * and GET /snapshot?format=torch. Collection here (each pool copied
+ * consistently, pool/pool_capture.h), rendering in exporters/torch_snapshot.c. */
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "endpoint.h"
+#include "exporters/torch_snapshot.h"
+#include "gpupool/agent.h"
+#include "pool/errors.h"
+#include "pool/pool_capture.h"
+#include "pool/registry.h"
+
+typedef struct collection {
+  const char *pool; /* NULL: every pool */
+  pool_capture *caps;
+  size_t n, cap;
+  int matched, failed;
+} collection;
+
+/* Under the registry lock (then each pool's slow lock): copies only. */
+static void collect_pool(gpupool *p, void *arg) {
+  collection *c = arg;
+  const char *name = gpupool_name(p);
+  if (c->pool && strcmp(c->pool, name ? name : "") != 0)
+    return;
+  c->matched++;
+  if (c->n == c->cap) {
+    size_t cap = c->cap ? 2 * c->cap : 8;
+    pool_capture *caps = realloc(c->caps, cap * sizeof *caps);
+    if (!caps) {
+      c->failed = 1;
+      return;
+    }
+    c->caps = caps;
+    c->cap = cap;
+  }
+  /* Every block and the events the rings still hold. */
+  if (pool_capture_take(p, 0, SIZE_MAX, SIZE_MAX, 0, &c->caps[c->n]) == 0)
+    c->n++;
+  else
+    c->failed = 1;
+}
+
+static void collection_free(collection *c) {
+  for (size_t i = 0; i < c->n; i++)
+    pool_capture_free(&c->caps[i]);
+  free(c->caps);
+}
+
+/* The pickle of the pools named (NULL: all); NULL when out of memory. */
+static char *render(collection *c, size_t *len) {
+  registry_foreach(collect_pool, c);
+  if (c->failed)
+    return NULL;
+  const pool_capture **list = malloc((c->n + 1) * sizeof *list);
+  if (!list)
+    return NULL;
+  for (size_t i = 0; i < c->n; i++)
+    list[i] = &c->caps[i];
+  char *data = torch_snapshot_pickle(list, c->n, len);
+  free(list);
+  return data;
+}
+
+gpupool_status gpupool_snapshot_write_torch(FILE *f, const char *pool) {
+  if (!f)
+    return pool_fail(GPUPOOL_ERR_INVALID, "gpupool_snapshot_write_torch: f is NULL");
+  collection c = {.pool = pool};
+  size_t len = 0;
+  char *data = render(&c, &len);
+  int matched = c.matched;
+  collection_free(&c);
+  if (pool && !matched) {
+    free(data);
+    return pool_fail(GPUPOOL_ERR_INVALID,
+                     "gpupool_snapshot_write_torch: no live pool is named '%s'", pool);
+  }
+  if (!data)
+    return pool_fail(GPUPOOL_ERR_OOM, "gpupool_snapshot_write_torch: out of host memory");
+  size_t w = fwrite(data, 1, len, f);
+  free(data);
+  if (w != len || fflush(f) != 0)
+    return pool_fail(GPUPOOL_ERR_BACKEND, "gpupool_snapshot_write_torch: write failed");
+  return GPUPOOL_OK;
+}
+
+typedef struct params {
+  const char *unknown;
+  int pools, formats;
+} params;
+
+static void check_param(void *arg, const char *key, const char *value) {
+  (void)value;
+  params *p = arg;
+  if (strcmp(key, "pool") == 0)
+    p->pools++;
+  else if (strcmp(key, "format") == 0)
+    p->formats++;
+  else if (!p->unknown)
+    p->unknown = key;
+}
+
+static void printable(char *dst, size_t size, const char *v) {
+  size_t n = 0;
+  for (; *v && n + 1 < size; v++)
+    dst[n++] = (*v >= 0x20 && *v < 0x7f) ? *v : '?';
+  dst[n] = '\0';
+}
+
+static void torch_endpoint(const endpoint_args *args, endpoint_body *out) {
+  char shown[80];
+  params p = {0};
+  args->each(args->ctx, check_param, &p);
+  if (p.unknown) {
+    printable(shown, sizeof shown, p.unknown);
+    endpoint_bad_request(out, "unknown parameter '%s' (expected pool or format)", shown);
+    return;
+  }
+  if (p.pools > 1) {
+    endpoint_bad_request(out, "parameter 'pool' given more than once");
+    return;
+  }
+  collection c = {.pool = args->get(args->ctx, "pool")};
+  if (c.pool && !*c.pool) {
+    endpoint_bad_request(out, "bad pool '': expected a pool name");
+    return;
+  }
+  size_t len = 0;
+  char *data = render(&c, &len);
+  int matched = c.matched;
+  collection_free(&c);
+  if (c.pool && !matched) {
+    free(data);
+    printable(shown, sizeof shown, c.pool);
+    endpoint_bad_request(out, "bad pool '%s': no live pool has this name", shown);
+    return;
+  }
+  if (!data) {
+    static const char msg[] = "out of memory building the snapshot\n";
+    out->status = 503;
+    out->content_type = "text/plain; charset=utf-8";
+    out->data = strdup(msg);
+    out->len = out->data ? strlen(msg) : 0;
+    return;
+  }
+  out->status = 200;
+  out->content_type = "application/octet-stream";
+  snprintf(out->filename, sizeof out->filename, "gpupool-snapshot.pickle");
+  out->data = data;
+  out->len = len;
+}
+
+void snapshot_route(const endpoint_args *args, endpoint_body *out) {
+  params p = {0};
+  args->each(args->ctx, check_param, &p);
+  const char *format = args->get(args->ctx, "format");
+  if (p.formats > 1) {
+    endpoint_bad_request(out, "parameter 'format' given more than once");
+    return;
+  }
+  if (!format || strcmp(format, "json") == 0) {
+    snapshot_endpoint(args, out);
+    return;
+  }
+  if (strcmp(format, "torch") == 0) {
+    torch_endpoint(args, out);
+    return;
+  }
+  char shown[80];
+  printable(shown, sizeof shown, format);
+  endpoint_bad_request(out, "bad format '%s' (expected json or torch)", shown);
+}

@@ -1,0 +1,293 @@
+/* oom_report.h: capture at the pool's final OOM, explanation, delivery. */
+#include "oom_report.h"
+
+#include <inttypes.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "clock.h"
+#include "errors.h"
+#include "pool_internal.h"
+#include "sizeclass.h"
+
+static pthread_mutex_t observer_lock = PTHREAD_MUTEX_INITIALIZER;
+static pool_oom_observer observer; /* under observer_lock */
+static _Atomic int observer_set;
+static _Atomic uint64_t next_id = 1;
+static _Thread_local pool_oom_report *pending; /* captured, not yet delivered */
+
+void pool_oom_set_observer(const pool_oom_observer *o) {
+  pthread_mutex_lock(&observer_lock);
+  if (o)
+    observer = *o;
+  else
+    memset(&observer, 0, sizeof observer);
+  atomic_store(&observer_set, o != NULL);
+  pthread_mutex_unlock(&observer_lock);
+}
+
+void pool_oom_report_free(pool_oom_report *r) {
+  if (!r)
+    return;
+  pool_capture_free(&r->cap);
+  free(r);
+}
+
+static uint64_t round_up(uint64_t v, uint64_t to) {
+  return to ? (v + to - 1) / to * to : v;
+}
+
+/* What the pool knows of the device without calling it: the host backend's
+ * own accounting (a simulated device: reading it is no device call), else
+ * the last cudaMemGetInfo the pool made (garbage_collection_threshold,
+ * reserve_percent). */
+static void device_reading(gpupool *p, pool_oom_report *r) {
+  if (backend_is_host(p->be)) {
+    size_t f = 0, t = 0;
+    if (p->be->ops->mem_info(p->be, &f, &t) == GPUPOOL_OK) {
+      r->device_known = 1;
+      r->device_free = f;
+      r->device_total = t;
+      snprintf(r->device_source, sizeof r->device_source, "host backend accounting");
+    }
+    r->other_known = 1;
+    r->other_bytes = backend_host_other(p->be);
+    snprintf(r->other_source, sizeof r->other_source, "simulated by the host backend");
+    return;
+  }
+  if (p->seen_ns) {
+    r->device_known = 1;
+    r->device_free = p->seen_free;
+    r->device_total = p->seen_total;
+    r->device_age_ns = r->time_ns > p->seen_ns ? r->time_ns - p->seen_ns : 0;
+    snprintf(r->device_source, sizeof r->device_source, "the pool's last cudaMemGetInfo");
+  }
+}
+
+void pool_oom_capture(gpupool *p, void *stream, size_t size, size_t rounded, size_t segsize) {
+  pool_oom_report_free(pending);
+  pending = NULL;
+  pool_oom_report *r = calloc(1, sizeof *r);
+  if (!r)
+    return; /* the failure still has its short reason */
+  r->id = atomic_fetch_add(&next_id, 1);
+  r->time_ns = clock_realtime_ns();
+  r->size = size;
+  r->rounded = rounded;
+  r->segment_size = segsize;
+  r->stream = (uint64_t)(uintptr_t)stream;
+  /* Blocks and events are copied only for an observer to keep. */
+  int keep = atomic_load(&observer_set);
+  uint64_t limit =
+      rounded > 21 * (uint64_t)MiB ? (rounded + (uint64_t)MiB - 1) / (uint64_t)MiB : 21;
+  if (pool_capture_take(p, 1, keep ? OOM_REPORT_MAX_BLOCKS : 0, keep ? OOM_REPORT_MAX_EVENTS : 0,
+                        limit * (uint64_t)MiB, &r->cap) != 0) {
+    free(r);
+    return;
+  }
+  r->ex.split_limit_mb = limit;
+  stats_collect_locked(p, &r->stats);
+  device_reading(p, r);
+  pending = r;
+}
+
+static const char *bytes(char *buf, size_t n, uint64_t v) {
+  static const char *const unit[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+  double d = (double)v;
+  int u = 0;
+  while (d >= 1024.0 && u < 4) {
+    d /= 1024.0;
+    u++;
+  }
+  if (u == 0)
+    snprintf(buf, n, "%" PRIu64 " B", v);
+  else
+    snprintf(buf, n, "%.2f %s", d, unit[u]);
+  return buf;
+}
+
+static void compute(pool_oom_report *r) {
+  oom_explanation *e = &r->ex;
+  const pool_capture_totals *t = &r->cap.t;
+  int large = size_is_large(r->rounded);
+  uint64_t P = t->page_size;
+  e->need = r->cap.expandable && large ? round_up(r->rounded, P) : r->segment_size;
+  int64_t reserved = r->stats.reserved_bytes[GPUPOOL_STAT_ALL].current;
+  int64_t allocated = r->stats.allocated_bytes[GPUPOOL_STAT_ALL].current;
+  e->free_in_pool = reserved > allocated ? (uint64_t)(reserved - allocated) : 0;
+  e->free_blocks = t->free_blocks;
+  e->largest_free = t->largest_free;
+  e->external_fragmentation =
+      t->free_bytes ? 1.0 - (double)t->largest_free / (double)t->free_bytes : 0.0;
+  e->inactive_split_bytes = (uint64_t)r->stats.inactive_split_bytes[GPUPOOL_STAT_ALL].current;
+  if (r->device_known) {
+    uint64_t used = r->device_total > r->device_free ? r->device_total - r->device_free : 0;
+    e->outside_known = 1;
+    e->outside_pool = used > t->reserved ? used - t->reserved : 0;
+    e->shortfall = e->need > r->device_free ? e->need - r->device_free : 0;
+    e->larger_than_device = r->rounded > r->device_total || e->need > r->device_total;
+  }
+  /* empty_cache returns the segments that hold no live block. */
+  e->empty_cache_frees = t->cached_bytes;
+  if (e->empty_cache_frees >= e->need)
+    e->empty_cache_enough = OOM_YES;
+  else if (r->device_known)
+    e->empty_cache_enough = r->device_free + e->empty_cache_frees >= e->need ? OOM_YES : OOM_NO;
+  else
+    e->empty_cache_enough = OOM_MAYBE;
+  /* expandable_segments: large blocks hold only the pages under them, so
+   * the pool would hold its small segments, the pages of its live large
+   * blocks and the request's pages: between these bounds (blocks sharing a
+   * page, or not). */
+  if (r->cap.expandable || !P) {
+    e->expandable = OOM_NOT_APPLICABLE;
+  } else {
+    uint64_t add = large ? round_up(r->rounded, P) : r->segment_size;
+    e->expandable_high = t->small_reserved + t->large_live_pages * P + add;
+    e->expandable_low = t->small_reserved + (large ? round_up(t->large_live_bytes + r->rounded, P)
+                                                   : round_up(t->large_live_bytes, P) + add);
+    if (!r->device_known) {
+      e->expandable = OOM_MAYBE;
+    } else {
+      e->expandable_room = r->device_total - e->outside_pool;
+      int bfc = strcmp(r->cap.strategy, "bfc") == 0; /* other roundings differ */
+      if (e->expandable_high <= e->expandable_room)
+        e->expandable = OOM_YES;
+      else if (bfc && e->expandable_low > e->expandable_room)
+        e->expandable = OOM_NO;
+      else
+        e->expandable = OOM_MAYBE;
+    }
+  }
+  /* max_split_size_mb:N, N the request in MiB (at least 21): blocks of
+   * segments that large are not split, so only the free blocks of smaller
+   * split segments stay stranded. */
+  uint64_t limit = e->split_limit_mb * (uint64_t)MiB;
+  if (t->split_free_bytes &&
+      (r->cap.max_split_size == UINT64_MAX || r->cap.max_split_size > limit)) {
+    e->split_unstranded = t->split_free_at_least;
+    e->split_at_most = t->split_free_bytes - t->split_free_at_least;
+  } else {
+    e->split_limit_mb = 0;
+  }
+  if (r->device_known && e->shortfall > e->empty_cache_frees && e->outside_pool)
+    e->free_outside_to_fit = e->shortfall - e->empty_cache_frees;
+}
+
+static const char *answer(oom_answer a, const char *yes, const char *no, const char *maybe) {
+  return a == OOM_YES ? yes : a == OOM_NO ? no : maybe;
+}
+
+/* Appends to the message; truncates quietly at its end. */
+typedef struct msg {
+  char *s;
+  size_t n, len;
+} msg;
+
+__attribute__((format(printf, 2, 3))) static void add(msg *m, const char *fmt, ...) {
+  if (m->len + 1 >= m->n)
+    return;
+  va_list ap;
+  va_start(ap, fmt);
+  int w = vsnprintf(m->s + m->len, m->n - m->len, fmt, ap);
+  va_end(ap);
+  if (w > 0)
+    m->len = m->len + (size_t)w < m->n ? m->len + (size_t)w : m->n - 1;
+}
+
+static void write_message(pool_oom_report *r) {
+  const oom_explanation *e = &r->ex;
+  char a[32], b[32], c[32];
+  msg m = {r->message, sizeof r->message, 0};
+  add(&m,
+      "CUDA out of memory. Tried to allocate %s (block %s, from the device %s) in pool '%s' "
+      "on device %d (%s, %s).",
+      bytes(a, sizeof a, r->size), bytes(b, sizeof b, r->rounded), bytes(c, sizeof c, e->need),
+      r->cap.name, r->cap.device, r->cap.backend, r->cap.strategy);
+  add(&m, " Reserved %s, allocated %s;",
+      bytes(a, sizeof a, (uint64_t)r->stats.reserved_bytes[GPUPOOL_STAT_ALL].current),
+      bytes(b, sizeof b, (uint64_t)r->stats.allocated_bytes[GPUPOOL_STAT_ALL].current));
+  if (r->device_known)
+    add(&m, " device free %s of %s (%s);", bytes(a, sizeof a, r->device_free),
+        bytes(b, sizeof b, r->device_total), r->device_source);
+  else
+    add(&m, " device free unknown (no reading without a device call);");
+  if (r->other_known)
+    add(&m, " other CUDA allocations %s (%s).", bytes(a, sizeof a, r->other_bytes),
+        r->other_source);
+  else
+    add(&m, " other CUDA allocations unknown (no CUPTI).");
+  add(&m,
+      " Free in the pool %s in %" PRIu64 " blocks, largest %s (external fragmentation %.0f%%), "
+      "inactive split %s.",
+      bytes(a, sizeof a, e->free_in_pool), e->free_blocks, bytes(b, sizeof b, e->largest_free),
+      e->external_fragmentation * 100.0, bytes(c, sizeof c, e->inactive_split_bytes));
+  if (e->larger_than_device) {
+    add(&m, " The request is larger than the device (%s): no setting makes it fit.",
+        bytes(a, sizeof a, r->device_total));
+  } else {
+    add(&m, " Remedies: an empty_cache would free %s (%s);",
+        bytes(a, sizeof a, e->empty_cache_frees),
+        answer(e->empty_cache_enough, "enough", "not enough", "enough unknown"));
+    if (e->expandable == OOM_NOT_APPLICABLE)
+      add(&m, " expandable_segments %s;",
+          r->cap.expandable ? "is already on" : "is not available on this backend");
+    else
+      add(&m, " expandable_segments:True%s %s (it would hold %s to %s of %s usable);",
+          strcmp(r->cap.strategy, "bfc") ? " (with strategy bfc)" : "",
+          answer(e->expandable, "would have served it", "would not have served it",
+                 "might have served it"),
+          bytes(a, sizeof a, e->expandable_low), bytes(b, sizeof b, e->expandable_high),
+          r->device_known ? bytes(c, sizeof c, e->expandable_room) : "an unknown amount");
+    if (e->split_limit_mb && e->split_unstranded)
+      add(&m,
+          " max_split_size_mb:%" PRIu64 " leaves at most %s in splits (%s free now in larger "
+          "split segments);",
+          e->split_limit_mb, bytes(a, sizeof a, e->split_at_most),
+          bytes(b, sizeof b, e->split_unstranded));
+    else if (e->split_limit_mb)
+      add(&m,
+          " max_split_size_mb:%" PRIu64 " would not help (the %s free in splits lie in "
+          "smaller segments);",
+          e->split_limit_mb, bytes(a, sizeof a, e->split_at_most));
+    if (e->free_outside_to_fit)
+      add(&m, " it fits if %s held outside this pool is freed;",
+          bytes(a, sizeof a, e->free_outside_to_fit));
+  }
+  if (m.len && r->message[m.len - 1] == ';') /* the last remedy ends the sentence */
+    r->message[m.len - 1] = '.';
+  if (r->observed)
+    add(&m, " Report: /oom/%" PRIu64 ", advice: /advice on the gpupool agent.", r->id);
+}
+
+void pool_oom_explain(pool_oom_report *r) {
+  uint64_t limit = r->ex.split_limit_mb;
+  memset(&r->ex, 0, sizeof r->ex);
+  r->ex.split_limit_mb = limit;
+  compute(r);
+  write_message(r);
+}
+
+void pool_oom_deliver(void) {
+  pool_oom_report *r = pending;
+  pending = NULL;
+  if (!r)
+    return;
+  pthread_mutex_lock(&observer_lock);
+  pool_oom_observer o = observer;
+  int have = atomic_load(&observer_set) && o.deliver;
+  r->observed = have;
+  if (have && o.annotate)
+    o.annotate(r, o.arg);
+  pool_oom_explain(r);
+  pool_fail(GPUPOOL_ERR_OOM, "%s", r->message);
+  if (have)
+    o.deliver(r, o.arg);
+  else
+    pool_oom_report_free(r);
+  pthread_mutex_unlock(&observer_lock);
+}

@@ -1,0 +1,199 @@
+/* pool_capture.h: a consistent, bounded copy of one pool. */
+#include "pool_capture.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "pool_internal.h"
+#include "shard.h"
+
+static const char *state_name(const block *b) {
+  switch (b->state) {
+  case BLOCK_ALLOCATED:
+    return "active_allocated";
+  case BLOCK_PENDING:
+    return "active_pending_free";
+  default:
+    return "inactive";
+  }
+}
+
+/* Events of one stream, up to (not past) the head seen under its lock. */
+typedef struct ring_part {
+  pool_event *ev;
+  size_t n;
+} ring_part;
+
+static void add_totals(pool_capture_totals *t, const segment *seg, uint64_t split_limit) {
+  size_t mapped = segment_mapped_bytes(seg);
+  t->segments++;
+  t->blocks += seg->nblocks;
+  t->reserved += mapped;
+  if (!seg->large)
+    t->small_reserved += mapped;
+  int live = 0;
+  for (const block *b = seg->first; b; b = b->next)
+    live |= b->state != BLOCK_FREE;
+  if (!live)
+    t->cached_bytes += mapped;
+  for (const block *b = seg->first; b; b = b->next) {
+    if (b->state == BLOCK_FREE) {
+      t->free_blocks++;
+      t->free_bytes += b->size;
+      if (b->size > t->largest_free)
+        t->largest_free = b->size;
+      if (live) {
+        t->split_free_bytes += b->size;
+        if (split_limit && seg->size >= split_limit)
+          t->split_free_at_least += b->size;
+      }
+    } else if (seg->large) {
+      t->large_live_bytes += b->size;
+      if (t->page_size)
+        t->large_live_pages += (b->size + t->page_size - 1) / t->page_size;
+    }
+  }
+}
+
+/* Copies sh's segments (while they fit in max_blocks) and its ring's head. */
+static int copy_shard(shard *sh, pool_capture *c, size_t max_blocks, size_t max_events,
+                      uint64_t split_limit, ring_part *part) {
+  event_ring *ring = NULL;
+  uint64_t head = 0;
+  spin_lock(&sh->lock);
+  for (segment *seg = sh->segments; seg; seg = seg->next) {
+    add_totals(&c->t, seg, split_limit);
+    if (c->truncated || c->nblocks + seg->nblocks > max_blocks) {
+      c->truncated = 1;
+      continue;
+    }
+    pool_capture_segment *s = &c->segs[c->nsegs++];
+    memset(s, 0, sizeof *s);
+    s->info.addr = seg->addr;
+    s->info.size = seg->size;
+    s->info.mapped = segment_mapped_bytes(seg);
+    s->info.stream = (uint64_t)(uintptr_t)sh->stream;
+    s->info.is_large = seg->large;
+    s->info.nblocks = seg->nblocks;
+    s->expandable = seg->pages != NULL;
+    s->first_block = c->nblocks;
+    for (block *b = seg->first; b; b = b->next) {
+      c->blocks[c->nblocks++] =
+          (pool_block_info){b->addr, b->size, b->state == BLOCK_ALLOCATED ? b->requested : 0,
+                            (uint64_t)(uintptr_t)sh->stream, state_name(b)};
+      if (b->state == BLOCK_ALLOCATED) {
+        s->info.allocated += b->size;
+        s->info.requested += b->requested;
+      }
+      if (b->state != BLOCK_FREE)
+        s->info.active += b->size;
+    }
+  }
+  if (sh->ring && max_events) {
+    ring = sh->ring;
+    event_ring_ref(ring);
+    head = event_ring_head(ring);
+  }
+  spin_unlock(&sh->lock);
+  if (!ring)
+    return 0;
+  /* Read outside the lock: only events before `head` (those that match the
+   * blocks copied); the writer may overwrite the oldest meanwhile. */
+  uint64_t want = event_ring_capacity(ring);
+  if (want > max_events)
+    want = max_events;
+  uint64_t cursor = head > want ? head - want : 0, lost = 0;
+  part->ev = malloc((size_t)(head - cursor + 1) * sizeof *part->ev);
+  if (part->ev)
+    part->n = event_ring_read(ring, &cursor, part->ev, (size_t)(head - cursor), &lost);
+  c->events_lost += lost;
+  event_ring_unref(ring);
+  return part->ev ? 0 : -1;
+}
+
+/* The streams' events in time order (a stable merge: each stream keeps its
+ * own order), the newest max_events of them. */
+static int merge_events(pool_capture *c, ring_part *parts, size_t nparts, size_t max_events) {
+  size_t total = 0;
+  for (size_t i = 0; i < nparts; i++)
+    total += parts[i].n;
+  size_t skip = total > max_events ? total - max_events : 0;
+  c->events = malloc((total - skip + 1) * sizeof *c->events);
+  if (!c->events)
+    return -1;
+  size_t *pos = calloc(nparts + 1, sizeof *pos);
+  if (!pos)
+    return -1;
+  for (size_t k = 0; k < total; k++) {
+    size_t best = nparts;
+    for (size_t i = 0; i < nparts; i++)
+      if (pos[i] < parts[i].n &&
+          (best == nparts || parts[i].ev[pos[i]].ts_ns < parts[best].ev[pos[best]].ts_ns))
+        best = i;
+    pool_event e = parts[best].ev[pos[best]++];
+    if (k >= skip)
+      c->events[c->nevents++] = e;
+  }
+  free(pos);
+  return 0;
+}
+
+int pool_capture_take(gpupool *p, int slow_locked, size_t max_blocks, size_t max_events,
+                      uint64_t split_limit, pool_capture *out) {
+  memset(out, 0, sizeof *out);
+  out->pool_id = p->id;
+  snprintf(out->name, sizeof out->name, "%s", p->cfg.name);
+  out->device = p->cfg.device;
+  out->backend = gpupool_backend_name(p);
+  out->strategy = gpupool_strategy_name(p);
+  out->expandable = p->cfg.expandable;
+  out->max_split_size = p->cfg.max_split_size == SIZE_MAX ? UINT64_MAX : p->cfg.max_split_size;
+  out->t.page_size = p->be->page_size;
+  if (!slow_locked)
+    pthread_mutex_lock(&p->slow_lock);
+  /* Segments change only under the slow lock: count them once for the arrays. */
+  size_t nsegs = 0, nblocks = 0, nshards = 0;
+  for (shard *sh = atomic_load(&p->shards); sh; sh = sh->next_shard) {
+    nshards++;
+    spin_lock(&sh->lock);
+    for (segment *seg = sh->segments; seg; seg = seg->next) {
+      nsegs++;
+      nblocks += seg->nblocks;
+    }
+    spin_unlock(&sh->lock);
+  }
+  /* Blocks split and merge under shard locks only: allow for growth. */
+  size_t cap_blocks = nblocks + 2 * nsegs + 16;
+  if (cap_blocks > max_blocks)
+    cap_blocks = max_blocks;
+  out->segs = malloc((nsegs + 1) * sizeof *out->segs);
+  out->blocks = malloc((cap_blocks + 1) * sizeof *out->blocks);
+  ring_part *parts = calloc(nshards + 1, sizeof *parts);
+  int rc = out->segs && out->blocks && parts ? 0 : -1;
+  size_t np = 0;
+  for (shard *sh = atomic_load(&p->shards); sh && rc == 0 && np < nshards; sh = sh->next_shard)
+    rc = copy_shard(sh, out, cap_blocks, max_events, split_limit, &parts[np++]);
+  if (!slow_locked)
+    pthread_mutex_unlock(&p->slow_lock);
+  if (rc == 0)
+    rc = merge_events(out, parts, np, max_events);
+  for (size_t i = 0; parts && i < np; i++)
+    free(parts[i].ev);
+  free(parts);
+  if (rc != 0) {
+    pool_capture_free(out);
+    return -1;
+  }
+  return 0;
+}
+
+void pool_capture_free(pool_capture *c) {
+  free(c->segs);
+  free(c->blocks);
+  free(c->events);
+  c->segs = NULL;
+  c->blocks = NULL;
+  c->events = NULL;
+  c->nsegs = c->nblocks = c->nevents = 0;
+}

@@ -1,0 +1,64 @@
+/* A consistent copy of one pool at one moment: its segments with their
+ * blocks, and the last events of its rings, taken under the pool's slow lock
+ * and each stream's lock, so that replaying the events backwards from the
+ * blocks stays within the segments (PyTorch's memory snapshot needs that).
+ * Bounded: at most max_blocks blocks (whole segments only) and max_events
+ * events are copied; the aggregates below always cover every block. No
+ * device call. */
+#ifndef GPUPOOL_POOL_CAPTURE_H
+#define GPUPOOL_POOL_CAPTURE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "event_ring.h"
+#include "gpupool/gpupool.h"
+#include "pool_view.h"
+
+typedef struct pool_capture_segment {
+  pool_segment_info info;
+  int expandable;     /* a vmm segment (expandable_segments) */
+  size_t first_block; /* index into pool_capture.blocks */
+} pool_capture_segment;
+
+/* Sums over every block and segment (never truncated). */
+typedef struct pool_capture_totals {
+  uint64_t segments, blocks;
+  uint64_t reserved;       /* device memory held: mapped bytes of every segment */
+  uint64_t small_reserved; /* of small segments */
+  uint64_t free_bytes, free_blocks, largest_free;
+  uint64_t cached_bytes;        /* device memory of segments with no live block:
+                                   what an empty_cache would return now */
+  uint64_t split_free_bytes;    /* free blocks inside segments that hold live blocks */
+  uint64_t split_free_at_least; /* ...of those, in segments of at least split_limit bytes */
+  uint64_t large_live_bytes;    /* allocated and pending blocks of large segments */
+  uint64_t large_live_pages;    /* the same, in whole pages of page_size (no sharing) */
+  uint64_t page_size;           /* the backend's vmm page size (0: none) */
+} pool_capture_totals;
+
+typedef struct pool_capture {
+  uint32_t pool_id;
+  char name[128];
+  int device;
+  const char *backend, *strategy; /* static strings */
+  int expandable;
+  uint64_t max_split_size; /* UINT64_MAX: no limit */
+  pool_capture_segment *segs;
+  size_t nsegs;
+  pool_block_info *blocks; /* state strings are static */
+  size_t nblocks;
+  int truncated;      /* not every segment was copied */
+  pool_event *events; /* oldest first; CLOCK_REALTIME ns stamps */
+  size_t nevents;
+  uint64_t events_lost; /* events of the window overwritten before the copy */
+  pool_capture_totals t;
+} pool_capture;
+
+/* Copies p (taking its slow lock unless slow_locked) into out. split_limit:
+ * see split_free_at_least (0: not wanted). 0, or -1 when out of host memory
+ * (out is then empty). */
+int pool_capture_take(gpupool *p, int slow_locked, size_t max_blocks, size_t max_events,
+                      uint64_t split_limit, pool_capture *out);
+void pool_capture_free(pool_capture *c);
+
+#endif

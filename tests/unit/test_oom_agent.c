@@ -1,0 +1,308 @@
+/* The agent's OOM flight recorder: /oom and /oom/<id> (JSON and PyTorch
+ * pickle), bad ids, oom_dir, the metric, /snapshot?format=torch and
+ * gpupool_snapshot_write_torch; every pickle checked by Python's pickle
+ * (tests/unit/torch_snapshot_check.py); and bounded memory under 10^5 OOMs. */
+#include <cjson/cJSON.h>
+#include <criterion/criterion.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "agent/oom_store.h"
+#include "gpupool/agent.h"
+#include "gpupool/host.h"
+#include "helpers/http_client.h"
+#include "pool/oom_report.h"
+
+#define MiB ((size_t)1 << 20)
+
+static char dir[64];
+
+static void setup(void) {
+  unsetenv("GPUPOOL_CONF");
+  unsetenv("LOCAL_RANK");
+  snprintf(dir, sizeof dir, "/tmp/gpupool-oom-test-XXXXXX");
+  cr_assert_not_null(mkdtemp(dir));
+}
+
+static void teardown(void) {
+  gpupool_agent_stop();
+  char cmd[128];
+  snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+  cr_expect_eq(system(cmd), 0);
+}
+
+TestSuite(oom_agent, .init = setup, .fini = teardown);
+
+static int start(const char *conf) {
+  setenv("GPUPOOL_AGENT_CONF", conf, 1);
+  gpupool_agent_options o = {.listen = "127.0.0.1:0", .cupti = GPUPOOL_CUPTI_OFF};
+  cr_assert_eq(gpupool_agent_start(&o), GPUPOOL_OK, "%s", gpupool_last_error());
+  return gpupool_agent_port();
+}
+
+static gpupool *host_pool(const char *name, const char *tunables) {
+  gpupool_options o = {.name = name,
+                       .backend = GPUPOOL_BACKEND_HOST,
+                       .host_capacity = 64 * MiB,
+                       .tunables = tunables,
+                       .ignore_env = 1};
+  gpupool *p = NULL;
+  cr_assert_eq(gpupool_create(&o, &p), GPUPOOL_OK, "%s", gpupool_last_error());
+  return p;
+}
+
+static http_response get(int port, const char *target) {
+  http_response r;
+  cr_assert_eq(http_request("127.0.0.1", port, "GET", target, NULL, &r), 0, "GET %s", target);
+  return r;
+}
+
+static void expect_status(int port, const char *target, int status) {
+  http_response r = get(port, target);
+  cr_expect_eq(r.status, status, "GET %s: %d, expected %d (%s)", target, r.status, status, r.body);
+  cr_expect_neq(r.body_len, 0, "GET %s: a one-line reason", target);
+  http_response_free(&r);
+}
+
+static void save(const char *path, const char *data, size_t len) {
+  FILE *f = fopen(path, "wb");
+  cr_assert_not_null(f);
+  cr_assert_eq(fwrite(data, 1, len, f), len);
+  cr_assert_eq(fclose(f), 0);
+}
+
+/* Runs the Python checker on a pickle (and /snapshot JSON to compare);
+ * its exit status. */
+static int run_checker(const char *path, const char *json) {
+  const char *src = getenv("GPUPOOL_SOURCE_DIR");
+  char cmd[1024];
+  snprintf(cmd, sizeof cmd, "python3 %s/tests/unit/torch_snapshot_check.py %s%s%s", src ? src : ".",
+           path, json ? " --json " : "", json ? json : "");
+  int rc = system(cmd);
+  return WIFEXITED(rc) ? WEXITSTATUS(rc) : -1;
+}
+
+static void check_pickle(const char *path, const char *json) {
+  cr_expect_eq(run_checker(path, json), 0, "%s: the checker failed", path);
+}
+
+/* Some history: splits, deferred frees on another stream, an expandable
+ * pool whose pages move. */
+static void workload(gpupool *p, gpupool *x) {
+  gpupool_host_stream *s = gpupool_host_stream_create();
+  void *a[12];
+  for (int i = 0; i < 12; i++)
+    cr_assert_eq(gpupool_malloc(p, &a[i], (size_t)(i + 1) * 300 * 1024, NULL), GPUPOOL_OK);
+  for (int i = 0; i < 12; i += 3) {
+    cr_assert_eq(gpupool_record_stream(p, a[i], s), GPUPOOL_OK);
+    gpupool_host_stream_enqueue(s);
+    cr_assert_eq(gpupool_free(p, a[i]), GPUPOOL_OK);
+  }
+  gpupool_host_stream_complete(s);
+  void *b;
+  cr_assert_eq(gpupool_malloc(p, &b, 5 * MiB, NULL), GPUPOOL_OK); /* completes the deferred */
+  cr_assert_eq(gpupool_free(p, a[1]), GPUPOOL_OK);
+  void *e[4];
+  for (int i = 0; i < 4; i++)
+    cr_assert_eq(gpupool_malloc(x, &e[i], 6 * MiB, NULL), GPUPOOL_OK);
+  cr_assert_eq(gpupool_free(x, e[1]), GPUPOOL_OK);
+  cr_assert_eq(gpupool_free(x, e[2]), GPUPOOL_OK);
+  cr_assert_eq(gpupool_malloc(x, &e[1], 10 * MiB, NULL), GPUPOOL_OK);
+  gpupool_host_stream_destroy(s);
+}
+
+Test(oom_agent, serves_reports_and_torch_snapshots) {
+  char conf[160];
+  snprintf(conf, sizeof conf, "oom_reports:4,oom_dir:%s", dir);
+  int port = start(conf);
+  gpupool *p = host_pool("web", NULL), *x = host_pool("pages", "expandable_segments:True");
+  workload(p, x);
+  void *big;
+  cr_assert_eq(gpupool_malloc(p, &big, 100 * MiB, NULL), GPUPOOL_ERR_OOM);
+  cr_expect_eq(strncmp(gpupool_last_error(), "CUDA out of memory.", 19), 0);
+
+  http_response r = get(port, "/oom");
+  cr_assert_eq(r.status, 200, "%s", r.body);
+  cJSON *list = cJSON_Parse(r.body);
+  cr_assert(cJSON_IsArray(list) && cJSON_GetArraySize(list) == 1, "%s", r.body);
+  int id = cJSON_GetObjectItem(cJSON_GetArrayItem(list, 0), "id")->valueint;
+  char url[64], want[64];
+  snprintf(want, sizeof want, "/oom/%d", id);
+  cr_expect_str_eq(cJSON_GetObjectItem(cJSON_GetArrayItem(list, 0), "url")->valuestring, want);
+  cr_expect(strstr(gpupool_last_error(), want), "the message names the report");
+  cJSON_Delete(list);
+  http_response_free(&r);
+
+  r = get(port, want);
+  cr_assert_eq(r.status, 200);
+  cJSON *rep = cJSON_Parse(r.body);
+  cr_assert_not_null(rep);
+  cr_expect_eq(strncmp(cJSON_GetObjectItem(rep, "message")->valuestring, "CUDA out of memory.", 19),
+               0);
+  cJSON *ex = cJSON_GetObjectItem(rep, "explanation");
+  cr_expect(cJSON_IsTrue(cJSON_GetObjectItem(ex, "larger_than_device")));
+  cr_expect_not_null(cJSON_GetObjectItem(cJSON_GetObjectItem(ex, "remedies"), "empty_cache"));
+  cr_expect_gt(cJSON_GetArraySize(cJSON_GetObjectItem(rep, "segments")), 0);
+  cr_expect_gt(cJSON_GetArraySize(cJSON_GetObjectItem(rep, "events")), 0);
+  cr_expect_eq(cJSON_GetObjectItem(cJSON_GetObjectItem(rep, "request"), "size")->valuedouble,
+               100.0 * MiB);
+  cJSON_Delete(rep);
+  http_response_free(&r);
+
+  char path[160], json[160], hdr[256];
+  snprintf(url, sizeof url, "/oom/%d?format=torch", id);
+  r = get(port, url);
+  cr_assert_eq(r.status, 200);
+  cr_expect_str_eq(http_header(&r, "Content-Type", hdr, sizeof hdr), "application/octet-stream");
+  cr_expect(strstr(http_header(&r, "Content-Disposition", hdr, sizeof hdr), "filename="));
+  snprintf(path, sizeof path, "%s/report.pickle", dir);
+  save(path, r.body, r.body_len);
+  check_pickle(path, NULL);
+  /* The checker can fail: protocol 5, and a block cut short. */
+  char bad[160];
+  snprintf(bad, sizeof bad, "%s/bad.pickle", dir);
+  r.body[1] = 5;
+  save(bad, r.body, r.body_len);
+  cr_expect_eq(run_checker(bad, NULL), 1, "a protocol 5 pickle passed");
+  r.body[1] = 4;
+  static const char key[] = "\x8c\x04size"; /* SHORT_BINUNICODE 'size', then its int */
+  char *at = memmem(r.body, r.body_len, key, sizeof key - 1);
+  cr_assert_not_null(at);
+  at[sizeof key - 1 + 1] ^= 0x40; /* the size's low byte (a BININT or LONG1 follows) */
+  save(bad, r.body, r.body_len);
+  cr_expect_eq(run_checker(bad, NULL), 1, "a block that does not tile its segment passed");
+  char cmd[512];
+  snprintf(cmd, sizeof cmd,
+           "python3 -c \"import pickle,sys; pickle.dump({'segments': [], 'device_traces': "
+           "[[{'action': 'alloc', 'addr': 4096, 'size': 512, 'stream': 0, 'time_us': 1, "
+           "'frames': []}]]}, open(sys.argv[1], 'wb'), protocol=4)\" %s",
+           bad);
+  cr_assert_eq(system(cmd), 0);
+  cr_expect_eq(run_checker(bad, NULL), 1, "an allocation outside every segment passed");
+  http_response_free(&r);
+
+  /* The live snapshot, as a pickle and as JSON: the same totals. */
+  r = get(port, "/snapshot?format=torch");
+  cr_assert_eq(r.status, 200);
+  snprintf(path, sizeof path, "%s/live.pickle", dir);
+  save(path, r.body, r.body_len);
+  http_response_free(&r);
+  r = get(port, "/snapshot?format=json");
+  cr_assert_eq(r.status, 200);
+  snprintf(json, sizeof json, "%s/live.json", dir);
+  save(json, r.body, r.body_len);
+  http_response_free(&r);
+  check_pickle(path, json);
+
+  snprintf(path, sizeof path, "%s/written.pickle", dir);
+  FILE *f = fopen(path, "wb");
+  cr_assert_eq(gpupool_snapshot_write_torch(f, NULL), GPUPOOL_OK, "%s", gpupool_last_error());
+  fclose(f);
+  check_pickle(path, NULL);
+
+  /* oom_dir has the report as JSON and as a pickle. */
+  snprintf(path, sizeof path, "%s/gpupool-oom-%ld-%d.json", dir, (long)getpid(), id);
+  cr_expect_eq(access(path, R_OK), 0, "%s", path);
+  snprintf(path, sizeof path, "%s/gpupool-oom-%ld-%d.pickle", dir, (long)getpid(), id);
+  cr_expect_eq(access(path, R_OK), 0, "%s", path);
+  check_pickle(path, NULL);
+
+  r = get(port, "/metrics");
+  cr_expect(strstr(r.body, "\ngpupool_oom_reports_total{") != NULL);
+  cr_expect(strstr(r.body, "\ngpupool_oom_reports_kept{") != NULL);
+  http_response_free(&r);
+
+  gpupool_destroy(x);
+  gpupool_destroy(p);
+}
+
+Test(oom_agent, bad_ids_and_parameters) {
+  int port = start("oom_reports:2");
+  gpupool *p = host_pool("web", NULL);
+  void *big;
+  cr_assert_eq(gpupool_malloc(p, &big, 100 * MiB, NULL), GPUPOOL_ERR_OOM);
+  expect_status(port, "/oom/abc", 400);
+  expect_status(port, "/oom/0", 400);
+  expect_status(port, "/oom/", 400);
+  expect_status(port, "/oom/1x", 400);
+  expect_status(port, "/oom/-1", 400);
+  expect_status(port, "/oom/99999999999999999999", 400);
+  expect_status(port, "/oom/99999", 404);
+  expect_status(port, "/oom/1?format=xml", 400);
+  expect_status(port, "/oom/1?format=json&format=torch", 400);
+  expect_status(port, "/oom/1?x=1", 400);
+  expect_status(port, "/oom?format=torch", 400);
+  expect_status(port, "/snapshot?format=xml", 400);
+  expect_status(port, "/snapshot?format=torch&pool=nope", 400);
+  /* Two more OOMs: the first report is no longer kept. */
+  cr_assert_eq(gpupool_malloc(p, &big, 100 * MiB, NULL), GPUPOOL_ERR_OOM);
+  cr_assert_eq(gpupool_malloc(p, &big, 100 * MiB, NULL), GPUPOOL_ERR_OOM);
+  http_response r = get(port, "/oom");
+  cJSON *list = cJSON_Parse(r.body);
+  cr_assert_eq(cJSON_GetArraySize(list), 2);
+  int oldest = cJSON_GetObjectItem(cJSON_GetArrayItem(list, 0), "id")->valueint;
+  cJSON_Delete(list);
+  http_response_free(&r);
+  char url[32];
+  snprintf(url, sizeof url, "/oom/%d", oldest - 1);
+  expect_status(port, url, 404);
+  snprintf(url, sizeof url, "/oom/%d", oldest);
+  r = get(port, url);
+  cr_expect_eq(r.status, 200);
+  http_response_free(&r);
+  gpupool_destroy(p);
+}
+
+Test(oom_agent, snapshot_write_torch_refuses_bad_input) {
+  cr_expect_eq(gpupool_snapshot_write_torch(NULL, NULL), GPUPOOL_ERR_INVALID);
+  FILE *f = tmpfile();
+  cr_expect_eq(gpupool_snapshot_write_torch(f, "no such pool"), GPUPOOL_ERR_INVALID);
+  cr_expect(strstr(gpupool_last_error(), "no such pool"), "%s", gpupool_last_error());
+  cr_expect_eq(ftell(f), 0, "nothing written");
+  fclose(f);
+}
+
+Test(oom_agent, bad_configuration_is_refused) {
+  setenv("GPUPOOL_AGENT_CONF", "oom_reports:5000", 1);
+  gpupool_agent_options o = {.listen = "off", .cupti = GPUPOOL_CUPTI_OFF};
+  cr_expect_eq(gpupool_agent_start(&o), GPUPOOL_ERR_INVALID);
+  cr_expect(strstr(gpupool_last_error(), "oom_reports"), "%s", gpupool_last_error());
+  setenv("GPUPOOL_AGENT_CONF", "oom_dir:/nonexistent/gpupool", 1);
+  cr_expect_eq(gpupool_agent_start(&o), GPUPOOL_ERR_INVALID);
+  cr_expect(strstr(gpupool_last_error(), "oom_dir"), "%s", gpupool_last_error());
+}
+
+/* 10^5 OOMs: the agent keeps the last 8 reports and no more memory. */
+Test(oom_agent, memory_stays_bounded_under_many_ooms, .timeout = 300) {
+  setenv("GPUPOOL_AGENT_CONF", "oom_reports:8", 1);
+  gpupool_agent_options o = {.listen = "off", .cupti = GPUPOOL_CUPTI_OFF};
+  cr_assert_eq(gpupool_agent_start(&o), GPUPOOL_OK, "%s", gpupool_last_error());
+  gpupool *p = host_pool("many", NULL);
+  void *live[20], *big;
+  for (int i = 0; i < 20; i++)
+    cr_assert_eq(gpupool_malloc(p, &live[i], (size_t)(i + 1) * 64 * 1024, NULL), GPUPOOL_OK);
+  oom_store_counts c;
+  uint64_t bytes_at_1000 = 0;
+  for (int i = 1; i <= 100000; i++) {
+    cr_assert_eq(gpupool_malloc(p, &big, 100 * MiB, NULL), GPUPOOL_ERR_OOM);
+    if (i == 1000) {
+      oom_store_get_counts(&c);
+      bytes_at_1000 = c.kept_bytes;
+    }
+  }
+  oom_store_get_counts(&c);
+  cr_expect_eq(c.total, 100000);
+  cr_expect_eq(c.kept, 8);
+  cr_expect_eq(c.kept_bytes, bytes_at_1000, "the kept reports hold the same memory");
+  cr_expect_leq(c.kept_bytes, 8 * (sizeof(pool_oom_report) + 64 * 1024), "%llu bytes",
+                (unsigned long long)c.kept_bytes);
+  gpupool_stats s;
+  cr_assert_eq(gpupool_get_stats(p, &s), GPUPOOL_OK);
+  cr_expect_eq(s.num_ooms, 100000);
+  for (int i = 0; i < 20; i++)
+    cr_assert_eq(gpupool_free(p, live[i]), GPUPOOL_OK);
+  gpupool_destroy(p);
+}

@@ -1,0 +1,305 @@
+/* Every OOM explained: the report each strategy's pool gives at its final
+ * failure in four cases (fragmented, truly full, larger than the device,
+ * memory held by other CUDA allocations), with the remedies it computes
+ * checked by applying them: an empty_cache and a retry fits iff the report
+ * said "enough"; the same sequence replayed with expandable_segments:True
+ * fits iff it said it would; freeing what it says is missing outside the
+ * pool makes the request fit, and one byte less does not. On the host
+ * backend gpupool_host_hold_other() stands in for the allocations CUPTI
+ * would report as owner="other" on a GPU. */
+#include <criterion/criterion.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "gpupool/host.h"
+#include "helpers/pool_check.h"
+#include "pool/oom_report.h"
+#include "pool/pool_view.h"
+
+#define MiB     PC_MiB
+#define CAP     (64 * MiB)
+#define MAX_OPS 128
+
+/* The test observer keeps the newest report. */
+static pool_oom_report *last;
+static unsigned delivered;
+
+static void keep(pool_oom_report *r, void *arg) {
+  (void)arg;
+  pool_oom_report_free(last);
+  last = r;
+  delivered++;
+}
+
+static void observe(void) {
+  pool_events_enable(4096); /* the agent's part: rings for the last events */
+  pool_oom_observer o = {NULL, keep, NULL};
+  pool_oom_set_observer(&o);
+}
+
+static void unobserve(void) {
+  pool_oom_set_observer(NULL);
+  pool_oom_report_free(last);
+  last = NULL;
+}
+
+/* A sequence of mallocs and frees that can be replayed on another pool. */
+typedef struct oplog {
+  struct {
+    int is_free;
+    size_t size, slot;
+  } op[MAX_OPS];
+  size_t n, nslots;
+  void *ptr[MAX_OPS];
+} oplog;
+
+static int log_malloc(gpupool *p, oplog *l, size_t size) {
+  void *ptr = NULL;
+  if (gpupool_malloc(p, &ptr, size, NULL) != GPUPOOL_OK)
+    return -1;
+  cr_assert_lt(l->n, MAX_OPS);
+  l->op[l->n].is_free = 0;
+  l->op[l->n].size = size;
+  l->op[l->n].slot = l->nslots;
+  l->n++;
+  l->ptr[l->nslots++] = ptr;
+  return 0;
+}
+
+static void log_free(gpupool *p, oplog *l, size_t slot) {
+  pc_must_free(p, l->ptr[slot]);
+  l->op[l->n].is_free = 1;
+  l->op[l->n].slot = slot;
+  l->n++;
+}
+
+/* Replays l on a fresh pool, then tries `final`: whether it fits. */
+static int replay_fits(gpupool_strategy strategy, const char *tunables, size_t other,
+                       const oplog *l, size_t final) {
+  pool_oom_set_observer(NULL); /* the replay's own OOM is not the one under test */
+  gpupool *p = pc_pool(strategy, CAP, tunables);
+  if (other)
+    cr_assert_eq(gpupool_host_hold_other(p, other), GPUPOOL_OK);
+  void *ptr[MAX_OPS] = {0};
+  for (size_t i = 0; i < l->n; i++) {
+    if (l->op[i].is_free)
+      pc_must_free(p, ptr[l->op[i].slot]);
+    else
+      ptr[l->op[i].slot] = pc_must_malloc(p, l->op[i].size, NULL);
+  }
+  void *x = NULL;
+  int fits = gpupool_malloc(p, &x, final, NULL) == GPUPOOL_OK;
+  gpupool_destroy(p);
+  pool_oom_observer o = {NULL, keep, NULL};
+  pool_oom_set_observer(&o);
+  return fits;
+}
+
+static const char *sname(gpupool_strategy s) {
+  return s == GPUPOOL_STRATEGY_BFC ? "bfc" : s == GPUPOOL_STRATEGY_ROUND ? "round" : "naive";
+}
+
+/* What holds for every report. */
+static void check_report(gpupool *p, gpupool_strategy s, size_t final, size_t other) {
+  const char *why = gpupool_last_error();
+  cr_assert_not_null(last, "%s: no report was delivered", sname(s));
+  cr_expect_eq(strncmp(why, "CUDA out of memory.", 19), 0, "%s: %s", sname(s), why);
+  cr_expect_eq(strcmp(why, last->message), 0, "%s: last_error is the report's message", sname(s));
+  cr_expect(strstr(why, "Reserved ") && strstr(why, "allocated ") && strstr(why, "device free "),
+            "%s: the message keeps reserved, allocated and device free: %s", sname(s), why);
+  cr_expect(strstr(why, "/oom/") && strstr(why, "/advice"), "%s: links the report and advice",
+            sname(s));
+  cr_expect_eq(last->size, final);
+  cr_expect_str_eq(last->cap.name, "test");
+  cr_expect_str_eq(last->cap.strategy, sname(s));
+  cr_expect(last->device_known, "the host backend knows its device");
+  cr_expect_eq(last->device_total, CAP);
+  cr_expect_eq(last->other_bytes, other);
+  cr_expect_eq(last->stats.num_ooms, pc_stats(p).num_ooms, "the stats include this OOM");
+  cr_expect_eq(last->stats.num_alloc_retries, pc_stats(p).num_alloc_retries, "after the retry");
+  /* The blocks tile their segments, and the totals match them. */
+  uint64_t free_bytes = 0, reserved = 0;
+  for (size_t i = 0; i < last->cap.nsegs; i++) {
+    const pool_capture_segment *seg = &last->cap.segs[i];
+    uint64_t at = seg->info.addr;
+    for (size_t k = 0; k < seg->info.nblocks; k++) {
+      const pool_block_info *b = &last->cap.blocks[seg->first_block + k];
+      cr_expect_eq(b->addr, at, "%s: segment %zu block %zu is not where the last ended", sname(s),
+                   i, k);
+      at += b->size;
+      if (!strcmp(b->state, "inactive"))
+        free_bytes += b->size;
+    }
+    cr_expect_eq(at, seg->info.addr + seg->info.size, "%s: blocks cover segment %zu", sname(s), i);
+    reserved += seg->info.size;
+  }
+  cr_expect_eq(last->cap.truncated, 0);
+  cr_expect_eq(reserved, (uint64_t)last->stats.reserved_bytes[GPUPOOL_STAT_ALL].current);
+  cr_expect_eq(free_bytes, last->ex.free_in_pool, "%s: free in pool", sname(s));
+  cr_expect_eq(last->ex.outside_pool, other, "%s: memory outside the pool", sname(s));
+  cr_assert_gt(last->cap.nevents, 0, "the last events are in the report");
+  cr_expect_eq(last->cap.events[last->cap.nevents - 1].type, EV_OOM, "the OOM event is the last");
+}
+
+/* The empty_cache remedy, applied: an empty_cache, then the request again. */
+static void check_empty_cache(gpupool *p, gpupool_strategy s, size_t final) {
+  oom_answer said = last->ex.empty_cache_enough;
+  cr_expect_neq(said, OOM_MAYBE, "%s: the host backend's device is known", sname(s));
+  size_t freed = gpupool_empty_cache(p);
+  cr_expect_eq(freed, last->ex.empty_cache_frees, "%s: empty_cache freed what was said", sname(s));
+  void *x = NULL;
+  int fits = gpupool_malloc(p, &x, final, NULL) == GPUPOOL_OK;
+  cr_expect_eq(fits, said == OOM_YES, "%s: after empty_cache it %s, the report said %s", sname(s),
+               fits ? "fits" : "does not fit", said == OOM_YES ? "enough" : "not enough");
+  if (fits)
+    pc_must_free(p, x);
+}
+
+/* The expandable_segments remedy, applied: the same sequence replayed on a
+ * pool with expandable_segments:True (strategy bfc, which it needs). */
+static void check_expandable(gpupool_strategy s, size_t other, const oplog *l, size_t final) {
+  oom_answer said = last->ex.expandable;
+  if (s == GPUPOOL_STRATEGY_BFC)
+    cr_expect(said == OOM_YES || said == OOM_NO, "bfc: a computed answer, not %d", said);
+  if (said != OOM_YES && said != OOM_NO)
+    return;
+  int fits = replay_fits(GPUPOOL_STRATEGY_BFC, "expandable_segments:True", other, l, final);
+  if (s == GPUPOOL_STRATEGY_BFC)
+    cr_expect_eq(fits, said == OOM_YES, "bfc: replayed with expandable_segments it %s",
+                 fits ? "fits" : "does not fit");
+  else if (said == OOM_YES) /* other roundings: its blocks were no smaller than bfc's */
+    cr_expect(fits, "%s: replayed under bfc with expandable_segments it does not fit", sname(s));
+}
+
+static const gpupool_strategy strategies[] = {GPUPOOL_STRATEGY_BFC, GPUPOOL_STRATEGY_ROUND,
+                                              GPUPOOL_STRATEGY_NAIVE};
+
+Test(oom_report, truly_full) {
+  for (size_t i = 0; i < 3; i++) {
+    gpupool_strategy s = strategies[i];
+    observe();
+    gpupool *p = pc_pool(s, CAP, NULL);
+    oplog l = {0};
+    while (log_malloc(p, &l, 4 * MiB) == 0)
+      cr_assert_lt(l.n, 64);
+    check_report(p, s, 4 * MiB, 0);
+    cr_expect_eq(last->ex.larger_than_device, 0);
+    cr_expect_eq(last->ex.free_outside_to_fit, 0, "nothing outside the pool to free");
+    check_expandable(s, 0, &l, 4 * MiB);
+    if (s == GPUPOOL_STRATEGY_BFC) /* 3 segments of 20 MiB: 4 MiB of pages left over */
+      cr_expect_eq(last->ex.expandable, OOM_YES);
+    check_empty_cache(p, s, 4 * MiB);
+    gpupool_destroy(p);
+    unobserve();
+  }
+}
+
+Test(oom_report, fragmented) {
+  for (size_t i = 0; i < 3; i++) {
+    gpupool_strategy s = strategies[i];
+    observe();
+    gpupool *p = pc_pool(s, CAP, NULL);
+    oplog l = {0};
+    while (log_malloc(p, &l, 3 * MiB) == 0)
+      cr_assert_lt(l.n, 64);
+    size_t n = l.nslots;
+    for (size_t k = 1; k < n; k += 2)
+      log_free(p, &l, k);
+    void *x = NULL;
+    gpupool_status st = gpupool_malloc(p, &x, 7 * MiB, NULL);
+    if (s != GPUPOOL_STRATEGY_BFC) {
+      /* Without splitting, freed blocks are whole cached segments: the
+       * OOM retry returns them and the request is served. */
+      cr_expect_eq(st, GPUPOOL_OK, "%s: %s", sname(s), gpupool_last_error());
+      cr_expect_eq(pc_stats(p).num_ooms, 1, "%s: only the fill failed", sname(s));
+      gpupool_destroy(p);
+      unobserve();
+      continue;
+    }
+    cr_assert_eq(st, GPUPOOL_ERR_OOM);
+    check_report(p, s, 7 * MiB, 0);
+    cr_expect_gt(last->ex.free_blocks, 1, "free memory in several blocks");
+    cr_expect_lt(last->ex.largest_free, 7 * MiB);
+    cr_expect_gt(last->ex.free_in_pool, 7 * MiB, "more free in the pool than asked");
+    cr_expect_gt(last->ex.external_fragmentation, 0.5);
+    cr_expect_gt(last->ex.inactive_split_bytes, 0);
+    cr_expect_neq(last->ex.split_limit_mb, 0, "a max_split_size_mb is suggested");
+    cr_expect(strstr(last->message, "max_split_size_mb:"), "%s", last->message);
+    check_expandable(s, 0, &l, 7 * MiB);
+    cr_expect_eq(last->ex.expandable, OOM_YES);
+    check_empty_cache(p, s, 7 * MiB);
+    gpupool_destroy(p);
+    unobserve();
+  }
+}
+
+Test(oom_report, larger_than_the_device) {
+  for (size_t i = 0; i < 3; i++) {
+    gpupool_strategy s = strategies[i];
+    observe();
+    gpupool *p = pc_pool(s, CAP, NULL);
+    oplog l = {0};
+    cr_assert_neq(log_malloc(p, &l, CAP + 2 * MiB), 0);
+    check_report(p, s, CAP + 2 * MiB, 0);
+    cr_expect(last->ex.larger_than_device);
+    cr_expect(strstr(last->message, "larger than the device"), "%s", last->message);
+    check_expandable(s, 0, &l, CAP + 2 * MiB);
+    if (s == GPUPOOL_STRATEGY_BFC)
+      cr_expect_eq(last->ex.expandable, OOM_NO);
+    check_empty_cache(p, s, CAP + 2 * MiB);
+    gpupool_destroy(p);
+    unobserve();
+  }
+}
+
+Test(oom_report, other_cuda_memory) {
+  const size_t other = 40 * MiB;
+  for (size_t i = 0; i < 3; i++) {
+    gpupool_strategy s = strategies[i];
+    observe();
+    gpupool *p = pc_pool(s, CAP, NULL);
+    cr_assert_eq(gpupool_host_hold_other(p, other), GPUPOOL_OK);
+    oplog l = {0};
+    while (log_malloc(p, &l, 4 * MiB) == 0)
+      cr_assert_lt(l.n, 64);
+    check_report(p, s, 4 * MiB, other);
+    cr_expect(strstr(last->message, "other CUDA allocations 40.00 MiB"), "%s", last->message);
+    uint64_t fit = last->ex.free_outside_to_fit;
+    cr_assert_gt(fit, 0, "%s: freeing outside the pool is the remedy", sname(s));
+    cr_assert_leq(fit, other);
+    check_expandable(s, other, &l, 4 * MiB);
+    check_empty_cache(p, s, 4 * MiB);
+    /* Applied: one byte less than said does not fit; what it said does. */
+    void *x = NULL;
+    cr_assert_eq(gpupool_host_hold_other(p, other - fit + 1), GPUPOOL_OK);
+    cr_expect_eq(gpupool_malloc(p, &x, 4 * MiB, NULL), GPUPOOL_ERR_OOM, "%s", sname(s));
+    cr_assert_eq(gpupool_host_hold_other(p, other - fit), GPUPOOL_OK);
+    cr_expect_eq(gpupool_malloc(p, &x, 4 * MiB, NULL), GPUPOOL_OK, "%s: %s", sname(s),
+                 gpupool_last_error());
+    gpupool_destroy(p);
+    unobserve();
+  }
+}
+
+Test(oom_report, without_an_observer_the_message_still_explains) {
+  gpupool *p = pc_pool(GPUPOOL_STRATEGY_BFC, CAP, NULL);
+  void *x = NULL;
+  cr_assert_eq(gpupool_malloc(p, &x, CAP + MiB, NULL), GPUPOOL_ERR_OOM);
+  const char *why = gpupool_last_error();
+  cr_expect_eq(strncmp(why, "CUDA out of memory.", 19), 0, "%s", why);
+  cr_expect(strstr(why, "larger than the device"), "%s", why);
+  cr_expect_null(strstr(why, "/oom/"), "no agent, no report link: %s", why);
+  gpupool_destroy(p);
+}
+
+Test(oom_report, host_hold_other_refuses_bad_input) {
+  gpupool *p = pc_pool(GPUPOOL_STRATEGY_BFC, CAP, NULL);
+  cr_expect_eq(gpupool_host_hold_other(NULL, MiB), GPUPOOL_ERR_INVALID);
+  void *x = pc_must_malloc(p, 30 * MiB, NULL);
+  cr_expect_eq(gpupool_host_hold_other(p, 40 * MiB), GPUPOOL_ERR_OOM, "does not fit");
+  cr_expect(strstr(gpupool_last_error(), "do not fit"), "%s", gpupool_last_error());
+  cr_expect_eq(gpupool_host_hold_other(p, 34 * MiB), GPUPOOL_OK);
+  cr_expect_eq(gpupool_host_hold_other(p, 0), GPUPOOL_OK);
+  pc_must_free(p, x);
+  gpupool_destroy(p);
+}
