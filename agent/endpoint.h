@@ -17,12 +17,16 @@ typedef struct endpoint_args {
   void *ctx;
   const char *accept;          /* Accept header or NULL */
   const char *accept_encoding; /* Accept-Encoding header or NULL */
+  const char *path;            /* the request's path ("/ui/ui.js") */
+  const char *if_none_match;   /* If-None-Match header or NULL */
 } endpoint_args;
 
 typedef struct endpoint_body {
   int status;                   /* 200, 400, ... */
   const char *content_type;     /* static string */
   const char *content_encoding; /* "gzip" or NULL */
+  const char *cache_control;    /* static; NULL: "no-store" */
+  const char *const *headers;   /* static name, value, name, value, ..., NULL; or NULL */
   char *data;                   /* whole body (malloc'd), or NULL when streaming */
   size_t len;
   /* Streaming: read returns bytes written into buf (<= max), 0 at the end,

@@ -11,6 +11,7 @@
 #include "endpoint.h"
 #include "exporters/metrics.h"
 #include "http_index.h"
+#include "ui.h"
 #include "labels.h"
 
 static struct MHD_Daemon *g_daemon;
@@ -93,8 +94,23 @@ typedef struct route {
 
 static const route routes[] = {
     {"/metrics", metrics_endpoint}, {"/trace", trace_endpoint}, {"/snapshot", snapshot_endpoint},
-    {"/healthz", healthz_endpoint}, {"/", root_endpoint},
+    {"/healthz", healthz_endpoint}, {"/", root_endpoint},       {"/ui*", ui_endpoint},
 };
+
+/* A path ending in '*' also serves what lies under it ("/ui*": /ui, /ui/x). */
+static int route_matches(const route *r, const char *url) {
+  size_t n = strlen(r->path);
+  int prefix = n > 1 && r->path[n - 1] == '*';
+  n -= (size_t)prefix;
+  return strncmp(url, r->path, n) == 0 && (url[n] == '\0' || (prefix && url[n] == '/'));
+}
+
+int http_has_route(const char *path) {
+  for (size_t i = 0; i < sizeof routes / sizeof routes[0]; i++)
+    if (route_matches(&routes[i], path))
+      return 1;
+  return 0;
+}
 
 /* ---- responses ---- */
 
@@ -188,7 +204,10 @@ static enum MHD_Result queue(struct MHD_Connection *c, endpoint_body *b, int hea
     MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_ENCODING, b->content_encoding);
   if (allow)
     MHD_add_response_header(r, MHD_HTTP_HEADER_ALLOW, allow);
-  MHD_add_response_header(r, MHD_HTTP_HEADER_CACHE_CONTROL, "no-store");
+  for (const char *const *h = b->headers; h && h[0]; h += 2)
+    MHD_add_response_header(r, h[0], h[1]);
+  MHD_add_response_header(r, MHD_HTTP_HEADER_CACHE_CONTROL,
+                          b->cache_control ? b->cache_control : "no-store");
   MHD_add_response_header(r, MHD_HTTP_HEADER_VARY, "Accept, Accept-Encoding");
   enum MHD_Result ok = MHD_queue_response(c, (unsigned)b->status, r);
   MHD_destroy_response(r);
@@ -224,12 +243,12 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
   int head = strcmp(method, MHD_HTTP_METHOD_HEAD) == 0;
   const route *rt = NULL;
   for (size_t i = 0; i < sizeof routes / sizeof routes[0]; i++)
-    if (strcmp(url, routes[i].path) == 0) {
+    if (route_matches(&routes[i], url)) {
       rt = &routes[i];
       break;
     }
   if (!rt) {
-    text_body(&body, 404, "not found: try /, /metrics, /trace, /snapshot or /healthz\n");
+    text_body(&body, 404, "not found: try /, /metrics, /trace, /snapshot, /ui or /healthz\n");
     return queue(c, &body, head, NULL);
   }
   endpoint_args args = {
@@ -239,6 +258,9 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
       .accept = MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_ACCEPT),
       .accept_encoding =
           MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_ACCEPT_ENCODING),
+      .path = url,
+      .if_none_match =
+          MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_IF_NONE_MATCH),
   };
   rt->handler(&args, &body);
   if (!body.status)
