@@ -66,8 +66,9 @@ static void serve_asset(const endpoint_args *args, endpoint_body *out, const ui_
    * file is a new URL, so they may be kept for good. The page is revalidated
    * every time. */
   int is_page = strcmp(a->name, "index.html") == 0;
-  if (param && (is_page || strcmp(param, "v") != 0)) {
-    endpoint_bad_request(out, "%s takes no query parameters but v", args->path);
+  const char *allowed = is_page ? "pool" : "v"; /* the page's pool is read by its script */
+  if (param && strcmp(param, allowed) != 0) {
+    endpoint_bad_request(out, "%s takes no query parameter but %s", args->path, allowed);
     return;
   }
   pthread_once(&headers_once, make_headers);

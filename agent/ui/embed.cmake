@@ -1,5 +1,5 @@
 # Turns the /ui assets into one C file at build time:
-#   cmake -DOUT=ui_assets.c -DDIR=agent/ui -DFILES="index.html|ui.js|ui.css" -P embed.cmake
+#   cmake -DOUT=ui_assets.c -DDIR=agent/ui -DFILES="index.html|ui.js|ui.css|favicon.svg" -P embed.cmake
 # Each asset becomes a byte array with its Content-Type and an ETag (the first
 # 16 hex digits of its SHA-256). In HTML, "@HASH:name@" is replaced by the
 # hash of asset `name`, so the page names its scripts by content and they can
@@ -9,6 +9,7 @@ string(REPLACE "|" ";" FILES "${FILES}")
 set(types_html "text/html; charset=utf-8")
 set(types_js "text/javascript; charset=utf-8")
 set(types_css "text/css; charset=utf-8")
+set(types_svg "image/svg+xml")
 foreach(f IN LISTS FILES)
   file(SHA256 "${DIR}/${f}" h)
   string(SUBSTRING "${h}" 0 16 h)
