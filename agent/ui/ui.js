@@ -166,7 +166,7 @@ function chartCanvas(key, title) {
   let box = document.querySelector('.chart[data-key="' + key + '"]');
   if (!box) {
     box = el("div", { class: "chart", "data-key": key });
-    box.append(el("h3"), el("canvas", { width: "360", height: "110" }));
+    box.append(el("h3"), el("canvas", { width: "420", height: "120" }));
     $("charts").append(box);
   }
   box.querySelector("h3").textContent = title;
@@ -174,7 +174,8 @@ function chartCanvas(key, title) {
   return box.querySelector("canvas");
 }
 
-function drawLines(cv, t, lines, bars, windowS, nowMs) {
+// x runs from x0Ms to nowMs (the window, or less while the process is younger).
+function drawLines(cv, t, lines, bars, x0Ms, nowMs) {
   const ctx = cv.getContext("2d");
   const W = cv.width;
   const H = cv.height;
@@ -183,8 +184,8 @@ function drawLines(cv, t, lines, bars, windowS, nowMs) {
   ctx.clearRect(0, 0, W, H);
   let max = 1;
   for (const l of lines) for (const v of l.v) max = Math.max(max, v);
-  const x0 = nowMs - windowS * 1000;
-  const xOf = (ms) => padL + ((ms - x0) / (windowS * 1000)) * (W - padL - 4);
+  const span = nowMs - x0Ms;
+  const xOf = (ms) => padL + ((ms - x0Ms) / span) * (W - padL - 4);
   const yOf = (v) => H - padB - (v / max) * (H - padB - 6);
   ctx.strokeStyle = "#ddd";
   ctx.strokeRect(padL, 2, W - padL - 4, H - padB - 2);
@@ -194,7 +195,8 @@ function drawLines(cv, t, lines, bars, windowS, nowMs) {
   ctx.fillText(fmtBytes(max), padL - 4, 10);
   ctx.fillText("0", padL - 4, H - padB);
   ctx.textAlign = "left";
-  ctx.fillText("−" + Math.round(windowS / 60) + " min", padL, H - 2);
+  const s = span / 1000;
+  ctx.fillText("−" + (s >= 120 ? Math.round(s / 60) + " min" : Math.round(s) + " s"), padL, H - 2);
   ctx.textAlign = "right";
   ctx.fillText("now", W - 4, H - 2);
   if (bars) {
@@ -228,6 +230,11 @@ function drawLines(cv, t, lines, bars, windowS, nowMs) {
 
 function renderCharts(st) {
   for (const box of document.querySelectorAll(".chart")) box.dataset.seen = "";
+  // The window, shortened to the oldest sample (at least 10 s).
+  let x0 = st.now_ms - 10000;
+  const starts = st.pools.map((p) => p.series.t[0]).concat(st.cupti.devices.map((d) => d.t[0]));
+  for (const t0 of starts) if (t0 !== undefined) x0 = Math.min(x0, t0);
+  x0 = Math.max(x0, st.now_ms - st.window_s * 1000);
   for (const p of st.pools) {
     const s = p.series;
     const free = s.reserved.map((r, i) => r - s.allocated[i]);
@@ -243,14 +250,14 @@ function renderCharts(st) {
         { v: free, color: "#4daf4a" },
       ],
       { v: dev, color: "#d62728" },
-      st.window_s,
+      x0,
       st.now_ms
     );
   }
   const c = st.cupti;
   for (const d of c.devices) {
     const cv = chartCanvas("cupti-" + d.device, "CUPTI · device " + d.device + ": all CUDA memory");
-    drawLines(cv, d.t, [{ v: d.pool, color: "#3b6fd4" }, { v: d.other, color: "#9467bd" }], null, st.window_s, st.now_ms);
+    drawLines(cv, d.t, [{ v: d.pool, color: "#3b6fd4" }, { v: d.other, color: "#9467bd" }], null, x0, st.now_ms);
   }
   $("cupti-note").textContent = c.up
     ? "CUPTI is recording: purple is CUDA memory outside every gpupool pool, blue inside them."

@@ -127,6 +127,7 @@ class Browser:
         while time.monotonic() < deadline:
             try:
                 if self.eval(expr):
+                    check(True, what)
                     return True
             except RuntimeError as e:  # the page is still loading
                 last = e

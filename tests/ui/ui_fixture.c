@@ -1,7 +1,7 @@
 /* ui_fixture: pools in a known, frozen state for the /ui browser test
  * (tests/e2e/ui_browser.sh), on the host backend, with the agent serving.
  *
- *   ui_fixture N     N = blocks of pool "frag" (e.g. 100000)
+ *   ui_fixture N     pool "frag" gets at least N blocks (e.g. 100000)
  *
  * Pools: "steady" (segments of 2, 20, 14 and 30 MiB; one block pending on
  * another stream), "frag" (N blocks, allocated and free alternating), "empty"
@@ -21,8 +21,11 @@
 #define POOLS 4
 
 static gpupool *make(const char *name, const char *tunables) {
-  gpupool_options o = {.name = name, .tunables = tunables, .host_capacity = (size_t)4 << 30,
-                       .backend = GPUPOOL_BACKEND_HOST, .ignore_env = 1};
+  gpupool_options o = {.name = name,
+                       .tunables = tunables,
+                       .host_capacity = (size_t)4 << 30,
+                       .backend = GPUPOOL_BACKEND_HOST,
+                       .ignore_env = 1};
   gpupool *p;
   if (gpupool_create(&o, &p) != GPUPOOL_OK) {
     fprintf(stderr, "ui_fixture: pool %s: %s\n", name, gpupool_last_error());
@@ -74,16 +77,19 @@ int main(int argc, char **argv) {
   gpupool_host_stream_enqueue(other);
   gpupool_free(pools[0], c);
 
-  /* frag: n blocks, every other one freed (no two free blocks adjoin). */
-  void **ptrs = malloc((size_t)n * sizeof *ptrs);
+  /* frag: n allocations and a few more (a segment's last free block may
+   * absorb a freed neighbour), every other one freed: no two free blocks
+   * adjoin. */
+  long total = n + n / 50 + 2;
+  void **ptrs = malloc((size_t)total * sizeof *ptrs);
   if (!ptrs)
     return 1;
   uint64_t x = 88172645463325252ull;
-  for (long i = 0; i < n; i++) {
+  for (long i = 0; i < total; i++) {
     x ^= x << 13, x ^= x >> 7, x ^= x << 17;
     ptrs[i] = alloc(pools[1], 512 * (1 + x % 8), NULL);
   }
-  for (long i = 0; i < n; i += 2)
+  for (long i = 0; i < total; i += 2)
     gpupool_free(pools[1], ptrs[i]);
   free(ptrs);
 
