@@ -305,6 +305,17 @@ def part_fixture(args, profile):
                " s.dispatchEvent(new Event('change')); })()")
         b.wait_for("gpupoolUI.layout.length === 4", 20, "fixture: steady's 4 segments drawn")
         check_bars(b, "fixture steady")
+        # Hover over the start of the 20 MiB segment: the block pending on
+        # another stream (freed after record_stream), with its size and age.
+        at = b.eval("(() => { const r = gpupoolUI.layout.find(l => l.size === 20 << 20);"
+                    " const c = document.getElementById('map');"
+                    " c.scrollIntoView(); const box = c.getBoundingClientRect();"
+                    " return [box.left + r.x + 5, box.top + r.y + 7]; })()")
+        b.send("Input.dispatchMouseEvent", {"type": "mouseMoved", "x": at[0], "y": at[1]})
+        b.wait_for("(() => { const t = document.getElementById('tip');"
+                   " return !t.hidden && t.textContent.includes('pending on another stream')"
+                   " && t.textContent.includes('5.00 MiB') && /age\\s+[0-9.]+ (ms|s|min)/.test(t.textContent); })()",
+                   10, "fixture: hover shows the pending block, its size and age")
         b.screenshot(os.path.join(args.out, "ui-fixture-steady.png"))
         for pool, text in (("empty", "an empty pool"), ("expandable", "1 segments")):
             b.eval("(() => { const s = document.getElementById('map-pool');"
