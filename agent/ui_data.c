@@ -6,6 +6,7 @@
  * written directly rather than through cJSON because a pool may have 10^5
  * blocks. */
 #include <inttypes.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -327,9 +328,10 @@ static void probe_each(void *ctx, void (*fn)(void *, const char *, const char *)
   fn(arg, "pool", "\x01ui-probe");
 }
 static int torch_snapshot_answers(void) {
-  static int known = -1; /* benign race: every thread computes the same */
-  if (known >= 0)
-    return known;
+  static atomic_int known = -1; /* two first requests may both ask: same answer */
+  int k = atomic_load(&known);
+  if (k >= 0)
+    return k;
   endpoint_args a = {.get = probe_get, .each = probe_each, .path = "/snapshot"};
   endpoint_body o = {0};
   snapshot_endpoint(&a, &o);
@@ -337,7 +339,7 @@ static int torch_snapshot_answers(void) {
   if (o.read && o.close)
     o.close(o.stream);
   free(o.data);
-  known = yes;
+  atomic_store(&known, yes);
   return yes;
 }
 

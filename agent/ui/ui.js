@@ -4,12 +4,22 @@
 "use strict";
 
 const COLORS = { 1: "#3b6fd4", 0: "#7fc97f", 2: "#f0a030", 3: "#e4e4e4" };
+const STACK = [1, 2, 0, 3]; // the order of states in a pixel column
+// COLORS as canvas pixels (RGBA bytes in memory order, read as one word).
+const pixel = (hex) => {
+  const v = parseInt(hex.slice(1), 16);
+  return new Uint32Array(new Uint8Array([v >> 16, (v >> 8) & 255, v & 255, 255]).buffer)[0];
+};
+const PIXELS = { 0: pixel(COLORS[0]), 1: pixel(COLORS[1]), 2: pixel(COLORS[2]), 3: pixel(COLORS[3]) };
+const PIXEL_DIM = pixel("#f2f2f2");
 const STATE_NAMES = { 0: "free", 1: "allocated", 2: "pending on another stream", 3: "unmapped" };
 const STATE_POLL_MS = 1000;
 const BLOCKS_POLL_MS = 2000;
 const RETRY_MAX_MS = 10000;
-const ROW_H = 14; // one segment bar
+const ROW_H = 14; // one segment bar, while the canvas has room
+const ROW_H_MIN = 3; // thinner bars when there are many segments
 const ROW_GAP = 4;
+const CANVAS_MAX_H = 30000; // below every browser's canvas limit
 const LABEL_W = 150; // left of the bars: the segment's size
 
 const $ = (id) => document.getElementById(id);
@@ -19,7 +29,8 @@ const $ = (id) => document.getElementById(id);
 const ui = (window.gpupoolUI = {
   mapDrawnAt: null, // performance.now() of the first block map drawn
   mapBlocks: 0, // blocks in the map drawn last
-  layout: [], // [{y, x, width, size, address}] of the bars drawn last
+  layout: [], // [{y, h, x, width, size, address}] of the bars drawn last
+  lastDrawMs: 0, // how long the last map took to draw
   stateUpdates: 0,
   lastState: null,
 });
@@ -398,11 +409,18 @@ function drawMap() {
     ui.layout = [];
     return;
   }
-  const rows = mapRows(pool);
+  const t0 = performance.now();
+  const all = mapRows(pool);
+  // Bars thin down to ROW_H_MIN to keep every segment; beyond that the
+  // canvas would exceed what a browser draws, so the rest is left out (and
+  // said so): sort or filter to see them.
+  const rowH = Math.max(ROW_H_MIN, Math.min(ROW_H, Math.floor(CANVAS_MAX_H / Math.max(1, all.length)) - ROW_GAP));
+  const rows = all.slice(0, Math.floor(CANVAS_MAX_H / (rowH + ROW_GAP)));
+  ui.rowH = rowH;
   const total = pool.segments.reduce((a, s) => a + s.blocks.length / 6, 0);
   const width = Math.max(400, $("map-wrap").clientWidth - 2);
   cv.width = width;
-  cv.height = Math.max(20, rows.length * (ROW_H + ROW_GAP) + 4);
+  cv.height = Math.max(20, rows.length * (rowH + ROW_GAP) + 4);
   const ctx = cv.getContext("2d");
   ctx.clearRect(0, 0, cv.width, cv.height);
   if (!pool.segments.length) {
@@ -428,39 +446,43 @@ function drawMap() {
   ctx.textBaseline = "middle";
   rows.forEach((r, k) => {
     const s = r.seg;
-    const y = 2 + k * (ROW_H + ROW_GAP);
+    const y = 2 + k * (rowH + ROW_GAP);
     const w = Math.max(1, Math.round(s.size / bpp));
     r.y = y;
     r.w = w;
     ctx.fillStyle = "#444";
     ctx.textAlign = "right";
-    ctx.fillText((s.large ? "L " : "S ") + fmtBytes(s.size), LABEL_W - 6, y + ROW_H / 2);
+    if (rowH >= 8) ctx.fillText((s.large ? "L " : "S ") + fmtBytes(s.size), LABEL_W - 6, y + rowH / 2);
+    // Pixels written directly: a fillRect per column and state is too slow
+    // for 10^5 blocks.
     const cols = columns(s, w, s.size / w);
+    const img = ctx.createImageData(w, rowH);
+    const px = new Uint32Array(img.data.buffer);
     for (let c = 0; c < w; c++) {
       const base = c * 4;
       const sum = cols[base] + cols[base + 1] + cols[base + 2] + cols[base + 3];
       if (!sum) continue;
-      let yy = y;
-      for (const st of [1, 2, 0, 3]) {
-        const v = cols[base + st];
-        if (!v) continue;
-        const h = (v / sum) * ROW_H;
-        ctx.fillStyle = hl !== "" && String(st) !== hl ? "#f2f2f2" : COLORS[st];
-        ctx.fillRect(LABEL_W + c, yy, 1, h + 0.5);
-        yy += h;
+      let k = 0;
+      let upto = 0;
+      for (let j = 0; j < rowH; j++) {
+        const at = ((j + 0.5) / rowH) * sum; // which state's share this pixel row is in
+        while (k < 3 && (upto + cols[base + STACK[k]] <= at || !cols[base + STACK[k]])) upto += cols[base + STACK[k++]];
+        const st = STACK[k];
+        px[j * w + c] = hl !== "" && String(st) !== hl ? PIXEL_DIM : PIXELS[st];
       }
     }
+    ctx.putImageData(img, LABEL_W, y);
     // Block boundaries where blocks are wide enough to tell apart.
     const b = s.blocks;
     const scale = w / s.size;
     if (b.length / 6 < w / 4) {
       ctx.fillStyle = "rgba(255,255,255,0.9)";
-      for (let i = 6; i < b.length; i += 6) ctx.fillRect(LABEL_W + Math.round(b[i] * scale), y, 1, ROW_H);
+      for (let i = 6; i < b.length; i += 6) ctx.fillRect(LABEL_W + Math.round(b[i] * scale), y, 1, rowH);
     }
     ctx.strokeStyle = "#777";
     ctx.lineWidth = 1;
-    ctx.strokeRect(LABEL_W - 0.5, y - 0.5, w + 1, ROW_H + 1);
-    ui.layout.push({ y: y, x: LABEL_W, width: w, size: s.size, address: s.address });
+    ctx.strokeRect(LABEL_W - 0.5, y - 0.5, w + 1, rowH + 1);
+    ui.layout.push({ y: y, h: rowH, x: LABEL_W, width: w, size: s.size, address: s.address });
   });
   if (largest) {
     const r = largest.row;
@@ -469,14 +491,15 @@ function drawMap() {
     const w = Math.max(3, largest.size * scale);
     ctx.strokeStyle = "#d62728";
     ctx.lineWidth = 2;
-    ctx.strokeRect(x + 1, r.y + 1, w - 2, ROW_H - 2);
+    ctx.strokeRect(x + 1, r.y + 1, w - 2, rowH - 2);
   }
   ui.rows = rows;
   ui.mapBlocks = total;
+  ui.lastDrawMs = performance.now() - t0;
   const frag = extFrag(pool);
   info.textContent =
     pool.name + ": " + pool.segments.length + " segments, " + total + " blocks" +
-    (rows.length < pool.segments.length ? " (" + rows.length + " shown)" : "") +
+    (rows.length < pool.segments.length ? " (" + rows.length + " shown: sort or filter for others)" : "") +
     " · scale " + fmtBytes(Math.round(bpp)) + " per pixel" +
     " · largest free " + fmtBytes(pool.largest_free) +
     " · external fragmentation " + fmtRatio(frag) + " · cache overhead " + fmtRatio(overhead(pool));
@@ -496,24 +519,27 @@ function onHover(ev) {
   const rect = $("map").getBoundingClientRect();
   const x = ev.clientX - rect.left;
   const y = ev.clientY - rect.top;
-  const k = Math.floor((y - 2) / (ROW_H + ROW_GAP));
+  const k = Math.floor((y - 2) / (ui.rowH + ROW_GAP));
   const r = rows[k];
-  if (!r || y - r.y > ROW_H || x < LABEL_W || x >= LABEL_W + r.w) return void (tip.hidden = true);
+  if (!r || y - r.y > ui.rowH || x < LABEL_W || x >= LABEL_W + r.w) return void (tip.hidden = true);
   const s = r.seg;
   const off = ((x - LABEL_W) / r.w) * s.size;
   const b = s.blocks;
-  let lo = 0;
-  let hi = b.length / 6 - 1;
-  while (lo < hi) {
-    const mid = (lo + hi + 1) >> 1;
-    if (b[mid * 6] <= off) lo = mid;
-    else hi = mid - 1;
-  }
-  const i = lo * 6;
+  // The last block starting at or before a byte offset (blocks tile the segment).
+  const blockAt = (at) => {
+    let lo = 0;
+    let hi = b.length / 6 - 1;
+    while (lo < hi) {
+      const mid = (lo + hi + 1) >> 1;
+      if (b[mid * 6] <= at) lo = mid;
+      else hi = mid - 1;
+    }
+    return lo;
+  };
+  const i = blockAt(off) * 6;
   const perPx = s.size / r.w;
-  let inPx = 0;
   const pxFrom = Math.floor(off / perPx) * perPx;
-  for (let j = 0; j < b.length; j += 6) if (b[j] < pxFrom + perPx && b[j] + b[j + 1] > pxFrom) inPx++;
+  const inPx = blockAt(Math.min(s.size - 1, pxFrom + perPx - 1)) - blockAt(pxFrom) + 1;
   const addr = BigInt(s.address) + BigInt(b[i]);
   const lines = [
     "block 0x" + addr.toString(16) + " (segment " + s.address + ", " + (s.large ? "large" : "small") + " pool)",

@@ -189,7 +189,7 @@ BARS_JS = """(() => {
   const cv = document.getElementById('map');
   const ctx = cv.getContext('2d');
   return gpupoolUI.layout.map(r => {
-    const y = Math.round(r.y + 7);
+    const y = Math.round(r.y + r.h / 2);
     const row = ctx.getImageData(0, y, cv.width, 1).data;
     let first = -1, last = -1;
     for (let x = r.x - 1; x < cv.width; x++) {
@@ -288,7 +288,8 @@ def part_fixture(args, profile):
         if ok:
             ms = b.eval("gpupoolUI.mapDrawnAt")
             print("time from navigation to a drawn block map of %d blocks: %.0f ms"
-                  % (b.eval("gpupoolUI.mapBlocks"), ms), flush=True)
+                  " (drawing it: %.0f ms)" % (b.eval("gpupoolUI.mapBlocks"), ms,
+                                             b.eval("gpupoolUI.lastDrawMs")), flush=True)
         b.wait_for("document.querySelectorAll('#pools tbody tr[data-pool]').length >= 4", 30,
                    "fixture: pools listed")
         for pool in ("steady", "frag", "empty", "expandable"):
@@ -310,7 +311,7 @@ def part_fixture(args, profile):
         at = b.eval("(() => { const r = gpupoolUI.layout.find(l => l.size === 20 << 20);"
                     " const c = document.getElementById('map');"
                     " c.scrollIntoView(); const box = c.getBoundingClientRect();"
-                    " return [box.left + r.x + 5, box.top + r.y + 7]; })()")
+                    " return [box.left + r.x + 5, box.top + r.y + r.h / 2]; })()")
         b.send("Input.dispatchMouseEvent", {"type": "mouseMoved", "x": at[0], "y": at[1]})
         b.wait_for("(() => { const t = document.getElementById('tip');"
                    " return !t.hidden && t.textContent.includes('pending on another stream')"
