@@ -165,6 +165,9 @@ function renderState(st) {
       selectPool(p.id);
     }
   }
+  // A pool gone from the list too (the agent restarted, or its samples left
+  // the window): show another.
+  if (selectedPool !== null && !st.pools.some((p) => p.id === selectedPool)) selectedPool = null;
   if (selectedPool === null && live.length && wantPoolName === null) selectPool(live[0].id);
   if (selectedPool !== null) sel.value = String(selectedPool);
   renderCharts(st);
