@@ -17,7 +17,8 @@ typedef struct endpoint_args {
   void *ctx;
   const char *accept;          /* Accept header or NULL */
   const char *accept_encoding; /* Accept-Encoding header or NULL */
-  const char *path;            /* the request's path (routes matched by prefix) */
+  const char *path;            /* the request's path ("/oom/3", "/ui/ui.js") */
+  const char *if_none_match;   /* If-None-Match header or NULL */
 } endpoint_args;
 
 typedef struct endpoint_body {
@@ -25,6 +26,8 @@ typedef struct endpoint_body {
   const char *content_type;     /* static string */
   const char *content_encoding; /* "gzip" or NULL */
   char filename[96];            /* non-empty: sent as an attachment of that name */
+  const char *cache_control;    /* static; NULL: "no-store" */
+  const char *const *headers;   /* static name, value, name, value, ..., NULL; or NULL */
   char *data;                   /* whole body (malloc'd), or NULL when streaming */
   size_t len;
   /* Streaming: read returns bytes written into buf (<= max), 0 at the end,

@@ -11,6 +11,7 @@
 #include "endpoint.h"
 #include "exporters/metrics.h"
 #include "http_index.h"
+#include "ui.h"
 #include "labels.h"
 #include "oom_store.h"
 
@@ -94,12 +95,24 @@ typedef struct route {
 
 static const route routes[] = {
     {"/metrics", metrics_endpoint}, {"/trace", trace_endpoint}, {"/snapshot", snapshot_route},
-    {"/healthz", healthz_endpoint}, {"/", root_endpoint},       {"/oom", oom_endpoint},
+    {"/healthz", healthz_endpoint}, {"/", root_endpoint},       {"/oom*", oom_endpoint},
+    {"/ui*", ui_endpoint},
 };
-/* Routes that also serve the paths below them ("/oom/<id>"). */
-static const route prefix_routes[] = {
-    {"/oom/", oom_endpoint},
-};
+
+/* A path ending in '*' also serves what lies under it ("/ui*": /ui, /ui/x). */
+static int route_matches(const route *r, const char *url) {
+  size_t n = strlen(r->path);
+  int prefix = n > 1 && r->path[n - 1] == '*';
+  n -= (size_t)prefix;
+  return strncmp(url, r->path, n) == 0 && (url[n] == '\0' || (prefix && url[n] == '/'));
+}
+
+int http_has_route(const char *path) {
+  for (size_t i = 0; i < sizeof routes / sizeof routes[0]; i++)
+    if (route_matches(&routes[i], path))
+      return 1;
+  return 0;
+}
 
 /* ---- responses ---- */
 
@@ -198,7 +211,10 @@ static enum MHD_Result queue(struct MHD_Connection *c, endpoint_body *b, int hea
   }
   if (allow)
     MHD_add_response_header(r, MHD_HTTP_HEADER_ALLOW, allow);
-  MHD_add_response_header(r, MHD_HTTP_HEADER_CACHE_CONTROL, "no-store");
+  for (const char *const *h = b->headers; h && h[0]; h += 2)
+    MHD_add_response_header(r, h[0], h[1]);
+  MHD_add_response_header(r, MHD_HTTP_HEADER_CACHE_CONTROL,
+                          b->cache_control ? b->cache_control : "no-store");
   MHD_add_response_header(r, MHD_HTTP_HEADER_VARY, "Accept, Accept-Encoding");
   enum MHD_Result ok = MHD_queue_response(c, (unsigned)b->status, r);
   MHD_destroy_response(r);
@@ -234,15 +250,12 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
   int head = strcmp(method, MHD_HTTP_METHOD_HEAD) == 0;
   const route *rt = NULL;
   for (size_t i = 0; i < sizeof routes / sizeof routes[0]; i++)
-    if (strcmp(url, routes[i].path) == 0) {
+    if (route_matches(&routes[i], url)) {
       rt = &routes[i];
       break;
     }
-  for (size_t i = 0; !rt && i < sizeof prefix_routes / sizeof prefix_routes[0]; i++)
-    if (strncmp(url, prefix_routes[i].path, strlen(prefix_routes[i].path)) == 0)
-      rt = &prefix_routes[i];
   if (!rt) {
-    text_body(&body, 404, "not found: try /, /metrics, /trace, /snapshot, /oom or /healthz\n");
+    text_body(&body, 404, "not found: try /, /metrics, /trace, /snapshot, /oom, /ui or /healthz\n");
     return queue(c, &body, head, NULL);
   }
   endpoint_args args = {
@@ -253,6 +266,8 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
       .accept_encoding =
           MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_ACCEPT_ENCODING),
       .path = url,
+      .if_none_match =
+          MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_IF_NONE_MATCH),
   };
   rt->handler(&args, &body);
   if (!body.status)

@@ -22,6 +22,8 @@ int http_start(http_listener *l, const char *hostname, char *err, size_t errlen)
 void http_stop(void);
 /* The bound port, 0 when not serving. */
 int http_port(void);
+/* 1 when the server has a route for path (e.g. "/oom"), else 0. */
+int http_has_route(const char *path);
 /* "host:port" the server listens on ("" when not serving). */
 const char *http_address(void);
 

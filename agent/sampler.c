@@ -10,6 +10,7 @@
 #include "exporters/trace_counters.h"
 #include "pool/registry.h"
 #include "sampler_backend.h"
+#include "ui_history.h"
 
 static pthread_mutex_t g_lock = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t g_cond;
@@ -70,6 +71,7 @@ static void *sampler_main(void *arg) {
     if (full) {
       device_info_refresh();
       sampler_backend_refresh();
+      ui_history_sample_now();
     }
     trace_counters_sample();
     pthread_mutex_lock(&g_lock);
@@ -132,4 +134,5 @@ void sampler_stop(void) {
   pthread_mutex_unlock(&g_lock);
   sampler_backend_clear();
   device_info_clear();
+  ui_history_clear();
 }

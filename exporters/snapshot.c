@@ -114,6 +114,10 @@ static void on_block(void *arg, const pool_block_info *bi) {
   if (!cJSON_AddStringToObject(blk, "state", bi->state))
     b->failed = 1;
   add_hex(blk, "stream", bi->stream, b);
+  if (bi->unmapped)
+    add_num(blk, "unmapped", (double)bi->unmapped, b);
+  if (bi->alloc_ns)
+    add_num(blk, "alloc_time_us", (double)(bi->alloc_ns / 1000), b);
 }
 
 /* Runs under the registry lock: only copies (the walk copies under the pool's

@@ -40,6 +40,10 @@ typedef struct block {
   void **streams; /* then, while pending: the events to wait for */
   struct block *pending_next;
   uint64_t free_seq; /* shard-local free order, for GC */
+  /* While allocated or pending: the clock_stamp() of its EV_ALLOC event (the
+   * stamp the event took anyway, no clock read of its own); 0 when events
+   * were off. Read by pool_walk only. */
+  uint64_t alloc_stamp;
 } block;
 
 struct segment {

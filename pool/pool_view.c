@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "clock.h"
 #include "pool_internal.h"
 #include "registry.h"
 #include "shard.h"
@@ -58,6 +59,22 @@ static const char *block_state_name(const block *b) {
   }
 }
 
+/* Bytes of b's range on pages of a vmm segment that are not mapped. */
+static uint64_t unmapped_bytes(const segment *seg, const block *b) {
+  if (!seg->pages || seg->nmapped == seg->npages || b->state != BLOCK_FREE)
+    return 0; /* pages under allocated and pending blocks are always mapped */
+  uint64_t n = 0;
+  uintptr_t end = b->addr + b->size;
+  for (size_t i = (b->addr - seg->addr) / seg->page_size; i < seg->npages; i++) {
+    uintptr_t lo = seg->addr + i * seg->page_size, hi = lo + seg->page_size;
+    if (lo >= end)
+      break;
+    if (!seg->pages[i])
+      n += (hi < end ? hi : end) - (lo > b->addr ? lo : b->addr);
+  }
+  return n;
+}
+
 /* One shard's segments and blocks, copied under its lock. */
 typedef struct shard_copy {
   pool_segment_info *segs;
@@ -89,9 +106,14 @@ static int copy_shard(shard *sh, shard_copy *c) {
     s->is_large = seg->large;
     s->nblocks = seg->nblocks;
     for (block *b = seg->first; b; b = b->next) {
-      c->blocks[bi++] =
-          (pool_block_info){b->addr, b->size, b->state == BLOCK_ALLOCATED ? b->requested : 0,
-                            (uint64_t)(uintptr_t)sh->stream, block_state_name(b)};
+      /* alloc_ns holds the raw stamp until pool_walk converts it, unlocked. */
+      c->blocks[bi++] = (pool_block_info){b->addr,
+                                          b->size,
+                                          b->state == BLOCK_ALLOCATED ? b->requested : 0,
+                                          (uint64_t)(uintptr_t)sh->stream,
+                                          block_state_name(b),
+                                          unmapped_bytes(seg, b),
+                                          b->state == BLOCK_FREE ? 0 : b->alloc_stamp};
       if (b->state == BLOCK_ALLOCATED) {
         s->allocated += b->size;
         s->requested += b->requested;
@@ -115,9 +137,13 @@ size_t pool_walk(gpupool *p, const pool_walker *w) {
       for (size_t i = 0; i < c.nsegs; i++) {
         if (w->segment)
           w->segment(w->arg, &c.segs[i]);
-        for (size_t j = 0; j < c.segs[i].nblocks; j++, bi++)
+        for (size_t j = 0; j < c.segs[i].nblocks; j++, bi++) {
+          pool_block_info *b = &c.blocks[bi];
+          if (b->alloc_ns)
+            b->alloc_ns = clock_stamp_to_ns(b->alloc_ns);
           if (w->block)
-            w->block(w->arg, &c.blocks[bi]);
+            w->block(w->arg, b);
+        }
       }
       total += c.nsegs;
     }

@@ -55,6 +55,11 @@ typedef struct pool_block_info {
   uint64_t addr, size, requested;
   uint64_t stream;
   const char *state;
+  uint64_t unmapped; /* bytes of its pages not mapped (free blocks of vmm segments) */
+  /* CLOCK_REALTIME ns when it was allocated (allocated and pending blocks),
+   * 0 when unknown: known only while the agent records events (the time is
+   * its allocation event's, which costs the hot path no clock read). */
+  uint64_t alloc_ns;
 } pool_block_info;
 typedef struct pool_walker {
   void (*segment)(void *arg, const pool_segment_info *s);

@@ -274,6 +274,7 @@ static void shard_take(shard *sh, block *b, size_t rounded, size_t requested, in
   count_request(sh, requested);
   sh->st.device_sourced += from_device != 0;
   record_block_event(sh, EV_ALLOC, from_device ? EVF_FROM_DEVICE : 0, b, requested);
+  b->alloc_stamp = shard_recording(sh) ? sh->ring->last_stamp : 0;
 }
 
 int shard_serve(shard *sh, block *b, size_t rounded, size_t requested, int from_device) {

@@ -1,0 +1,111 @@
+#include "ui.h"
+
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ui_assets.h"
+
+/* The page loads only its own script and style and fetches only this agent;
+ * nothing inline, no frames, no forms. */
+#define UI_CSP                                                                                     \
+  "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; connect-src 'self'; "  \
+  "base-uri 'none'; form-action 'none'; frame-ancestors 'none'"
+
+#define UI_ASSETS_MAX 8
+
+/* Each asset's response headers, with its ETag; made once. */
+static const char *asset_headers[UI_ASSETS_MAX][9];
+static pthread_once_t headers_once = PTHREAD_ONCE_INIT;
+
+static void make_headers(void) {
+  for (unsigned i = 0; i < ui_asset_count && i < UI_ASSETS_MAX; i++) {
+    const char **h = asset_headers[i];
+    h[0] = "Content-Security-Policy", h[1] = UI_CSP;
+    h[2] = "X-Content-Type-Options", h[3] = "nosniff";
+    h[4] = "Referrer-Policy", h[5] = "no-referrer";
+    h[6] = "ETag", h[7] = ui_assets[i].etag;
+    h[8] = NULL;
+  }
+}
+
+static const ui_asset *find_asset(const char *name) {
+  for (unsigned i = 0; i < ui_asset_count && i < UI_ASSETS_MAX; i++)
+    if (strcmp(ui_assets[i].name, name) == 0)
+      return &ui_assets[i];
+  return NULL;
+}
+
+/* Whether an If-None-Match header names etag (a list, or "*"). */
+static int etag_matches(const char *header, const char *etag) {
+  if (!header)
+    return 0;
+  if (strcmp(header, "*") == 0)
+    return 1;
+  size_t n = strlen(etag);
+  for (const char *p = header; (p = strstr(p, etag)) != NULL; p += n) {
+    int starts = p == header || p[-1] == ' ' || p[-1] == ',' || p[-1] == '/';
+    int ends = p[n] == '\0' || p[n] == ',' || p[n] == ' ';
+    if (starts && ends)
+      return 1;
+  }
+  return 0;
+}
+
+static void refuse_params(void *arg, const char *key, const char *value) {
+  (void)value;
+  const char **first = arg;
+  if (!*first)
+    *first = key;
+}
+
+static void serve_asset(const endpoint_args *args, endpoint_body *out, const ui_asset *a) {
+  const char *param = NULL;
+  args->each(args->ctx, refuse_params, &param);
+  /* Scripts and styles are named by their hash (?v=) in the page: a changed
+   * file is a new URL, so they may be kept for good. The page is revalidated
+   * every time. */
+  int is_page = strcmp(a->name, "index.html") == 0;
+  const char *allowed = is_page ? "pool" : "v"; /* the page's pool is read by its script */
+  if (param && strcmp(param, allowed) != 0) {
+    endpoint_bad_request(out, "%s takes no query parameter but %s", args->path, allowed);
+    return;
+  }
+  pthread_once(&headers_once, make_headers);
+  out->cache_control = is_page ? "no-cache" : "public, max-age=31536000, immutable";
+  out->headers = asset_headers[a - ui_assets];
+  if (etag_matches(args->if_none_match, a->etag)) {
+    out->status = 304;
+    return;
+  }
+  out->status = 200;
+  out->content_type = a->content_type;
+  out->data = malloc(a->len ? a->len : 1);
+  if (!out->data) {
+    out->status = 503;
+    return;
+  }
+  memcpy(out->data, a->data, a->len);
+  out->len = a->len;
+}
+
+void ui_endpoint(const endpoint_args *args, endpoint_body *out) {
+  const char *rest = args->path + strlen("/ui");
+  if (*rest == '/')
+    rest++;
+  if (strcmp(rest, "state.json") == 0)
+    return ui_state_json(args, out);
+  if (strcmp(rest, "blocks.json") == 0)
+    return ui_blocks_json(args, out);
+  const ui_asset *a = find_asset(*rest ? rest : "index.html");
+  if (!a || strcmp(rest, "index.html") == 0) {
+    out->status = 404;
+    out->content_type = "text/plain; charset=utf-8";
+    static const char msg[] =
+        "not found: /ui serves the page, /ui/state.json and /ui/blocks.json its data\n";
+    out->data = strdup(msg);
+    out->len = out->data ? strlen(msg) : 0;
+    return;
+  }
+  serve_asset(args, out, a);
+}

@@ -1,0 +1,541 @@
+/* The data /ui polls (docs/ui.md): /ui/state.json?window=S, every pool's
+ * numbers now and their history over the last S seconds (the sampler's
+ * counter samples, thinned to at most UI_POINTS points per pool), CUPTI's
+ * view per device and which optional endpoints exist; /ui/blocks.json?pool=ID,
+ * one pool's segments and blocks in a compact form (six numbers per block),
+ * written directly rather than through cJSON because a pool may have 10^5
+ * blocks. */
+#include <inttypes.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "cupti.h"
+#include "exporters/prom_buf.h"
+#include "exporters/trace_counters.h"
+#include "exporters/trace_query.h"
+#include "http.h"
+#include "labels.h"
+#include "pool/clock.h"
+#include "pool/pool_view.h"
+#include "pool/registry.h"
+#include "ui.h"
+#include "ui_history.h"
+
+#define UI_POINTS         600  /* points per series at most */
+#define UI_WINDOW_DEFAULT 300  /* s */
+#define UI_WINDOW_MAX     3600 /* s */
+#define UI_POOLS_MAX      TRACE_POOL_TABLE_SIZE
+
+static void json_str(prom_buf *b, const char *s) {
+  char clean[TRACE_LABEL_MAX * 2];
+  utf8_sanitize(s ? s : "", clean, sizeof clean);
+  prom_buf_putc(b, '"');
+  for (const char *p = clean; *p; p++) {
+    unsigned char c = (unsigned char)*p;
+    if (c == '"' || c == '\\') {
+      prom_buf_putc(b, '\\');
+      prom_buf_putc(b, (char)c);
+    } else if (c < 0x20 || c == '<' || c == '>' || c == '&') {
+      char esc[8];
+      snprintf(esc, sizeof esc, "\\u%04x", c);
+      prom_buf_puts(b, esc);
+    } else {
+      prom_buf_putc(b, (char)c);
+    }
+  }
+  prom_buf_putc(b, '"');
+}
+
+static void key(prom_buf *b, const char *k) {
+  prom_buf_putc(b, '"');
+  prom_buf_puts(b, k);
+  prom_buf_puts(b, "\":");
+}
+
+static void kv_u64(prom_buf *b, const char *k, uint64_t v) {
+  key(b, k);
+  prom_buf_u64(b, v);
+  prom_buf_putc(b, ',');
+}
+
+static void kv_hex(prom_buf *b, const char *k, uint64_t v) {
+  char hex[24];
+  snprintf(hex, sizeof hex, "0x%" PRIx64, v);
+  key(b, k);
+  json_str(b, hex);
+  prom_buf_putc(b, ',');
+}
+
+/* Ends an object or array whose last member left a trailing comma. */
+static void close_with(prom_buf *b, char c) {
+  if (b->len && b->data[b->len - 1] == ',')
+    b->len--;
+  prom_buf_putc(b, c);
+}
+
+static void take_json(prom_buf *b, endpoint_body *out) {
+  size_t len;
+  char *data = prom_buf_take(b, &len);
+  if (!data) {
+    static const char msg[] = "out of memory building the answer\n";
+    out->status = 503;
+    out->content_type = "text/plain; charset=utf-8";
+    out->data = strdup(msg);
+    out->len = out->data ? strlen(msg) : 0;
+    return;
+  }
+  out->status = 200;
+  out->content_type = "application/json";
+  out->data = data;
+  out->len = len;
+}
+
+typedef struct params {
+  const char *unknown, *repeated;
+  int window, pool;
+} params;
+
+static void scan_param(void *arg, const char *k, const char *value) {
+  (void)value;
+  params *p = arg;
+  int *seen = strcmp(k, "window") == 0 ? &p->window : strcmp(k, "pool") == 0 ? &p->pool : NULL;
+  if (!seen) {
+    if (!p->unknown)
+      p->unknown = k;
+  } else if ((*seen)++ && !p->repeated) {
+    p->repeated = k;
+  }
+}
+
+/* Refuses unknown and repeated parameters (only `allowed` is known). */
+static int check_params(const endpoint_args *args, const char *allowed, endpoint_body *out) {
+  params p = {0};
+  args->each(args->ctx, scan_param, &p);
+  const char *bad = p.unknown;
+  if (!bad && strcmp(allowed, "window") == 0 && p.pool)
+    bad = "pool";
+  if (!bad && strcmp(allowed, "pool") == 0 && p.window)
+    bad = "window";
+  if (bad) {
+    char shown[64];
+    size_t n = 0;
+    for (; bad[n] && n + 1 < sizeof shown; n++)
+      shown[n] = bad[n] >= 0x20 && bad[n] < 0x7f ? bad[n] : '?';
+    shown[n] = '\0';
+    endpoint_bad_request(out, "unknown parameter '%s' (expected %s)", shown, allowed);
+    return -1;
+  }
+  if (p.repeated) {
+    endpoint_bad_request(out, "parameter '%s' given more than once", p.repeated);
+    return -1;
+  }
+  return 0;
+}
+
+/* A decimal in [min, max]; -1 when it is not one. */
+static long parse_range(const char *s, long min, long max) {
+  if (!s || !*s || strlen(s) > 9)
+    return -1;
+  long v = 0;
+  for (const char *p = s; *p; p++) {
+    if (*p < '0' || *p > '9')
+      return -1;
+    v = v * 10 + (*p - '0');
+  }
+  return v >= min && v <= max ? v : -1;
+}
+
+/* ---- /ui/state.json ---- */
+
+typedef struct pool_now {
+  uint32_t id;
+  int device;
+  char name[TRACE_LABEL_MAX], backend[16], strategy[16];
+  gpupool_stats st;
+  int live;
+} pool_now;
+
+typedef struct state_ctx {
+  pool_now *pools;
+  size_t n;
+} state_ctx;
+
+static void copy_name(char *dst, size_t size, const char *src) {
+  snprintf(dst, size, "%s", src ? src : "");
+}
+
+static void note_live(gpupool *p, void *arg) {
+  state_ctx *c = arg;
+  if (c->n >= UI_POOLS_MAX)
+    return;
+  pool_now *pn = &c->pools[c->n];
+  if (gpupool_get_stats(p, &pn->st) != GPUPOOL_OK)
+    return;
+  pn->id = pool_id(p);
+  pn->device = gpupool_device(p);
+  copy_name(pn->name, sizeof pn->name, gpupool_name(p));
+  copy_name(pn->backend, sizeof pn->backend, gpupool_backend_name(p));
+  copy_name(pn->strategy, sizeof pn->strategy, gpupool_strategy_name(p));
+  pn->live = 1;
+  c->n++;
+}
+
+/* The samples of one pool in the window, at most one per UI_POINTS-th of it
+ * (the last sample of each slice). */
+static void pool_series(prom_buf *b, const counter_sample *s, size_t ns, uint32_t id,
+                        uint64_t since, uint64_t slice) {
+  static const char *const names[] = {"t",         "allocated",   "reserved",
+                                      "requested", "from_device", "from_cache"};
+  key(b, "series");
+  prom_buf_putc(b, '{');
+  for (size_t f = 0; f < sizeof names / sizeof names[0]; f++) {
+    key(b, names[f]);
+    prom_buf_putc(b, '[');
+    const counter_sample *prev = NULL;
+    for (size_t i = 0; i <= ns; i++) {
+      const counter_sample *x = NULL;
+      if (i < ns) {
+        if (s[i].pool_id != id || s[i].ts_ns < since)
+          continue;
+        x = &s[i];
+      }
+      /* prev is the last of its slice when x starts another (or at the end). */
+      if (prev && (!x || (x->ts_ns - since) / slice != (prev->ts_ns - since) / slice)) {
+        const uint64_t v[] = {prev->ts_ns / 1000000, prev->allocated,   prev->reserved,
+                              prev->requested,       prev->from_device, prev->from_cache};
+        prom_buf_u64(b, v[f]);
+        prom_buf_putc(b, ',');
+      }
+      prev = x;
+    }
+    close_with(b, ']');
+    prom_buf_putc(b, ',');
+  }
+  close_with(b, '}');
+  prom_buf_putc(b, ',');
+}
+
+static void write_pool(prom_buf *b, const pool_now *p, const counter_sample *s, size_t ns,
+                       uint64_t since, uint64_t slice) {
+  prom_buf_putc(b, '{');
+  kv_u64(b, "id", p->id);
+  key(b, "device");
+  prom_buf_i64(b, p->device);
+  prom_buf_putc(b, ',');
+  key(b, "name");
+  json_str(b, p->name);
+  prom_buf_putc(b, ',');
+  key(b, "backend");
+  json_str(b, p->backend);
+  prom_buf_putc(b, ',');
+  key(b, "strategy");
+  json_str(b, p->strategy);
+  prom_buf_putc(b, ',');
+  key(b, "live");
+  prom_buf_puts(b, p->live ? "true," : "false,");
+  if (p->live) {
+    const gpupool_stats *st = &p->st;
+    kv_u64(b, "allocated", (uint64_t)st->allocated_bytes[GPUPOOL_STAT_ALL].current);
+    kv_u64(b, "reserved", (uint64_t)st->reserved_bytes[GPUPOOL_STAT_ALL].current);
+    kv_u64(b, "requested", (uint64_t)st->requested_bytes[GPUPOOL_STAT_ALL].current);
+    kv_u64(b, "largest_free", st->largest_free_block);
+    kv_u64(b, "segments", (uint64_t)st->segment[GPUPOOL_STAT_ALL].current);
+    kv_u64(b, "allocations", (uint64_t)st->allocation[GPUPOOL_STAT_ALL].current);
+    kv_u64(b, "free_blocks", st->free_blocks);
+    kv_u64(b, "pending_free_blocks", st->pending_free_blocks);
+    kv_u64(b, "from_device", st->num_device_sourced);
+    kv_u64(b, "from_cache", st->num_cache_hits);
+    kv_u64(b, "ooms", st->num_ooms);
+    kv_u64(b, "alloc_retries", st->num_alloc_retries);
+  }
+  pool_series(b, s, ns, p->id, since, slice);
+  close_with(b, '}');
+  prom_buf_putc(b, ',');
+}
+
+static void write_cupti(prom_buf *b, uint64_t since, uint64_t slice) {
+  cupti_metrics *m = malloc(sizeof *m);
+  ui_history_sample *h = malloc(UI_HISTORY_CAPACITY * sizeof *h);
+  key(b, "cupti");
+  prom_buf_putc(b, '{');
+  if (!m || !h) {
+    b->failed = 1;
+    free(m);
+    free(h);
+    prom_buf_putc(b, '}');
+    return;
+  }
+  cupti_get_metrics(m);
+  key(b, "up");
+  prom_buf_puts(b, m->up ? "true," : "false,");
+  key(b, "reason");
+  json_str(b, m->reason);
+  prom_buf_putc(b, ',');
+  size_t n = ui_history_read(since, h, UI_HISTORY_CAPACITY);
+  key(b, "devices");
+  prom_buf_putc(b, '[');
+  int done[CUPTI_MAX_DEVICES] = {0};
+  for (size_t i = 0; i < n; i++) {
+    int dev = h[i].device;
+    if (dev < 0 || dev >= CUPTI_MAX_DEVICES || done[dev])
+      continue;
+    done[dev] = 1;
+    static const char *const names[] = {"t", "pool", "other"};
+    prom_buf_putc(b, '{');
+    key(b, "device");
+    prom_buf_i64(b, dev);
+    prom_buf_putc(b, ',');
+    for (int f = 0; f < 3; f++) {
+      key(b, names[f]);
+      prom_buf_putc(b, '[');
+      const ui_history_sample *prev = NULL;
+      for (size_t j = i; j <= n; j++) {
+        const ui_history_sample *x = j < n && h[j].device == dev ? &h[j] : NULL;
+        if (j < n && !x)
+          continue;
+        if (prev && (!x || (x->ts_ns - since) / slice != (prev->ts_ns - since) / slice)) {
+          const uint64_t v[] = {prev->ts_ns / 1000000, prev->pool_bytes, prev->other_bytes};
+          prom_buf_u64(b, v[f]);
+          prom_buf_putc(b, ',');
+        }
+        prev = x;
+      }
+      close_with(b, ']');
+      prom_buf_putc(b, ',');
+    }
+    close_with(b, '}');
+    prom_buf_putc(b, ',');
+  }
+  close_with(b, ']');
+  prom_buf_putc(b, '}');
+  free(m);
+  free(h);
+}
+
+/* Whether /snapshot answers ?format=torch in this build: asked once, of the
+ * handler itself, with a pool name no pool has (so nothing is built). A
+ * handler that does not know `format` names it in its refusal. */
+static const char *probe_get(void *ctx, const char *k) {
+  (void)ctx;
+  return strcmp(k, "format") == 0 ? "torch" : strcmp(k, "pool") == 0 ? "\x01ui-probe" : NULL;
+}
+static void probe_each(void *ctx, void (*fn)(void *, const char *, const char *), void *arg) {
+  (void)ctx;
+  fn(arg, "format", "torch");
+  fn(arg, "pool", "\x01ui-probe");
+}
+static int torch_snapshot_answers(void) {
+  static atomic_int known = -1; /* two first requests may both ask: same answer */
+  int k = atomic_load(&known);
+  if (k >= 0)
+    return k;
+  endpoint_args a = {.get = probe_get, .each = probe_each, .path = "/snapshot"};
+  endpoint_body o = {0};
+  snapshot_endpoint(&a, &o);
+  int yes = o.status == 200 || (o.data && !strstr(o.data, "format"));
+  if (o.read && o.close)
+    o.close(o.stream);
+  free(o.data);
+  atomic_store(&known, yes);
+  return yes;
+}
+
+void ui_state_json(const endpoint_args *args, endpoint_body *out) {
+  if (check_params(args, "window", out) != 0)
+    return;
+  const char *w = args->get(args->ctx, "window");
+  long window = w ? parse_range(w, 10, UI_WINDOW_MAX) : UI_WINDOW_DEFAULT;
+  if (window < 0) {
+    endpoint_bad_request(out, "bad window: expected seconds from 10 to %d", UI_WINDOW_MAX);
+    return;
+  }
+  state_ctx c = {calloc(UI_POOLS_MAX, sizeof *c.pools), 0};
+  trace_pool_info *known = calloc(TRACE_POOL_TABLE_SIZE, sizeof *known);
+  counter_sample *s = malloc(TRACE_COUNTERS_CAPACITY * sizeof *s);
+  prom_buf b;
+  prom_buf_init(&b, 1 << 16);
+  if (!c.pools || !known || !s) {
+    b.failed = 1;
+    goto done;
+  }
+  uint64_t now = clock_realtime_ns();
+  uint64_t since = now - (uint64_t)window * 1000000000ull;
+  uint64_t slice = (uint64_t)window * 1000000000ull / UI_POINTS;
+  /* Samples first, then the pools: every live pool is then in the table. */
+  uint64_t head = trace_counters_head(), skipped = 0;
+  uint64_t cursor = head > TRACE_COUNTERS_CAPACITY ? head - TRACE_COUNTERS_CAPACITY : 0;
+  size_t ns = trace_counters_read(&cursor, s, TRACE_COUNTERS_CAPACITY, &skipped);
+  registry_foreach(note_live, &c);
+  /* Pools gone since, whose samples are still in the window. */
+  size_t nk = trace_counters_pools(known, TRACE_POOL_TABLE_SIZE);
+  for (size_t i = 0; i < nk && c.n < UI_POOLS_MAX; i++) {
+    int live = 0, recent = 0;
+    for (size_t j = 0; j < c.n && !live; j++)
+      live = c.pools[j].id == known[i].id;
+    for (size_t j = 0; j < ns && !live && !recent; j++)
+      recent = s[j].pool_id == known[i].id && s[j].ts_ns >= since;
+    if (!recent)
+      continue;
+    pool_now *pn = &c.pools[c.n++];
+    memset(pn, 0, sizeof *pn);
+    pn->id = known[i].id;
+    pn->device = known[i].device;
+    copy_name(pn->name, sizeof pn->name, known[i].name);
+    copy_name(pn->backend, sizeof pn->backend, known[i].backend);
+    copy_name(pn->strategy, sizeof pn->strategy, known[i].strategy);
+  }
+  char host[256] = "";
+  if (gethostname(host, sizeof host - 1) != 0)
+    host[0] = '\0';
+  prom_buf_putc(&b, '{');
+  kv_u64(&b, "now_ms", now / 1000000);
+  kv_u64(&b, "window_s", (uint64_t)window);
+  kv_u64(&b, "pid", (uint64_t)getpid());
+  key(&b, "hostname");
+  json_str(&b, host);
+  prom_buf_putc(&b, ',');
+  key(&b, "version");
+  json_str(&b, GPUPOOL_VERSION);
+  prom_buf_putc(&b, ',');
+  key(&b, "links");
+  prom_buf_putc(&b, '{');
+  key(&b, "oom");
+  prom_buf_puts(&b, http_has_route("/oom") ? "true," : "false,");
+  key(&b, "advice");
+  prom_buf_puts(&b, http_has_route("/advice") ? "true," : "false,");
+  key(&b, "torch");
+  prom_buf_puts(&b, torch_snapshot_answers() ? "true}," : "false},");
+  key(&b, "samples_dropped");
+  prom_buf_u64(&b, skipped);
+  prom_buf_putc(&b, ',');
+  key(&b, "pools");
+  prom_buf_putc(&b, '[');
+  for (size_t i = 0; i < c.n; i++)
+    write_pool(&b, &c.pools[i], s, ns, since, slice ? slice : 1);
+  close_with(&b, ']');
+  prom_buf_putc(&b, ',');
+  write_cupti(&b, since, slice ? slice : 1);
+  prom_buf_putc(&b, '}');
+done:
+  free(c.pools);
+  free(known);
+  free(s);
+  take_json(&b, out);
+}
+
+/* ---- /ui/blocks.json ---- */
+
+typedef struct blocks_ctx {
+  uint32_t id;
+  int found;
+  uint64_t now_ns;
+  uint64_t seg_addr;
+  int in_segment;
+  prom_buf *b;
+} blocks_ctx;
+
+static void on_segment(void *arg, const pool_segment_info *s) {
+  blocks_ctx *c = arg;
+  prom_buf *b = c->b;
+  if (c->in_segment) {
+    close_with(b, ']');
+    prom_buf_puts(b, "},");
+  }
+  c->in_segment = 1;
+  c->seg_addr = s->addr;
+  prom_buf_putc(b, '{');
+  kv_hex(b, "address", s->addr);
+  kv_u64(b, "size", s->size);
+  kv_u64(b, "mapped", s->mapped);
+  kv_u64(b, "allocated", s->allocated);
+  kv_u64(b, "requested", s->requested);
+  kv_hex(b, "stream", s->stream);
+  key(b, "large");
+  prom_buf_puts(b, s->is_large ? "true," : "false,");
+  key(b, "blocks");
+  prom_buf_putc(b, '[');
+}
+
+/* Six numbers a block: offset in the segment, size, requested, state (0 free,
+ * 1 allocated, 2 pending on another stream), age in ms (-1 unknown),
+ * bytes of unmapped pages. */
+static void on_block(void *arg, const pool_block_info *bi) {
+  blocks_ctx *c = arg;
+  prom_buf *b = c->b;
+  if (prom_buf_reserve(b, 6 * 21))
+    return;
+  int state = strcmp(bi->state, "active_allocated") == 0      ? 1
+              : strcmp(bi->state, "active_pending_free") == 0 ? 2
+                                                              : 0;
+  prom_buf_u64(b, bi->addr - c->seg_addr);
+  prom_buf_putc(b, ',');
+  prom_buf_u64(b, bi->size);
+  prom_buf_putc(b, ',');
+  prom_buf_u64(b, bi->requested);
+  prom_buf_putc(b, ',');
+  prom_buf_i64(b, state);
+  prom_buf_putc(b, ',');
+  if (bi->alloc_ns && bi->alloc_ns <= c->now_ns)
+    prom_buf_u64(b, (c->now_ns - bi->alloc_ns) / 1000000);
+  else
+    prom_buf_puts(b, "-1");
+  prom_buf_putc(b, ',');
+  prom_buf_u64(b, bi->unmapped);
+  prom_buf_putc(b, ',');
+}
+
+static void blocks_of(gpupool *p, void *arg) {
+  blocks_ctx *c = arg;
+  if (c->found || pool_id(p) != c->id)
+    return;
+  c->found = 1;
+  prom_buf *b = c->b;
+  gpupool_stats st;
+  int have = gpupool_get_stats(p, &st) == GPUPOOL_OK;
+  key(b, "pool");
+  prom_buf_putc(b, '{');
+  kv_u64(b, "id", c->id);
+  key(b, "name");
+  json_str(b, gpupool_name(p));
+  prom_buf_putc(b, ',');
+  key(b, "device");
+  prom_buf_i64(b, gpupool_device(p));
+  prom_buf_putc(b, ',');
+  if (have) {
+    kv_u64(b, "allocated", (uint64_t)st.allocated_bytes[GPUPOOL_STAT_ALL].current);
+    kv_u64(b, "reserved", (uint64_t)st.reserved_bytes[GPUPOOL_STAT_ALL].current);
+    kv_u64(b, "largest_free", st.largest_free_block);
+  }
+  key(b, "segments");
+  prom_buf_putc(b, '[');
+  pool_walker w = {on_segment, on_block, c};
+  pool_walk(p, &w);
+  if (c->in_segment) {
+    close_with(b, ']');
+    prom_buf_putc(b, '}');
+  }
+  prom_buf_puts(b, "]}");
+}
+
+void ui_blocks_json(const endpoint_args *args, endpoint_body *out) {
+  if (check_params(args, "pool", out) != 0)
+    return;
+  long id = parse_range(args->get(args->ctx, "pool"), 0, 999999999);
+  if (id < 0) {
+    endpoint_bad_request(out, "bad or missing pool: expected a pool id from /ui/state.json");
+    return;
+  }
+  prom_buf b;
+  prom_buf_init(&b, 1 << 16);
+  blocks_ctx c = {.id = (uint32_t)id, .now_ns = clock_realtime_ns(), .b = &b};
+  prom_buf_putc(&b, '{');
+  kv_u64(&b, "now_ms", c.now_ns / 1000000);
+  registry_foreach(blocks_of, &c);
+  if (!c.found) /* gone: an answer, not an error, so that the page just says so */
+    prom_buf_puts(&b, "\"pool\":null");
+  prom_buf_putc(&b, '}');
+  take_json(&b, out);
+}

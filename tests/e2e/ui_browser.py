@@ -1,0 +1,380 @@
+#!/usr/bin/env python3
+"""The /ui page in a real headless Chromium, driven over the DevTools protocol
+(--remote-debugging-pipe: commands on fd 3, replies and events on fd 4, each
+message JSON ended by a NUL byte). Standard library only.
+
+  ui_browser.py --chromium PATH --demo PATH --fixture PATH --out DIR
+
+Part 1, the demo (gpupool-demo on the host backend, workload running): the
+pools are listed, every segment bar is drawn to scale (pixels on the canvas),
+a counter on the page lies between /metrics' values read just before the page
+fetched it and just after (allocations served from the device only grow, so
+that window is exact), and the console stays clean. Screenshot ui-demo.png.
+
+Part 2, the fixture (tests/ui/ui_fixture.c, frozen): the reserved bytes shown
+equal /metrics' exactly; the 10^5-block map is drawn (time from navigation
+printed, not asserted); an empty pool, unmapped pages and a pending block
+render; a destroyed pool shows as gone; a stopped agent shows "agent
+unreachable" without a script error. Screenshots ui-fixture*.png."""
+
+import argparse
+import base64
+import fcntl
+import json
+import os
+import re
+import select
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+
+failures = []
+
+
+def check(cond, what):
+    print(("ok   " if cond else "FAIL ") + what, flush=True)
+    if not cond:
+        failures.append(what)
+
+
+class Browser:
+    def __init__(self, chromium, profile):
+        to_chrome_r, self.to_chrome = os.pipe()
+        self.from_chrome, from_chrome_w = os.pipe()
+
+        def child_fds():  # fd 3: what Chromium reads; fd 4: what it writes
+            # Through fds above 4 first: a pipe end may already be fd 3 or 4.
+            a = fcntl.fcntl(to_chrome_r, fcntl.F_DUPFD, 10)
+            b = fcntl.fcntl(from_chrome_w, fcntl.F_DUPFD, 10)
+            os.dup2(a, 3)
+            os.dup2(b, 4)
+            os.set_inheritable(3, True)  # every other fd is close-on-exec
+            os.set_inheritable(4, True)
+
+        self.proc = subprocess.Popen(
+            [chromium, "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run",
+             "--disable-background-networking", "--disable-component-update", "--disable-sync",
+             "--user-data-dir=" + profile, "--remote-debugging-pipe", "--window-size=1400,1000",
+             "about:blank"],
+            preexec_fn=child_fds, close_fds=False,
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        os.close(to_chrome_r)
+        os.close(from_chrome_w)
+        self.buf = b""
+        self.next_id = 0
+        self.events = []
+        self.session = None
+
+    def send(self, method, params=None, session=True, timeout=30):
+        self.next_id += 1
+        msg = {"id": self.next_id, "method": method, "params": params or {}}
+        if session and self.session:
+            msg["sessionId"] = self.session
+        os.write(self.to_chrome, json.dumps(msg).encode() + b"\0")
+        deadline = time.monotonic() + timeout
+        while True:
+            m = self.read(deadline)
+            if m is None:
+                raise RuntimeError(method + ": no answer in %d s" % timeout)
+            if m.get("id") == self.next_id:
+                if "error" in m:
+                    raise RuntimeError(method + ": " + json.dumps(m["error"]))
+                return m.get("result", {})
+
+    def read(self, deadline):
+        while b"\0" not in self.buf:
+            left = deadline - time.monotonic()
+            if left <= 0 or not select.select([self.from_chrome], [], [], left)[0]:
+                return None
+            chunk = os.read(self.from_chrome, 1 << 20)
+            if not chunk:
+                raise RuntimeError("Chromium closed the pipe")
+            self.buf += chunk
+        raw, self.buf = self.buf.split(b"\0", 1)
+        m = json.loads(raw)
+        if "method" in m:
+            self.events.append(m)
+        return m
+
+    def pump(self, seconds):
+        deadline = time.monotonic() + seconds
+        while self.read(deadline) is not None:
+            pass
+
+    def open_page(self):
+        target = self.send("Target.createTarget", {"url": "about:blank"}, session=False)
+        att = self.send("Target.attachToTarget", {"targetId": target["targetId"], "flatten": True},
+                        session=False)
+        self.session = att["sessionId"]
+        for domain in ("Runtime", "Log", "Page"):
+            self.send(domain + ".enable")
+        self.send("Emulation.setDeviceMetricsOverride",
+                  {"width": 1400, "height": 1000, "deviceScaleFactor": 1, "mobile": False})
+
+    def eval(self, expr):
+        r = self.send("Runtime.evaluate", {"expression": expr, "returnByValue": True,
+                                           "awaitPromise": True})
+        if "exceptionDetails" in r:
+            raise RuntimeError("evaluate %r: %s" % (expr[:80], json.dumps(r["exceptionDetails"])[:400]))
+        return r["result"].get("value")
+
+    def wait_for(self, expr, timeout, what):
+        deadline = time.monotonic() + timeout
+        last = None
+        while time.monotonic() < deadline:
+            try:
+                if self.eval(expr):
+                    check(True, what)
+                    return True
+            except RuntimeError as e:  # the page is still loading
+                last = e
+            self.pump(0.1)
+        check(False, what + " (waited %d s%s; errors so far: %s)"
+              % (timeout, "; last: %s" % last if last else "", self.errors()))
+        return False
+
+    def errors(self):
+        """Console errors, uncaught exceptions and error log entries so far."""
+        out = []
+        for e in self.events:
+            m, p = e["method"], e.get("params", {})
+            if m == "Runtime.exceptionThrown":
+                out.append("exception: " + json.dumps(p.get("exceptionDetails", {}))[:300])
+            elif m == "Runtime.consoleAPICalled" and p.get("type") in ("error", "assert"):
+                out.append("console.%s: %s" % (p["type"], json.dumps(p.get("args"))[:300]))
+            elif m == "Log.entryAdded" and p.get("entry", {}).get("level") == "error":
+                out.append("log: " + p["entry"].get("text", "")[:300])
+        return out
+
+    def screenshot(self, path):
+        h = self.eval("Math.min(4000, document.documentElement.scrollHeight)")
+        self.send("Emulation.setDeviceMetricsOverride",
+                  {"width": 1400, "height": int(h), "deviceScaleFactor": 1, "mobile": False})
+        self.pump(0.3)
+        shot = self.send("Page.captureScreenshot", {"format": "png"})
+        with open(path, "wb") as f:
+            f.write(base64.b64decode(shot["data"]))
+        self.send("Emulation.setDeviceMetricsOverride",
+                  {"width": 1400, "height": 1000, "deviceScaleFactor": 1, "mobile": False})
+        print("screenshot: " + path, flush=True)
+
+    def close(self):
+        try:
+            self.send("Browser.close", session=False, timeout=5)
+        except Exception:
+            pass
+        try:
+            self.proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+
+
+def metric(base, name, pool, label=""):
+    """The sample of family `name` for pool `pool` (whose labels also hold `label`)."""
+    text = urllib.request.urlopen(base + "/metrics", timeout=10).read().decode()
+    pat = re.compile(r"^%s\{([^}]*)\} (\S+)$" % re.escape(name), re.M)
+    for labels, value in pat.findall(text):
+        if 'pool="%s"' % pool in labels and label in labels:
+            return float(value)
+    return None
+
+
+# Measures every bar on the canvas: the first and last pixel of the bar's
+# middle row that is not background, against the size it stands for.
+BARS_JS = """(() => {
+  const cv = document.getElementById('map');
+  const ctx = cv.getContext('2d');
+  return gpupoolUI.layout.map(r => {
+    const y = Math.round(r.y + r.h / 2);
+    const row = ctx.getImageData(0, y, cv.width, 1).data;
+    let first = -1, last = -1;
+    for (let x = r.x - 1; x < cv.width; x++) {
+      const a = row[4 * x + 3];
+      if (a > 0) { if (first < 0) first = x; last = x; }
+    }
+    return {size: r.size, drawn: first < 0 ? 0 : last - first + 1, layout: r.width};
+  });
+})()"""
+
+
+def check_bars(b, label):
+    bars = b.eval(BARS_JS)
+    check(len(bars) > 0, "%s: segment bars present (%d)" % (label, len(bars)))
+    if not bars:
+        return
+    big = max(bars, key=lambda r: r["size"])
+    # The outline adds one pixel on each side of a bar of `layout` pixels.
+    scale = (big["drawn"] - 2) / big["size"]
+    worst = max(abs((r["drawn"] - 2) - r["size"] * scale) for r in bars)
+    check(worst <= 1.0, "%s: bars to scale: widths within %.2f px of size x %.3g px/B"
+          % (label, worst, scale))
+
+
+def start_process(cmd, env, port_re):
+    # Unbuffered, so that select() sees every line not yet read.
+    p = subprocess.Popen(cmd, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                         stderr=subprocess.STDOUT, bufsize=0)
+    deadline = time.monotonic() + 60
+    out = []
+    while time.monotonic() < deadline:
+        if not select.select([p.stdout], [], [], deadline - time.monotonic())[0]:
+            break
+        line = p.stdout.readline().decode(errors="replace")
+        if not line:
+            break
+        out.append(line)
+        m = re.search(port_re, line)
+        if m:
+            return p, int(m.group(1))
+    p.kill()
+    raise RuntimeError("%s did not print its port:\n%s" % (cmd[0], "".join(out)))
+
+
+def part_demo(args, profile):
+    env = dict(os.environ, GPUPOOL_CONF="backend:host",
+               GPUPOOL_AGENT_CONF="listen:127.0.0.1:0,sample_interval_ms:250")
+    demo, port = start_process([args.demo, "--quiet", "--seconds", "300"],
+                               env, r"metrics\s+http://[^:]+:(\d+)/metrics")
+    base = "http://127.0.0.1:%d" % port
+    b = Browser(args.chromium, profile)
+    try:
+        b.open_page()
+        b.send("Page.navigate", {"url": base + "/ui?pool=bfc"})
+        b.wait_for("document.querySelectorAll('#pools tbody tr[data-pool]').length >= 4", 30,
+                   "demo: pools listed")
+        names = b.eval("[...document.querySelectorAll('#pools tbody tr')].map(r => r.dataset.pool)")
+        check(all(n in names for n in ("bfc", "round", "naive", "bfc-expandable")),
+              "demo: pools bfc, round, naive, bfc-expandable listed (%s)" % names)
+        b.wait_for("gpupoolUI.layout.length > 0", 30, "demo: block map drawn")
+        check_bars(b, "demo")
+        # A value on the page against /metrics at the same time: the device
+        # allocations of pool bfc only grow, so the page's value (fetched
+        # between the two scrapes) lies between them.
+        before = metric(base, "gpupool_allocations_total", "bfc", 'source="device"')
+        n0 = b.eval("gpupoolUI.stateUpdates")
+        b.wait_for("gpupoolUI.stateUpdates >= %d" % (n0 + 2), 20, "demo: page polled again")
+        shown = b.eval("Number(document.querySelector('#pools tr[data-pool=\"bfc\"] "
+                       "td[data-k=\"from_device\"]').dataset.v)")
+        after = metric(base, "gpupool_allocations_total", "bfc", 'source="device"')
+        check(before is not None and before <= shown <= after,
+              "demo: from-device allocations on the page (%s) within /metrics' %s..%s"
+              % (shown, before, after))
+        b.wait_for("document.querySelectorAll('.chart canvas').length >= 4", 10, "demo: charts drawn")
+        b.pump(1.5)
+        b.screenshot(os.path.join(args.out, "ui-demo.png"))
+        errs = b.errors()
+        check(not errs, "demo: no console errors" + ("" if not errs else ": " + "; ".join(errs)))
+    finally:
+        b.close()
+        demo.terminate()
+        demo.wait(timeout=30)
+
+
+def part_fixture(args, profile):
+    env = dict(os.environ, GPUPOOL_AGENT_CONF="listen:127.0.0.1:0,sample_interval_ms:250")
+    env.pop("GPUPOOL_CONF", None)
+    fx, port = start_process([args.fixture, str(args.blocks)], env, r"^port (\d+)")
+    base = "http://127.0.0.1:%d" % port
+    b = Browser(args.chromium, profile)
+    try:
+        b.open_page()
+        b.send("Page.navigate", {"url": base + "/ui?pool=frag"})
+        ok = b.wait_for("gpupoolUI.mapBlocks >= %d" % args.blocks, 120,
+                        "fixture: map of %d blocks drawn" % args.blocks)
+        if ok:
+            ms = b.eval("gpupoolUI.mapDrawnAt")
+            print("time from navigation to a drawn block map of %d blocks: %.0f ms"
+                  " (drawing it: %.0f ms)" % (b.eval("gpupoolUI.mapBlocks"), ms,
+                                             b.eval("gpupoolUI.lastDrawMs")), flush=True)
+        b.wait_for("document.querySelectorAll('#pools tbody tr[data-pool]').length >= 4", 30,
+                   "fixture: pools listed")
+        for pool in ("steady", "frag", "empty", "expandable"):
+            want = metric(base, "gpupool_reserved_bytes", pool)
+            shown = b.eval("(() => { const c = document.querySelector('#pools tr[data-pool=\"%s\"] "
+                           "td[data-k=\"reserved\"]'); return c ? Number(c.dataset.v) : null; })()"
+                           % pool)
+            check(want is not None and shown == want,
+                  "fixture: %s reserved on the page %s == /metrics %s" % (pool, shown, want))
+        b.screenshot(os.path.join(args.out, "ui-fixture-frag.png"))
+        # steady: bars to scale, a pending block, a free block marked largest.
+        b.eval("(() => { const s = document.getElementById('map-pool');"
+               " s.value = document.querySelector('#pools tr[data-pool=\"steady\"]').dataset.poolId;"
+               " s.dispatchEvent(new Event('change')); })()")
+        b.wait_for("gpupoolUI.layout.length === 4", 20, "fixture: steady's 4 segments drawn")
+        check_bars(b, "fixture steady")
+        # Hover over the start of the 20 MiB segment: the block pending on
+        # another stream (freed after record_stream), with its size and age.
+        at = b.eval("(() => { const r = gpupoolUI.layout.find(l => l.size === 20 << 20);"
+                    " const c = document.getElementById('map');"
+                    " c.scrollIntoView(); const box = c.getBoundingClientRect();"
+                    " return [box.left + r.x + 5, box.top + r.y + r.h / 2]; })()")
+        b.send("Input.dispatchMouseEvent", {"type": "mouseMoved", "x": at[0], "y": at[1]})
+        b.wait_for("(() => { const t = document.getElementById('tip');"
+                   " return !t.hidden && t.textContent.includes('pending on another stream')"
+                   " && t.textContent.includes('5.00 MiB') && /age\\s+[0-9.]+ (ms|s|min)/.test(t.textContent); })()",
+                   10, "fixture: hover shows the pending block, its size and age")
+        b.screenshot(os.path.join(args.out, "ui-fixture-steady.png"))
+        for pool, text in (("empty", "an empty pool"), ("expandable", "1 segments")):
+            b.eval("(() => { const s = document.getElementById('map-pool');"
+                   " s.value = document.querySelector('#pools tr[data-pool=\"%s\"]').dataset.poolId;"
+                   " s.dispatchEvent(new Event('change')); })()" % pool)
+            b.wait_for("document.getElementById('map-info').textContent.includes(%s)"
+                       % json.dumps(text), 20, "fixture: %s pool's map says %r" % (pool, text))
+        unmapped = b.eval("(() => { const cv = document.getElementById('map');"
+                          " const d = cv.getContext('2d').getImageData(0, 9, cv.width, 1).data;"
+                          " let n = 0; for (let i = 0; i < d.length; i += 4)"
+                          " if (d[i] === 0xe4 && d[i+1] === 0xe4 && d[i+2] === 0xe4) n++; return n; })()")
+        check(unmapped > 0, "fixture: unmapped pages drawn in the expandable pool (%d px)" % unmapped)
+        # A pool that disappears.
+        fx.stdin.write(b"destroy steady\n")
+        fx.stdin.flush()
+        b.wait_for("(() => { const r = document.querySelector('#pools tr[data-pool=\"steady\"]');"
+                   " return r && r.classList.contains('gone'); })()", 20,
+                   "fixture: destroyed pool shown as gone")
+        errs = b.errors()
+        check(not errs, "fixture: no console errors" + ("" if not errs else ": " + "; ".join(errs)))
+        # A stopped agent: the page says so and retries; no script error
+        # (the refused fetches are network log entries, expected here).
+        fx.stdin.write(b"quit\n")
+        fx.stdin.flush()
+        fx.wait(timeout=30)
+        b.wait_for("document.getElementById('status').textContent.includes('agent unreachable')", 20,
+                   "fixture: stopped agent shows 'agent unreachable'")
+        exc = [e for e in b.errors() if not e.startswith("log: ")]
+        check(not exc, "fixture: no script error after the agent stopped" +
+              ("" if not exc else ": " + "; ".join(exc)))
+        b.screenshot(os.path.join(args.out, "ui-fixture-stopped.png"))
+    finally:
+        b.close()
+        if fx.poll() is None:
+            fx.kill()
+            fx.wait()
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--chromium", required=True)
+    ap.add_argument("--demo", required=True)
+    ap.add_argument("--fixture", required=True)
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--blocks", type=int, default=100000)
+    args = ap.parse_args()
+    os.makedirs(args.out, exist_ok=True)
+    for part in (part_demo, part_fixture):
+        profile = tempfile.mkdtemp(prefix="gpupool-ui-chromium.")
+        try:
+            part(args, profile)
+        except Exception as e:  # a step that cannot run is a failure, never a pass
+            check(False, "%s: %s" % (part.__name__, e))
+        finally:
+            shutil.rmtree(profile, ignore_errors=True)
+    print("%d failure(s)" % len(failures))
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,127 @@
+/* ui_fixture: pools in a known, frozen state for the /ui browser test
+ * (tests/e2e/ui_browser.sh), on the host backend, with the agent serving.
+ *
+ *   ui_fixture N     pool "frag" gets at least N blocks (e.g. 100000)
+ *
+ * Pools: "steady" (segments of 2, 20, 14 and 30 MiB; one block pending on
+ * another stream), "frag" (N blocks, allocated and free alternating), "empty"
+ * (no allocation) and "expandable" (expandable_segments:True with unmapped
+ * pages in a free block). Nothing changes after setup, so every number the
+ * page shows equals /metrics'. Prints "port P" once serving, then reads
+ * commands on stdin: "destroy NAME" (answers "destroyed NAME"), "quit" or
+ * end of input stops it. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "gpupool/agent.h"
+#include "gpupool/gpupool.h"
+#include "gpupool/host.h"
+
+#define POOLS 4
+
+static gpupool *make(const char *name, const char *tunables) {
+  gpupool_options o = {.name = name,
+                       .tunables = tunables,
+                       .host_capacity = (size_t)4 << 30,
+                       .backend = GPUPOOL_BACKEND_HOST,
+                       .ignore_env = 1};
+  gpupool *p;
+  if (gpupool_create(&o, &p) != GPUPOOL_OK) {
+    fprintf(stderr, "ui_fixture: pool %s: %s\n", name, gpupool_last_error());
+    exit(1);
+  }
+  return p;
+}
+
+static void *alloc(gpupool *p, size_t size, void *stream) {
+  void *ptr;
+  if (gpupool_malloc(p, &ptr, size, stream) != GPUPOOL_OK) {
+    fprintf(stderr, "ui_fixture: malloc %zu: %s\n", size, gpupool_last_error());
+    exit(1);
+  }
+  return ptr;
+}
+
+int main(int argc, char **argv) {
+  long n = argc > 1 ? strtol(argv[1], NULL, 10) : 0;
+  if (argc != 2 || n < 2 || n > 10000000) {
+    fprintf(stderr, "usage: ui_fixture BLOCKS (2 to 10^7)\n");
+    return 2;
+  }
+  if (gpupool_agent_start(NULL) != GPUPOOL_OK) {
+    fprintf(stderr, "ui_fixture: the agent did not start: %s\n", gpupool_last_error());
+    return 1;
+  }
+  const char *names[POOLS] = {"steady", "frag", "empty", "expandable"};
+  gpupool *pools[POOLS];
+  pools[0] = make(names[0], NULL);
+  pools[1] = make(names[1], NULL);
+  pools[2] = make(names[2], NULL);
+  pools[3] = make(names[3], "expandable_segments:True,expandable_slack_percent:0");
+
+  /* steady: a small segment (2 MiB) with a freed block between two live
+   * ones, a 20 MiB segment, a 14 MiB and a 30 MiB one; a block freed after
+   * use on another stream stays pending. */
+  gpupool_host_stream *other = gpupool_host_stream_create();
+  void *a = alloc(pools[0], 100 << 10, NULL);
+  void *b = alloc(pools[0], 200 << 10, NULL);
+  alloc(pools[0], 300 << 10, NULL);
+  gpupool_free(pools[0], b);
+  (void)a;
+  void *c = alloc(pools[0], 5 << 20, NULL);
+  alloc(pools[0], 3 << 20, NULL);
+  alloc(pools[0], 14 << 20, NULL);
+  alloc(pools[0], 30 << 20, NULL);
+  gpupool_record_stream(pools[0], c, other);
+  gpupool_host_stream_enqueue(other);
+  gpupool_free(pools[0], c);
+
+  /* frag: n allocations and a few more (a segment's last free block may
+   * absorb a freed neighbour), every other one freed: no two free blocks
+   * adjoin. */
+  long total = n + n / 50 + 2;
+  void **ptrs = malloc((size_t)total * sizeof *ptrs);
+  if (!ptrs)
+    return 1;
+  uint64_t x = 88172645463325252ull;
+  for (long i = 0; i < total; i++) {
+    x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+    ptrs[i] = alloc(pools[1], 512 * (1 + x % 8), NULL);
+  }
+  for (long i = 0; i < total; i += 2)
+    gpupool_free(pools[1], ptrs[i]);
+  free(ptrs);
+
+  /* expandable: a 40 MiB segment split into free 10 MiB | allocated 10 MiB |
+   * free 20 MiB, the idle pages returned: the free blocks have unmapped
+   * pages. */
+  gpupool_free(pools[3], alloc(pools[3], 40 << 20, NULL));
+  void *e = alloc(pools[3], 10 << 20, NULL);
+  alloc(pools[3], 10 << 20, NULL);
+  gpupool_free(pools[3], e);
+  gpupool_empty_cache(pools[3]);
+
+  printf("port %d\n", gpupool_agent_port());
+  fflush(stdout);
+  char line[256];
+  while (fgets(line, sizeof line, stdin)) {
+    line[strcspn(line, "\n")] = '\0';
+    if (strcmp(line, "quit") == 0)
+      break;
+    if (strncmp(line, "destroy ", 8) == 0)
+      for (int i = 0; i < POOLS; i++)
+        if (pools[i] && strcmp(names[i], line + 8) == 0) {
+          gpupool_destroy(pools[i]);
+          pools[i] = NULL;
+          printf("destroyed %s\n", names[i]);
+          fflush(stdout);
+        }
+  }
+  gpupool_agent_stop();
+  gpupool_host_stream_complete(other);
+  for (int i = 0; i < POOLS; i++)
+    gpupool_destroy(pools[i]);
+  gpupool_host_stream_destroy(other);
+  return 0;
+}

@@ -1,0 +1,275 @@
+/* /ui through a real socket: the page and its assets (Content-Type, CSP,
+ * ETag and 304, caching), /ui/state.json and /ui/blocks.json (their JSON,
+ * values equal to the pool's statistics, a pool gone, empty pools, bad
+ * parameters), and the blocks' allocation time and unmapped bytes in the
+ * snapshot walk. */
+#include <cjson/cJSON.h>
+#include <criterion/criterion.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "gpupool/agent.h"
+#include "gpupool/host.h"
+#include "helpers/http_client.h"
+
+static gpupool *pool, *empty;
+
+static void setup(void) {
+  unsetenv("GPUPOOL_AGENT_CONF");
+  unsetenv("GPUPOOL_CONF");
+  unsetenv("LOCAL_RANK");
+  gpupool_options o = {
+      .name = "web", .backend = GPUPOOL_BACKEND_HOST, .host_capacity = 256 << 20, .ignore_env = 1};
+  cr_assert_eq(gpupool_create(&o, &pool), GPUPOOL_OK, "%s", gpupool_last_error());
+  o.name = "nothing";
+  cr_assert_eq(gpupool_create(&o, &empty), GPUPOOL_OK, "%s", gpupool_last_error());
+}
+
+static void teardown(void) {
+  gpupool_agent_stop();
+  gpupool_destroy(pool);
+  gpupool_destroy(empty);
+}
+
+TestSuite(agent_ui, .init = setup, .fini = teardown);
+
+static int start_local(void) {
+  gpupool_agent_options o = {.listen = "127.0.0.1:0", .cupti = GPUPOOL_CUPTI_OFF, .ignore_env = 1};
+  cr_assert_eq(gpupool_agent_start(&o), GPUPOOL_OK, "%s", gpupool_last_error());
+  return gpupool_agent_port();
+}
+
+static http_response get(int port, const char *target, const char *headers) {
+  http_response r;
+  cr_assert_eq(http_request("127.0.0.1", port, "GET", target, headers, &r), 0,
+               "GET %s: no complete answer", target);
+  return r;
+}
+
+static const char *header(const http_response *r, const char *name) {
+  static char buf[512];
+  return http_header(r, name, buf, sizeof buf);
+}
+
+/* The src or href of the page that starts with prefix, up to its quote. */
+static char *asset_url(const char *page, const char *prefix) {
+  const char *p = strstr(page, prefix);
+  cr_assert_not_null(p, "the page does not load %s", prefix);
+  const char *end = strchr(p, '"');
+  return strndup(p, (size_t)(end - p));
+}
+
+Test(agent_ui, page_and_assets) {
+  int port = start_local();
+  http_response r = get(port, "/ui", NULL);
+  cr_assert_eq(r.status, 200);
+  cr_assert_str_eq(header(&r, "Content-Type"), "text/html; charset=utf-8");
+  cr_assert_str_eq(header(&r, "Cache-Control"), "no-cache");
+  const char *csp = header(&r, "Content-Security-Policy");
+  cr_assert(csp && strstr(csp, "default-src 'none'") && strstr(csp, "script-src 'self'") &&
+                !strstr(csp, "unsafe-inline"),
+            "CSP: %s", csp ? csp : "(none)");
+  cr_assert_null(strstr(r.body, "<script>"), "no inline script");
+  cr_assert_null(strstr(r.body, "@HASH:"), "every asset hash is filled in");
+  char *js = asset_url(r.body, "/ui/ui.js?v=");
+  char *css = asset_url(r.body, "/ui/ui.css?v=");
+  char etag[128];
+  snprintf(etag, sizeof etag, "%s", header(&r, "ETag"));
+  cr_assert_eq(etag[0], '"');
+  http_response_free(&r);
+
+  r = get(port, "/ui/", NULL); /* the same page */
+  cr_assert_eq(r.status, 200);
+  cr_assert_str_eq(header(&r, "ETag"), etag);
+  http_response_free(&r);
+
+  char cond[200];
+  snprintf(cond, sizeof cond, "If-None-Match: %s\r\n", etag);
+  r = get(port, "/ui", cond);
+  cr_assert_eq(r.status, 304, "a matching ETag is not modified");
+  cr_assert_eq(r.body_len, 0);
+  http_response_free(&r);
+  r = get(port, "/ui", "If-None-Match: \"other\"\r\n");
+  cr_assert_eq(r.status, 200);
+  http_response_free(&r);
+
+  const struct {
+    const char *url, *type;
+  } assets[] = {{js, "text/javascript; charset=utf-8"}, {css, "text/css; charset=utf-8"}};
+  for (int i = 0; i < 2; i++) {
+    r = get(port, assets[i].url, NULL);
+    cr_assert_eq(r.status, 200, "%s: %d", assets[i].url, r.status);
+    cr_assert_str_eq(header(&r, "Content-Type"), assets[i].type);
+    cr_assert(strstr(header(&r, "Cache-Control"), "immutable"));
+    cr_assert_str_eq(header(&r, "X-Content-Type-Options"), "nosniff");
+    /* The ETag is the content's hash, the same one the page names. */
+    const char *v = strstr(assets[i].url, "?v=") + 3;
+    char want[64];
+    snprintf(want, sizeof want, "\"%s\"", v);
+    cr_assert_str_eq(header(&r, "ETag"), want);
+    cr_assert_gt(r.body_len, 100);
+    http_response_free(&r);
+  }
+  free(js);
+  free(css);
+
+  const char *missing[] = {"/ui/nothing.js", "/ui/index.html", "/uix", "/ui/state.json/x"};
+  for (size_t i = 0; i < sizeof missing / sizeof missing[0]; i++) {
+    r = get(port, missing[i], NULL);
+    cr_assert_eq(r.status, 404, "%s gave %d", missing[i], r.status);
+    http_response_free(&r);
+  }
+  r = get(port, "/ui/ui.css?x=1", NULL);
+  cr_assert_eq(r.status, 400);
+  http_response_free(&r);
+
+  r = get(port, "/", NULL); /* the index links the page */
+  cr_assert(strstr(r.body, "href=\"/ui\""));
+  http_response_free(&r);
+}
+
+static cJSON *get_json(int port, const char *target) {
+  http_response r = get(port, target, NULL);
+  cr_assert_eq(r.status, 200, "%s: %d %s", target, r.status, r.body);
+  cr_assert_str_eq(header(&r, "Content-Type"), "application/json");
+  cJSON *doc = cJSON_Parse(r.body);
+  cr_assert_not_null(doc, "%s is not JSON: %.200s", target, r.body);
+  http_response_free(&r);
+  return doc;
+}
+
+static cJSON *find_pool(cJSON *state, const char *name) {
+  cJSON *p;
+  cJSON_ArrayForEach(p, cJSON_GetObjectItem(state, "pools")) {
+    if (strcmp(cJSON_GetObjectItem(p, "name")->valuestring, name) == 0)
+      return p;
+  }
+  return NULL;
+}
+
+static double num(cJSON *o, const char *k) {
+  cJSON *v = cJSON_GetObjectItem(o, k);
+  cr_assert(cJSON_IsNumber(v), "no number %s", k);
+  return v->valuedouble;
+}
+
+Test(agent_ui, state_and_blocks) {
+  int port = start_local();
+  gpupool_host_stream *other = gpupool_host_stream_create();
+  void *a, *b, *c;
+  cr_assert_eq(gpupool_malloc(pool, &a, 1 << 20, NULL), GPUPOOL_OK);
+  cr_assert_eq(gpupool_malloc(pool, &b, 3 << 20, NULL), GPUPOOL_OK);
+  cr_assert_eq(gpupool_malloc(pool, &c, 4 << 20, NULL), GPUPOOL_OK);
+  cr_assert_eq(gpupool_record_stream(pool, b, other), GPUPOOL_OK);
+  gpupool_host_stream_enqueue(other);
+  cr_assert_eq(gpupool_free(pool, b), GPUPOOL_OK); /* pending on `other` */
+  cr_assert_eq(gpupool_free(pool, a), GPUPOOL_OK);
+  gpupool_stats st;
+  cr_assert_eq(gpupool_get_stats(pool, &st), GPUPOOL_OK);
+
+  cJSON *state = get_json(port, "/ui/state.json?window=60");
+  cr_assert_eq(num(state, "window_s"), 60);
+  cJSON *links = cJSON_GetObjectItem(state, "links");
+  cr_assert(cJSON_IsBool(cJSON_GetObjectItem(links, "oom")));
+  cr_assert(cJSON_IsBool(cJSON_GetObjectItem(links, "torch")));
+  cJSON *web = find_pool(state, "web");
+  cr_assert_not_null(web);
+  cr_assert(cJSON_IsTrue(cJSON_GetObjectItem(web, "live")));
+  cr_assert_eq(num(web, "allocated"), (double)st.allocated_bytes[GPUPOOL_STAT_ALL].current);
+  cr_assert_eq(num(web, "reserved"), (double)st.reserved_bytes[GPUPOOL_STAT_ALL].current);
+  cr_assert_eq(num(web, "largest_free"), (double)st.largest_free_block);
+  cr_assert_eq(num(web, "pending_free_blocks"), 1);
+  cJSON *series = cJSON_GetObjectItem(web, "series");
+  int n = cJSON_GetArraySize(cJSON_GetObjectItem(series, "t"));
+  cr_assert_eq(cJSON_GetArraySize(cJSON_GetObjectItem(series, "reserved")), n);
+  cJSON *nothing = find_pool(state, "nothing");
+  cr_assert_not_null(nothing, "an empty pool is listed");
+  cr_assert_eq(num(nothing, "reserved"), 0);
+  cJSON *cupti = cJSON_GetObjectItem(state, "cupti");
+  cr_assert(cJSON_IsFalse(cJSON_GetObjectItem(cupti, "up")));
+  cr_assert_str_eq(cJSON_GetObjectItem(cupti, "reason")->valuestring, "off");
+  char target[64];
+  snprintf(target, sizeof target, "/ui/blocks.json?pool=%d", (int)num(web, "id"));
+  int web_id = (int)num(web, "id"), empty_id = (int)num(nothing, "id");
+  cJSON_Delete(state);
+
+  cJSON *blocks = get_json(port, target);
+  cJSON *p = cJSON_GetObjectItem(blocks, "pool");
+  cr_assert_str_eq(cJSON_GetObjectItem(p, "name")->valuestring, "web");
+  int states[3] = {0}, seen = 0;
+  double bytes = 0;
+  cJSON *seg;
+  cJSON_ArrayForEach(seg, cJSON_GetObjectItem(p, "segments")) {
+    cJSON *bl = cJSON_GetObjectItem(seg, "blocks");
+    int k = cJSON_GetArraySize(bl);
+    cr_assert_eq(k % 6, 0, "six numbers a block");
+    double off = 0;
+    for (int i = 0; i < k; i += 6, seen++) {
+      cr_assert_eq(cJSON_GetArrayItem(bl, i)->valuedouble, off, "blocks tile the segment");
+      off += cJSON_GetArrayItem(bl, i + 1)->valuedouble;
+      int s = cJSON_GetArrayItem(bl, i + 3)->valueint;
+      cr_assert(s >= 0 && s <= 2);
+      states[s]++;
+      double age = cJSON_GetArrayItem(bl, i + 4)->valuedouble;
+      if (s != 0) /* events are on (the agent's default): the age is known */
+        cr_assert(age >= 0 && age < 600000, "age %g", age);
+      else
+        cr_assert_eq(age, -1);
+    }
+    cr_assert_eq(off, num(seg, "size"));
+    bytes += num(seg, "size");
+  }
+  cr_assert_eq(bytes, (double)st.reserved_bytes[GPUPOOL_STAT_ALL].current);
+  cr_assert_eq(states[1], 1, "one allocated block");
+  cr_assert_eq(states[2], 1, "one pending block");
+  cr_assert_geq(states[0], 1);
+  cJSON_Delete(blocks);
+
+  snprintf(target, sizeof target, "/ui/blocks.json?pool=%d", empty_id);
+  blocks = get_json(port, target);
+  cr_assert_eq(
+      cJSON_GetArraySize(cJSON_GetObjectItem(cJSON_GetObjectItem(blocks, "pool"), "segments")), 0,
+      "an empty pool has no segments");
+  cJSON_Delete(blocks);
+
+  /* A pool destroyed: blocks.json says so with 200, state.json keeps it as
+   * gone while its samples are in the window. */
+  gpupool_destroy(empty);
+  empty = NULL;
+  snprintf(target, sizeof target, "/ui/blocks.json?pool=%d", empty_id);
+  blocks = get_json(port, target);
+  cr_assert(cJSON_IsNull(cJSON_GetObjectItem(blocks, "pool")));
+  cJSON_Delete(blocks);
+  state = get_json(port, "/ui/state.json");
+  nothing = find_pool(state, "nothing");
+  if (nothing) /* sampled before it went */
+    cr_assert(cJSON_IsFalse(cJSON_GetObjectItem(nothing, "live")));
+  cJSON_Delete(state);
+  (void)web_id;
+
+  gpupool_host_stream_complete(other);
+  cr_assert_eq(gpupool_free(pool, c), GPUPOOL_OK);
+  gpupool_host_stream_destroy(other);
+}
+
+Test(agent_ui, bad_parameters) {
+  int port = start_local();
+  const char *bad[] = {"/ui/state.json?window=5",
+                       "/ui/state.json?window=abc",
+                       "/ui/state.json?window=99999",
+                       "/ui/state.json?pool=1",
+                       "/ui/state.json?window=60&window=60",
+                       "/ui/blocks.json",
+                       "/ui/blocks.json?pool=x",
+                       "/ui/blocks.json?pool=1&x=2",
+                       "/ui/blocks.json?window=10"};
+  for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+    http_response r = get(port, bad[i], NULL);
+    cr_assert_eq(r.status, 400, "%s gave %d", bad[i], r.status);
+    cr_assert_str_eq(header(&r, "Content-Type"), "text/plain; charset=utf-8");
+    cr_assert(r.body_len > 0 && strchr(r.body, '\n') == r.body + r.body_len - 1, "one line: %s",
+              r.body);
+    http_response_free(&r);
+  }
+}
