@@ -114,6 +114,8 @@ static void on_block(void *arg, const pool_block_info *bi) {
   if (!cJSON_AddStringToObject(blk, "state", bi->state))
     b->failed = 1;
   add_hex(blk, "stream", bi->stream, b);
+  if (bi->tag && !cJSON_AddStringToObject(blk, "tag", bi->tag))
+    b->failed = 1;
 }
 
 /* Runs under the registry lock: only copies (the walk copies under the pool's

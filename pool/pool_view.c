@@ -91,7 +91,8 @@ static int copy_shard(shard *sh, shard_copy *c) {
     for (block *b = seg->first; b; b = b->next) {
       c->blocks[bi++] =
           (pool_block_info){b->addr, b->size, b->state == BLOCK_ALLOCATED ? b->requested : 0,
-                            (uint64_t)(uintptr_t)sh->stream, block_state_name(b)};
+                            (uint64_t)(uintptr_t)sh->stream, block_state_name(b),
+                            b->state == BLOCK_FREE ? NULL : pool_tag_name(b->tag)};
       if (b->state == BLOCK_ALLOCATED) {
         s->allocated += b->size;
         s->requested += b->requested;

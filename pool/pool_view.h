@@ -55,6 +55,7 @@ typedef struct pool_block_info {
   uint64_t addr, size, requested;
   uint64_t stream;
   const char *state;
+  const char *tag; /* gpupool_tag_push's name for allocated and pending blocks; NULL: none */
 } pool_block_info;
 typedef struct pool_walker {
   void (*segment)(void *arg, const pool_segment_info *s);
