@@ -38,7 +38,7 @@ typedef struct block {
   uint8_t state;
   uint8_t nstreams; /* other streams it was used on (record_stream) */
   uint8_t cap_streams;
-  uint8_t tag; /* the allocating thread's tag id (thread_state.h) while allocated */
+  uint8_t tag;    /* the allocating thread's tag id (thread_state.h) while allocated */
   void **streams; /* then, while pending: the events to wait for */
   struct block *pending_next;
   uint64_t free_seq; /* shard-local free order, for GC */
@@ -90,8 +90,8 @@ struct shard {
   uint64_t free_seq;
   shard_stats st;
   int64_t tag_bytes[POOL_TAG_SLOTS]; /* allocated bytes per tag id ([0] unused) */
-  addrmap live;     /* allocated and not yet freed blocks, by address */
-  event_ring *ring; /* NULL when events are off */
+  addrmap live;                      /* allocated and not yet freed blocks, by address */
+  event_ring *ring;                  /* NULL when events are off */
   /* Expandable segments: an event recorded on the stream after the frees up
    * to fence_seq; once it completed, blocks freed up to safe_seq are no
    * longer used by queued work, and their pages move without a synchronize. */

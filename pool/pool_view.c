@@ -89,10 +89,12 @@ static int copy_shard(shard *sh, shard_copy *c) {
     s->is_large = seg->large;
     s->nblocks = seg->nblocks;
     for (block *b = seg->first; b; b = b->next) {
-      c->blocks[bi++] =
-          (pool_block_info){b->addr, b->size, b->state == BLOCK_ALLOCATED ? b->requested : 0,
-                            (uint64_t)(uintptr_t)sh->stream, block_state_name(b),
-                            b->state == BLOCK_FREE ? NULL : pool_tag_name(b->tag)};
+      c->blocks[bi++] = (pool_block_info){b->addr,
+                                          b->size,
+                                          b->state == BLOCK_ALLOCATED ? b->requested : 0,
+                                          (uint64_t)(uintptr_t)sh->stream,
+                                          block_state_name(b),
+                                          b->state == BLOCK_FREE ? NULL : pool_tag_name(b->tag)};
       if (b->state == BLOCK_ALLOCATED) {
         s->allocated += b->size;
         s->requested += b->requested;

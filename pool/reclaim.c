@@ -306,7 +306,8 @@ static gpupool_status attempt(gpupool *p, shard *sh, size_t rounded, size_t requ
     *to_device = 1;
     st = pages_back(p, b->seg, b->addr, shard_take_size(sh, b, rounded), &w);
   }
-  if (b && st == GPUPOOL_OK && shard_serve(sh, b, rounded, requested, w.mapped_at != 0, pool_thread.tag) != 0)
+  if (b && st == GPUPOOL_OK &&
+      shard_serve(sh, b, rounded, requested, w.mapped_at != 0, pool_thread.tag) != 0)
     st = pool_fail(GPUPOOL_ERR_OOM, "pool '%s': out of host memory", p->cfg.name);
   spin_unlock(&sh->lock);
   emit_page_events(p, sh, &w);

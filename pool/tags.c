@@ -14,8 +14,8 @@
 _Thread_local pool_thread_state pool_thread;
 
 static char names[POOL_TAG_SLOTS][GPUPOOL_TAG_NAME_MAX + 1] = {[POOL_TAG_OTHER] = "other"};
-static _Atomic unsigned nnamed;  /* names[1 .. nnamed] are set, never changed */
-static _Atomic int other_used;   /* a name found the table full */
+static _Atomic unsigned nnamed; /* names[1 .. nnamed] are set, never changed */
+static _Atomic int other_used;  /* a name found the table full */
 static pthread_mutex_t add_lock = PTHREAD_MUTEX_INITIALIZER;
 
 static int valid_name(const char *s, size_t n) {

@@ -20,9 +20,9 @@
 extern "C" {
 #endif
 
-#define GPUPOOL_TAG_MAX 16      /* tags counted per process, "other" included */
+#define GPUPOOL_TAG_MAX      16 /* tags counted per process, "other" included */
 #define GPUPOOL_TAG_NAME_MAX 63 /* bytes in a name: [A-Za-z0-9_.:/-] */
-#define GPUPOOL_TAG_DEPTH 16    /* nesting per thread */
+#define GPUPOOL_TAG_DEPTH    16 /* nesting per thread */
 
 /* Makes tag the current tag of this thread until the matching pop. A bad
  * name (empty, too long, other characters) is GPUPOOL_ERR_INVALID and

@@ -213,8 +213,7 @@ Test(tags, metrics_and_snapshot) {
           cr_assert(cJSON_IsString(tag) && strcmp(tag->valuestring, "kv_cache") == 0);
           tagged++;
         } else {
-          cr_assert_null(tag, "block %s in state %s has a tag", cJSON_PrintUnformatted(blk),
-                         state);
+          cr_assert_null(tag, "block %s in state %s has a tag", cJSON_PrintUnformatted(blk), state);
           untagged += addr == (uintptr_t)b;
         }
       }

@@ -12,9 +12,9 @@
 #include "gpupool/tag.h"
 
 #define THREADS 4
-#define ROUNDS 2000
-#define LIVE 8
-#define SIZE 4096
+#define ROUNDS  2000
+#define LIVE    8
+#define SIZE    4096
 
 typedef struct worker {
   gpupool *p;
