@@ -4,7 +4,9 @@
 #include <criterion/criterion.h>
 #include <pthread.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include <cjson/cJSON.h>
 
@@ -173,6 +175,27 @@ Test(tags, per_thread_and_freed_elsewhere) {
   gpupool_destroy(p);
 }
 
+/* promtool check metrics on text: "" when clean (or no promtool), else its complaint. */
+static void promtool_clean(const char *text) {
+  if (system("command -v promtool >/dev/null 2>&1") != 0)
+    return;
+  char path[] = "/tmp/gpupool-tags-XXXXXX";
+  int fd = mkstemp(path);
+  cr_assert_geq(fd, 0);
+  size_t len = strlen(text);
+  cr_assert_eq(write(fd, text, len), (ssize_t)len);
+  close(fd);
+  char cmd[128], out[4096];
+  snprintf(cmd, sizeof cmd, "promtool check metrics < %s 2>&1", path);
+  FILE *p = popen(cmd, "r");
+  cr_assert_not_null(p);
+  size_t n = fread(out, 1, sizeof out - 1, p);
+  out[n] = '\0';
+  int status = pclose(p);
+  unlink(path);
+  cr_assert(status == 0 && n == 0, "promtool: %s", out);
+}
+
 Test(tags, metrics_and_snapshot) {
   gpupool *p = host_pool("tagged");
   void *a = NULL, *b = NULL;
@@ -191,6 +214,7 @@ Test(tags, metrics_and_snapshot) {
   cr_assert_eq(metrics_value(buf.data, "gpupool_tag_allocated_bytes", labels, &v), 0);
   cr_assert_eq(v, 5120);
   cr_assert(strstr(buf.data, "# TYPE gpupool_tag_allocated_bytes gauge"));
+  promtool_clean(buf.data);
   prom_buf_free(&buf);
 
   test_args ta;
