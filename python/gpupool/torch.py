@@ -83,6 +83,10 @@ def enable(conf=None, agent=None):
     except ImportError:
         raise RuntimeError("gpupool.torch.enable: PyTorch is not installed") from None
     _check_torch(torch)
+    if not torch.cuda.is_available():
+        raise RuntimeError(
+            f"gpupool.torch.enable: torch {torch.__version__} sees no CUDA device "
+            "(torch.cuda.is_available() is False)")
     if torch.cuda.is_initialized():
         raise RuntimeError(
             "gpupool.torch.enable: CUDA is already initialised with PyTorch's own allocator "

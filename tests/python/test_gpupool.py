@@ -269,7 +269,7 @@ class OutOfMemory(unittest.TestCase):
         self.assertIn("'torch'", err[0])  # gpupool's explanation: the pool, its numbers
 
 
-def fake_torch(version="2.11.0+cu130", initialized=False, swap_error=None):
+def fake_torch(version="2.11.0+cu130", initialized=False, swap_error=None, available=True):
     """A stand-in for the parts of torch that gpupool.torch.enable touches."""
     calls = []
 
@@ -287,7 +287,7 @@ def fake_torch(version="2.11.0+cu130", initialized=False, swap_error=None):
     memory = types.SimpleNamespace(CUDAPluggableAllocator=CUDAPluggableAllocator,
                                    change_current_allocator=change_current_allocator)
     cuda = types.SimpleNamespace(memory=memory, is_initialized=lambda: initialized,
-                                 is_available=lambda: True, current_device=lambda: 0)
+                                 is_available=lambda: available, current_device=lambda: 0)
     torch = types.ModuleType("torch")
     torch.__version__, torch.cuda = version, cuda
     return torch, calls
@@ -327,6 +327,12 @@ class Enable(unittest.TestCase):
         del torch.cuda.memory.CUDAPluggableAllocator  # a build without the API
         with self.assertRaisesRegex(RuntimeError, "2.0 or newer"):
             self.enable(torch)
+
+    def test_no_cuda(self):
+        torch, calls = fake_torch(available=False)
+        with self.assertRaisesRegex(RuntimeError, "sees no CUDA device"):
+            self.enable(torch)
+        self.assertEqual(calls, [])
 
     def test_cuda_already_initialised(self):
         torch, calls = fake_torch(initialized=True)
