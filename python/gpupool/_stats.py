@@ -31,7 +31,8 @@ def device_index(device=None):
 
 def _current_device():
     torch = sys.modules.get("torch")  # never imported here: the package works without torch
-    if torch is not None and torch.cuda.is_available():
+    # Reading stats must not initialise CUDA (that would make enable() too late).
+    if torch is not None and torch.cuda.is_initialized():
         return torch.cuda.current_device()
     return 0
 

@@ -10,7 +10,8 @@
    step, once with only `gpupool.torch.enable()` and `gpupool.memory_stats()`. The keys that
    count tensors (allocated/requested/active bytes, allocations, active blocks: all/small/large,
    current and peak) must be equal at every point; reserved bytes and segments are compared and
-   reported (they depend on caching policy, which is gpupool's own).
+   reported (they depend on caching policy, which is gpupool's own). The two key lists must be
+   the same, names and order.
 3. tags: weights created under gpupool.tag("weights") and one forward pass under
    tag("activations"): the tags hold exactly the bytes those phases allocated, the activations
    go back to 0 once backward and `del` have freed them; the gradients, made on autograd's
@@ -85,7 +86,7 @@ def child_train(mode, out, steps):
         del x, y, loss
         note(step, "step")
     with open(out, "w") as f:
-        json.dump(records, f)
+        json.dump({"records": records, "keys": list(read(0))}, f)
 
 
 def child_tags(out):
@@ -264,7 +265,12 @@ def main():
     ok = all(run_child(env, ["--child", m, "--out", outs[m], "--steps", str(a.steps)], 300)
              for m in outs)
     if ok:
-        t, g = (json.load(open(outs[m])) for m in ("torch", "gpupool"))
+        (t, tkeys), (g, gkeys) = ((d["records"], d["keys"]) for d in
+                                  (json.load(open(outs[m])) for m in ("torch", "gpupool")))
+        check("keys", tkeys == gkeys,
+              f"torch.cuda.memory_stats has {len(tkeys)} keys, gpupool.memory_stats {len(gkeys)}; "
+              f"only in torch's: {sorted(set(tkeys) - set(gkeys))}; only in gpupool's: "
+              f"{sorted(set(gkeys) - set(tkeys))}; same order: {tkeys == gkeys}")
         diffs = [(rt["step"], rt["phase"], k, rt[k], rg[k]) for rt, rg in zip(t, g)
                  for k in COUNTED if rt[k] != rg[k]]
         rdiffs = [(rt["step"], rt["phase"], k, rt[k], rg[k]) for rt, rg in zip(t, g)
