@@ -29,16 +29,17 @@ static void *work(void *arg) {
   snprintf(name, sizeof name, "w%d", w->index);
   void *stream = (void *)(uintptr_t)(w->index % 2 ? 0x1000 + w->index : 0); /* some share */
   void *live[LIVE] = {0};
-  cr_assert_eq(gpupool_tag_push(name), GPUPOOL_OK);
+  cr_assert_eq(gpupool_tag_push(name), GPUPOOL_OK, "%s", gpupool_last_error());
   for (int r = 0; r < ROUNDS; r++) {
     int i = r % LIVE;
     if (live[i])
-      cr_assert_eq(gpupool_free(w->p, live[i]), GPUPOOL_OK);
-    cr_assert_eq(gpupool_malloc(w->p, &live[i], SIZE, stream), GPUPOOL_OK);
+      cr_assert_eq(gpupool_free(w->p, live[i]), GPUPOOL_OK, "%s", gpupool_last_error());
+    cr_assert_eq(gpupool_malloc(w->p, &live[i], SIZE, stream), GPUPOOL_OK, "%s",
+                 gpupool_last_error());
   }
   for (int i = 0; i < LIVE; i++)
-    cr_assert_eq(gpupool_free(w->p, live[i]), GPUPOOL_OK);
-  cr_assert_eq(gpupool_tag_pop(), GPUPOOL_OK);
+    cr_assert_eq(gpupool_free(w->p, live[i]), GPUPOOL_OK, "%s", gpupool_last_error());
+  cr_assert_eq(gpupool_tag_pop(), GPUPOOL_OK, "%s", gpupool_last_error());
   atomic_fetch_sub(&running, 1);
   return NULL;
 }
@@ -53,7 +54,7 @@ Test(tags_threads, concurrent_counts) {
   atomic_store(&running, THREADS);
   for (int i = 0; i < THREADS; i++) {
     w[i] = (worker){p, i};
-    cr_assert_eq(pthread_create(&t[i], NULL, work, &w[i]), 0);
+    cr_assert_eq(pthread_create(&t[i], NULL, work, &w[i]), 0, "pthread_create");
   }
   gpupool_tag_stat st[GPUPOOL_TAG_MAX];
   while (atomic_load(&running) > 0) {
@@ -63,9 +64,9 @@ Test(tags_threads, concurrent_counts) {
                 st[i].tag, (long long)st[i].allocated_bytes);
   }
   for (int i = 0; i < THREADS; i++)
-    cr_assert_eq(pthread_join(t[i], NULL), 0);
+    cr_assert_eq(pthread_join(t[i], NULL), 0, "pthread_join");
   int n = gpupool_get_tag_stats(p, st, GPUPOOL_TAG_MAX);
-  cr_assert_eq(n, THREADS);
+  cr_assert_eq(n, THREADS, "%d tags listed", n);
   for (int i = 0; i < n; i++)
     cr_assert_eq(st[i].allocated_bytes, 0, "%s", st[i].tag);
   gpupool_destroy(p);
