@@ -10,7 +10,7 @@ static const char *const reserved[] = {
     "job",     "instance", "pod",   "namespace", "container", "node",    "hostname",
     "device",  "UUID",     "pool",  "le",        "quantile",  "source",  "state",
     "op",      "kind",     "owner", "code",      "reason",    "version", "name",
-    "backend", "strategy", "zlib",  "cuda",
+    "backend", "strategy", "zlib",  "cuda",      "tag", /* gpupool_tag_allocated_bytes */
 };
 
 int label_name_valid(const char *name) {

@@ -10,8 +10,8 @@
 #include <stdatomic.h>
 #include <stdint.h>
 #include <stdio.h>
-#include <string.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "cxx_raise.h"
 #include "gpupool/agent.h"
@@ -94,11 +94,17 @@ static int inside_pytorch(void) {
  * would become a tensor at address 0 and the next kernel would fault. So
  * inside PyTorch a failure is thrown as a C++ exception, which PyTorch raises
  * in Python as a RuntimeError carrying this message. Elsewhere (a C program,
- * which could not catch it) it is a line on stderr and NULL. */
-static void *fail(size_t size, int device, const char *why) {
+ * which could not catch it) it is a line on stderr and NULL. Out of memory
+ * starts with PyTorch's own words, which batch-size finders (accelerate's
+ * find_executable_batch_size) match on. */
+static void *fail(size_t size, int device, gpupool_status st, const char *why) {
+  static const char oom[] = "CUDA out of memory.";
   char msg[1536];
-  if (strncmp(why, "CUDA out of memory.", 19) == 0) /* first, for the batch-size finders */
+  if (st == GPUPOOL_ERR_OOM && strncmp(why, oom, sizeof oom - 1) == 0)
     snprintf(msg, sizeof msg, "%s [gpupool_torch, device %d]", why, device);
+  else if (st == GPUPOOL_ERR_OOM)
+    snprintf(msg, sizeof msg, "%s Tried to allocate %zu bytes on device %d (gpupool): %s", oom,
+             size, device, why);
   else
     snprintf(msg, sizeof msg, "gpupool_torch: cannot allocate %zu bytes on device %d: %s", size,
              device, why);
@@ -112,13 +118,14 @@ void *gpupool_torch_malloc(size_t size, int device, void *stream) {
   if (size == 0)
     return NULL; /* empty tensors: PyTorch expects no storage */
   if (device < 0 || device >= TORCH_MAX_DEVICES)
-    return fail(size, device, "no such device");
+    return fail(size, device, GPUPOOL_ERR_INVALID, "no such device");
   gpupool *p = atomic_load_explicit(&pools[device], memory_order_acquire);
   if (!p && !(p = create_pool(device)))
-    return fail(size, device, gpupool_last_error());
+    return fail(size, device, GPUPOOL_ERR_BACKEND, gpupool_last_error());
   void *ptr = NULL;
-  if (gpupool_malloc(p, &ptr, size, stream) != GPUPOOL_OK)
-    return fail(size, device, gpupool_last_error());
+  gpupool_status st = gpupool_malloc(p, &ptr, size, stream);
+  if (st != GPUPOOL_OK)
+    return fail(size, device, st, gpupool_last_error());
   if (record)
     fprintf(record, "a 0x%" PRIxPTR " %zu 0x%" PRIxPTR "\n", (uintptr_t)ptr, size,
             (uintptr_t)stream);

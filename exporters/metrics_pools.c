@@ -162,6 +162,17 @@ static void write_labelled(prom_writer *w, const metrics_snapshot *s) {
     prom_gauge_u64(w, labels, &p, 1, m->stats.pending_free_blocks);
   }
 
+  prom_family(w, "gpupool_tag_allocated_bytes", PROM_GAUGE,
+              "Bytes in live allocations made under each allocation tag (gpupool_tag_push); "
+              "untagged bytes are gpupool_allocated_bytes less their sum.");
+  for (size_t i = 0; i < s->npools; i++) {
+    const metrics_pool *m = &s->pools[i];
+    for (int t = 0; t < m->ntags; t++) {
+      prom_label tag = {"tag", m->tags[t].tag};
+      prom_gauge_i64(w, metrics_labels(s, m->labels), &tag, 1, m->tags[t].allocated_bytes);
+    }
+  }
+
   prom_family(w, "gpupool_device_call_seconds", PROM_SUMMARY,
               "Time spent in device allocation (op=alloc) and free (op=free) calls.");
   for (size_t i = 0; i < s->npools; i++) {

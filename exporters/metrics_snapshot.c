@@ -38,6 +38,9 @@ static void copy_pool(gpupool *p, void *arg) {
     memset(&m->stats, 0, sizeof m->stats);
   pool_get_histogram(p, &m->hist);
   pool_get_device_timing(p, &m->timing);
+  m->ntags = gpupool_get_tag_stats(p, m->tags, GPUPOOL_TAG_MAX);
+  if (m->ntags < 0)
+    m->ntags = 0;
 
   pool_event_counts(p, &m->events_total, &m->events_dropped);
 

@@ -11,6 +11,7 @@
 
 #include "agent/device_info.h"
 #include "gpupool/gpupool.h"
+#include "gpupool/tag.h"
 #include "pool/pool_view.h"
 #include "prom_buf.h"
 
@@ -28,6 +29,8 @@ typedef struct metrics_pool {
   pool_device_timing timing;
   pool_backend_info backend_info; /* valid only for cuda_async pools the sampler read */
   uint64_t events_total, events_dropped;
+  gpupool_tag_stat tags[GPUPOOL_TAG_MAX]; /* allocated bytes per tag */
+  int ntags;
   uint64_t sim_total, sim_free; /* host backend: the simulated device's capacity and free */
   size_t labels; /* offset in label_text: device, UUID, pool, hostname, constant labels */
 } metrics_pool;

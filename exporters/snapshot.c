@@ -118,6 +118,8 @@ static void on_block(void *arg, const pool_block_info *bi) {
     add_num(blk, "unmapped", (double)bi->unmapped, b);
   if (bi->alloc_ns)
     add_num(blk, "alloc_time_us", (double)(bi->alloc_ns / 1000), b);
+  if (bi->tag && !cJSON_AddStringToObject(blk, "tag", bi->tag))
+    b->failed = 1;
 }
 
 /* Runs under the registry lock: only copies (the walk copies under the pool's

@@ -102,14 +102,9 @@ void gpupool_destroy(gpupool *p) {
   free(p);
 }
 
-/* The shard this thread allocated from last, a hint for where its frees
- * will find their blocks. */
-typedef struct thread_hint {
-  const gpupool *pool;
-  uint32_t id; /* a pool created where a destroyed one was is another pool */
-  shard *sh;
-} thread_hint;
-static _Thread_local thread_hint hint;
+/* The shard this thread allocated from last (pool_thread, thread_state.h) is
+ * a hint for where its frees will find their blocks. */
+typedef pool_thread_state thread_hint;
 
 static inline shard *hinted_shard(const thread_hint *h, const gpupool *p) {
   return h->pool == p && h->id == p->id ? h->sh : NULL;
@@ -155,7 +150,7 @@ gpupool_status gpupool_malloc(gpupool *p, void **ptr, size_t size, void *stream)
     return pool_fail(GPUPOOL_ERR_INVALID, "gpupool_malloc: pool '%s': size %zu is %s", p->cfg.name,
                      size, size ? "larger than 2^48 bytes" : "zero");
   size_t rounded = size_round(&p->cfg, size);
-  thread_hint *h = &hint; /* one TLS address lookup per call */
+  thread_hint *h = &pool_thread; /* one TLS address lookup per call: hint and tag */
   shard *hinted = hinted_shard(h, p), *sh = hinted;
   if (!sh || sh->stream != stream) {
     if (!(sh = shard_get(p, stream)))
@@ -169,7 +164,7 @@ gpupool_status gpupool_malloc(gpupool *p, void **ptr, size_t size, void *stream)
   block *b = shard_find_fit(sh, size_is_large(rounded), rounded);
   if (b && !shard_fit_ready(sh, b, rounded))
     b = NULL;
-  int lost = b && shard_serve(sh, b, rounded, size, 0) != 0;
+  int lost = b && shard_serve(sh, b, rounded, size, 0, h->tag) != 0;
   spin_unlock(&sh->lock);
   if (lost)
     return pool_fail(GPUPOOL_ERR_OOM, "gpupool_malloc: out of host memory");
@@ -178,8 +173,11 @@ gpupool_status gpupool_malloc(gpupool *p, void **ptr, size_t size, void *stream)
     if (st != GPUPOOL_OK)
       return st;
   }
-  if (sh != hinted)
-    *h = (thread_hint){p, p->id, sh};
+  if (sh != hinted) {
+    h->pool = p;
+    h->id = p->id;
+    h->sh = sh;
+  }
   *ptr = (void *)b->addr;
   note_peaks(p, h);
   return GPUPOOL_OK;
@@ -189,7 +187,7 @@ gpupool_status gpupool_malloc(gpupool *p, void **ptr, size_t size, void *stream)
  * map entry; NULL when no shard has it. Tries the hint first, so a thread
  * freeing what it allocated takes one lock. */
 static shard *lock_owner(gpupool *p, uintptr_t addr, addrmap_entry **out) {
-  shard *first = hinted_shard(&hint, p);
+  shard *first = hinted_shard(&pool_thread, p);
   if (first) {
     spin_lock(&first->lock);
     if ((*out = addrmap_find(&first->live, addr)))

@@ -7,6 +7,7 @@
 
 #include "pool_internal.h"
 #include "shard.h"
+#include "thread_state.h"
 
 static const char *state_name(const block *b) {
   switch (b->state) {
@@ -80,8 +81,12 @@ static int copy_shard(shard *sh, pool_capture *c, size_t max_blocks, size_t max_
     s->first_block = c->nblocks;
     for (block *b = seg->first; b; b = b->next) {
       c->blocks[c->nblocks++] =
-          (pool_block_info){b->addr, b->size, b->state == BLOCK_ALLOCATED ? b->requested : 0,
-                            (uint64_t)(uintptr_t)sh->stream, state_name(b)};
+          (pool_block_info){.addr = b->addr,
+                            .size = b->size,
+                            .requested = b->state == BLOCK_ALLOCATED ? b->requested : 0,
+                            .stream = (uint64_t)(uintptr_t)sh->stream,
+                            .state = state_name(b),
+                            .tag = b->state == BLOCK_FREE ? NULL : pool_tag_name(b->tag)};
       if (b->state == BLOCK_ALLOCATED) {
         s->info.allocated += b->size;
         s->info.requested += b->requested;

@@ -20,6 +20,7 @@
 #include "addrmap.h"
 #include "spinlock.h"
 #include "stats.h"
+#include "thread_state.h"
 
 typedef struct shard shard;
 typedef struct segment segment;
@@ -37,6 +38,7 @@ typedef struct block {
   uint8_t state;
   uint8_t nstreams; /* other streams it was used on (record_stream) */
   uint8_t cap_streams;
+  uint8_t tag;    /* the allocating thread's tag id (thread_state.h) while allocated */
   void **streams; /* then, while pending: the events to wait for */
   struct block *pending_next;
   uint64_t free_seq; /* shard-local free order, for GC */
@@ -91,8 +93,9 @@ struct shard {
   uint32_t rng;
   uint64_t free_seq;
   shard_stats st;
-  addrmap live;     /* allocated and not yet freed blocks, by address */
-  event_ring *ring; /* NULL when events are off */
+  int64_t tag_bytes[POOL_TAG_SLOTS]; /* allocated bytes per tag id ([0] unused) */
+  addrmap live;                      /* allocated and not yet freed blocks, by address */
+  event_ring *ring;                  /* NULL when events are off */
   /* Expandable segments: an event recorded on the stream after the frees up
    * to fence_seq; once it completed, blocks freed up to safe_seq are no
    * longer used by queued work, and their pages move without a synchronize. */

@@ -113,7 +113,8 @@ static int copy_shard(shard *sh, shard_copy *c) {
                                           (uint64_t)(uintptr_t)sh->stream,
                                           block_state_name(b),
                                           unmapped_bytes(seg, b),
-                                          b->state == BLOCK_FREE ? 0 : b->alloc_stamp};
+                                          b->state == BLOCK_FREE ? 0 : b->alloc_stamp,
+                                          b->state == BLOCK_FREE ? NULL : pool_tag_name(b->tag)};
       if (b->state == BLOCK_ALLOCATED) {
         s->allocated += b->size;
         s->requested += b->requested;

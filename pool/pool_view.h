@@ -60,6 +60,7 @@ typedef struct pool_block_info {
    * 0 when unknown: known only while the agent records events (the time is
    * its allocation event's, which costs the hot path no clock read). */
   uint64_t alloc_ns;
+  const char *tag; /* gpupool_tag_push's name for allocated and pending blocks; NULL: none */
 } pool_block_info;
 typedef struct pool_walker {
   void (*segment)(void *arg, const pool_segment_info *s);

@@ -327,7 +327,8 @@ static gpupool_status attempt(gpupool *p, shard *sh, size_t rounded, size_t requ
     *to_device = 1;
     st = pages_back(p, b->seg, b->addr, shard_take_size(sh, b, rounded), &w);
   }
-  if (b && st == GPUPOOL_OK && shard_serve(sh, b, rounded, requested, w.mapped_at != 0) != 0)
+  if (b && st == GPUPOOL_OK &&
+      shard_serve(sh, b, rounded, requested, w.mapped_at != 0, pool_thread.tag) != 0)
     st = pool_fail(GPUPOOL_ERR_OOM, "pool '%s': out of host memory", p->cfg.name);
   spin_unlock(&sh->lock);
   emit_page_events(p, sh, &w);
@@ -351,7 +352,7 @@ static gpupool_status attempt(gpupool *p, shard *sh, size_t rounded, size_t requ
   b = seg->first;
   if (seg->pages)
     st = pages_back(p, seg, b->addr, shard_take_size(sh, b, rounded), &nw);
-  if (st == GPUPOOL_OK && shard_serve(sh, b, rounded, requested, 1) != 0)
+  if (st == GPUPOOL_OK && shard_serve(sh, b, rounded, requested, 1, pool_thread.tag) != 0)
     st = pool_fail(GPUPOOL_ERR_OOM, "pool '%s': out of host memory", p->cfg.name);
   spin_unlock(&sh->lock);
   emit_page_events(p, sh, &nw);

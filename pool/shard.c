@@ -277,8 +277,12 @@ static void shard_take(shard *sh, block *b, size_t rounded, size_t requested, in
   b->alloc_stamp = shard_recording(sh) ? sh->ring->last_stamp : 0;
 }
 
-int shard_serve(shard *sh, block *b, size_t rounded, size_t requested, int from_device) {
+int shard_serve(shard *sh, block *b, size_t rounded, size_t requested, int from_device,
+                unsigned tag) {
   shard_take(sh, b, rounded, requested, from_device);
+  b->tag = (uint8_t)tag;
+  if (tag) /* untagged allocations (the common case) count nothing more */
+    sh->tag_bytes[tag] += (int64_t)b->size;
   if (addrmap_insert(&sh->live, b->addr, b) == 0)
     return 0;
   shard_free(sh, b, 0);
@@ -351,6 +355,8 @@ void shard_free(shard *sh, block *b, int deferred) {
   stat_dec(&sh->st.s[STAT_ALLOCATION], large, 1);
   stat_dec(&sh->st.s[STAT_ALLOCATED_BYTES], large, (int64_t)b->size);
   stat_dec(&sh->st.s[STAT_REQUESTED_BYTES], large, (int64_t)b->requested);
+  if (b->tag)
+    sh->tag_bytes[b->tag] -= (int64_t)b->size;
   record_block_event(sh, EV_FREE, deferred ? EVF_DEFERRED : 0, b, b->requested);
   if (!deferred) {
     shard_release(sh, b);

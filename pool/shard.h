@@ -26,9 +26,10 @@ static inline int shard_fit_ready(const shard *sh, const block *b, size_t rounde
     return 1;
   return pages_cover(seg, b->addr, shard_take_size(sh, b, rounded));
 }
-/* shard_take, then records b as live; -1 (and b back in the index) when out
- * of host memory. */
-int shard_serve(shard *sh, block *b, size_t rounded, size_t requested, int from_device);
+/* shard_take, then records b as live, counted under tag id `tag` (0: none);
+ * -1 (and b back in the index) when out of host memory. */
+int shard_serve(shard *sh, block *b, size_t rounded, size_t requested, int from_device,
+                unsigned tag);
 /* The caller's free of allocated block b: statistics and event; the block
  * returns to the index unless deferred (then it is on the pending list). */
 void shard_free(shard *sh, block *b, int deferred);

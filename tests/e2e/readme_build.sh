@@ -12,6 +12,8 @@ src=${GPUPOOL_SOURCE_DIR:-$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)}
 for tool in git tar cmake python3; do
   command -v "$tool" > /dev/null || { echo "SKIP: $tool is not installed"; exit 77; }
 done
+python3 -c "import venv, ensurepip" 2> /dev/null ||
+  { echo "SKIP: python3's venv/ensurepip is not installed (Debian: python3-venv)"; exit 77; }
 fail() { echo "FAIL: $*" >&2; exit 1; }
 
 work=$(mktemp -d "${TMPDIR:-/tmp}/gpupool-readme.XXXXXX") || exit 1
@@ -36,9 +38,11 @@ section=$(awk '/^## /{on = ($0 == "## PyTorch")} on' "$clone/README.md")
 mapfile -t commands < <(awk '/^```sh$/{b=1; next} /^```/{b=0} b' <<< "$section" |
   sed 's/[[:space:]]#.*$//; s/^#.*$//' | grep -v '^[[:space:]]*$')
 ((${#commands[@]} > 0)) || fail "README's PyTorch section has no sh command"
+# A user's `pip` is that of their environment: here a fresh venv's, first on PATH.
+python3 -m venv "$work/venv" || fail "python3 -m venv"
 for c in "${commands[@]}"; do
   echo "run  $c"
-  (cd "$clone" && bash -c "$c") > "$work/command.log" 2>&1 ||
+  (cd "$clone" && PATH="$work/venv/bin:$PATH" bash -c "$c") > "$work/command.log" 2>&1 ||
     { tail -n 30 "$work/command.log"; fail "README's command '$c' failed"; }
 done
 
@@ -51,9 +55,13 @@ for p in "${paths[@]}"; do
   [[ -e $clone/$p ]] || fail "$p is named in ${files[*]} but does not exist after README's commands"
   echo "ok   $p"
 done
-# The Python snippet names a library that exists.
+# The section names a library that exists, and the package it installed finds its own copy.
 lib=$(grep -o '"build/release/[^"]*\.so"' <<< "$section" | head -1 | tr -d '"')
-[[ -n $lib && -e $clone/$lib ]] || fail "README's Python snippet names '$lib', which does not exist"
+[[ -n $lib && -e $clone/$lib ]] || fail "README's PyTorch section names '$lib', which does not exist"
+(cd "$work" && env -u GPUPOOL_LIBRARY "$work/venv/bin/python" -c \
+  'import gpupool, os; p = gpupool.library_path(); assert os.path.exists(p), p; print(p)') \
+  > "$work/pkg.out" 2>&1 || fail "the package README installed: $(cat "$work/pkg.out")"
+echo "ok   the installed package finds $(cat "$work/pkg.out")"
 for must in build/release/libgpupool.so build/release/inject/libgpupool_inject.so; do
   printf '%s\n' "${paths[@]}" | grep -qx "$must" || fail "the docs do not name $must"
 done

@@ -1,0 +1,48 @@
+"""Allocation tags (include/gpupool/tag.h): `with gpupool.tag("kv_cache"):`."""
+import contextlib
+
+from . import _lib, _stats
+
+
+class tag(contextlib.ContextDecorator):
+    """Attributes the pool allocations this thread makes inside the block (or
+    the decorated function) to `name`. Tags nest; a tag is 1 to 63
+    characters of A-Z a-z 0-9 _ . : / -. The first 15 distinct names of the
+    process are counted apart, later ones as "other"."""
+
+    def __init__(self, name):
+        if not isinstance(name, str):
+            raise TypeError(f"gpupool.tag: the name must be a str, not {type(name).__name__}")
+        self.name = name
+
+    def __enter__(self):
+        lib = _lib.lib()
+        if lib.gpupool_tag_push(self.name.encode("utf-8")) != 0:
+            raise ValueError(_lib.last_error())
+        return self
+
+    def __exit__(self, *exc):
+        _lib.lib().gpupool_tag_pop()
+        return False
+
+
+def current_tag():
+    """This thread's tag (as counted: "other" past the limit), or None."""
+    name = _lib.lib().gpupool_tag_current()
+    return name.decode() if name is not None else None
+
+
+def memory_allocated_by_tag(device=None):
+    """{tag: allocated bytes} of the device's pool for every tag the process
+    has used, plus "untagged" (the pool's allocated bytes less the tags')."""
+    p = _stats.pool(device)
+    out = {}
+    if p:
+        arr = (_lib.TagStat * _lib.TAG_MAX)()
+        n = _lib.lib().gpupool_get_tag_stats(p, arr, _lib.TAG_MAX)
+        if n < 0:
+            raise _lib.GpupoolError(f"gpupool_get_tag_stats: {_lib.last_error()}")
+        out = {arr[i].tag.decode(): arr[i].allocated_bytes for i in range(n)}
+    allocated = _stats.raw_stats(device).allocated_bytes[0].current
+    out["untagged"] = allocated - sum(out.values())
+    return out

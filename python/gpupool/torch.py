@@ -1,0 +1,113 @@
+"""gpupool as PyTorch's CUDA allocator: gpupool.torch.enable().
+
+PyTorch's CUDAPluggableAllocator is given the library's gpupool_torch_malloc
+and gpupool_torch_free; every CUDA tensor then lives in the pool "torch" of
+its device (agent/torch_allocator.c), which gpupool.memory_stats() and the
+other functions of the package read."""
+import os
+import re
+
+from . import _lib
+
+MIN_TORCH = (2, 0)  # torch.cuda.memory.CUDAPluggableAllocator, change_current_allocator
+
+_enabled = None  # the CUDAPluggableAllocator once enable() succeeded
+
+
+def _version_tuple(text):
+    m = re.match(r"(\d+)\.(\d+)", str(text))
+    return (int(m.group(1)), int(m.group(2))) if m else (0, 0)
+
+
+def _check_torch(torch):
+    version = getattr(torch, "__version__", "unknown")
+    memory = getattr(getattr(torch, "cuda", None), "memory", None)
+    if (_version_tuple(version) < MIN_TORCH or
+            not hasattr(memory, "CUDAPluggableAllocator") or
+            not hasattr(memory, "change_current_allocator")):
+        raise RuntimeError(
+            f"gpupool.torch needs PyTorch {MIN_TORCH[0]}.{MIN_TORCH[1]} or newer "
+            f"(torch.cuda.memory.CUDAPluggableAllocator); this is torch {version}")
+
+
+def _rank_labels(conf):
+    """conf (GPUPOOL_AGENT_CONF) with labels:rank=<RANK> added when torchrun
+    (or another launcher) set RANK or LOCAL_RANK and conf has no rank label."""
+    rank = os.environ.get("RANK") or os.environ.get("LOCAL_RANK")
+    if not rank or not rank.isdigit():
+        return conf
+    items = [i for i in conf.split(",") if i.strip()] if conf else []
+    for n, item in enumerate(items):
+        key, _, value = item.partition(":")
+        if key.strip() == "labels":
+            if re.search(r"(^|;)\s*rank\s*=", value):
+                return conf
+            items[n] = f"{item};rank={rank}"
+            return ",".join(items)
+    return ",".join(items + [f"labels:rank={rank}"])
+
+
+def _agent_conf(agent):
+    if agent is False:
+        os.environ.pop("GPUPOOL_AGENT_CONF", None)
+        return
+    if agent is True:
+        conf = os.environ.get("GPUPOOL_AGENT_CONF", "")
+    elif isinstance(agent, str):
+        conf = agent
+    elif agent is None:
+        conf = os.environ.get("GPUPOOL_AGENT_CONF")
+        if conf is None:
+            return
+    else:
+        raise TypeError("gpupool.torch.enable: agent is None, True, False or a "
+                        "GPUPOOL_AGENT_CONF string")
+    os.environ["GPUPOOL_AGENT_CONF"] = _rank_labels(conf)
+
+
+def enable(conf=None, agent=None):
+    """Makes gpupool PyTorch's CUDA allocator; call it before the first CUDA
+    allocation of the process. conf: a GPUPOOL_CONF string for the pools
+    ("strategy:round,max_split_size_mb:512", ...), None to keep the
+    environment's. agent: None starts the agent only when GPUPOOL_AGENT_CONF
+    is set; True starts it (default address 127.0.0.1:9477 + LOCAL_RANK); a
+    string is its GPUPOOL_AGENT_CONF ("listen:0.0.0.0:9477"); False keeps it
+    off. Under torchrun the agent's metrics carry a rank label (RANK).
+    Returns the torch.cuda.memory.CUDAPluggableAllocator; a second call
+    returns the same one."""
+    global _enabled
+    if _enabled is not None:
+        return _enabled
+    try:
+        import torch
+    except ImportError:
+        raise RuntimeError("gpupool.torch.enable: PyTorch is not installed") from None
+    _check_torch(torch)
+    if not torch.cuda.is_available():
+        raise RuntimeError(
+            f"gpupool.torch.enable: torch {torch.__version__} sees no CUDA device "
+            "(torch.cuda.is_available() is False)")
+    if torch.cuda.is_initialized():
+        raise RuntimeError(
+            "gpupool.torch.enable: CUDA is already initialised with PyTorch's own allocator "
+            "(a CUDA tensor or call came first); call enable() at the top of the script, before "
+            "anything touches CUDA")
+    path = _lib.loaded_path()  # PyTorch opens the same library, so the stats read its pools
+    if conf is not None:
+        os.environ["GPUPOOL_CONF"] = conf
+    _agent_conf(agent)
+    allocator = torch.cuda.memory.CUDAPluggableAllocator(path, "gpupool_torch_malloc",
+                                                         "gpupool_torch_free")
+    try:
+        torch.cuda.memory.change_current_allocator(allocator)
+    except RuntimeError as e:
+        raise RuntimeError(
+            "gpupool.torch.enable: PyTorch's CUDA allocator is already in use and cannot be "
+            f"swapped ({e}); call enable() before anything touches CUDA") from None
+    _enabled = allocator
+    return allocator
+
+
+def enabled():
+    """Whether enable() has made gpupool PyTorch's allocator."""
+    return _enabled is not None

@@ -1,0 +1,459 @@
+"""The gpupool Python package on the host backend, without torch: the torch
+adapter's pools are driven through ctypes exactly as PyTorch's pluggable
+allocator drives them (gpupool_torch_malloc/free), and the package's
+torch.cuda-named functions are checked against known values and the C
+struct's layout. Run by tests/e2e/python_package.sh, which sets
+GPUPOOL_LIBRARY, GPUPOOL_CONF=backend:host,... and GPUPOOL_TEST_STATS_LAYOUT.
+
+The torch adapter keeps one pool per device for the life of the process, so
+each test uses devices of its own."""
+import contextlib
+import ctypes
+import os
+import pickle
+import socket
+import subprocess
+import sys
+import tempfile
+import types
+import unittest
+import urllib.request
+
+import gpupool
+import gpupool.torch
+from gpupool import _lib
+
+MiB = 1 << 20
+L = _lib.lib()
+
+
+def malloc(size, device):
+    return L.gpupool_torch_malloc(size, device, None)
+
+
+def free(ptr, device):
+    L.gpupool_torch_free(ptr, 0, device, None)
+
+
+@contextlib.contextmanager
+def captured_stderr():
+    """What C code writes on fd 2 inside the block (list, filled on exit)."""
+    out = []
+    sys.stderr.flush()
+    saved = os.dup(2)
+    with tempfile.TemporaryFile() as f:
+        os.dup2(f.fileno(), 2)
+        try:
+            yield out
+        finally:
+            os.dup2(saved, 2)
+            os.close(saved)
+            f.seek(0)
+            out.append(f.read().decode("utf-8", "replace"))
+
+
+# torch.cuda.memory_stats' keys with PyTorch's default allocator settings.
+TORCH_KEYS = sorted(
+    [f"{s}.{k}.{f}" for s in ("active", "active_bytes", "allocated_bytes", "allocation",
+                              "inactive_split", "inactive_split_bytes", "requested_bytes",
+                              "reserved_bytes", "segment")
+     for k in ("all", "large_pool", "small_pool") for f in ("allocated", "current", "freed", "peak")]
+    + [f"{s}.{f}" for s in ("oversize_allocations", "oversize_segments")
+       for f in ("allocated", "current", "freed", "peak")]
+    + ["max_split_size", "num_alloc_retries", "num_device_alloc", "num_device_free", "num_ooms",
+       "num_sync_all_streams"])
+
+
+class Stats(unittest.TestCase):
+    def test_layout_matches_c(self):
+        layout = os.environ.get("GPUPOOL_TEST_STATS_LAYOUT")
+        if not layout:
+            self.skipTest("GPUPOOL_TEST_STATS_LAYOUT not set (tests/e2e/python_package.sh sets it)")
+        size, num_ooms, largest, syncs, tag_stat = (int(v) for v in layout.split(","))
+        self.assertEqual(ctypes.sizeof(_lib.Stats), size)
+        self.assertEqual(_lib.Stats.num_ooms.offset, num_ooms)
+        self.assertEqual(_lib.Stats.largest_free_block.offset, largest)
+        self.assertEqual(_lib.Stats.num_device_syncs.offset, syncs)
+        self.assertEqual(ctypes.sizeof(_lib.TagStat), tag_stat)
+
+    def test_keys_and_values(self):
+        d = 0
+        self.assertEqual(gpupool.memory_stats(d)["allocated_bytes.all.current"], 0)  # no pool yet
+        small = [malloc(1000, d) for _ in range(3)]  # 1024 each, one 2 MiB segment
+        big = malloc(3 * MiB, d)  # one 20 MiB segment
+        self.assertTrue(all(small) and big)
+        s = gpupool.memory_stats(d)
+        self.assertEqual(list(s), TORCH_KEYS)  # PyTorch's keys, in its (sorted) order
+        self.assertEqual(s["allocated_bytes.all.current"], 3 * 1024 + 3 * MiB)
+        self.assertEqual(s["allocated_bytes.small_pool.current"], 3 * 1024)
+        self.assertEqual(s["allocated_bytes.large_pool.current"], 3 * MiB)
+        self.assertEqual(s["requested_bytes.all.current"], 3000 + 3 * MiB)
+        self.assertEqual(s["reserved_bytes.all.current"], 22 * MiB)
+        self.assertEqual(s["segment.all.current"], 2)
+        self.assertEqual(s["allocation.all.current"], 4)
+        self.assertEqual(s["active.all.current"], 4)
+        self.assertEqual(s["num_device_alloc"], 2)
+        self.assertEqual(s["num_device_free"], 0)
+        self.assertEqual(s["num_ooms"], 0)
+        self.assertEqual(s["max_split_size"], -1)
+        free(big, d)
+        s = gpupool.memory_stats(d)
+        self.assertEqual(s["allocated_bytes.all.current"], 3 * 1024)
+        self.assertEqual(s["allocated_bytes.all.peak"], 3 * 1024 + 3 * MiB)
+        self.assertEqual(s["allocated_bytes.all.freed"], 3 * MiB)
+        self.assertEqual(s["allocation.large_pool.freed"], 1)
+        # The named shortcuts read the same numbers.
+        self.assertEqual(gpupool.memory_allocated(d), 3 * 1024)
+        self.assertEqual(gpupool.max_memory_allocated(d), 3 * 1024 + 3 * MiB)
+        self.assertEqual(gpupool.memory_reserved(d), 22 * MiB)
+        self.assertEqual(gpupool.max_memory_reserved(d), 22 * MiB)
+        self.assertEqual(gpupool.memory_allocated(f"cuda:{d}"), 3 * 1024)
+        gpupool.reset_peak_memory_stats(d)
+        self.assertEqual(gpupool.max_memory_allocated(d), 3 * 1024)
+        gpupool.reset_accumulated_memory_stats(d)
+        self.assertEqual(gpupool.memory_stats(d)["allocated_bytes.all.freed"], 0)
+        # empty_cache returns the unused large segment, as PyTorch's does (and
+        # what other tests' pools cache).
+        self.assertGreaterEqual(gpupool.empty_cache(), 20 * MiB)
+        self.assertEqual(gpupool.memory_reserved(d), 2 * MiB)
+        self.assertEqual(gpupool.memory_stats(d)["num_device_free"], 1)
+        for p in small:
+            free(p, d)
+        self.assertEqual(gpupool.memory_allocated(d), 0)
+
+    def test_oom_counts(self):
+        d = 1
+        a = malloc(40 * MiB, d)
+        self.assertTrue(a)
+        with captured_stderr():
+            self.assertIsNone(malloc(30 * MiB, d))  # 64 MiB simulated device
+        s = gpupool.memory_stats(d)
+        self.assertEqual(s["num_ooms"], 1)
+        self.assertEqual(s["num_alloc_retries"], 1)
+        free(a, d)
+
+    def test_summary(self):
+        d = 2
+        self.assertIn("no pool yet", gpupool.memory_summary(d))
+        p = malloc(5 * MiB, d)
+        text = gpupool.memory_summary(d)
+        self.assertIn("gpupool memory summary, device ID 2", text)
+        self.assertIn("(pool torch, host, bfc)", text)
+        rows = [line for line in text.splitlines() if line.startswith("| Allocated memory")]
+        self.assertEqual(len(rows), 1)
+        self.assertEqual(rows[0].split("|")[2].strip(), "5120 KiB")
+        self.assertEqual(len({len(line) for line in text.splitlines()}), 1)  # a straight table
+        self.assertNotIn("from small pool", gpupool.memory_summary(d, abbreviated=True))
+        free(p, d)
+
+    def test_devices(self):
+        self.assertEqual(gpupool._stats.device_index("cuda:7"), 7)
+        self.assertEqual(gpupool._stats.device_index(None), 0)  # no torch: device 0
+        for bad in ("cpu", "cuda:x", -1, 64, 1.5):
+            with self.assertRaises(ValueError):
+                gpupool.memory_stats(bad)
+
+
+class Tags(unittest.TestCase):
+    def test_tags(self):
+        d = 3
+        self.assertIsNone(gpupool.current_tag())
+        with gpupool.tag("weights"):
+            self.assertEqual(gpupool.current_tag(), "weights")
+            w = malloc(3 * MiB, d)
+            with gpupool.tag("kv_cache"):
+                k = malloc(1000, d)
+            self.assertEqual(gpupool.current_tag(), "weights")
+        u = malloc(512, d)
+        by_tag = gpupool.memory_allocated_by_tag(d)
+        self.assertEqual(by_tag["weights"], 3 * MiB)
+        self.assertEqual(by_tag["kv_cache"], 1024)
+        self.assertEqual(by_tag["untagged"], 512)
+        self.assertEqual(sum(by_tag.values()), gpupool.memory_allocated(d))
+
+        @gpupool.tag("activations")
+        def forward():
+            return malloc(2048, d)
+
+        a = forward()
+        self.assertIsNone(gpupool.current_tag())
+        self.assertEqual(gpupool.memory_allocated_by_tag(d)["activations"], 2048)
+        for p in (w, k, u, a):
+            free(p, d)
+        self.assertEqual(set(gpupool.memory_allocated_by_tag(d).values()), {0})
+
+    def test_bad_tag(self):
+        with self.assertRaisesRegex(ValueError, "gpupool_tag_push: a tag is 1 to 63"):
+            with gpupool.tag("has space"):
+                pass
+        with self.assertRaises(TypeError):
+            gpupool.tag(3)
+        self.assertIsNone(gpupool.current_tag())
+
+    def test_tag_exits_on_exception(self):
+        with self.assertRaises(KeyError):
+            with gpupool.tag("t"):
+                raise KeyError
+        self.assertIsNone(gpupool.current_tag())
+
+
+class Snapshot(unittest.TestCase):
+    def test_snapshot(self):
+        d = 4
+        p = malloc(MiB, d)
+        if not hasattr(L, _lib.SNAPSHOT_SYMBOL):
+            with self.assertRaisesRegex(NotImplementedError, _lib.SNAPSHOT_SYMBOL):
+                gpupool.memory_snapshot()
+            with self.assertRaisesRegex(NotImplementedError, _lib.SNAPSHOT_SYMBOL):
+                gpupool.dump_snapshot(os.path.join(tempfile.gettempdir(), "never.pickle"))
+            free(p, d)
+            self.skipTest(f"the library has no {_lib.SNAPSHOT_SYMBOL}: only its absence checked")
+        with tempfile.TemporaryDirectory() as tmp:
+            path = os.path.join(tmp, "snap.pickle")
+            gpupool.dump_snapshot(path)
+            with open(path, "rb") as f:
+                snap = pickle.load(f)
+            with self.assertRaises(OSError):
+                gpupool.dump_snapshot(os.path.join(tmp, "no", "such", "dir.pickle"))
+        segments = [s for s in snap["segments"] if s["device"] == d]
+        self.assertEqual(sum(s["total_size"] for s in segments), gpupool.memory_reserved(d))
+        self.assertEqual(sum(s["allocated_size"] for s in segments), gpupool.memory_allocated(d))
+        self.assertIn("device_traces", snap)
+        self.assertEqual(gpupool.memory_snapshot(), gpupool.snapshot()["segments"])
+        free(p, d)
+
+
+def find_executable_batch_size(function, starting_batch_size):
+    """What accelerate.utils.find_executable_batch_size does (accelerate is
+    not installed here): call with a batch size, halve it on an exception
+    whose text says CUDA out of memory, try again."""
+    batch_size = starting_batch_size
+    while True:
+        if batch_size == 0:
+            raise RuntimeError("No executable batch size found, reached zero.")
+        try:
+            return function(batch_size)
+        except RuntimeError as e:
+            if len(e.args) == 1 and "CUDA out of memory." in e.args[0]:
+                batch_size //= 2
+                continue
+            raise
+
+
+class OutOfMemory(unittest.TestCase):
+    def test_batch_size_finder_recovers(self):
+        d = 5
+        tried = []
+
+        def step(batch_size):
+            """A training step: 1 MiB of activations per sample, on a 64 MiB
+            device. gpupool_torch_malloc raises this very text in PyTorch (a
+            C++ exception); called from C it returns NULL and writes it on
+            stderr, which is where it is read here."""
+            tried.append(batch_size)
+            with captured_stderr() as err:
+                p = malloc(batch_size * MiB, d)
+            if not p:
+                raise RuntimeError(err[0].strip())
+            free(p, d)
+            return batch_size
+
+        self.assertEqual(find_executable_batch_size(step, 256), 64)
+        self.assertEqual(tried, [256, 128, 64])
+        self.assertEqual(gpupool.memory_stats(d)["num_ooms"], 2)
+
+    def test_message(self):
+        with captured_stderr() as err:
+            self.assertIsNone(malloc(1 << 40, 6))
+        self.assertTrue(err[0].startswith("CUDA out of memory."), err[0])
+        self.assertIn("'torch'", err[0])  # gpupool's explanation: the pool, its numbers
+
+
+def fake_torch(version="2.11.0+cu130", initialized=False, swap_error=None, available=True):
+    """A stand-in for the parts of torch that gpupool.torch.enable touches."""
+    calls = []
+
+    class CUDAPluggableAllocator:
+        def __init__(self, path, alloc, free):
+            lib = ctypes.CDLL(path)  # as PyTorch does; the names must resolve
+            getattr(lib, alloc), getattr(lib, free)
+            self.args = (path, alloc, free)
+
+    def change_current_allocator(a):
+        if swap_error:
+            raise RuntimeError(swap_error)
+        calls.append(a)
+
+    memory = types.SimpleNamespace(CUDAPluggableAllocator=CUDAPluggableAllocator,
+                                   change_current_allocator=change_current_allocator)
+    cuda = types.SimpleNamespace(memory=memory, is_initialized=lambda: initialized,
+                                 is_available=lambda: available, current_device=lambda: 0)
+    torch = types.ModuleType("torch")
+    torch.__version__, torch.cuda = version, cuda
+    return torch, calls
+
+
+class Enable(unittest.TestCase):
+    def setUp(self):
+        self.saved_env = {k: os.environ.get(k) for k in
+                          ("GPUPOOL_CONF", "GPUPOOL_AGENT_CONF", "RANK", "LOCAL_RANK")}
+        self.saved_torch = sys.modules.get("torch")
+        gpupool.torch._enabled = None
+
+    def tearDown(self):
+        for k, v in self.saved_env.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+        if self.saved_torch is None:
+            sys.modules.pop("torch", None)
+        else:
+            sys.modules["torch"] = self.saved_torch
+        gpupool.torch._enabled = None
+
+    def enable(self, torch, **kw):
+        sys.modules["torch"] = torch
+        return gpupool.torch.enable(**kw)
+
+    def test_too_old(self):
+        for version in ("1.13.1+cu117", "1.9.0", "0.4.1"):
+            torch, calls = fake_torch(version)
+            with self.assertRaisesRegex(RuntimeError, r"PyTorch 2\.0 or newer.*" +
+                                        version.replace(".", r"\.").replace("+", r"\+")):
+                self.enable(torch)
+            self.assertEqual(calls, [])
+        torch, calls = fake_torch("2.11.0")
+        del torch.cuda.memory.CUDAPluggableAllocator  # a build without the API
+        with self.assertRaisesRegex(RuntimeError, "2.0 or newer"):
+            self.enable(torch)
+
+    def test_no_cuda(self):
+        torch, calls = fake_torch(available=False)
+        with self.assertRaisesRegex(RuntimeError, "sees no CUDA device"):
+            self.enable(torch)
+        self.assertEqual(calls, [])
+
+    def test_cuda_already_initialised(self):
+        torch, calls = fake_torch(initialized=True)
+        with self.assertRaisesRegex(RuntimeError, "already initialised"):
+            self.enable(torch)
+        self.assertEqual(calls, [])
+        self.assertFalse(gpupool.torch.enabled())
+        torch, calls = fake_torch(swap_error="Can't swap an already initialized allocator")
+        with self.assertRaisesRegex(RuntimeError, "cannot be swapped.*Can't swap"):
+            self.enable(torch)
+
+    def test_enable(self):
+        for version in ("2.0.0", "2.0.0a0+gitabc", "2.11.0+cu130", "10.1"):
+            gpupool.torch._enabled = None
+            torch, calls = fake_torch(version)
+            a = self.enable(torch, conf="strategy:round")
+            self.assertEqual(calls, [a])
+            self.assertEqual(a.args, (_lib.loaded_path(), "gpupool_torch_malloc",
+                                      "gpupool_torch_free"))
+            self.assertEqual(os.environ["GPUPOOL_CONF"], "strategy:round")
+            self.assertIs(self.enable(torch), a)  # once
+            self.assertEqual(len(calls), 1)
+            self.assertTrue(gpupool.torch.enabled())
+
+    def test_agent_conf_and_rank(self):
+        cases = [  # agent, GPUPOOL_AGENT_CONF before, RANK, after
+            (None, None, "3", None),
+            (None, "listen:0.0.0.0:9477", "3", "listen:0.0.0.0:9477,labels:rank=3"),
+            (True, None, None, ""),
+            (True, None, "0", "labels:rank=0"),
+            ("listen:127.0.0.1:1", None, "2", "listen:127.0.0.1:1,labels:rank=2"),
+            ("labels:team=a", None, "2", "labels:team=a;rank=2"),
+            ("labels:rank=9", None, "2", "labels:rank=9"),
+            (False, "listen:0.0.0.0:9477", "1", None),
+        ]
+        for agent, before, rank, after in cases:
+            gpupool.torch._enabled = None
+            for k, v in (("GPUPOOL_AGENT_CONF", before), ("RANK", rank)):
+                if v is None:
+                    os.environ.pop(k, None)
+                else:
+                    os.environ[k] = v
+            torch, _ = fake_torch()
+            self.enable(torch, agent=agent)
+            self.assertEqual(os.environ.get("GPUPOOL_AGENT_CONF"), after, (agent, before, rank))
+
+    def test_torch_not_installed(self):
+        sys.modules["torch"] = None  # import torch raises ImportError
+        with self.assertRaisesRegex(RuntimeError, "PyTorch is not installed"):
+            gpupool.torch.enable()
+
+
+def free_port_pair():
+    """Two consecutive free loopback ports in this test's range 25000-25499."""
+    for base in range(25000 + os.getpid() % 400, 25498, 2):
+        try:
+            for port in (base, base + 1):
+                with socket.socket() as s:
+                    s.bind(("127.0.0.1", port))
+            return base
+        except OSError:
+            continue
+    raise unittest.SkipTest("no free ports in 25000-25499")
+
+
+RANK_SCRIPT = r"""
+import os, sys, types, urllib.request
+sys.path.insert(0, os.environ["TEST_DIR"])
+from test_gpupool import fake_torch
+import gpupool.torch
+from gpupool import _lib
+sys.modules["torch"], _ = fake_torch()
+gpupool.torch.enable(agent="listen:127.0.0.1:" + os.environ["BASE_PORT"])
+# What PyTorch's first CUDA allocation does: the pool, then the agent, start.
+p = _lib.lib().gpupool_torch_malloc(4096, 0, None)
+assert p
+port = int(os.environ["BASE_PORT"]) + int(os.environ["LOCAL_RANK"])
+with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as r:
+    sys.stdout.write(r.read().decode())
+"""
+
+
+class Ranks(unittest.TestCase):
+    def test_two_ranks_two_ports_with_rank_labels(self):
+        base = free_port_pair()
+        procs = []
+        for rank in (0, 1):
+            env = dict(os.environ, RANK=str(rank), LOCAL_RANK=str(rank), BASE_PORT=str(base),
+                       TEST_DIR=os.path.dirname(os.path.abspath(__file__)))
+            env.pop("GPUPOOL_AGENT_CONF", None)
+            procs.append(subprocess.Popen([sys.executable, "-c", RANK_SCRIPT], env=env,
+                                          stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                          text=True))
+        for rank, proc in enumerate(procs):
+            out, err = proc.communicate(timeout=60)
+            self.assertEqual(proc.returncode, 0, err)
+            lines = [l for l in out.splitlines() if l.startswith("gpupool_allocated_bytes{")]
+            self.assertTrue(lines, out[:2000])
+            self.assertIn(f'rank="{rank}"', lines[0])
+            self.assertIn('pool="torch"', lines[0])
+            self.assertTrue(lines[0].endswith(" 4096"), lines[0])
+
+
+class Import(unittest.TestCase):
+    def test_import_without_torch(self):
+        code = ("import sys; sys.modules['torch'] = None\n"
+                "import gpupool, gpupool.torch\n"
+                "print(gpupool.memory_allocated(9), gpupool.memory_stats(9)['num_ooms'])")
+        out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                             check=True).stdout
+        self.assertEqual(out.split(), ["0", "0"])
+
+    def test_import_without_library(self):
+        code = ("import gpupool\n"
+                "try:\n    gpupool.memory_stats(0)\n"
+                "except gpupool.GpupoolError as e:\n    print(e)\n")
+        env = dict(os.environ, GPUPOOL_LIBRARY="/nonexistent/libgpupool.so")
+        out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                             env=env, check=True).stdout
+        self.assertIn("GPUPOOL_LIBRARY=/nonexistent/libgpupool.so: no such file", out)
+
+
+if __name__ == "__main__":
+    unittest.main()
