@@ -23,6 +23,9 @@ static gpupool_status create_backend(pool_config *c, backend **out) {
     st = backend_host_create(&hc, out);
     break;
   }
+  case GPUPOOL_BACKEND_SIM:
+    st = backend_sim_create(c->host_capacity, out);
+    break;
   case GPUPOOL_BACKEND_CUDA:
     st = backend_cuda_create(c->device, out);
     break;
@@ -65,7 +68,7 @@ gpupool_status gpupool_create(const gpupool_options *opt, gpupool **out) {
     be->ops->destroy(be);
     return pool_fail(GPUPOOL_ERR_UNSUPPORTED,
                      "pool '%s': expandable_segments needs virtual memory management, which "
-                     "backend %s does not have here (use backend cuda or host)",
+                     "backend %s does not have here (use backend cuda, host or sim)",
                      cfg.name, name);
   }
   gpupool *p = aligned_alloc(64, (sizeof *p + 63) / 64 * 64);
@@ -80,7 +83,8 @@ gpupool_status gpupool_create(const gpupool_options *opt, gpupool **out) {
   pthread_mutex_init(&p->shard_create_lock, NULL);
   pthread_mutex_init(&p->slow_lock, NULL);
   pthread_mutex_init(&p->peak_lock, NULL);
-  registry_add(p);
+  if (!backend_is_sim(be)) /* a replay's pool: private to the advisor */
+    registry_add(p);
   pool_clear_error();
   *out = p;
   return GPUPOOL_OK;
@@ -89,7 +93,8 @@ gpupool_status gpupool_create(const gpupool_options *opt, gpupool **out) {
 void gpupool_destroy(gpupool *p) {
   if (!p)
     return;
-  registry_remove(p);
+  if (!backend_is_sim(p->be))
+    registry_remove(p);
   for (shard *sh = atomic_load(&p->shards), *next; sh; sh = next) {
     next = sh->next_shard;
     shard_destroy(p, sh);
@@ -140,7 +145,7 @@ static gpupool_status malloc_slow(gpupool *p, shard *sh, size_t rounded, size_t 
   pthread_mutex_lock(&p->slow_lock);
   gpupool_status st = reclaim_malloc(p, sh, rounded, size, out, &to_device);
   pthread_mutex_unlock(&p->slow_lock);
-  if (to_device) /* segments or pages changed (also when it failed) */
+  if (to_device && !backend_is_sim(p->be)) /* segments or pages changed (also on failure) */
     registry_notify_segment_change(p);
   return st;
 }
@@ -301,7 +306,7 @@ size_t gpupool_empty_cache(gpupool *p) {
     spin_unlock(&sh->lock);
   }
   pthread_mutex_unlock(&p->slow_lock);
-  if (released)
+  if (released && !backend_is_sim(p->be))
     registry_notify_segment_change(p);
   return released;
 }

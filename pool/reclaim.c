@@ -84,7 +84,7 @@ static gpupool_status device_alloc(gpupool *p, shard *sh, size_t size, int large
     seg->large = large;
     p->device_allocs++;
     stat_add(&p->seg_stats[1], large, (int64_t)size);
-    if (!backend_is_host(p->be)) /* CUPTI sees device memory only */
+    if (!backend_is_simulated(p->be)) /* CUPTI sees device memory only */
       cupti_note_segment(seg->addr, size, p->cfg.device, 1);
   }
   seg->sh = sh;
@@ -114,7 +114,7 @@ void reclaim_segment_free(gpupool *p, segment *seg) {
     pages_segment_destroy(p, seg);
     return;
   }
-  if (!backend_is_host(p->be))
+  if (!backend_is_simulated(p->be))
     cupti_note_segment(seg->addr, seg->size, p->cfg.device, 0);
   uint64_t t0 = clock_monotonic_ns();
   p->be->ops->free(p->be, (void *)seg->addr, seg->size, seg->sh->stream);
