@@ -89,7 +89,7 @@ static int add_candidate(gpupool_advice *a, const char *conf) {
   return (int)a->n++;
 }
 
-/* The default grid: 54 configurations. */
+/* The default grid: 54 configurations (48 of bfc, 2 more expandable, 3 round, naive). */
 static void default_candidates(gpupool_advice *a) {
   static const unsigned split_mb[] = {0, 128, 512};
   static const unsigned rp2[] = {0, 2, 4, 8};
@@ -99,7 +99,8 @@ static void default_candidates(gpupool_advice *a) {
     for (size_t i = 0; i < sizeof split_mb / sizeof *split_mb; i++)
       for (size_t j = 0; j < sizeof rp2 / sizeof *rp2; j++)
         for (size_t k = 0; k < sizeof gc / sizeof *gc; k++) {
-          int n = snprintf(s, sizeof s, "strategy:bfc");
+          int n = 0; /* bfc is the default strategy: "" is plain bfc */
+          s[0] = 0;
           if (split_mb[i])
             n += snprintf(s + n, sizeof s - (size_t)n, ",max_split_size_mb:%u", split_mb[i]);
           if (rp2[j])
@@ -108,11 +109,11 @@ static void default_candidates(gpupool_advice *a) {
             n += snprintf(s + n, sizeof s - (size_t)n, ",garbage_collection_threshold:%s", gc[k]);
           if (x)
             snprintf(s + n, sizeof s - (size_t)n, ",expandable_segments:True");
-          add_candidate(a, s);
+          add_candidate(a, s[0] ? s + 1 : s);
         }
-  add_candidate(a, "strategy:bfc,expandable_segments:True,expandable_slack_percent:0");
-  add_candidate(a, "strategy:bfc,roundup_power2_divisions:4,expandable_segments:True,"
-                   "expandable_slack_percent:0");
+  add_candidate(a, "expandable_segments:True,expandable_slack_percent:0");
+  add_candidate(a,
+                "roundup_power2_divisions:4,expandable_segments:True,expandable_slack_percent:0");
   for (unsigned cut = 20; cut <= 28; cut += 4) {
     snprintf(s, sizeof s, "strategy:round,round_linear_cutoff:%u", cut);
     add_candidate(a, s);

@@ -41,7 +41,7 @@ __attribute__((format(printf, 2, 3))) static void put(sbuf *b, const char *fmt, 
 }
 
 static const char *conf_name(const char *c) {
-  return *c ? c : "(defaults: strategy:bfc)";
+  return *c ? c : "(defaults: bfc)";
 }
 
 static double mib(uint64_t b) {
@@ -118,9 +118,9 @@ static void render_table(const gpupool_advice *a, sbuf *b) {
   put(b, "Recommended: peak reserved %.1f MiB (%.1f MiB less), %+.2f ms of device calls\n",
       mib(rec->r.peak_reserved), mib(cur->r.peak_reserved) - mib(rec->r.peak_reserved),
       rec->added_ms);
-  put(b, "  GPUPOOL_CONF=%s\n", rec->conf);
+  put(b, "  GPUPOOL_CONF=%s\n", *rec->conf ? rec->conf : "(unset: the defaults)");
   if (rec->has_torch)
-    put(b, "  PYTORCH_CUDA_ALLOC_CONF=%s\n", rec->torch_conf);
+    put(b, "  PYTORCH_CUDA_ALLOC_CONF=%s\n", *rec->torch_conf ? rec->torch_conf : "(unset)");
   else
     put(b, "  (PyTorch's allocator has no equivalent of this configuration)\n");
   put(b, "Smallest device without an OOM (granularity %.0f MiB): current %s, recommended %s\n",

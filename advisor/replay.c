@@ -100,7 +100,9 @@ gpupool_status replay_run(const gpupool_history *h, const char *conf, uint64_t c
         peak_seen = res;
         uint64_t alloc, largest;
         pool_free_state(p, &alloc, &largest);
+        /* expandable segments: free blocks may span unmapped pages; clamp */
         frag = res > alloc ? 1.0 - (double)largest / (double)(res - alloc) : 0.0;
+        frag = frag < 0 ? 0 : frag;
       }
       break;
     }
