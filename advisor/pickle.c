@@ -109,7 +109,7 @@ static pv *top(parser *p) {
 }
 
 static int add_item(parser *p, pv *c, pv *item) {
-  size_t n = (size_t)c->len * (c->type == PV_DICT ? 2 : 1);
+  size_t n = c->nitems;
   if (n >= MAX_ITEMS)
     return fail(p, "container too large");
   if (n == c->cap) {
@@ -121,8 +121,8 @@ static int add_item(parser *p, pv *c, pv *item) {
     c->cap = cap;
   }
   c->items[n] = item;
-  if (c->type != PV_DICT || n % 2 == 1)
-    c->len++;
+  c->nitems++;
+  c->len = c->type == PV_DICT ? c->nitems / 2 : c->nitems;
   return 0;
 }
 

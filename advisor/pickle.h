@@ -33,7 +33,7 @@ typedef struct pv {
     const char *s; /* into the input buffer, not NUL-terminated */
   };
   struct pv **items;
-  uint32_t cap;
+  uint32_t nitems, cap; /* entries of items used and allocated */
 } pv;
 
 typedef struct pickle_doc pickle_doc;
