@@ -6,6 +6,7 @@
 
 #include "pool/errors.h"
 #include "pool/pool_view.h"
+#include "live.h"
 #include "readers.h"
 
 #define MAX_DOCUMENT ((size_t)4 << 30) /* traces and snapshots are read whole */
@@ -99,12 +100,20 @@ gpupool_status gpupool_history_from_pool(gpupool *p, gpupool_history **out) {
   event_ring **rings = malloc(MAX_RINGS * sizeof *rings);
   if (!rings)
     return pool_fail(GPUPOOL_ERR_OOM, "gpupool_history_from_pool: out of host memory");
-  size_t nr = pool_event_rings(p, rings, MAX_RINGS), total = 0;
+  size_t nr = pool_event_rings(p, rings, MAX_RINGS);
+  gpupool_status st = history_from_rings(rings, nr, gpupool_name(p), out);
+  free(rings);
+  return st;
+}
+
+gpupool_status history_from_rings(event_ring **rings, size_t nr, const char *name,
+                                  gpupool_history **out) {
+  size_t total = 0;
   for (size_t i = 0; i < nr; i++)
     total += event_ring_capacity(rings[i]);
   pool_event *ev = malloc((total ? total : 1) * sizeof *ev);
   char src[160];
-  snprintf(src, sizeof src, "pool %s", gpupool_name(p));
+  snprintf(src, sizeof src, "pool %s", name);
   gpupool_history *h = hist_new(src, "live");
   size_t n = 0;
   uint64_t dropped = 0;
@@ -119,11 +128,10 @@ gpupool_status gpupool_history_from_pool(gpupool *p, gpupool_history **out) {
   }
   for (size_t i = 0; i < nr; i++)
     event_ring_unref(rings[i]);
-  free(rings);
   if (!ev || !h) {
     free(ev);
     gpupool_history_free(h);
-    return pool_fail(GPUPOOL_ERR_OOM, "gpupool_history_from_pool: out of host memory");
+    return pool_fail(GPUPOOL_ERR_OOM, "history of pool %s: out of host memory", name);
   }
   /* One ring per stream: merged in time order (stable within a ring). */
   if (nr > 1)
@@ -155,7 +163,7 @@ gpupool_status gpupool_history_from_pool(gpupool *p, gpupool_history **out) {
     }
     hist_note_time(h, (double)e->ts_ns * 1e-9);
     if (r)
-      st = pool_fail(GPUPOOL_ERR_OOM, "pool %s: history: %s", gpupool_name(p), why);
+      st = pool_fail(GPUPOOL_ERR_OOM, "history of pool %s: %s", name, why);
   }
   free(ev);
   if (st != GPUPOOL_OK) {

@@ -7,6 +7,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "advice.h"
 #include "agent_health.h"
 #include "endpoint.h"
 #include "exporters/metrics.h"
@@ -93,7 +94,7 @@ typedef struct route {
 
 static const route routes[] = {
     {"/metrics", metrics_endpoint}, {"/trace", trace_endpoint}, {"/snapshot", snapshot_endpoint},
-    {"/healthz", healthz_endpoint}, {"/", root_endpoint},
+    {"/healthz", healthz_endpoint}, {"/", root_endpoint}, {"/advice", advice_endpoint},
 };
 
 /* ---- responses ---- */
@@ -229,7 +230,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
       break;
     }
   if (!rt) {
-    text_body(&body, 404, "not found: try /, /metrics, /trace, /snapshot or /healthz\n");
+    text_body(&body, 404, "not found: try /, /metrics, /trace, /snapshot, /advice or /healthz\n");
     return queue(c, &body, head, NULL);
   }
   endpoint_args args = {
