@@ -12,9 +12,9 @@
 #include "pool/free_index.h"
 #include "pool/pool_internal.h"
 
-static double now_s(void) {
+static double clock_s(clockid_t id) {
   struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
+  clock_gettime(id, &ts);
   return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
@@ -79,7 +79,7 @@ gpupool_status replay_run(const gpupool_history *h, const char *conf, uint64_t c
     return pool_fail(GPUPOOL_ERR_OOM, "gpupool_replay: out of host memory");
   }
   out->expandable = p->cfg.expandable;
-  double t0 = now_s();
+  double t0 = clock_s(CLOCK_MONOTONIC), c0 = clock_s(CLOCK_THREAD_CPUTIME_ID);
   uint64_t ooms = 0, flushes = 0, peak_seen = 0;
   double frag = 0;
   const hist_op *op = h->ops, *end = h->ops + h->n_ops;
@@ -123,7 +123,8 @@ gpupool_status replay_run(const gpupool_history *h, const char *conf, uint64_t c
     }
   }
 done:
-  out->seconds = now_s() - t0;
+  out->seconds = clock_s(CLOCK_MONOTONIC) - t0;
+  out->cpu_seconds = clock_s(CLOCK_THREAD_CPUTIME_ID) - c0;
   out->events = (uint64_t)(op - h->ops) + (op < end);
   gpupool_stats s;
   gpupool_get_stats(p, &s);

@@ -57,8 +57,9 @@ typedef struct gpupool_replay_result {
   uint64_t pages_moved, device_syncs; /* expandable segments; syncs include OOM retries */
   uint64_t sync_events;               /* events recorded for record_stream frees */
   int expandable;
-  uint64_t events; /* operations replayed (fewer when stopped at the first OOM) */
-  double seconds;  /* wall time of the replay */
+  uint64_t events;    /* operations replayed (fewer when stopped at the first OOM) */
+  double seconds;     /* wall time of the replay */
+  double cpu_seconds; /* CPU time of the replaying thread */
 } gpupool_replay_result;
 
 /* Replays h on a simulated device of capacity bytes under conf (the
