@@ -94,7 +94,7 @@ typedef struct route {
 
 static const route routes[] = {
     {"/metrics", metrics_endpoint}, {"/trace", trace_endpoint}, {"/snapshot", snapshot_endpoint},
-    {"/healthz", healthz_endpoint}, {"/", root_endpoint}, {"/advice", advice_endpoint},
+    {"/healthz", healthz_endpoint}, {"/", root_endpoint},       {"/advice", advice_endpoint},
 };
 
 /* ---- responses ---- */
