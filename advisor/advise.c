@@ -292,9 +292,10 @@ gpupool_status gpupool_advise(const gpupool_history *h, const gpupool_advice_opt
   a->capacity = opt->capacity ? opt->capacity : DEFAULT_CAPACITY;
   a->capacity_step = opt->capacity_step ? opt->capacity_step : DEFAULT_STEP;
   if (a->capacity < a->capacity_step) {
+    unsigned long long cap = a->capacity, step = a->capacity_step;
     gpupool_advice_free(a);
     return pool_fail(GPUPOOL_ERR_INVALID, "gpupool_advise: capacity %llu below the step %llu",
-                     (unsigned long long)a->capacity, (unsigned long long)a->capacity_step);
+                     cap, step);
   }
   a->capacity -= a->capacity % a->capacity_step;
   if (opt->max_added_ms >= 0 && !isnan(opt->max_added_ms))
@@ -357,6 +358,9 @@ gpupool_status gpupool_advise(const gpupool_history *h, const gpupool_advice_opt
     return pool_fail(GPUPOOL_ERR_INVALID, "%s", j.err);
   }
   a->wall_s = now_s() - t0;
+  gpupool_advice_candidate *fit = realloc(a->c, a->n * sizeof *a->c); /* give back the rest */
+  if (fit)
+    a->c = fit;
   pool_clear_error();
   *out = a;
   return GPUPOOL_OK;

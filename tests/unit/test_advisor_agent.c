@@ -6,7 +6,9 @@
 #include <criterion/criterion.h>
 #include <stdio.h>
 #include <string.h>
+#include <unistd.h>
 
+#include "gpupool/advisor.h"
 #include "gpupool/agent.h"
 #include "gpupool/gpupool.h"
 #include "helpers/http_client.h"
@@ -99,6 +101,35 @@ Test(advisor_agent, live_advice) {
   cr_expect(strstr(r.body, "== pool train"), "%s", r.body);
   cr_expect(strstr(r.body, "GPUPOOL_CONF="), "%s", r.body);
   http_response_free(&r);
+}
+
+/* A /trace document saved from the agent replays like the live pool. */
+Test(advisor_agent, saved_trace_replays_exactly) {
+  http_response r;
+  cr_assert_eq(http_request("127.0.0.1", gpupool_agent_port(), "GET", "/trace", NULL, &r), 0);
+  cr_assert_eq(r.status, 200);
+  char path[] = "/tmp/gpupool_advisor_traceXXXXXX";
+  int fd = mkstemp(path);
+  cr_assert(fd >= 0);
+  FILE *f = fdopen(fd, "w");
+  cr_assert_eq(fwrite(r.body, 1, r.body_len, f), r.body_len);
+  fclose(f);
+  http_response_free(&r);
+  gpupool_history *h;
+  gpupool_status st = gpupool_history_load(path, NULL, "train", &h);
+  unlink(path);
+  cr_assert_eq(st, GPUPOOL_OK, "%s", gpupool_last_error());
+  cr_expect_str_eq(gpupool_history_get_info(h)->format, "trace");
+  cr_expect_eq(gpupool_history_get_info(h)->events, 30 * 64 * 2);
+  gpupool_replay_result res;
+  cr_assert_eq(gpupool_replay(h, "roundup_power2_divisions:2", (uint64_t)8 << 30, &res),
+               GPUPOOL_OK);
+  gpupool_stats s;
+  cr_assert_eq(gpupool_get_stats(pool, &s), GPUPOOL_OK);
+  cr_expect_eq(res.peak_reserved, (uint64_t)s.reserved_bytes[GPUPOOL_STAT_ALL].peak);
+  cr_expect_eq(res.device_allocs, s.num_device_alloc);
+  cr_expect_eq(res.device_frees, s.num_device_free);
+  gpupool_history_free(h);
 }
 
 Test(advisor_agent, bad_parameters) {
