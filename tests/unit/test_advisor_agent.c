@@ -94,6 +94,21 @@ Test(advisor_agent, live_advice) {
   cr_assert_eq(http_request("127.0.0.1", gpupool_agent_port(), "GET", "/metrics", NULL, &r), 0);
   cr_expect(strstr(r.body, "gpupool_advice_recommended_peak_reserved_bytes{"), "%s", r.body);
   cr_expect(strstr(r.body, "gpupool_advice_age_seconds"), "no age gauge");
+  if (system("command -v promtool > /dev/null 2>&1") == 0) { /* the families lint clean */
+    char path[] = "/tmp/gpupool_advisor_metricsXXXXXX", cmd[128], out[2048] = "";
+    int fd = mkstemp(path);
+    cr_assert(fd >= 0);
+    cr_assert_eq(write(fd, r.body, r.body_len), (ssize_t)r.body_len);
+    close(fd);
+    snprintf(cmd, sizeof cmd, "promtool check metrics < %s 2>&1", path);
+    FILE *p = popen(cmd, "r");
+    size_t n = p ? fread(out, 1, sizeof out - 1, p) : 0;
+    out[n] = 0;
+    int st = p ? pclose(p) : -1;
+    unlink(path);
+    cr_expect_eq(st, 0, "promtool: %s", out);
+    cr_expect_str_eq(out, "", "promtool complains: %s", out);
+  }
   http_response_free(&r);
   cr_assert_eq(
       http_request("127.0.0.1", gpupool_agent_port(), "GET", "/advice?format=table", NULL, &r), 0);
