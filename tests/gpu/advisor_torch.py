@@ -45,11 +45,11 @@ def child(a):
             y, _ = self.lstm(self.emb(x))
             return self.out(y)
 
+    if a.record:  # before the first CUDA allocation: the parameters belong to the history
+        torch.cuda.memory._record_memory_history(max_entries=2_000_000)
     model = LM().to(dev)
     opt = torch.optim.Adam(model.parameters(), lr=1e-3)
     gen = torch.Generator().manual_seed(a.seed)
-    if a.record:
-        torch.cuda.memory._record_memory_history(max_entries=2_000_000)
     for _ in range(a.steps):
         seq = int(torch.randint(16, 320, (1,), generator=gen))
         x = torch.randint(0, vocab, (batch, seq + 1), generator=gen).to(dev)
