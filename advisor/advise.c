@@ -294,8 +294,8 @@ gpupool_status gpupool_advise(const gpupool_history *h, const gpupool_advice_opt
   if (a->capacity < a->capacity_step) {
     unsigned long long cap = a->capacity, step = a->capacity_step;
     gpupool_advice_free(a);
-    return pool_fail(GPUPOOL_ERR_INVALID, "gpupool_advise: capacity %llu below the step %llu",
-                     cap, step);
+    return pool_fail(GPUPOOL_ERR_INVALID, "gpupool_advise: capacity %llu below the step %llu", cap,
+                     step);
   }
   a->capacity -= a->capacity % a->capacity_step;
   if (opt->max_added_ms >= 0 && !isnan(opt->max_added_ms))
