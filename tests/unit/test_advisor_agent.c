@@ -94,6 +94,7 @@ Test(advisor_agent, live_advice) {
   cr_assert_eq(http_request("127.0.0.1", gpupool_agent_port(), "GET", "/metrics", NULL, &r), 0);
   cr_expect(strstr(r.body, "gpupool_advice_recommended_peak_reserved_bytes{"), "%s", r.body);
   cr_expect(strstr(r.body, "gpupool_advice_age_seconds"), "no age gauge");
+  cr_expect(!strstr(r.body, "pool=\"replay\""), "a replay's pool shows in /metrics");
   if (system("command -v promtool > /dev/null 2>&1") == 0) { /* the families lint clean */
     char path[] = "/tmp/gpupool_advisor_metricsXXXXXX", cmd[128], out[2048] = "";
     int fd = mkstemp(path);
