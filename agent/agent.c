@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "agent_conf.h"
+#include "advice.h"
 #include "agent_health.h"
 #include "cupti.h"
 #include "exporters/metrics.h"
@@ -71,6 +72,7 @@ static void stop_locked(int finished) {
   if (finished && g_cfg.trace_file[0])
     trace_write_file(g_cfg.trace_file); /* says why on stderr if it cannot */
   stop_events(&g_cfg);
+  advice_reset();
   sd_file_remove(g_sd_path);
   g_sd_path[0] = '\0';
   g_running = 0;

@@ -7,6 +7,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "advice.h"
 #include "agent_health.h"
 #include "endpoint.h"
 #include "exporters/metrics.h"
@@ -94,9 +95,9 @@ typedef struct route {
 } route;
 
 static const route routes[] = {
-    {"/metrics", metrics_endpoint}, {"/trace", trace_endpoint}, {"/snapshot", snapshot_route},
-    {"/healthz", healthz_endpoint}, {"/", root_endpoint},       {"/oom*", oom_endpoint},
-    {"/ui*", ui_endpoint},
+    {"/metrics", metrics_endpoint}, {"/trace", trace_endpoint},   {"/snapshot", snapshot_route},
+    {"/healthz", healthz_endpoint}, {"/", root_endpoint},         {"/oom*", oom_endpoint},
+    {"/ui*", ui_endpoint},          {"/advice", advice_endpoint},
 };
 
 /* A path ending in '*' also serves what lies under it ("/ui*": /ui, /ui/x). */
@@ -255,7 +256,8 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
       break;
     }
   if (!rt) {
-    text_body(&body, 404, "not found: try /, /metrics, /trace, /snapshot, /oom, /ui or /healthz\n");
+    text_body(&body, 404,
+              "not found: try /, /metrics, /trace, /snapshot, /oom, /advice, /ui or /healthz\n");
     return queue(c, &body, head, NULL);
   }
   endpoint_args args = {

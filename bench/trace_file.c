@@ -190,6 +190,8 @@ int trace_load(const char *path, trace *t, char *err, size_t errlen) {
     } else if (!strcmp(kind, "f") && !a2 && !parse_u64(a1, &id)) {
       if (on_free(&ps, id, &why) == 0)
         continue;
+    } else if (!strcmp(kind, "r") && !a3 && !parse_u64(a1, &id) && !parse_u64(a2, &stream)) {
+      continue; /* record_stream: only the advisor replays it (streams are keys here) */
     } else {
       why = "expected \"a <id> <size> <stream>\" or \"f <id>\"";
     }

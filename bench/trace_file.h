@@ -2,6 +2,8 @@
  *
  *   a <id> <size> <stream>    an allocation of <size> bytes on <stream>
  *   f <id>                    the free of the live allocation <id>
+ *   r <id> <stream>           record_stream of the live allocation <id> on <stream>
+ *                             (the advisor replays it; bench_replay skips it)
  *
  * <id> and <stream> are unsigned integers, decimal or 0x-hex (a device
  * address and a cudaStream_t, as agent/torch_allocator.c writes them under

@@ -10,6 +10,7 @@
 #include "agent/agent_health.h"
 #include "agent/http_accept.h"
 #include "agent/http_gzip.h"
+#include "metrics_advice.h"
 #include "metrics_agent.h"
 #include "metrics_cupti.h"
 #include "metrics_devices.h"
@@ -65,6 +66,9 @@ int metrics_render(prom_buf *buf, prom_format format) {
     metrics_write_devices(&w, s);
     metrics_write_pools(&w, s);
     metrics_write_cupti(&w, s, h.start_s);
+    advice_summary adv;
+    advice_summary_get(&adv);
+    metrics_write_advice(&w, s, &adv, (double)clock_realtime_ns() / 1e9);
     prom_finish(&w);
     rc = buf->failed ? -1 : 0;
   }

@@ -55,7 +55,7 @@ typedef struct backend_ops {
 
 struct backend {
   const backend_ops *ops;
-  const char *name; /* "cuda", "cuda_async", "host" */
+  const char *name; /* "cuda", "cuda_async", "host", "sim" */
   int device;
   size_t page_size; /* of vmm pages; 0 without vmm */
 };
@@ -75,6 +75,17 @@ int backend_is_host(const backend *b);
  * (GPUPOOL_ERR_OOM when they do not fit), and read them. */
 gpupool_status backend_host_set_other(backend *b, size_t bytes);
 size_t backend_host_other(backend *b);
+
+/* The simulated backend (backend_sim.c), for replays: fake addresses that
+ * must never be dereferenced, capacity accounting, vmm without mappings,
+ * events complete at once; one thread at a time. Pools on it stay out of the
+ * registry and record no events: the agent never sees them. */
+gpupool_status backend_sim_create(size_t capacity, backend **out);
+int backend_is_sim(const backend *b);
+/* Host or sim: no device memory behind it (CUPTI never sees it). */
+static inline int backend_is_simulated(const backend *b) {
+  return backend_is_host(b) || backend_is_sim(b);
+}
 
 /* Both return GPUPOOL_ERR_UNSUPPORTED when built without CUDA or when no
  * device is present (never creating a CUDA context in that case). */

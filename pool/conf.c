@@ -38,6 +38,8 @@ static int apply_pair(void *ctx, const char *key, const char *v, char *err, size
       c->backend = GPUPOOL_BACKEND_CUDA_ASYNC;
     else if (strcmp(v, "host") == 0)
       c->backend = GPUPOOL_BACKEND_HOST;
+    else if (strcmp(v, "sim") == 0)
+      c->backend = GPUPOOL_BACKEND_SIM;
     else
       goto bad_choice;
   } else if (strcmp(key, "strategy") == 0) {
@@ -141,7 +143,7 @@ gpupool_status pool_config_build(const gpupool_options *opt, pool_config *out) {
       return pool_fail(GPUPOOL_ERR_INVALID, "gpupool options: %s", err);
     if (opt->device < 0 || opt->device > 1023)
       return pool_fail(GPUPOOL_ERR_INVALID, "gpupool options: device %d out of range", opt->device);
-    if ((unsigned)opt->backend > GPUPOOL_BACKEND_HOST)
+    if ((unsigned)opt->backend > GPUPOOL_BACKEND_SIM)
       return pool_fail(GPUPOOL_ERR_INVALID, "gpupool options: unknown backend %d", opt->backend);
     if ((unsigned)opt->strategy > GPUPOOL_STRATEGY_NAIVE)
       return pool_fail(GPUPOOL_ERR_INVALID, "gpupool options: unknown strategy %d", opt->strategy);

@@ -59,7 +59,7 @@ gpupool_status pages_segment_create(gpupool *p, size_t size, int large, segment 
   seg->pages = pages;
   seg->page_size = ps;
   seg->npages = size / ps;
-  if (!backend_is_host(be)) /* CUPTI sees the mappings inside this range */
+  if (!backend_is_simulated(be)) /* CUPTI sees the mappings inside this range */
     cupti_note_segment(seg->addr, size, p->cfg.device, 1);
   *out = seg;
   return GPUPOOL_OK;
@@ -131,7 +131,7 @@ size_t pages_segment_destroy(gpupool *p, segment *seg) {
   seg->nmapped = 0;
   unmap_list(p, &l, 1, NULL);
   free(l.v);
-  if (!backend_is_host(p->be))
+  if (!backend_is_simulated(p->be))
     cupti_note_segment(seg->addr, seg->size, p->cfg.device, 0);
   p->be->ops->vmm->unreserve(p->be, (void *)seg->addr, seg->size);
   free(seg->pages);

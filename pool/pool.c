@@ -24,6 +24,9 @@ static gpupool_status create_backend(pool_config *c, backend **out) {
     st = backend_host_create(&hc, out);
     break;
   }
+  case GPUPOOL_BACKEND_SIM:
+    st = backend_sim_create(c->host_capacity, out);
+    break;
   case GPUPOOL_BACKEND_CUDA:
     st = backend_cuda_create(c->device, out);
     break;
@@ -66,7 +69,7 @@ gpupool_status gpupool_create(const gpupool_options *opt, gpupool **out) {
     be->ops->destroy(be);
     return pool_fail(GPUPOOL_ERR_UNSUPPORTED,
                      "pool '%s': expandable_segments needs virtual memory management, which "
-                     "backend %s does not have here (use backend cuda or host)",
+                     "backend %s does not have here (use backend cuda, host or sim)",
                      cfg.name, name);
   }
   gpupool *p = aligned_alloc(64, (sizeof *p + 63) / 64 * 64);
@@ -81,7 +84,8 @@ gpupool_status gpupool_create(const gpupool_options *opt, gpupool **out) {
   pthread_mutex_init(&p->shard_create_lock, NULL);
   pthread_mutex_init(&p->slow_lock, NULL);
   pthread_mutex_init(&p->peak_lock, NULL);
-  registry_add(p);
+  if (!backend_is_sim(be)) /* a replay's pool: private to the advisor */
+    registry_add(p);
   pool_clear_error();
   *out = p;
   return GPUPOOL_OK;
@@ -90,7 +94,8 @@ gpupool_status gpupool_create(const gpupool_options *opt, gpupool **out) {
 void gpupool_destroy(gpupool *p) {
   if (!p)
     return;
-  registry_remove(p);
+  if (!backend_is_sim(p->be))
+    registry_remove(p);
   for (shard *sh = atomic_load(&p->shards), *next; sh; sh = next) {
     next = sh->next_shard;
     shard_destroy(p, sh);
@@ -138,7 +143,7 @@ static gpupool_status malloc_slow(gpupool *p, shard *sh, size_t rounded, size_t 
   pthread_mutex_unlock(&p->slow_lock);
   if (st == GPUPOOL_ERR_OOM)
     pool_oom_deliver(); /* the report, its observer and the explanation in last_error */
-  if (to_device)        /* segments or pages changed (also when it failed) */
+  if (to_device && !backend_is_sim(p->be)) /* segments or pages changed (also on failure) */
     registry_notify_segment_change(p);
   return st;
 }
@@ -302,7 +307,7 @@ size_t gpupool_empty_cache(gpupool *p) {
     spin_unlock(&sh->lock);
   }
   pthread_mutex_unlock(&p->slow_lock);
-  if (released)
+  if (released && !backend_is_sim(p->be))
     registry_notify_segment_change(p);
   return released;
 }

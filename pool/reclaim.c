@@ -85,7 +85,7 @@ static gpupool_status device_alloc(gpupool *p, shard *sh, size_t size, int large
     seg->large = large;
     p->device_allocs++;
     stat_add(&p->seg_stats[1], large, (int64_t)size);
-    if (!backend_is_host(p->be)) /* CUPTI sees device memory only */
+    if (!backend_is_simulated(p->be)) /* CUPTI sees device memory only */
       cupti_note_segment(seg->addr, size, p->cfg.device, 1);
   }
   seg->sh = sh;
@@ -115,7 +115,7 @@ void reclaim_segment_free(gpupool *p, segment *seg) {
     pages_segment_destroy(p, seg);
     return;
   }
-  if (!backend_is_host(p->be))
+  if (!backend_is_simulated(p->be))
     cupti_note_segment(seg->addr, seg->size, p->cfg.device, 0);
   uint64_t t0 = clock_monotonic_ns();
   p->be->ops->free(p->be, (void *)seg->addr, seg->size, seg->sh->stream);
@@ -304,7 +304,8 @@ static gpupool_status out_of_memory(gpupool *p, shard *sh, size_t rounded, size_
                    .addr = (uint64_t)reserved,
                    .stream = dev_free};
   emit_locked(sh, &ev);
-  pool_oom_capture(p, sh->stream, requested, rounded, segsize);
+  if (!backend_is_sim(p->be)) /* a replay's OOM is the advisor's answer, not a report */
+    pool_oom_capture(p, sh->stream, requested, rounded, segsize);
   return pool_fail(GPUPOOL_ERR_OOM,
                    "CUDA out of memory. pool '%s': allocating %zu bytes (segment %zu): reserved "
                    "%lld, allocated %lld, free in pool %lld, largest free block %zu",

@@ -57,7 +57,7 @@ shard *shard_get(gpupool *p, void *stream) {
     sh->stream = stream;
     sh->pool = p;
     sh->rng = (uint32_t)(stream_hash(stream) | 1);
-    size_t cap = shard_events_capacity();
+    size_t cap = backend_is_sim(p->be) ? 0 : shard_events_capacity(); /* replays: none */
     if (cap)
       sh->ring = event_ring_create_stamped(cap);
     sh->next_shard = atomic_load(&p->shards);

@@ -29,6 +29,9 @@ typedef enum {
   GPUPOOL_BACKEND_CUDA,        /* cudaMalloc / cudaFree */
   GPUPOOL_BACKEND_CUDA_ASYNC,  /* cudaMallocAsync / cudaFreeAsync on a pool of its own */
   GPUPOOL_BACKEND_HOST,        /* simulated device in host memory (CI, demos, tests) */
+  GPUPOOL_BACKEND_SIM,         /* replays only (the advisor): a device of host_capacity bytes
+                                  with no memory behind it; its pointers must never be
+                                  dereferenced, its pools are invisible to the agent */
 } gpupool_backend;
 
 typedef enum {

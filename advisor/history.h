@@ -1,0 +1,63 @@
+/* An allocation history, as the advisor replays it: operations in order on
+ * numbered allocations ("slots"), with the requested size and stream of
+ * each. Readers (GPUPOOL_RECORD files, /trace documents, PyTorch snapshots,
+ * the live event rings) build one through the hist_* calls, which map the
+ * recorded addresses or ids to slots; a replay then needs no lookup. */
+#ifndef GPUPOOL_ADVISOR_HISTORY_H
+#define GPUPOOL_ADVISOR_HISTORY_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "gpupool/advisor.h"
+
+enum { HOP_ALLOC = 0, HOP_FREE, HOP_RECORD_STREAM, HOP_EMPTY_CACHE };
+
+typedef struct hist_op {
+  uint32_t slot;   /* HOP_EMPTY_CACHE: unused */
+  uint16_t stream; /* HOP_ALLOC, HOP_RECORD_STREAM: index into streams */
+  uint8_t kind;
+  uint8_t pad;
+} hist_op;
+
+#define HIST_MAX_STREAMS 1000 /* a pool keeps at most 1024 streams */
+
+struct gpupool_history {
+  hist_op *ops;
+  size_t n_ops, cap_ops;
+  uint64_t *size; /* requested bytes per slot */
+  size_t n_slots, cap_slots;
+  uint64_t streams[HIST_MAX_STREAMS]; /* distinct stream values */
+  unsigned n_streams;
+  gpupool_history_info info;
+  /* While building: live id -> slot (open addressing; id 0 is a valid id) */
+  uint64_t *map_key;
+  uint32_t *map_slot; /* UINT32_MAX: empty, UINT32_MAX - 1: deleted */
+  size_t map_cap, map_used;
+  uint64_t live_bytes;
+  double t_first, t_last;
+  int has_time;
+};
+
+gpupool_history *hist_new(const char *source, const char *format);
+/* 0 on success; -1: out of memory, or (alloc) the id is live already, or too
+ * many streams: err says which. */
+int hist_alloc(gpupool_history *h, uint64_t id, uint64_t size, uint64_t stream, char *err,
+               size_t errlen);
+/* 0: freed; 1: the id was not live (counted in info.unmatched_frees, skipped). */
+int hist_free(gpupool_history *h, uint64_t id);
+/* 0; 1: the id was not live (skipped); -1: out of memory / too many streams. */
+int hist_record_stream(gpupool_history *h, uint64_t id, uint64_t stream);
+int hist_empty_cache(gpupool_history *h);
+int hist_is_live(gpupool_history *h, uint64_t id);
+/* A time stamp of an event in seconds (any origin), for info.duration_s. */
+void hist_note_time(gpupool_history *h, double t);
+/* Ends the build: frees the map, fills info. */
+void hist_finish(gpupool_history *h);
+/* The stream value record_stream uses for a free that waited on events of
+ * streams the source does not name (a deferred free in the event rings, a
+ * late free_completed in a PyTorch snapshot): under the simulated device
+ * every event completes at once, so which stream does not matter. */
+#define HIST_OTHER_STREAM ((uint64_t)0x6f746865727374ULL)
+
+#endif

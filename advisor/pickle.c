@@ -1,0 +1,469 @@
+/* The unpickler (pickle.h). Opcodes are those of Python's pickle protocol
+ * 2-5 documentation; anything else is an error naming the byte offset. */
+#include "pickle.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define CHUNK     4096
+#define MAX_STACK (1u << 20)
+#define MAX_MEMO  (1u << 28)
+#define MAX_ITEMS UINT32_MAX / 2
+
+typedef struct chunk {
+  struct chunk *next;
+  size_t used;
+  pv node[CHUNK];
+} chunk;
+
+struct pickle_doc {
+  chunk *chunks;
+  pv *root;
+};
+
+typedef struct parser {
+  const unsigned char *b;
+  size_t len, pos, op_at;
+  pickle_doc *doc;
+  pv **stack;
+  size_t sp, cap_stack;
+  size_t *marks;
+  size_t nmarks, cap_marks;
+  pv **memo;
+  size_t cap_memo, memo_next;
+  char *err;
+  size_t errlen;
+} parser;
+
+static int fail(parser *p, const char *what) {
+  snprintf(p->err, p->errlen, "byte %zu: %s", p->op_at, what);
+  return -1;
+}
+
+static pv *node(parser *p, pv_type t) {
+  chunk *c = p->doc->chunks;
+  if (!c || c->used == CHUNK) {
+    c = malloc(sizeof *c);
+    if (!c)
+      return NULL;
+    c->used = 0;
+    c->next = p->doc->chunks;
+    p->doc->chunks = c;
+  }
+  pv *v = &c->node[c->used++];
+  memset(v, 0, sizeof *v);
+  v->type = (uint8_t)t;
+  v->offset = p->op_at;
+  return v;
+}
+
+static int take(parser *p, size_t n, const unsigned char **out) {
+  if (n > p->len - p->pos)
+    return fail(p, "truncated: the data ends inside an opcode");
+  *out = p->b + p->pos;
+  p->pos += n;
+  return 0;
+}
+
+static uint64_t le(const unsigned char *s, size_t n) {
+  uint64_t v = 0;
+  for (size_t i = 0; i < n; i++)
+    v |= (uint64_t)s[i] << (8 * i);
+  return v;
+}
+
+static int push(parser *p, pv *v) {
+  if (!v)
+    return fail(p, "out of host memory");
+  if (p->sp == p->cap_stack) {
+    if (p->cap_stack >= MAX_STACK)
+      return fail(p, "stack too deep");
+    size_t cap = p->cap_stack ? 2 * p->cap_stack : 256;
+    pv **s = realloc(p->stack, cap * sizeof *s);
+    if (!s)
+      return fail(p, "out of host memory");
+    p->stack = s;
+    p->cap_stack = cap;
+  }
+  p->stack[p->sp++] = v;
+  return 0;
+}
+
+static pv *pop(parser *p) {
+  size_t floor = p->nmarks ? p->marks[p->nmarks - 1] : 0;
+  if (p->sp <= floor) {
+    fail(p, "stack underflow");
+    return NULL;
+  }
+  return p->stack[--p->sp];
+}
+
+static pv *top(parser *p) {
+  size_t floor = p->nmarks ? p->marks[p->nmarks - 1] : 0;
+  if (p->sp <= floor) {
+    fail(p, "stack underflow");
+    return NULL;
+  }
+  return p->stack[p->sp - 1];
+}
+
+static int add_item(parser *p, pv *c, pv *item) {
+  size_t n = c->nitems;
+  if (n >= MAX_ITEMS)
+    return fail(p, "container too large");
+  if (n == c->cap) {
+    uint32_t cap = c->cap ? 2 * c->cap : 8;
+    pv **it = realloc(c->items, cap * sizeof *it);
+    if (!it)
+      return fail(p, "out of host memory");
+    c->items = it;
+    c->cap = cap;
+  }
+  c->items[n] = item;
+  c->nitems++;
+  c->len = c->type == PV_DICT ? c->nitems / 2 : c->nitems;
+  return 0;
+}
+
+/* Items above the top mark, then the mark popped: *base and *n. */
+static int pop_mark(parser *p, size_t *base, size_t *n) {
+  if (!p->nmarks)
+    return fail(p, "no MARK for this opcode");
+  *base = p->marks[--p->nmarks];
+  *n = p->sp - *base;
+  p->sp = *base;
+  return 0;
+}
+
+static int memo_put(parser *p, size_t idx, pv *v) {
+  if (idx >= MAX_MEMO)
+    return fail(p, "memo index too large");
+  if (idx >= p->cap_memo) {
+    size_t cap = p->cap_memo ? p->cap_memo : 256;
+    while (cap <= idx)
+      cap *= 2;
+    pv **m = realloc(p->memo, cap * sizeof *m);
+    if (!m)
+      return fail(p, "out of host memory");
+    memset(m + p->cap_memo, 0, (cap - p->cap_memo) * sizeof *m);
+    p->memo = m;
+    p->cap_memo = cap;
+  }
+  p->memo[idx] = v;
+  return 0;
+}
+
+static int memo_get(parser *p, size_t idx) {
+  if (idx >= p->cap_memo || !p->memo[idx])
+    return fail(p, "memo get of an index never put");
+  return push(p, p->memo[idx]);
+}
+
+static int collect(parser *p, pv *c, size_t base, size_t n) {
+  if (c->type == PV_DICT && n % 2)
+    return fail(p, "odd number of items for a dict");
+  for (size_t i = 0; i < n; i++)
+    if (add_item(p, c, p->stack[base + i]))
+      return -1;
+  return 0;
+}
+
+static int str_op(parser *p, pv_type t, size_t lenbytes) {
+  const unsigned char *s;
+  if (take(p, lenbytes, &s))
+    return -1;
+  uint64_t n = le(s, lenbytes);
+  if (n > p->len - p->pos || n > UINT32_MAX)
+    return fail(p, "truncated: a string or bytes longer than the data left");
+  pv *v = node(p, t);
+  if (!v)
+    return fail(p, "out of host memory");
+  v->s = (const char *)p->b + p->pos;
+  v->len = (uint32_t)n;
+  p->pos += n;
+  return push(p, v);
+}
+
+static int long_op(parser *p, size_t lenbytes) {
+  const unsigned char *s;
+  if (take(p, lenbytes, &s))
+    return -1;
+  uint64_t n = le(s, lenbytes);
+  if (n > p->len - p->pos)
+    return fail(p, "truncated: a long longer than the data left");
+  pv *v = node(p, PV_INT);
+  if (!v)
+    return fail(p, "out of host memory");
+  const unsigned char *d = p->b + p->pos;
+  p->pos += n;
+  if (n > 8) {
+    v->big = 1;
+  } else if (n) {
+    uint64_t u = le(d, n);
+    if (n < 8 && (d[n - 1] & 0x80))
+      u |= ~(uint64_t)0 << (8 * n); /* sign-extend */
+    v->i = (int64_t)u;
+  }
+  return push(p, v);
+}
+
+static int opaque(parser *p, int pops) {
+  for (int i = 0; i < pops; i++)
+    if (!pop(p))
+      return -1;
+  return push(p, node(p, PV_OBJECT));
+}
+
+static int step(parser *p, int *stop) {
+  const unsigned char *a;
+  p->op_at = p->pos;
+  if (p->pos >= p->len)
+    return fail(p, "truncated: no STOP opcode");
+  unsigned char op = p->b[p->pos++];
+  pv *v, *k;
+  size_t base, n;
+  switch (op) {
+  case 0x80: /* PROTO */
+    if (take(p, 1, &a))
+      return -1;
+    if (a[0] > 5)
+      return fail(p, "pickle protocol above 5");
+    return 0;
+  case 0x95: /* FRAME: the frame's bytes follow inline */
+    return take(p, 8, &a);
+  case '.':
+    *stop = 1;
+    return 0;
+  case '}':
+    return push(p, node(p, PV_DICT));
+  case ']':
+  case ')':
+  case 0x8f: /* EMPTY_SET */
+    return push(p, node(p, PV_LIST));
+  case '(':
+    if (p->nmarks == p->cap_marks) {
+      size_t cap = p->cap_marks ? 2 * p->cap_marks : 64;
+      if (cap > MAX_STACK)
+        return fail(p, "too many MARKs");
+      size_t *m = realloc(p->marks, cap * sizeof *m);
+      if (!m)
+        return fail(p, "out of host memory");
+      p->marks = m;
+      p->cap_marks = cap;
+    }
+    p->marks[p->nmarks++] = p->sp;
+    return 0;
+  case 's': { /* SETITEM */
+    pv *d;
+    if (!(v = pop(p)) || !(k = pop(p)) || !(d = top(p)))
+      return -1;
+    if (d->type == PV_OBJECT)
+      return 0;
+    if (d->type != PV_DICT)
+      return fail(p, "SETITEM on something not a dict");
+    return add_item(p, d, k) || add_item(p, d, v);
+  }
+  case 'u':  /* SETITEMS */
+  case 'e':  /* APPENDS */
+  case 0x90: /* ADDITEMS */
+    if (pop_mark(p, &base, &n) || !(v = top(p)))
+      return -1;
+    if (v->type == PV_OBJECT) /* items of an object we do not model */
+      return 0;
+    if (v->type != (op == 'u' ? PV_DICT : PV_LIST))
+      return fail(p, op == 'u' ? "SETITEMS on something not a dict"
+                               : "APPENDS on something not a list or set");
+    return collect(p, v, base, n);
+  case 'a': /* APPEND */
+    if (!(k = pop(p)) || !(v = top(p)))
+      return -1;
+    if (v->type == PV_OBJECT)
+      return 0;
+    if (v->type != PV_LIST)
+      return fail(p, "APPEND on something not a list");
+    return add_item(p, v, k);
+  case 't':  /* TUPLE */
+  case 0x91: /* FROZENSET */
+    if (pop_mark(p, &base, &n))
+      return -1;
+    if (!(v = node(p, PV_LIST)))
+      return fail(p, "out of host memory");
+    return collect(p, v, base, n) || push(p, v);
+  case 0x85:
+  case 0x86:
+  case 0x87: /* TUPLE1..3 */
+    n = (size_t)(op - 0x84);
+    if (p->sp < n + (p->nmarks ? p->marks[p->nmarks - 1] : 0))
+      return fail(p, "stack underflow");
+    if (!(v = node(p, PV_LIST)))
+      return fail(p, "out of host memory");
+    p->sp -= n;
+    return collect(p, v, p->sp, n) || push(p, v);
+  case 'J':
+    if (take(p, 4, &a))
+      return -1;
+    if (!(v = node(p, PV_INT)))
+      return fail(p, "out of host memory");
+    v->i = (int32_t)(uint32_t)le(a, 4);
+    return push(p, v);
+  case 'K':
+  case 'M':
+    if (take(p, op == 'K' ? 1 : 2, &a))
+      return -1;
+    if (!(v = node(p, PV_INT)))
+      return fail(p, "out of host memory");
+    v->i = (int64_t)le(a, op == 'K' ? 1 : 2);
+    return push(p, v);
+  case 0x8a:
+    return long_op(p, 1);
+  case 0x8b:
+    return long_op(p, 4);
+  case 'G': {
+    if (take(p, 8, &a))
+      return -1;
+    uint64_t u = 0;
+    for (int i = 0; i < 8; i++)
+      u = u << 8 | a[i];
+    if (!(v = node(p, PV_FLOAT)))
+      return fail(p, "out of host memory");
+    memcpy(&v->f, &u, sizeof u);
+    return push(p, v);
+  }
+  case 'N':
+    return push(p, node(p, PV_NONE));
+  case 0x88:
+  case 0x89:
+    if (!(v = node(p, PV_BOOL)))
+      return fail(p, "out of host memory");
+    v->i = op == 0x88;
+    return push(p, v);
+  case 0x8c:
+    return str_op(p, PV_STR, 1);
+  case 'X':
+    return str_op(p, PV_STR, 4);
+  case 0x8d:
+    return str_op(p, PV_STR, 8);
+  case 'U':
+  case 'C':
+    return str_op(p, op == 'U' ? PV_STR : PV_BYTES, 1);
+  case 'T':
+  case 'B':
+    return str_op(p, op == 'T' ? PV_STR : PV_BYTES, 4);
+  case 0x8e:
+  case 0x96:
+    return str_op(p, PV_BYTES, 8);
+  case 'q':
+  case 'r':
+    if (take(p, op == 'q' ? 1 : 4, &a) || !(v = top(p)))
+      return -1;
+    return memo_put(p, (size_t)le(a, op == 'q' ? 1 : 4), v);
+  case 0x94: /* MEMOIZE */
+    if (!(v = top(p)))
+      return -1;
+    return memo_put(p, p->memo_next++, v);
+  case 'h':
+  case 'j':
+    if (take(p, op == 'h' ? 1 : 4, &a))
+      return -1;
+    return memo_get(p, (size_t)le(a, op == 'h' ? 1 : 4));
+  case '0':
+    return pop(p) ? 0 : -1;
+  case '1':
+    return pop_mark(p, &base, &n);
+  case '2':
+    return (v = top(p)) ? push(p, v) : -1;
+  case 'c': { /* GLOBAL module\nname\n: an object we do not model */
+    for (int line = 0; line < 2; line++) {
+      const void *nl = memchr(p->b + p->pos, '\n', p->len - p->pos);
+      if (!nl)
+        return fail(p, "truncated: GLOBAL without its newline");
+      p->pos = (size_t)((const unsigned char *)nl - p->b) + 1;
+    }
+    return push(p, node(p, PV_OBJECT));
+  }
+  case 0x93: /* STACK_GLOBAL */
+  case 'R':  /* REDUCE */
+  case 0x81: /* NEWOBJ */
+    return opaque(p, 2);
+  case 0x92: /* NEWOBJ_EX */
+    return opaque(p, 3);
+  case 'Q': /* BINPERSID */
+    return opaque(p, 1);
+  case 'b': /* BUILD: the state is dropped, the object stays */
+    return pop(p) && top(p) ? 0 : -1;
+  case 0x82:
+  case 0x83:
+  case 0x84: /* EXT1/2/4 */
+    if (take(p, op == 0x82 ? 1 : op == 0x83 ? 2 : 4, &a))
+      return -1;
+    return push(p, node(p, PV_OBJECT));
+  case 0x97: /* NEXT_BUFFER: out-of-band data is not in the file */
+    return fail(p, "out-of-band buffer (protocol 5 NEXT_BUFFER) not supported");
+  case 0x98: /* READONLY_BUFFER */
+    return top(p) ? 0 : -1;
+  default: {
+    char what[64];
+    snprintf(what, sizeof what, "unsupported pickle opcode 0x%02x", op);
+    return fail(p, what);
+  }
+  }
+}
+
+pickle_doc *pickle_load(const unsigned char *buf, size_t len, char *err, size_t errlen) {
+  parser p = {.b = buf, .len = len, .err = err, .errlen = errlen};
+  p.doc = calloc(1, sizeof *p.doc);
+  if (!p.doc) {
+    snprintf(err, errlen, "byte 0: out of host memory");
+    return NULL;
+  }
+  int stop = 0, r = 0;
+  if (len == 0)
+    r = fail(&p, "empty input");
+  while (!r && !stop)
+    r = step(&p, &stop);
+  if (!r) {
+    if (p.sp != 1 || p.nmarks)
+      r = fail(&p, "STOP with a stack that does not hold one value");
+    else
+      p.doc->root = p.stack[0];
+  }
+  free(p.stack);
+  free(p.marks);
+  free(p.memo);
+  if (r) {
+    pickle_free(p.doc);
+    return NULL;
+  }
+  return p.doc;
+}
+
+const pv *pickle_root(const pickle_doc *d) {
+  return d->root;
+}
+
+void pickle_free(pickle_doc *d) {
+  if (!d)
+    return;
+  for (chunk *c = d->chunks, *next; c; c = next) {
+    next = c->next;
+    for (size_t i = 0; i < c->used; i++)
+      free(c->node[i].items);
+    free(c);
+  }
+  free(d);
+}
+
+int pv_is_str(const pv *v, const char *s) {
+  size_t n = strlen(s);
+  return v && v->type == PV_STR && v->len == n && !memcmp(v->s, s, n);
+}
+
+const pv *pv_get(const pv *d, const char *key) {
+  if (!d || d->type != PV_DICT)
+    return NULL;
+  for (uint32_t i = 0; i < d->len; i++)
+    if (pv_is_str(d->items[2 * i], key))
+      return d->items[2 * i + 1];
+  return NULL;
+}

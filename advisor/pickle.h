@@ -1,0 +1,50 @@
+/* A small unpickler for the data pickle protocols 2 to 5 write for plain
+ * containers: dict, list, tuple, set, str, bytes, int (any length; beyond
+ * 64 bits marked big), float, bool and None, with the memo and frames.
+ * Other objects (a class instance, a global) become PV_OBJECT values, so a
+ * document that holds some still reads. Never executes anything. Every node
+ * records the byte offset of the opcode that made it, for error messages. */
+#ifndef GPUPOOL_ADVISOR_PICKLE_H
+#define GPUPOOL_ADVISOR_PICKLE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+typedef enum {
+  PV_NONE,
+  PV_BOOL,
+  PV_INT,
+  PV_FLOAT,
+  PV_STR,
+  PV_BYTES,
+  PV_LIST,
+  PV_DICT,
+  PV_OBJECT
+} pv_type;
+
+typedef struct pv {
+  uint8_t type;
+  uint8_t big;  /* PV_INT: did not fit in int64 (i holds 0) */
+  uint32_t len; /* PV_STR/PV_BYTES bytes; PV_LIST items; PV_DICT pairs (items holds 2 x len) */
+  uint64_t offset;
+  union {
+    int64_t i;
+    double f;
+    const char *s; /* into the input buffer, not NUL-terminated */
+  };
+  struct pv **items;
+  uint32_t nitems, cap; /* entries of items used and allocated */
+} pv;
+
+typedef struct pickle_doc pickle_doc;
+
+/* NULL on error with err = "byte N: reason". */
+pickle_doc *pickle_load(const unsigned char *buf, size_t len, char *err, size_t errlen);
+const pv *pickle_root(const pickle_doc *d);
+void pickle_free(pickle_doc *d);
+
+/* The value of key in dict d, or NULL. */
+const pv *pv_get(const pv *d, const char *key);
+int pv_is_str(const pv *v, const char *s);
+
+#endif

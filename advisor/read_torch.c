@@ -1,0 +1,126 @@
+/* PyTorch memory snapshots (torch.cuda.memory._dump_snapshot(): a pickled
+ * dict whose "device_traces" holds, per device, the allocator's trace
+ * entries: dicts with "action", "addr", "size", "stream", "time_us" and
+ * "frames"). "alloc" carries the requested size. A "free_requested" whose
+ * "free_completed" is not the next entry waited on other streams' events
+ * (record_stream): it is replayed as a record_stream and a free. Segment,
+ * OOM and snapshot entries are the allocator's own doing, not the job's
+ * requests, and are skipped. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "pickle.h"
+#include "pool/errors.h"
+#include "readers.h"
+
+static int int_of(const pv *v, uint64_t *out) {
+  if (!v || v->type != PV_INT || v->big || v->i < 0)
+    return -1;
+  *out = (uint64_t)v->i;
+  return 0;
+}
+
+gpupool_status read_torch(const unsigned char *buf, size_t len, const char *path,
+                          const char *device, gpupool_history **out) {
+  char err[200];
+  pickle_doc *doc = pickle_load(buf, len, err, sizeof err);
+  if (!doc)
+    return pool_fail(GPUPOOL_ERR_INVALID, "%s: %s", path, err);
+  const pv *root = pickle_root(doc);
+  const pv *traces = pv_get(root, "device_traces");
+  gpupool_status st = GPUPOOL_OK;
+  gpupool_history *h = NULL;
+  if (!traces || traces->type != PV_LIST) {
+    st = pool_fail(GPUPOOL_ERR_INVALID,
+                   "%s: not a PyTorch memory snapshot: no device_traces list (byte %llu)", path,
+                   (unsigned long long)(root ? root->offset : 0));
+    goto out;
+  }
+  size_t pick = traces->len;
+  if (device) {
+    char *end;
+    unsigned long d = strtoul(device, &end, 10);
+    if (end == device || *end || d >= traces->len) {
+      st = pool_fail(GPUPOOL_ERR_INVALID, "%s: no device '%s' in device_traces (%u devices)", path,
+                     device, traces->len);
+      goto out;
+    }
+    pick = d;
+  } else {
+    for (size_t i = 0; i < traces->len; i++)
+      if (traces->items[i]->type == PV_LIST &&
+          (pick == traces->len || traces->items[i]->len > traces->items[pick]->len))
+        pick = i;
+  }
+  const pv *tr = pick < traces->len ? traces->items[pick] : NULL;
+  if (!tr || tr->type != PV_LIST) {
+    st = pool_fail(GPUPOOL_ERR_INVALID, "%s: device_traces holds no trace list", path);
+    goto out;
+  }
+  char src[320];
+  snprintf(src, sizeof src, "%s (device %zu)", path, pick);
+  if (!(h = hist_new(src, "torch"))) {
+    st = pool_fail(GPUPOOL_ERR_OOM, "%s: out of host memory", path);
+    goto out;
+  }
+  for (uint32_t i = 0; i < tr->len; i++) {
+    const pv *e = tr->items[i];
+    const pv *action = pv_get(e, "action");
+    if (!action || action->type != PV_STR) {
+      st = pool_fail(GPUPOOL_ERR_INVALID,
+                     "%s: byte %llu: device_traces[%zu][%u] is not a trace entry (no action)", path,
+                     (unsigned long long)e->offset, pick, i);
+      goto out;
+    }
+    int is_alloc = pv_is_str(action, "alloc"), is_free = pv_is_str(action, "free_requested");
+    if (!is_alloc && !is_free)
+      continue; /* free_completed, segment_*, oom, snapshot, ... */
+    uint64_t addr, size = 0, stream = 0, t;
+    const pv *sv = pv_get(e, "stream");
+    if (int_of(pv_get(e, "addr"), &addr) || (is_alloc && int_of(pv_get(e, "size"), &size)) ||
+        (is_alloc && size == 0) || (sv && sv->type != PV_NONE && int_of(sv, &stream))) {
+      st = pool_fail(GPUPOOL_ERR_INVALID,
+                     "%s: byte %llu: device_traces[%zu][%u] (%.*s): addr, size or stream is not "
+                     "a non-negative integer",
+                     path, (unsigned long long)e->offset, pick, i, (int)action->len, action->s);
+      goto out;
+    }
+    int r;
+    if (is_alloc) {
+      r = hist_alloc(h, addr, size, stream, err, sizeof err);
+    } else {
+      const pv *next = i + 1 < tr->len ? tr->items[i + 1] : NULL;
+      uint64_t next_addr;
+      int completed_now = next && pv_is_str(pv_get(next, "action"), "free_completed") &&
+                          !int_of(pv_get(next, "addr"), &next_addr) && next_addr == addr;
+      r = 0;
+      if (!completed_now && i + 1 < tr->len) /* waited on another stream's work */
+        r = hist_record_stream(h, addr, HIST_OTHER_STREAM) < 0;
+      if (!r)
+        r = hist_free(h, addr) < 0;
+      if (r)
+        snprintf(err, sizeof err, "out of host memory");
+    }
+    if (r) {
+      st = pool_fail(GPUPOOL_ERR_INVALID, "%s: byte %llu: device_traces[%zu][%u]: %s", path,
+                     (unsigned long long)e->offset, pick, i, err);
+      goto out;
+    }
+    if (!int_of(pv_get(e, "time_us"), &t))
+      hist_note_time(h, (double)t * 1e-6);
+  }
+  if (h->n_ops == 0)
+    st = pool_fail(GPUPOOL_ERR_INVALID,
+                   "%s: the trace of device %zu has no allocations (was "
+                   "_record_memory_history on?)",
+                   path, pick);
+out:
+  pickle_free(doc);
+  if (st != GPUPOOL_OK) {
+    gpupool_history_free(h);
+    return st;
+  }
+  hist_finish(h);
+  *out = h;
+  return GPUPOOL_OK;
+}

@@ -1,0 +1,262 @@
+/* gpupool_advice_render: the advice as a table for people, JSON (the /advice
+ * document, docs/advisor.md) or CSV. */
+#include <cjson/cJSON.h>
+#include <stdarg.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "gpupool/advisor.h"
+
+typedef struct sbuf {
+  char *s;
+  size_t n, cap;
+  int failed;
+} sbuf;
+
+__attribute__((format(printf, 2, 3))) static void put(sbuf *b, const char *fmt, ...) {
+  for (int tries = 0; tries < 2 && !b->failed; tries++) {
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(b->s + b->n, b->cap - b->n, fmt, ap);
+    va_end(ap);
+    if (n < 0) {
+      b->failed = 1;
+      return;
+    }
+    if ((size_t)n < b->cap - b->n) {
+      b->n += (size_t)n;
+      return;
+    }
+    size_t cap = (b->cap + (size_t)n + 1) * 2;
+    char *s = realloc(b->s, cap);
+    if (!s) {
+      b->failed = 1;
+      return;
+    }
+    b->s = s;
+    b->cap = cap;
+  }
+}
+
+static const char *conf_name(const char *c) {
+  return *c ? c : "(defaults: bfc)";
+}
+
+static double mib(uint64_t b) {
+  return (double)b / (1 << 20);
+}
+
+static void capacity_text(char *out, size_t n, uint64_t c) {
+  if (c == 0)
+    snprintf(out, n, "not searched");
+  else if (c == UINT64_MAX)
+    snprintf(out, n, "does not fit the simulated device");
+  else
+    snprintf(out, n, "%.0f MiB (%.2f GiB)", mib(c), (double)c / (1 << 30));
+}
+
+static int by_peak(const void *x, const void *y, void *arg) {
+  const gpupool_advice *a = arg;
+  const gpupool_advice_candidate *p = &a->c[*(const size_t *)x], *q = &a->c[*(const size_t *)y];
+  if (p->done != q->done)
+    return q->done - p->done;
+  if ((p->r.ooms != 0) != (q->r.ooms != 0))
+    return (p->r.ooms != 0) - (q->r.ooms != 0);
+  if (p->r.peak_reserved != q->r.peak_reserved)
+    return p->r.peak_reserved < q->r.peak_reserved ? -1 : 1;
+  return (p->device_ms > q->device_ms) - (p->device_ms < q->device_ms);
+}
+
+static void render_table(const gpupool_advice *a, sbuf *b) {
+  const gpupool_history_info *in = &a->input;
+  const gpupool_advice_candidate *cur = &a->c[a->current], *rec = &a->c[a->recommended];
+  put(b, "history: %s (%s): %llu events, %llu allocations, peak requested %.1f MiB", in->source,
+      in->format, (unsigned long long)in->events, (unsigned long long)in->allocations,
+      mib(in->peak_requested));
+  if (in->unmatched_frees || in->dropped)
+    put(b, " (incomplete: %llu frees of older allocations, %llu events lost)",
+        (unsigned long long)in->unmatched_frees, (unsigned long long)in->dropped);
+  put(b, "\nsimulated device: %.1f GiB; %zu configurations replayed on %u threads in %.3f s%s\n\n",
+      (double)a->capacity / (1 << 30), a->n, a->threads, a->wall_s,
+      a->truncated ? " (deadline reached: some not replayed)" : "");
+  size_t *order = malloc(a->n * sizeof *order);
+  if (!order) {
+    b->failed = 1;
+    return;
+  }
+  for (size_t i = 0; i < a->n; i++)
+    order[i] = i;
+  qsort_r(order, a->n, sizeof *order, by_peak, (void *)a);
+  put(b, "%-4s %12s %7s %9s %11s %11s %5s %6s  %s\n", "", "peak_res_MiB", "res/alc", "dev_calls",
+      "device_ms", "added_ms", "OOMs", "frag", "configuration (GPUPOOL_CONF)");
+  for (size_t k = 0; k < a->n; k++) {
+    const gpupool_advice_candidate *c = &a->c[order[k]];
+    const char *tag = order[k] == a->recommended ? "REC" : order[k] == a->current ? "CUR" : "";
+    if (!c->done) {
+      put(b, "%-4s %12s %7s %9s %11s %11s %5s %6s  %s\n", tag, "-", "-", "-", "-", "-", "-", "-",
+          conf_name(c->conf));
+      continue;
+    }
+    put(b, "%-4s %12.1f %7.3f %9llu %11.2f %+11.2f %5llu %6.3f  %s%s\n", tag,
+        mib(c->r.peak_reserved), c->r.ratio,
+        (unsigned long long)(c->r.device_allocs + c->r.device_frees), c->device_ms, c->added_ms,
+        (unsigned long long)c->r.ooms, c->r.fragmentation_at_peak, conf_name(c->conf),
+        c->added_ms > a->max_added_ms ? "  [over the time bound]" : "");
+  }
+  free(order);
+  char cc[64], rc[64];
+  capacity_text(cc, sizeof cc, a->min_capacity_current);
+  capacity_text(rc, sizeof rc, a->min_capacity_recommended);
+  put(b,
+      "\nTime bound: %.1f ms of added device-call time over the current configuration "
+      "(--max-added-ms).\n",
+      a->max_added_ms);
+  put(b, "Current:     %s: peak reserved %.1f MiB, device calls %.2f ms\n", conf_name(cur->conf),
+      mib(cur->r.peak_reserved), cur->device_ms);
+  put(b, "Recommended: peak reserved %.1f MiB (%.1f MiB less), %+.2f ms of device calls\n",
+      mib(rec->r.peak_reserved), mib(cur->r.peak_reserved) - mib(rec->r.peak_reserved),
+      rec->added_ms);
+  put(b, "  GPUPOOL_CONF=%s\n", *rec->conf ? rec->conf : "(unset: the defaults)");
+  if (rec->has_torch)
+    put(b, "  PYTORCH_CUDA_ALLOC_CONF=%s\n", *rec->torch_conf ? rec->torch_conf : "(unset)");
+  else
+    put(b, "  (PyTorch's allocator has no equivalent of this configuration)\n");
+  put(b, "Smallest device without an OOM (granularity %.0f MiB): current %s, recommended %s\n",
+      mib(a->capacity_step), cc, rc);
+}
+
+static void render_csv(const gpupool_advice *a, sbuf *b) {
+  put(b, "role,gpupool_conf,pytorch_cuda_alloc_conf,replayed,peak_reserved_bytes,"
+         "peak_allocated_bytes,ratio,device_allocs,device_frees,cache_flushes,alloc_retries,"
+         "gc_runs,ooms,fragmentation_at_peak,pages_moved,device_syncs,device_ms,added_ms,"
+         "replay_s\n");
+  for (size_t i = 0; i < a->n; i++) {
+    const gpupool_advice_candidate *c = &a->c[i];
+    const char *role = i == a->recommended
+                           ? (i == a->current ? "current+recommended" : "recommended")
+                       : i == a->current ? "current"
+                                         : "";
+    put(b,
+        "%s,\"%s\",\"%s\",%d,%llu,%llu,%.4f,%llu,%llu,%llu,%llu,%llu,%llu,%.4f,%llu,%llu,%.3f,%.3f,"
+        "%.6f\n",
+        role, c->conf, c->has_torch ? c->torch_conf : "", c->done,
+        (unsigned long long)c->r.peak_reserved, (unsigned long long)c->r.peak_allocated, c->r.ratio,
+        (unsigned long long)c->r.device_allocs, (unsigned long long)c->r.device_frees,
+        (unsigned long long)c->r.cache_flushes, (unsigned long long)c->r.alloc_retries,
+        (unsigned long long)c->r.gc_runs, (unsigned long long)c->r.ooms, c->r.fragmentation_at_peak,
+        (unsigned long long)c->r.pages_moved, (unsigned long long)c->r.device_syncs, c->device_ms,
+        c->added_ms, c->r.seconds);
+  }
+}
+
+static void num(cJSON *o, const char *k, double v) {
+  cJSON_AddNumberToObject(o, k, v);
+}
+
+static void add_capacity(cJSON *o, const char *k, uint64_t c) {
+  if (c == 0 || c == UINT64_MAX)
+    cJSON_AddNullToObject(o, k);
+  else
+    num(o, k, (double)c);
+}
+
+static cJSON *candidate_json(const gpupool_advice_candidate *c) {
+  cJSON *o = cJSON_CreateObject();
+  cJSON_AddStringToObject(o, "gpupool_conf", c->conf);
+  if (c->has_torch)
+    cJSON_AddStringToObject(o, "pytorch_cuda_alloc_conf", c->torch_conf);
+  else
+    cJSON_AddNullToObject(o, "pytorch_cuda_alloc_conf");
+  cJSON_AddBoolToObject(o, "replayed", c->done);
+  num(o, "peak_reserved_bytes", (double)c->r.peak_reserved);
+  num(o, "peak_allocated_bytes", (double)c->r.peak_allocated);
+  num(o, "ratio", c->r.ratio);
+  num(o, "device_allocs", (double)c->r.device_allocs);
+  num(o, "device_frees", (double)c->r.device_frees);
+  num(o, "cache_flushes", (double)c->r.cache_flushes);
+  num(o, "alloc_retries", (double)c->r.alloc_retries);
+  num(o, "gc_runs", (double)c->r.gc_runs);
+  num(o, "ooms", (double)c->r.ooms);
+  num(o, "fragmentation_at_peak", c->r.fragmentation_at_peak);
+  num(o, "pages_moved", (double)c->r.pages_moved);
+  num(o, "device_syncs", (double)c->r.device_syncs);
+  num(o, "device_ms", c->device_ms);
+  num(o, "added_ms", c->added_ms);
+  num(o, "replay_s", c->r.seconds);
+  return o;
+}
+
+static cJSON *advice_json(const gpupool_advice *a) {
+  cJSON *root = cJSON_CreateObject();
+  const gpupool_history_info *in = &a->input;
+  cJSON *i = cJSON_AddObjectToObject(root, "input");
+  cJSON_AddStringToObject(i, "source", in->source);
+  cJSON_AddStringToObject(i, "format", in->format);
+  num(i, "events", (double)in->events);
+  num(i, "allocations", (double)in->allocations);
+  num(i, "frees", (double)in->frees);
+  num(i, "record_streams", (double)in->record_streams);
+  num(i, "empty_caches", (double)in->empty_caches);
+  num(i, "unmatched_frees", (double)in->unmatched_frees);
+  num(i, "live_at_end", (double)in->live_at_end);
+  num(i, "dropped_events", (double)in->dropped);
+  num(i, "streams", (double)in->streams);
+  num(i, "peak_requested_bytes", (double)in->peak_requested);
+  num(i, "duration_s", in->duration_s);
+  num(root, "capacity_bytes", (double)a->capacity);
+  num(root, "capacity_step_bytes", (double)a->capacity_step);
+  num(root, "max_added_ms", a->max_added_ms);
+  num(root, "threads", a->threads);
+  num(root, "wall_s", a->wall_s);
+  cJSON_AddBoolToObject(root, "truncated", a->truncated);
+  cJSON *p = cJSON_AddObjectToObject(root, "prices_us");
+  num(p, "malloc", a->prices.malloc_us);
+  num(p, "free", a->prices.free_us);
+  num(p, "page_map", a->prices.page_map_us);
+  num(p, "page_unmap", a->prices.page_unmap_us);
+  num(p, "page_move", a->prices.page_move_us);
+  num(p, "synchronize", a->prices.sync_us);
+  const gpupool_advice_candidate *cur = &a->c[a->current], *rec = &a->c[a->recommended];
+  cJSON *c = candidate_json(cur);
+  add_capacity(c, "min_capacity_bytes", a->min_capacity_current);
+  cJSON_AddItemToObject(root, "current", c);
+  cJSON *r = candidate_json(rec);
+  add_capacity(r, "min_capacity_bytes", a->min_capacity_recommended);
+  num(r, "saved_bytes", (double)cur->r.peak_reserved - (double)rec->r.peak_reserved);
+  cJSON_AddItemToObject(root, "recommended", r);
+  cJSON *arr = cJSON_AddArrayToObject(root, "candidates");
+  for (size_t k = 0; k < a->n; k++)
+    cJSON_AddItemToArray(arr, candidate_json(&a->c[k]));
+  return root;
+}
+
+char *gpupool_advice_render(const gpupool_advice *a, const char *format) {
+  if (!a || !format)
+    return NULL;
+  if (!strcmp(format, "json")) {
+    cJSON *j = advice_json(a);
+    char *s = j ? cJSON_PrintUnformatted(j) : NULL;
+    cJSON_Delete(j);
+    if (!s)
+      return NULL;
+    char *out = malloc(strlen(s) + 2); /* a newline, and memory the caller frees with free() */
+    if (out)
+      sprintf(out, "%s\n", s);
+    cJSON_free(s);
+    return out;
+  }
+  sbuf b = {0};
+  if (!strcmp(format, "table"))
+    render_table(a, &b);
+  else if (!strcmp(format, "csv"))
+    render_csv(a, &b);
+  else
+    return NULL;
+  if (b.failed || !b.s) {
+    free(b.s);
+    return NULL;
+  }
+  return b.s;
+}

@@ -1,0 +1,156 @@
+/* Replays a history on a pool of the simulated backend: the real pool code,
+ * driven with the recorded requests in order, so a replay under the
+ * configuration that recorded the history reproduces it exactly. */
+#include "replay.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "pool/errors.h"
+#include "pool/free_index.h"
+#include "pool/pool_internal.h"
+
+static double clock_s(clockid_t id) {
+  struct timespec ts;
+  clock_gettime(id, &ts);
+  return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+int replay_conf_check(const char *conf, char *err, size_t errlen) {
+  static const char *const refused[] = {
+      "backend", "device", "name", "host_capacity_mb", "fault_rate", "fault_every_n", "fault_seed"};
+  if (!conf)
+    return 0;
+  const char *s = conf;
+  while (*s) {
+    while (*s == ' ' || *s == ',')
+      s++;
+    size_t n = strcspn(s, ":,");
+    for (size_t i = 0; i < sizeof refused / sizeof *refused; i++)
+      if (n == strlen(refused[i]) && !strncmp(s, refused[i], n)) {
+        snprintf(err, errlen,
+                 "configuration '%s': key %s is not a pool setting the advisor tries (the "
+                 "simulated device and its capacity are the advisor's own)",
+                 conf, refused[i]);
+        return -1;
+      }
+    s += strcspn(s, ",");
+  }
+  return 0;
+}
+
+/* Allocated bytes and the largest free block, summed over p's shards. */
+static void pool_free_state(gpupool *p, uint64_t *allocated, uint64_t *largest) {
+  *allocated = *largest = 0;
+  for (shard *sh = atomic_load(&p->shards); sh; sh = sh->next_shard) {
+    *allocated += (uint64_t)stat_total(&sh->st.s[STAT_ALLOCATED_BYTES]);
+    for (int k = 0; k < 2; k++) {
+      block *b = free_index_largest(sh->free_tree[k]);
+      if (b && b->size > *largest)
+        *largest = b->size;
+    }
+  }
+}
+
+gpupool_status replay_run(const gpupool_history *h, const char *conf, uint64_t capacity,
+                          int stop_at_oom, gpupool_replay_result *out) {
+  char err[320];
+  memset(out, 0, sizeof *out);
+  if (!h)
+    return pool_fail(GPUPOOL_ERR_INVALID, "gpupool_replay: no history");
+  if (capacity == 0)
+    return pool_fail(GPUPOOL_ERR_INVALID, "gpupool_replay: capacity 0");
+  if (replay_conf_check(conf, err, sizeof err))
+    return pool_fail(GPUPOOL_ERR_INVALID, "%s", err);
+  gpupool_options o = {.name = "replay",
+                       .backend = GPUPOOL_BACKEND_SIM,
+                       .tunables = conf,
+                       .host_capacity = (size_t)capacity,
+                       .ignore_env = 1};
+  gpupool *p;
+  gpupool_status st = gpupool_create(&o, &p);
+  if (st != GPUPOOL_OK)
+    return st;
+  void **ptr = calloc(h->n_slots ? h->n_slots : 1, sizeof *ptr);
+  if (!ptr) {
+    gpupool_destroy(p);
+    return pool_fail(GPUPOOL_ERR_OOM, "gpupool_replay: out of host memory");
+  }
+  out->expandable = p->cfg.expandable;
+  double t0 = clock_s(CLOCK_MONOTONIC), c0 = clock_s(CLOCK_THREAD_CPUTIME_ID);
+  uint64_t ooms = 0, flushes = 0, peak_seen = 0;
+  double frag = 0;
+  const hist_op *op = h->ops, *end = h->ops + h->n_ops;
+  const stat_counter *reserved = &p->seg_stats[1];
+  for (; op < end; op++) {
+    switch (op->kind) {
+    case HOP_ALLOC: {
+      if (gpupool_malloc(p, &ptr[op->slot], h->size[op->slot],
+                         (void *)(uintptr_t)h->streams[op->stream]) != GPUPOOL_OK) {
+        ptr[op->slot] = NULL;
+        ooms++;
+        if (stop_at_oom)
+          goto done;
+        break;
+      }
+      uint64_t res = (uint64_t)stat_total(reserved);
+      if (res > peak_seen) { /* a new peak of reserved memory: its fragmentation */
+        peak_seen = res;
+        uint64_t alloc, largest;
+        pool_free_state(p, &alloc, &largest);
+        /* expandable segments: free blocks may span unmapped pages; clamp */
+        frag = res > alloc ? 1.0 - (double)largest / (double)(res - alloc) : 0.0;
+        frag = frag < 0 ? 0 : frag;
+      }
+      break;
+    }
+    case HOP_FREE:
+      if (ptr[op->slot]) {
+        gpupool_free(p, ptr[op->slot]);
+        ptr[op->slot] = NULL;
+      }
+      break;
+    case HOP_RECORD_STREAM:
+      if (ptr[op->slot])
+        gpupool_record_stream(p, ptr[op->slot], (void *)(uintptr_t)h->streams[op->stream]);
+      break;
+    default:
+      gpupool_empty_cache(p);
+      flushes++;
+      break;
+    }
+  }
+done:
+  out->seconds = clock_s(CLOCK_MONOTONIC) - t0;
+  out->cpu_seconds = clock_s(CLOCK_THREAD_CPUTIME_ID) - c0;
+  out->events = (uint64_t)(op - h->ops) + (op < end);
+  gpupool_stats s;
+  gpupool_get_stats(p, &s);
+  out->peak_reserved = (uint64_t)s.reserved_bytes[GPUPOOL_STAT_ALL].peak;
+  out->peak_allocated = (uint64_t)s.allocated_bytes[GPUPOOL_STAT_ALL].peak;
+  out->peak_requested = (uint64_t)s.requested_bytes[GPUPOOL_STAT_ALL].peak;
+  out->ratio = out->peak_allocated ? (double)out->peak_reserved / (double)out->peak_allocated : 0;
+  out->device_allocs = s.num_device_alloc;
+  out->device_frees = s.num_device_free;
+  out->alloc_retries = s.num_alloc_retries;
+  out->gc_runs = s.num_gc_runs;
+  out->cache_flushes = s.num_alloc_retries + s.num_gc_runs + flushes;
+  out->ooms = ooms;
+  out->fragmentation_at_peak = frag;
+  out->pages_moved = s.num_pages_moved;
+  out->device_syncs = s.num_device_syncs + s.num_alloc_retries;
+  out->sync_events = s.num_sync_events;
+  free(ptr);
+  gpupool_destroy(p);
+  pool_clear_error();
+  return GPUPOOL_OK;
+}
+
+gpupool_status gpupool_replay(const gpupool_history *h, const char *conf, uint64_t capacity,
+                              gpupool_replay_result *out) {
+  if (!out)
+    return pool_fail(GPUPOOL_ERR_INVALID, "gpupool_replay: out is NULL");
+  return replay_run(h, conf, capacity, 0, out);
+}

@@ -1,0 +1,14 @@
+/* The replay engine (gpupool_replay in include/gpupool/advisor.h), with the
+ * option the capacity search needs: stop at the first OOM. */
+#ifndef GPUPOOL_ADVISOR_REPLAY_H
+#define GPUPOOL_ADVISOR_REPLAY_H
+
+#include "history.h"
+
+/* Checks conf for keys a replay must not take (backend, device, capacity,
+ * faults, name); 0, or -1 with err set. */
+int replay_conf_check(const char *conf, char *err, size_t errlen);
+gpupool_status replay_run(const gpupool_history *h, const char *conf, uint64_t capacity,
+                          int stop_at_oom, gpupool_replay_result *out);
+
+#endif

@@ -1,0 +1,284 @@
+/* /advice (advice.h). */
+#include "advice.h"
+
+#include <cjson/cJSON.h>
+#include <math.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "advisor/live.h"
+#include "pool/clock.h"
+#include "pool/pool_view.h"
+#include "pool/registry.h"
+
+#define DEFAULT_MAX_AGE_S   60.0
+#define DEADLINE_S          5.0 /* the whole request: all pools */
+#define DEFAULT_CAPACITY_GB 80.0
+#define MAX_RINGS           1024
+
+typedef struct taken_pool {
+  char name[128];
+  int device;
+  char conf[256];
+  event_ring **rings;
+  size_t nrings;
+} taken_pool;
+
+typedef struct cached_pool {
+  char name[128];
+  int device;
+  gpupool_advice *advice; /* NULL: failed, error says why */
+  char error[256];
+} cached_pool;
+
+static pthread_mutex_t g_compute = PTHREAD_MUTEX_INITIALIZER; /* one computation at a time */
+static pthread_mutex_t g_cache_lock = PTHREAD_MUTEX_INITIALIZER;
+static cached_pool g_cache[ADVICE_MAX_POOLS];
+static size_t g_ncache;
+static double g_computed_at, g_compute_s, g_capacity_gib;
+static uint64_t g_runs;
+static int g_valid;
+
+static double now_s(void) {
+  return (double)clock_realtime_ns() / 1e9;
+}
+
+typedef struct take_ctx {
+  taken_pool *t;
+  size_t n;
+  const char *only;
+} take_ctx;
+
+/* Under the registry lock: copies only (names, the conf line, ring refs). */
+static void take_pool(gpupool *p, void *arg) {
+  take_ctx *c = arg;
+  if (c->n == ADVICE_MAX_POOLS || (c->only && strcmp(c->only, gpupool_name(p))))
+    return;
+  taken_pool *t = &c->t[c->n];
+  t->rings = malloc(MAX_RINGS * sizeof *t->rings);
+  if (!t->rings)
+    return;
+  t->nrings = pool_event_rings(p, t->rings, MAX_RINGS);
+  if (!t->nrings) {
+    free(t->rings);
+    return;
+  }
+  snprintf(t->name, sizeof t->name, "%s", gpupool_name(p));
+  t->device = gpupool_device(p);
+  advisor_conf_of_pool(p, t->conf, sizeof t->conf);
+  c->n++;
+}
+
+static void clear_cache_locked(void) {
+  for (size_t i = 0; i < g_ncache; i++)
+    gpupool_advice_free(g_cache[i].advice);
+  g_ncache = 0;
+}
+
+static void compute(double capacity_gib, const char *only) {
+  taken_pool taken[ADVICE_MAX_POOLS];
+  take_ctx c = {taken, 0, only};
+  registry_foreach(take_pool, &c);
+  double t0 = now_s();
+  cached_pool fresh[ADVICE_MAX_POOLS];
+  for (size_t i = 0; i < c.n; i++) {
+    cached_pool *f = &fresh[i];
+    memset(f, 0, sizeof *f);
+    snprintf(f->name, sizeof f->name, "%s", taken[i].name);
+    f->device = taken[i].device;
+    gpupool_history *h;
+    gpupool_status st = history_from_rings(taken[i].rings, taken[i].nrings, taken[i].name, &h);
+    free(taken[i].rings);
+    if (st == GPUPOOL_OK) {
+      double left = DEADLINE_S - (now_s() - t0);
+      gpupool_advice_options o = {.capacity = (uint64_t)(capacity_gib * (1 << 30)),
+                                  .current = taken[i].conf,
+                                  .threads = 1, /* leave the job's cores alone */
+                                  .max_added_ms = NAN,
+                                  .deadline_s = left > 0.05 ? left : 0.05};
+      st = gpupool_advise(h, &o, &f->advice);
+      gpupool_history_free(h);
+    }
+    if (st != GPUPOOL_OK)
+      snprintf(f->error, sizeof f->error, "%s", gpupool_last_error());
+  }
+  pthread_mutex_lock(&g_cache_lock);
+  clear_cache_locked();
+  memcpy(g_cache, fresh, c.n * sizeof *fresh);
+  g_ncache = c.n;
+  g_computed_at = now_s();
+  g_compute_s = g_computed_at - t0;
+  g_capacity_gib = capacity_gib;
+  g_runs++;
+  g_valid = 1;
+  pthread_mutex_unlock(&g_cache_lock);
+}
+
+static void refuse_unknown(void *arg, const char *key, const char *value) {
+  (void)value;
+  static const char *const known[] = {"format", "max_age", "capacity_gib", "pool"};
+  const char **bad = arg;
+  for (size_t i = 0; i < sizeof known / sizeof *known; i++)
+    if (!strcmp(key, known[i]))
+      return;
+  if (!*bad)
+    *bad = key;
+}
+
+static int number_arg(const endpoint_args *args, const char *key, double lo, double hi, double def,
+                      double *out, endpoint_body *body) {
+  const char *v = args->get(args->ctx, key);
+  *out = def;
+  if (!v)
+    return 0;
+  char *end;
+  double d = strtod(v, &end);
+  if (end == v || *end || !(d >= lo && d <= hi)) {
+    endpoint_bad_request(body, "/advice: %s '%s' is not a number from %g to %g", key, v, lo, hi);
+    return -1;
+  }
+  *out = d;
+  return 0;
+}
+
+/* Under g_cache_lock. */
+static char *render_locked(int json, double age) {
+  if (json) {
+    cJSON *root = cJSON_CreateObject();
+    cJSON_AddNumberToObject(root, "computed_at", g_computed_at);
+    cJSON_AddNumberToObject(root, "age_s", age);
+    cJSON_AddNumberToObject(root, "compute_s", g_compute_s);
+    cJSON_AddNumberToObject(root, "deadline_s", DEADLINE_S);
+    cJSON_AddNumberToObject(root, "capacity_gib", g_capacity_gib);
+    cJSON *pools = cJSON_AddArrayToObject(root, "pools");
+    for (size_t i = 0; i < g_ncache; i++) {
+      const cached_pool *c = &g_cache[i];
+      char *s = c->advice ? gpupool_advice_render(c->advice, "json") : NULL;
+      cJSON *o = s ? cJSON_Parse(s) : cJSON_CreateObject();
+      free(s);
+      if (!o)
+        continue;
+      cJSON_AddStringToObject(o, "pool", c->name);
+      cJSON_AddNumberToObject(o, "device", c->device);
+      if (!c->advice)
+        cJSON_AddStringToObject(o, "error", c->error);
+      cJSON_AddItemToArray(pools, o);
+    }
+    char *s = cJSON_PrintUnformatted(root);
+    cJSON_Delete(root);
+    if (!s)
+      return NULL;
+    char *out = malloc(strlen(s) + 2);
+    if (out)
+      sprintf(out, "%s\n", s);
+    cJSON_free(s);
+    return out;
+  }
+  size_t cap = 4096, n = 0;
+  char *out = malloc(cap);
+  for (size_t i = 0; out && i <= g_ncache; i++) {
+    char *s = NULL, head[512];
+    if (i == g_ncache) {
+      snprintf(head, sizeof head, "%s", g_ncache ? "" : "no pool has recorded events yet\n");
+    } else {
+      const cached_pool *c = &g_cache[i];
+      snprintf(head, sizeof head, "== pool %s (device %d), computed %.1f s ago in %.3f s%s%s\n",
+               c->name, c->device, age, g_compute_s, c->advice ? "" : ": ", c->error);
+      s = c->advice ? gpupool_advice_render(c->advice, "table") : NULL;
+    }
+    size_t need = n + strlen(head) + (s ? strlen(s) : 0) + 2;
+    if (need > cap) {
+      char *q = realloc(out, cap = need * 2);
+      if (!q) {
+        free(out);
+        out = NULL;
+        free(s);
+        break;
+      }
+      out = q;
+    }
+    n += (size_t)sprintf(out + n, "%s%s%s", head, s ? s : "", s ? "\n" : "");
+    free(s);
+  }
+  return out;
+}
+
+void advice_endpoint(const endpoint_args *args, endpoint_body *out) {
+  const char *bad = NULL;
+  args->each(args->ctx, refuse_unknown, &bad);
+  if (bad) {
+    endpoint_bad_request(out,
+                         "/advice: unknown parameter '%s' (format, max_age, capacity_gib, "
+                         "pool)",
+                         bad);
+    return;
+  }
+  const char *format = args->get(args->ctx, "format");
+  if (format && strcmp(format, "json") && strcmp(format, "table")) {
+    endpoint_bad_request(out, "/advice: format '%s' is not json or table", format);
+    return;
+  }
+  double max_age, cap;
+  if (number_arg(args, "max_age", 0, 1e9, DEFAULT_MAX_AGE_S, &max_age, out) ||
+      number_arg(args, "capacity_gib", 0.01, 1 << 20, DEFAULT_CAPACITY_GB, &cap, out))
+    return;
+  const char *only = args->get(args->ctx, "pool");
+  /* One computation at a time; a request that finds one running serves the
+   * cache (or 503 before the first result) instead of holding a second
+   * HTTP thread. A pool filter is not cached apart: it recomputes. */
+  if (pthread_mutex_trylock(&g_compute) == 0) {
+    pthread_mutex_lock(&g_cache_lock);
+    int stale = !g_valid || now_s() - g_computed_at > max_age || g_capacity_gib != cap || only;
+    pthread_mutex_unlock(&g_cache_lock);
+    if (stale)
+      compute(cap, only);
+    pthread_mutex_unlock(&g_compute);
+  }
+  pthread_mutex_lock(&g_cache_lock);
+  char *body =
+      g_valid ? render_locked(!format || !strcmp(format, "json"), now_s() - g_computed_at) : NULL;
+  int valid = g_valid;
+  pthread_mutex_unlock(&g_cache_lock);
+  out->status = body ? 200 : valid ? 500 : 503;
+  out->content_type = body && (!format || !strcmp(format, "json")) ? "application/json"
+                                                                   : "text/plain; charset=utf-8";
+  out->data = body ? body
+                   : strdup(valid ? "out of memory rendering /advice\n"
+                                  : "/advice is being computed by another request: retry\n");
+  out->len = out->data ? strlen(out->data) : 0;
+}
+
+void advice_summary_get(advice_summary *out) {
+  memset(out, 0, sizeof *out);
+  pthread_mutex_lock(&g_cache_lock);
+  out->valid = g_valid;
+  out->computed_at_s = g_computed_at;
+  out->compute_s = g_compute_s;
+  out->runs = g_runs;
+  for (size_t i = 0; i < g_ncache; i++) {
+    const gpupool_advice *a = g_cache[i].advice;
+    if (!a)
+      continue;
+    advice_pool_summary *s = &out->pool[out->npools++];
+    snprintf(s->pool, sizeof s->pool, "%s", g_cache[i].name);
+    s->device = g_cache[i].device;
+    s->events = a->input.events;
+    s->current_peak_reserved = a->c[a->current].r.peak_reserved;
+    s->recommended_peak_reserved = a->c[a->recommended].r.peak_reserved;
+    s->min_capacity_current = a->min_capacity_current == UINT64_MAX ? 0 : a->min_capacity_current;
+    s->min_capacity_recommended =
+        a->min_capacity_recommended == UINT64_MAX ? 0 : a->min_capacity_recommended;
+  }
+  pthread_mutex_unlock(&g_cache_lock);
+}
+
+void advice_reset(void) {
+  pthread_mutex_lock(&g_compute);
+  pthread_mutex_lock(&g_cache_lock);
+  clear_cache_locked();
+  g_valid = 0;
+  pthread_mutex_unlock(&g_cache_lock);
+  pthread_mutex_unlock(&g_compute);
+}

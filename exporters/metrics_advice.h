@@ -1,0 +1,13 @@
+/* The gpupool_advice_* families of /metrics: the last /advice computation
+ * (agent/advice.h), nothing until one ran. */
+#ifndef GPUPOOL_METRICS_ADVICE_H
+#define GPUPOOL_METRICS_ADVICE_H
+
+#include "agent/advice.h"
+#include "metrics_snapshot.h"
+#include "prom_writer.h"
+
+void metrics_write_advice(prom_writer *w, const metrics_snapshot *s, const advice_summary *a,
+                          double now_s);
+
+#endif

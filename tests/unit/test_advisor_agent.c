@@ -1,0 +1,161 @@
+/* /advice over the live process: the agent replays its pools' recorded
+ * histories; the current configuration's predicted peak equals the pool's
+ * own; the answer is cached with its age; bad parameters are a 400; the
+ * gpupool_advice_* gauges appear in /metrics once it ran. */
+#include <cjson/cJSON.h>
+#include <criterion/criterion.h>
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "gpupool/advisor.h"
+#include "gpupool/agent.h"
+#include "gpupool/gpupool.h"
+#include "helpers/http_client.h"
+
+#define MiB ((size_t)1 << 20)
+
+static gpupool *pool;
+
+static void setup(void) {
+  gpupool_agent_options o = {.listen = "127.0.0.1:0", .cupti = GPUPOOL_CUPTI_OFF, .ignore_env = 1};
+  cr_assert_eq(gpupool_agent_start(&o), GPUPOOL_OK, "%s", gpupool_last_error());
+  gpupool_options po = {.name = "train",
+                        .backend = GPUPOOL_BACKEND_HOST,
+                        .tunables = "roundup_power2_divisions:2",
+                        .ignore_env = 1};
+  cr_assert_eq(gpupool_create(&po, &pool), GPUPOOL_OK, "%s", gpupool_last_error());
+  void *keep[64];
+  for (int step = 0; step < 30; step++) {
+    size_t seq = 10 + (size_t)(step * 37 % 90);
+    for (int l = 0; l < 64; l++)
+      cr_assert_eq(gpupool_malloc(pool, &keep[l], seq * (size_t)(20000 + 3000 * l), NULL),
+                   GPUPOOL_OK);
+    for (int l = 0; l < 64; l++)
+      cr_assert_eq(gpupool_free(pool, keep[l]), GPUPOOL_OK);
+  }
+}
+
+static void teardown(void) {
+  gpupool_destroy(pool);
+  gpupool_agent_stop();
+}
+
+TestSuite(advisor_agent, .init = setup, .fini = teardown);
+
+static cJSON *get_json(const char *target) {
+  http_response r;
+  cr_assert_eq(http_request("127.0.0.1", gpupool_agent_port(), "GET", target, NULL, &r), 0);
+  cr_assert_eq(r.status, 200, "%s: %d %s", target, r.status, r.body);
+  char ct[128];
+  cr_expect_str_eq(http_header(&r, "Content-Type", ct, sizeof ct), "application/json");
+  cJSON *doc = cJSON_Parse(r.body);
+  cr_assert(doc, "not JSON: %s", r.body);
+  http_response_free(&r);
+  return doc;
+}
+
+static cJSON *pool_of(cJSON *doc, const char *name) {
+  cJSON *p;
+  cJSON_ArrayForEach(p, cJSON_GetObjectItem(doc, "pools")) {
+    if (!strcmp(cJSON_GetStringValue(cJSON_GetObjectItem(p, "pool")), name))
+      return p;
+  }
+  cr_assert_fail("no pool %s in /advice", name);
+  return NULL;
+}
+
+Test(advisor_agent, live_advice) {
+  cJSON *doc = get_json("/advice?max_age=0");
+  cJSON *p = pool_of(doc, "train");
+  cJSON *cur = cJSON_GetObjectItem(p, "current");
+  cr_expect_str_eq(cJSON_GetStringValue(cJSON_GetObjectItem(cur, "gpupool_conf")),
+                   "roundup_power2_divisions:2");
+  gpupool_stats s;
+  cr_assert_eq(gpupool_get_stats(pool, &s), GPUPOOL_OK);
+  cr_expect_eq(cJSON_GetObjectItem(cur, "peak_reserved_bytes")->valuedouble,
+               (double)s.reserved_bytes[GPUPOOL_STAT_ALL].peak,
+               "the replay of the pool's own configuration reproduces its peak");
+  cr_expect_eq(cJSON_GetObjectItem(cur, "device_allocs")->valuedouble, (double)s.num_device_alloc);
+  cr_expect_eq(cJSON_GetObjectItem(cJSON_GetObjectItem(p, "input"), "events")->valuedouble,
+               30 * 64 * 2);
+  cr_expect_geq(cJSON_GetArraySize(cJSON_GetObjectItem(p, "candidates")), 50);
+  cr_expect(
+      cJSON_IsString(cJSON_GetObjectItem(cJSON_GetObjectItem(p, "recommended"), "gpupool_conf")));
+  cr_expect(cJSON_IsNumber(cJSON_GetObjectItem(doc, "age_s")));
+  double computed = cJSON_GetObjectItem(doc, "computed_at")->valuedouble;
+  cJSON_Delete(doc);
+  /* within max_age: the cached answer (same computation time) */
+  doc = get_json("/advice?max_age=3600");
+  cr_expect_eq(cJSON_GetObjectItem(doc, "computed_at")->valuedouble, computed);
+  cJSON_Delete(doc);
+
+  http_response r;
+  cr_assert_eq(http_request("127.0.0.1", gpupool_agent_port(), "GET", "/metrics", NULL, &r), 0);
+  cr_expect(strstr(r.body, "gpupool_advice_recommended_peak_reserved_bytes{"), "%s", r.body);
+  cr_expect(strstr(r.body, "gpupool_advice_age_seconds"), "no age gauge");
+  cr_expect(!strstr(r.body, "pool=\"replay\""), "a replay's pool shows in /metrics");
+  if (system("command -v promtool > /dev/null 2>&1") == 0) { /* the families lint clean */
+    char path[] = "/tmp/gpupool_advisor_metricsXXXXXX", cmd[128], out[2048] = "";
+    int fd = mkstemp(path);
+    cr_assert(fd >= 0);
+    cr_assert_eq(write(fd, r.body, r.body_len), (ssize_t)r.body_len);
+    close(fd);
+    snprintf(cmd, sizeof cmd, "promtool check metrics < %s 2>&1", path);
+    FILE *p = popen(cmd, "r");
+    size_t n = p ? fread(out, 1, sizeof out - 1, p) : 0;
+    out[n] = 0;
+    int st = p ? pclose(p) : -1;
+    unlink(path);
+    cr_expect_eq(st, 0, "promtool: %s", out);
+    cr_expect_str_eq(out, "", "promtool complains: %s", out);
+  }
+  http_response_free(&r);
+  cr_assert_eq(
+      http_request("127.0.0.1", gpupool_agent_port(), "GET", "/advice?format=table", NULL, &r), 0);
+  cr_expect_eq(r.status, 200);
+  cr_expect(strstr(r.body, "== pool train"), "%s", r.body);
+  cr_expect(strstr(r.body, "GPUPOOL_CONF="), "%s", r.body);
+  http_response_free(&r);
+}
+
+/* A /trace document saved from the agent replays like the live pool. */
+Test(advisor_agent, saved_trace_replays_exactly) {
+  http_response r;
+  cr_assert_eq(http_request("127.0.0.1", gpupool_agent_port(), "GET", "/trace", NULL, &r), 0);
+  cr_assert_eq(r.status, 200);
+  char path[] = "/tmp/gpupool_advisor_traceXXXXXX";
+  int fd = mkstemp(path);
+  cr_assert(fd >= 0);
+  FILE *f = fdopen(fd, "w");
+  cr_assert_eq(fwrite(r.body, 1, r.body_len, f), r.body_len);
+  fclose(f);
+  http_response_free(&r);
+  gpupool_history *h;
+  gpupool_status st = gpupool_history_load(path, NULL, "train", &h);
+  unlink(path);
+  cr_assert_eq(st, GPUPOOL_OK, "%s", gpupool_last_error());
+  cr_expect_str_eq(gpupool_history_get_info(h)->format, "trace");
+  cr_expect_eq(gpupool_history_get_info(h)->events, 30 * 64 * 2);
+  gpupool_replay_result res;
+  cr_assert_eq(gpupool_replay(h, "roundup_power2_divisions:2", (uint64_t)8 << 30, &res),
+               GPUPOOL_OK);
+  gpupool_stats s;
+  cr_assert_eq(gpupool_get_stats(pool, &s), GPUPOOL_OK);
+  cr_expect_eq(res.peak_reserved, (uint64_t)s.reserved_bytes[GPUPOOL_STAT_ALL].peak);
+  cr_expect_eq(res.device_allocs, s.num_device_alloc);
+  cr_expect_eq(res.device_frees, s.num_device_free);
+  gpupool_history_free(h);
+}
+
+Test(advisor_agent, bad_parameters) {
+  const char *bad[] = {"/advice?format=xml", "/advice?max_age=-1", "/advice?capacity_gib=abc",
+                       "/advice?nope=1"};
+  for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+    http_response r;
+    cr_assert_eq(http_request("127.0.0.1", gpupool_agent_port(), "GET", bad[i], NULL, &r), 0);
+    cr_expect_eq(r.status, 400, "%s: %d", bad[i], r.status);
+    cr_expect(strstr(r.body, "/advice"), "%s", r.body);
+    http_response_free(&r);
+  }
+}

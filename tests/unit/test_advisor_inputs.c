@@ -1,0 +1,306 @@
+/* The advisor's inputs: the PyTorch snapshot reader on pickles written by
+ * Python's own pickle (protocols 2, 4 and 5, tests/unit/advisor_snapshot.py),
+ * /trace documents, GPUPOOL_RECORD files, and every kind of bad input: a
+ * clear error naming the line or byte offset, never a crash. */
+#include <criterion/criterion.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "gpupool/advisor.h"
+
+static char dir[] = "/tmp/gpupool_advisor_inXXXXXX";
+
+static void setup(void) {
+  cr_assert(mkdtemp(dir));
+}
+
+static void teardown(void) {
+  char cmd[128];
+  snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+  cr_expect_eq(system(cmd), 0);
+}
+
+static void path_of(char *out, size_t n, const char *name) {
+  snprintf(out, n, "%s/%s", dir, name);
+}
+
+static void write_file(const char *path, const void *buf, size_t len) {
+  FILE *f = fopen(path, "wb");
+  cr_assert(f);
+  cr_assert_eq(fwrite(buf, 1, len, f), len);
+  cr_assert_eq(fclose(f), 0);
+}
+
+static unsigned char *read_file(const char *path, size_t *len) {
+  FILE *f = fopen(path, "rb");
+  cr_assert(f);
+  fseek(f, 0, SEEK_END);
+  long n = ftell(f);
+  fseek(f, 0, SEEK_SET);
+  unsigned char *b = malloc((size_t)n + 1);
+  cr_assert_eq(fread(b, 1, (size_t)n, f), (size_t)n);
+  fclose(f);
+  *len = (size_t)n;
+  return b;
+}
+
+/* Writes the snapshot and its record twin with the given pickle protocol. */
+static void make_snapshot(int protocol, char *pk, char *rec, size_t n) {
+  char name[64], cmd[1024];
+  snprintf(name, sizeof name, "s%d.pickle", protocol);
+  path_of(pk, n, name);
+  snprintf(name, sizeof name, "s%d.record", protocol);
+  path_of(rec, n, name);
+  const char *src = getenv("GPUPOOL_SOURCE_DIR");
+  snprintf(cmd, sizeof cmd, "python3 %s/tests/unit/advisor_snapshot.py %s %s %d", src ? src : ".",
+           pk, rec, protocol);
+  cr_assert_eq(system(cmd), 0, "%s failed", cmd);
+}
+
+/* Fails (GPUPOOL_ERR_INVALID) with a message holding want. */
+static void expect_bad(const char *path, const char *format, const char *want) {
+  gpupool_history *h = (gpupool_history *)1;
+  gpupool_status st = gpupool_history_load(path, format, NULL, &h);
+  cr_expect_neq(st, GPUPOOL_OK, "%s loaded", path);
+  cr_expect_null(h);
+  if (want)
+    cr_expect(strstr(gpupool_last_error(), want), "error '%s' lacks '%s'", gpupool_last_error(),
+              want);
+  if (st == GPUPOOL_OK)
+    gpupool_history_free(h);
+}
+
+TestSuite(advisor_inputs, .init = setup, .fini = teardown);
+
+Test(advisor_inputs, torch_snapshot_protocols) {
+  for (int proto = 2; proto <= 5; proto++) {
+    if (proto == 3)
+      continue;
+    char pk[256], rec[256];
+    make_snapshot(proto, pk, rec, sizeof pk);
+    gpupool_history *hp, *hr;
+    cr_assert_eq(gpupool_history_load(pk, NULL, NULL, &hp), GPUPOOL_OK, "%s", gpupool_last_error());
+    cr_assert_eq(gpupool_history_load(rec, "record", NULL, &hr), GPUPOOL_OK, "%s",
+                 gpupool_last_error());
+    const gpupool_history_info *ip = gpupool_history_get_info(hp),
+                               *ir = gpupool_history_get_info(hr);
+    cr_expect_str_eq(ip->format, "torch");
+    cr_expect_eq(ip->events, ir->events, "protocol %d: %llu events, record %llu", proto,
+                 (unsigned long long)ip->events, (unsigned long long)ir->events);
+    cr_expect_eq(ip->allocations, ir->allocations);
+    cr_expect_gt(ip->record_streams, 0);
+    cr_expect_eq(ip->record_streams, ir->record_streams);
+    cr_expect_eq(ip->peak_requested, ir->peak_requested);
+    cr_expect_gt(ip->duration_s, 0);
+    const char *confs[] = {"", "expandable_segments:True", "strategy:round"};
+    for (int c = 0; c < 3; c++) {
+      gpupool_replay_result a, b;
+      cr_assert_eq(gpupool_replay(hp, confs[c], (uint64_t)1 << 34, &a), GPUPOOL_OK);
+      cr_assert_eq(gpupool_replay(hr, confs[c], (uint64_t)1 << 34, &b), GPUPOOL_OK);
+      cr_expect_eq(a.peak_reserved, b.peak_reserved);
+      cr_expect_eq(a.device_allocs, b.device_allocs);
+      cr_expect_eq(a.sync_events, b.sync_events);
+      cr_expect_gt(a.sync_events, 0);
+    }
+    gpupool_history_free(hp);
+    gpupool_history_free(hr);
+  }
+}
+
+/* Every prefix of a small snapshot, a stride of prefixes of the whole one,
+ * and random byte corruptions: an error naming a byte, or (for a corruption
+ * that still parses) a history; never a crash. */
+Test(advisor_inputs, torch_snapshot_truncated_and_corrupt) {
+  char pk[256], rec[256], bad[256];
+  make_snapshot(4, pk, rec, sizeof pk);
+  path_of(bad, sizeof bad, "bad.pickle");
+  size_t len;
+  unsigned char *buf = read_file(pk, &len);
+  for (size_t n = 1; n < len; n += n < 2048 ? 1 : 997) {
+    write_file(bad, buf, n);
+    expect_bad(bad, "torch", "byte ");
+  }
+  uint64_t s = 88172645463325252ULL;
+  for (int i = 0; i < 300; i++) {
+    unsigned char *c = malloc(len);
+    memcpy(c, buf, len);
+    for (int k = 0; k < 4; k++) {
+      s ^= s << 13, s ^= s >> 7, s ^= s << 17;
+      c[s % len] = (unsigned char)(s >> 32);
+    }
+    write_file(bad, c, len);
+    free(c);
+    gpupool_history *h = NULL;
+    if (gpupool_history_load(bad, "torch", NULL, &h) == GPUPOOL_OK)
+      gpupool_history_free(h);
+    else
+      cr_expect(strstr(gpupool_last_error(), "bad.pickle"), "%s", gpupool_last_error());
+  }
+  free(buf);
+}
+
+Test(advisor_inputs, torch_snapshot_bad_documents) {
+  char p[256];
+  path_of(p, sizeof p, "x.pickle");
+  /* protocol 2 pickle of {"segments": []}: no device_traces */
+  static const unsigned char no_traces[] = {0x80, 2,   '}', 'q', 0,   'X', 8,   0,   0,   0,  's',
+                                            'e',  'g', 'm', 'e', 'n', 't', 's', ']', 's', '.'};
+  write_file(p, no_traces, sizeof no_traces);
+  expect_bad(p, NULL, "no device_traces");
+  static const unsigned char proto9[] = {0x80, 9, 'N', '.'};
+  write_file(p, proto9, sizeof proto9);
+  expect_bad(p, NULL, "byte 0: pickle protocol above 5");
+  static const unsigned char bad_op[] = {0x80, 2, 'N', 0xff, '.'};
+  write_file(p, bad_op, sizeof bad_op);
+  expect_bad(p, NULL, "byte 3: unsupported pickle opcode 0xff");
+  static const unsigned char underflow[] = {0x80, 2, 's', '.'};
+  write_file(p, underflow, sizeof underflow);
+  expect_bad(p, NULL, "byte 2: stack underflow");
+  static const unsigned char bad_get[] = {0x80, 2, 'h', 7, '.'};
+  write_file(p, bad_get, sizeof bad_get);
+  expect_bad(p, NULL, "byte 2: memo get");
+  static const unsigned char two_values[] = {0x80, 2, 'N', 'N', '.'};
+  write_file(p, two_values, sizeof two_values);
+  expect_bad(p, NULL, "STOP with a stack");
+  /* {"device_traces": [[{"action": 5}]]} */
+  static const unsigned char bad_entry[] = {0x80, 2,   '}', 'X', 13,  0,   0,   0,   'd', 'e', 'v',
+                                            'i',  'c', 'e', '_', 't', 'r', 'a', 'c', 'e', 's', ']',
+                                            ']',  '}', 'X', 6,   0,   0,   0,   'a', 'c', 't', 'i',
+                                            'o',  'n', 'K', 5,   's', 'a', 'a', 's', '.'};
+  write_file(p, bad_entry, sizeof bad_entry);
+  expect_bad(p, "torch", "device_traces[0][0] is not a trace entry");
+  /* {"device_traces": [[{"action": "alloc", "addr": -1}]]} */
+  static const unsigned char neg_addr[] = {
+      0x80, 2,   '}', 'X', 13,  0,    0,    0,    'd',  'e', 'v', 'i', 'c', 'e', '_', 't', 'r',
+      'a',  'c', 'e', 's', ']', ']',  '}',  'X',  6,    0,   0,   0,   'a', 'c', 't', 'i', 'o',
+      'n',  'X', 5,   0,   0,   0,    'a',  'l',  'l',  'o', 'c', 's', 'X', 4,   0,   0,   0,
+      'a',  'd', 'd', 'r', 'J', 0xff, 0xff, 0xff, 0xff, 's', 'a', 'a', 's', '.'};
+  write_file(p, neg_addr, sizeof neg_addr);
+  expect_bad(p, "torch", "addr, size or stream is not a non-negative integer");
+}
+
+Test(advisor_inputs, record_file_errors) {
+  static const struct {
+    const char *text, *want;
+  } cases[] = {
+      {"a 0x10 100 0\nx 1\n", ":2: expected"},
+      {"a 0x10 100\n", ":1: expected"},
+      {"a 0x10 0 0\n", ":1: expected"},
+      {"a 0x10 -5 0\n", ":1: expected"},
+      {"# c\n\na 0x10 12abc 0\n", ":3: expected"},
+      {"a 1 10 0\na 1 10 0\n", ":2: allocation 0x1 is already live"},
+      {"f 1 2\n", ":1: expected"},
+      {"r 1\n", ":1: expected"},
+      {"a 99999999999999999999999 1 0\n", ":1: expected"},
+      {"", "no allocation events"},
+      {"# only a comment\n", "no allocation events"},
+  };
+  char p[256];
+  path_of(p, sizeof p, "bad.record");
+  for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+    write_file(p, cases[i].text, strlen(cases[i].text));
+    expect_bad(p, "record", cases[i].want);
+  }
+  write_file(p, "a 1 10 0\n\0f 1\n", 14);
+  expect_bad(p, "record", ":2: a NUL byte");
+  /* frees of unknown ids (older than the history) are skipped and counted */
+  const char *ok = "f 0x99\na 0x10 100 0x0\nr 0x10 0x5\nf 0x10\na (nil) 7 0\n";
+  write_file(p, ok, strlen(ok));
+  gpupool_history *h;
+  cr_assert_eq(gpupool_history_load(p, NULL, NULL, &h), GPUPOOL_OK, "%s", gpupool_last_error());
+  const gpupool_history_info *in = gpupool_history_get_info(h);
+  cr_expect_eq(in->unmatched_frees, 1);
+  cr_expect_eq(in->allocations, 2);
+  cr_expect_eq(in->record_streams, 1);
+  cr_expect_eq(in->live_at_end, 1);
+  cr_expect_eq(in->streams, 2);
+  gpupool_history_free(h);
+}
+
+static const char trace_doc[] =
+    "{\"traceEvents\":[\n"
+    "{\"ph\":\"M\",\"name\":\"thread_name\",\"pid\":1,\"tid\":1000002,\"args\":{\"name\":\"pool "
+    "main (host, bfc)\"}},\n"
+    "{\"ph\":\"M\",\"name\":\"thread_name\",\"pid\":1,\"tid\":1000004,\"args\":{\"name\":\"pool "
+    "side (host, bfc)\"}},\n"
+    "{\"ph\":\"i\",\"name\":\"free\",\"cat\":\"alloc\",\"pid\":1,\"tid\":1000002,\"ts\":1,\"s\":"
+    "\"t\",\"args\":{\"address\":\"0x900\",\"size\":512,\"requested\":1,\"stream\":\"0x0\","
+    "\"deferred\":0}},\n"
+    "{\"ph\":\"b\",\"name\":\"pool main alloc\",\"cat\":\"alloc\",\"pid\":1,\"tid\":1000002,"
+    "\"ts\":2,\"id\":\"0x1000\",\"args\":{\"address\":\"0x1000\",\"size\":3145728,\"requested\":"
+    "3000000,\"stream\":\"0x0\",\"source\":\"device\"}},\n"
+    "{\"ph\":\"b\",\"name\":\"pool main alloc\",\"cat\":\"alloc\",\"pid\":1,\"tid\":1000002,"
+    "\"ts\":3,\"id\":\"0x5000\",\"args\":{\"address\":\"0x5000\",\"size\":1024,\"requested\":"
+    "1000,\"stream\":\"0x7\",\"source\":\"device\"}},\n"
+    "{\"ph\":\"b\",\"name\":\"pool side alloc\",\"cat\":\"alloc\",\"pid\":1,\"tid\":1000004,"
+    "\"ts\":3,\"id\":\"0x1000\",\"args\":{\"address\":\"0x1000\",\"size\":512,\"requested\":"
+    "100,\"stream\":\"0x0\",\"source\":\"device\"}},\n"
+    "{\"ph\":\"e\",\"name\":\"pool main alloc\",\"cat\":\"alloc\",\"pid\":1,\"tid\":1000002,"
+    "\"ts\":4,\"id\":\"0x1000\",\"args\":{\"deferred\":1}},\n"
+    "{\"ph\":\"i\",\"name\":\"empty_cache\",\"cat\":\"pool\",\"pid\":1,\"tid\":1000002,\"ts\":5,"
+    "\"s\":\"t\",\"args\":{\"released\":0,\"reserved_after\":0,\"allocated_after\":0,"
+    "\"stream\":\"0x0\"}},\n"
+    "{\"ph\":\"C\",\"name\":\"pool main memory\",\"pid\":1,\"tid\":1000002,\"ts\":5,\"args\":{"
+    "\"allocated\":0}}\n"
+    "],\"displayTimeUnit\":\"ns\"}\n";
+
+Test(advisor_inputs, trace_documents) {
+  char p[256];
+  path_of(p, sizeof p, "t.json");
+  write_file(p, trace_doc, strlen(trace_doc));
+  gpupool_history *h;
+  cr_assert_eq(gpupool_history_load(p, NULL, NULL, &h), GPUPOOL_OK, "%s", gpupool_last_error());
+  const gpupool_history_info *in = gpupool_history_get_info(h);
+  cr_expect_str_eq(in->format, "trace");
+  cr_expect(strstr(in->source, "pool main"), "%s", in->source);
+  cr_expect_eq(in->allocations, 2);
+  cr_expect_eq(in->frees, 1);
+  cr_expect_eq(in->record_streams, 1);
+  cr_expect_eq(in->empty_caches, 1);
+  cr_expect_eq(in->unmatched_frees, 1);
+  cr_expect_eq(in->peak_requested, 3001000);
+  gpupool_replay_result r;
+  cr_assert_eq(gpupool_replay(h, NULL, (uint64_t)1 << 30, &r), GPUPOOL_OK);
+  cr_expect_eq(r.peak_allocated, 3000320 + 1024); /* rounded to 512 bytes */
+  cr_expect_eq(r.sync_events, 1);
+  gpupool_history_free(h);
+  cr_assert_eq(gpupool_history_load(p, "trace", "side", &h), GPUPOOL_OK, "%s",
+               gpupool_last_error());
+  cr_expect_eq(gpupool_history_get_info(h)->allocations, 1);
+  gpupool_history_free(h);
+  cr_expect_neq(gpupool_history_load(p, "trace", "nosuch", &h), GPUPOOL_OK);
+  cr_expect(strstr(gpupool_last_error(), "no pool named 'nosuch'"), "%s", gpupool_last_error());
+  /* every truncation: a byte offset */
+  size_t len = strlen(trace_doc) - 2; /* the whole document less "}\n" */
+  for (size_t n = 1; n <= len; n += 7) {
+    write_file(p, trace_doc, n);
+    expect_bad(p, "trace", "byte ");
+  }
+  const char *bad[][2] = {
+      {"{\"traceEvents\":{}}", "no traceEvents array"},
+      {"{\"traceEvents\":[]}", "no pool allocation events"},
+      {"{\"traceEvents\":[{\"ph\":\"b\",\"cat\":\"alloc\",\"pid\":1,\"tid\":1000002,\"id\":5}]}",
+       "traceEvents[0]: allocation event without a valid id, size or stream"},
+      {"[1,2", "byte 3"},
+  };
+  for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+    write_file(p, bad[i][0], strlen(bad[i][0]));
+    expect_bad(p, NULL, bad[i][1]);
+  }
+}
+
+Test(advisor_inputs, load_arguments) {
+  gpupool_history *h;
+  cr_expect_eq(gpupool_history_load(NULL, NULL, NULL, &h), GPUPOOL_ERR_INVALID);
+  cr_expect_eq(gpupool_history_load("/nonexistent/x", NULL, NULL, &h), GPUPOOL_ERR_INVALID);
+  cr_expect(strstr(gpupool_last_error(), "/nonexistent/x: cannot open"), "%s",
+            gpupool_last_error());
+  cr_expect_eq(gpupool_history_load("/dev/null", "yaml", NULL, &h), GPUPOOL_ERR_INVALID);
+  cr_expect(strstr(gpupool_last_error(), "unknown history format 'yaml'"), "%s",
+            gpupool_last_error());
+  expect_bad("/dev/null", NULL, "no allocation events");
+  expect_bad("/dev/null", "torch", "byte 0: empty input");
+  expect_bad("/dev/null", "trace", "byte 0");
+}

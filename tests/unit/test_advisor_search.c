@@ -1,0 +1,175 @@
+/* The advisor's search: the default grid, the recommendation rule, the
+ * smallest-capacity answers (verified by replaying at the found capacity,
+ * which fits, and one step below, which runs out of memory), the renderers
+ * and bad options. */
+#include <cjson/cJSON.h>
+#include <criterion/criterion.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "gpupool/advisor.h"
+
+#define MiB ((uint64_t)1 << 20)
+
+static char path[] = "/tmp/gpupool_advisor_searchXXXXXX";
+static gpupool_history *hist;
+
+/* A training-like history: weights, per-step activations of a varying
+ * sequence length, temporaries. */
+static void setup(void) {
+  int fd = mkstemp(path);
+  cr_assert(fd >= 0);
+  FILE *f = fdopen(fd, "w");
+  uint64_t s = 12345, id = 1;
+  for (int i = 0; i < 6; i++)
+    fprintf(f, "a %llu %llu 0\n", (unsigned long long)((1ull << 40) + (uint64_t)i),
+            (unsigned long long)((3 + i) * MiB + 100));
+  for (int step = 0; step < 40; step++) {
+    s = s * 6364136223846793005ULL + 1442695040888963407ULL;
+    uint64_t seq = 8 + (s >> 33) % 100;
+    uint64_t first = id;
+    for (int l = 0; l < 20; l++) {
+      fprintf(f, "a %llu %llu 0\n", (unsigned long long)id++,
+              (unsigned long long)(seq * (40000 + 1000 * (uint64_t)l)));
+      fprintf(f, "a %llu %llu 0\nf %llu\n", (unsigned long long)id, (unsigned long long)(seq * 999),
+              (unsigned long long)id);
+      id++;
+    }
+    for (uint64_t k = first; k < id; k += 2)
+      fprintf(f, "f %llu\n", (unsigned long long)k);
+  }
+  fclose(f);
+  cr_assert_eq(gpupool_history_load(path, NULL, NULL, &hist), GPUPOOL_OK, "%s",
+               gpupool_last_error());
+}
+
+static void teardown(void) {
+  gpupool_history_free(hist);
+  unlink(path);
+}
+
+TestSuite(advisor_search, .init = setup, .fini = teardown);
+
+static uint64_t ooms_at(const char *conf, uint64_t capacity) {
+  gpupool_replay_result r;
+  cr_assert_eq(gpupool_replay(hist, conf, capacity, &r), GPUPOOL_OK, "%s", gpupool_last_error());
+  return r.ooms;
+}
+
+Test(advisor_search, default_grid_and_capacity) {
+  gpupool_advice_options o = {
+      .capacity = 4ull << 30, .capacity_step = MiB, .threads = 2, .max_added_ms = NAN};
+  gpupool_advice *a;
+  cr_assert_eq(gpupool_advise(hist, &o, &a), GPUPOOL_OK, "%s", gpupool_last_error());
+  cr_expect_geq(a->n, 50);
+  cr_expect_eq(a->max_added_ms, 100.0, "the default bound without times: 100 ms");
+  cr_expect_str_eq(a->c[a->current].conf, "");
+  for (size_t i = 0; i < a->n; i++) {
+    cr_expect(a->c[i].done, "%s not replayed", a->c[i].conf);
+    cr_expect_eq(a->c[i].r.ooms, 0);
+  }
+  const gpupool_advice_candidate *cur = &a->c[a->current], *rec = &a->c[a->recommended];
+  cr_expect_leq(rec->r.peak_reserved, cur->r.peak_reserved);
+  cr_expect_leq(rec->added_ms, a->max_added_ms);
+  /* the rule: nothing within the bound has a lower peak */
+  for (size_t i = 0; i < a->n; i++)
+    if (a->c[i].added_ms <= a->max_added_ms)
+      cr_expect_geq(a->c[i].r.peak_reserved, rec->r.peak_reserved, "%s beats the recommendation",
+                    a->c[i].conf);
+  uint64_t caps[2] = {a->min_capacity_current, a->min_capacity_recommended};
+  const char *confs[2] = {cur->conf, rec->conf};
+  for (int k = 0; k < 2; k++) {
+    cr_assert(caps[k] > 0 && caps[k] != UINT64_MAX);
+    cr_expect_eq(caps[k] % MiB, 0);
+    cr_expect_eq(ooms_at(confs[k], caps[k]), 0, "%s does not fit %llu", confs[k],
+                 (unsigned long long)caps[k]);
+    cr_expect_gt(ooms_at(confs[k], caps[k] - MiB), 0, "%s fits one step below %llu", confs[k],
+                 (unsigned long long)caps[k]);
+    cr_expect_leq(caps[k], a->c[k ? a->recommended : a->current].r.peak_reserved + MiB);
+  }
+  gpupool_advice_free(a);
+}
+
+Test(advisor_search, bound_and_user_configs) {
+  const char *extra[] = {"strategy:naive", "max_split_size_mb:64,roundup_power2_divisions:4"};
+  gpupool_advice_options o = {.current = "strategy:round",
+                              .extra = extra,
+                              .n_extra = 2,
+                              .no_defaults = 1,
+                              .max_added_ms = 0,
+                              .no_capacity = 1,
+                              .threads = 1};
+  gpupool_advice *a;
+  cr_assert_eq(gpupool_advise(hist, &o, &a), GPUPOOL_OK, "%s", gpupool_last_error());
+  cr_expect_eq(a->n, 3);
+  cr_expect_eq(a->min_capacity_current, 0, "not searched");
+  cr_expect_leq(a->c[a->recommended].added_ms, 0.0);
+  cr_expect_str_eq(a->c[0].conf, "strategy:round");
+  cr_expect_eq(a->c[0].has_torch, 0, "round has no PyTorch equivalent");
+  cr_expect_eq(a->c[2].has_torch, 1);
+  cr_expect_str_eq(a->c[2].torch_conf, "max_split_size_mb:64,roundup_power2_divisions:4");
+  gpupool_advice_free(a);
+  /* a capacity too small for anything: every candidate OOMs, none fits */
+  o.capacity = 4 * MiB;
+  o.capacity_step = MiB;
+  o.no_capacity = 0;
+  cr_assert_eq(gpupool_advise(hist, &o, &a), GPUPOOL_OK, "%s", gpupool_last_error());
+  cr_expect_gt(a->c[a->current].r.ooms, 0);
+  cr_expect_eq(a->min_capacity_current, UINT64_MAX);
+  gpupool_advice_free(a);
+}
+
+Test(advisor_search, renderers) {
+  gpupool_advice_options o = {.threads = 2, .max_added_ms = NAN, .capacity_step = 8 * MiB};
+  gpupool_advice *a;
+  cr_assert_eq(gpupool_advise(hist, &o, &a), GPUPOOL_OK, "%s", gpupool_last_error());
+  char *t = gpupool_advice_render(a, "table");
+  cr_assert(t);
+  cr_expect(strstr(t, "GPUPOOL_CONF="), "%s", t);
+  cr_expect(strstr(t, "Smallest device without an OOM"), "%s", t);
+  free(t);
+  char *c = gpupool_advice_render(a, "csv");
+  cr_assert(c);
+  size_t lines = 0;
+  for (const char *q = c; *q; q++)
+    lines += *q == '\n';
+  cr_expect_eq(lines, a->n + 1);
+  free(c);
+  char *j = gpupool_advice_render(a, "json");
+  cr_assert(j);
+  cJSON *doc = cJSON_Parse(j);
+  cr_assert(doc, "not JSON: %s", j);
+  cr_expect_eq(cJSON_GetArraySize(cJSON_GetObjectItem(doc, "candidates")), (int)a->n);
+  cJSON *rec = cJSON_GetObjectItem(doc, "recommended");
+  cr_expect(cJSON_IsString(cJSON_GetObjectItem(rec, "gpupool_conf")));
+  cr_expect(cJSON_IsNumber(cJSON_GetObjectItem(rec, "min_capacity_bytes")));
+  cr_expect(cJSON_IsNumber(cJSON_GetObjectItem(cJSON_GetObjectItem(doc, "input"), "events")));
+  cJSON_Delete(doc);
+  free(j);
+  cr_expect_null(gpupool_advice_render(a, "xml"));
+  gpupool_advice_free(a);
+}
+
+Test(advisor_search, bad_options) {
+  gpupool_advice *a;
+  const char *bad_extra[] = {"backend:cuda"};
+  gpupool_advice_options o = {.extra = bad_extra, .n_extra = 1, .max_added_ms = NAN};
+  cr_expect_eq(gpupool_advise(hist, &o, &a), GPUPOOL_ERR_INVALID);
+  cr_expect(strstr(gpupool_last_error(), "key backend"), "%s", gpupool_last_error());
+  gpupool_advice_options o2 = {.current = "host_capacity_mb:5", .max_added_ms = NAN};
+  cr_expect_eq(gpupool_advise(hist, &o2, &a), GPUPOOL_ERR_INVALID);
+  const char *unknown[] = {"no_such_key:1"};
+  gpupool_advice_options o3 = {
+      .extra = unknown, .n_extra = 1, .no_defaults = 1, .max_added_ms = NAN};
+  cr_expect_eq(gpupool_advise(hist, &o3, &a), GPUPOOL_ERR_INVALID);
+  cr_expect(strstr(gpupool_last_error(), "no_such_key"), "%s", gpupool_last_error());
+  gpupool_advice_options o4 = {.capacity = MiB, .capacity_step = 2 * MiB, .max_added_ms = NAN};
+  cr_expect_eq(gpupool_advise(hist, &o4, &a), GPUPOOL_ERR_INVALID);
+  cr_expect_eq(gpupool_advise(NULL, NULL, &a), GPUPOOL_ERR_INVALID);
+  gpupool_replay_result r;
+  cr_expect_eq(gpupool_replay(hist, "", 0, &r), GPUPOOL_ERR_INVALID);
+  cr_expect_eq(gpupool_replay(hist, "strategy:nope", MiB, &r), GPUPOOL_ERR_INVALID);
+}
