@@ -31,6 +31,8 @@ typedef struct agent_config {
   char trace_file[PATH_MAX]; /* "" = none */
   char sd_dir[PATH_MAX];     /* "" = none */
   char hostname[LABEL_VALUE_MAX];
+  char web_config[PATH_MAX]; /* "" = none: plain HTTP, no auth */
+  int healthz_open;          /* /healthz without basic auth */
 } agent_config;
 
 /* 0 on success; -1 with a one-line reason. opt may be NULL. */
