@@ -111,12 +111,12 @@ static void warn_exposed(const http_listener *l, const web_config *web) {
 
 /* Everything after the configuration, in order; on failure what was started
  * is stopped again. web (a loaded web configuration or NULL) is taken over. */
-static gpupool_status start_locked(const agent_config *c, web_config *web,
-                                   const web_files *files) {
+static gpupool_status start_locked(const agent_config *c, web_config *web, const web_files *files) {
   char err[1024];
   /* A busy port or a bad address fails the start before CUPTI is touched. */
   http_listener l = {.fd = -1};
-  if (!c->listen_off && http_listen_open(c->listen_host, c->listen_port, &l, err, sizeof err) != 0) {
+  if (!c->listen_off &&
+      http_listen_open(c->listen_host, c->listen_port, &l, err, sizeof err) != 0) {
     web_config_free(web);
     return agent_fail(GPUPOOL_ERR_BACKEND, err);
   }

@@ -17,7 +17,8 @@
 #include "web_auth.h"
 #include "web_state.h"
 
-static struct MHD_Daemon *g_daemon;
+/* Atomic: request threads compare their daemon with it during a reload. */
+static struct MHD_Daemon *_Atomic g_daemon;
 static web_config *g_daemon_cfg; /* what g_daemon was started with (a reference), or NULL */
 static int g_ipv6;
 static atomic_int g_port;
@@ -196,6 +197,11 @@ static enum MHD_Result queue(struct MHD_Connection *c, endpoint_body *b, int hea
     MHD_add_response_header(r, MHD_HTTP_HEADER_WWW_AUTHENTICATE, "Basic realm=\"gpupool\"");
   if (b->status == 429)
     MHD_add_response_header(r, MHD_HTTP_HEADER_RETRY_AFTER, "1");
+  /* A server being replaced by a reload: its kept-alive connections close
+   * after this answer, so that the client reconnects to the new one. */
+  const union MHD_ConnectionInfo *ci = MHD_get_connection_info(c, MHD_CONNECTION_INFO_DAEMON);
+  if (ci && ci->daemon != atomic_load(&g_daemon))
+    MHD_add_response_header(r, MHD_HTTP_HEADER_CONNECTION, "close");
   if (b->content_type)
     MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, b->content_type);
   if (b->content_encoding)
@@ -254,7 +260,8 @@ static int admit(struct MHD_Connection *c, const char *url, const web_config *wc
                  endpoint_body *body) {
   if (!wc)
     return 0;
-  if (!web_rate_allow(wc, (double)clock_monotonic_ns() / 1e9)) {
+  double now = (double)clock_monotonic_ns() / 1e9;
+  if (!web_rate_allow(wc, now)) {
     text_body(body, 429, "too many requests (rate_limit)\n");
     return -1;
   }
@@ -262,7 +269,7 @@ static int admit(struct MHD_Connection *c, const char *url, const web_config *wc
     return 0;
   char *pass = NULL;
   char *user = MHD_basic_auth_get_username_password(c, &pass);
-  web_auth_result a = web_auth_check(wc, user, pass);
+  web_auth_result a = web_auth_check(wc, user, pass, now);
   if (pass) {
     explicit_bzero(pass, strlen(pass));
     MHD_free(pass);
@@ -319,12 +326,11 @@ static struct MHD_Daemon *start_daemon(int fd, const web_config *cfg) {
                           (MHD_socket)fd, MHD_OPTION_THREAD_POOL_SIZE, (unsigned)HTTP_THREADS,
                           MHD_OPTION_CONNECTION_LIMIT, (unsigned)HTTP_CONNECTION_LIMIT,
                           MHD_OPTION_PER_IP_CONNECTION_LIMIT, (unsigned)HTTP_PER_IP_LIMIT,
-                          MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)HTTP_TIMEOUT_S,
-                          MHD_OPTION_ARRAY, tls, MHD_OPTION_END);
+                          MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)HTTP_TIMEOUT_S, MHD_OPTION_ARRAY,
+                          tls, MHD_OPTION_END);
 }
 
-int http_start(http_listener *l, const char *hostname, web_config *cfg, char *err,
-               size_t errlen) {
+int http_start(http_listener *l, const char *hostname, web_config *cfg, char *err, size_t errlen) {
   if (g_daemon) {
     close(l->fd);
     snprintf(err, errlen, "the HTTP server is already running");
@@ -364,13 +370,15 @@ int http_restart(web_config *cfg, char *err, size_t errlen) {
   if (g_daemon) {
     g_daemon_cfg = cfg ? web_state_ref(cfg) : NULL;
   } else {
-    snprintf(err, errlen, "libmicrohttpd could not start a server with the new configuration; "
-                          "serving with the previous one");
+    snprintf(err, errlen,
+             "libmicrohttpd could not start a server with the new configuration; "
+             "serving with the previous one");
     rc = -1;
     g_daemon = start_daemon((int)fd, old_cfg);
     if (!g_daemon) {
-      snprintf(err, errlen, "libmicrohttpd could not start a server with the new configuration "
-                            "nor the previous one: the agent no longer serves HTTP");
+      snprintf(err, errlen,
+               "libmicrohttpd could not start a server with the new configuration "
+               "nor the previous one: the agent no longer serves HTTP");
       close((int)fd);
       atomic_store(&g_port, 0);
       g_address[0] = '\0';

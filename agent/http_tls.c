@@ -1,6 +1,9 @@
 #include "http_tls.h"
 
 #include <arpa/inet.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <sys/socket.h>
 #include <gnutls/gnutls.h>
 #include <gnutls/x509.h>
 #include <stdint.h>
@@ -96,7 +99,15 @@ static void on_connection(void *cls, struct MHD_Connection *conn, void **socket_
     *socket_context = NULL;
     return;
   }
-  /* Called before the handshake starts (the session exists already). */
+  /* Called before the handshake starts (the session exists already).
+   * libmicrohttpd sends a TLS answer's header and body as two records:
+   * without TCP_NODELAY the second waits for the client's delayed ACK. */
+  const union MHD_ConnectionInfo *fd =
+      MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CONNECTION_FD);
+  if (fd) {
+    int one = 1;
+    setsockopt(fd->connect_fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+  }
   tls_conn *t = calloc(1, sizeof *t);
   if (t)
     t->c = c;
@@ -132,8 +143,8 @@ void http_tls_options(const web_config *c, struct MHD_OptionItem *opts, unsigned
     opts[n++] = (struct MHD_OptionItem){MHD_OPTION_HTTPS_PRIORITIES, 0, c->priorities};
     if (c->ca_pem)
       opts[n++] = (struct MHD_OptionItem){MHD_OPTION_HTTPS_MEM_TRUST, 0, c->ca_pem};
-    opts[n++] = (struct MHD_OptionItem){MHD_OPTION_NOTIFY_CONNECTION, (intptr_t)on_connection,
-                                        (void *)c};
+    opts[n++] =
+        (struct MHD_OptionItem){MHD_OPTION_NOTIFY_CONNECTION, (intptr_t)on_connection, (void *)c};
   }
   opts[n] = (struct MHD_OptionItem){MHD_OPTION_END, 0, NULL};
 }

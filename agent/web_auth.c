@@ -20,9 +20,11 @@ static pthread_mutex_t g_cache_lock = PTHREAD_MUTEX_INITIALIZER;
 static cache g_ok = {.n = WEB_AUTH_OK_CACHE}, g_fail = {.n = WEB_AUTH_FAIL_CACHE};
 static uint64_t g_clock;
 
-/* One bcrypt at a time; its scratch space (32 KiB) is shared under the lock. */
+/* One bcrypt at a time; its scratch space (32 KiB) is shared under the
+ * lock, and so is its token bucket. */
 static pthread_mutex_t g_bcrypt_lock = PTHREAD_MUTEX_INITIALIZER;
 static struct crypt_data g_crypt;
+static double g_bcrypt_tokens = WEB_AUTH_BCRYPT_BURST, g_bcrypt_last_s;
 
 static int equal_ct(const void *a, const void *b, size_t n) {
   const volatile unsigned char *x = a, *y = b;
@@ -71,9 +73,14 @@ void web_auth_reset(void) {
   memset(g_ok.e, 0, sizeof g_ok.e);
   memset(g_fail.e, 0, sizeof g_fail.e);
   pthread_mutex_unlock(&g_cache_lock);
+  pthread_mutex_lock(&g_bcrypt_lock);
+  g_bcrypt_tokens = WEB_AUTH_BCRYPT_BURST;
+  g_bcrypt_last_s = 0;
+  pthread_mutex_unlock(&g_bcrypt_lock);
 }
 
-web_auth_result web_auth_check(const web_config *c, const char *user, const char *pass) {
+web_auth_result web_auth_check(const web_config *c, const char *user, const char *pass,
+                               double now_s) {
   if (!c->nusers)
     return WEB_AUTH_OK;
   if (!user || !pass || !c->nusers)
@@ -99,6 +106,17 @@ web_auth_result web_auth_check(const web_config *c, const char *user, const char
     return WEB_AUTH_DENIED;
   if (pthread_mutex_trylock(&g_bcrypt_lock) != 0)
     return WEB_AUTH_BUSY;
+  if (now_s > g_bcrypt_last_s) {
+    g_bcrypt_tokens += (now_s - g_bcrypt_last_s) * WEB_AUTH_BCRYPT_PER_S;
+    if (g_bcrypt_tokens > WEB_AUTH_BCRYPT_BURST)
+      g_bcrypt_tokens = WEB_AUTH_BCRYPT_BURST;
+    g_bcrypt_last_s = now_s;
+  }
+  if (g_bcrypt_tokens < 1) {
+    pthread_mutex_unlock(&g_bcrypt_lock);
+    return WEB_AUTH_BUSY;
+  }
+  g_bcrypt_tokens -= 1;
   const char *out = crypt_rn(pass, hash, &g_crypt, sizeof g_crypt);
   int match = out && strlen(out) == strlen(hash) && equal_ct(out, hash, strlen(hash));
   explicit_bzero(&g_crypt, sizeof g_crypt);

@@ -30,7 +30,9 @@ static char *read_file(const char *path, size_t *len, char *err, size_t errlen) 
   fclose(f);
   if (!buf || bad || n > MAX_FILE_BYTES) {
     snprintf(err, errlen, "cannot read %s: %s", path,
-             !buf ? "out of memory" : bad ? "read error" : "larger than 1 MiB");
+             !buf  ? "out of memory"
+             : bad ? "read error"
+                   : "larger than 1 MiB");
     free(buf);
     return NULL;
   }
@@ -87,7 +89,7 @@ typedef struct loader {
 } loader;
 
 __attribute__((format(printf, 3, 4))) static int fail(loader *l, const yaml_node_t *n,
-                                                     const char *fmt, ...) {
+                                                      const char *fmt, ...) {
   char msg[400];
   va_list ap;
   va_start(ap, fmt);
@@ -139,8 +141,7 @@ static int string_list(loader *l, const yaml_node_t *n, const char *what, str_li
     return 0;
   if (n->type != YAML_SEQUENCE_NODE)
     return fail(l, n, "%s: expected a list of strings", what);
-  for (yaml_node_item_t *it = n->data.sequence.items.start; it < n->data.sequence.items.top;
-       it++) {
+  for (yaml_node_item_t *it = n->data.sequence.items.start; it < n->data.sequence.items.top; it++) {
     const char *v;
     if (scalar(l, yaml_document_get_node(l->doc, *it), what, &v) != 0)
       return -1;
@@ -633,11 +634,13 @@ static int load_tls(loader *l, int64_t now) {
       load_pem(l, "client_ca", t->client_ca_file, t->client_ca, &c->ca_pem, &c->ca_len) != 0)
     return -1;
   if (c->ca_pem && c->client_auth == WEB_CLIENT_NONE)
-    return fail(l, NULL, "tls_server_config: client CAs have been configured without a "
-                         "client_auth_type (RequireAndVerifyClientCert verifies clients)");
+    return fail(l, NULL,
+                "tls_server_config: client CAs have been configured without a "
+                "client_auth_type (RequireAndVerifyClientCert verifies clients)");
   if (!c->ca_pem && c->client_auth >= WEB_CLIENT_VERIFY_IF_GIVEN)
-    return fail(l, NULL, "tls_server_config: client_auth_type %s needs client_ca_file (or "
-                         "client_ca) to verify client certificates against",
+    return fail(l, NULL,
+                "tls_server_config: client_auth_type %s needs client_ca_file (or "
+                "client_ca) to verify client certificates against",
                 t->client_auth_type);
   if (check_certs(l, "certificate (cert_file)", c->cert_pem, c->cert_len, now, 0,
                   &c->cert_not_after) != 0)
@@ -654,8 +657,9 @@ static int load_tls(loader *l, int64_t now) {
   int rc = gnutls_certificate_set_x509_key_mem2(cred, &cd, &kd, GNUTLS_X509_FMT_PEM, NULL, 0);
   gnutls_certificate_free_credentials(cred);
   if (rc == GNUTLS_E_CERTIFICATE_KEY_MISMATCH)
-    return fail(l, NULL, "tls_server_config: the key (key_file) does not belong to the "
-                         "certificate (cert_file)");
+    return fail(l, NULL,
+                "tls_server_config: the key (key_file) does not belong to the "
+                "certificate (cert_file)");
   if (rc < 0)
     return fail(l, NULL, "tls_server_config: cannot load the certificate and key: %s",
                 gnutls_strerror(rc));
@@ -667,8 +671,9 @@ static int load_tls(loader *l, int64_t now) {
       if (!(c->allowed_sans[c->nsans++] = strdup(t->sans.item[i])))
         return fail(l, NULL, "out of memory");
     if (c->client_auth < WEB_CLIENT_VERIFY_IF_GIVEN)
-      return fail(l, NULL, "tls_server_config: client_allowed_sans needs client_auth_type "
-                           "RequireAndVerifyClientCert (or VerifyClientCertIfGiven)");
+      return fail(l, NULL,
+                  "tls_server_config: client_allowed_sans needs client_auth_type "
+                  "RequireAndVerifyClientCert (or VerifyClientCertIfGiven)");
   }
   return build_priorities(l);
 }

@@ -40,7 +40,7 @@ typedef struct web_config {
   web_client_auth client_auth;
   char **allowed_sans; /* client_allowed_sans; NULL = not checked */
   size_t nsans;
-  char *priorities; /* GnuTLS priority string: versions, ciphers, curves */
+  char *priorities;       /* GnuTLS priority string: versions, ciphers, curves */
   int64_t cert_not_after; /* the server certificate's expiry (seconds since the epoch) */
   web_header headers[WEB_MAX_HEADERS];
   size_t nheaders;

@@ -19,9 +19,9 @@ static pthread_cond_t g_cond;
 static int g_stop;
 
 static char g_path[PATH_MAX];
-static web_files g_files;         /* the files of the last load attempted */
-static unsigned char g_seen[32];  /* their digest then */
-static unsigned char g_tls[32];   /* the TLS digest of the running server */
+static web_files g_files;        /* the files of the last load attempted */
+static unsigned char g_seen[32]; /* their digest then */
+static unsigned char g_tls[32];  /* the TLS digest of the running server */
 static int g_healthz_open;
 
 static void reload(void) {
@@ -40,8 +40,9 @@ static void reload(void) {
   memcpy(tls, c->tls_digest, sizeof tls);
   if (web_state_set(c, g_healthz_open) != 0) { /* c freed */
     agent_health_web_config(0, now);
-    fprintf(stderr, "gpupool agent: web_config %s: too many configurations still in use; "
-                    "keeping the last good one\n",
+    fprintf(stderr,
+            "gpupool agent: web_config %s: too many configurations still in use; "
+            "keeping the last good one\n",
             g_path);
     return;
   }
