@@ -2,6 +2,7 @@
 
 #include <microhttpd.h>
 #include <stdatomic.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -17,8 +18,10 @@
 #include "web_auth.h"
 #include "web_state.h"
 
-/* Atomic: request threads compare their daemon with it during a reload. */
-static struct MHD_Daemon *_Atomic g_daemon;
+static struct MHD_Daemon *g_daemon;
+/* The current server's generation; each server's handler gets its own as
+ * its closure, so a request can tell that its server is being replaced. */
+static atomic_uint g_generation;
 static web_config *g_daemon_cfg; /* what g_daemon was started with (a reference), or NULL */
 static int g_ipv6;
 static atomic_int g_port;
@@ -185,9 +188,11 @@ static struct MHD_Response *make_response(endpoint_body *b, int head) {
 }
 
 /* wc: the web configuration of the request (its headers go on every
- * response), or NULL. */
+ * response), or NULL. old: the request's server is being replaced by a
+ * reload: its kept-alive connection closes after this answer, so that the
+ * client reconnects to the new one. */
 static enum MHD_Result queue(struct MHD_Connection *c, endpoint_body *b, int head,
-                             const char *allow, const web_config *wc) {
+                             const char *allow, const web_config *wc, int old) {
   struct MHD_Response *r = make_response(b, head);
   if (!r)
     return MHD_NO; /* out of memory: MHD closes the connection */
@@ -197,10 +202,7 @@ static enum MHD_Result queue(struct MHD_Connection *c, endpoint_body *b, int hea
     MHD_add_response_header(r, MHD_HTTP_HEADER_WWW_AUTHENTICATE, "Basic realm=\"gpupool\"");
   if (b->status == 429)
     MHD_add_response_header(r, MHD_HTTP_HEADER_RETRY_AFTER, "1");
-  /* A server being replaced by a reload: its kept-alive connections close
-   * after this answer, so that the client reconnects to the new one. */
-  const union MHD_ConnectionInfo *ci = MHD_get_connection_info(c, MHD_CONNECTION_INFO_DAEMON);
-  if (ci && ci->daemon != atomic_load(&g_daemon))
+  if (old)
     MHD_add_response_header(r, MHD_HTTP_HEADER_CONNECTION, "close");
   if (b->content_type)
     MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, b->content_type);
@@ -218,21 +220,22 @@ static enum MHD_Result queue(struct MHD_Connection *c, endpoint_body *b, int hea
 }
 
 static enum MHD_Result serve(struct MHD_Connection *c, const char *url, int head,
-                             const web_config *wc);
+                             const web_config *wc, int old);
 
 static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const char *url,
                                   const char *method, const char *version, const char *upload_data,
                                   size_t *upload_data_size, void **con_cls) {
-  (void)cls, (void)version, (void)upload_data;
+  (void)version, (void)upload_data;
   static int headers_seen;
   endpoint_body body = {0};
+  int old = (unsigned)(uintptr_t)cls != atomic_load(&g_generation);
   if (strcmp(method, MHD_HTTP_METHOD_GET) != 0 && strcmp(method, MHD_HTTP_METHOD_HEAD) != 0) {
     /* Answered at once, without reading a body: the connection closes. */
     char line[160];
     snprintf(line, sizeof line, "method %.64s not allowed: use GET or HEAD\n", method);
     text_body(&body, 405, line);
     web_config *wc = web_state_acquire();
-    enum MHD_Result ok = queue(c, &body, 0, "GET, HEAD", wc);
+    enum MHD_Result ok = queue(c, &body, 0, "GET, HEAD", wc, old);
     web_state_release(wc);
     return ok;
   }
@@ -249,7 +252,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
   }
   int head = strcmp(method, MHD_HTTP_METHOD_HEAD) == 0;
   web_config *wc = web_state_acquire();
-  enum MHD_Result ok = serve(c, url, head, wc);
+  enum MHD_Result ok = serve(c, url, head, wc, old);
   web_state_release(wc);
   return ok;
 }
@@ -286,10 +289,10 @@ static int admit(struct MHD_Connection *c, const char *url, const web_config *wc
 }
 
 static enum MHD_Result serve(struct MHD_Connection *c, const char *url, int head,
-                             const web_config *wc) {
+                             const web_config *wc, int old) {
   endpoint_body body = {0};
   if (admit(c, url, wc, &body) != 0)
-    return queue(c, &body, head, NULL, wc);
+    return queue(c, &body, head, NULL, wc, old);
   const route *rt = NULL;
   for (size_t i = 0; i < sizeof routes / sizeof routes[0]; i++)
     if (strcmp(url, routes[i].path) == 0) {
@@ -298,7 +301,7 @@ static enum MHD_Result serve(struct MHD_Connection *c, const char *url, int head
     }
   if (!rt) {
     text_body(&body, 404, "not found: try /, /metrics, /trace, /snapshot or /healthz\n");
-    return queue(c, &body, head, NULL, wc);
+    return queue(c, &body, head, NULL, wc, old);
   }
   endpoint_args args = {
       .get = arg_get,
@@ -311,18 +314,20 @@ static enum MHD_Result serve(struct MHD_Connection *c, const char *url, int head
   rt->handler(&args, &body);
   if (!body.status)
     body.status = 200;
-  return queue(c, &body, head, NULL, wc);
+  return queue(c, &body, head, NULL, wc, old);
 }
 
-/* A daemon on the listening socket fd, with cfg's TLS (cfg may be NULL). */
+/* A daemon on the listening socket fd, with cfg's TLS (cfg may be NULL), of
+ * the current generation. */
 static struct MHD_Daemon *start_daemon(int fd, const web_config *cfg) {
+  void *generation = (void *)(uintptr_t)atomic_load(&g_generation);
   /* MHD_USE_ITC: a reload hands the socket over with MHD_quiesce_daemon. */
   unsigned flags = MHD_USE_AUTO_INTERNAL_THREAD | MHD_USE_ITC;
   if (g_ipv6)
     flags |= MHD_USE_IPv6;
   struct MHD_OptionItem tls[HTTP_TLS_MAX_OPTIONS];
   http_tls_options(cfg, tls, &flags);
-  return MHD_start_daemon(flags, 0, NULL, NULL, on_request, NULL, MHD_OPTION_LISTEN_SOCKET,
+  return MHD_start_daemon(flags, 0, NULL, NULL, on_request, generation, MHD_OPTION_LISTEN_SOCKET,
                           (MHD_socket)fd, MHD_OPTION_THREAD_POOL_SIZE, (unsigned)HTTP_THREADS,
                           MHD_OPTION_CONNECTION_LIMIT, (unsigned)HTTP_CONNECTION_LIMIT,
                           MHD_OPTION_PER_IP_CONNECTION_LIMIT, (unsigned)HTTP_PER_IP_LIMIT,
@@ -366,6 +371,7 @@ int http_restart(web_config *cfg, char *err, size_t errlen) {
   struct MHD_Daemon *old = g_daemon;
   web_config *old_cfg = g_daemon_cfg;
   int rc = 0;
+  atomic_fetch_add(&g_generation, 1);
   g_daemon = start_daemon((int)fd, cfg);
   if (g_daemon) {
     g_daemon_cfg = cfg ? web_state_ref(cfg) : NULL;
