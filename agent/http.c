@@ -321,8 +321,12 @@ static enum MHD_Result serve(struct MHD_Connection *c, const char *url, int head
  * the current generation. */
 static struct MHD_Daemon *start_daemon(int fd, const web_config *cfg) {
   void *generation = (void *)(uintptr_t)atomic_load(&g_generation);
-  /* MHD_USE_ITC: a reload hands the socket over with MHD_quiesce_daemon. */
-  unsigned flags = MHD_USE_AUTO_INTERNAL_THREAD | MHD_USE_ITC;
+  /* MHD_USE_ITC: a reload hands the socket over with MHD_quiesce_daemon.
+   * TLS uses poll(): with libmicrohttpd 0.9.75's edge-triggered epoll, a
+   * kept-alive TLS connection's next request could sit unread (seen under a
+   * flood of requests on 4 connections). */
+  unsigned flags =
+      (cfg && cfg->tls ? MHD_USE_POLL_INTERNAL_THREAD : MHD_USE_AUTO_INTERNAL_THREAD) | MHD_USE_ITC;
   if (g_ipv6)
     flags |= MHD_USE_IPv6;
   struct MHD_OptionItem tls[HTTP_TLS_MAX_OPTIONS];
