@@ -21,8 +21,7 @@
  * installed in web_state.h, which the server takes a reference of) gives TLS.
  * Basic auth, headers and rate limits come from web_state.h per request.
  * 0 or -1 with a reason. */
-int http_start(http_listener *l, const char *hostname, web_config *cfg, char *err,
-               size_t errlen);
+int http_start(http_listener *l, const char *hostname, web_config *cfg, char *err, size_t errlen);
 /* Moves the listening socket to a new server with cfg's TLS (certificates,
  * client CAs, versions changed), with no moment where the port is closed;
  * the old server's connections finish first (at most HTTP_TIMEOUT_S + 2 s,
