@@ -189,7 +189,10 @@ done
 n401=$(curl -fsS "${client[@]}" -u prometheus:scrape-secret "$agent/metrics" |
   awk '/^gpupool_agent_http_errors_total\{.*code="401"/ { print $NF }')
 ((${n401:-0} >= 1)) || fail "the agent did not count the 401s (${n401:-none})"
-echo "ok   the agent counts them: $n401 answers 401, $(metric gpupool_agent_tls_handshake_failures_total) failed handshakes"
+failures_now=$(metric gpupool_agent_tls_handshake_failures_total)
+((${failures_now:-0} > failures)) ||
+  fail "the no_ca and other_ca_client scrapes left no failed handshake (${failures_now:-none})"
+echo "ok   the agent counts them: $n401 answers 401, failed handshakes $failures -> $failures_now"
 
 # 10^4 requests with wrong credentials while Prometheus scrapes.
 t0=$(date +%s)
