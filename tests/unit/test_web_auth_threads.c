@@ -24,7 +24,7 @@ static atomic_int g_wrong_accepted, g_right_denied, g_ok;
 
 static web_config *make_config(void) {
   web_config *c = calloc(1, sizeof *c);
-  cr_assert_not_null(c);
+  cr_assert_not_null(c, "out of memory");
   c->users = calloc(1, sizeof *c->users);
   c->users[0].name = strdup("prometheus");
   c->users[0].hash = strdup(g_hash);
@@ -57,22 +57,22 @@ Test(web_auth_threads, checks_while_reloads_swap_the_configuration, .timeout = 3
   char salt[CRYPT_GENSALT_OUTPUT_SIZE];
   struct crypt_data cd;
   memset(&cd, 0, sizeof cd);
-  cr_assert_not_null(crypt_gensalt_rn("$2b$", 4, NULL, 0, salt, sizeof salt));
+  cr_assert_not_null(crypt_gensalt_rn("$2b$", 4, NULL, 0, salt, sizeof salt), "no bcrypt salt");
   const char *h = crypt_rn("right", salt, &cd, sizeof cd);
-  cr_assert_not_null(h);
+  cr_assert_not_null(h, "crypt_rn failed");
   snprintf(g_hash, sizeof g_hash, "%s", h);
   web_auth_reset();
-  cr_assert_eq(web_state_set(make_config(), 0), 0);
+  cr_assert_eq(web_state_set(make_config(), 0), 0, "no slot");
   pthread_t t[THREADS];
   for (int i = 0; i < THREADS; i++)
-    cr_assert_eq(pthread_create(&t[i], NULL, requests, (void *)(intptr_t)i), 0);
+    cr_assert_eq(pthread_create(&t[i], NULL, requests, (void *)(intptr_t)i), 0, "pthread_create");
   for (int i = 0; i < SWAPS; i++)
-    cr_assert_eq(web_state_set(make_config(), i % 2), 0);
+    cr_assert_eq(web_state_set(make_config(), i % 2), 0, "no slot");
   for (int i = 0; i < THREADS; i++)
     pthread_join(t[i], NULL);
   web_state_set(NULL, 0);
   web_auth_reset();
   cr_assert_eq(atomic_load(&g_wrong_accepted), 0, "a wrong password was accepted");
   cr_assert_eq(atomic_load(&g_right_denied), 0, "the right password was refused as wrong");
-  cr_assert_gt(atomic_load(&g_ok), 0);
+  cr_assert_gt(atomic_load(&g_ok), 0, "never accepted");
 }
