@@ -28,6 +28,10 @@
 #include "pool/pool_view.h"
 #include "sampler.h"
 #include "sd_file.h"
+#include "web_auth.h"
+#include "web_config.h"
+#include "web_state.h"
+#include "web_watch.h"
 
 static pthread_mutex_t g_lock = PTHREAD_MUTEX_INITIALIZER;
 static int g_running;
@@ -65,8 +69,11 @@ static void stop_events(const agent_config *c) {
 /* finished: the agent ran (write the trace file), as opposed to a start
  * that failed half-way. */
 static void stop_locked(int finished) {
+  web_watch_stop();
   http_stop();
   oom_store_stop();
+  web_state_set(NULL, 0);
+  web_auth_reset();
   sampler_stop();
   cupti_stop();
   if (finished && g_cfg.trace_file[0])
@@ -89,14 +96,34 @@ static void stop_at_exit(void) {
   gpupool_agent_stop();
 }
 
+/* Listening beyond loopback without TLS or without authentication: say so. */
+static void warn_exposed(const http_listener *l, const web_config *web) {
+  if (!strncmp(l->address, "127.", 4) || !strncmp(l->address, "[::1]", 5))
+    return;
+  int tls = web && web->tls;
+  int auth = web && (web->nusers || web->client_auth == WEB_CLIENT_REQUIRE_AND_VERIFY);
+  if (tls && auth)
+    return;
+  fprintf(stderr,
+          "gpupool agent: warning: listening on %s without %s: anyone who can reach it can "
+          "read /metrics, /trace and /snapshot; set web_config (docs/security.md)\n",
+          l->address,
+          !tls && !auth ? "TLS or authentication"
+          : !tls        ? "TLS (passwords travel in clear)"
+                        : "authentication");
+}
+
 /* Everything after the configuration, in order; on failure what was started
- * is stopped again. */
-static gpupool_status start_locked(const agent_config *c) {
-  char err[512];
+ * is stopped again. web (a loaded web configuration or NULL) is taken over. */
+static gpupool_status start_locked(const agent_config *c, web_config *web, const web_files *files) {
+  char err[1024];
   /* A busy port or a bad address fails the start before CUPTI is touched. */
   http_listener l = {.fd = -1};
-  if (!c->listen_off && http_listen_open(c->listen_host, c->listen_port, &l, err, sizeof err) != 0)
+  if (!c->listen_off &&
+      http_listen_open(c->listen_host, c->listen_port, &l, err, sizeof err) != 0) {
+    web_config_free(web);
     return agent_fail(GPUPOOL_ERR_BACKEND, err);
+  }
   metrics_configure(c->hostname, &c->labels);
   agent_health_reset((double)clock_realtime_ns() / 1e9);
   start_events(c);
@@ -107,6 +134,7 @@ static gpupool_status start_locked(const agent_config *c) {
     stop_events(c);
     if (l.fd >= 0)
       close(l.fd);
+    web_config_free(web);
     return pool_fail(s, "gpupool agent: cupti:force and CUPTI could not start: %s", why);
   }
   if (sampler_start(c->sample_interval_ms, err, sizeof err) != 0) {
@@ -114,11 +142,23 @@ static gpupool_status start_locked(const agent_config *c) {
     stop_events(c);
     if (l.fd >= 0)
       close(l.fd);
+    web_config_free(web);
     return agent_fail(GPUPOOL_ERR_BACKEND, err);
   }
   g_running = 1; /* from here on, stop_locked undoes everything */
   oom_store_start(c->oom_reports, c->oom_dir);
-  if (!c->listen_off && http_start(&l, c->hostname, err, sizeof err) != 0) {
+  web_auth_reset();
+  if (web) {
+    web_state_set(web, c->healthz_open); /* the first one always has a slot */
+    agent_health_web_config(1, (double)clock_realtime_ns() / 1e9);
+  }
+  if (!c->listen_off && http_start(&l, c->hostname, web, err, sizeof err) != 0) {
+    stop_locked(0);
+    return agent_fail(GPUPOOL_ERR_BACKEND, err);
+  }
+  if (!c->listen_off)
+    warn_exposed(&l, web);
+  if (web && web_watch_start(c->web_config, web, files, c->healthz_open, err, sizeof err) != 0) {
     stop_locked(0);
     return agent_fail(GPUPOOL_ERR_BACKEND, err);
   }
@@ -161,7 +201,7 @@ gpupool_status gpupool_agent_start(const gpupool_agent_options *opt) {
     pthread_mutex_unlock(&g_lock);
     return agent_fail(GPUPOOL_ERR_INVALID, why);
   }
-  char err[512];
+  char err[1024];
   agent_config c;
   if (agent_config_resolve(opt, &c, err, sizeof err) != 0) {
     pthread_mutex_unlock(&g_lock);
@@ -176,8 +216,19 @@ gpupool_status gpupool_agent_start(const gpupool_agent_options *opt) {
     pthread_mutex_unlock(&g_lock);
     return agent_fail(GPUPOOL_ERR_INVALID, "sd_dir needs the HTTP server (listen is off)");
   }
+  if (c.listen_off && c.web_config[0]) {
+    pthread_mutex_unlock(&g_lock);
+    return agent_fail(GPUPOOL_ERR_INVALID, "web_config needs the HTTP server (listen is off)");
+  }
+  web_config *web = NULL;
+  web_files files;
+  if (c.web_config[0] && web_config_load(c.web_config, (int64_t)(clock_realtime_ns() / 1000000000u),
+                                         &web, &files, err, sizeof err) != 0) {
+    pthread_mutex_unlock(&g_lock);
+    return agent_fail(GPUPOOL_ERR_INVALID, err);
+  }
   g_cfg = c;
-  gpupool_status s = start_locked(&g_cfg);
+  gpupool_status s = start_locked(&g_cfg, web, &files);
   if (s == GPUPOOL_OK) {
     g_owner = getpid();
     if (!g_exit_handler)

@@ -147,9 +147,21 @@ static int apply_pair(void *ctx, const char *key, const char *value, char *err, 
   }
   if (strcmp(key, "oom_dir") == 0)
     return copy_setting(key, value, r->cfg->oom_dir, sizeof r->cfg->oom_dir, err, errlen);
+  if (strcmp(key, "web_config") == 0)
+    return copy_setting(key, value, r->cfg->web_config, sizeof r->cfg->web_config, err, errlen);
+  if (strcmp(key, "healthz_open") == 0) {
+    uint64_t v;
+    if (kvconf_u64(value, 0, 1, &v) != 0) {
+      snprintf(err, errlen, "healthz_open: '%s' is not 0 or 1", value);
+      return -1;
+    }
+    r->cfg->healthz_open = (int)v;
+    return 0;
+  }
   snprintf(err, errlen,
            "unknown key '%s' (known: listen, sample_interval_ms, trace_events, trace_tick_us, "
-           "cupti, labels, trace_file, sd_dir, hostname, oom_reports, oom_dir)",
+           "cupti, labels, trace_file, sd_dir, hostname, oom_reports, oom_dir, web_config, "
+           "healthz_open)",
            key);
   return -1;
 }
@@ -199,6 +211,10 @@ static int apply_options(const gpupool_agent_options *o, raw_settings *r, char *
     return -1;
   if (o->hostname && apply_pair(r, "hostname", o->hostname, err, errlen) != 0)
     return -1;
+  if (o->web_config && apply_pair(r, "web_config", o->web_config, err, errlen) != 0)
+    return -1;
+  if (o->healthz_open)
+    r->cfg->healthz_open = 1;
   return 0;
 }
 

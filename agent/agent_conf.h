@@ -31,8 +31,10 @@ typedef struct agent_config {
   char trace_file[PATH_MAX]; /* "" = none */
   char sd_dir[PATH_MAX];     /* "" = none */
   char hostname[LABEL_VALUE_MAX];
-  size_t oom_reports;     /* OOM reports kept (agent/oom_store.h) */
-  char oom_dir[PATH_MAX]; /* "" = none: where each OOM report is written */
+  size_t oom_reports;        /* OOM reports kept (agent/oom_store.h) */
+  char oom_dir[PATH_MAX];    /* "" = none: where each OOM report is written */
+  char web_config[PATH_MAX]; /* "" = none: plain HTTP, no auth */
+  int healthz_open;          /* /healthz without basic auth */
 } agent_config;
 
 /* 0 on success; -1 with a one-line reason. opt may be NULL. */

@@ -8,12 +8,19 @@ static atomic_uint_fast64_t g_scrapes, g_last_ns, g_total_ns;
 /* Slots claimed by code on first use (compare-and-swap from 0). */
 static atomic_int g_code[AGENT_HEALTH_CODES];
 static atomic_uint_fast64_t g_errors[AGENT_HEALTH_CODES];
+static atomic_uint_fast64_t g_tls_failures;
+static atomic_int g_web_config, g_web_ok;
+static _Atomic double g_web_ok_s;
 
 void agent_health_reset(double start_s) {
   atomic_store(&g_start_s, start_s);
   atomic_store(&g_scrapes, 0);
   atomic_store(&g_last_ns, 0);
   atomic_store(&g_total_ns, 0);
+  atomic_store(&g_tls_failures, 0);
+  atomic_store(&g_web_config, 0);
+  atomic_store(&g_web_ok, 0);
+  atomic_store(&g_web_ok_s, 0.0);
   /* The errors the agent itself answers are there from the start, at 0, so
    * that their series exist before the first one (rate() and alerts need it). */
   static const int preset[] = {400, 404, 405};
@@ -55,6 +62,10 @@ void agent_health_get(agent_health *out) {
   out->scrapes = atomic_load(&g_scrapes);
   out->last_scrape_ns = atomic_load(&g_last_ns);
   out->scrape_ns_total = atomic_load(&g_total_ns);
+  out->tls_handshake_failures = atomic_load(&g_tls_failures);
+  out->web_config = atomic_load(&g_web_config);
+  out->web_config_ok = atomic_load(&g_web_ok);
+  out->web_config_ok_s = atomic_load(&g_web_ok_s);
   for (int i = 0; i < AGENT_HEALTH_CODES; i++) {
     int code = atomic_load(&g_code[i]);
     if (!code)
@@ -63,4 +74,15 @@ void agent_health_get(agent_health *out) {
     out->errors[out->ncodes] = atomic_load(&g_errors[i]);
     out->ncodes++;
   }
+}
+
+void agent_health_tls_handshake_failed(void) {
+  atomic_fetch_add_explicit(&g_tls_failures, 1, memory_order_relaxed);
+}
+
+void agent_health_web_config(int ok, double when_s) {
+  atomic_store(&g_web_config, 1);
+  atomic_store(&g_web_ok, ok);
+  if (ok)
+    atomic_store(&g_web_ok_s, when_s);
 }

@@ -17,6 +17,10 @@ typedef struct agent_health {
   size_t ncodes;
   int code[AGENT_HEALTH_CODES];
   uint64_t errors[AGENT_HEALTH_CODES];
+  uint64_t tls_handshake_failures; /* TLS connections closed before their handshake ended */
+  int web_config;                  /* a web configuration file is in use */
+  int web_config_ok;               /* its last (re)load succeeded */
+  double web_config_ok_s;          /* when a load last succeeded */
 } agent_health;
 
 /* Zeroes the numbers (agent start). */
@@ -24,5 +28,8 @@ void agent_health_reset(double start_s);
 void agent_health_scrape(uint64_t duration_ns);
 void agent_health_http_error(int code);
 void agent_health_get(agent_health *out);
+void agent_health_tls_handshake_failed(void);
+/* A load of the web configuration file: ok or not, at when_s. */
+void agent_health_web_config(int ok, double when_s);
 
 #endif

@@ -2,6 +2,7 @@
 
 #include <microhttpd.h>
 #include <stdatomic.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -12,11 +13,20 @@
 #include "endpoint.h"
 #include "exporters/metrics.h"
 #include "http_index.h"
-#include "ui.h"
+#include "http_tls.h"
 #include "labels.h"
 #include "oom_store.h"
+#include "pool/clock.h"
+#include "web_auth.h"
+#include "ui.h"
+#include "web_state.h"
 
 static struct MHD_Daemon *g_daemon;
+/* The current server's generation; each server's handler gets its own as
+ * its closure, so a request can tell that its server is being replaced. */
+static atomic_uint g_generation;
+static web_config *g_daemon_cfg; /* what g_daemon was started with (a reference), or NULL */
+static int g_ipv6;
 static atomic_int g_port;
 static char g_address[300];
 static char g_hostname[LABEL_VALUE_MAX];
@@ -196,11 +206,23 @@ static struct MHD_Response *make_response(endpoint_body *b, int head) {
   return r;
 }
 
+/* wc: the web configuration of the request (its headers go on every
+ * response), or NULL. old: the request's server is being replaced by a
+ * reload: its kept-alive connection closes after this answer, so that the
+ * client reconnects to the new one. */
 static enum MHD_Result queue(struct MHD_Connection *c, endpoint_body *b, int head,
-                             const char *allow) {
+                             const char *allow, const web_config *wc, int old) {
   struct MHD_Response *r = make_response(b, head);
   if (!r)
     return MHD_NO; /* out of memory: MHD closes the connection */
+  for (size_t i = 0; wc && i < wc->nheaders; i++)
+    MHD_add_response_header(r, wc->headers[i].name, wc->headers[i].value);
+  if (b->status == 401)
+    MHD_add_response_header(r, MHD_HTTP_HEADER_WWW_AUTHENTICATE, "Basic realm=\"gpupool\"");
+  if (b->status == 429)
+    MHD_add_response_header(r, MHD_HTTP_HEADER_RETRY_AFTER, "1");
+  if (old)
+    MHD_add_response_header(r, MHD_HTTP_HEADER_CONNECTION, "close");
   if (b->content_type)
     MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, b->content_type);
   if (b->content_encoding)
@@ -224,18 +246,25 @@ static enum MHD_Result queue(struct MHD_Connection *c, endpoint_body *b, int hea
   return ok;
 }
 
+static enum MHD_Result serve(struct MHD_Connection *c, const char *url, int head,
+                             const web_config *wc, int old);
+
 static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const char *url,
                                   const char *method, const char *version, const char *upload_data,
                                   size_t *upload_data_size, void **con_cls) {
-  (void)cls, (void)version, (void)upload_data;
+  (void)version, (void)upload_data;
   static int headers_seen;
   endpoint_body body = {0};
+  int old = (unsigned)(uintptr_t)cls != atomic_load(&g_generation);
   if (strcmp(method, MHD_HTTP_METHOD_GET) != 0 && strcmp(method, MHD_HTTP_METHOD_HEAD) != 0) {
     /* Answered at once, without reading a body: the connection closes. */
     char line[160];
     snprintf(line, sizeof line, "method %.64s not allowed: use GET or HEAD\n", method);
     text_body(&body, 405, line);
-    return queue(c, &body, 0, "GET, HEAD");
+    web_config *wc = web_state_acquire();
+    enum MHD_Result ok = queue(c, &body, 0, "GET, HEAD", wc, old);
+    web_state_release(wc);
+    return ok;
   }
   /* A response queued in the first call (headers only) makes libmicrohttpd
    * close the connection after it: answer in the next call, once the request
@@ -249,6 +278,48 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
     return MHD_YES;
   }
   int head = strcmp(method, MHD_HTTP_METHOD_HEAD) == 0;
+  web_config *wc = web_state_acquire();
+  enum MHD_Result ok = serve(c, url, head, wc, old);
+  web_state_release(wc);
+  return ok;
+}
+
+/* basic_auth_users and rate_limit of the web configuration: 0 to go on, or
+ * the error answer in body. */
+static int admit(struct MHD_Connection *c, const char *url, const web_config *wc,
+                 endpoint_body *body) {
+  if (!wc)
+    return 0;
+  double now = (double)clock_monotonic_ns() / 1e9;
+  if (!web_rate_allow(wc, now)) {
+    text_body(body, 429, "too many requests (rate_limit)\n");
+    return -1;
+  }
+  if (!wc->nusers || (web_state_healthz_open() && strcmp(url, "/healthz") == 0))
+    return 0;
+  char *pass = NULL;
+  char *user = MHD_basic_auth_get_username_password(c, &pass);
+  web_auth_result a = web_auth_check(wc, user, pass, now);
+  if (pass) {
+    explicit_bzero(pass, strlen(pass));
+    MHD_free(pass);
+  }
+  if (user)
+    MHD_free(user);
+  if (a == WEB_AUTH_OK)
+    return 0;
+  if (a == WEB_AUTH_BUSY)
+    text_body(body, 429, "authentication is busy with other requests: try again\n");
+  else
+    text_body(body, 401, "unauthorized: basic auth with a user of the agent's web_config\n");
+  return -1;
+}
+
+static enum MHD_Result serve(struct MHD_Connection *c, const char *url, int head,
+                             const web_config *wc, int old) {
+  endpoint_body body = {0};
+  if (admit(c, url, wc, &body) != 0)
+    return queue(c, &body, head, NULL, wc, old);
   const route *rt = NULL;
   for (size_t i = 0; i < sizeof routes / sizeof routes[0]; i++)
     if (route_matches(&routes[i], url)) {
@@ -258,7 +329,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
   if (!rt) {
     text_body(&body, 404,
               "not found: try /, /metrics, /trace, /snapshot, /oom, /advice, /ui or /healthz\n");
-    return queue(c, &body, head, NULL);
+    return queue(c, &body, head, NULL, wc, old);
   }
   endpoint_args args = {
       .get = arg_get,
@@ -274,33 +345,100 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
   rt->handler(&args, &body);
   if (!body.status)
     body.status = 200;
-  return queue(c, &body, head, NULL);
+  return queue(c, &body, head, NULL, wc, old);
 }
 
-int http_start(http_listener *l, const char *hostname, char *err, size_t errlen) {
+/* A daemon on the listening socket fd, with cfg's TLS (cfg may be NULL), of
+ * the current generation. */
+static struct MHD_Daemon *start_daemon(int fd, const web_config *cfg) {
+  void *generation = (void *)(uintptr_t)atomic_load(&g_generation);
+  /* MHD_USE_ITC: a reload hands the socket over with MHD_quiesce_daemon.
+   * TLS uses poll(): with libmicrohttpd 0.9.75's edge-triggered epoll, a
+   * kept-alive TLS connection's next request could sit unread (seen under a
+   * flood of requests on 4 connections). */
+  unsigned flags =
+      (cfg && cfg->tls ? MHD_USE_POLL_INTERNAL_THREAD : MHD_USE_AUTO_INTERNAL_THREAD) | MHD_USE_ITC;
+  if (g_ipv6)
+    flags |= MHD_USE_IPv6;
+  struct MHD_OptionItem tls[HTTP_TLS_MAX_OPTIONS];
+  http_tls_options(cfg, tls, &flags);
+  return MHD_start_daemon(flags, 0, NULL, NULL, on_request, generation, MHD_OPTION_LISTEN_SOCKET,
+                          (MHD_socket)fd, MHD_OPTION_THREAD_POOL_SIZE, (unsigned)HTTP_THREADS,
+                          MHD_OPTION_CONNECTION_LIMIT, (unsigned)HTTP_CONNECTION_LIMIT,
+                          MHD_OPTION_PER_IP_CONNECTION_LIMIT, (unsigned)HTTP_PER_IP_LIMIT,
+                          MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)HTTP_TIMEOUT_S, MHD_OPTION_ARRAY,
+                          tls, MHD_OPTION_END);
+}
+
+int http_start(http_listener *l, const char *hostname, web_config *cfg, char *err, size_t errlen) {
   if (g_daemon) {
     close(l->fd);
     snprintf(err, errlen, "the HTTP server is already running");
     return -1;
   }
   snprintf(g_hostname, sizeof g_hostname, "%s", hostname);
-  unsigned flags = MHD_USE_AUTO_INTERNAL_THREAD;
-  if (l->ipv6)
-    flags |= MHD_USE_IPv6;
-  g_daemon =
-      MHD_start_daemon(flags, 0, NULL, NULL, on_request, NULL, MHD_OPTION_LISTEN_SOCKET,
-                       (MHD_socket)l->fd, MHD_OPTION_THREAD_POOL_SIZE, (unsigned)HTTP_THREADS,
-                       MHD_OPTION_CONNECTION_LIMIT, (unsigned)HTTP_CONNECTION_LIMIT,
-                       MHD_OPTION_PER_IP_CONNECTION_LIMIT, (unsigned)HTTP_PER_IP_LIMIT,
-                       MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)HTTP_TIMEOUT_S, MHD_OPTION_END);
+  g_ipv6 = l->ipv6;
+  g_daemon = start_daemon(l->fd, cfg);
   if (!g_daemon) {
     close(l->fd);
-    snprintf(err, errlen, "libmicrohttpd could not start a server on %s", l->address);
+    snprintf(err, errlen, "libmicrohttpd could not start a%s server on %s",
+             cfg && cfg->tls ? "n HTTPS" : "", l->address);
     return -1;
   }
+  g_daemon_cfg = cfg ? web_state_ref(cfg) : NULL;
   snprintf(g_address, sizeof g_address, "%s", l->address);
   atomic_store(&g_port, l->port);
   return 0;
+}
+
+int http_restart(web_config *cfg, char *err, size_t errlen) {
+  if (!g_daemon) {
+    snprintf(err, errlen, "the HTTP server is not running");
+    return -1;
+  }
+  /* The old daemon stops accepting and hands the socket over; connections
+   * that arrive meanwhile wait in the socket's backlog. */
+  MHD_socket fd = MHD_quiesce_daemon(g_daemon);
+  if (fd == MHD_INVALID_SOCKET) {
+    snprintf(err, errlen, "libmicrohttpd could not hand its listening socket over");
+    return -1;
+  }
+  struct MHD_Daemon *old = g_daemon;
+  web_config *old_cfg = g_daemon_cfg;
+  int rc = 0;
+  atomic_fetch_add(&g_generation, 1);
+  g_daemon = start_daemon((int)fd, cfg);
+  if (g_daemon) {
+    g_daemon_cfg = cfg ? web_state_ref(cfg) : NULL;
+  } else {
+    snprintf(err, errlen,
+             "libmicrohttpd could not start a server with the new configuration; "
+             "serving with the previous one");
+    rc = -1;
+    g_daemon = start_daemon((int)fd, old_cfg);
+    if (!g_daemon) {
+      snprintf(err, errlen,
+               "libmicrohttpd could not start a server with the new configuration "
+               "nor the previous one: the agent no longer serves HTTP");
+      close((int)fd);
+      atomic_store(&g_port, 0);
+      g_address[0] = '\0';
+      g_daemon_cfg = NULL;
+    } else if (old_cfg) {
+      web_state_ref(old_cfg); /* one for the new daemon, one released below */
+    }
+  }
+  /* Connections of the old daemon finish their requests (idle ones time
+   * out after HTTP_TIMEOUT_S); then it stops. */
+  for (int i = 0; i < (HTTP_TIMEOUT_S + 2) * 20; i++) {
+    const union MHD_DaemonInfo *di = MHD_get_daemon_info(old, MHD_DAEMON_INFO_CURRENT_CONNECTIONS);
+    if (!di || di->num_connections == 0)
+      break;
+    usleep(50 * 1000);
+  }
+  MHD_stop_daemon(old);
+  web_state_release(old_cfg);
+  return rc;
 }
 
 void http_stop(void) {
@@ -309,6 +447,8 @@ void http_stop(void) {
   atomic_store(&g_port, 0);
   MHD_stop_daemon(g_daemon); /* closes the listening socket too */
   g_daemon = NULL;
+  web_state_release(g_daemon_cfg);
+  g_daemon_cfg = NULL;
   g_address[0] = '\0';
 }
 

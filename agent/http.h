@@ -9,6 +9,7 @@
 #include <stddef.h>
 
 #include "http_listen.h"
+#include "web_config.h"
 
 #define HTTP_CONNECTION_LIMIT 128
 #define HTTP_PER_IP_LIMIT     32
@@ -16,8 +17,17 @@
 #define HTTP_THREADS          2
 
 /* Serves on a listener from http_listen_open, which it takes over (closed on
- * failure too). hostname is shown on the index page. 0 or -1 with a reason. */
-int http_start(http_listener *l, const char *hostname, char *err, size_t errlen);
+ * failure too). hostname is shown on the index page; cfg (NULL = none, else
+ * installed in web_state.h, which the server takes a reference of) gives TLS.
+ * Basic auth, headers and rate limits come from web_state.h per request.
+ * 0 or -1 with a reason. */
+int http_start(http_listener *l, const char *hostname, web_config *cfg, char *err, size_t errlen);
+/* Moves the listening socket to a new server with cfg's TLS (certificates,
+ * client CAs, versions changed), with no moment where the port is closed;
+ * the old server's connections finish first (at most HTTP_TIMEOUT_S + 2 s,
+ * the caller waits). -1 with a reason when it cannot: the previous
+ * configuration then keeps serving. Not concurrent with http_start/stop. */
+int http_restart(web_config *cfg, char *err, size_t errlen);
 /* Closes every connection and joins the server's threads; idempotent. */
 void http_stop(void);
 /* The bound port, 0 when not serving. */

@@ -62,4 +62,18 @@ void metrics_write_agent(prom_writer *w, const metrics_snapshot *s) {
   prom_family(w, "gpupool_oom_report_write_errors", PROM_COUNTER,
               "OOM reports that could not be written to oom_dir.");
   prom_counter(w, labels, NULL, 0, oc.write_errors, h.start_s);
+  if (!h.web_config)
+    return;
+  prom_family(w, "gpupool_agent_web_config_last_reload_successful", PROM_GAUGE,
+              "Whether the last load of the web configuration file (TLS, basic auth) "
+              "succeeded.");
+  prom_gauge_u64(w, labels, NULL, 0, (uint64_t)h.web_config_ok);
+  prom_family(w, "gpupool_agent_web_config_last_reload_success_timestamp_seconds", PROM_GAUGE,
+              "When the web configuration file was last loaded successfully.");
+  prom_gauge_double(w, labels, NULL, 0, h.web_config_ok_s);
+  prom_family(w, "gpupool_agent_tls_handshake_failures", PROM_COUNTER,
+              "TLS connections closed before their handshake completed (plain HTTP to the "
+              "TLS port, a client that does not trust the certificate, a refused client "
+              "certificate).");
+  prom_counter(w, labels, NULL, 0, h.tls_handshake_failures, h.start_s);
 }

@@ -42,6 +42,10 @@ typedef struct gpupool_agent_options {
                              are frequent (100,000/s or more), else exact; default 1000, at
                              most 100000 */
   int trace_tick_off;     /* nonzero: every event stamped exactly (as trace_tick_us:0) */
+  const char *web_config; /* TLS and basic auth: a web configuration file in the format of
+                             Prometheus exporter-toolkit (node_exporter's --web.config.file);
+                             re-read when it changes. See docs/security.md */
+  int healthz_open;       /* nonzero: /healthz answers without basic auth */
 } gpupool_agent_options;
 
 gpupool_status gpupool_agent_start(const gpupool_agent_options *opt);

@@ -1,0 +1,150 @@
+#include "http_tls.h"
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <sys/socket.h>
+#include <gnutls/gnutls.h>
+#include <gnutls/x509.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "agent_health.h"
+
+typedef struct tls_conn {
+  const web_config *c;
+  int done; /* the handshake completed */
+} tls_conn;
+
+static tls_conn *conn_of(gnutls_session_t s) {
+  /* libmicrohttpd sets the session's pointer to its connection. */
+  struct MHD_Connection *conn = gnutls_session_get_ptr(s);
+  const union MHD_ConnectionInfo *ci =
+      conn ? MHD_get_connection_info(conn, MHD_CONNECTION_INFO_SOCKET_CONTEXT) : NULL;
+  return ci ? ci->socket_context : NULL;
+}
+
+/* Whether one of the certificate's subject alternative names (DNS, IP,
+ * e-mail, URI) is in the allowed list. */
+static int san_allowed(const web_config *c, const gnutls_datum_t *der) {
+  gnutls_x509_crt_t crt;
+  if (gnutls_x509_crt_init(&crt) != 0)
+    return 0;
+  int ok = 0;
+  if (gnutls_x509_crt_import(crt, der, GNUTLS_X509_FMT_DER) == 0) {
+    for (unsigned i = 0; !ok; i++) {
+      char buf[1024], text[1024];
+      size_t size = sizeof buf - 1;
+      unsigned critical;
+      int type = gnutls_x509_crt_get_subject_alt_name(crt, i, buf, &size, &critical);
+      if (type == GNUTLS_E_REQUESTED_DATA_NOT_AVAILABLE)
+        break;
+      if (type == GNUTLS_SAN_IPADDRESS && (size == 4 || size == 16)) {
+        if (!inet_ntop(size == 4 ? AF_INET : AF_INET6, buf, text, sizeof text))
+          continue;
+      } else if (type == GNUTLS_SAN_DNSNAME || type == GNUTLS_SAN_RFC822NAME ||
+                 type == GNUTLS_SAN_URI) {
+        memcpy(text, buf, size);
+        text[size] = '\0';
+      } else {
+        continue;
+      }
+      for (size_t j = 0; j < c->nsans && !ok; j++)
+        ok = strcmp(text, c->allowed_sans[j]) == 0;
+    }
+  }
+  gnutls_x509_crt_deinit(crt);
+  return ok;
+}
+
+/* Called by GnuTLS when the client's certificate arrives; nonzero fails the
+ * handshake. */
+static int verify_client(gnutls_session_t s) {
+  tls_conn *t = conn_of(s);
+  if (!t)
+    return -1; /* no policy: refuse rather than let it through */
+  web_client_auth mode = t->c->client_auth;
+  unsigned n = 0;
+  const gnutls_datum_t *peers = gnutls_certificate_get_peers(s, &n);
+  if (!peers || n == 0)
+    return mode == WEB_CLIENT_REQUIRE_ANY || mode == WEB_CLIENT_REQUIRE_AND_VERIFY ? -1 : 0;
+  if (mode < WEB_CLIENT_VERIFY_IF_GIVEN)
+    return 0;
+  unsigned status = 0;
+  if (gnutls_certificate_verify_peers2(s, &status) < 0 || status != 0)
+    return -1;
+  if (t->c->allowed_sans && !san_allowed(t->c, &peers[0]))
+    return -1;
+  return 0;
+}
+
+static int on_finished(gnutls_session_t s, unsigned htype, unsigned when, unsigned incoming,
+                       const gnutls_datum_t *msg) {
+  (void)htype, (void)when, (void)msg;
+  tls_conn *t = conn_of(s);
+  if (t && incoming)
+    t->done = 1;
+  return 0;
+}
+
+static void on_connection(void *cls, struct MHD_Connection *conn, void **socket_context,
+                          enum MHD_ConnectionNotificationCode code) {
+  const web_config *c = cls;
+  if (code == MHD_CONNECTION_NOTIFY_CLOSED) {
+    tls_conn *t = *socket_context;
+    if (t && !t->done)
+      agent_health_tls_handshake_failed();
+    free(t);
+    *socket_context = NULL;
+    return;
+  }
+  /* Called before the handshake starts (the session exists already).
+   * libmicrohttpd sends a TLS answer's header and body as two records:
+   * without TCP_NODELAY the second waits for the client's delayed ACK. */
+  const union MHD_ConnectionInfo *fd =
+      MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CONNECTION_FD);
+  if (fd) {
+    int one = 1;
+    setsockopt(fd->connect_fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+  }
+  tls_conn *t = calloc(1, sizeof *t);
+  if (t)
+    t->c = c;
+  *socket_context = t;
+  const union MHD_ConnectionInfo *ci =
+      MHD_get_connection_info(conn, MHD_CONNECTION_INFO_GNUTLS_SESSION);
+  gnutls_session_t s = ci ? ci->tls_session : NULL;
+  if (!s)
+    return;
+  gnutls_handshake_set_hook_function(s, GNUTLS_HANDSHAKE_FINISHED, GNUTLS_HOOK_POST, on_finished);
+  switch (c->client_auth) {
+  case WEB_CLIENT_NONE:
+    break;
+  case WEB_CLIENT_REQUEST:
+  case WEB_CLIENT_VERIFY_IF_GIVEN:
+    gnutls_certificate_server_set_request(s, GNUTLS_CERT_REQUEST);
+    gnutls_session_set_verify_function(s, verify_client);
+    break;
+  case WEB_CLIENT_REQUIRE_ANY:
+  case WEB_CLIENT_REQUIRE_AND_VERIFY:
+    gnutls_certificate_server_set_request(s, GNUTLS_CERT_REQUIRE);
+    gnutls_session_set_verify_function(s, verify_client);
+    break;
+  }
+}
+
+void http_tls_options(const web_config *c, struct MHD_OptionItem *opts, unsigned *flags) {
+  size_t n = 0;
+  if (c && c->tls) {
+    *flags |= MHD_USE_TLS;
+    opts[n++] = (struct MHD_OptionItem){MHD_OPTION_HTTPS_MEM_CERT, 0, c->cert_pem};
+    opts[n++] = (struct MHD_OptionItem){MHD_OPTION_HTTPS_MEM_KEY, 0, c->key_pem};
+    opts[n++] = (struct MHD_OptionItem){MHD_OPTION_HTTPS_PRIORITIES, 0, c->priorities};
+    if (c->ca_pem)
+      opts[n++] = (struct MHD_OptionItem){MHD_OPTION_HTTPS_MEM_TRUST, 0, c->ca_pem};
+    opts[n++] =
+        (struct MHD_OptionItem){MHD_OPTION_NOTIFY_CONNECTION, (intptr_t)on_connection, (void *)c};
+  }
+  opts[n] = (struct MHD_OptionItem){MHD_OPTION_END, 0, NULL};
+}

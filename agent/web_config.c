@@ -1,0 +1,812 @@
+#include "web_config.h"
+
+#include <errno.h>
+#include <gnutls/crypto.h>
+#include <gnutls/gnutls.h>
+#include <gnutls/x509.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <sys/stat.h>
+#include <yaml.h>
+
+#define MAX_FILE_BYTES (1u << 20) /* a configuration, certificate or key file */
+#define MAX_LIST       64
+
+/* ---- reading files ---- */
+
+/* The whole file, NUL-terminated; NULL with a reason. */
+static char *read_file(const char *path, size_t *len, char *err, size_t errlen) {
+  FILE *f = fopen(path, "rb");
+  if (!f) {
+    snprintf(err, errlen, "cannot read %s: %s", path, strerror(errno));
+    return NULL;
+  }
+  char *buf = malloc(MAX_FILE_BYTES + 1);
+  size_t n = buf ? fread(buf, 1, MAX_FILE_BYTES + 1, f) : 0;
+  int bad = ferror(f);
+  fclose(f);
+  if (!buf || bad || n > MAX_FILE_BYTES) {
+    snprintf(err, errlen, "cannot read %s: %s", path,
+             !buf  ? "out of memory"
+             : bad ? "read error"
+                   : "larger than 1 MiB");
+    free(buf);
+    return NULL;
+  }
+  buf[n] = '\0';
+  *len = n;
+  return buf;
+}
+
+void web_files_digest(const web_files *f, unsigned char out[32]) {
+  gnutls_hash_hd_t h;
+  memset(out, 0, 32);
+  if (gnutls_hash_init(&h, GNUTLS_DIG_SHA256) != 0)
+    return;
+  char err[8];
+  for (size_t i = 0; i < f->n; i++) {
+    size_t len = 0;
+    char *data = read_file(f->path[i], &len, err, sizeof err);
+    /* A missing file and an empty one must differ. */
+    unsigned char tag = data ? 1 : 0;
+    gnutls_hash(h, &tag, 1);
+    gnutls_hash(h, &len, sizeof len);
+    if (data)
+      gnutls_hash(h, data, len);
+    free(data);
+  }
+  gnutls_hash_deinit(h, out);
+}
+
+/* ---- the loader ---- */
+
+typedef struct str_list {
+  char *item[MAX_LIST];
+  size_t n;
+  int given;
+} str_list;
+
+typedef struct raw_tls {
+  int given;
+  const char *cert, *key, *client_ca; /* inline PEM */
+  const char *cert_file, *key_file, *client_ca_file, *client_auth_type;
+  const char *min_version, *max_version;
+  str_list cipher_suites, curves, sans;
+  int prefer_server; /* -1 = default (true) */
+} raw_tls;
+
+typedef struct loader {
+  yaml_document_t *doc;
+  char dir[PATH_MAX]; /* the configuration file's directory: relative paths start there */
+  web_files *files;
+  raw_tls tls;
+  web_config *cfg;
+  char *err;
+  size_t errlen;
+} loader;
+
+__attribute__((format(printf, 3, 4))) static int fail(loader *l, const yaml_node_t *n,
+                                                      const char *fmt, ...) {
+  char msg[400];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(msg, sizeof msg, fmt, ap);
+  va_end(ap);
+  if (n)
+    snprintf(l->err, l->errlen, "line %lu: %s", (unsigned long)n->start_mark.line + 1, msg);
+  else
+    snprintf(l->err, l->errlen, "%s", msg);
+  return -1;
+}
+
+static int is_null(const yaml_node_t *n) {
+  if (n->type != YAML_SCALAR_NODE || n->data.scalar.style != YAML_PLAIN_SCALAR_STYLE)
+    return 0;
+  const char *v = (const char *)n->data.scalar.value;
+  return !*v || !strcmp(v, "~") || !strcasecmp(v, "null");
+}
+
+/* The text of a scalar (NULL for an explicit null) or -1 for another node. */
+static int scalar(loader *l, const yaml_node_t *n, const char *what, const char **out) {
+  if (n->type != YAML_SCALAR_NODE)
+    return fail(l, n, "%s: expected a string", what);
+  *out = is_null(n) ? NULL : (const char *)n->data.scalar.value;
+  if (*out && strlen(*out) != n->data.scalar.length)
+    return fail(l, n, "%s: contains a NUL byte", what);
+  return 0;
+}
+
+static int boolean(loader *l, const yaml_node_t *n, const char *what, int *out) {
+  const char *v;
+  if (scalar(l, n, what, &v) != 0)
+    return -1;
+  if (!v)
+    return 0; /* null: the default */
+  static const char *yes[] = {"true", "yes", "on"}, *no[] = {"false", "no", "off"};
+  for (int i = 0; i < 3; i++) {
+    if (!strcasecmp(v, yes[i]))
+      return *out = 1, 0;
+    if (!strcasecmp(v, no[i]))
+      return *out = 0, 0;
+  }
+  return fail(l, n, "%s: '%s' is not true or false", what, v);
+}
+
+static int string_list(loader *l, const yaml_node_t *n, const char *what, str_list *out) {
+  out->given = 1;
+  if (is_null(n))
+    return 0;
+  if (n->type != YAML_SEQUENCE_NODE)
+    return fail(l, n, "%s: expected a list of strings", what);
+  for (yaml_node_item_t *it = n->data.sequence.items.start; it < n->data.sequence.items.top; it++) {
+    const char *v;
+    if (scalar(l, yaml_document_get_node(l->doc, *it), what, &v) != 0)
+      return -1;
+    if (!v)
+      return fail(l, n, "%s: an empty entry", what);
+    if (out->n == MAX_LIST)
+      return fail(l, n, "%s: more than %d entries", what, MAX_LIST);
+    out->item[out->n++] = (char *)v;
+  }
+  return 0;
+}
+
+typedef int (*pair_fn)(loader *l, const char *key, const yaml_node_t *value);
+
+/* Calls fn for each key of a mapping (a null node is an empty mapping);
+ * duplicate keys are an error, as in exporter-toolkit's strict parsing. */
+static int each_pair(loader *l, const yaml_node_t *n, const char *what, pair_fn fn) {
+  if (is_null(n))
+    return 0;
+  if (n->type != YAML_MAPPING_NODE)
+    return fail(l, n, "%s: expected a mapping", what);
+  for (yaml_node_pair_t *p = n->data.mapping.pairs.start; p < n->data.mapping.pairs.top; p++) {
+    const yaml_node_t *k = yaml_document_get_node(l->doc, p->key);
+    const char *key;
+    if (scalar(l, k, what, &key) != 0)
+      return -1;
+    if (!key)
+      return fail(l, k, "%s: an empty key", what);
+    for (yaml_node_pair_t *q = n->data.mapping.pairs.start; q < p; q++) {
+      const yaml_node_t *k2 = yaml_document_get_node(l->doc, q->key);
+      if (k2->type == YAML_SCALAR_NODE && !strcmp((const char *)k2->data.scalar.value, key))
+        return fail(l, k, "%s: key '%s' given twice", what, key);
+    }
+    if (fn(l, key, yaml_document_get_node(l->doc, p->value)) != 0)
+      return -1;
+  }
+  return 0;
+}
+
+static int tls_pair(loader *l, const char *key, const yaml_node_t *v) {
+  raw_tls *t = &l->tls;
+  static const struct {
+    const char *key;
+    size_t off;
+  } strings[] = {
+      {"cert", offsetof(raw_tls, cert)},
+      {"key", offsetof(raw_tls, key)},
+      {"client_ca", offsetof(raw_tls, client_ca)},
+      {"cert_file", offsetof(raw_tls, cert_file)},
+      {"key_file", offsetof(raw_tls, key_file)},
+      {"client_ca_file", offsetof(raw_tls, client_ca_file)},
+      {"client_auth_type", offsetof(raw_tls, client_auth_type)},
+      {"min_version", offsetof(raw_tls, min_version)},
+      {"max_version", offsetof(raw_tls, max_version)},
+  };
+  char what[64];
+  snprintf(what, sizeof what, "tls_server_config.%s", key);
+  for (size_t i = 0; i < sizeof strings / sizeof strings[0]; i++)
+    if (!strcmp(key, strings[i].key))
+      return scalar(l, v, what, (const char **)((char *)t + strings[i].off));
+  if (!strcmp(key, "cipher_suites"))
+    return string_list(l, v, what, &t->cipher_suites);
+  if (!strcmp(key, "curve_preferences"))
+    return string_list(l, v, what, &t->curves);
+  if (!strcmp(key, "client_allowed_sans"))
+    return string_list(l, v, what, &t->sans);
+  if (!strcmp(key, "prefer_server_cipher_suites"))
+    return boolean(l, v, what, &t->prefer_server);
+  return fail(l, v,
+              "tls_server_config: unknown key '%s' (known: cert_file, key_file, cert, key, "
+              "client_ca_file, client_ca, client_auth_type, client_allowed_sans, min_version, "
+              "max_version, cipher_suites, prefer_server_cipher_suites, curve_preferences)",
+              key);
+}
+
+/* exporter-toolkit accepts these headers only, some with fixed values. */
+static const struct {
+  const char *name;
+  const char *values[3]; /* allowed values; none listed = any */
+} allowed_headers[WEB_MAX_HEADERS] = {
+    {"Strict-Transport-Security", {NULL}},
+    {"X-Content-Type-Options", {"nosniff", NULL}},
+    {"X-Frame-Options", {"deny", "sameorigin", NULL}},
+    {"X-XSS-Protection", {NULL}},
+    {"Content-Security-Policy", {NULL}},
+};
+
+static int header_pair(loader *l, const char *key, const yaml_node_t *v) {
+  size_t i;
+  for (i = 0; i < WEB_MAX_HEADERS; i++)
+    if (!strcmp(key, allowed_headers[i].name))
+      break;
+  if (i == WEB_MAX_HEADERS)
+    return fail(l, v,
+                "http_server_config.headers: header '%s' cannot be configured (allowed: "
+                "Strict-Transport-Security, X-Content-Type-Options, X-Frame-Options, "
+                "X-XSS-Protection, Content-Security-Policy)",
+                key);
+  const char *value;
+  if (scalar(l, v, "http_server_config.headers", &value) != 0)
+    return -1;
+  if (!value || !*value)
+    return 0; /* blank: unset */
+  if (strpbrk(value, "\r\n"))
+    return fail(l, v, "http_server_config.headers.%s: a line break in the value", key);
+  if (allowed_headers[i].values[0]) {
+    int ok = 0;
+    for (int j = 0; allowed_headers[i].values[j]; j++)
+      ok |= !strcmp(value, allowed_headers[i].values[j]);
+    if (!ok)
+      return fail(l, v, "http_server_config.headers.%s: '%s' is not one of: %s%s%s", key, value,
+                  allowed_headers[i].values[0], allowed_headers[i].values[1] ? ", " : "",
+                  allowed_headers[i].values[1] ? allowed_headers[i].values[1] : "");
+  }
+  web_config *c = l->cfg;
+  c->headers[c->nheaders].name = allowed_headers[i].name;
+  c->headers[c->nheaders].value = strdup(value);
+  if (!c->headers[c->nheaders].value)
+    return fail(l, v, "out of memory");
+  c->nheaders++;
+  return 0;
+}
+
+static int http_pair(loader *l, const char *key, const yaml_node_t *v) {
+  if (!strcmp(key, "headers"))
+    return each_pair(l, v, "http_server_config.headers", header_pair);
+  if (!strcmp(key, "http2")) {
+    /* The agent speaks HTTP/1.1 only; http2 is a permission, not a demand. */
+    int ignored;
+    return boolean(l, v, "http_server_config.http2", &ignored);
+  }
+  return fail(l, v, "http_server_config: unknown key '%s' (known: headers, http2)", key);
+}
+
+/* A bcrypt hash as crypt(3) and Go's bcrypt write it: $2a$, $2b$ or $2y$,
+ * a two-digit cost from 04 to 31, then 53 characters of its base64. */
+static int is_bcrypt(const char *h) {
+  if (strlen(h) != 60 || h[0] != '$' || h[1] != '2' || !strchr("aby", h[2]) || h[3] != '$' ||
+      h[6] != '$')
+    return 0;
+  if (h[4] < '0' || h[4] > '3' || h[5] < '0' || h[5] > '9')
+    return 0;
+  int cost = (h[4] - '0') * 10 + (h[5] - '0');
+  if (cost < 4 || cost > 31)
+    return 0;
+  for (const char *p = h + 7; *p; p++)
+    if (!strchr("./ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789", *p))
+      return 0;
+  return 1;
+}
+
+static int user_pair(loader *l, const char *key, const yaml_node_t *v) {
+  const char *hash;
+  char what[300];
+  snprintf(what, sizeof what, "basic_auth_users.%s", key);
+  if (scalar(l, v, what, &hash) != 0)
+    return -1;
+  if (strchr(key, ':'))
+    return fail(l, v, "%s: a user name cannot contain ':' (basic auth separates with it)", what);
+  if (!hash || !is_bcrypt(hash))
+    return fail(l, v,
+                "%s: not a bcrypt hash ($2y$, $2b$ or $2a$ and a cost; `htpasswd -nBC 10 \"\" "
+                "| tr -d ':\\n'` writes one)",
+                what);
+  web_config *c = l->cfg;
+  web_user *u = realloc(c->users, (c->nusers + 1) * sizeof *u);
+  if (!u)
+    return fail(l, v, "out of memory");
+  c->users = u;
+  u[c->nusers].name = strdup(key);
+  u[c->nusers].hash = strdup(hash);
+  c->nusers++;
+  if (!u[c->nusers - 1].name || !u[c->nusers - 1].hash)
+    return fail(l, v, "out of memory");
+  return 0;
+}
+
+/* Go's time.ParseDuration for what a rate limit needs: "1s", "500ms",
+ * "1m30s", "0". Seconds, or -1. */
+static double parse_duration(const char *s) {
+  if (!strcmp(s, "0"))
+    return 0;
+  static const struct {
+    const char *unit;
+    double s;
+  } units[] = {{"ns", 1e-9}, {"us", 1e-6}, {"µs", 1e-6}, {"ms", 1e-3},
+               {"s", 1},     {"m", 60},    {"h", 3600}};
+  double total = 0;
+  if (!*s)
+    return -1;
+  while (*s) {
+    char *end;
+    if (!(*s >= '0' && *s <= '9') && *s != '.')
+      return -1;
+    double v = strtod(s, &end);
+    if (end == s)
+      return -1;
+    s = end;
+    size_t best = 0, len = 0;
+    for (size_t i = 0; i < sizeof units / sizeof units[0]; i++) {
+      size_t n = strlen(units[i].unit);
+      if (!strncmp(s, units[i].unit, n) && n > len)
+        best = i, len = n;
+    }
+    if (!len)
+      return -1;
+    total += v * units[best].s;
+    s += len;
+  }
+  return total;
+}
+
+static int rate_pair(loader *l, const char *key, const yaml_node_t *v) {
+  const char *text;
+  char what[64];
+  snprintf(what, sizeof what, "rate_limit.%s", key);
+  if (scalar(l, v, what, &text) != 0)
+    return -1;
+  if (!strcmp(key, "interval")) {
+    double d = text ? parse_duration(text) : 0;
+    if (d < 0)
+      return fail(l, v, "%s: '%s' is not a duration (as 1s, 500ms, 1m)", what, text);
+    l->cfg->rate_interval_s = d;
+    return 0;
+  }
+  if (!strcmp(key, "burst")) {
+    char *end;
+    long b = text ? strtol(text, &end, 10) : 0;
+    if (text && (*end || b < 0 || b > 1000000))
+      return fail(l, v, "%s: '%s' is not a number from 0 to 1000000", what, text);
+    l->cfg->rate_burst = (unsigned)b;
+    return 0;
+  }
+  return fail(l, v, "rate_limit: unknown key '%s' (known: interval, burst)", key);
+}
+
+static int top_pair(loader *l, const char *key, const yaml_node_t *v) {
+  if (!strcmp(key, "tls_server_config")) {
+    l->tls.given = !is_null(v);
+    return each_pair(l, v, "tls_server_config", tls_pair);
+  }
+  if (!strcmp(key, "http_server_config"))
+    return each_pair(l, v, "http_server_config", http_pair);
+  if (!strcmp(key, "basic_auth_users"))
+    return each_pair(l, v, "basic_auth_users", user_pair);
+  if (!strcmp(key, "rate_limit"))
+    return each_pair(l, v, "rate_limit", rate_pair);
+  return fail(l, v,
+              "unknown key '%s' (known: tls_server_config, http_server_config, "
+              "basic_auth_users, rate_limit)",
+              key);
+}
+
+/* ---- TLS ---- */
+
+/* Go's TLS version names. */
+static int tls_version(loader *l, const char *what, const char *v, int def) {
+  if (!v)
+    return def;
+  static const char *names[] = {"TLS10", "TLS11", "TLS12", "TLS13"};
+  for (int i = 0; i < 4; i++)
+    if (!strcmp(v, names[i]))
+      return 10 + i;
+  fail(l, NULL, "tls_server_config.%s: unknown TLS version '%s' (TLS12 or TLS13)", what, v);
+  return -1;
+}
+
+/* Go's names of TLS 1.2 cipher suites (crypto/tls CipherSuites()) as GnuTLS
+ * key exchange, cipher and MAC. */
+static const struct {
+  const char *go, *kx, *cipher, *mac;
+} suites[] = {
+    {"TLS_RSA_WITH_AES_128_CBC_SHA", "RSA", "AES-128-CBC", "SHA1"},
+    {"TLS_RSA_WITH_AES_256_CBC_SHA", "RSA", "AES-256-CBC", "SHA1"},
+    {"TLS_RSA_WITH_AES_128_GCM_SHA256", "RSA", "AES-128-GCM", "AEAD"},
+    {"TLS_RSA_WITH_AES_256_GCM_SHA384", "RSA", "AES-256-GCM", "AEAD"},
+    {"TLS_ECDHE_ECDSA_WITH_AES_128_CBC_SHA", "ECDHE-ECDSA", "AES-128-CBC", "SHA1"},
+    {"TLS_ECDHE_ECDSA_WITH_AES_256_CBC_SHA", "ECDHE-ECDSA", "AES-256-CBC", "SHA1"},
+    {"TLS_ECDHE_RSA_WITH_AES_128_CBC_SHA", "ECDHE-RSA", "AES-128-CBC", "SHA1"},
+    {"TLS_ECDHE_RSA_WITH_AES_256_CBC_SHA", "ECDHE-RSA", "AES-256-CBC", "SHA1"},
+    {"TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256", "ECDHE-ECDSA", "AES-128-GCM", "AEAD"},
+    {"TLS_ECDHE_ECDSA_WITH_AES_256_GCM_SHA384", "ECDHE-ECDSA", "AES-256-GCM", "AEAD"},
+    {"TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256", "ECDHE-RSA", "AES-128-GCM", "AEAD"},
+    {"TLS_ECDHE_RSA_WITH_AES_256_GCM_SHA384", "ECDHE-RSA", "AES-256-GCM", "AEAD"},
+    {"TLS_ECDHE_ECDSA_WITH_CHACHA20_POLY1305_SHA256", "ECDHE-ECDSA", "CHACHA20-POLY1305", "AEAD"},
+    {"TLS_ECDHE_RSA_WITH_CHACHA20_POLY1305_SHA256", "ECDHE-RSA", "CHACHA20-POLY1305", "AEAD"},
+    {"TLS_ECDHE_ECDSA_WITH_CHACHA20_POLY1305", "ECDHE-ECDSA", "CHACHA20-POLY1305", "AEAD"},
+    {"TLS_ECDHE_RSA_WITH_CHACHA20_POLY1305", "ECDHE-RSA", "CHACHA20-POLY1305", "AEAD"},
+    /* TLS 1.3 suites: always on with TLS 1.3, as in Go, whatever the list. */
+    {"TLS_AES_128_GCM_SHA256", NULL, NULL, NULL},
+    {"TLS_AES_256_GCM_SHA384", NULL, NULL, NULL},
+    {"TLS_CHACHA20_POLY1305_SHA256", NULL, NULL, NULL},
+};
+
+static const struct {
+  const char *go, *gnutls;
+} curves[] = {
+    {"CurveP256", "GROUP-SECP256R1"},
+    {"CurveP384", "GROUP-SECP384R1"},
+    {"CurveP521", "GROUP-SECP521R1"},
+    {"X25519", "GROUP-X25519"},
+};
+
+/* Appends ":+item" unless s already has it. */
+static void add_item(char *s, size_t len, const char *item) {
+  char needle[64];
+  snprintf(needle, sizeof needle, ":+%s:", item);
+  char probe[1024];
+  snprintf(probe, sizeof probe, "%s:", s);
+  if (strstr(probe, needle))
+    return;
+  size_t n = strlen(s);
+  snprintf(s + n, len - n, ":+%s", item);
+}
+
+static int build_priorities(loader *l) {
+  raw_tls *t = &l->tls;
+  int min = tls_version(l, "min_version", t->min_version, 12);
+  int max = min < 0 ? -1 : tls_version(l, "max_version", t->max_version, 13);
+  if (min < 0 || max < 0)
+    return -1;
+  if (min < 12)
+    return fail(l, NULL,
+                "tls_server_config.min_version: %s is weaker than TLS12: TLS 1.0 and 1.1 are "
+                "not offered",
+                t->min_version);
+  if (max < min)
+    return fail(l, NULL, "tls_server_config: max_version %s is below min_version %s",
+                t->max_version, t->min_version ? t->min_version : "TLS12");
+  char p[1024] = "NORMAL:-VERS-ALL";
+  if (max >= 13)
+    add_item(p, sizeof p, "VERS-TLS1.3");
+  if (min <= 12)
+    add_item(p, sizeof p, "VERS-TLS1.2");
+  if (t->cipher_suites.n) {
+    char kx[256] = "", ciphers[256] = "", macs[256] = "";
+    for (size_t i = 0; i < t->cipher_suites.n; i++) {
+      size_t j;
+      for (j = 0; j < sizeof suites / sizeof suites[0]; j++)
+        if (!strcmp(t->cipher_suites.item[i], suites[j].go))
+          break;
+      if (j == sizeof suites / sizeof suites[0])
+        return fail(l, NULL,
+                    "tls_server_config.cipher_suites: unknown or insecure cipher suite '%s' "
+                    "(Go's names, e.g. TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256)",
+                    t->cipher_suites.item[i]);
+      if (!suites[j].kx)
+        continue;
+      add_item(kx, sizeof kx, suites[j].kx);
+      add_item(ciphers, sizeof ciphers, suites[j].cipher);
+      add_item(macs, sizeof macs, suites[j].mac);
+    }
+    if (max >= 13) { /* TLS 1.3's own suites stay, after the listed ones */
+      add_item(ciphers, sizeof ciphers, "AES-128-GCM");
+      add_item(ciphers, sizeof ciphers, "AES-256-GCM");
+      add_item(ciphers, sizeof ciphers, "CHACHA20-POLY1305");
+      add_item(macs, sizeof macs, "AEAD");
+    }
+    if (!kx[0] && min <= 12 && max == 12)
+      return fail(l, NULL, "tls_server_config.cipher_suites: no TLS 1.2 cipher suite listed");
+    size_t n = strlen(p);
+    snprintf(p + n, sizeof p - n, ":-KX-ALL:-CIPHER-ALL:-MAC-ALL%s%s%s", kx, ciphers, macs);
+  }
+  if (t->curves.n) {
+    size_t n = strlen(p);
+    snprintf(p + n, sizeof p - n, ":-GROUP-ALL");
+    for (size_t i = 0; i < t->curves.n; i++) {
+      size_t j;
+      for (j = 0; j < sizeof curves / sizeof curves[0]; j++)
+        if (!strcmp(t->curves.item[i], curves[j].go))
+          break;
+      if (j == sizeof curves / sizeof curves[0])
+        return fail(l, NULL,
+                    "tls_server_config.curve_preferences: unknown curve '%s' (CurveP256, "
+                    "CurveP384, CurveP521, X25519)",
+                    t->curves.item[i]);
+      add_item(p, sizeof p, curves[j].gnutls);
+    }
+  }
+  if (t->prefer_server)
+    add_item(p, sizeof p, "%SERVER_PRECEDENCE");
+  /* add_item wrote ":+%SERVER_PRECEDENCE": GnuTLS wants it without '+'. */
+  char *sp = strstr(p, ":+%");
+  if (sp)
+    memmove(sp + 1, sp + 2, strlen(sp + 2) + 1);
+  gnutls_priority_t prio;
+  const char *pos = NULL;
+  int rc = gnutls_priority_init(&prio, p, &pos);
+  if (rc != GNUTLS_E_SUCCESS)
+    return fail(l, NULL, "tls_server_config: GnuTLS refuses the priority string '%s' at '%s': %s",
+                p, pos ? pos : "?", gnutls_strerror(rc));
+  gnutls_priority_deinit(prio);
+  l->cfg->priorities = strdup(p);
+  return l->cfg->priorities ? 0 : fail(l, NULL, "out of memory");
+}
+
+/* A path as the file names it: relative ones start at the file's directory. */
+static int load_pem(loader *l, const char *what, const char *file, const char *inline_pem,
+                    char **out, size_t *len) {
+  if (file && inline_pem)
+    return fail(l, NULL, "tls_server_config: give %s or %s_file, not both", what, what);
+  if (inline_pem) {
+    *out = strdup(inline_pem);
+    *len = strlen(inline_pem);
+    return *out ? 0 : fail(l, NULL, "out of memory");
+  }
+  char path[PATH_MAX];
+  int n = file[0] == '/' ? snprintf(path, sizeof path, "%s", file)
+                         : snprintf(path, sizeof path, "%.*s/%s", PATH_MAX / 2, l->dir, file);
+  if (n < 0 || (size_t)n >= sizeof path)
+    return fail(l, NULL, "tls_server_config.%s_file: the path is too long", what);
+  if (l->files->n < WEB_MAX_FILES)
+    snprintf(l->files->path[l->files->n++], PATH_MAX, "%s", path);
+  char why[PATH_MAX + 100];
+  *out = read_file(path, len, why, sizeof why);
+  if (!*out)
+    return fail(l, NULL, "tls_server_config.%s_file: %s", what, why);
+  return 0;
+}
+
+static int check_time(loader *l, gnutls_x509_crt_t crt, const char *what, int64_t now) {
+  time_t from = gnutls_x509_crt_get_activation_time(crt);
+  time_t until = gnutls_x509_crt_get_expiration_time(crt);
+  char when[32];
+  if (until != (time_t)-1 && (int64_t)until < now) {
+    strftime(when, sizeof when, "%Y-%m-%dT%H:%M:%SZ", gmtime(&until));
+    return fail(l, NULL, "tls_server_config: the %s expired at %s", what, when);
+  }
+  if (from != (time_t)-1 && (int64_t)from > now) {
+    strftime(when, sizeof when, "%Y-%m-%dT%H:%M:%SZ", gmtime(&from));
+    return fail(l, NULL, "tls_server_config: the %s is not valid before %s", what, when);
+  }
+  return 0;
+}
+
+/* Parses every certificate of pem; checks the first (or every one) is valid now. */
+static int check_certs(loader *l, const char *what, const char *pem, size_t len, int64_t now,
+                       int all, int64_t *not_after) {
+  gnutls_x509_crt_t *list = NULL;
+  unsigned n = 0;
+  gnutls_datum_t d = {(unsigned char *)pem, (unsigned)len};
+  int rc = gnutls_x509_crt_list_import2(&list, &n, &d, GNUTLS_X509_FMT_PEM, 0);
+  if (rc < 0 || n == 0) {
+    if (rc >= 0)
+      gnutls_free(list);
+    return fail(l, NULL, "tls_server_config: the %s is not a PEM certificate: %s", what,
+                rc < 0 ? gnutls_strerror(rc) : "no certificate in it");
+  }
+  int bad = 0;
+  for (unsigned i = 0; i < n; i++) {
+    if (!bad && (i == 0 || all))
+      bad = check_time(l, list[i], what, now);
+    if (i == 0 && not_after)
+      *not_after = (int64_t)gnutls_x509_crt_get_expiration_time(list[i]);
+    gnutls_x509_crt_deinit(list[i]);
+  }
+  gnutls_free(list);
+  return bad ? -1 : 0;
+}
+
+static int load_tls(loader *l, int64_t now) {
+  raw_tls *t = &l->tls;
+  web_config *c = l->cfg;
+  if (!t->cert_file && !t->cert)
+    return fail(l, NULL, "tls_server_config: missing one of cert_file or cert");
+  if (!t->key_file && !t->key)
+    return fail(l, NULL, "tls_server_config: missing one of key_file or key");
+  static const char *modes[] = {"NoClientCert", "RequestClientCert", "RequireAnyClientCert",
+                                "VerifyClientCertIfGiven", "RequireAndVerifyClientCert"};
+  c->client_auth = WEB_CLIENT_NONE;
+  if (t->client_auth_type) {
+    int m = -1;
+    for (int i = 0; i < 5; i++)
+      if (!strcmp(t->client_auth_type, modes[i]))
+        m = i;
+    if (!strcmp(t->client_auth_type, "RequireClientCert")) /* the old name */
+      m = WEB_CLIENT_REQUIRE_ANY;
+    if (m < 0)
+      return fail(l, NULL,
+                  "tls_server_config.client_auth_type: '%s' is not one of NoClientCert, "
+                  "RequestClientCert, RequireAnyClientCert, VerifyClientCertIfGiven, "
+                  "RequireAndVerifyClientCert",
+                  t->client_auth_type);
+    c->client_auth = (web_client_auth)m;
+  }
+  if (load_pem(l, "cert", t->cert_file, t->cert, &c->cert_pem, &c->cert_len) != 0 ||
+      load_pem(l, "key", t->key_file, t->key, &c->key_pem, &c->key_len) != 0)
+    return -1;
+  if ((t->client_ca_file || t->client_ca) &&
+      load_pem(l, "client_ca", t->client_ca_file, t->client_ca, &c->ca_pem, &c->ca_len) != 0)
+    return -1;
+  if (c->ca_pem && c->client_auth == WEB_CLIENT_NONE)
+    return fail(l, NULL,
+                "tls_server_config: client CAs have been configured without a "
+                "client_auth_type (RequireAndVerifyClientCert verifies clients)");
+  if (!c->ca_pem && c->client_auth >= WEB_CLIENT_VERIFY_IF_GIVEN)
+    return fail(l, NULL,
+                "tls_server_config: client_auth_type %s needs client_ca_file (or "
+                "client_ca) to verify client certificates against",
+                t->client_auth_type);
+  if (check_certs(l, "certificate (cert_file)", c->cert_pem, c->cert_len, now, 0,
+                  &c->cert_not_after) != 0)
+    return -1;
+  if (c->ca_pem &&
+      check_certs(l, "client CA (client_ca_file)", c->ca_pem, c->ca_len, now, 1, NULL) != 0)
+    return -1;
+  /* The key must be readable and belong to the certificate. */
+  gnutls_certificate_credentials_t cred;
+  if (gnutls_certificate_allocate_credentials(&cred) != GNUTLS_E_SUCCESS)
+    return fail(l, NULL, "out of memory");
+  gnutls_datum_t cd = {(unsigned char *)c->cert_pem, (unsigned)c->cert_len};
+  gnutls_datum_t kd = {(unsigned char *)c->key_pem, (unsigned)c->key_len};
+  int rc = gnutls_certificate_set_x509_key_mem2(cred, &cd, &kd, GNUTLS_X509_FMT_PEM, NULL, 0);
+  gnutls_certificate_free_credentials(cred);
+  if (rc == GNUTLS_E_CERTIFICATE_KEY_MISMATCH)
+    return fail(l, NULL,
+                "tls_server_config: the key (key_file) does not belong to the "
+                "certificate (cert_file)");
+  if (rc < 0)
+    return fail(l, NULL, "tls_server_config: cannot load the certificate and key: %s",
+                gnutls_strerror(rc));
+  if (t->sans.given) {
+    c->allowed_sans = calloc(t->sans.n ? t->sans.n : 1, sizeof *c->allowed_sans);
+    if (!c->allowed_sans)
+      return fail(l, NULL, "out of memory");
+    for (size_t i = 0; i < t->sans.n; i++)
+      if (!(c->allowed_sans[c->nsans++] = strdup(t->sans.item[i])))
+        return fail(l, NULL, "out of memory");
+    if (c->client_auth < WEB_CLIENT_VERIFY_IF_GIVEN)
+      return fail(l, NULL,
+                  "tls_server_config: client_allowed_sans needs client_auth_type "
+                  "RequireAndVerifyClientCert (or VerifyClientCertIfGiven)");
+  }
+  return build_priorities(l);
+}
+
+static void digest_tls(web_config *c) {
+  gnutls_hash_hd_t h;
+  memset(c->tls_digest, 0, sizeof c->tls_digest);
+  if (gnutls_hash_init(&h, GNUTLS_DIG_SHA256) != 0)
+    return;
+  int parts[] = {c->tls, (int)c->client_auth, (int)c->nsans};
+  gnutls_hash(h, parts, sizeof parts);
+  const char *strs[] = {c->cert_pem, c->key_pem, c->ca_pem, c->priorities};
+  for (size_t i = 0; i < 4; i++) {
+    size_t n = strs[i] ? strlen(strs[i]) + 1 : 0;
+    gnutls_hash(h, &n, sizeof n);
+    if (n)
+      gnutls_hash(h, strs[i], n);
+  }
+  for (size_t i = 0; i < c->nsans; i++)
+    gnutls_hash(h, c->allowed_sans[i], strlen(c->allowed_sans[i]) + 1);
+  gnutls_hash_deinit(h, c->tls_digest);
+}
+
+static const char *yaml_problem(const yaml_parser_t *p) {
+  return p->problem ? p->problem : "malformed YAML";
+}
+
+int web_config_load(const char *path, int64_t now, web_config **out, web_files *files, char *err,
+                    size_t errlen) {
+  *out = NULL;
+  memset(files, 0, sizeof *files);
+  snprintf(files->path[files->n++], PATH_MAX, "%s", path);
+  char why[PATH_MAX + 200];
+  size_t len;
+  char *text = read_file(path, &len, why, sizeof why);
+  if (!text) {
+    snprintf(err, errlen, "web_config: %s", why);
+    return -1;
+  }
+  loader l = {.files = files, .err = why, .errlen = sizeof why};
+  l.tls.prefer_server = 1;
+  const char *slash = strrchr(path, '/');
+  if (slash)
+    snprintf(l.dir, sizeof l.dir, "%.*s", (int)(slash == path ? 1 : slash - path), path);
+  else
+    snprintf(l.dir, sizeof l.dir, ".");
+  web_config *c = calloc(1, sizeof *c);
+  yaml_parser_t parser;
+  yaml_document_t doc;
+  int have_doc = 0, rc = -1;
+  if (!c) {
+    snprintf(why, sizeof why, "out of memory");
+    goto done;
+  }
+  l.cfg = c;
+  yaml_parser_initialize(&parser);
+  yaml_parser_set_input_string(&parser, (const unsigned char *)text, len);
+  if (!yaml_parser_load(&parser, &doc)) {
+    snprintf(why, sizeof why, "line %lu: %s%s%s", (unsigned long)parser.problem_mark.line + 1,
+             yaml_problem(&parser), parser.context ? " " : "",
+             parser.context ? parser.context : "");
+    yaml_parser_delete(&parser);
+    goto done;
+  }
+  have_doc = 1;
+  l.doc = &doc;
+  yaml_node_t *root = yaml_document_get_root_node(&doc);
+  if (root) {
+    if (root->type != YAML_MAPPING_NODE && !is_null(root)) {
+      fail(&l, root, "the file must be a mapping (tls_server_config:, basic_auth_users:, ...)");
+      goto parsed;
+    }
+    if (each_pair(&l, root, "web_config", top_pair) != 0)
+      goto parsed;
+  }
+  /* Only one document: a second one would be silently ignored. */
+  {
+    yaml_document_t next;
+    if (!yaml_parser_load(&parser, &next)) {
+      snprintf(why, sizeof why, "line %lu: %s", (unsigned long)parser.problem_mark.line + 1,
+               yaml_problem(&parser));
+      goto parsed;
+    }
+    int more = yaml_document_get_root_node(&next) != NULL;
+    yaml_document_delete(&next);
+    if (more) {
+      snprintf(why, sizeof why, "more than one YAML document");
+      goto parsed;
+    }
+  }
+  if (c->rate_interval_s > 0 && c->rate_burst == 0) {
+    snprintf(why, sizeof why, "rate_limit: an interval needs a burst of at least 1");
+    goto parsed;
+  }
+  c->tls = l.tls.given;
+  if (c->tls && load_tls(&l, now) != 0)
+    goto parsed;
+  digest_tls(c);
+  rc = 0;
+parsed:
+  yaml_parser_delete(&parser);
+done:
+  if (have_doc)
+    yaml_document_delete(&doc);
+  free(text);
+  if (rc != 0) {
+    snprintf(err, errlen, "web_config %s: %s", path, why);
+    web_config_free(c);
+    return -1;
+  }
+  *out = c;
+  return 0;
+}
+
+void web_config_free(web_config *c) {
+  if (!c)
+    return;
+  free(c->cert_pem);
+  if (c->key_pem) {
+    explicit_bzero(c->key_pem, c->key_len);
+    free(c->key_pem);
+  }
+  free(c->ca_pem);
+  for (size_t i = 0; i < c->nsans; i++)
+    free(c->allowed_sans[i]);
+  free(c->allowed_sans);
+  free(c->priorities);
+  for (size_t i = 0; i < c->nheaders; i++)
+    free(c->headers[i].value);
+  for (size_t i = 0; i < c->nusers; i++) {
+    free(c->users[i].name);
+    free(c->users[i].hash);
+  }
+  free(c->users);
+  free(c);
+}

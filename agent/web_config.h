@@ -1,0 +1,73 @@
+/* The agent's web configuration file: the format of Prometheus
+ * exporter-toolkit (`--web.config.file` of node_exporter and the other
+ * exporters): tls_server_config, http_server_config, basic_auth_users and
+ * rate_limit. Parsed with libyaml and validated whole: unknown keys,
+ * unreadable, expired or mismatched certificates, a min_version below TLS 1.2
+ * and passwords that are not bcrypt hashes are one-line errors. A loaded
+ * configuration is immutable; the reload watcher (web_watch.h) swaps it. */
+#ifndef GPUPOOL_WEB_CONFIG_H
+#define GPUPOOL_WEB_CONFIG_H
+
+#include <limits.h>
+#include <stddef.h>
+#include <stdint.h>
+
+typedef enum {
+  WEB_CLIENT_NONE = 0,           /* NoClientCert */
+  WEB_CLIENT_REQUEST,            /* RequestClientCert: asked for, not verified */
+  WEB_CLIENT_REQUIRE_ANY,        /* RequireAnyClientCert: required, not verified */
+  WEB_CLIENT_VERIFY_IF_GIVEN,    /* VerifyClientCertIfGiven */
+  WEB_CLIENT_REQUIRE_AND_VERIFY, /* RequireAndVerifyClientCert */
+} web_client_auth;
+
+#define WEB_MAX_HEADERS 5
+#define WEB_MAX_FILES   4 /* the configuration file, cert_file, key_file, client_ca_file */
+
+typedef struct web_header {
+  const char *name; /* static */
+  char *value;
+} web_header;
+
+typedef struct web_user {
+  char *name;
+  char *hash; /* $2a$, $2b$ or $2y$ bcrypt */
+} web_user;
+
+typedef struct web_config {
+  int tls; /* tls_server_config is there: serve HTTPS */
+  char *cert_pem, *key_pem, *ca_pem;
+  size_t cert_len, key_len, ca_len; /* ca_pem NULL when no client CA */
+  web_client_auth client_auth;
+  char **allowed_sans; /* client_allowed_sans; NULL = not checked */
+  size_t nsans;
+  char *priorities;       /* GnuTLS priority string: versions, ciphers, curves */
+  int64_t cert_not_after; /* the server certificate's expiry (seconds since the epoch) */
+  web_header headers[WEB_MAX_HEADERS];
+  size_t nheaders;
+  web_user *users;
+  size_t nusers;
+  double rate_interval_s; /* rate_limit: 0 = none */
+  unsigned rate_burst;
+  /* SHA-256 of everything the HTTP server is started with (TLS material and
+   * policy): when it changes the server is restarted. */
+  unsigned char tls_digest[32];
+} web_config;
+
+/* The files a load read (or tried to read), so that a watcher can tell when
+ * one of them changes; filled in on failure too. */
+typedef struct web_files {
+  size_t n;
+  char path[WEB_MAX_FILES][PATH_MAX];
+} web_files;
+
+/* Reads and validates path; now is the time certificates must be valid at.
+ * 0 and *out (free with web_config_free), or -1 with a one-line reason. */
+int web_config_load(const char *path, int64_t now, web_config **out, web_files *files, char *err,
+                    size_t errlen);
+void web_config_free(web_config *c);
+
+/* SHA-256 over the contents (or absence) of each file: a change in any of
+ * them changes it. */
+void web_files_digest(const web_files *f, unsigned char out[32]);
+
+#endif

@@ -1,0 +1,255 @@
+/* The agent's web configuration file (exporter-toolkit's format): what it
+ * accepts, each bad input refused by gpupool_agent_start with
+ * GPUPOOL_ERR_INVALID and a one-line reason (and nothing started), the
+ * GnuTLS priority string from Go's names, and basic auth's bcrypt check with
+ * its caches and cost bound. Certificates come from tests/e2e/lib/tls_certs.sh
+ * (certtool). */
+#include <criterion/criterion.h>
+#include <crypt.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "agent/web_auth.h"
+#include "agent/web_config.h"
+#include "gpupool/agent.h"
+
+static char dir[64];
+
+static void make_certs(void) {
+  if (system("command -v certtool >/dev/null 2>&1") != 0)
+    cr_skip("certtool is not installed (Debian: gnutls-bin)");
+  snprintf(dir, sizeof dir, "/tmp/gpupool-webcfg-XXXXXX");
+  cr_assert_not_null(mkdtemp(dir));
+  const char *src = getenv("GPUPOOL_SOURCE_DIR");
+  char cmd[512];
+  snprintf(cmd, sizeof cmd, "bash %s/tests/e2e/lib/tls_certs.sh %s", src ? src : ".", dir);
+  cr_assert_eq(system(cmd), 0, "%s failed", cmd);
+}
+
+static void cleanup(void) {
+  gpupool_agent_stop();
+  if (dir[0]) {
+    char cmd[128];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+    cr_expect_eq(system(cmd), 0);
+  }
+}
+
+/* Writes text to dir/web.yml; returns its path. */
+static const char *write_yml(const char *text) {
+  static char path[128];
+  snprintf(path, sizeof path, "%s/web.yml", dir);
+  FILE *f = fopen(path, "w");
+  cr_assert_not_null(f);
+  fputs(text, f);
+  fclose(f);
+  return path;
+}
+
+static gpupool_status start(const char *path) {
+  gpupool_agent_options o = {.listen = "127.0.0.1:0",
+                             .cupti = GPUPOOL_CUPTI_OFF,
+                             .web_config = path,
+                             .ignore_env = 1,
+                             .trace_off = 1};
+  return gpupool_agent_start(&o);
+}
+
+static const char *hash_of(const char *password) {
+  static char out[CRYPT_OUTPUT_SIZE];
+  char salt[CRYPT_GENSALT_OUTPUT_SIZE];
+  cr_assert_not_null(crypt_gensalt_rn("$2b$", 4, NULL, 0, salt, sizeof salt));
+  struct crypt_data cd;
+  memset(&cd, 0, sizeof cd);
+  const char *h = crypt_rn(password, salt, &cd, sizeof cd);
+  cr_assert_not_null(h);
+  snprintf(out, sizeof out, "%s", h);
+  return out;
+}
+
+TestSuite(web_config, .init = make_certs, .fini = cleanup, .timeout = 120);
+
+Test(web_config, a_node_exporter_file_starts_the_agent) {
+  char yml[1024];
+  snprintf(yml, sizeof yml,
+           "# as node_exporter's web.yml\n"
+           "tls_server_config:\n  cert_file: server.crt\n  key_file: server.key\n"
+           "  client_ca_file: ca.crt\n  client_auth_type: RequireAndVerifyClientCert\n"
+           "  min_version: TLS12\n  max_version: TLS13\n"
+           "  cipher_suites: [TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256]\n"
+           "  prefer_server_cipher_suites: true\n  curve_preferences: [X25519, CurveP256]\n"
+           "http_server_config:\n  http2: true\n  headers:\n    X-Frame-Options: deny\n"
+           "basic_auth_users:\n  alice: %s\n",
+           hash_of("pw"));
+  cr_assert_eq(start(write_yml(yml)), GPUPOOL_OK, "%s", gpupool_last_error());
+  cr_assert_gt(gpupool_agent_port(), 0);
+}
+
+Test(web_config, an_empty_file_is_plain_http_without_auth) {
+  cr_assert_eq(start(write_yml("")), GPUPOOL_OK, "%s", gpupool_last_error());
+}
+
+static void refused(const char *yml, const char *why) {
+  cr_assert_eq(start(write_yml(yml)), GPUPOOL_ERR_INVALID, "accepted:\n%s", yml);
+  cr_assert(strstr(gpupool_last_error(), why), "'%s' does not say '%s'", gpupool_last_error(), why);
+  cr_assert_null(strchr(gpupool_last_error(), '\n'), "not one line: %s", gpupool_last_error());
+  cr_assert_eq(gpupool_agent_port(), 0, "the agent serves after a refused configuration");
+}
+
+#define TLS "tls_server_config:\n  cert_file: server.crt\n  key_file: server.key\n"
+
+Test(web_config, bad_files_are_refused_with_a_reason) {
+  refused("tls_server_config: [unclosed\n", "line ");
+  refused("tls_server_config:\n  cert_file: a\n cert_file: b\n", "line ");
+  refused("basic_auth: {}\n", "unknown key 'basic_auth'");
+  refused(TLS "  client_auth: RequireAndVerifyClientCert\n", "unknown key 'client_auth'");
+  refused(TLS "  cert_file: again.crt\n", "given twice");
+  refused("tls_server_config:\n  cert_file: missing.crt\n  key_file: server.key\n", "missing.crt");
+  refused("tls_server_config:\n  key_file: server.key\n", "missing one of cert_file or cert");
+  refused("tls_server_config:\n  cert_file: expired.crt\n  key_file: expired.key\n", "expired");
+  refused("tls_server_config:\n  cert_file: future.crt\n  key_file: future.key\n",
+          "not valid before");
+  refused("tls_server_config:\n  cert_file: server.crt\n  key_file: client.key\n",
+          "does not belong");
+  refused("tls_server_config:\n  cert_file: server.key\n  key_file: server.key\n",
+          "not a PEM certificate");
+  refused(TLS "  min_version: TLS11\n", "weaker than TLS12");
+  refused(TLS "  min_version: TLS10\n", "weaker than TLS12");
+  refused(TLS "  min_version: SSL3\n", "unknown TLS version");
+  refused(TLS "  min_version: TLS13\n  max_version: TLS12\n", "below min_version");
+  refused(TLS "  cipher_suites: [TLS_RSA_WITH_RC4_128_SHA]\n", "unknown or insecure");
+  refused(TLS "  curve_preferences: [CurveP224]\n", "unknown curve");
+  refused(TLS "  client_ca_file: ca.crt\n", "without a client_auth_type");
+  refused(TLS "  client_auth_type: RequireAndVerifyClientCert\n", "needs client_ca_file");
+  refused(TLS "  client_auth_type: Sometimes\n", "is not one of");
+  refused(TLS "  client_ca_file: ca.crt\n  client_auth_type: RequestClientCert\n"
+              "  client_allowed_sans: [a]\n",
+          "client_allowed_sans needs");
+  refused("basic_auth_users:\n  alice: plaintext\n", "not a bcrypt hash");
+  refused("basic_auth_users:\n  alice: $1$abcdefgh$abcdefghijklmnopqrstuv\n", "not a bcrypt hash");
+  refused("basic_auth_users:\n  alice:\n", "not a bcrypt hash");
+  refused("http_server_config:\n  headers:\n    Server: x\n", "cannot be configured");
+  refused("http_server_config:\n  headers:\n    X-Frame-Options: allow\n", "is not one of");
+  refused("http_server_config:\n  http3: true\n", "unknown key 'http3'");
+  refused("rate_limit:\n  interval: soon\n  burst: 1\n", "not a duration");
+  refused("rate_limit:\n  interval: 1s\n", "burst of at least 1");
+  refused("- a list\n", "must be a mapping");
+  refused("a: 1\n---\nb: 2\n", "unknown key 'a'");
+  refused("{}\n---\nb: 2\n", "more than one YAML document");
+}
+
+Test(web_config, a_missing_file_is_refused) {
+  char path[128];
+  snprintf(path, sizeof path, "%s/none.yml", dir);
+  cr_assert_eq(start(path), GPUPOOL_ERR_INVALID);
+  cr_assert(strstr(gpupool_last_error(), "none.yml"), "%s", gpupool_last_error());
+  cr_assert_eq(gpupool_agent_port(), 0);
+}
+
+Test(web_config, web_config_needs_the_http_server) {
+  gpupool_agent_options o = {.listen = "off", .web_config = write_yml(""), .ignore_env = 1};
+  cr_assert_eq(gpupool_agent_start(&o), GPUPOOL_ERR_INVALID);
+}
+
+static web_config *load(const char *yml) {
+  web_config *c = NULL;
+  web_files files;
+  char err[1024];
+  int rc = web_config_load(write_yml(yml), (int64_t)time(NULL), &c, &files, err, sizeof err);
+  cr_assert_eq(rc, 0, "%s", err);
+  return c;
+}
+
+Test(web_config, go_names_become_a_gnutls_priority_string) {
+  web_config *c = load(TLS "  max_version: TLS12\n"
+                           "  cipher_suites: [TLS_ECDHE_RSA_WITH_AES_256_GCM_SHA384, "
+                           "TLS_ECDHE_ECDSA_WITH_CHACHA20_POLY1305_SHA256]\n"
+                           "  curve_preferences: [CurveP384]\n"
+                           "  prefer_server_cipher_suites: false\n");
+  cr_assert_str_eq(c->priorities,
+                   "NORMAL:-VERS-ALL:+VERS-TLS1.2:-KX-ALL:-CIPHER-ALL:-MAC-ALL:+ECDHE-RSA:+"
+                   "ECDHE-ECDSA:+AES-256-GCM:+CHACHA20-POLY1305:+AEAD:-GROUP-ALL:+GROUP-"
+                   "SECP384R1");
+  web_config_free(c);
+  c = load(TLS);
+  cr_assert_str_eq(c->priorities, "NORMAL:-VERS-ALL:+VERS-TLS1.3:+VERS-TLS1.2:%SERVER_PRECEDENCE");
+  cr_assert_eq(c->tls, 1);
+  cr_assert_eq(c->client_auth, WEB_CLIENT_NONE);
+  cr_assert_gt(c->cert_not_after, time(NULL));
+  web_config_free(c);
+}
+
+Test(web_config, relative_paths_start_at_the_file_and_inline_pem_works) {
+  web_config *a = load(TLS);
+  char yml[8192];
+  int n = snprintf(yml, sizeof yml, "tls_server_config:\n  cert: |\n");
+  for (const char *p = a->cert_pem; *p;) {
+    const char *nl = strchr(p, '\n');
+    size_t len = nl ? (size_t)(nl - p) : strlen(p);
+    n += snprintf(yml + n, sizeof yml - (size_t)n, "    %.*s\n", (int)len, p);
+    p += len + (nl ? 1 : 0);
+  }
+  snprintf(yml + n, sizeof yml - (size_t)n, "  key_file: %s/server.key\n", dir);
+  web_config *b = load(yml);
+  cr_assert_eq(memcmp(a->tls_digest, b->tls_digest, 32), 0, "the same TLS material");
+  web_config_free(a);
+  web_config_free(b);
+}
+
+Test(web_config, headers_users_and_rate_limit_are_read) {
+  char yml[512];
+  snprintf(yml, sizeof yml,
+           "http_server_config:\n  headers:\n    X-Content-Type-Options: nosniff\n"
+           "    Strict-Transport-Security: max-age=31536000\n    Content-Security-Policy: ''\n"
+           "basic_auth_users:\n  alice: '%s'\n"
+           "rate_limit:\n  interval: 1m30s\n  burst: 5\n",
+           hash_of("pw"));
+  web_config *c = load(yml);
+  cr_assert_eq(c->tls, 0);
+  cr_assert_eq(c->nheaders, 2, "a blank header is unset");
+  cr_assert_str_eq(c->headers[0].name, "X-Content-Type-Options");
+  cr_assert_str_eq(c->headers[1].value, "max-age=31536000");
+  cr_assert_eq(c->nusers, 1);
+  cr_assert_str_eq(c->users[0].name, "alice");
+  cr_assert_eq(c->rate_interval_s, 90.0);
+  cr_assert_eq(c->rate_burst, 5);
+  web_config_free(c);
+}
+
+Test(web_config, basic_auth_checks_bcrypt_caches_and_bounds_its_cost) {
+  char yml[512];
+  snprintf(yml, sizeof yml, "basic_auth_users:\n  alice: '%s'\n", hash_of("right"));
+  web_config *c = load(yml);
+  web_auth_reset();
+  double t = 1000;
+  cr_assert_eq(web_auth_check(c, NULL, NULL, t), WEB_AUTH_DENIED);
+  cr_assert_eq(web_auth_check(c, "alice", "right", t), WEB_AUTH_OK);
+  cr_assert_eq(web_auth_check(c, "alice", "wrong", t), WEB_AUTH_DENIED);
+  cr_assert_eq(web_auth_check(c, "bob", "right", t), WEB_AUTH_DENIED, "an unknown user");
+  /* The bcrypt budget (a burst of WEB_AUTH_BCRYPT_BURST) is spent now: new
+   * passwords are "busy", cached answers are not. */
+  web_auth_result r = WEB_AUTH_DENIED;
+  for (int i = 0; i < WEB_AUTH_BCRYPT_BURST + 1 && r != WEB_AUTH_BUSY; i++) {
+    char pw[16];
+    snprintf(pw, sizeof pw, "guess%d", i);
+    r = web_auth_check(c, "alice", pw, t);
+  }
+  cr_assert_eq(r, WEB_AUTH_BUSY);
+  cr_assert_eq(web_auth_check(c, "alice", "right", t), WEB_AUTH_OK, "cached success");
+  cr_assert_eq(web_auth_check(c, "alice", "wrong", t), WEB_AUTH_DENIED, "cached failure");
+  cr_assert_eq(web_auth_check(c, "alice", "never-tried", t), WEB_AUTH_BUSY);
+  /* A second later the budget is back. */
+  cr_assert_eq(web_auth_check(c, "alice", "never-tried", t + 1.0), WEB_AUTH_DENIED);
+  /* A flood of failures never evicts the cached success. */
+  for (int i = 0; i < WEB_AUTH_FAIL_CACHE + 10; i++) {
+    char pw[16];
+    snprintf(pw, sizeof pw, "flood%d", i);
+    web_auth_check(c, "alice", pw, t + 2.0 + i);
+  }
+  cr_assert_eq(web_auth_check(c, "alice", "right", t + 3000), WEB_AUTH_OK);
+  web_auth_reset();
+  web_config_free(c);
+}
