@@ -57,7 +57,7 @@ check "PrometheusRule has the same groups as the rule files" python3 - "$deploy"
 import sys, yaml
 d = sys.argv[1]
 rule_groups = []
-for f in ("gpupool-recording.yml", "gpupool-alerts.yml"):
+for f in ("gpupool-recording.yml", "gpupool-alerts.yml", "gpupool-fleet.yml"):
     rule_groups += yaml.safe_load(open(f"{d}/prometheus/rules/{f}"))["groups"]
 pr = yaml.safe_load(open(f"{d}/k8s/prometheusrule.yaml"))
 if pr["kind"] != "PrometheusRule" or pr["spec"]["groups"] != rule_groups:
