@@ -46,6 +46,7 @@ fi
 
 check "promtool check rules" promtool check rules rules/*.yml
 check "promtool test rules" promtool test rules rules/tests/*.yml
+check "promtool check config global/*.yml" promtool check config global/federate.yml global/remote-write.yml
 
 cd "$src" || exit 1
 check "yamllint deploy/" yamllint -s -c deploy/.yamllint deploy
