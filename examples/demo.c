@@ -29,8 +29,8 @@ static const struct {
   const char *tunables;
 } strategies[STRATEGIES] = {
     {"bfc", GPUPOOL_STRATEGY_BFC, "bfc", NULL},
-    {"round", GPUPOOL_STRATEGY_ROUND, "round", NULL},
-    {"naive", GPUPOOL_STRATEGY_NAIVE, "naive", NULL},
+    {"round", GPUPOOL_STRATEGY_ROUND, "round", "reserve_percent:5"},
+    {"naive", GPUPOOL_STRATEGY_NAIVE, "naive", "reserve_percent:5"},
     {"bfc-expandable", GPUPOOL_STRATEGY_BFC, "bfc", "expandable_segments:True"},
 };
 

@@ -49,6 +49,7 @@ check "promtool check config --syntax-only prometheus-tls.yml" \
   promtool check config --syntax-only prometheus-tls.yml
 check "promtool check rules" promtool check rules rules/*.yml
 check "promtool test rules" promtool test rules rules/tests/*.yml
+check "promtool check config global/*.yml" promtool check config global/federate.yml global/remote-write.yml
 
 cd "$src" || exit 1
 check "yamllint deploy/" yamllint -s -c deploy/.yamllint deploy
@@ -60,7 +61,7 @@ check "PrometheusRule has the same groups as the rule files" python3 - "$deploy"
 import sys, yaml
 d = sys.argv[1]
 rule_groups = []
-for f in ("gpupool-recording.yml", "gpupool-alerts.yml"):
+for f in ("gpupool-recording.yml", "gpupool-alerts.yml", "gpupool-fleet.yml"):
     rule_groups += yaml.safe_load(open(f"{d}/prometheus/rules/{f}"))["groups"]
 pr = yaml.safe_load(open(f"{d}/k8s/prometheusrule.yaml"))
 if pr["kind"] != "PrometheusRule" or pr["spec"]["groups"] != rule_groups:

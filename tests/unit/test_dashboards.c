@@ -372,9 +372,9 @@ static const char *const foreign_names[] = {
     "DCGM_FI_DEV_FB_USED",     /* dcgm-exporter: framebuffer used, MiB */
 };
 
-/* Recording rule names of deploy/prometheus/rules/gpupool-recording.yml. */
-static void add_recording_rules(name_set *known) {
-  char *text = read_file("deploy/prometheus/rules/gpupool-recording.yml");
+/* Recording rule names of one rule file of deploy/prometheus/rules. */
+static void add_recording_rules(name_set *known, const char *path) {
+  char *text = read_file(path);
   int rules = 0;
   for (char *p = strstr(text, "record:"); p; p = strstr(p + 1, "record:")) {
     p += strlen("record:");
@@ -388,7 +388,7 @@ static void add_recording_rules(name_set *known) {
     set_add(known, name);
     rules++;
   }
-  cr_assert_gt(rules, 5, "recording rules not found");
+  cr_assert_gt(rules, 5, "%s: recording rules not found", path);
   free(text);
 }
 
@@ -426,7 +426,8 @@ Test(dashboards, every_metric_is_exported_or_a_recording_rule) {
   free(docs);
   for (size_t i = 0; i < sizeof foreign_names / sizeof *foreign_names; i++)
     set_add(&known, foreign_names[i]);
-  add_recording_rules(&known);
+  add_recording_rules(&known, "deploy/prometheus/rules/gpupool-recording.yml");
+  add_recording_rules(&known, "deploy/prometheus/rules/gpupool-fleet.yml");
   for (size_t i = 0; i < NDASH; i++) {
     cJSON *d = load(i);
     name_check c = {&known, dashboards[i][0], NULL, NULL, 0};
