@@ -20,8 +20,8 @@
 #include "gpupool/agent.h"
 #include "http.h"
 #include "http_listen.h"
-#include "pool/clock.h"
-#include "pool/errors.h"
+#include "core/clock.h"
+#include "core/errors.h"
 #include "pool/event_clock.h"
 #include "pool/pool_view.h"
 #include "sampler.h"
@@ -34,10 +34,9 @@ static agent_config g_cfg;
 static char g_sd_path[PATH_MAX + 64];
 static int g_exit_handler;
 
-/* Fails with status s: the reason goes to gpupool_last_error() and, as one
- * line, to stderr. */
+/* Fails with status s: the reason goes to gpupool_last_error(), which the
+ * caller prints (the library does not, so each error reads once). */
 static gpupool_status agent_fail(gpupool_status s, const char *reason) {
-  fprintf(stderr, "gpupool agent: %s\n", reason);
   return pool_fail(s, "gpupool agent: %s", reason);
 }
 

@@ -25,8 +25,8 @@
 #include "cupti_buffers.h"
 #include "cupti_decode.h"
 #include "cupti_lib.h"
-#include "pool/clock.h"
-#include "pool/errors.h"
+#include "core/clock.h"
+#include "core/errors.h"
 #include "segment_index.h"
 
 static atomic_int g_up;

@@ -9,7 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "pool/clock.h"
+#include "core/clock.h"
 
 typedef struct live_segment {
   uint64_t addr, size;

@@ -15,7 +15,7 @@
 #include "metrics_devices.h"
 #include "metrics_pools.h"
 #include "metrics_snapshot.h"
-#include "pool/clock.h"
+#include "core/clock.h"
 
 /* Labels of every series, set at agent start and read by each scrape. */
 static pthread_mutex_t g_lock = PTHREAD_MUTEX_INITIALIZER;

@@ -5,7 +5,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "pool/clock.h"
+#include "core/clock.h"
 #include "pool/event_ring.h"
 #include "pool/pool_view.h"
 #include "pool/registry.h"

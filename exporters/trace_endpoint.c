@@ -7,7 +7,7 @@
 
 #include "agent/endpoint.h"
 #include "gpupool/agent.h"
-#include "pool/errors.h"
+#include "core/errors.h"
 #include "trace_writer.h"
 
 #define FILE_CHUNK 65536

@@ -8,8 +8,8 @@
 
 #include "agent/cupti.h"
 #include "gpupool/agent.h"
-#include "pool/clock.h"
-#include "pool/errors.h"
+#include "core/clock.h"
+#include "core/errors.h"
 #include "pool/event_clock.h"
 #include "pool/pool_view.h"
 #include "pool/registry.h"

@@ -1,6 +1,6 @@
 /* The cuda backend: segments from cudaMalloc/cudaFree on one device. */
 #include "backend.h"
-#include "errors.h"
+#include "core/errors.h"
 
 #ifdef GPUPOOL_HAVE_CUDA
 #include <stdlib.h>

@@ -2,7 +2,7 @@
  * on a cudaMemPool of its own (not the device's default pool, which the
  * application and other libraries share), ordered on the segment's stream. */
 #include "backend.h"
-#include "errors.h"
+#include "core/errors.h"
 
 #ifdef GPUPOOL_HAVE_CUDA
 #include <stdint.h>

@@ -8,7 +8,7 @@
 #include <stdatomic.h>
 #include <stdio.h>
 
-#include "errors.h"
+#include "core/errors.h"
 
 cudaError_t cuda_guard_enter(cuda_device_guard *g, int device) {
   g->switched = 0;

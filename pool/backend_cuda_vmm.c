@@ -16,7 +16,7 @@
 #include <stdint.h>
 #include <stdio.h>
 
-#include "errors.h"
+#include "core/errors.h"
 
 /* Handles travel through the pool as void *. */
 _Static_assert(sizeof(void *) >= sizeof(CUmemGenericAllocationHandle),

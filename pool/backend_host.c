@@ -12,7 +12,7 @@
 
 #include "backend_host_internal.h"
 #include "backend_host_stream.h"
-#include "errors.h"
+#include "core/errors.h"
 
 static const backend_ops host_ops;
 

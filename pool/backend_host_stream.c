@@ -6,7 +6,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 
-#include "errors.h"
+#include "core/errors.h"
 #include "gpupool/host.h"
 
 struct gpupool_host_stream {

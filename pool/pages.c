@@ -3,8 +3,8 @@
 #include <stdlib.h>
 
 #include "agent/segment_index.h"
-#include "clock.h"
-#include "errors.h"
+#include "core/clock.h"
+#include "core/errors.h"
 
 /* A page taken off a segment: where it was mapped and its physical handle. */
 typedef struct loose_page {

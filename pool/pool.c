@@ -4,7 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "errors.h"
+#include "core/errors.h"
 #include "pool_internal.h"
 #include "reclaim.h"
 #include "registry.h"

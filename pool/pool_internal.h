@@ -12,13 +12,13 @@
 #include <stdint.h>
 
 #include "backend.h"
-#include "clock.h"
+#include "core/clock.h"
 #include "conf.h"
 #include "event_clock.h"
 #include "event_ring.h"
 #include "pool_view.h"
 #include "addrmap.h"
-#include "spinlock.h"
+#include "core/spinlock.h"
 #include "stats.h"
 
 typedef struct shard shard;

@@ -4,8 +4,8 @@
 #include <stdlib.h>
 
 #include "agent/segment_index.h"
-#include "clock.h"
-#include "errors.h"
+#include "core/clock.h"
+#include "core/errors.h"
 #include "free_index.h"
 #include "pages.h"
 #include "shard.h"

@@ -3,7 +3,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "clock.h"
+#include "core/clock.h"
 #include "free_index.h"
 #include "reclaim.h"
 #include "sizeclass.h"

@@ -2,7 +2,7 @@
  * shard's lock, segment statistics under the slow lock. */
 #include <string.h>
 
-#include "errors.h"
+#include "core/errors.h"
 #include "free_index.h"
 #include "pool_internal.h"
 

@@ -15,7 +15,7 @@
 #include "gpupool/host.h"
 #include "helpers/pool_check.h"
 #include "helpers/trace_check.h"
-#include "pool/clock.h"
+#include "core/clock.h"
 #include "pool/event_clock.h"
 #include "pool/pool_view.h"
 

@@ -4,7 +4,7 @@
 #include <stdarg.h>
 #include <stdio.h>
 
-static _Thread_local char last_error[512];
+static _Thread_local char last_error[1024];
 
 const char *gpupool_status_string(gpupool_status s) {
   switch (s) {
