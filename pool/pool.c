@@ -294,7 +294,7 @@ size_t gpupool_empty_cache(gpupool *p) {
     pool_event ev = {.type = EV_EMPTY_CACHE,
                      .size = released,
                      .stream = (uint64_t)(uintptr_t)sh->stream,
-                     .a = (uint64_t)stat_total(&p->seg_stats[1])};
+                     .a = (uint64_t)stat_total(&p->c.reserved_bytes)};
     spin_lock(&sh->lock);
     ev.b = (uint64_t)stat_total(&sh->st.s[STAT_ALLOCATED_BYTES]);
     shard_emit(sh, &ev);

@@ -11,12 +11,6 @@
 #include "shard.h"
 #include "sizeclass.h"
 
-/* Segment counts; reserved bytes change with segments, or with pages
- * (pages.c) for vmm segments. */
-static void count_segment(gpupool *p, int large, int delta) {
-  stat_add(&p->seg_stats[0], large, delta);
-}
-
 static void emit_locked(shard *sh, pool_event *ev) {
   spin_lock(&sh->lock);
   shard_emit(sh, ev);
@@ -31,7 +25,7 @@ static void emit_segment_event(gpupool *p, shard *sh, int type, int flags, uintp
                    .addr = addr,
                    .size = size,
                    .stream = (uint64_t)(uintptr_t)sh->stream,
-                   .a = (uint64_t)stat_total(&p->seg_stats[1]),
+                   .a = (uint64_t)stat_total(&p->c.reserved_bytes),
                    .b = (uint64_t)stats_allocated_bytes(p, NULL, NULL)};
   emit_locked(sh, &ev);
 }
@@ -71,8 +65,7 @@ static gpupool_status device_alloc(gpupool *p, shard *sh, size_t size, int large
     uint64_t t0 = clock_monotonic_ns();
     gpupool_status st = p->be->ops->alloc(p->be, &ptr, size, sh->stream);
     dur = clock_monotonic_ns() - t0;
-    p->timing.alloc_count++;
-    p->timing.alloc_ns_total += dur;
+    POOL_COUNT(p, p->c.timing.alloc_count++; p->c.timing.alloc_ns_total += dur);
     if (st != GPUPOOL_OK)
       return st;
     if (!(seg = calloc(1, sizeof *seg))) {
@@ -82,8 +75,6 @@ static gpupool_status device_alloc(gpupool *p, shard *sh, size_t size, int large
     seg->addr = (uintptr_t)ptr;
     seg->size = size;
     seg->large = large;
-    p->device_allocs++;
-    stat_add(&p->seg_stats[1], large, (int64_t)size);
     if (!backend_is_host(p->be)) /* CUPTI sees device memory only */
       cupti_note_segment(seg->addr, size, p->cfg.device, 1);
   }
@@ -102,7 +93,6 @@ static gpupool_status device_alloc(gpupool *p, shard *sh, size_t size, int large
   b->seg = seg;
   b->state = BLOCK_FREE;
   b->prev = b->next = NULL;
-  count_segment(p, large, 1);
   if (!seg->pages)
     emit_segment_event(p, sh, EV_SEGMENT_ALLOC, large ? EVF_LARGE : 0, seg->addr, seg->size, dur);
   *out = seg;
@@ -119,10 +109,7 @@ void reclaim_segment_free(gpupool *p, segment *seg) {
   uint64_t t0 = clock_monotonic_ns();
   p->be->ops->free(p->be, (void *)seg->addr, seg->size, seg->sh->stream);
   uint64_t dur = clock_monotonic_ns() - t0;
-  p->timing.free_count++;
-  p->timing.free_ns_total += dur;
-  p->device_frees++;
-  stat_add(&p->seg_stats[1], seg->large, -(int64_t)seg->size);
+  POOL_COUNT(p, p->c.timing.free_count++; p->c.timing.free_ns_total += dur);
   free(seg);
 }
 
@@ -136,7 +123,6 @@ static void device_free(gpupool *p, segment *seg) {
   uint64_t t0 = clock_monotonic_ns();
   reclaim_segment_free(p, seg);
   uint64_t dur = clock_monotonic_ns() - t0;
-  count_segment(p, large, -1);
   emit_segment_event(p, sh, EV_SEGMENT_FREE, large ? EVF_LARGE : 0, addr, size, dur);
   free(first->streams);
   free(first);
@@ -196,7 +182,7 @@ static void garbage_collect(gpupool *p, shard *caller) {
     p->device_total = total_b;
   }
   int64_t limit = (int64_t)(p->cfg.gc_threshold * (double)p->device_total);
-  if (stat_total(&p->seg_stats[1]) <= limit)
+  if (stat_total(&p->c.reserved_bytes) <= limit)
     return;
   size_t n = 0, cap = 64;
   gc_candidate *c = malloc(cap * sizeof *c);
@@ -219,7 +205,7 @@ static void garbage_collect(gpupool *p, shard *caller) {
     return;
   qsort(c, n, sizeof *c, by_free_seq);
   size_t released = 0;
-  for (size_t i = 0; i < n && stat_total(&p->seg_stats[1]) > limit; i++) {
+  for (size_t i = 0; i < n && stat_total(&p->c.reserved_bytes) > limit; i++) {
     segment *seg = c[i].seg; /* segments are freed only under slow_lock: still valid */
     shard *sh = seg->sh;
     spin_lock(&sh->lock);
@@ -233,13 +219,13 @@ static void garbage_collect(gpupool *p, shard *caller) {
     }
   }
   free(c);
-  if (p->cfg.expandable && stat_total(&p->seg_stats[1]) > limit)
+  if (p->cfg.expandable && stat_total(&p->c.reserved_bytes) > limit)
     released += release_idle_pages(p, caller);
-  p->gc_runs++;
+  POOL_COUNT(p, p->c.gc_runs++);
   pool_event ev = {.type = EV_GC,
                    .size = released,
                    .stream = (uint64_t)(uintptr_t)caller->stream,
-                   .a = (uint64_t)stat_total(&p->seg_stats[1]),
+                   .a = (uint64_t)stat_total(&p->c.reserved_bytes),
                    .b = (uint64_t)stats_allocated_bytes(p, NULL, NULL)};
   emit_locked(caller, &ev);
 }
@@ -270,10 +256,11 @@ static size_t largest_free(gpupool *p) {
 }
 
 static gpupool_status out_of_memory(gpupool *p, shard *sh, size_t segsize, size_t requested) {
-  p->ooms++;
+  POOL_COUNT(p, p->c.ooms++);
   size_t dev_free = 0, dev_total = 0;
   p->be->ops->mem_info(p->be, &dev_free, &dev_total);
-  int64_t reserved = stat_total(&p->seg_stats[1]), allocated = stats_allocated_bytes(p, NULL, NULL);
+  int64_t reserved = stat_total(&p->c.reserved_bytes),
+          allocated = stats_allocated_bytes(p, NULL, NULL);
   size_t largest = largest_free(p);
   pool_event ev = {.type = EV_OOM,
                    .size = segsize,
@@ -348,7 +335,7 @@ gpupool_status reclaim_malloc(gpupool *p, shard *sh, size_t rounded, size_t requ
     p->be->ops->synchronize(p->be);
     reclaim_poll_all(p);
     reclaim_release_cached(p, 0);
-    p->alloc_retries++;
+    POOL_COUNT(p, p->c.alloc_retries++);
     st = attempt(p, sh, rounded, requested, out, to_device);
   }
   size_t segsize = size_segment(&p->cfg, rounded);

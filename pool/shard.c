@@ -388,6 +388,24 @@ void shard_poll_pending(shard *sh) {
   }
 }
 
+/* A segment counts (its bytes reserved, a plain one as a device
+ * allocation) while it is in a shard, so that gpupool_get_stats, which does
+ * not take the slow lock, sees both sides change together (stats.c). */
+static void count_segment(gpupool *p, const segment *seg, int delta) {
+  pool_counters *c = &p->c;
+  spin_lock(&p->counters_lock);
+  stat_add(&c->segments, seg->large, delta);
+  stat_add(&c->reserved_bytes, seg->large, delta * (int64_t)segment_mapped_bytes(seg));
+  if (!seg->pages) {
+    if (delta > 0)
+      c->device_allocs++;
+    else
+      c->device_frees++;
+  }
+  c->seq++;
+  spin_unlock(&p->counters_lock);
+}
+
 void shard_add_segment(shard *sh, segment *seg) {
   seg->sh = sh;
   seg->prev = NULL;
@@ -397,10 +415,12 @@ void shard_add_segment(shard *sh, segment *seg) {
   sh->segments = seg;
   seg->first->free_seq = ++sh->free_seq;
   index_insert(sh, seg->first);
+  count_segment(sh->pool, seg, 1);
 }
 
 void shard_remove_segment(shard *sh, segment *seg) {
   index_remove(sh, seg->first);
+  count_segment(sh->pool, seg, -1);
   if (seg->prev)
     seg->prev->next = seg->next;
   else
