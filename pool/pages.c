@@ -2,9 +2,9 @@
 
 #include <stdlib.h>
 
-#include "agent/segment_index.h"
 #include "core/clock.h"
 #include "core/errors.h"
+#include "segment_observers.h"
 
 /* A page taken off a segment: where it was mapped and its physical handle. */
 typedef struct loose_page {
@@ -59,8 +59,7 @@ gpupool_status pages_segment_create(gpupool *p, size_t size, int large, segment 
   seg->pages = pages;
   seg->page_size = ps;
   seg->npages = size / ps;
-  if (!backend_is_host(be)) /* CUPTI sees the mappings inside this range */
-    cupti_note_segment(seg->addr, size, p->cfg.device, 1);
+  segment_observers_note(p, seg->addr, size, 1); /* the mappings lie inside this range */
   *out = seg;
   return GPUPOOL_OK;
 }
@@ -136,8 +135,7 @@ size_t pages_segment_destroy(gpupool *p, segment *seg) {
   seg->nmapped = 0;
   unmap_list(p, &l, PAGES_RELEASE_DETACHED, NULL);
   free(l.v);
-  if (!backend_is_host(p->be))
-    cupti_note_segment(seg->addr, seg->size, p->cfg.device, 0);
+  segment_observers_note(p, seg->addr, seg->size, 0);
   p->be->ops->vmm->unreserve(p->be, (void *)seg->addr, seg->size);
   free(seg->pages);
   free(seg);

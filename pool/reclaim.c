@@ -3,11 +3,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-#include "agent/segment_index.h"
 #include "core/clock.h"
 #include "core/errors.h"
 #include "free_index.h"
 #include "pages.h"
+#include "segment_observers.h"
 #include "shard.h"
 #include "sizeclass.h"
 
@@ -75,8 +75,7 @@ static gpupool_status device_alloc(gpupool *p, shard *sh, size_t size, int large
     seg->addr = (uintptr_t)ptr;
     seg->size = size;
     seg->large = large;
-    if (!backend_is_host(p->be)) /* CUPTI sees device memory only */
-      cupti_note_segment(seg->addr, size, p->cfg.device, 1);
+    segment_observers_note(p, seg->addr, size, 1);
   }
   seg->sh = sh;
   spin_lock(&sh->lock);
@@ -104,8 +103,7 @@ void reclaim_segment_free(gpupool *p, segment *seg) {
     pages_segment_destroy(p, seg);
     return;
   }
-  if (!backend_is_host(p->be))
-    cupti_note_segment(seg->addr, seg->size, p->cfg.device, 0);
+  segment_observers_note(p, seg->addr, seg->size, 0);
   uint64_t t0 = clock_monotonic_ns();
   p->be->ops->free(p->be, (void *)seg->addr, seg->size, seg->sh->stream);
   uint64_t dur = clock_monotonic_ns() - t0;
