@@ -32,13 +32,6 @@
 static atomic_int g_up;
 static _Atomic(const char *) g_reason = "off";
 
-const char *cupti_memory_kind_name(int kind) {
-  static const char *const names[CUPTI_MEMORY_KINDS] = {"unknown",       "pageable",      "pinned",
-                                                        "device",        "array",         "managed",
-                                                        "device_static", "managed_static"};
-  return kind >= 0 && kind < CUPTI_MEMORY_KINDS ? names[kind] : "unknown";
-}
-
 static void set_state(int up, const char *reason) {
   atomic_store(&g_reason, reason);
   atomic_store(&g_up, up);

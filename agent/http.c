@@ -9,7 +9,7 @@
 
 #include "agent_health.h"
 #include "endpoint.h"
-#include "exporters/metrics.h"
+#include "metrics.h"
 #include "http_index.h"
 #include "labels.h"
 

@@ -4,7 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "agent/cupti.h"
+#include "cupti_data.h"
 
 /* Spaces of the open-allocation set: pool blocks and CUPTI allocations may
  * share an address (a segment's first block starts where its cudaMalloc

@@ -9,7 +9,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "agent/torch_allocator.h"
+#include "gpupool/torch.h"
 #include "gpupool/agent.h"
 #include "gpupool/host.h"
 

@@ -8,9 +8,9 @@
 
 #include "agent/cupti.h"
 #include "exporters/json_stream.h"
-#include "exporters/trace_counters.h"
+#include "agent/trace_counters.h"
 #include "exporters/trace_format.h"
-#include "exporters/trace_writer.h"
+#include "agent/trace_writer.h"
 #include "gpupool/agent.h"
 #include "gpupool/host.h"
 #include "helpers/pool_check.h"

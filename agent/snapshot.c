@@ -8,7 +8,7 @@
 
 #include <cjson/cJSON.h>
 
-#include "agent/endpoint.h"
+#include "endpoint.h"
 #include "pool/pool_view.h"
 #include "pool/registry.h"
 

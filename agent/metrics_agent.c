@@ -2,7 +2,7 @@
 
 #include <stdio.h>
 
-#include "agent/agent_health.h"
+#include "agent_health.h"
 
 #ifdef GPUPOOL_VERSION_STRING
 #define BUILD_VERSION GPUPOOL_VERSION_STRING

@@ -6,15 +6,16 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "agent/cupti.h"
+#include "cupti.h"
+#include "trace_counters.h"
 #include "gpupool/agent.h"
 #include "core/clock.h"
 #include "core/errors.h"
 #include "pool/event_clock.h"
 #include "pool/pool_view.h"
 #include "pool/registry.h"
-#include "trace_format.h"
-#include "trace_merge.h"
+#include "exporters/trace_format.h"
+#include "exporters/trace_merge.h"
 
 #define NS_PER_S 1000000000ull
 
@@ -180,7 +181,7 @@ static int build_merge(trace_stream *s, gather *g) {
       rc = -1;
     g->rings[i].ring = NULL; /* the merge owns the reference now */
   }
-  if (trace_merge_add_counters(s->merge) != 0)
+  if (trace_merge_add_counters(s->merge, &trace_counters_ring) != 0)
     rc = -1;
   if (!s->q.pool[0]) { /* CUPTI records belong to no pool */
     event_ring *cr = cupti_event_ring();

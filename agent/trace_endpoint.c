@@ -5,7 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "agent/endpoint.h"
+#include "endpoint.h"
 #include "gpupool/agent.h"
 #include "core/errors.h"
 #include "trace_writer.h"

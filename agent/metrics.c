@@ -7,14 +7,14 @@
 #include <strings.h>
 #include <unistd.h>
 
-#include "agent/agent_health.h"
-#include "agent/http_accept.h"
-#include "agent/http_gzip.h"
+#include "agent_health.h"
+#include "http_accept.h"
+#include "http_gzip.h"
 #include "metrics_agent.h"
 #include "metrics_cupti.h"
-#include "metrics_devices.h"
-#include "metrics_pools.h"
-#include "metrics_snapshot.h"
+#include "exporters/metrics_devices.h"
+#include "exporters/metrics_pools.h"
+#include "metrics_collect.h"
 #include "core/clock.h"
 
 /* Labels of every series, set at agent start and read by each scrape. */

@@ -4,10 +4,10 @@
 #ifndef GPUPOOL_METRICS_H
 #define GPUPOOL_METRICS_H
 
-#include "agent/endpoint.h"
-#include "agent/labels.h"
-#include "prom_buf.h"
-#include "prom_writer.h"
+#include "endpoint.h"
+#include "labels.h"
+#include "exporters/prom_buf.h"
+#include "exporters/prom_writer.h"
 
 /* The hostname label and the constant labels of every series (agent start).
  * Before any call: gethostname() and no constant labels. */
