@@ -51,18 +51,18 @@ gpupool_status gpupool_trace_write(FILE *f) {
   if (!s || !buf) {
     trace_stream_close(s);
     free(buf);
-    return pool_fail(GPUPOOL_ERR_OOM, "gpupool_trace_write: out of host memory");
+    return pool_fail(GPUPOOL_ERR_HOST_OOM, "gpupool_trace_write: out of host memory");
   }
   gpupool_status st = GPUPOOL_OK;
   ssize_t n;
   while ((n = trace_stream_read(s, buf, FILE_CHUNK)) > 0) {
     if (fwrite(buf, 1, (size_t)n, f) != (size_t)n) {
-      st = pool_fail(GPUPOOL_ERR_INVALID, "gpupool_trace_write: write failed: %s", strerror(errno));
+      st = pool_fail(GPUPOOL_ERR_BACKEND, "gpupool_trace_write: write failed: %s", strerror(errno));
       break;
     }
   }
   if (n < 0)
-    st = pool_fail(GPUPOOL_ERR_OOM, "gpupool_trace_write: out of host memory (trace cut)");
+    st = pool_fail(GPUPOOL_ERR_HOST_OOM, "gpupool_trace_write: out of host memory (trace cut)");
   trace_stream_close(s);
   free(buf);
   return st;

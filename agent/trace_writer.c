@@ -342,7 +342,7 @@ int trace_write_file(const char *path) {
   }
   FILE *f = fopen(tmp, "w");
   if (!f) {
-    pool_fail(GPUPOOL_ERR_INVALID, "trace_file: cannot create %s: %s", tmp, strerror(errno));
+    pool_fail(GPUPOOL_ERR_BACKEND, "trace_file: cannot create %s: %s", tmp, strerror(errno));
     fprintf(stderr, "gpupool: trace_file: cannot create %s: %s\n", tmp, strerror(errno));
     return -1;
   }
@@ -358,7 +358,7 @@ int trace_write_file(const char *path) {
     char reason[512];
     snprintf(reason, sizeof reason, "%s", err ? strerror(err) : gpupool_last_error());
     unlink(tmp);
-    pool_fail(GPUPOOL_ERR_INVALID, "trace_file: cannot write %s: %s", path, reason);
+    pool_fail(GPUPOOL_ERR_BACKEND, "trace_file: cannot write %s: %s", path, reason);
     fprintf(stderr, "gpupool: trace_file: cannot write %s: %s\n", path, reason);
     return -1;
   }

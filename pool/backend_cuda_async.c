@@ -110,7 +110,7 @@ gpupool_status backend_cuda_async_create(int device, backend **out) {
 
   cuda_async_backend *a = calloc(1, sizeof *a);
   if (!a)
-    return pool_fail(GPUPOOL_ERR_BACKEND, "backend cuda_async: out of host memory");
+    return pool_fail(GPUPOOL_ERR_HOST_OOM, "backend cuda_async: out of host memory");
   err = create_mempool(device, &a->mempool);
   if (err != cudaSuccess) {
     free(a);

@@ -173,7 +173,7 @@ gpupool_status backend_host_create(const host_backend_config *cfg, backend **out
                      cfg->fail_rate);
   host_backend *h = calloc(1, sizeof *h);
   if (!h)
-    return pool_fail(GPUPOOL_ERR_BACKEND, "host backend: out of host memory");
+    return pool_fail(GPUPOOL_ERR_HOST_OOM, "host backend: out of host memory");
   if (pthread_mutex_init(&h->lock, NULL) != 0) {
     free(h);
     return pool_fail(GPUPOOL_ERR_BACKEND, "host backend: pthread_mutex_init failed");

@@ -44,7 +44,7 @@ gpupool_status pages_segment_create(gpupool *p, size_t size, int large, segment 
   void **pages = seg ? calloc(size / ps, sizeof *pages) : NULL;
   if (!pages) {
     free(seg);
-    return pool_fail(GPUPOOL_ERR_OOM, "pool '%s': out of host memory", p->cfg.name);
+    return pool_fail(GPUPOOL_ERR_HOST_OOM, "pool '%s': out of host memory", p->cfg.name);
   }
   void *base = NULL;
   gpupool_status st = be->ops->vmm->reserve(be, size, &base);
@@ -336,7 +336,7 @@ gpupool_status pages_back(gpupool *p, segment *seg, uintptr_t addr, size_t len, 
     return GPUPOOL_OK;
   void **h = malloc(missing * sizeof *h);
   if (!h)
-    return pool_fail(GPUPOOL_ERR_OOM, "pool '%s': out of host memory", p->cfg.name);
+    return pool_fail(GPUPOOL_ERR_HOST_OOM, "pool '%s': out of host memory", p->cfg.name);
 
   size_t create = pages_to_create(p, seg, len, missing);
   size_t have = create < missing ? move_idle(p, seg, first, last, missing - create, h, w) : 0;

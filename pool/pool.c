@@ -71,7 +71,7 @@ gpupool_status gpupool_create(const gpupool_options *opt, gpupool **out) {
   gpupool *p = aligned_alloc(64, (sizeof *p + 63) / 64 * 64);
   if (!p) {
     be->ops->destroy(be);
-    return pool_fail(GPUPOOL_ERR_OOM, "gpupool_create: out of host memory");
+    return pool_fail(GPUPOOL_ERR_HOST_OOM, "gpupool_create: out of host memory");
   }
   memset(p, 0, sizeof *p);
   p->cfg = cfg;
@@ -92,7 +92,7 @@ void gpupool_destroy(gpupool *p) {
   registry_remove(p);
   for (shard *sh = atomic_load(&p->shards), *next; sh; sh = next) {
     next = sh->next_shard;
-    shard_destroy(p, sh);
+    shard_destroy(p, sh, reclaim_segment_free);
   }
   p->be->ops->destroy(p->be);
   pthread_mutex_destroy(&p->shard_create_lock);
@@ -169,7 +169,7 @@ gpupool_status gpupool_malloc(gpupool *p, void **ptr, size_t size, void *stream)
   int lost = b && shard_serve(sh, b, rounded, size, 0) != 0;
   spin_unlock(&sh->lock);
   if (lost)
-    return pool_fail(GPUPOOL_ERR_OOM, "gpupool_malloc: out of host memory");
+    return pool_fail(GPUPOOL_ERR_HOST_OOM, "gpupool_malloc: out of host memory");
   if (!b) {
     gpupool_status st = malloc_slow(p, sh, rounded, size, &b);
     if (st != GPUPOOL_OK)

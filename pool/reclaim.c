@@ -70,7 +70,7 @@ static gpupool_status device_alloc(gpupool *p, shard *sh, size_t size, int large
       return st;
     if (!(seg = calloc(1, sizeof *seg))) {
       p->be->ops->free(p->be, ptr, size, sh->stream);
-      return pool_fail(GPUPOOL_ERR_OOM, "pool '%s': out of host memory", p->cfg.name);
+      return pool_fail(GPUPOOL_ERR_HOST_OOM, "pool '%s': out of host memory", p->cfg.name);
     }
     seg->addr = (uintptr_t)ptr;
     seg->size = size;
@@ -83,7 +83,7 @@ static gpupool_status device_alloc(gpupool *p, shard *sh, size_t size, int large
   spin_unlock(&sh->lock);
   if (!b) {
     reclaim_segment_free(p, seg);
-    return pool_fail(GPUPOOL_ERR_OOM, "pool '%s': out of host memory", p->cfg.name);
+    return pool_fail(GPUPOOL_ERR_HOST_OOM, "pool '%s': out of host memory", p->cfg.name);
   }
   seg->nblocks = 1;
   seg->first = b;
@@ -261,12 +261,12 @@ static gpupool_status out_of_memory(gpupool *p, shard *sh, size_t segsize, size_
           allocated = stats_allocated_bytes(p, NULL, NULL);
   size_t largest = largest_free(p);
   pool_event ev = {.type = EV_OOM,
-                   .size = segsize,
-                   .requested = requested,
-                   .a = (uint64_t)(reserved - allocated),
-                   .b = largest,
-                   .addr = (uint64_t)reserved,
-                   .stream = dev_free};
+                   .oom = {.reserved_bytes = (uint64_t)reserved,
+                           .segment_size = segsize,
+                           .requested_bytes = requested,
+                           .device_free = dev_free,
+                           .free_in_pool = (uint64_t)(reserved - allocated),
+                           .largest_free = largest}};
   emit_locked(sh, &ev);
   return pool_fail(GPUPOOL_ERR_OOM,
                    "pool '%s': out of memory allocating %zu bytes (segment %zu): reserved %lld, "
@@ -292,7 +292,7 @@ static gpupool_status attempt(gpupool *p, shard *sh, size_t rounded, size_t requ
     st = pages_back(p, b->seg, b->addr, shard_take_size(sh, b, rounded), &w);
   }
   if (b && st == GPUPOOL_OK && shard_serve(sh, b, rounded, requested, w.mapped_at != 0) != 0)
-    st = pool_fail(GPUPOOL_ERR_OOM, "pool '%s': out of host memory", p->cfg.name);
+    st = pool_fail(GPUPOOL_ERR_HOST_OOM, "pool '%s': out of host memory", p->cfg.name);
   spin_unlock(&sh->lock);
   emit_page_events(p, sh, &w);
   if (b) {
@@ -316,7 +316,7 @@ static gpupool_status attempt(gpupool *p, shard *sh, size_t rounded, size_t requ
   if (seg->pages)
     st = pages_back(p, seg, b->addr, shard_take_size(sh, b, rounded), &nw);
   if (st == GPUPOOL_OK && shard_serve(sh, b, rounded, requested, 1) != 0)
-    st = pool_fail(GPUPOOL_ERR_OOM, "pool '%s': out of host memory", p->cfg.name);
+    st = pool_fail(GPUPOOL_ERR_HOST_OOM, "pool '%s': out of host memory", p->cfg.name);
   spin_unlock(&sh->lock);
   emit_page_events(p, sh, &nw);
   *out = st == GPUPOOL_OK ? b : NULL;
@@ -339,6 +339,8 @@ gpupool_status reclaim_malloc(gpupool *p, shard *sh, size_t rounded, size_t requ
   size_t segsize = size_segment(&p->cfg, rounded);
   if (st == GPUPOOL_ERR_OOM)
     return out_of_memory(p, sh, segsize, requested);
+  if (st == GPUPOOL_ERR_HOST_OOM) /* its reason says where */
+    return st;
   if (st != GPUPOOL_OK) {
     char why[256];
     snprintf(why, sizeof why, "%s", gpupool_last_error()); /* the backend's reason */
