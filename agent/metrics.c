@@ -42,12 +42,24 @@ void metrics_configure(const char *hostname, const agent_labels *labels) {
   prom_buf_free(&b);
 }
 
+/* Under g_lock. */
+static void default_hostname(void) {
+  if (!g_hostname[0] && gethostname(g_hostname, sizeof g_hostname - 1) != 0)
+    strcpy(g_hostname, "localhost");
+}
+
+void metrics_hostname(char *out, size_t len) {
+  pthread_mutex_lock(&g_lock);
+  default_hostname();
+  snprintf(out, len, "%s", g_hostname);
+  pthread_mutex_unlock(&g_lock);
+}
+
 int metrics_render(prom_buf *buf, prom_format format) {
   char hostname[LABEL_VALUE_MAX];
   char const_labels[sizeof g_const_labels];
   pthread_mutex_lock(&g_lock);
-  if (!g_hostname[0] && gethostname(g_hostname, sizeof g_hostname - 1) != 0)
-    strcpy(g_hostname, "localhost");
+  default_hostname();
   memcpy(hostname, g_hostname, sizeof hostname);
   memcpy(const_labels, g_const_labels, sizeof const_labels);
   pthread_mutex_unlock(&g_lock);

@@ -13,6 +13,10 @@
  * Before any call: gethostname() and no constant labels. */
 void metrics_configure(const char *hostname, const agent_labels *labels);
 
+/* The hostname every endpoint reports (/metrics labels, /trace and /snapshot
+ * metadata): the `hostname` option, else gethostname(). The one copy. */
+void metrics_hostname(char *out, size_t len);
+
 /* Appends the whole exposition to buf. 0, or -1 when memory ran out. */
 int metrics_render(prom_buf *buf, prom_format format);
 

@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include "cupti.h"
+#include "metrics.h"
 #include "trace_counters.h"
 #include "gpupool/agent.h"
 #include "core/clock.h"
@@ -277,9 +278,8 @@ static void write_clock(json_buf *o) {
 
 static void write_footer(trace_stream *s) {
   json_buf *o = &s->out;
-  char host[256] = "";
-  if (gethostname(host, sizeof host - 1) != 0)
-    host[0] = '\0';
+  char host[256];
+  metrics_hostname(host, sizeof host); /* the hostname option, as /metrics */
   json_puts(o, "\n],\"displayTimeUnit\":\"ns\",\"otherData\":{\"version\":");
   json_string(o, GPUPOOL_VERSION);
   json_puts(o, ",\"hostname\":");

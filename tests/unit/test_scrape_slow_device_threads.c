@@ -71,7 +71,10 @@ Test(scrape_slow_device, metrics_and_snapshot_answer_during_a_device_call) {
                         .ignore_env = 1};
   gpupool *pool = NULL;
   cr_assert_eq(gpupool_create(&po, &pool), GPUPOOL_OK, "%s", gpupool_last_error());
-  gpupool_agent_options ao = {.listen = "127.0.0.1:0", .cupti = GPUPOOL_CUPTI_OFF, .ignore_env = 1};
+  gpupool_agent_options ao = {.listen = "127.0.0.1:0",
+                              .cupti = GPUPOOL_CUPTI_OFF,
+                              .hostname = "arch-host",
+                              .ignore_env = 1};
   cr_assert_eq(gpupool_agent_start(&ao), GPUPOOL_OK, "%s", gpupool_last_error());
   int port = gpupool_agent_port();
 
@@ -87,6 +90,10 @@ Test(scrape_slow_device, metrics_and_snapshot_answer_during_a_device_call) {
   /* The allocating thread is inside the device call, holding the slow lock. */
   scrape(port, "/metrics", "pool=\"slowdev\"");
   scrape(port, "/snapshot", "\"slowdev\"");
+  /* Every endpoint reports the hostname option. */
+  scrape(port, "/metrics", "hostname=\"arch-host\"");
+  scrape(port, "/snapshot", "\"hostname\":\"arch-host\"");
+  scrape(port, "/trace", "\"hostname\":\"arch-host\"");
   gpupool_stats s;
   cr_expect_eq(gpupool_get_stats(pool, &s), GPUPOOL_OK);
   pthread_mutex_lock(&g.lock);
