@@ -52,37 +52,13 @@ static void arg_each(void *ctx, void (*fn)(void *arg, const char *key, const cha
 
 /* ---- the small endpoints ---- */
 
-static void text_body(endpoint_body *out, int status, const char *text) {
-  out->status = status;
-  out->content_type = "text/plain; charset=utf-8";
-  out->data = strdup(text);
-  out->len = out->data ? strlen(text) : 0;
-}
-
-static void refuse_any(void *arg, const char *key, const char *value) {
-  (void)value;
-  const char **first = arg;
-  if (!*first)
-    *first = key;
-}
-
-/* 400 when the request has query parameters; 0 when it has none. */
-static int no_params(const endpoint_args *args, const char *path, endpoint_body *out) {
-  const char *unknown = NULL;
-  args->each(args->ctx, refuse_any, &unknown);
-  if (!unknown)
-    return 0;
-  endpoint_bad_request(out, "%s takes no query parameters (got '%s')", path, unknown);
-  return -1;
-}
-
 static void healthz_endpoint(const endpoint_args *args, endpoint_body *out) {
-  if (no_params(args, "/healthz", out) == 0)
-    text_body(out, 200, "ok\n");
+  if (endpoint_no_params(args, "/healthz", out) == 0)
+    endpoint_text(out, 200, "ok\n");
 }
 
 static void root_endpoint(const endpoint_args *args, endpoint_body *out) {
-  if (no_params(args, "/", out) == 0)
+  if (endpoint_no_params(args, "/", out) == 0)
     index_endpoint(args, out, g_hostname);
 }
 
@@ -207,7 +183,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
     /* Answered at once, without reading a body: the connection closes. */
     char line[160];
     snprintf(line, sizeof line, "method %.64s not allowed: use GET or HEAD\n", method);
-    text_body(&body, 405, line);
+    endpoint_text(&body, 405, line);
     return queue(c, &body, 0, "GET, HEAD");
   }
   /* A response queued in the first call (headers only) makes libmicrohttpd
@@ -229,7 +205,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
       break;
     }
   if (!rt) {
-    text_body(&body, 404, "not found: try /, /metrics, /trace, /snapshot or /healthz\n");
+    endpoint_text(&body, 404, "not found: try /, /metrics, /trace, /snapshot or /healthz\n");
     return queue(c, &body, head, NULL);
   }
   endpoint_args args = {

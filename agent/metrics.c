@@ -85,13 +85,6 @@ int metrics_render(prom_buf *buf, prom_format format) {
   return rc;
 }
 
-static void refuse_args(void *arg, const char *key, const char *value) {
-  (void)value;
-  const char **first = arg;
-  if (!*first)
-    *first = key;
-}
-
 /* OpenMetrics only when the client names it, at a quality no lower than the
  * text format's. */
 static prom_format choose_format(const char *accept) {
@@ -103,12 +96,8 @@ static prom_format choose_format(const char *accept) {
 }
 
 void metrics_endpoint(const endpoint_args *args, endpoint_body *out) {
-  const char *unknown = NULL;
-  args->each(args->ctx, refuse_args, &unknown);
-  if (unknown) {
-    endpoint_bad_request(out, "/metrics takes no query parameters (got '%s')", unknown);
+  if (endpoint_no_params(args, "/metrics", out) != 0)
     return;
-  }
   uint64_t t0 = clock_monotonic_ns();
   prom_format format = choose_format(args->accept);
 
@@ -121,10 +110,7 @@ void metrics_endpoint(const endpoint_args *args, endpoint_body *out) {
   char *body = metrics_render(&buf, format) == 0 ? prom_buf_take(&buf, &len) : NULL;
   prom_buf_free(&buf);
   if (!body) {
-    out->status = 500;
-    out->content_type = "text/plain; charset=utf-8";
-    out->data = strdup("out of memory while rendering /metrics\n");
-    out->len = out->data ? strlen(out->data) : 0;
+    endpoint_out_of_memory(out, "rendering /metrics");
     return;
   }
   pthread_mutex_lock(&g_lock);

@@ -255,14 +255,6 @@ static void printable(char *dst, size_t size, const char *v) {
   dst[n] = '\0';
 }
 
-static void server_error(endpoint_body *out) {
-  static const char msg[] = "out of memory building the snapshot\n";
-  out->status = 503;
-  out->content_type = "text/plain; charset=utf-8";
-  out->data = strdup(msg);
-  out->len = out->data ? strlen(msg) : 0;
-}
-
 void snapshot_endpoint(const endpoint_args *args, endpoint_body *out) {
   char shown[80];
   param_check pc = {0};
@@ -305,7 +297,7 @@ void snapshot_endpoint(const endpoint_args *args, endpoint_body *out) {
   char *text = b.failed ? NULL : cJSON_PrintUnformatted(root);
   cJSON_Delete(root);
   if (!text) {
-    server_error(out);
+    endpoint_out_of_memory(out, "building the snapshot");
     return;
   }
   out->status = 200;

@@ -29,11 +29,7 @@ void trace_endpoint(const endpoint_args *args, endpoint_body *out) {
   }
   trace_stream *s = trace_stream_open(&q);
   if (!s) {
-    static const char msg[] = "out of memory opening the trace\n";
-    out->status = 503;
-    out->content_type = "text/plain; charset=utf-8";
-    out->data = strdup(msg);
-    out->len = out->data ? strlen(msg) : 0;
+    endpoint_out_of_memory(out, "opening the trace");
     return;
   }
   out->status = 200;
