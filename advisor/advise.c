@@ -11,7 +11,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "pool/errors.h"
+#include "core/errors.h"
 #include "replay.h"
 
 #define GiB              ((uint64_t)1 << 30)
@@ -285,7 +285,7 @@ gpupool_status gpupool_advise(const gpupool_history *h, const gpupool_advice_opt
     a->c = calloc(MAX_CANDIDATES, sizeof *a->c);
   if (!a || !a->c) {
     gpupool_advice_free(a);
-    return pool_fail(GPUPOOL_ERR_OOM, "gpupool_advise: out of host memory");
+    return pool_fail(GPUPOOL_ERR_HOST_OOM, "gpupool_advise: out of host memory");
   }
   double t0 = now_s();
   a->input = h->info;

@@ -4,7 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "pool/errors.h"
+#include "core/errors.h"
 #include "pool/pool_view.h"
 #include "live.h"
 #include "readers.h"
@@ -15,7 +15,7 @@ static gpupool_status slurp(FILE *f, const char *path, unsigned char **buf, size
   size_t cap = 1 << 20, n = 0;
   unsigned char *b = malloc(cap + 1);
   if (!b)
-    return pool_fail(GPUPOOL_ERR_OOM, "%s: out of host memory", path);
+    return pool_fail(GPUPOOL_ERR_HOST_OOM, "%s: out of host memory", path);
   for (;;) {
     if (n == cap) {
       if (cap >= MAX_DOCUMENT) {
@@ -25,7 +25,7 @@ static gpupool_status slurp(FILE *f, const char *path, unsigned char **buf, size
       unsigned char *q = realloc(b, 2 * cap + 1);
       if (!q) {
         free(b);
-        return pool_fail(GPUPOOL_ERR_OOM, "%s: out of host memory", path);
+        return pool_fail(GPUPOOL_ERR_HOST_OOM, "%s: out of host memory", path);
       }
       b = q;
       cap *= 2;
@@ -99,7 +99,7 @@ gpupool_status gpupool_history_from_pool(gpupool *p, gpupool_history **out) {
   *out = NULL;
   event_ring **rings = malloc(MAX_RINGS * sizeof *rings);
   if (!rings)
-    return pool_fail(GPUPOOL_ERR_OOM, "gpupool_history_from_pool: out of host memory");
+    return pool_fail(GPUPOOL_ERR_HOST_OOM, "gpupool_history_from_pool: out of host memory");
   size_t nr = pool_event_rings(p, rings, MAX_RINGS);
   gpupool_status st = history_from_rings(rings, nr, gpupool_name(p), out);
   free(rings);
@@ -131,7 +131,7 @@ gpupool_status history_from_rings(event_ring **rings, size_t nr, const char *nam
   if (!ev || !h) {
     free(ev);
     gpupool_history_free(h);
-    return pool_fail(GPUPOOL_ERR_OOM, "history of pool %s: out of host memory", name);
+    return pool_fail(GPUPOOL_ERR_HOST_OOM, "history of pool %s: out of host memory", name);
   }
   /* One ring per stream: merged in time order (stable within a ring). */
   if (nr > 1)

@@ -1,4 +1,4 @@
-/* GPUPOOL_RECORD files (agent/torch_allocator.c writes them; the format is
+/* GPUPOOL_RECORD files (torch/torch_allocator.c writes them; the format is
  * bench/trace_file.h's): one event a line,
  *   a <id> <size> <stream>   an allocation of <size> requested bytes
  *   f <id>                   its free
@@ -10,7 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "pool/errors.h"
+#include "core/errors.h"
 #include "readers.h"
 
 static int parse_u64(const char *s, uint64_t *out) {
@@ -34,7 +34,7 @@ static int parse_u64(const char *s, uint64_t *out) {
 gpupool_status read_record(FILE *f, const char *path, gpupool_history **out) {
   gpupool_history *h = hist_new(path, "record");
   if (!h)
-    return pool_fail(GPUPOOL_ERR_OOM, "%s: out of host memory", path);
+    return pool_fail(GPUPOOL_ERR_HOST_OOM, "%s: out of host memory", path);
   char *line = NULL, err[160];
   size_t cap = 0, lineno = 0;
   ssize_t len;
@@ -100,5 +100,5 @@ gpupool_status read_record(FILE *f, const char *path, gpupool_history **out) {
 oom:
   free(line);
   gpupool_history_free(h);
-  return pool_fail(GPUPOOL_ERR_OOM, "%s:%zu: out of host memory", path, lineno);
+  return pool_fail(GPUPOOL_ERR_HOST_OOM, "%s:%zu: out of host memory", path, lineno);
 }

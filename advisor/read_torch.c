@@ -10,7 +10,7 @@
 #include <string.h>
 
 #include "pickle.h"
-#include "pool/errors.h"
+#include "core/errors.h"
 #include "readers.h"
 
 static int int_of(const pv *v, uint64_t *out) {
@@ -60,7 +60,7 @@ gpupool_status read_torch(const unsigned char *buf, size_t len, const char *path
   char src[320];
   snprintf(src, sizeof src, "%s (device %zu)", path, pick);
   if (!(h = hist_new(src, "torch"))) {
-    st = pool_fail(GPUPOOL_ERR_OOM, "%s: out of host memory", path);
+    st = pool_fail(GPUPOOL_ERR_HOST_OOM, "%s: out of host memory", path);
     goto out;
   }
   for (uint32_t i = 0; i < tr->len; i++) {

@@ -8,7 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "pool/errors.h"
+#include "core/errors.h"
 #include "readers.h"
 
 #define POOL_TID_BASE 1000000
@@ -112,7 +112,7 @@ gpupool_status read_trace(const char *buf, size_t len, const char *path, const c
   gpupool_history *h = hist_new(src, "trace");
   if (!h) {
     cJSON_Delete(doc);
-    return pool_fail(GPUPOOL_ERR_OOM, "%s: out of host memory", path);
+    return pool_fail(GPUPOOL_ERR_HOST_OOM, "%s: out of host memory", path);
   }
   gpupool_status st = GPUPOOL_OK;
   size_t index = 0;

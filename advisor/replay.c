@@ -8,7 +8,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "pool/errors.h"
+#include "core/errors.h"
 #include "pool/free_index.h"
 #include "pool/pool_internal.h"
 
@@ -76,14 +76,14 @@ gpupool_status replay_run(const gpupool_history *h, const char *conf, uint64_t c
   void **ptr = calloc(h->n_slots ? h->n_slots : 1, sizeof *ptr);
   if (!ptr) {
     gpupool_destroy(p);
-    return pool_fail(GPUPOOL_ERR_OOM, "gpupool_replay: out of host memory");
+    return pool_fail(GPUPOOL_ERR_HOST_OOM, "gpupool_replay: out of host memory");
   }
   out->expandable = p->cfg.expandable;
   double t0 = clock_s(CLOCK_MONOTONIC), c0 = clock_s(CLOCK_THREAD_CPUTIME_ID);
   uint64_t ooms = 0, flushes = 0, peak_seen = 0;
   double frag = 0;
   const hist_op *op = h->ops, *end = h->ops + h->n_ops;
-  const stat_counter *reserved = &p->seg_stats[1];
+  const stat_counter *reserved = &p->c.reserved_bytes;
   for (; op < end; op++) {
     switch (op->kind) {
     case HOP_ALLOC: {

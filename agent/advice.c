@@ -9,7 +9,7 @@
 #include <string.h>
 
 #include "advisor/live.h"
-#include "pool/clock.h"
+#include "core/clock.h"
 #include "pool/pool_view.h"
 #include "pool/registry.h"
 

@@ -7,28 +7,8 @@
 #ifndef GPUPOOL_AGENT_ADVICE_H
 #define GPUPOOL_AGENT_ADVICE_H
 
-#include <stdint.h>
-
 #include "endpoint.h"
-
-#define ADVICE_MAX_POOLS 16
-
-typedef struct advice_pool_summary {
-  char pool[128];
-  int device;
-  uint64_t events;
-  uint64_t current_peak_reserved, recommended_peak_reserved;
-  uint64_t min_capacity_current, min_capacity_recommended; /* 0: unknown */
-} advice_pool_summary;
-
-typedef struct advice_summary {
-  int valid;            /* computed at least once */
-  double computed_at_s; /* CLOCK_REALTIME seconds */
-  double compute_s;
-  uint64_t runs;
-  size_t npools;
-  advice_pool_summary pool[ADVICE_MAX_POOLS];
-} advice_summary;
+#include "exporters/advice_summary.h"
 
 void advice_summary_get(advice_summary *out);
 /* GET /advice?format=json|table&max_age=S&capacity_gib=G&pool=NAME */

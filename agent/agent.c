@@ -16,14 +16,14 @@
 #include "advice.h"
 #include "agent_health.h"
 #include "cupti.h"
-#include "exporters/metrics.h"
-#include "exporters/trace_writer.h"
+#include "metrics.h"
+#include "trace_writer.h"
 #include "gpupool/agent.h"
 #include "http.h"
 #include "http_listen.h"
 #include "oom_store.h"
-#include "pool/clock.h"
-#include "pool/errors.h"
+#include "core/clock.h"
+#include "core/errors.h"
 #include "pool/event_clock.h"
 #include "pool/pool_view.h"
 #include "sampler.h"
@@ -40,10 +40,9 @@ static agent_config g_cfg;
 static char g_sd_path[PATH_MAX + 64];
 static int g_exit_handler;
 
-/* Fails with status s: the reason goes to gpupool_last_error() and, as one
- * line, to stderr. */
+/* Fails with status s: the reason goes to gpupool_last_error(), which the
+ * caller prints (the library does not, so each error reads once). */
 static gpupool_status agent_fail(gpupool_status s, const char *reason) {
-  fprintf(stderr, "gpupool agent: %s\n", reason);
   return pool_fail(s, "gpupool agent: %s", reason);
 }
 

@@ -6,8 +6,8 @@
 #include <strings.h>
 #include <unistd.h>
 
+#include "core/kvconf.h"
 #include "oom_store.h"
-#include "pool/kvconf.h"
 
 int agent_parse_listen(const char *text, char *host, size_t hostlen, int *port, char *err,
                        size_t errlen) {
@@ -84,86 +84,106 @@ static int copy_setting(const char *key, const char *value, char *dst, size_t ds
   return 0;
 }
 
-static int apply_pair(void *ctx, const char *key, const char *value, char *err, size_t errlen) {
+static int set_listen(void *ctx, const kvopt *o, kvopt_value v, char *err, size_t errlen) {
   raw_settings *r = ctx;
-  if (strcmp(key, "listen") == 0) {
-    r->have_listen = 1;
-    return copy_setting(key, value, r->listen, sizeof r->listen, err, errlen);
+  r->have_listen = 1;
+  return copy_setting(o->key, v.s, r->listen, sizeof r->listen, err, errlen);
+}
+
+static int set_sample_ms(void *ctx, const kvopt *o, kvopt_value v, char *err, size_t errlen) {
+  ((raw_settings *)ctx)->sample_ms = v.u;
+  return 0;
+}
+
+static int set_trace_events(void *ctx, const kvopt *o, kvopt_value v, char *err, size_t errlen) {
+  raw_settings *r = ctx;
+  if (v.u != 0 && v.u < 16) {
+    snprintf(err, errlen, "trace_events: %llu is out of range (%s)", (unsigned long long)v.u,
+             o->range);
+    return -1;
   }
-  if (strcmp(key, "sample_interval_ms") == 0) {
-    if (kvconf_u64(value, 1, 86400000, &r->sample_ms) != 0) {
-      snprintf(err, errlen, "sample_interval_ms: '%s' is not a number from 1 to 86400000", value);
-      return -1;
-    }
-    return 0;
-  }
-  if (strcmp(key, "trace_events") == 0) {
-    uint64_t v;
-    if (kvconf_u64(value, 0, AGENT_MAX_TRACE_EVENTS, &v) != 0 || (v != 0 && v < 16)) {
-      snprintf(err, errlen, "trace_events: '%s' is not 0 (off) or a number from 16 to %u", value,
-               AGENT_MAX_TRACE_EVENTS);
-      return -1;
-    }
-    r->trace_events = v;
-    r->trace_off = v == 0;
-    return 0;
-  }
-  if (strcmp(key, "trace_tick_us") == 0) {
-    if (kvconf_u64(value, 0, AGENT_MAX_TRACE_TICK_US, &r->trace_tick_us) != 0) {
-      snprintf(err, errlen, "trace_tick_us: '%s' is not a number from 0 (exact stamps) to %u",
-               value, AGENT_MAX_TRACE_TICK_US);
-      return -1;
-    }
-    return 0;
-  }
-  if (strcmp(key, "cupti") == 0) {
-    if (strcasecmp(value, "auto") == 0)
-      r->cupti = GPUPOOL_CUPTI_AUTO;
-    else if (strcasecmp(value, "off") == 0)
-      r->cupti = GPUPOOL_CUPTI_OFF;
-    else if (strcasecmp(value, "force") == 0)
-      r->cupti = GPUPOOL_CUPTI_FORCE;
-    else {
-      snprintf(err, errlen, "cupti: '%s' is not auto, off or force", value);
-      return -1;
-    }
-    return 0;
-  }
-  if (strcmp(key, "labels") == 0)
-    return labels_parse(value, &r->cfg->labels, err, errlen);
-  if (strcmp(key, "trace_file") == 0)
-    return copy_setting(key, value, r->cfg->trace_file, sizeof r->cfg->trace_file, err, errlen);
-  if (strcmp(key, "sd_dir") == 0)
-    return copy_setting(key, value, r->cfg->sd_dir, sizeof r->cfg->sd_dir, err, errlen);
-  if (strcmp(key, "hostname") == 0)
-    return copy_setting(key, value, r->cfg->hostname, sizeof r->cfg->hostname, err, errlen);
-  if (strcmp(key, "oom_reports") == 0) {
-    if (kvconf_u64(value, 0, OOM_STORE_MAX_KEEP, &r->oom_reports) != 0) {
-      snprintf(err, errlen, "oom_reports: '%s' is not a number from 0 to %d", value,
-               OOM_STORE_MAX_KEEP);
-      return -1;
-    }
-    return 0;
-  }
-  if (strcmp(key, "oom_dir") == 0)
-    return copy_setting(key, value, r->cfg->oom_dir, sizeof r->cfg->oom_dir, err, errlen);
-  if (strcmp(key, "web_config") == 0)
-    return copy_setting(key, value, r->cfg->web_config, sizeof r->cfg->web_config, err, errlen);
-  if (strcmp(key, "healthz_open") == 0) {
-    uint64_t v;
-    if (kvconf_u64(value, 0, 1, &v) != 0) {
-      snprintf(err, errlen, "healthz_open: '%s' is not 0 or 1", value);
-      return -1;
-    }
-    r->cfg->healthz_open = (int)v;
-    return 0;
-  }
-  snprintf(err, errlen,
-           "unknown key '%s' (known: listen, sample_interval_ms, trace_events, trace_tick_us, "
-           "cupti, labels, trace_file, sd_dir, hostname, oom_reports, oom_dir, web_config, "
-           "healthz_open)",
-           key);
-  return -1;
+  r->trace_events = v.u;
+  r->trace_off = v.u == 0;
+  return 0;
+}
+
+static int set_trace_tick(void *ctx, const kvopt *o, kvopt_value v, char *err, size_t errlen) {
+  ((raw_settings *)ctx)->trace_tick_us = v.u;
+  return 0;
+}
+
+static int set_cupti(void *ctx, const kvopt *o, kvopt_value v, char *err, size_t errlen) {
+  ((raw_settings *)ctx)->cupti = (gpupool_cupti_mode)v.u;
+  return 0;
+}
+
+static int set_labels(void *ctx, const kvopt *o, kvopt_value v, char *err, size_t errlen) {
+  return labels_parse(v.s, &((raw_settings *)ctx)->cfg->labels, err, errlen);
+}
+
+static int set_trace_file(void *ctx, const kvopt *o, kvopt_value v, char *err, size_t errlen) {
+  agent_config *c = ((raw_settings *)ctx)->cfg;
+  return copy_setting(o->key, v.s, c->trace_file, sizeof c->trace_file, err, errlen);
+}
+
+static int set_sd_dir(void *ctx, const kvopt *o, kvopt_value v, char *err, size_t errlen) {
+  agent_config *c = ((raw_settings *)ctx)->cfg;
+  return copy_setting(o->key, v.s, c->sd_dir, sizeof c->sd_dir, err, errlen);
+}
+
+static int set_hostname(void *ctx, const kvopt *o, kvopt_value v, char *err, size_t errlen) {
+  agent_config *c = ((raw_settings *)ctx)->cfg;
+  return copy_setting(o->key, v.s, c->hostname, sizeof c->hostname, err, errlen);
+}
+
+static int set_oom_reports(void *ctx, const kvopt *o, kvopt_value v, char *err, size_t errlen) {
+  ((raw_settings *)ctx)->oom_reports = v.u;
+  return 0;
+}
+
+static int set_oom_dir(void *ctx, const kvopt *o, kvopt_value v, char *err, size_t errlen) {
+  agent_config *c = ((raw_settings *)ctx)->cfg;
+  return copy_setting(o->key, v.s, c->oom_dir, sizeof c->oom_dir, err, errlen);
+}
+
+static int set_web_config(void *ctx, const kvopt *o, kvopt_value v, char *err, size_t errlen) {
+  agent_config *c = ((raw_settings *)ctx)->cfg;
+  return copy_setting(o->key, v.s, c->web_config, sizeof c->web_config, err, errlen);
+}
+
+static int set_healthz_open(void *ctx, const kvopt *o, kvopt_value v, char *err, size_t errlen) {
+  ((raw_settings *)ctx)->cfg->healthz_open = (int)v.u;
+  return 0;
+}
+
+static const kvopt_choice cupti_modes[] = {{"auto", GPUPOOL_CUPTI_AUTO},
+                                           {"off", GPUPOOL_CUPTI_OFF},
+                                           {"force", GPUPOOL_CUPTI_FORCE},
+                                           {NULL, 0}};
+
+/* The keys of GPUPOOL_AGENT_CONF (README.md, "Agent configuration"). */
+static const kvopt agent_options[] = {
+    {"listen", KVOPT_STRING, .set = set_listen},
+    {"sample_interval_ms", KVOPT_U64, 1, 86400000, .set = set_sample_ms},
+    {"trace_events", KVOPT_U64, 0, AGENT_MAX_TRACE_EVENTS, .range = "0 (off) or 16 to 16777216",
+     .set = set_trace_events},
+    {"trace_tick_us", KVOPT_U64, 0, AGENT_MAX_TRACE_TICK_US, .range = "0 (exact stamps) to 100000",
+     .set = set_trace_tick},
+    {"cupti", KVOPT_CHOICE, .choices = cupti_modes, .nocase = 1, .set = set_cupti},
+    {"labels", KVOPT_STRING, .set = set_labels},
+    {"trace_file", KVOPT_STRING, .set = set_trace_file},
+    {"sd_dir", KVOPT_STRING, .set = set_sd_dir},
+    {"hostname", KVOPT_STRING, .set = set_hostname},
+    {"oom_reports", KVOPT_U64, 0, OOM_STORE_MAX_KEEP, .set = set_oom_reports},
+    {"oom_dir", KVOPT_STRING, .set = set_oom_dir},
+    {"web_config", KVOPT_STRING, .set = set_web_config},
+    {"healthz_open", KVOPT_U64, 0, 1, .range = "0 or 1", .set = set_healthz_open},
+};
+#define N_AGENT_OPTIONS (sizeof agent_options / sizeof agent_options[0])
+
+static int apply_pair(raw_settings *r, const char *key, const char *value, char *err,
+                      size_t errlen) {
+  return kvopt_apply(agent_options, N_AGENT_OPTIONS, r, key, value, err, errlen);
 }
 
 /* The fields of the options struct, as if they were pairs of the string. */
@@ -262,7 +282,7 @@ int agent_config_resolve(const gpupool_agent_options *opt, agent_config *out, ch
   if (!o->ignore_env) {
     const char *env = getenv("GPUPOOL_AGENT_CONF");
     char why[512];
-    if (kvconf_parse(env, apply_pair, &r, why, sizeof why) != 0) {
+    if (kvopt_parse(env, agent_options, N_AGENT_OPTIONS, &r, why, sizeof why) != 0) {
       snprintf(err, errlen, "GPUPOOL_AGENT_CONF: %s", why);
       return -1;
     }

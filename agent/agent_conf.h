@@ -15,7 +15,7 @@
 #define AGENT_DEFAULT_PORT          9477
 #define AGENT_DEFAULT_SAMPLE_MS     1000
 #define AGENT_DEFAULT_TRACE_EVENTS  65536
-#define AGENT_MAX_TRACE_EVENTS      (1u << 24)
+#define AGENT_MAX_TRACE_EVENTS      (1u << 24) /* 16777216, as agent_conf.c states it */
 #define AGENT_DEFAULT_TRACE_TICK_US 1000
 #define AGENT_MAX_TRACE_TICK_US     100000
 

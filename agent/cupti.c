@@ -25,19 +25,12 @@
 #include "cupti_buffers.h"
 #include "cupti_decode.h"
 #include "cupti_lib.h"
-#include "pool/clock.h"
-#include "pool/errors.h"
+#include "core/clock.h"
+#include "core/errors.h"
 #include "segment_index.h"
 
 static atomic_int g_up;
 static _Atomic(const char *) g_reason = "off";
-
-const char *cupti_memory_kind_name(int kind) {
-  static const char *const names[CUPTI_MEMORY_KINDS] = {"unknown",       "pageable",      "pinned",
-                                                        "device",        "array",         "managed",
-                                                        "device_static", "managed_static"};
-  return kind >= 0 && kind < CUPTI_MEMORY_KINDS ? names[kind] : "unknown";
-}
 
 static void set_state(int up, const char *reason) {
   atomic_store(&g_reason, reason);
@@ -177,6 +170,14 @@ static void on_segment_noted(uint64_t addr, uint64_t size) {
 }
 
 /* ---- teardown ------------------------------------------------------------ */
+
+/* The pools stop reporting their segments to the index, which empties. */
+static void forget_segments(void) {
+  segment_observers_remove(segment_index_observe, NULL);
+  segment_index_set_listener(NULL);
+  segment_index_retain_dead(0);
+  segment_index_clear();
+}
 
 /* Flush forced, disable, flush forced again (records made meanwhile),
  * unsubscribe, and cuptiFinalize on a hand-over. At exit only the forced
@@ -442,12 +443,12 @@ static gpupool_status start_locked(gpupool_cupti_mode mode) {
   g_owner_pid = getpid();
   segment_index_retain_dead(1);
   segment_index_set_listener(on_segment_noted);
+  segment_observers_add(segment_index_observe, NULL); /* cannot be full: one per process */
   g_check_devices = injected;
   g_device_check_tries = 0;
   if (start_flush_thread() != 0) {
     teardown(0);
-    segment_index_set_listener(NULL);
-    segment_index_retain_dead(0);
+    forget_segments();
     return degraded(mode, "error", GPUPOOL_ERR_BACKEND, "cannot start the CUPTI flush thread");
   }
   g_started = 1;
@@ -460,8 +461,7 @@ static void stop_locked(const char *reason, int finalize) {
   stop_flush_thread();
   int was_up = atomic_load(&g_up); /* 0: degraded meanwhile, keep that reason */
   teardown(finalize);
-  segment_index_set_listener(NULL);
-  segment_index_retain_dead(0);
+  forget_segments();
   cupti_buffers_rezero();
   cupti_decoder_clear_live(atomic_load(&g_dec));
   g_started = 0;

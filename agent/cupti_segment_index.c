@@ -9,7 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "pool/clock.h"
+#include "core/clock.h"
 
 typedef struct live_segment {
   uint64_t addr, size;
@@ -110,7 +110,10 @@ void cupti_note_segment(uint64_t addr, uint64_t size, int device, int alive) {
   uint64_t now = clock_realtime_ns();
   int added = 0;
   pthread_rwlock_wrlock(&g_lock);
-  if (alive) {
+  size_t at = upper_bound(addr);
+  if (alive && at > 0 && g_live[at - 1].addr == addr && g_live[at - 1].size == size) {
+    /* Reported again (segment_observers_add's replay): nothing changes. */
+  } else if (alive) {
     /* An overlap means a free was never noted: the new segment wins. */
     remove_overlapping(addr, addr + size, now);
     if (g_nlive < g_cap || grow() == 0) {
@@ -161,6 +164,17 @@ void segment_index_purge(uint64_t before_ns) {
       g_dead[kept++] = g_dead[i];
   g_ndead = kept;
   pthread_rwlock_unlock(&g_lock);
+}
+
+void segment_index_clear(void) {
+  pthread_rwlock_wrlock(&g_lock);
+  g_nlive = g_ndead = 0;
+  pthread_rwlock_unlock(&g_lock);
+}
+
+void segment_index_observe(void *arg, const segment_change *c) {
+  if (!c->host_memory) /* CUPTI sees device memory only */
+    cupti_note_segment(c->addr, c->size, c->device, c->alive);
 }
 
 void segment_index_set_listener(segment_index_listener fn) {

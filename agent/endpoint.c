@@ -26,3 +26,33 @@ void endpoint_bad_request(endpoint_body *out, const char *fmt, ...) {
     out->len = n + 1;
   }
 }
+
+void endpoint_text(endpoint_body *out, int status, const char *text) {
+  memset(out, 0, sizeof *out);
+  out->status = status;
+  out->content_type = "text/plain; charset=utf-8";
+  out->data = strdup(text);
+  out->len = out->data ? strlen(text) : 0;
+}
+
+void endpoint_out_of_memory(endpoint_body *out, const char *what) {
+  char line[160];
+  snprintf(line, sizeof line, "out of memory %s\n", what);
+  endpoint_text(out, 503, line);
+}
+
+static void first_param(void *arg, const char *key, const char *value) {
+  (void)value;
+  const char **first = arg;
+  if (!*first)
+    *first = key;
+}
+
+int endpoint_no_params(const endpoint_args *args, const char *path, endpoint_body *out) {
+  const char *unknown = NULL;
+  args->each(args->ctx, first_param, &unknown);
+  if (!unknown)
+    return 0;
+  endpoint_bad_request(out, "%s takes no query parameters (got '%s')", path, unknown);
+  return -1;
+}

@@ -37,13 +37,23 @@ typedef struct endpoint_body {
   void (*close)(void *stream);
 } endpoint_body;
 
+/* The one way a handler answers with plain text or an error. */
+
 /* Fill out->status 400 and a one-line text/plain reason. */
 void endpoint_bad_request(endpoint_body *out, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
+/* status and text (copied) as text/plain. */
+void endpoint_text(endpoint_body *out, int status, const char *text);
+/* A handler that ran out of host memory: 503, the same in every endpoint
+ * (a scrape may well succeed again). what: "rendering /metrics", ... */
+void endpoint_out_of_memory(endpoint_body *out, const char *what);
+/* 0 when the request has no query parameters; else -1 with a 400 naming
+ * the first one (path: the route, for the reason). */
+int endpoint_no_params(const endpoint_args *args, const char *path, endpoint_body *out);
 
-/* exporters/trace_endpoint.c: GET /trace?since=&until=&pool=&device=&limit= */
+/* agent/trace_endpoint.c: GET /trace?since=&until=&pool=&device=&limit= */
 void trace_endpoint(const endpoint_args *args, endpoint_body *out);
-/* exporters/snapshot.c: GET /snapshot?pool= */
+/* agent/snapshot.c: GET /snapshot?pool= */
 void snapshot_endpoint(const endpoint_args *args, endpoint_body *out);
 /* agent/snapshot_torch.c: GET /snapshot?format=json|torch&pool= (json: the
  * above; torch: PyTorch's memory snapshot pickle) */

@@ -11,12 +11,12 @@
 #include "advice.h"
 #include "agent_health.h"
 #include "endpoint.h"
-#include "exporters/metrics.h"
+#include "metrics.h"
 #include "http_index.h"
 #include "http_tls.h"
 #include "labels.h"
 #include "oom_store.h"
-#include "pool/clock.h"
+#include "core/clock.h"
 #include "web_auth.h"
 #include "ui.h"
 #include "web_state.h"
@@ -65,37 +65,13 @@ static void arg_each(void *ctx, void (*fn)(void *arg, const char *key, const cha
 
 /* ---- the small endpoints ---- */
 
-static void text_body(endpoint_body *out, int status, const char *text) {
-  out->status = status;
-  out->content_type = "text/plain; charset=utf-8";
-  out->data = strdup(text);
-  out->len = out->data ? strlen(text) : 0;
-}
-
-static void refuse_any(void *arg, const char *key, const char *value) {
-  (void)value;
-  const char **first = arg;
-  if (!*first)
-    *first = key;
-}
-
-/* 400 when the request has query parameters; 0 when it has none. */
-static int no_params(const endpoint_args *args, const char *path, endpoint_body *out) {
-  const char *unknown = NULL;
-  args->each(args->ctx, refuse_any, &unknown);
-  if (!unknown)
-    return 0;
-  endpoint_bad_request(out, "%s takes no query parameters (got '%s')", path, unknown);
-  return -1;
-}
-
 static void healthz_endpoint(const endpoint_args *args, endpoint_body *out) {
-  if (no_params(args, "/healthz", out) == 0)
-    text_body(out, 200, "ok\n");
+  if (endpoint_no_params(args, "/healthz", out) == 0)
+    endpoint_text(out, 200, "ok\n");
 }
 
 static void root_endpoint(const endpoint_args *args, endpoint_body *out) {
-  if (no_params(args, "/", out) == 0)
+  if (endpoint_no_params(args, "/", out) == 0)
     index_endpoint(args, out, g_hostname);
 }
 
@@ -260,7 +236,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
     /* Answered at once, without reading a body: the connection closes. */
     char line[160];
     snprintf(line, sizeof line, "method %.64s not allowed: use GET or HEAD\n", method);
-    text_body(&body, 405, line);
+    endpoint_text(&body, 405, line);
     web_config *wc = web_state_acquire();
     enum MHD_Result ok = queue(c, &body, 0, "GET, HEAD", wc, old);
     web_state_release(wc);
@@ -292,7 +268,7 @@ static int admit(struct MHD_Connection *c, const char *url, const web_config *wc
     return 0;
   double now = (double)clock_monotonic_ns() / 1e9;
   if (!web_rate_allow(wc, now)) {
-    text_body(body, 429, "too many requests (rate_limit)\n");
+    endpoint_text(body, 429, "too many requests (rate_limit)\n");
     return -1;
   }
   if (!wc->nusers || (web_state_healthz_open() && strcmp(url, "/healthz") == 0))
@@ -309,9 +285,9 @@ static int admit(struct MHD_Connection *c, const char *url, const web_config *wc
   if (a == WEB_AUTH_OK)
     return 0;
   if (a == WEB_AUTH_BUSY)
-    text_body(body, 429, "authentication is busy with other requests: try again\n");
+    endpoint_text(body, 429, "authentication is busy with other requests: try again\n");
   else
-    text_body(body, 401, "unauthorized: basic auth with a user of the agent's web_config\n");
+    endpoint_text(body, 401, "unauthorized: basic auth with a user of the agent's web_config\n");
   return -1;
 }
 
@@ -327,8 +303,9 @@ static enum MHD_Result serve(struct MHD_Connection *c, const char *url, int head
       break;
     }
   if (!rt) {
-    text_body(&body, 404,
-              "not found: try /, /metrics, /trace, /snapshot, /oom, /advice, /ui or /healthz\n");
+    endpoint_text(
+        &body, 404,
+        "not found: try /, /metrics, /trace, /snapshot, /oom, /advice, /ui or /healthz\n");
     return queue(c, &body, head, NULL, wc, old);
   }
   endpoint_args args = {

@@ -7,7 +7,7 @@
 #include <time.h>
 
 #include "device_info.h"
-#include "exporters/trace_counters.h"
+#include "trace_counters.h"
 #include "pool/registry.h"
 #include "sampler_backend.h"
 #include "ui_history.h"

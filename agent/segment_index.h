@@ -2,8 +2,10 @@
  * decoder can tell memory held by a pool (owner "pool") from memory anyone
  * else allocated (owner "other").
  *
- * The pool calls cupti_note_segment on its slow path, right after a device
- * allocation succeeded (alive = 1) and right before it frees one (alive = 0).
+ * While CUPTI records, the pool reports to segment_index_observe (a segment
+ * observer) on its slow path, right after a device allocation succeeded
+ * (alive = 1) and right before it frees one (alive = 0); registering the
+ * observer reports the segments the pools already hold.
  * The call takes a write lock on a sorted array for a binary search and a
  * memmove, never calls CUDA and never blocks on I/O; it is safe with the
  * pool's own locks held (this module takes no pool lock). Fork-safe: the
@@ -28,6 +30,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "pool/segment_observers.h"
+
 /* [addr, addr + size) became a gpupool segment (alive = 1) or stops being one
  * (alive = 0). device is the CUDA ordinal (unified addressing makes the
  * address alone decide; device is accepted for the record of the caller). */
@@ -46,6 +50,14 @@ void segment_index_purge(uint64_t before_ns);
 /* Called (outside the index lock) after each new segment is noted. */
 typedef void (*segment_index_listener)(uint64_t addr, uint64_t size);
 void segment_index_set_listener(segment_index_listener fn);
+
+/* Drops every segment (the pools stopped reporting to the index). */
+void segment_index_clear(void);
+
+/* The pool's segment observer (pool/segment_observers.h) that keeps the
+ * index: registered while CUPTI records, so that without CUPTI a segment
+ * change costs the pool nothing. */
+void segment_index_observe(void *arg, const segment_change *c);
 
 /* Live and dead segments held (for tests and diagnostics). */
 size_t segment_index_live_count(void);

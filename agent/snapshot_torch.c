@@ -9,7 +9,7 @@
 #include "endpoint.h"
 #include "exporters/torch_snapshot.h"
 #include "gpupool/agent.h"
-#include "pool/errors.h"
+#include "core/errors.h"
 #include "pool/pool_capture.h"
 #include "pool/registry.h"
 
@@ -79,7 +79,7 @@ gpupool_status gpupool_snapshot_write_torch(FILE *f, const char *pool) {
                      "gpupool_snapshot_write_torch: no live pool is named '%s'", pool);
   }
   if (!data)
-    return pool_fail(GPUPOOL_ERR_OOM, "gpupool_snapshot_write_torch: out of host memory");
+    return pool_fail(GPUPOOL_ERR_HOST_OOM, "gpupool_snapshot_write_torch: out of host memory");
   size_t w = fwrite(data, 1, len, f);
   free(data);
   if (w != len || fflush(f) != 0)

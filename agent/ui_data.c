@@ -14,11 +14,12 @@
 
 #include "cupti.h"
 #include "exporters/prom_buf.h"
-#include "exporters/trace_counters.h"
-#include "exporters/trace_query.h"
+#include "trace_counters.h"
+#include "metrics.h"
+#include "trace_query.h"
 #include "http.h"
 #include "labels.h"
-#include "pool/clock.h"
+#include "core/clock.h"
 #include "pool/pool_view.h"
 #include "pool/registry.h"
 #include "ui.h"
@@ -387,9 +388,8 @@ void ui_state_json(const endpoint_args *args, endpoint_body *out) {
     copy_name(pn->backend, sizeof pn->backend, known[i].backend);
     copy_name(pn->strategy, sizeof pn->strategy, known[i].strategy);
   }
-  char host[256] = "";
-  if (gethostname(host, sizeof host - 1) != 0)
-    host[0] = '\0';
+  char host[256];
+  metrics_hostname(host, sizeof host); /* the hostname option, as /metrics */
   prom_buf_putc(&b, '{');
   kv_u64(&b, "now_ms", now / 1000000);
   kv_u64(&b, "window_s", (uint64_t)window);

@@ -4,7 +4,7 @@
 #include <stdlib.h>
 
 #include "cupti.h"
-#include "pool/clock.h"
+#include "core/clock.h"
 
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
 static ui_history_sample ring[UI_HISTORY_CAPACITY];

@@ -1,7 +1,7 @@
 /* CUPTI's CUDA memory per device over time, for /ui's charts: the sampler
  * calls ui_history_sample() at every interval; a bounded ring keeps the
  * latest UI_HISTORY_CAPACITY samples (the pools' own history is in
- * exporters/trace_counters). */
+ * agent/trace_counters). */
 #ifndef GPUPOOL_UI_HISTORY_H
 #define GPUPOOL_UI_HISTORY_H
 

@@ -9,7 +9,7 @@
 
 #include "agent_health.h"
 #include "http.h"
-#include "pool/clock.h"
+#include "core/clock.h"
 #include "web_state.h"
 
 static pthread_t g_thread;

@@ -25,7 +25,7 @@
 #include "agent/endpoint.h"
 #include "bench_alloc.h"
 #include "bench_format.h"
-#include "exporters/metrics.h"
+#include "agent/metrics.h"
 #include "gpupool/agent.h"
 #include "pair_timer.h"
 

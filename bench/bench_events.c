@@ -22,7 +22,7 @@
 #include "bench_format.h"
 #include "gpupool/host.h"
 #include "pair_timer.h"
-#include "pool/clock.h"
+#include "core/clock.h"
 #include "pool/event_clock.h"
 #include "pool/event_ring.h"
 #include "pool/pool_view.h"

@@ -6,7 +6,7 @@
  *                             (the advisor replays it; bench_replay skips it)
  *
  * <id> and <stream> are unsigned integers, decimal or 0x-hex (a device
- * address and a cudaStream_t, as agent/torch_allocator.c writes them under
+ * address and a cudaStream_t, as torch/torch_allocator.c writes them under
  * GPUPOOL_RECORD); an id may be reused once the allocation it named is freed.
  * Blank lines and lines starting with '#' are ignored. */
 #ifndef BENCH_TRACE_FILE_H

@@ -1,9 +1,9 @@
 /* The gpupool_advice_* families of /metrics: the last /advice computation
- * (agent/advice.h), nothing until one ran. */
+ * (advice_summary.h), nothing until one ran. */
 #ifndef GPUPOOL_METRICS_ADVICE_H
 #define GPUPOOL_METRICS_ADVICE_H
 
-#include "agent/advice.h"
+#include "advice_summary.h"
 #include "metrics_snapshot.h"
 #include "prom_writer.h"
 

@@ -1,21 +1,22 @@
 /* What one scrape reads, copied first and written after: every pool's stats,
- * histogram, device timing and event-ring counts (each copied under the
- * pool's own locks, through the registry), the devices (the sampler's last
- * reading, plus the simulated devices of host pools) and the rendered label
- * sets. No CUDA call is made here. */
+ * histogram, device timing and event-ring counts, the devices (the
+ * sampler's last reading, plus the simulated devices of host pools) and the
+ * rendered label sets. agent/metrics_collect.c fills it (no CUDA call); the
+ * renderers of exporters/ read it and nothing else. */
 #ifndef GPUPOOL_METRICS_SNAPSHOT_H
 #define GPUPOOL_METRICS_SNAPSHOT_H
 
 #include <stddef.h>
 #include <stdint.h>
 
-#include "agent/device_info.h"
 #include "gpupool/gpupool.h"
 #include "gpupool/tag.h"
 #include "pool/pool_view.h"
 #include "prom_buf.h"
 
-#define METRICS_NAME_MAX 128
+#define METRICS_NAME_MAX   128
+#define METRICS_DEVICE_MAX 64         /* agent/device_info.h's DEVICE_INFO_MAX */
+#define METRICS_UUID_MAX   (48 + 280) /* a driver's UUID, or the fake one of a simulated device */
 
 typedef struct metrics_pool {
   uint32_t id;
@@ -38,7 +39,7 @@ typedef struct metrics_pool {
 typedef struct metrics_device {
   int ordinal;
   int simulated;
-  char uuid[DEVICE_UUID_MAX + 280]; /* room for the fake UUID of a simulated device */
+  char uuid[METRICS_UUID_MAX];
   char name[96];
   uint64_t total_bytes, free_bytes;
   int free_known;
@@ -48,17 +49,13 @@ typedef struct metrics_device {
 typedef struct metrics_snapshot {
   metrics_pool *pools;
   size_t npools, pools_cap;
-  metrics_device devices[2 * DEVICE_INFO_MAX]; /* real ones, then simulated ones */
+  metrics_device devices[2 * METRICS_DEVICE_MAX]; /* real ones, then simulated ones */
   size_t ndevices;
   prom_buf label_text;   /* NUL-separated label runs */
   size_t process_labels; /* offset: hostname and constant labels */
   char hostname[256];
 } metrics_snapshot;
 
-/* Fills s (zero-initialised or reused); hostname and const_labels (already
- * rendered name="value" pairs, "" for none) label every series. 0 or -1 when
- * memory ran out. */
-int metrics_snapshot_take(metrics_snapshot *s, const char *hostname, const char *const_labels);
 void metrics_snapshot_free(metrics_snapshot *s);
 
 /* The label run at offset off. */

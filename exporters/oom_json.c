@@ -227,9 +227,9 @@ static void events(jb *j, cJSON *root, const pool_capture *c) {
       flag(j, o, "pages", 1);
     if (e->flags & EVF_DEFERRED)
       flag(j, o, "deferred", 1);
-    if (e->type == EV_OOM) { /* addr and stream hold numbers there (event_ring.h) */
-      num(j, o, "size", (double)e->requested);
-      num(j, o, "device_free", (double)e->stream);
+    if (e->type == EV_OOM) { /* no address: the pool's state (event_ring.h) */
+      num(j, o, "size", (double)e->oom.requested_bytes);
+      num(j, o, "device_free", (double)e->oom.device_free);
       continue;
     }
     hex(j, o, "addr", e->addr);

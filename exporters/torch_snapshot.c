@@ -154,7 +154,7 @@ static void entry(pbuf *b, const char *action, const pool_event *e, uint64_t add
   key_num(b, "time_us", e->ts_ns / 1000);
   empty_list(b, "frames");
   if (e->type == EV_OOM)
-    key_num(b, "device_free", e->stream);
+    key_num(b, "device_free", e->oom.device_free);
   op(b, OP_SETITEMS);
 }
 
@@ -181,7 +181,7 @@ static void trace_event(pbuf *b, const pool_event *e) {
     entry(b, pages ? "segment_unmap" : "segment_free", e, e->addr, e->size, e->stream);
     break;
   case EV_OOM: /* PyTorch keeps the device's free bytes in addr */
-    entry(b, "oom", e, e->stream, e->requested, 0);
+    entry(b, "oom", e, e->oom.device_free, e->oom.requested_bytes, 0);
     break;
   default: /* empty_cache and GC passes show as the segment frees they made */
     break;

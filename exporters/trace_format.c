@@ -4,7 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "agent/cupti.h"
+#include "cupti_data.h"
 
 /* Spaces of the open-allocation set: pool blocks and CUPTI allocations may
  * share an address (a segment's first block starts where its cudaMalloc
@@ -322,12 +322,12 @@ static void oom(trace_format *f, trace_pool *p, const pool_event *ev, uint64_t t
   begin_event(f, "i", name, "oom", trace_pid_of_device(p->info.device), pool_tid(p), ts);
   json_buf *o = f->out;
   json_puts(o, ",\"s\":\"g\"");
-  arg_u64(o, ",\"args\":{\"size\":", ev->size);
-  arg_u64(o, ",\"requested\":", ev->requested);
-  arg_u64(o, ",\"free_in_pool\":", ev->a);
-  arg_u64(o, ",\"largest_free_block\":", ev->b);
-  arg_u64(o, ",\"reserved\":", ev->addr);
-  arg_u64(o, ",\"device_free\":", ev->stream);
+  arg_u64(o, ",\"args\":{\"size\":", ev->oom.segment_size);
+  arg_u64(o, ",\"requested\":", ev->oom.requested_bytes);
+  arg_u64(o, ",\"free_in_pool\":", ev->oom.free_in_pool);
+  arg_u64(o, ",\"largest_free_block\":", ev->oom.largest_free);
+  arg_u64(o, ",\"reserved\":", ev->oom.reserved_bytes);
+  arg_u64(o, ",\"device_free\":", ev->oom.device_free);
   json_putc(o, '}');
   end_event(f);
 }

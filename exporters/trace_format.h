@@ -16,7 +16,7 @@
 #include <stdint.h>
 
 #include "json_stream.h"
-#include "trace_counters.h"
+#include "trace_samples.h"
 #include "trace_live_set.h"
 #include "trace_merge.h"
 

@@ -12,15 +12,16 @@
 typedef struct source {
   trace_src_kind kind;
   uint32_t tag;
-  event_ring *ring; /* NULL for the counter ring */
-  uint64_t pos;     /* forward: next position to read */
-  uint64_t end;     /* head when reading began */
-  uint64_t oldest;  /* oldest position still held when reading began */
-  uint64_t back;    /* backward: positions below this are not read yet */
-  uint64_t first;   /* position of buf item 0 (backward pass) */
-  uint64_t last_ts; /* forward: time of the previous record (kept non-decreasing) */
-  uint64_t cur_ts;  /* forward: time of the current item */
-  size_t n, i;      /* items in buf, index of the current one */
+  event_ring *ring;                 /* NULL for the counter ring */
+  const counter_ring_ops *counters; /* the counter ring */
+  uint64_t pos;                     /* forward: next position to read */
+  uint64_t end;                     /* head when reading began */
+  uint64_t oldest;                  /* oldest position still held when reading began */
+  uint64_t back;                    /* backward: positions below this are not read yet */
+  uint64_t first;                   /* position of buf item 0 (backward pass) */
+  uint64_t last_ts;                 /* forward: time of the previous record (kept non-decreasing) */
+  uint64_t cur_ts;                  /* forward: time of the current item */
+  size_t n, i;                      /* items in buf, index of the current one */
   unsigned char *buf;
 } source;
 
@@ -64,13 +65,16 @@ int trace_merge_add_ring(trace_merge *m, event_ring *r, trace_src_kind kind, uin
   return 0;
 }
 
-int trace_merge_add_counters(trace_merge *m) {
-  return add_source(m, TRACE_SRC_COUNTERS, NULL, 0);
+int trace_merge_add_counters(trace_merge *m, const counter_ring_ops *ring) {
+  if (add_source(m, TRACE_SRC_COUNTERS, NULL, 0) != 0)
+    return -1;
+  m->src[m->nsrc - 1].counters = ring;
+  return 0;
 }
 
 static size_t src_read(source *s, uint64_t *cursor, size_t max, uint64_t *skipped) {
   if (s->kind == TRACE_SRC_COUNTERS)
-    return trace_counters_read(cursor, (counter_sample *)s->buf, max, skipped);
+    return s->counters->read(cursor, (counter_sample *)s->buf, max, skipped);
   return event_ring_read(s->ring, cursor, (pool_event *)s->buf, max, skipped);
 }
 
@@ -237,8 +241,8 @@ int trace_merge_begin(trace_merge *m, uint64_t since_ns, uint64_t until_ns, uint
       return -1;
     uint64_t cap;
     if (s->kind == TRACE_SRC_COUNTERS) {
-      s->end = trace_counters_head();
-      cap = trace_counters_capacity();
+      s->end = s->counters->head();
+      cap = s->counters->capacity();
     } else {
       s->end = event_ring_head(s->ring);
       cap = event_ring_capacity(s->ring);
@@ -311,7 +315,7 @@ uint64_t trace_merge_skipped(const trace_merge *m) {
 uint64_t trace_merge_dropped(const trace_merge *m) {
   uint64_t d = 0;
   for (size_t k = 0; k < m->nsrc; k++)
-    d += m->src[k].ring ? event_ring_dropped(m->src[k].ring) : trace_counters_dropped();
+    d += m->src[k].ring ? event_ring_dropped(m->src[k].ring) : m->src[k].counters->dropped();
   return d;
 }
 

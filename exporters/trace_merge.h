@@ -11,7 +11,7 @@
 #include <stdint.h>
 
 #include "pool/event_ring.h"
-#include "trace_counters.h"
+#include "trace_samples.h"
 
 typedef enum {
   TRACE_SRC_POOL = 0, /* a pool stream's event ring */
@@ -38,7 +38,8 @@ trace_merge *trace_merge_create(void);
 /* Adds a ring; the merge takes over one reference (released at destroy, or
  * at once if adding fails). 0 on success, -1 on allocation failure. */
 int trace_merge_add_ring(trace_merge *m, event_ring *r, trace_src_kind kind, uint32_t tag);
-int trace_merge_add_counters(trace_merge *m);
+/* Adds the counter samples of ring (one counter source). */
+int trace_merge_add_counters(trace_merge *m, const counter_ring_ops *ring);
 
 /* Fixes the window and prepares reading: records with since_ns <= ts <=
  * until_ns that `accept` keeps; with limit > 0, only the newest `limit` of

@@ -1,6 +1,6 @@
 /* The cuda backend: segments from cudaMalloc/cudaFree on one device. */
 #include "backend.h"
-#include "errors.h"
+#include "core/errors.h"
 
 #ifdef GPUPOOL_HAVE_CUDA
 #include <stdlib.h>
@@ -54,7 +54,7 @@ gpupool_status backend_cuda_create(int device, backend **out) {
     return st;
   cuda_backend *c = calloc(1, sizeof *c);
   if (!c)
-    return pool_fail(GPUPOOL_ERR_BACKEND, "backend cuda: out of host memory");
+    return pool_fail(GPUPOOL_ERR_HOST_OOM, "backend cuda: out of host memory");
   c->ops = cuda_ops;
   c->ops.vmm = cuda_vmm_ops(device, &c->base.page_size); /* NULL, page_size 0: no vmm */
   c->base.ops = &c->ops;

@@ -2,7 +2,7 @@
  * on a cudaMemPool of its own (not the device's default pool, which the
  * application and other libraries share), ordered on the segment's stream. */
 #include "backend.h"
-#include "errors.h"
+#include "core/errors.h"
 
 #ifdef GPUPOOL_HAVE_CUDA
 #include <stdint.h>
@@ -110,7 +110,7 @@ gpupool_status backend_cuda_async_create(int device, backend **out) {
 
   cuda_async_backend *a = calloc(1, sizeof *a);
   if (!a)
-    return pool_fail(GPUPOOL_ERR_BACKEND, "backend cuda_async: out of host memory");
+    return pool_fail(GPUPOOL_ERR_HOST_OOM, "backend cuda_async: out of host memory");
   err = create_mempool(device, &a->mempool);
   if (err != cudaSuccess) {
     free(a);

@@ -8,7 +8,7 @@
 #include <stdatomic.h>
 #include <stdio.h>
 
-#include "errors.h"
+#include "core/errors.h"
 
 cudaError_t cuda_guard_enter(cuda_device_guard *g, int device) {
   g->switched = 0;
@@ -41,16 +41,15 @@ gpupool_status cuda_status(cudaError_t err, const char *call, int device, size_t
 }
 
 void cuda_report_free_error(const char *what, int device, cudaError_t err) {
-  static atomic_int reported;
   if (err == cudaSuccess)
     return;
   (void)cudaGetLastError();
   /* At exit the runtime may be torn down before the last pool: expected. */
   if (err == cudaErrorCudartUnloading)
     return;
-  if (atomic_exchange(&reported, 1) == 0)
-    fprintf(stderr, "gpupool: %s on device %d failed: %s (further free errors not reported)\n",
-            what, device, cudaGetErrorString(err));
+  /* pool/ prints nothing: the reason is the freeing thread's last error. */
+  pool_fail(GPUPOOL_ERR_BACKEND, "%s on device %d failed: %s", what, device,
+            cudaGetErrorString(err));
 }
 
 gpupool_status cuda_check_device(const char *backend_name, int device) {

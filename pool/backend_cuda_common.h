@@ -25,8 +25,9 @@ void cuda_guard_leave(const cuda_device_guard *g);
  * not show up in the application's next error check. */
 gpupool_status cuda_status(cudaError_t err, const char *call, int device, size_t bytes);
 
-/* For the free paths, which return nothing: reports the first failure of the
- * process on stderr (one line) and clears it. Silent during process exit. */
+/* For the free paths, which return nothing: clears the runtime's error and
+ * keeps the reason as the thread's gpupool_last_error() (pool/ prints
+ * nothing). Silent during process exit. */
 void cuda_report_free_error(const char *what, int device, cudaError_t err);
 
 /* UNSUPPORTED when no device is visible (no driver, no GPU), INVALID when

@@ -16,7 +16,7 @@
 #include <stdint.h>
 #include <stdio.h>
 
-#include "errors.h"
+#include "core/errors.h"
 
 /* Handles travel through the pool as void *. */
 _Static_assert(sizeof(void *) >= sizeof(CUmemGenericAllocationHandle),
@@ -120,15 +120,13 @@ static gpupool_status cu_status(CUresult r, const char *call, int device, size_t
   return pool_fail(s, "%s on device %d: %s", call, device, cu_error_name(r));
 }
 
-/* cuda_report_free_error for the driver API: the first failure of the
- * process on stderr, one line; silent once the driver is shutting down. */
+/* cuda_report_free_error for the driver API; silent once the driver is
+ * shutting down. */
 static void cu_report_free_error(const char *what, int device, CUresult r) {
-  static atomic_int reported;
   if (r == CUDA_SUCCESS || r == CUDA_ERROR_DEINITIALIZED)
     return;
-  if (atomic_exchange(&reported, 1) == 0)
-    fprintf(stderr, "gpupool: %s on device %d failed: %s (further VMM errors not reported)\n", what,
-            device, cu_error_name(r));
+  /* pool/ prints nothing: the reason is the freeing thread's last error. */
+  pool_fail(GPUPOOL_ERR_BACKEND, "%s on device %d failed: %s", what, device, cu_error_name(r));
 }
 
 /* Makes the device current (the guard) and its primary context exist and be

@@ -6,13 +6,15 @@
  * OOM path. Streams and events are the simulated ones of backend_host_stream. */
 #include <errno.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
 
 #include "backend_host_internal.h"
 #include "backend_host_stream.h"
-#include "errors.h"
+#include "backend_host_testing.h"
+#include "core/errors.h"
 
 static const backend_ops host_ops;
 
@@ -39,7 +41,26 @@ static int fault_fires(const host_backend *h, uint64_t k) {
   return u < h->fail_rate;
 }
 
+#ifdef GPUPOOL_TESTING
+static void (*_Atomic alloc_hook)(void *arg);
+static void *_Atomic alloc_hook_arg;
+
+void backend_host_testing_set_alloc_hook(void (*fn)(void *arg), void *arg) {
+  atomic_store(&alloc_hook_arg, arg);
+  atomic_store(&alloc_hook, fn);
+}
+
+static void run_alloc_hook(void) {
+  void (*fn)(void *) = atomic_load(&alloc_hook);
+  if (fn)
+    fn(atomic_load(&alloc_hook_arg));
+}
+#else
+static void run_alloc_hook(void) {}
+#endif
+
 gpupool_status host_charge(host_backend *h, size_t size) {
+  run_alloc_hook();
   pthread_mutex_lock(&h->lock);
   uint64_t attempt = ++h->attempts;
   int injected = fault_fires(h, attempt);
@@ -152,7 +173,7 @@ gpupool_status backend_host_create(const host_backend_config *cfg, backend **out
                      cfg->fail_rate);
   host_backend *h = calloc(1, sizeof *h);
   if (!h)
-    return pool_fail(GPUPOOL_ERR_BACKEND, "host backend: out of host memory");
+    return pool_fail(GPUPOOL_ERR_HOST_OOM, "host backend: out of host memory");
   if (pthread_mutex_init(&h->lock, NULL) != 0) {
     free(h);
     return pool_fail(GPUPOOL_ERR_BACKEND, "host backend: pthread_mutex_init failed");

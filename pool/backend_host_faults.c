@@ -2,7 +2,7 @@
  * the host backend of a pool. Apart from backend_host.c so that the backend
  * does not depend on the pool. */
 #include "backend.h"
-#include "errors.h"
+#include "core/errors.h"
 #include "gpupool/host.h"
 #include "pool_view.h"
 

@@ -6,7 +6,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 
-#include "errors.h"
+#include "core/errors.h"
 #include "gpupool/host.h"
 
 struct gpupool_host_stream {
@@ -106,7 +106,7 @@ gpupool_status host_stream_event_record(void *stream, void **event) {
     return GPUPOOL_OK;
   host_event *e = malloc(sizeof *e);
   if (!e)
-    return pool_fail(GPUPOOL_ERR_BACKEND, "host backend: out of host memory recording an event");
+    return pool_fail(GPUPOOL_ERR_HOST_OOM, "host backend: out of host memory recording an event");
   pthread_mutex_lock(&live_lock);
   gpupool_host_stream *s = live_contains(stream) ? stream : NULL;
   if (s) {

@@ -11,7 +11,7 @@
 #include <unistd.h>
 
 #include "backend_host_internal.h"
-#include "errors.h"
+#include "core/errors.h"
 
 static host_backend *as_host(backend *b) {
   return (host_backend *)b;

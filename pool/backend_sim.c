@@ -10,7 +10,7 @@
 #include <string.h>
 
 #include "backend.h"
-#include "errors.h"
+#include "core/errors.h"
 
 #define SIM_PAGE_SIZE ((size_t)2 << 20) /* as the host backend and a CUDA device */
 #define SIM_MAP_ALIGN ((uint64_t)4096)
@@ -54,7 +54,7 @@ static gpupool_status take_range(sim_backend *s, size_t size, void **out) {
     size_t cap = s->cap ? 2 * s->cap : 64;
     sim_range *r = realloc(s->r, cap * sizeof *r);
     if (!r)
-      return pool_fail(GPUPOOL_ERR_OOM, "sim backend: out of host memory");
+      return pool_fail(GPUPOOL_ERR_HOST_OOM, "sim backend: out of host memory");
     s->r = r;
     s->cap = cap;
   }
@@ -198,7 +198,7 @@ gpupool_status backend_sim_create(size_t capacity, backend **out) {
     return pool_fail(GPUPOOL_ERR_INVALID, "sim backend: capacity 0");
   sim_backend *s = calloc(1, sizeof *s);
   if (!s)
-    return pool_fail(GPUPOOL_ERR_OOM, "sim backend: out of host memory");
+    return pool_fail(GPUPOOL_ERR_HOST_OOM, "sim backend: out of host memory");
   s->base.ops = &sim_ops;
   s->base.name = "sim";
   s->base.device = 0;

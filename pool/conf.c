@@ -1,11 +1,12 @@
 #include "conf.h"
 
 #include <stdio.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "errors.h"
-#include "kvconf.h"
+#include "core/errors.h"
+#include "core/kvconf.h"
 #include "pool_name.h"
 
 static void set_defaults(pool_config *c) {
@@ -27,116 +28,83 @@ static int set_name(pool_config *c, const char *name, char *err, size_t errlen) 
   return 0;
 }
 
-static int apply_pair(void *ctx, const char *key, const char *v, char *err, size_t errlen) {
-  pool_config *c = ctx;
-  uint64_t u;
-  double d;
-  if (strcmp(key, "backend") == 0) {
-    if (strcmp(v, "cuda") == 0)
-      c->backend = GPUPOOL_BACKEND_CUDA;
-    else if (strcmp(v, "cuda_async") == 0)
-      c->backend = GPUPOOL_BACKEND_CUDA_ASYNC;
-    else if (strcmp(v, "host") == 0)
-      c->backend = GPUPOOL_BACKEND_HOST;
-    else if (strcmp(v, "sim") == 0)
-      c->backend = GPUPOOL_BACKEND_SIM;
-    else
-      goto bad_choice;
-  } else if (strcmp(key, "strategy") == 0) {
-    if (strcmp(v, "bfc") == 0)
-      c->strategy = GPUPOOL_STRATEGY_BFC;
-    else if (strcmp(v, "round") == 0)
-      c->strategy = GPUPOOL_STRATEGY_ROUND;
-    else if (strcmp(v, "naive") == 0)
-      c->strategy = GPUPOOL_STRATEGY_NAIVE;
-    else
-      goto bad_choice;
-  } else if (strcmp(key, "device") == 0) {
-    if (kvconf_u64(v, 0, 1023, &u))
-      goto bad_value;
-    c->device = (int)u;
-  } else if (strcmp(key, "name") == 0) {
-    return set_name(c, v, err, errlen);
-  } else if (strcmp(key, "host_capacity_mb") == 0) {
-    if (kvconf_u64(v, 1, (uint64_t)1 << 30, &u))
-      goto bad_value;
-    c->host_capacity = (size_t)u * MiB;
-  } else if (strcmp(key, "max_split_size_mb") == 0) {
-    if (strcmp(v, "inf") == 0 || strcmp(v, "unlimited") == 0)
-      c->max_split_size = SIZE_MAX;
-    else if (kvconf_u64(v, 21, (uint64_t)1 << 30, &u)) /* > 20 MiB, as PyTorch requires */
-      goto bad_value;
-    else
-      c->max_split_size = (size_t)u * MiB;
-  } else if (strcmp(key, "max_non_split_rounding_mb") == 0) {
-    if (kvconf_u64(v, 0, (uint64_t)1 << 30, &u))
-      goto bad_value;
-    c->max_non_split_rounding = (size_t)u * MiB;
-  } else if (strcmp(key, "roundup_power2_divisions") == 0) {
-    if (kvconf_u64(v, 0, 64, &u) || (u > 1 && (u & (u - 1)))) {
-      snprintf(err, errlen,
-               "roundup_power2_divisions: '%s' is not a power of two from 1 to 64 "
-               "(per-interval lists are not supported)",
-               v);
-      return -1;
-    }
-    c->roundup_power2_divisions = (unsigned)u;
-  } else if (strcmp(key, "garbage_collection_threshold") == 0) {
-    if (kvconf_double(v, 0, 1, &d) || d <= 0 || d >= 1) {
-      snprintf(err, errlen, "garbage_collection_threshold: '%s' is not between 0 and 1 (exclusive)",
-               v);
-      return -1;
-    }
-    c->gc_threshold = d;
-  } else if (strcmp(key, "reserve_percent") == 0) {
-    if (kvconf_double(v, 0, 50, &d))
-      goto bad_value;
-    c->reserve_percent = d;
-  } else if (strcmp(key, "expandable_segments") == 0) {
-    if (strcmp(v, "True") == 0 || strcmp(v, "true") == 0 || strcmp(v, "1") == 0)
-      c->expandable = 1;
-    else if (strcmp(v, "False") == 0 || strcmp(v, "false") == 0 || strcmp(v, "0") == 0)
-      c->expandable = 0;
-    else {
-      snprintf(err, errlen, "expandable_segments: '%s' is not True or False", v);
-      return -1;
-    }
-  } else if (strcmp(key, "expandable_slack_percent") == 0) {
-    if (kvconf_double(v, 0, 100, &d))
-      goto bad_value;
-    c->expandable_slack = d / 100;
-  } else if (strcmp(key, "round_linear_cutoff") == 0) {
-    if (kvconf_u64(v, 12, 40, &u))
-      goto bad_value;
-    c->round_linear_cutoff = (unsigned)u;
-  } else if (strcmp(key, "fault_every_n") == 0) {
-    if (kvconf_u64(v, 0, UINT32_MAX, &u))
-      goto bad_value;
-    c->fault_every_n = (unsigned)u;
-  } else if (strcmp(key, "fault_rate") == 0) {
-    if (kvconf_double(v, 0, 1, &d))
-      goto bad_value;
-    c->fault_rate = d;
-  } else if (strcmp(key, "fault_seed") == 0) {
-    if (kvconf_u64(v, 0, UINT64_MAX, &u))
-      goto bad_value;
-    c->fault_seed = u;
-  } else {
-    snprintf(err, errlen, "unknown key '%s'", key);
+/* Setters of the option table: each stores one checked value. */
+#define FIELD_SETTER(fn, stmt)                                                                     \
+  static int fn(void *ctx, const kvopt *o, kvopt_value v, char *err, size_t errlen) {              \
+    pool_config *c = ctx;                                                                          \
+    stmt;                                                                                          \
+    return 0;                                                                                      \
+  }
+FIELD_SETTER(set_backend, c->backend = (gpupool_backend)v.u)
+FIELD_SETTER(set_strategy, c->strategy = (gpupool_strategy)v.u)
+FIELD_SETTER(set_device, c->device = (int)v.u)
+FIELD_SETTER(set_host_capacity, c->host_capacity = (size_t)v.u * MiB)
+FIELD_SETTER(set_max_split, c->max_split_size = v.u == UINT64_MAX ? SIZE_MAX : (size_t)v.u * MiB)
+FIELD_SETTER(set_max_non_split, c->max_non_split_rounding = (size_t)v.u * MiB)
+FIELD_SETTER(set_gc_threshold, c->gc_threshold = v.d)
+FIELD_SETTER(set_reserve_percent, c->reserve_percent = v.d)
+FIELD_SETTER(set_expandable, c->expandable = (int)v.u)
+FIELD_SETTER(set_expandable_slack, c->expandable_slack = v.d / 100)
+FIELD_SETTER(set_round_linear_cutoff, c->round_linear_cutoff = (unsigned)v.u)
+FIELD_SETTER(set_fault_every_n, c->fault_every_n = (unsigned)v.u)
+FIELD_SETTER(set_fault_rate, c->fault_rate = v.d)
+FIELD_SETTER(set_fault_seed, c->fault_seed = v.u)
+
+static int set_name_opt(void *ctx, const kvopt *o, kvopt_value v, char *err, size_t errlen) {
+  return set_name(ctx, v.s, err, errlen);
+}
+
+static int set_divisions(void *ctx, const kvopt *o, kvopt_value v, char *err, size_t errlen) {
+  if (v.u > 1 && (v.u & (v.u - 1))) {
+    snprintf(err, errlen,
+             "roundup_power2_divisions: %llu is not a power of two (1, 2, 4, ... 64; "
+             "per-interval lists are not supported)",
+             (unsigned long long)v.u);
     return -1;
   }
+  ((pool_config *)ctx)->roundup_power2_divisions = (unsigned)v.u;
   return 0;
-bad_choice:
-  snprintf(err, errlen, "%s: unknown value '%s'", key, v);
-  return -1;
-bad_value:
-  snprintf(err, errlen, "%s: bad or out-of-range value '%s'", key, v);
-  return -1;
 }
+
+static const kvopt_choice backends[] = {{"cuda", GPUPOOL_BACKEND_CUDA},
+                                        {"cuda_async", GPUPOOL_BACKEND_CUDA_ASYNC},
+                                        {"host", GPUPOOL_BACKEND_HOST},
+                                        {"sim", GPUPOOL_BACKEND_SIM},
+                                        {NULL, 0}};
+static const kvopt_choice strategies[] = {{"bfc", GPUPOOL_STRATEGY_BFC},
+                                          {"round", GPUPOOL_STRATEGY_ROUND},
+                                          {"naive", GPUPOOL_STRATEGY_NAIVE},
+                                          {NULL, 0}};
+static const kvopt_choice unlimited[] = {{"inf", UINT64_MAX}, {"unlimited", UINT64_MAX}, {NULL, 0}};
+
+/* The keys of GPUPOOL_CONF and of gpupool_options.tunables (docs/pool.md). */
+static const kvopt pool_options[] = {
+    {"backend", KVOPT_CHOICE, .choices = backends, .set = set_backend},
+    {"strategy", KVOPT_CHOICE, .choices = strategies, .set = set_strategy},
+    {"device", KVOPT_U64, 0, 1023, .set = set_device},
+    {"name", KVOPT_STRING, .set = set_name_opt},
+    {"host_capacity_mb", KVOPT_U64, 1, (uint64_t)1 << 30, .set = set_host_capacity},
+    /* > 20 MiB, as PyTorch requires */
+    {"max_split_size_mb", KVOPT_U64, 21, (uint64_t)1 << 30, .choices = unlimited,
+     .range = "> 20 or inf", .set = set_max_split},
+    {"max_non_split_rounding_mb", KVOPT_U64, 0, (uint64_t)1 << 30, .set = set_max_non_split},
+    {"roundup_power2_divisions", KVOPT_U64, 0, 64, .range = "a power of two from 1 to 64",
+     .set = set_divisions},
+    {"garbage_collection_threshold", KVOPT_DOUBLE, .dmin = 0, .dmax = 1, .open_min = 1,
+     .open_max = 1, .set = set_gc_threshold},
+    {"reserve_percent", KVOPT_DOUBLE, .dmin = 0, .dmax = 50, .set = set_reserve_percent},
+    {"expandable_segments", KVOPT_BOOL, .set = set_expandable},
+    {"expandable_slack_percent", KVOPT_DOUBLE, .dmin = 0, .dmax = 100, .set = set_expandable_slack},
+    {"round_linear_cutoff", KVOPT_U64, 12, 40, .set = set_round_linear_cutoff},
+    {"fault_every_n", KVOPT_U64, 0, UINT32_MAX, .set = set_fault_every_n},
+    {"fault_rate", KVOPT_DOUBLE, .dmin = 0, .dmax = 1, .set = set_fault_rate},
+    {"fault_seed", KVOPT_U64, 0, UINT64_MAX, .set = set_fault_seed},
+};
+#define N_POOL_OPTIONS (sizeof pool_options / sizeof pool_options[0])
 
 gpupool_status pool_config_build(const gpupool_options *opt, pool_config *out) {
   pool_config c;
-  char err[256];
+  char err[768];
   set_defaults(&c);
   if (opt) {
     if (opt->name && set_name(&c, opt->name, err, sizeof err))
@@ -152,15 +120,13 @@ gpupool_status pool_config_build(const gpupool_options *opt, pool_config *out) {
     c.strategy = opt->strategy;
     if (opt->host_capacity)
       c.host_capacity = opt->host_capacity;
-    if (kvconf_parse(opt->tunables, apply_pair, &c, err, sizeof err))
+    if (kvopt_parse(opt->tunables, pool_options, N_POOL_OPTIONS, &c, err, sizeof err))
       return pool_fail(GPUPOOL_ERR_INVALID, "gpupool tunables: %s", err);
   }
   if (!opt || !opt->ignore_env) {
     const char *env = getenv("GPUPOOL_CONF");
-    if (kvconf_parse(env, apply_pair, &c, err, sizeof err)) {
-      fprintf(stderr, "gpupool: GPUPOOL_CONF: %s\n", err);
+    if (kvopt_parse(env, pool_options, N_POOL_OPTIONS, &c, err, sizeof err))
       return pool_fail(GPUPOOL_ERR_INVALID, "GPUPOOL_CONF: %s", err);
-    }
   }
   if (c.strategy == GPUPOOL_STRATEGY_DEFAULT)
     c.strategy = GPUPOOL_STRATEGY_BFC;

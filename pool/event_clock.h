@@ -36,7 +36,7 @@
 #include <stdatomic.h>
 #include <stdint.h>
 
-#include "clock.h"
+#include "core/clock.h"
 #include "event_ring.h"
 
 #define EVENT_CLOCK_ON_RATE      1000000.0 /* events/s: ticking on; off below half */

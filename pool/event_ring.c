@@ -1,6 +1,6 @@
 #include "event_ring.h"
 
-#include "clock.h"
+#include "core/clock.h"
 
 #include <stdatomic.h>
 #include <stdlib.h>

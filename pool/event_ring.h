@@ -24,9 +24,7 @@ typedef enum {
   EV_SEGMENT_FREE,   /* addr, size, stream; a = reserved after, b = allocated after, dur_ns */
   EV_EMPTY_CACHE,    /* size = bytes released; a = reserved after, b = allocated after */
   EV_GC,             /* size = bytes released by garbage collection; a, b as above */
-  EV_OOM,            /* size = segment size tried, requested; a = free bytes in pool,
-                        b = largest free block; addr = reserved bytes (there is no
-                        address), stream = device free bytes (0 if unknown) */
+  EV_OOM,            /* the fields of .oom (below) */
 } event_type;
 
 /* EVF_PAGES: a segment event that mapped or unmapped pages of an expandable
@@ -39,12 +37,24 @@ typedef struct pool_event {
   uint8_t flags;
   uint16_t reserved0;
   uint32_t dur_ns; /* device call duration for segment events (saturates) */
-  uint64_t addr;
-  uint64_t size;
-  uint64_t requested;
-  uint64_t stream;
-  uint64_t a, b; /* meaning by type, above */
-} pool_event;    /* 64 bytes: one cache line */
+  union {
+    struct { /* every type but EV_OOM */
+      uint64_t addr;
+      uint64_t size;
+      uint64_t requested;
+      uint64_t stream;
+      uint64_t a, b; /* meaning by type, above */
+    };
+    struct {                    /* EV_OOM: the pool's state when it gave up */
+      uint64_t reserved_bytes;  /* (in addr's place: there is no address) */
+      uint64_t segment_size;    /* the segment it tried to allocate */
+      uint64_t requested_bytes; /* the request */
+      uint64_t device_free;     /* device free bytes, 0 if unknown */
+      uint64_t free_in_pool;    /* reserved - allocated */
+      uint64_t largest_free;    /* the largest free block */
+    } oom;
+  };
+} pool_event; /* 64 bytes: one cache line */
 
 /* Protocol. Event number n lives in slot n mod S (S slots, a power of two).
  *
@@ -65,6 +75,9 @@ typedef struct pool_event {
  * rewritten right now (the writer of event h needs no further store to
  * start), so a ring of S slots keeps S - 1 readable events: its capacity is
  * S - 1 and event_ring_dropped() counts the events beyond that. */
+_Static_assert(offsetof(pool_event, oom.reserved_bytes) == offsetof(pool_event, addr) &&
+                   offsetof(pool_event, oom.largest_free) == offsetof(pool_event, b),
+               "an OOM event's fields are the words of the others");
 #define EVENT_RING_WORDS (sizeof(pool_event) / sizeof(uint64_t))
 
 /* ThreadSanitizer does not model fences (GCC warns, -Wtsan, and TSan could

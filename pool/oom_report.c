@@ -9,8 +9,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "clock.h"
-#include "errors.h"
+#include "core/clock.h"
+#include "core/errors.h"
 #include "pool_internal.h"
 #include "sizeclass.h"
 
@@ -90,7 +90,7 @@ void pool_oom_capture(gpupool *p, void *stream, size_t size, size_t rounded, siz
     return;
   }
   r->ex.split_limit_mb = limit;
-  stats_collect_locked(p, &r->stats);
+  stats_collect(p, &r->stats);
   device_reading(p, r);
   pending = r;
 }

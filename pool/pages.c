@@ -2,9 +2,9 @@
 
 #include <stdlib.h>
 
-#include "agent/segment_index.h"
-#include "clock.h"
-#include "errors.h"
+#include "core/clock.h"
+#include "core/errors.h"
+#include "segment_observers.h"
 
 /* A page taken off a segment: where it was mapped and its physical handle. */
 typedef struct loose_page {
@@ -33,7 +33,7 @@ static int list_push(page_list *l, loose_page pg) {
 }
 
 static void reserved_add(gpupool *p, const segment *seg, int64_t bytes) {
-  stat_add(&p->seg_stats[1], seg->large, bytes);
+  POOL_COUNT(p, stat_add(&p->c.reserved_bytes, seg->large, bytes));
 }
 
 gpupool_status pages_segment_create(gpupool *p, size_t size, int large, segment **out) {
@@ -44,7 +44,7 @@ gpupool_status pages_segment_create(gpupool *p, size_t size, int large, segment 
   void **pages = seg ? calloc(size / ps, sizeof *pages) : NULL;
   if (!pages) {
     free(seg);
-    return pool_fail(GPUPOOL_ERR_OOM, "pool '%s': out of host memory", p->cfg.name);
+    return pool_fail(GPUPOOL_ERR_HOST_OOM, "pool '%s': out of host memory", p->cfg.name);
   }
   void *base = NULL;
   gpupool_status st = be->ops->vmm->reserve(be, size, &base);
@@ -59,15 +59,20 @@ gpupool_status pages_segment_create(gpupool *p, size_t size, int large, segment 
   seg->pages = pages;
   seg->page_size = ps;
   seg->npages = size / ps;
-  if (!backend_is_simulated(be)) /* CUPTI sees the mappings inside this range */
-    cupti_note_segment(seg->addr, size, p->cfg.device, 1);
+  segment_observers_note(p, seg->addr, size, 1); /* the mappings lie inside this range */
   *out = seg;
   return GPUPOOL_OK;
 }
 
+/* How unmap_list treats the pages it unmaps. */
+enum { PAGES_KEEP, PAGES_RELEASE, PAGES_RELEASE_DETACHED };
+
 /* Unmaps the pages of l (grouping neighbours of one segment into one call)
- * and, when release, returns them to the device. */
-static void unmap_list(gpupool *p, page_list *l, int release, pages_work *w) {
+ * and, unless mode is PAGES_KEEP, returns them to the device; the reserved
+ * bytes drop with them, except for a segment already out of its shard
+ * (shard_remove_segment counted its pages off). */
+static void unmap_list(gpupool *p, page_list *l, int mode, pages_work *w) {
+  int release = mode != PAGES_KEEP;
   backend *be = p->be;
   uint64_t t0 = clock_monotonic_ns();
   /* Work queued before the frees may still use these pages: unlike
@@ -77,7 +82,7 @@ static void unmap_list(gpupool *p, page_list *l, int release, pages_work *w) {
     unfenced = !l->v[i].fenced;
   if (unfenced) {
     be->ops->synchronize(be);
-    p->device_syncs++;
+    POOL_COUNT(p, p->c.device_syncs++);
   }
   for (size_t i = 0, j; i < l->n; i = j) {
     for (j = i + 1;
@@ -91,7 +96,8 @@ static void unmap_list(gpupool *p, page_list *l, int release, pages_work *w) {
   if (release && l->n) {
     void **h = malloc(l->n * sizeof *h);
     for (size_t i = 0; i < l->n; i++) {
-      reserved_add(p, l->v[i].seg, -(int64_t)l->v[i].seg->page_size);
+      if (mode == PAGES_RELEASE)
+        reserved_add(p, l->v[i].seg, -(int64_t)l->v[i].seg->page_size);
       if (h)
         h[i] = l->v[i].handle;
       else /* without host memory: one call per page */
@@ -100,14 +106,13 @@ static void unmap_list(gpupool *p, page_list *l, int release, pages_work *w) {
     if (h)
       be->ops->vmm->release(be, h, l->n);
     free(h);
-    p->device_frees += l->n;
+    POOL_COUNT(p, p->c.device_frees += l->n);
     if (w)
       w->released += l->n * be->page_size;
   }
   uint64_t dur = clock_monotonic_ns() - t0;
   if (release) {
-    p->timing.free_count++;
-    p->timing.free_ns_total += dur;
+    POOL_COUNT(p, p->c.timing.free_count++; p->c.timing.free_ns_total += dur);
   }
   if (w)
     w->unmap_ns += dur;
@@ -123,16 +128,14 @@ size_t pages_segment_destroy(gpupool *p, segment *seg) {
     if (list_push(&l, (loose_page){seg, i, seg->pages[i], 0}) != 0) {
       p->be->ops->vmm->unmap(p->be, (void *)(seg->addr + i * seg->page_size), 1);
       p->be->ops->vmm->release(p->be, &seg->pages[i], 1);
-      reserved_add(p, seg, -(int64_t)seg->page_size);
-      p->device_frees++;
+      POOL_COUNT(p, p->c.device_frees++);
     }
     seg->pages[i] = NULL;
   }
   seg->nmapped = 0;
-  unmap_list(p, &l, 1, NULL);
+  unmap_list(p, &l, PAGES_RELEASE_DETACHED, NULL);
   free(l.v);
-  if (!backend_is_simulated(p->be))
-    cupti_note_segment(seg->addr, seg->size, p->cfg.device, 0);
+  segment_observers_note(p, seg->addr, seg->size, 0);
   p->be->ops->vmm->unreserve(p->be, (void *)seg->addr, seg->size);
   free(seg->pages);
   free(seg);
@@ -298,7 +301,7 @@ static size_t move_idle(gpupool *p, segment *seg, size_t first, size_t last, siz
                         pages_work *w) {
   page_list moved = {0};
   gather_idle(p, seg, first, last, want, &moved);
-  unmap_list(p, &moved, 0, w);
+  unmap_list(p, &moved, PAGES_KEEP, w);
   for (size_t i = 0; i < moved.n; i++)
     h[i] = moved.v[i].handle;
   free(moved.v);
@@ -317,7 +320,7 @@ static size_t pages_to_create(gpupool *p, const segment *seg, size_t len, size_t
     return 0;
   int64_t peak, now = stats_allocated_bytes(p, seg->sh, &peak) + (int64_t)len;
   double allowed = (1 + slack) * (double)(peak > now ? peak : now);
-  double room = allowed - (double)stat_total(&p->seg_stats[1]);
+  double room = allowed - (double)stat_total(&p->c.reserved_bytes);
   size_t pages = room > 0 ? (size_t)(room / (double)seg->page_size) : 0;
   return pages < missing ? pages : missing;
 }
@@ -333,7 +336,7 @@ gpupool_status pages_back(gpupool *p, segment *seg, uintptr_t addr, size_t len, 
     return GPUPOOL_OK;
   void **h = malloc(missing * sizeof *h);
   if (!h)
-    return pool_fail(GPUPOOL_ERR_OOM, "pool '%s': out of host memory", p->cfg.name);
+    return pool_fail(GPUPOOL_ERR_HOST_OOM, "pool '%s': out of host memory", p->cfg.name);
 
   size_t create = pages_to_create(p, seg, len, missing);
   size_t have = create < missing ? move_idle(p, seg, first, last, missing - create, h, w) : 0;
@@ -349,27 +352,26 @@ gpupool_status pages_back(gpupool *p, segment *seg, uintptr_t addr, size_t len, 
     if (st == GPUPOOL_OK) {
       reserved_add(p, seg, (int64_t)((missing - have) * ps));
       w->created += (missing - have) * ps;
-      p->device_allocs += missing - have;
+      POOL_COUNT(p, p->c.device_allocs += missing - have);
     }
   }
   size_t used = 0;
   if (st == GPUPOOL_OK)
     used = map_missing(p, seg, first, last, h, &st);
   uint64_t dur = clock_monotonic_ns() - t0;
-  p->timing.alloc_count++;
-  p->timing.alloc_ns_total += dur;
+  POOL_COUNT(p, p->c.timing.alloc_count++; p->c.timing.alloc_ns_total += dur);
   w->map_ns += dur;
   if (used && !w->mapped_at)
     w->mapped_at = seg->addr + first * ps;
   w->moved += (used < have ? used : have) * ps;
-  p->pages_moved += used < have ? used : have;
+  POOL_COUNT(p, p->c.pages_moved += used < have ? used : have);
   /* What was not mapped goes back to the device: moved pages included, which
    * is what an allocation that is about to fail needs. */
   size_t spare = (st == GPUPOOL_OK ? missing : have) - used;
   if (spare) {
     be->ops->vmm->release(be, h + used, spare);
     reserved_add(p, seg, -(int64_t)(spare * ps));
-    p->device_frees += spare;
+    POOL_COUNT(p, p->c.device_frees += spare);
     w->released += spare * ps;
   }
   free(h);
@@ -384,7 +386,7 @@ void pages_release_idle(gpupool *p, pages_work *w) {
       if (seg->pages && seg->nmapped)
         take_idle(seg, 0, seg->npages - 1, 1, 0, SIZE_MAX, &l);
     spin_unlock(&sh->lock);
-    unmap_list(p, &l, 1, w);
+    unmap_list(p, &l, PAGES_RELEASE, w);
     free(l.v);
   }
 }

@@ -33,8 +33,9 @@ typedef struct pages_work {
 /* A vmm segment of size bytes (a multiple of the page size): address space
  * only, no page mapped. */
 gpupool_status pages_segment_create(gpupool *p, size_t size, int large, segment **out);
-/* Unmaps and releases every page of seg and frees its address range and
- * the struct (not its blocks); returns the bytes of pages released. */
+/* Unmaps and releases every page of seg (out of its shard, or never in
+ * one) and frees its address range and the struct (not its blocks); returns
+ * the bytes of pages released. */
 size_t pages_segment_destroy(gpupool *p, segment *seg);
 
 /* Maps every missing page of seg under [addr, addr + len), moving idle pages

@@ -4,7 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "errors.h"
+#include "core/errors.h"
 #include "oom_report.h"
 #include "pool_internal.h"
 #include "reclaim.h"
@@ -75,7 +75,7 @@ gpupool_status gpupool_create(const gpupool_options *opt, gpupool **out) {
   gpupool *p = aligned_alloc(64, (sizeof *p + 63) / 64 * 64);
   if (!p) {
     be->ops->destroy(be);
-    return pool_fail(GPUPOOL_ERR_OOM, "gpupool_create: out of host memory");
+    return pool_fail(GPUPOOL_ERR_HOST_OOM, "gpupool_create: out of host memory");
   }
   memset(p, 0, sizeof *p);
   p->cfg = cfg;
@@ -98,7 +98,7 @@ void gpupool_destroy(gpupool *p) {
     registry_remove(p);
   for (shard *sh = atomic_load(&p->shards), *next; sh; sh = next) {
     next = sh->next_shard;
-    shard_destroy(p, sh);
+    shard_destroy(p, sh, reclaim_segment_free);
   }
   p->be->ops->destroy(p->be);
   pthread_mutex_destroy(&p->shard_create_lock);
@@ -172,7 +172,7 @@ gpupool_status gpupool_malloc(gpupool *p, void **ptr, size_t size, void *stream)
   int lost = b && shard_serve(sh, b, rounded, size, 0, h->tag) != 0;
   spin_unlock(&sh->lock);
   if (lost)
-    return pool_fail(GPUPOOL_ERR_OOM, "gpupool_malloc: out of host memory");
+    return pool_fail(GPUPOOL_ERR_HOST_OOM, "gpupool_malloc: out of host memory");
   if (!b) {
     gpupool_status st = malloc_slow(p, sh, rounded, size, &b);
     if (st != GPUPOOL_OK)
@@ -300,7 +300,7 @@ size_t gpupool_empty_cache(gpupool *p) {
     pool_event ev = {.type = EV_EMPTY_CACHE,
                      .size = released,
                      .stream = (uint64_t)(uintptr_t)sh->stream,
-                     .a = (uint64_t)stat_total(&p->seg_stats[1])};
+                     .a = (uint64_t)stat_total(&p->c.reserved_bytes)};
     spin_lock(&sh->lock);
     ev.b = (uint64_t)stat_total(&sh->st.s[STAT_ALLOCATED_BYTES]);
     shard_emit(sh, &ev);

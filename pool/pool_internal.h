@@ -12,17 +12,25 @@
 #include <stdint.h>
 
 #include "backend.h"
-#include "clock.h"
+#include "core/clock.h"
 #include "conf.h"
 #include "event_clock.h"
 #include "event_ring.h"
 #include "pool_view.h"
 #include "addrmap.h"
-#include "spinlock.h"
+#include "core/spinlock.h"
 #include "stats.h"
 #include "thread_state.h"
 
 typedef struct shard shard;
+
+/* What spans the shards of a pool (see gpupool.counters_lock). */
+typedef struct pool_counters {
+  stat_counter segments, reserved_bytes;
+  uint64_t alloc_retries, ooms, device_allocs, device_frees, gc_runs, pages_moved, device_syncs;
+  pool_device_timing timing;
+  uint64_t seq; /* bumped by every change: a reader that saw it move reads again */
+} pool_counters;
 typedef struct segment segment;
 
 typedef enum { BLOCK_FREE = 0, BLOCK_ALLOCATED, BLOCK_PENDING } block_state;
@@ -114,10 +122,12 @@ struct gpupool {
   shard *_Atomic shards; /* list of all shards, newest first */
   pthread_mutex_t shard_create_lock;
 
-  pthread_mutex_t slow_lock; /* device calls, cross-shard reclaim, global stats */
-  stat_counter seg_stats[2]; /* [0] segment, [1] reserved_bytes */
-  uint64_t alloc_retries, ooms, device_allocs, device_frees, gc_runs, pages_moved, device_syncs;
-  pool_device_timing timing;
+  pthread_mutex_t slow_lock; /* device calls, cross-shard reclaim */
+  /* Pool-wide counters: changed on the slow path (under slow_lock) inside
+   * counters_lock, a leaf lock held for a few stores, so that
+   * gpupool_get_stats reads them without waiting on a device call. */
+  spinlock counters_lock;
+  pool_counters c;
   size_t device_total; /* cached for the GC threshold; 0 until needed */
   /* The last device reading the pool made (GC threshold, reserve), for OOM
    * reports, which make no device call; seen_ns 0: none. */
@@ -132,6 +142,16 @@ struct gpupool {
   _Atomic(const void *) owner; /* the first thread to allocate once there are several */
   _Atomic int shared;          /* another thread allocated too: tracking is off */
 };
+
+/* Runs stmt (an update of p->c) inside counters_lock. Callers hold
+ * slow_lock, and may hold a shard lock: counters_lock is a leaf. */
+#define POOL_COUNT(p, stmt)                                                                        \
+  do {                                                                                             \
+    spin_lock(&(p)->counters_lock);                                                                \
+    stmt;                                                                                          \
+    (p)->c.seq++;                                                                                  \
+    spin_unlock(&(p)->counters_lock);                                                              \
+  } while (0)
 
 extern _Atomic size_t shard_events_cap; /* 0: events off */
 static inline int shard_recording(const shard *sh) {

@@ -4,7 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "clock.h"
+#include "core/clock.h"
 #include "pool_internal.h"
 #include "registry.h"
 #include "shard.h"
@@ -31,9 +31,9 @@ void pool_get_histogram(gpupool *p, pool_histogram *out) {
 }
 
 void pool_get_device_timing(gpupool *p, pool_device_timing *out) {
-  pthread_mutex_lock(&p->slow_lock);
-  *out = p->timing;
-  pthread_mutex_unlock(&p->slow_lock);
+  spin_lock(&p->counters_lock);
+  *out = p->c.timing;
+  spin_unlock(&p->counters_lock);
 }
 
 void pool_get_backend_info(gpupool *p, pool_backend_info *out) {

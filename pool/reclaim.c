@@ -3,20 +3,14 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-#include "agent/segment_index.h"
-#include "clock.h"
-#include "errors.h"
+#include "core/clock.h"
+#include "core/errors.h"
 #include "free_index.h"
 #include "oom_report.h"
 #include "pages.h"
+#include "segment_observers.h"
 #include "shard.h"
 #include "sizeclass.h"
-
-/* Segment counts; reserved bytes change with segments, or with pages
- * (pages.c) for vmm segments. */
-static void count_segment(gpupool *p, int large, int delta) {
-  stat_add(&p->seg_stats[0], large, delta);
-}
 
 static void emit_locked(shard *sh, pool_event *ev) {
   spin_lock(&sh->lock);
@@ -32,7 +26,7 @@ static void emit_segment_event(gpupool *p, shard *sh, int type, int flags, uintp
                    .addr = addr,
                    .size = size,
                    .stream = (uint64_t)(uintptr_t)sh->stream,
-                   .a = (uint64_t)stat_total(&p->seg_stats[1]),
+                   .a = (uint64_t)stat_total(&p->c.reserved_bytes),
                    .b = (uint64_t)stats_allocated_bytes(p, NULL, NULL)};
   emit_locked(sh, &ev);
 }
@@ -72,21 +66,17 @@ static gpupool_status device_alloc(gpupool *p, shard *sh, size_t size, int large
     uint64_t t0 = clock_monotonic_ns();
     gpupool_status st = p->be->ops->alloc(p->be, &ptr, size, sh->stream);
     dur = clock_monotonic_ns() - t0;
-    p->timing.alloc_count++;
-    p->timing.alloc_ns_total += dur;
+    POOL_COUNT(p, p->c.timing.alloc_count++; p->c.timing.alloc_ns_total += dur);
     if (st != GPUPOOL_OK)
       return st;
     if (!(seg = calloc(1, sizeof *seg))) {
       p->be->ops->free(p->be, ptr, size, sh->stream);
-      return pool_fail(GPUPOOL_ERR_OOM, "pool '%s': out of host memory", p->cfg.name);
+      return pool_fail(GPUPOOL_ERR_HOST_OOM, "pool '%s': out of host memory", p->cfg.name);
     }
     seg->addr = (uintptr_t)ptr;
     seg->size = size;
     seg->large = large;
-    p->device_allocs++;
-    stat_add(&p->seg_stats[1], large, (int64_t)size);
-    if (!backend_is_simulated(p->be)) /* CUPTI sees device memory only */
-      cupti_note_segment(seg->addr, size, p->cfg.device, 1);
+    segment_observers_note(p, seg->addr, size, 1);
   }
   seg->sh = sh;
   spin_lock(&sh->lock);
@@ -94,7 +84,7 @@ static gpupool_status device_alloc(gpupool *p, shard *sh, size_t size, int large
   spin_unlock(&sh->lock);
   if (!b) {
     reclaim_segment_free(p, seg);
-    return pool_fail(GPUPOOL_ERR_OOM, "pool '%s': out of host memory", p->cfg.name);
+    return pool_fail(GPUPOOL_ERR_HOST_OOM, "pool '%s': out of host memory", p->cfg.name);
   }
   seg->nblocks = 1;
   seg->first = b;
@@ -103,7 +93,6 @@ static gpupool_status device_alloc(gpupool *p, shard *sh, size_t size, int large
   b->seg = seg;
   b->state = BLOCK_FREE;
   b->prev = b->next = NULL;
-  count_segment(p, large, 1);
   if (!seg->pages)
     emit_segment_event(p, sh, EV_SEGMENT_ALLOC, large ? EVF_LARGE : 0, seg->addr, seg->size, dur);
   *out = seg;
@@ -115,15 +104,11 @@ void reclaim_segment_free(gpupool *p, segment *seg) {
     pages_segment_destroy(p, seg);
     return;
   }
-  if (!backend_is_simulated(p->be))
-    cupti_note_segment(seg->addr, seg->size, p->cfg.device, 0);
+  segment_observers_note(p, seg->addr, seg->size, 0);
   uint64_t t0 = clock_monotonic_ns();
   p->be->ops->free(p->be, (void *)seg->addr, seg->size, seg->sh->stream);
   uint64_t dur = clock_monotonic_ns() - t0;
-  p->timing.free_count++;
-  p->timing.free_ns_total += dur;
-  p->device_frees++;
-  stat_add(&p->seg_stats[1], seg->large, -(int64_t)seg->size);
+  POOL_COUNT(p, p->c.timing.free_count++; p->c.timing.free_ns_total += dur);
   free(seg);
 }
 
@@ -137,7 +122,6 @@ static void device_free(gpupool *p, segment *seg) {
   uint64_t t0 = clock_monotonic_ns();
   reclaim_segment_free(p, seg);
   uint64_t dur = clock_monotonic_ns() - t0;
-  count_segment(p, large, -1);
   emit_segment_event(p, sh, EV_SEGMENT_FREE, large ? EVF_LARGE : 0, addr, size, dur);
   free(first->streams);
   free(first);
@@ -208,7 +192,7 @@ static void garbage_collect(gpupool *p, shard *caller) {
     p->device_total = total_b;
   }
   int64_t limit = (int64_t)(p->cfg.gc_threshold * (double)p->device_total);
-  if (stat_total(&p->seg_stats[1]) <= limit)
+  if (stat_total(&p->c.reserved_bytes) <= limit)
     return;
   size_t n = 0, cap = 64;
   gc_candidate *c = malloc(cap * sizeof *c);
@@ -231,7 +215,7 @@ static void garbage_collect(gpupool *p, shard *caller) {
     return;
   qsort(c, n, sizeof *c, by_free_seq);
   size_t released = 0;
-  for (size_t i = 0; i < n && stat_total(&p->seg_stats[1]) > limit; i++) {
+  for (size_t i = 0; i < n && stat_total(&p->c.reserved_bytes) > limit; i++) {
     segment *seg = c[i].seg; /* segments are freed only under slow_lock: still valid */
     shard *sh = seg->sh;
     spin_lock(&sh->lock);
@@ -245,13 +229,13 @@ static void garbage_collect(gpupool *p, shard *caller) {
     }
   }
   free(c);
-  if (p->cfg.expandable && stat_total(&p->seg_stats[1]) > limit)
+  if (p->cfg.expandable && stat_total(&p->c.reserved_bytes) > limit)
     released += release_idle_pages(p, caller);
-  p->gc_runs++;
+  POOL_COUNT(p, p->c.gc_runs++);
   pool_event ev = {.type = EV_GC,
                    .size = released,
                    .stream = (uint64_t)(uintptr_t)caller->stream,
-                   .a = (uint64_t)stat_total(&p->seg_stats[1]),
+                   .a = (uint64_t)stat_total(&p->c.reserved_bytes),
                    .b = (uint64_t)stats_allocated_bytes(p, NULL, NULL)};
   emit_locked(caller, &ev);
 }
@@ -286,8 +270,9 @@ static size_t largest_free(gpupool *p) {
  * the device reading is the last one known. */
 static gpupool_status out_of_memory(gpupool *p, shard *sh, size_t rounded, size_t segsize,
                                     size_t requested) {
-  p->ooms++;
-  int64_t reserved = stat_total(&p->seg_stats[1]), allocated = stats_allocated_bytes(p, NULL, NULL);
+  POOL_COUNT(p, p->c.ooms++);
+  int64_t reserved = stat_total(&p->c.reserved_bytes),
+          allocated = stats_allocated_bytes(p, NULL, NULL);
   size_t largest = largest_free(p);
   size_t dev_free = 0;
   if (backend_is_host(p->be)) { /* the simulated device's accounting, no device */
@@ -297,12 +282,12 @@ static gpupool_status out_of_memory(gpupool *p, shard *sh, size_t rounded, size_
     dev_free = p->seen_free;
   }
   pool_event ev = {.type = EV_OOM,
-                   .size = segsize,
-                   .requested = requested,
-                   .a = (uint64_t)(reserved - allocated),
-                   .b = largest,
-                   .addr = (uint64_t)reserved,
-                   .stream = dev_free};
+                   .oom = {.reserved_bytes = (uint64_t)reserved,
+                           .segment_size = segsize,
+                           .requested_bytes = requested,
+                           .device_free = dev_free,
+                           .free_in_pool = (uint64_t)(reserved - allocated),
+                           .largest_free = largest}};
   emit_locked(sh, &ev);
   if (!backend_is_sim(p->be)) /* a replay's OOM is the advisor's answer, not a report */
     pool_oom_capture(p, sh->stream, requested, rounded, segsize);
@@ -330,7 +315,7 @@ static gpupool_status attempt(gpupool *p, shard *sh, size_t rounded, size_t requ
   }
   if (b && st == GPUPOOL_OK &&
       shard_serve(sh, b, rounded, requested, w.mapped_at != 0, pool_thread.tag) != 0)
-    st = pool_fail(GPUPOOL_ERR_OOM, "pool '%s': out of host memory", p->cfg.name);
+    st = pool_fail(GPUPOOL_ERR_HOST_OOM, "pool '%s': out of host memory", p->cfg.name);
   spin_unlock(&sh->lock);
   emit_page_events(p, sh, &w);
   if (b) {
@@ -354,7 +339,7 @@ static gpupool_status attempt(gpupool *p, shard *sh, size_t rounded, size_t requ
   if (seg->pages)
     st = pages_back(p, seg, b->addr, shard_take_size(sh, b, rounded), &nw);
   if (st == GPUPOOL_OK && shard_serve(sh, b, rounded, requested, 1, pool_thread.tag) != 0)
-    st = pool_fail(GPUPOOL_ERR_OOM, "pool '%s': out of host memory", p->cfg.name);
+    st = pool_fail(GPUPOOL_ERR_HOST_OOM, "pool '%s': out of host memory", p->cfg.name);
   spin_unlock(&sh->lock);
   emit_page_events(p, sh, &nw);
   *out = st == GPUPOOL_OK ? b : NULL;
@@ -371,12 +356,14 @@ gpupool_status reclaim_malloc(gpupool *p, shard *sh, size_t rounded, size_t requ
     p->be->ops->synchronize(p->be);
     reclaim_poll_all(p);
     reclaim_release_cached(p, 0);
-    p->alloc_retries++;
+    POOL_COUNT(p, p->c.alloc_retries++);
     st = attempt(p, sh, rounded, requested, out, to_device);
   }
   size_t segsize = size_segment(&p->cfg, rounded);
   if (st == GPUPOOL_ERR_OOM)
     return out_of_memory(p, sh, rounded, segsize, requested);
+  if (st == GPUPOOL_ERR_HOST_OOM) /* its reason says where */
+    return st;
   if (st != GPUPOOL_OK) {
     char why[256];
     snprintf(why, sizeof why, "%s", gpupool_last_error()); /* the backend's reason */

@@ -3,9 +3,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "clock.h"
+#include "core/assert.h"
+#include "core/clock.h"
 #include "free_index.h"
-#include "reclaim.h"
 #include "sizeclass.h"
 
 _Atomic size_t shard_events_cap; /* 0: events off */
@@ -78,7 +78,7 @@ static void free_block_list(block *b) {
   }
 }
 
-void shard_destroy(gpupool *p, shard *sh) {
+void shard_destroy(gpupool *p, shard *sh, void (*free_segment)(gpupool *p, segment *seg)) {
   for (block *b = sh->pending; b; b = b->pending_next)
     for (unsigned i = 0; i < b->nstreams; i++)
       if (b->streams[i])
@@ -88,7 +88,7 @@ void shard_destroy(gpupool *p, shard *sh) {
   for (segment *seg = sh->segments, *next; seg; seg = next) {
     next = seg->next;
     block *blocks = seg->first;
-    reclaim_segment_free(p, seg);
+    free_segment(p, seg);
     free_block_list(blocks);
   }
   for (block *b = sh->spare, *next; b; b = next) {
@@ -232,6 +232,8 @@ static void count_request(shard *sh, size_t requested) {
 /* Takes free block b (in the index) for a request; splits it when the
  * strategy allows; updates the statistics and records the event. */
 static void shard_take(shard *sh, block *b, size_t rounded, size_t requested, int from_device) {
+  gp_assert_internal(b->state == BLOCK_FREE && b->seg->sh == sh);
+  gp_assert_internal(b->size >= rounded && requested <= rounded);
   int large = b->seg->large;
   block *r = should_split(&sh->pool->cfg, b, rounded) ? block_new(sh) : NULL;
   if (r) { /* without host memory for the remainder, the whole block is used */
@@ -263,6 +265,7 @@ static void shard_take(shard *sh, block *b, size_t rounded, size_t requested, in
       stat_dec(&sh->st.s[STAT_INACTIVE_SPLIT_BYTES], large, (int64_t)b->size);
     }
   }
+  gp_assert_internal(b->size >= rounded && (!b->next || b->next->addr == b->addr + b->size));
   b->state = BLOCK_ALLOCATED;
   b->requested = requested;
   b->nstreams = 0;
@@ -293,6 +296,8 @@ int shard_serve(shard *sh, block *b, size_t rounded, size_t requested, int from_
  * segment; n keeps its own fields, so that the index still finds it.
  * Returns the bytes it had. */
 static size_t absorb(block *b, block *n) {
+  gp_assert_internal(n->state == BLOCK_FREE && n->seg == b->seg);
+  gp_assert_internal(n == b->prev ? n->addr + n->size == b->addr : b->addr + b->size == n->addr);
   size_t size = n->size;
   if (n == b->prev) {
     b->addr = n->addr;
@@ -314,6 +319,7 @@ static size_t absorb(block *b, block *n) {
 /* Returns block b (allocated or pending, not in the index) to the free
  * index, merging it with its free neighbours. */
 static void shard_release(shard *sh, block *b) {
+  gp_assert_internal(b->state != BLOCK_FREE && b->seg->sh == sh);
   b->state = BLOCK_FREE;
   b->free_seq = ++sh->free_seq;
   b->nstreams = 0;
@@ -351,6 +357,7 @@ static void shard_release(shard *sh, block *b) {
 }
 
 void shard_free(shard *sh, block *b, int deferred) {
+  gp_assert_internal(b->state == (deferred ? BLOCK_PENDING : BLOCK_ALLOCATED) && b->seg->sh == sh);
   int large = b->seg->large;
   stat_dec(&sh->st.s[STAT_ALLOCATION], large, 1);
   stat_dec(&sh->st.s[STAT_ALLOCATED_BYTES], large, (int64_t)b->size);
@@ -395,6 +402,24 @@ void shard_poll_pending(shard *sh) {
   }
 }
 
+/* A segment counts (its bytes reserved, a plain one as a device
+ * allocation) while it is in a shard, so that gpupool_get_stats, which does
+ * not take the slow lock, sees both sides change together (stats.c). */
+static void count_segment(gpupool *p, const segment *seg, int delta) {
+  pool_counters *c = &p->c;
+  spin_lock(&p->counters_lock);
+  stat_add(&c->segments, seg->large, delta);
+  stat_add(&c->reserved_bytes, seg->large, delta * (int64_t)segment_mapped_bytes(seg));
+  if (!seg->pages) {
+    if (delta > 0)
+      c->device_allocs++;
+    else
+      c->device_frees++;
+  }
+  c->seq++;
+  spin_unlock(&p->counters_lock);
+}
+
 void shard_add_segment(shard *sh, segment *seg) {
   seg->sh = sh;
   seg->prev = NULL;
@@ -404,10 +429,12 @@ void shard_add_segment(shard *sh, segment *seg) {
   sh->segments = seg;
   seg->first->free_seq = ++sh->free_seq;
   index_insert(sh, seg->first);
+  count_segment(sh->pool, seg, 1);
 }
 
 void shard_remove_segment(shard *sh, segment *seg) {
   index_remove(sh, seg->first);
+  count_segment(sh->pool, seg, -1);
   if (seg->prev)
     seg->prev->next = seg->next;
   else

@@ -8,7 +8,9 @@
 /* The shard for stream, created on first use; NULL when out of host memory
  * or when the pool already has SHARD_TABLE streams. Takes no shard lock. */
 shard *shard_get(gpupool *p, void *stream);
-void shard_destroy(gpupool *p, shard *sh);
+/* Frees sh, its blocks and events; each segment goes to free_segment (the
+ * slow path's reclaim_segment_free: the shard does not call up into it). */
+void shard_destroy(gpupool *p, shard *sh, void (*free_segment)(gpupool *p, segment *seg));
 
 block *shard_find_fit(shard *sh, int large, size_t rounded);
 /* The best fit whose pages are all mapped, among the few blocks from the

@@ -1,8 +1,13 @@
 /* gpupool_get_stats and the resets: per-shard statistics summed under each
- * shard's lock, segment statistics under the slow lock. */
+ * shard's lock, pool-wide counters copied under counters_lock (never the
+ * slow lock, which is held across device calls). */
+
+/* Copies tried before a snapshot is returned as read (segments changing
+ * without pause): each retry is cheap, and a change is a device call. */
+#define STATS_MAX_RETRIES 64
 #include <string.h>
 
-#include "errors.h"
+#include "core/errors.h"
 #include "free_index.h"
 #include "pool_internal.h"
 
@@ -84,9 +89,11 @@ int64_t stats_allocated_bytes(gpupool *p, const shard *held, int64_t *peak_sum) 
   return now;
 }
 
-void stats_collect_locked(gpupool *p, gpupool_stats *out) {
+/* Sums the shards' statistics into out (zeroed first). */
+static int sum_shards(gpupool *p, gpupool_stats *out,
+                      int64_t max_shard_peak[VIEW_COUNT][GPUPOOL_STAT_TYPES]) {
   memset(out, 0, sizeof *out);
-  int64_t max_shard_peak[VIEW_COUNT][GPUPOOL_STAT_TYPES] = {{0}};
+  memset(max_shard_peak, 0, sizeof(int64_t) * VIEW_COUNT * GPUPOOL_STAT_TYPES);
   int nshards = 0;
   for (shard *sh = atomic_load(&p->shards); sh; sh = sh->next_shard, nshards++) {
     gpupool_stat view[VIEW_COUNT][GPUPOOL_STAT_TYPES];
@@ -117,6 +124,29 @@ void stats_collect_locked(gpupool *p, gpupool_stats *out) {
     }
     spin_unlock(&sh->lock);
   }
+  return nshards;
+}
+
+void stats_collect(gpupool *p, gpupool_stats *out) {
+  /* No slow_lock: a scrape never waits on a device call. The pool-wide
+   * counters are copied before the shards are summed and their sequence
+   * checked after: a segment appears in them before any block of it is
+   * allocated and leaves after its blocks are free, so an unchanged sequence
+   * means the two sides agree (reserved bytes cover allocated bytes). */
+  pool_counters c;
+  int64_t max_shard_peak[VIEW_COUNT][GPUPOOL_STAT_TYPES];
+  int nshards;
+  for (int tries = 0;; tries++) {
+    spin_lock(&p->counters_lock);
+    c = p->c;
+    spin_unlock(&p->counters_lock);
+    nshards = sum_shards(p, out, max_shard_peak);
+    spin_lock(&p->counters_lock);
+    uint64_t seq = p->c.seq;
+    spin_unlock(&p->counters_lock);
+    if (seq == c.seq || tries == STATS_MAX_RETRIES)
+      break;
+  }
   /* One stream: its peaks are exact. Several: the peak of the sum is the
    * largest of every sum observed here, after each operation while one
    * thread uses the pool (pool.c note_peaks), and of each stream's own peak. */
@@ -137,25 +167,21 @@ void stats_collect_locked(gpupool *p, gpupool_stats *out) {
     }
   }
   pthread_mutex_unlock(&p->peak_lock);
-  stat_report(&p->seg_stats[0], out->segment);
-  stat_report(&p->seg_stats[1], out->reserved_bytes);
-  out->num_alloc_retries = p->alloc_retries;
-  out->num_ooms = p->ooms;
-  out->num_device_alloc = p->device_allocs;
-  out->num_device_free = p->device_frees;
-  out->num_pages_moved = p->pages_moved;
-  out->num_device_syncs = p->device_syncs;
-  out->num_gc_runs = p->gc_runs;
+  stat_report(&c.segments, out->segment);
+  stat_report(&c.reserved_bytes, out->reserved_bytes);
+  out->num_alloc_retries = c.alloc_retries;
+  out->num_ooms = c.ooms;
+  out->num_device_alloc = c.device_allocs;
+  out->num_device_free = c.device_frees;
+  out->num_pages_moved = c.pages_moved;
+  out->num_device_syncs = c.device_syncs;
+  out->num_gc_runs = c.gc_runs;
 }
 
 gpupool_status gpupool_get_stats(gpupool *p, gpupool_stats *out) {
   if (!p || !out)
     return pool_fail(GPUPOOL_ERR_INVALID, "gpupool_get_stats: %s is NULL", p ? "out" : "pool");
-  /* Segments change only under slow_lock: holding it makes the block side
-   * (shards) and the segment side of the snapshot agree. */
-  pthread_mutex_lock(&p->slow_lock);
-  stats_collect_locked(p, out);
-  pthread_mutex_unlock(&p->slow_lock);
+  stats_collect(p, out);
   return GPUPOOL_OK;
 }
 
@@ -182,8 +208,7 @@ void gpupool_reset_peak_stats(gpupool *p) {
   }
   memcpy(p->agg_peak, sum, sizeof sum);
   pthread_mutex_unlock(&p->peak_lock);
-  for (int i = 0; i < 2; i++)
-    stat_reset_peak(&p->seg_stats[i]);
+  POOL_COUNT(p, stat_reset_peak(&p->c.segments); stat_reset_peak(&p->c.reserved_bytes));
   pthread_mutex_unlock(&p->slow_lock);
 }
 
@@ -198,9 +223,9 @@ void gpupool_reset_accumulated_stats(gpupool *p) {
     spin_unlock(&sh->lock);
   }
   pthread_mutex_lock(&p->slow_lock);
-  for (int i = 0; i < 2; i++)
-    stat_reset_accumulated(&p->seg_stats[i]);
-  p->alloc_retries = p->ooms = p->device_allocs = p->device_frees = p->gc_runs = 0;
-  p->pages_moved = p->device_syncs = 0;
+  POOL_COUNT(p, stat_reset_accumulated(&p->c.segments);
+             stat_reset_accumulated(&p->c.reserved_bytes);
+             p->c.alloc_retries = p->c.ooms = p->c.device_allocs = p->c.device_frees = 0;
+             p->c.gc_runs = p->c.pages_moved = p->c.device_syncs = 0);
   pthread_mutex_unlock(&p->slow_lock);
 }

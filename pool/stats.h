@@ -126,8 +126,9 @@ static inline gpupool_stat stat_active(const gpupool_stat *alloc, const gpupool_
   return a;
 }
 
-/* gpupool_get_stats for a caller that holds p->slow_lock. */
-void stats_collect_locked(gpupool *p, gpupool_stats *out);
+/* gpupool_get_stats without its argument checks. It takes no slow_lock, so
+ * a caller may hold it (the OOM report does); no shard lock may be held. */
+void stats_collect(gpupool *p, gpupool_stats *out);
 
 /* Raises the pool-wide peaks to the current sums over all shards (each read
  * under its lock). Callers hold no pool lock. */

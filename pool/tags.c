@@ -6,7 +6,7 @@
 #include <stdatomic.h>
 #include <string.h>
 
-#include "errors.h"
+#include "core/errors.h"
 #include "gpupool/tag.h"
 #include "pool_internal.h"
 #include "thread_state.h"

@@ -16,12 +16,24 @@ extern "C" {
 
 typedef struct gpupool gpupool;
 
+/* One status per kind of failure, the same in every function. A call that
+ * fails changes nothing unless its comment says otherwise. */
 typedef enum {
   GPUPOOL_OK = 0,
-  GPUPOOL_ERR_OOM,         /* the device (or simulated device) is out of memory */
-  GPUPOOL_ERR_INVALID,     /* a bad argument: size 0, foreign pointer, double free, bad conf */
-  GPUPOOL_ERR_BACKEND,     /* the CUDA runtime (or the host backend) failed */
-  GPUPOOL_ERR_UNSUPPORTED, /* not built in, or not available on this machine */
+  /* The device (or simulated device) is out of memory, after the pool
+   * returned its cached memory and retried (counted in num_ooms). */
+  GPUPOOL_ERR_OOM,
+  /* A bad argument or configuration: size 0, a foreign pointer, a double
+   * free, an unknown key or a bad value, a call in the wrong state. */
+  GPUPOOL_ERR_INVALID,
+  /* The CUDA runtime, the host backend or the system (a file, a socket, a
+   * thread) failed. */
+  GPUPOOL_ERR_BACKEND,
+  /* Not built in, or not available on this machine. */
+  GPUPOOL_ERR_UNSUPPORTED,
+  /* The process is out of host memory (malloc failed). Never treated as
+   * device out-of-memory: no retry, not counted in num_ooms. */
+  GPUPOOL_ERR_HOST_OOM,
 } gpupool_status;
 
 typedef enum {

@@ -15,6 +15,16 @@ class GpupoolError(RuntimeError):
     """The library cannot be found or loaded, or a call failed."""
 
 
+ERR_HOST_OOM = 5  # GPUPOOL_ERR_HOST_OOM: the process is out of host memory
+
+
+def error(status, message):
+    """The exception for a failed call's gpupool_status: MemoryError when the
+    host ran out of memory (as Python's own allocations raise), else
+    GpupoolError."""
+    return MemoryError(message) if status == ERR_HOST_OOM else GpupoolError(message)
+
+
 class Stat(ctypes.Structure):
     _fields_ = [("current", ctypes.c_int64), ("peak", ctypes.c_int64),
                 ("allocated", ctypes.c_int64), ("freed", ctypes.c_int64)]

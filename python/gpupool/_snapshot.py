@@ -39,7 +39,7 @@ def dump_snapshot(filename="dump_snapshot.pickle"):
     status = write(f, b"torch")
     closed = _libc.fclose(f)
     if status != 0:
-        raise _lib.GpupoolError(_lib.last_error())
+        raise _lib.error(status, _lib.last_error())
     if closed != 0:
         raise OSError(f"gpupool.dump_snapshot: cannot write {filename}")
 

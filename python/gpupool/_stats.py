@@ -47,8 +47,9 @@ def raw_stats(device=None):
     """The device's gpupool_stats (zeros before its first allocation)."""
     st = _lib.Stats()
     p = pool(device)
-    if p and _lib.lib().gpupool_get_stats(p, st) != 0:
-        raise _lib.GpupoolError(f"gpupool_get_stats: {_lib.last_error()}")
+    status = _lib.lib().gpupool_get_stats(p, st) if p else 0
+    if status != 0:
+        raise _lib.error(status, f"gpupool_get_stats: {_lib.last_error()}")
     return st
 
 

@@ -2,7 +2,7 @@
 
 PyTorch's CUDAPluggableAllocator is given the library's gpupool_torch_malloc
 and gpupool_torch_free; every CUDA tensor then lives in the pool "torch" of
-its device (agent/torch_allocator.c), which gpupool.memory_stats() and the
+its device (torch/torch_allocator.c), which gpupool.memory_stats() and the
 other functions of the package read."""
 import os
 import re

@@ -22,10 +22,12 @@ demo=$bin/examples/gpupool-demo
 
 port_busy() { (exec 3<> "/dev/tcp/127.0.0.1/$1") 2> /dev/null; }
 # Five consecutive free ports: three demos, Prometheus, the dcgm stand-in.
+# Below Linux's ephemeral range (32768 and up by default), so that no
+# outgoing connection is given one of them between this check and the bind.
 pick_ports() {
   local tries base i
   for ((tries = 0; tries < 50; tries++)); do
-    base=$((20000 + RANDOM % 30000))
+    base=$((20000 + RANDOM % 12700))
     for ((i = 0; i < 5; i++)); do port_busy $((base + i)) && continue 2; done
     echo "$base"
     return 0

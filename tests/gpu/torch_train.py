@@ -10,7 +10,7 @@ CUDAPluggableAllocator. Same seed, deterministic settings. Then compares the
 losses step by step, reports steps/s, and leaves one allocation trace per run
 (bench/trace_file.h format) for bench_replay:
 
-- gpupool runs: GPUPOOL_RECORD (agent/torch_allocator.c) writes the trace, and
+- gpupool runs: GPUPOOL_RECORD (torch/torch_allocator.c) writes the trace, and
   the agent (GPUPOOL_AGENT_CONF, ephemeral port) is scraped at /metrics during
   the run;
 - PyTorch runs: torch.cuda.memory._record_memory_history + _snapshot, whose
@@ -197,7 +197,7 @@ def write_snapshot_trace(torch, path):
 
 def oom_check(torch):
     """A request no GPU can hold must raise (for gpupool: the C++ exception
-    agent/torch_allocator.c throws), and the allocator must work after it."""
+    torch/torch_allocator.c throws), and the allocator must work after it."""
     try:
         torch.empty(1 << 44, dtype=torch.uint8, device="cuda")  # 16 TiB
         raised = None

@@ -3,7 +3,7 @@
 #include <stdint.h>
 
 #include "agent/segment_index.h"
-#include "pool/clock.h"
+#include "core/clock.h"
 
 #define MiB (1ull << 20)
 

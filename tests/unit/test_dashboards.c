@@ -15,7 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "exporters/metrics.h"
+#include "agent/metrics.h"
 #include "gpupool/gpupool.h"
 #include "helpers/promql_names.h"
 

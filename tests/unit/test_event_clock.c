@@ -12,7 +12,7 @@
 #include "gpupool/agent.h"
 #include "gpupool/host.h"
 #include "helpers/pool_check.h"
-#include "pool/clock.h"
+#include "core/clock.h"
 #include "pool/event_clock.h"
 #include "pool/pool_view.h"
 

@@ -322,7 +322,8 @@ Test(pool_expandable, slack_percent_is_checked) {
     gpupool *p = NULL;
     cr_assert_eq(gpupool_create(&o, &p), GPUPOOL_ERR_INVALID, "%s", bad[i]);
     cr_assert_null(p);
-    cr_assert(strstr(gpupool_last_error(), "expandable_slack_percent: bad or out-of-range value"),
+    cr_assert(strstr(gpupool_last_error(), "expandable_slack_percent: ") &&
+                  strstr(gpupool_last_error(), "(0 <= x <= 100)"),
               "%s", gpupool_last_error());
   }
 }

@@ -11,7 +11,7 @@
 #include <cjson/cJSON.h>
 
 #include "agent/endpoint.h"
-#include "exporters/metrics.h"
+#include "agent/metrics.h"
 #include "gpupool/tag.h"
 #include "helpers/metrics_text.h"
 #include "helpers/trace_check.h"

@@ -1,4 +1,4 @@
-/* gpupool_torch_malloc/free (agent/torch_allocator.c) on the host backend:
+/* gpupool_torch_malloc/free (torch/torch_allocator.c) on the host backend:
  * GPUPOOL_CONF, applied after the cuda default, moves the pools there. Each
  * Criterion test runs in its own process, so each starts with no pools. */
 #include <criterion/criterion.h>
@@ -9,7 +9,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "agent/torch_allocator.h"
+#include "gpupool/torch.h"
 #include "gpupool/agent.h"
 #include "gpupool/host.h"
 

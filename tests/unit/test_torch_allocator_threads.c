@@ -6,7 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "agent/torch_allocator.h"
+#include "gpupool/torch.h"
 
 #define THREADS    8
 #define PER_THREAD 200

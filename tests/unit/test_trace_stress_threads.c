@@ -12,7 +12,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "exporters/trace_counters.h"
+#include "agent/trace_counters.h"
 #include "gpupool/agent.h"
 #include "gpupool/host.h"
 #include "helpers/http_client.h"

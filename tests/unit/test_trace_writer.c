@@ -8,14 +8,14 @@
 
 #include "agent/cupti.h"
 #include "exporters/json_stream.h"
-#include "exporters/trace_counters.h"
+#include "agent/trace_counters.h"
 #include "exporters/trace_format.h"
-#include "exporters/trace_writer.h"
+#include "agent/trace_writer.h"
 #include "gpupool/agent.h"
 #include "gpupool/host.h"
 #include "helpers/pool_check.h"
 #include "helpers/trace_check.h"
-#include "pool/clock.h"
+#include "core/clock.h"
 #include "pool/event_clock.h"
 #include "pool/pool_view.h"
 
@@ -77,7 +77,7 @@ static void init_events(size_t capacity) {
   trace_counters_reset();
 }
 
-/* Event times come from the TSC converted to the wall clock (pool/clock.h),
+/* Event times come from the TSC converted to the wall clock (core/clock.h),
  * close to clock_realtime_ns() but not to the nanosecond: phases of a test
  * are kept apart by GAP_NS and window bounds set in the middle of the gaps. */
 #define GAP_NS 2000000ull

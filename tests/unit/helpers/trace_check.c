@@ -5,7 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "exporters/trace_writer.h"
+#include "agent/trace_writer.h"
 
 /* ---- query arguments ------------------------------------------------------ */
 

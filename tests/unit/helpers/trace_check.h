@@ -10,7 +10,7 @@
 #include <cjson/cJSON.h>
 
 #include "agent/endpoint.h"
-#include "exporters/trace_query.h"
+#include "agent/trace_query.h"
 
 /* Query parameters for endpoint_args: pairs[0..n) of "key=value". */
 typedef struct test_args {

@@ -5,9 +5,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "agent/endpoint.h"
+#include "endpoint.h"
 #include "gpupool/agent.h"
-#include "pool/errors.h"
+#include "core/errors.h"
 #include "trace_writer.h"
 
 #define FILE_CHUNK 65536
@@ -29,11 +29,7 @@ void trace_endpoint(const endpoint_args *args, endpoint_body *out) {
   }
   trace_stream *s = trace_stream_open(&q);
   if (!s) {
-    static const char msg[] = "out of memory opening the trace\n";
-    out->status = 503;
-    out->content_type = "text/plain; charset=utf-8";
-    out->data = strdup(msg);
-    out->len = out->data ? strlen(msg) : 0;
+    endpoint_out_of_memory(out, "opening the trace");
     return;
   }
   out->status = 200;
@@ -51,18 +47,18 @@ gpupool_status gpupool_trace_write(FILE *f) {
   if (!s || !buf) {
     trace_stream_close(s);
     free(buf);
-    return pool_fail(GPUPOOL_ERR_OOM, "gpupool_trace_write: out of host memory");
+    return pool_fail(GPUPOOL_ERR_HOST_OOM, "gpupool_trace_write: out of host memory");
   }
   gpupool_status st = GPUPOOL_OK;
   ssize_t n;
   while ((n = trace_stream_read(s, buf, FILE_CHUNK)) > 0) {
     if (fwrite(buf, 1, (size_t)n, f) != (size_t)n) {
-      st = pool_fail(GPUPOOL_ERR_INVALID, "gpupool_trace_write: write failed: %s", strerror(errno));
+      st = pool_fail(GPUPOOL_ERR_BACKEND, "gpupool_trace_write: write failed: %s", strerror(errno));
       break;
     }
   }
   if (n < 0)
-    st = pool_fail(GPUPOOL_ERR_OOM, "gpupool_trace_write: out of host memory (trace cut)");
+    st = pool_fail(GPUPOOL_ERR_HOST_OOM, "gpupool_trace_write: out of host memory (trace cut)");
   trace_stream_close(s);
   free(buf);
   return st;

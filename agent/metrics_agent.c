@@ -2,8 +2,8 @@
 
 #include <stdio.h>
 
-#include "agent/agent_health.h"
-#include "agent/oom_store.h"
+#include "agent_health.h"
+#include "oom_store.h"
 
 #ifdef GPUPOOL_VERSION_STRING
 #define BUILD_VERSION GPUPOOL_VERSION_STRING

@@ -3,21 +3,60 @@
  * torch.cuda.memory_stats ("allocated_bytes.all.current", ...). */
 #include <inttypes.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
 #include <cjson/cJSON.h>
 
-#include "agent/endpoint.h"
+#include "endpoint.h"
+#include "metrics.h"
 #include "pool/pool_view.h"
 #include "pool/registry.h"
 
-typedef struct build {
+/* What one /snapshot copies under the registry lock (pool_walk copies each
+ * pool's segments under its own locks); the JSON is built after the lock
+ * is released. */
+typedef struct snap_pool {
+  char name[128];
+  uint32_t id;
+  int device;
+  const char *backend, *strategy; /* static strings */
+  gpupool_stats stats;
+  size_t first_segment, nsegments;
+} snap_pool;
+
+typedef struct snap_segment {
+  pool_segment_info info;
+  size_t first_block, nblocks;
+} snap_segment;
+
+typedef struct collected {
   const char *pool; /* NULL: every pool */
-  cJSON *pools;
-  cJSON *segments; /* of the pool being walked */
-  cJSON *blocks;   /* of the segment being walked */
-  int matched, failed;
+  snap_pool *pools;
+  size_t npools, cap_pools;
+  snap_segment *segments;
+  size_t nsegments, cap_segments;
+  pool_block_info *blocks;
+  size_t nblocks, cap_blocks;
+  int failed;
+} collected;
+
+/* Room for one more item in *v (n used of *cap); 0 or -1. */
+static int grow(void **v, size_t *cap, size_t n, size_t item) {
+  if (n < *cap)
+    return 0;
+  size_t ncap = *cap ? 2 * *cap : 16;
+  void *nv = realloc(*v, ncap * item);
+  if (!nv)
+    return -1;
+  *v = nv;
+  *cap = ncap;
+  return 0;
+}
+
+typedef struct build {
+  int failed;
 } build;
 
 static void add_hex(cJSON *obj, const char *key, uint64_t v, build *b) {
@@ -76,12 +115,63 @@ static void add_stats(cJSON *obj, const gpupool_stats *st, build *b) {
 }
 
 static void on_segment(void *arg, const pool_segment_info *s) {
-  build *b = arg;
+  collected *c = arg;
+  if (grow((void **)&c->segments, &c->cap_segments, c->nsegments, sizeof *c->segments) != 0) {
+    c->failed = 1;
+    return;
+  }
+  c->segments[c->nsegments++] = (snap_segment){*s, c->nblocks, 0};
+  c->pools[c->npools - 1].nsegments++;
+}
+
+static void on_block(void *arg, const pool_block_info *bi) {
+  collected *c = arg;
+  if (c->failed || !c->nsegments)
+    return;
+  if (grow((void **)&c->blocks, &c->cap_blocks, c->nblocks, sizeof *c->blocks) != 0) {
+    c->failed = 1;
+    return;
+  }
+  c->blocks[c->nblocks++] = *bi; /* state: a static string */
+  c->segments[c->nsegments - 1].nblocks++;
+}
+
+/* Runs under the registry lock: copies only. */
+static void copy_pool(gpupool *p, void *arg) {
+  collected *c = arg;
+  const char *name = gpupool_name(p);
+  if (c->failed || (c->pool && strcmp(c->pool, name ? name : "") != 0))
+    return;
+  if (grow((void **)&c->pools, &c->cap_pools, c->npools, sizeof *c->pools) != 0) {
+    c->failed = 1;
+    return;
+  }
+  snap_pool *sp = &c->pools[c->npools++];
+  memset(sp, 0, sizeof *sp);
+  snprintf(sp->name, sizeof sp->name, "%s", name ? name : "");
+  sp->id = pool_id(p);
+  sp->device = gpupool_device(p);
+  sp->backend = gpupool_backend_name(p);
+  sp->strategy = gpupool_strategy_name(p);
+  if (gpupool_get_stats(p, &sp->stats) != GPUPOOL_OK)
+    c->failed = 1;
+  sp->first_segment = c->nsegments;
+  pool_walker w = {on_segment, on_block, c};
+  pool_walk(p, &w);
+}
+
+static void collected_free(collected *c) {
+  free(c->pools);
+  free(c->segments);
+  free(c->blocks);
+}
+
+static void add_segment(cJSON *segments, const collected *c, const snap_segment *ss, build *b) {
+  const pool_segment_info *s = &ss->info;
   cJSON *seg = cJSON_CreateObject();
-  if (!seg || !cJSON_AddItemToArray(b->segments, seg)) {
+  if (!seg || !cJSON_AddItemToArray(segments, seg)) {
     cJSON_Delete(seg);
     b->failed = 1;
-    b->blocks = NULL;
     return;
   }
   add_hex(seg, "address", s->addr, b);
@@ -93,69 +183,61 @@ static void on_segment(void *arg, const pool_segment_info *s) {
   add_hex(seg, "stream", s->stream, b);
   if (!cJSON_AddStringToObject(seg, "pool", s->is_large ? "large" : "small"))
     b->failed = 1;
-  b->blocks = cJSON_AddArrayToObject(seg, "blocks");
-  if (!b->blocks)
-    b->failed = 1;
-}
-
-static void on_block(void *arg, const pool_block_info *bi) {
-  build *b = arg;
-  if (!b->blocks)
-    return;
-  cJSON *blk = cJSON_CreateObject();
-  if (!blk || !cJSON_AddItemToArray(b->blocks, blk)) {
-    cJSON_Delete(blk);
+  cJSON *blocks = cJSON_AddArrayToObject(seg, "blocks");
+  if (!blocks) {
     b->failed = 1;
     return;
   }
-  add_hex(blk, "address", bi->addr, b);
-  add_num(blk, "size", (double)bi->size, b);
-  add_num(blk, "requested", (double)bi->requested, b);
-  if (!cJSON_AddStringToObject(blk, "state", bi->state))
-    b->failed = 1;
-  add_hex(blk, "stream", bi->stream, b);
-  if (bi->unmapped)
-    add_num(blk, "unmapped", (double)bi->unmapped, b);
-  if (bi->alloc_ns)
-    add_num(blk, "alloc_time_us", (double)(bi->alloc_ns / 1000), b);
-  if (bi->tag && !cJSON_AddStringToObject(blk, "tag", bi->tag))
-    b->failed = 1;
+  for (size_t i = 0; i < ss->nblocks; i++) {
+    const pool_block_info *bi = &c->blocks[ss->first_block + i];
+    cJSON *blk = cJSON_CreateObject();
+    if (!blk || !cJSON_AddItemToArray(blocks, blk)) {
+      cJSON_Delete(blk);
+      b->failed = 1;
+      return;
+    }
+    add_hex(blk, "address", bi->addr, b);
+    add_num(blk, "size", (double)bi->size, b);
+    add_num(blk, "requested", (double)bi->requested, b);
+    if (!cJSON_AddStringToObject(blk, "state", bi->state))
+      b->failed = 1;
+    add_hex(blk, "stream", bi->stream, b);
+    if (bi->unmapped)
+      add_num(blk, "unmapped", (double)bi->unmapped, b);
+    if (bi->alloc_ns)
+      add_num(blk, "alloc_time_us", (double)(bi->alloc_ns / 1000), b);
+    if (bi->tag && !cJSON_AddStringToObject(blk, "tag", bi->tag))
+      b->failed = 1;
+  }
 }
 
-/* Runs under the registry lock: only copies (the walk copies under the pool's
- * locks and then calls back without them) and builds JSON in memory. */
-static void add_pool(gpupool *p, void *arg) {
-  build *b = arg;
-  const char *name = gpupool_name(p);
-  if (b->pool && strcmp(b->pool, name ? name : "") != 0)
-    return;
-  b->matched++;
+/* After the registry lock: the JSON of one copied pool. */
+static void add_pool(cJSON *pools, const collected *c, const snap_pool *sp, build *b) {
   cJSON *obj = cJSON_CreateObject();
-  if (!obj || !cJSON_AddItemToArray(b->pools, obj)) {
+  if (!obj || !cJSON_AddItemToArray(pools, obj)) {
     cJSON_Delete(obj);
     b->failed = 1;
     return;
   }
-  if (!cJSON_AddStringToObject(obj, "name", name ? name : ""))
+  if (!cJSON_AddStringToObject(obj, "name", sp->name))
     b->failed = 1;
-  add_num(obj, "id", pool_id(p), b);
-  add_num(obj, "device", gpupool_device(p), b);
-  if (!cJSON_AddStringToObject(obj, "backend", gpupool_backend_name(p)) ||
-      !cJSON_AddStringToObject(obj, "strategy", gpupool_strategy_name(p)))
+  add_num(obj, "id", sp->id, b);
+  add_num(obj, "device", sp->device, b);
+  if (!cJSON_AddStringToObject(obj, "backend", sp->backend) ||
+      !cJSON_AddStringToObject(obj, "strategy", sp->strategy))
     b->failed = 1;
-  gpupool_stats st;
   cJSON *stats = cJSON_AddObjectToObject(obj, "stats");
-  if (stats && gpupool_get_stats(p, &st) == GPUPOOL_OK)
-    add_stats(stats, &st, b);
+  if (stats)
+    add_stats(stats, &sp->stats, b);
   else
     b->failed = 1;
-  b->segments = cJSON_AddArrayToObject(obj, "segments");
-  if (!b->segments) {
+  cJSON *segments = cJSON_AddArrayToObject(obj, "segments");
+  if (!segments) {
     b->failed = 1;
     return;
   }
-  pool_walker w = {on_segment, on_block, b};
-  pool_walk(p, &w);
+  for (size_t i = 0; i < sp->nsegments; i++)
+    add_segment(segments, c, &c->segments[sp->first_segment + i], b);
 }
 
 typedef struct param_check {
@@ -181,14 +263,6 @@ static void printable(char *dst, size_t size, const char *v) {
   dst[n] = '\0';
 }
 
-static void server_error(endpoint_body *out) {
-  static const char msg[] = "out of memory building the snapshot\n";
-  out->status = 503;
-  out->content_type = "text/plain; charset=utf-8";
-  out->data = strdup(msg);
-  out->len = out->data ? strlen(msg) : 0;
-}
-
 void snapshot_endpoint(const endpoint_args *args, endpoint_body *out) {
   char shown[80];
   param_check pc = {0};
@@ -203,34 +277,35 @@ void snapshot_endpoint(const endpoint_args *args, endpoint_body *out) {
     endpoint_bad_request(out, "parameter 'pool' given more than once");
     return;
   }
-  build b = {.pool = args->get(args->ctx, "pool")};
-  if (b.pool && !*b.pool) {
+  collected c = {.pool = args->get(args->ctx, "pool")};
+  if (c.pool && !*c.pool) {
     endpoint_bad_request(out, "bad pool '': expected a pool name");
     return;
   }
-  cJSON *root = cJSON_CreateObject();
-  char host[256] = "";
-  if (gethostname(host, sizeof host - 1) != 0)
-    host[0] = '\0';
-  if (!root || !cJSON_AddStringToObject(root, "version", GPUPOOL_VERSION) ||
-      !cJSON_AddStringToObject(root, "hostname", host) ||
-      !cJSON_AddNumberToObject(root, "pid", (double)getpid()) ||
-      !(b.pools = cJSON_AddArrayToObject(root, "pools"))) {
-    cJSON_Delete(root);
-    server_error(out);
-    return;
-  }
-  registry_foreach(add_pool, &b);
-  if (b.pool && !b.matched) {
-    cJSON_Delete(root);
-    printable(shown, sizeof shown, b.pool);
+  registry_foreach(copy_pool, &c);
+  if (c.pool && !c.npools && !c.failed) {
+    collected_free(&c);
+    printable(shown, sizeof shown, c.pool);
     endpoint_bad_request(out, "bad pool '%s': no live pool has this name", shown);
     return;
   }
+  build b = {.failed = c.failed};
+  cJSON *root = cJSON_CreateObject();
+  cJSON *pools = NULL;
+  char host[256];
+  metrics_hostname(host, sizeof host); /* the hostname option, as /metrics */
+  if (!root || !cJSON_AddStringToObject(root, "version", GPUPOOL_VERSION) ||
+      !cJSON_AddStringToObject(root, "hostname", host) ||
+      !cJSON_AddNumberToObject(root, "pid", (double)getpid()) ||
+      !(pools = cJSON_AddArrayToObject(root, "pools")))
+    b.failed = 1;
+  for (size_t i = 0; i < c.npools && !b.failed; i++)
+    add_pool(pools, &c, &c.pools[i], &b);
+  collected_free(&c);
   char *text = b.failed ? NULL : cJSON_PrintUnformatted(root);
   cJSON_Delete(root);
   if (!text) {
-    server_error(out);
+    endpoint_out_of_memory(out, "building the snapshot");
     return;
   }
   out->status = 200;

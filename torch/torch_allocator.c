@@ -1,4 +1,4 @@
-/* gpupool as PyTorch's pluggable CUDA allocator; see torch_allocator.h.
+/* gpupool as PyTorch's pluggable CUDA allocator; see include/gpupool/torch.h.
  *
  * The fast path is one acquire load of the device's pool pointer; pools are
  * created under a lock the first time a device is used, and published with a
@@ -15,7 +15,7 @@
 
 #include "cxx_raise.h"
 #include "gpupool/agent.h"
-#include "torch_allocator.h"
+#include "gpupool/torch.h"
 
 #define TORCH_MAX_DEVICES 64
 

@@ -3,8 +3,8 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "pool/clock.h"
-#include "pool/kvconf.h"
+#include "core/clock.h"
+#include "core/kvconf.h"
 #include "pool/registry.h"
 #include "trace_counters.h"
 

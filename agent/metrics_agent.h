@@ -3,8 +3,8 @@
 #ifndef GPUPOOL_METRICS_AGENT_H
 #define GPUPOOL_METRICS_AGENT_H
 
-#include "metrics_snapshot.h"
-#include "prom_writer.h"
+#include "exporters/metrics_snapshot.h"
+#include "exporters/prom_writer.h"
 
 void metrics_write_agent(prom_writer *w, const metrics_snapshot *s);
 

@@ -6,15 +6,17 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "agent/cupti.h"
+#include "cupti.h"
+#include "metrics.h"
+#include "trace_counters.h"
 #include "gpupool/agent.h"
-#include "pool/clock.h"
-#include "pool/errors.h"
+#include "core/clock.h"
+#include "core/errors.h"
 #include "pool/event_clock.h"
 #include "pool/pool_view.h"
 #include "pool/registry.h"
-#include "trace_format.h"
-#include "trace_merge.h"
+#include "exporters/trace_format.h"
+#include "exporters/trace_merge.h"
 
 #define NS_PER_S 1000000000ull
 
@@ -180,7 +182,7 @@ static int build_merge(trace_stream *s, gather *g) {
       rc = -1;
     g->rings[i].ring = NULL; /* the merge owns the reference now */
   }
-  if (trace_merge_add_counters(s->merge) != 0)
+  if (trace_merge_add_counters(s->merge, &trace_counters_ring) != 0)
     rc = -1;
   if (!s->q.pool[0]) { /* CUPTI records belong to no pool */
     event_ring *cr = cupti_event_ring();
@@ -276,9 +278,8 @@ static void write_clock(json_buf *o) {
 
 static void write_footer(trace_stream *s) {
   json_buf *o = &s->out;
-  char host[256] = "";
-  if (gethostname(host, sizeof host - 1) != 0)
-    host[0] = '\0';
+  char host[256];
+  metrics_hostname(host, sizeof host); /* the hostname option, as /metrics */
   json_puts(o, "\n],\"displayTimeUnit\":\"ns\",\"otherData\":{\"version\":");
   json_string(o, GPUPOOL_VERSION);
   json_puts(o, ",\"hostname\":");
@@ -341,7 +342,7 @@ int trace_write_file(const char *path) {
   }
   FILE *f = fopen(tmp, "w");
   if (!f) {
-    pool_fail(GPUPOOL_ERR_INVALID, "trace_file: cannot create %s: %s", tmp, strerror(errno));
+    pool_fail(GPUPOOL_ERR_BACKEND, "trace_file: cannot create %s: %s", tmp, strerror(errno));
     fprintf(stderr, "gpupool: trace_file: cannot create %s: %s\n", tmp, strerror(errno));
     return -1;
   }
@@ -357,7 +358,7 @@ int trace_write_file(const char *path) {
     char reason[512];
     snprintf(reason, sizeof reason, "%s", err ? strerror(err) : gpupool_last_error());
     unlink(tmp);
-    pool_fail(GPUPOOL_ERR_INVALID, "trace_file: cannot write %s: %s", path, reason);
+    pool_fail(GPUPOOL_ERR_BACKEND, "trace_file: cannot write %s: %s", path, reason);
     fprintf(stderr, "gpupool: trace_file: cannot write %s: %s\n", path, reason);
     return -1;
   }

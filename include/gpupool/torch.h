@@ -13,12 +13,12 @@
  *
  * `stream` is a cudaStream_t: a pointer, declared void * here so that callers
  * need no CUDA headers; the ABI is the same. */
-#ifndef GPUPOOL_TORCH_ALLOCATOR_H
-#define GPUPOOL_TORCH_ALLOCATOR_H
+#ifndef GPUPOOL_TORCH_H
+#define GPUPOOL_TORCH_H
 
 #include <stddef.h>
 
-#include "gpupool/gpupool.h"
+#include "gpupool.h"
 
 #ifdef __cplusplus
 extern "C" {

@@ -11,20 +11,11 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "exporters/trace_merge.h"
+#include "exporters/trace_samples.h"
+
 #define TRACE_COUNTERS_CAPACITY 32767 /* samples kept (32768 slots, 2 MiB), made at first use */
 #define TRACE_POOL_TABLE_SIZE   1024  /* pools remembered by id */
-#define TRACE_LABEL_MAX         128   /* pool names are kept up to this many bytes */
-
-typedef struct counter_sample {
-  uint64_t ts_ns; /* CLOCK_REALTIME */
-  uint32_t pool_id;
-  int32_t device;
-  uint64_t allocated;   /* allocated_bytes current */
-  uint64_t reserved;    /* reserved_bytes current; free in pool = reserved - allocated */
-  uint64_t requested;   /* requested_bytes current */
-  uint64_t from_cache;  /* allocations served from the pool (cumulative) */
-  uint64_t from_device; /* allocations that needed a device allocation (cumulative) */
-} counter_sample;
 
 /* One sample of every live pool, now. Safe from any thread (writers are
  * serialised); makes no device call. */
@@ -39,14 +30,8 @@ size_t trace_counters_read(uint64_t *cursor, counter_sample *out, size_t max, ui
 uint64_t trace_counters_head(void);    /* samples ever appended since the last reset */
 uint64_t trace_counters_dropped(void); /* of those, overwritten */
 size_t trace_counters_capacity(void);
-
-typedef struct trace_pool_info {
-  uint32_t id;
-  int device;
-  char name[TRACE_LABEL_MAX];
-  char backend[16];
-  char strategy[16];
-} trace_pool_info;
+/* The four above, as the trace merge reads a counter source. */
+extern const counter_ring_ops trace_counters_ring;
 
 /* Copies of the remembered pools (at most max); returns how many. */
 size_t trace_counters_pools(trace_pool_info *out, size_t max);

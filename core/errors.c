@@ -18,6 +18,8 @@ const char *gpupool_status_string(gpupool_status s) {
     return "backend or system error";
   case GPUPOOL_ERR_UNSUPPORTED:
     return "not supported";
+  case GPUPOOL_ERR_HOST_OOM:
+    return "out of host memory";
   }
   return "unknown status";
 }

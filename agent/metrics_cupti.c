@@ -4,7 +4,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-#include "agent/cupti.h"
+#include "cupti.h"
 
 static const char *const owners[2] = {"pool", "other"};
 

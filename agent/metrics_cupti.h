@@ -4,8 +4,8 @@
 #ifndef GPUPOOL_METRICS_CUPTI_H
 #define GPUPOOL_METRICS_CUPTI_H
 
-#include "metrics_snapshot.h"
-#include "prom_writer.h"
+#include "exporters/metrics_snapshot.h"
+#include "exporters/prom_writer.h"
 
 void metrics_write_cupti(prom_writer *w, const metrics_snapshot *s, double created_s);
 

@@ -5,7 +5,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "pool/clock.h"
+#include "core/clock.h"
 #include "pool/event_ring.h"
 #include "pool/pool_view.h"
 #include "pool/registry.h"
@@ -171,3 +171,10 @@ int trace_counters_knows_name(const char *name) {
   pthread_mutex_unlock(&table_lock);
   return found;
 }
+
+const counter_ring_ops trace_counters_ring = {
+    .read = trace_counters_read,
+    .head = trace_counters_head,
+    .dropped = trace_counters_dropped,
+    .capacity = trace_counters_capacity,
+};

@@ -7,16 +7,17 @@
 #include <strings.h>
 #include <unistd.h>
 
-#include "agent/agent_health.h"
-#include "agent/http_accept.h"
-#include "agent/http_gzip.h"
-#include "metrics_advice.h"
+#include "advice.h"
+#include "agent_health.h"
+#include "http_accept.h"
+#include "http_gzip.h"
+#include "exporters/metrics_advice.h"
 #include "metrics_agent.h"
 #include "metrics_cupti.h"
-#include "metrics_devices.h"
-#include "metrics_pools.h"
-#include "metrics_snapshot.h"
-#include "pool/clock.h"
+#include "exporters/metrics_devices.h"
+#include "exporters/metrics_pools.h"
+#include "metrics_collect.h"
+#include "core/clock.h"
 
 /* Labels of every series, set at agent start and read by each scrape. */
 static pthread_mutex_t g_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -43,12 +44,24 @@ void metrics_configure(const char *hostname, const agent_labels *labels) {
   prom_buf_free(&b);
 }
 
+/* Under g_lock. */
+static void default_hostname(void) {
+  if (!g_hostname[0] && gethostname(g_hostname, sizeof g_hostname - 1) != 0)
+    strcpy(g_hostname, "localhost");
+}
+
+void metrics_hostname(char *out, size_t len) {
+  pthread_mutex_lock(&g_lock);
+  default_hostname();
+  snprintf(out, len, "%s", g_hostname);
+  pthread_mutex_unlock(&g_lock);
+}
+
 int metrics_render(prom_buf *buf, prom_format format) {
   char hostname[LABEL_VALUE_MAX];
   char const_labels[sizeof g_const_labels];
   pthread_mutex_lock(&g_lock);
-  if (!g_hostname[0] && gethostname(g_hostname, sizeof g_hostname - 1) != 0)
-    strcpy(g_hostname, "localhost");
+  default_hostname();
   memcpy(hostname, g_hostname, sizeof hostname);
   memcpy(const_labels, g_const_labels, sizeof const_labels);
   pthread_mutex_unlock(&g_lock);
@@ -77,13 +90,6 @@ int metrics_render(prom_buf *buf, prom_format format) {
   return rc;
 }
 
-static void refuse_args(void *arg, const char *key, const char *value) {
-  (void)value;
-  const char **first = arg;
-  if (!*first)
-    *first = key;
-}
-
 /* OpenMetrics only when the client names it, at a quality no lower than the
  * text format's. */
 static prom_format choose_format(const char *accept) {
@@ -95,12 +101,8 @@ static prom_format choose_format(const char *accept) {
 }
 
 void metrics_endpoint(const endpoint_args *args, endpoint_body *out) {
-  const char *unknown = NULL;
-  args->each(args->ctx, refuse_args, &unknown);
-  if (unknown) {
-    endpoint_bad_request(out, "/metrics takes no query parameters (got '%s')", unknown);
+  if (endpoint_no_params(args, "/metrics", out) != 0)
     return;
-  }
   uint64_t t0 = clock_monotonic_ns();
   prom_format format = choose_format(args->accept);
 
@@ -113,10 +115,7 @@ void metrics_endpoint(const endpoint_args *args, endpoint_body *out) {
   char *body = metrics_render(&buf, format) == 0 ? prom_buf_take(&buf, &len) : NULL;
   prom_buf_free(&buf);
   if (!body) {
-    out->status = 500;
-    out->content_type = "text/plain; charset=utf-8";
-    out->data = strdup("out of memory while rendering /metrics\n");
-    out->len = out->data ? strlen(out->data) : 0;
+    endpoint_out_of_memory(out, "rendering /metrics");
     return;
   }
   pthread_mutex_lock(&g_lock);

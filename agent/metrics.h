@@ -4,14 +4,18 @@
 #ifndef GPUPOOL_METRICS_H
 #define GPUPOOL_METRICS_H
 
-#include "agent/endpoint.h"
-#include "agent/labels.h"
-#include "prom_buf.h"
-#include "prom_writer.h"
+#include "endpoint.h"
+#include "labels.h"
+#include "exporters/prom_buf.h"
+#include "exporters/prom_writer.h"
 
 /* The hostname label and the constant labels of every series (agent start).
  * Before any call: gethostname() and no constant labels. */
 void metrics_configure(const char *hostname, const agent_labels *labels);
+
+/* The hostname every endpoint reports (/metrics labels, /trace and /snapshot
+ * metadata): the `hostname` option, else gethostname(). The one copy. */
+void metrics_hostname(char *out, size_t len);
 
 /* Appends the whole exposition to buf. 0, or -1 when memory ran out. */
 int metrics_render(prom_buf *buf, prom_format format);

@@ -12,7 +12,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "agent/endpoint.h"
+#include "endpoint.h"
 
 #define TRACE_POOL_NAME_MAX 128
 

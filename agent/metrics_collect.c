@@ -1,0 +1,177 @@
+#include "metrics_collect.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "device_info.h"
+#include "exporters/prom_writer.h"
+#include "labels.h"
+#include "sampler_backend.h"
+#include "pool/backend.h"
+#include "pool/registry.h"
+
+_Static_assert(METRICS_DEVICE_MAX == DEVICE_INFO_MAX, "a snapshot holds every device");
+_Static_assert(METRICS_UUID_MAX >= DEVICE_UUID_MAX, "a snapshot holds every UUID");
+
+static void copy_name(char *dst, size_t n, const char *src) {
+  snprintf(dst, n, "%s", src ? src : "");
+}
+
+/* Under the registry lock: copies only. */
+static void copy_pool(gpupool *p, void *arg) {
+  metrics_snapshot *s = arg;
+  if (s->npools == s->pools_cap) {
+    size_t cap = s->pools_cap ? 2 * s->pools_cap : 16;
+    metrics_pool *n = realloc(s->pools, cap * sizeof *n);
+    if (!n)
+      return; /* the pool is left out of this scrape */
+    s->pools = n;
+    s->pools_cap = cap;
+  }
+  metrics_pool *m = &s->pools[s->npools];
+  memset(m, 0, sizeof *m);
+  m->id = pool_id(p);
+  m->device = gpupool_device(p);
+  backend *be = pool_get_backend(p);
+  m->simulated = backend_is_host(be);
+  utf8_sanitize(gpupool_name(p) ? gpupool_name(p) : "default", m->name, sizeof m->name);
+  copy_name(m->backend, sizeof m->backend, gpupool_backend_name(p));
+  copy_name(m->strategy, sizeof m->strategy, gpupool_strategy_name(p));
+  if (gpupool_get_stats(p, &m->stats) != GPUPOOL_OK)
+    memset(&m->stats, 0, sizeof m->stats);
+  pool_get_histogram(p, &m->hist);
+  pool_get_device_timing(p, &m->timing);
+  m->ntags = gpupool_get_tag_stats(p, m->tags, GPUPOOL_TAG_MAX);
+  if (m->ntags < 0)
+    m->ntags = 0;
+
+  pool_event_counts(p, &m->events_total, &m->events_dropped);
+
+  size_t free_bytes, total_bytes;
+  if (m->simulated && be->ops->mem_info(be, &free_bytes, &total_bytes) == GPUPOOL_OK) {
+    m->sim_total = total_bytes;
+    m->sim_free = free_bytes;
+  }
+  s->npools++;
+}
+
+/* Two pools of one name on one device would give duplicate series: the
+ * later ones are labelled "name#2", "name#3", ... in creation order. */
+static void make_names_unique(metrics_snapshot *s) {
+  for (size_t i = 1; i < s->npools; i++) {
+    metrics_pool *m = &s->pools[i];
+    int same = 0;
+    for (size_t j = 0; j < i; j++) {
+      const metrics_pool *o = &s->pools[j];
+      if (o->device == m->device && o->simulated == m->simulated && !strcmp(o->name, m->name))
+        same++;
+    }
+    if (!same)
+      continue;
+    char suffix[16];
+    int k = snprintf(suffix, sizeof suffix, "#%d", same + 1);
+    size_t len = strlen(m->name);
+    if (len + (size_t)k >= sizeof m->name)
+      len = sizeof m->name - (size_t)k - 1;
+    while (len && ((unsigned char)m->name[len] & 0xC0) == 0x80) /* whole characters only */
+      len--;
+    memcpy(m->name + len, suffix, (size_t)k + 1);
+  }
+}
+
+static metrics_device *find_device(metrics_snapshot *s, int ordinal, int simulated) {
+  for (size_t i = 0; i < s->ndevices; i++)
+    if (s->devices[i].ordinal == ordinal && s->devices[i].simulated == simulated)
+      return &s->devices[i];
+  return NULL;
+}
+
+static void collect_devices(metrics_snapshot *s) {
+  device_entry real[DEVICE_INFO_MAX];
+  size_t n = device_info_copy(real, DEVICE_INFO_MAX);
+  s->ndevices = 0;
+  for (size_t i = 0; i < n; i++) {
+    metrics_device *d = &s->devices[s->ndevices++];
+    d->ordinal = real[i].ordinal;
+    d->simulated = 0;
+    copy_name(d->uuid, sizeof d->uuid, real[i].uuid);
+    copy_name(d->name, sizeof d->name, real[i].name);
+    d->total_bytes = real[i].total_bytes;
+    d->free_bytes = real[i].free_bytes;
+    d->free_known = real[i].free_known;
+  }
+  /* A simulated device is the sum of the host pools on its ordinal. */
+  for (size_t i = 0; i < s->npools; i++) {
+    const metrics_pool *m = &s->pools[i];
+    if (!m->simulated)
+      continue;
+    metrics_device *d = find_device(s, m->device, 1);
+    if (!d) {
+      if (s->ndevices == sizeof s->devices / sizeof s->devices[0])
+        continue;
+      d = &s->devices[s->ndevices++];
+      memset(d, 0, sizeof *d);
+      d->ordinal = m->device;
+      d->simulated = 1;
+      d->free_known = 1;
+      snprintf(d->uuid, sizeof d->uuid, "GPU-host-%s-%d", s->hostname, m->device);
+      copy_name(d->name, sizeof d->name, "host-simulated");
+    }
+    d->total_bytes += m->sim_total;
+    d->free_bytes += m->sim_free;
+  }
+}
+
+/* Appends one NUL-terminated run of labels: the given pairs, then
+ * hostname and the constant labels. Returns its offset. */
+static size_t add_run(metrics_snapshot *s, const prom_label *pairs, size_t n,
+                      const char *const_labels) {
+  size_t off = s->label_text.len;
+  prom_label all[4];
+  if (n)
+    memcpy(all, pairs, n * sizeof pairs[0]);
+  all[n].name = "hostname";
+  all[n].value = s->hostname;
+  prom_render_labels(&s->label_text, all, n + 1);
+  if (*const_labels) {
+    prom_buf_putc(&s->label_text, ',');
+    prom_buf_puts(&s->label_text, const_labels);
+  }
+  prom_buf_putc(&s->label_text, '\0');
+  return off;
+}
+
+static void render_labels(metrics_snapshot *s, const char *const_labels) {
+  char ordinal[16];
+  s->process_labels = add_run(s, NULL, 0, const_labels);
+  for (size_t i = 0; i < s->ndevices; i++) {
+    metrics_device *d = &s->devices[i];
+    snprintf(ordinal, sizeof ordinal, "%d", d->ordinal);
+    prom_label l[2] = {{"device", ordinal}, {"UUID", d->uuid}};
+    d->labels = add_run(s, l, 2, const_labels);
+  }
+  for (size_t i = 0; i < s->npools; i++) {
+    metrics_pool *m = &s->pools[i];
+    snprintf(ordinal, sizeof ordinal, "%d", m->device);
+    prom_label l[3] = {{"device", ordinal},
+                       {"UUID", metrics_device_uuid(s, m->device, m->simulated)},
+                       {"pool", m->name}};
+    m->labels = add_run(s, l, 3, const_labels);
+  }
+}
+
+int metrics_snapshot_take(metrics_snapshot *s, const char *hostname, const char *const_labels) {
+  s->npools = 0;
+  s->ndevices = 0;
+  s->label_text.len = 0;
+  s->label_text.failed = 0;
+  copy_name(s->hostname, sizeof s->hostname, hostname);
+  registry_foreach(copy_pool, s);
+  for (size_t i = 0; i < s->npools; i++) /* the sampler's reading, outside the registry lock */
+    sampler_backend_get(s->pools[i].id, &s->pools[i].backend_info);
+  make_names_unique(s);
+  collect_devices(s);
+  render_labels(s, const_labels ? const_labels : "");
+  return s->label_text.failed ? -1 : 0;
+}
