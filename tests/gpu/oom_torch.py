@@ -102,11 +102,13 @@ def main():
     if not torch.cuda.is_available():
         print("SKIP: no CUDA device for PyTorch")
         return 77
-    print(f"torch {torch.__version__}, CUDA {torch.version.cuda}, "
-          f"{torch.cuda.get_device_name(0)}, lib {a.lib}, outdir {outdir}", flush=True)
+    # The allocator must be swapped before anything initialises CUDA
+    # (get_device_name does).
     alloc = torch.cuda.memory.CUDAPluggableAllocator(a.lib, "gpupool_torch_malloc",
                                                      "gpupool_torch_free")
     torch.cuda.memory.change_current_allocator(alloc)
+    print(f"torch {torch.__version__}, CUDA {torch.version.cuda}, "
+          f"{torch.cuda.get_device_name(0)}, lib {a.lib}, outdir {outdir}", flush=True)
     lib = ctypes.CDLL(a.lib)
 
     # 1. Train, doubling the batch until it does not fit.
