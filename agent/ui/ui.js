@@ -298,10 +298,15 @@ async function renderOomAdvice(st) {
   $("oom-section").hidden = !any;
   if (!any || Date.now() - oomFetchedAt < 5000) return;
   oomFetchedAt = Date.now();
-  if (st.links.oom) await renderOoms();
-  else $("oom").replaceChildren();
-  if (st.links.advice) await renderAdvice();
-  else $("advice").replaceChildren();
+  try {
+    if (st.links.oom) await renderOoms();
+    else $("oom").replaceChildren();
+    if (st.links.advice) await renderAdvice();
+    else $("advice").replaceChildren();
+  } catch (e) {
+    // A document of a shape this page does not know: the links above still lead to it.
+    $("oom").replaceChildren(el("p", { class: "note" }, "could not show /oom or /advice here: " + e.message));
+  }
 }
 
 async function renderOoms() {
