@@ -428,7 +428,12 @@ function adviceFind(data) {
         found.push({ label: path.join("."), text: v });
       }
     } else if (Array.isArray(v)) v.slice(0, 50).forEach((x, i) => walk(x, path.concat(String(i)), depth + 1));
-    else if (typeof v === "object") for (const k of Object.keys(v).slice(0, 100)) walk(v[k], path.concat(k), depth + 1);
+    else if (typeof v === "object") {
+      // the advisor's "recommended" before its "current" and "candidates"
+      const keys = Object.keys(v).slice(0, 100);
+      keys.sort((x, y) => /^recommend/i.test(y) - /^recommend/i.test(x));
+      for (const k of keys) walk(v[k], path.concat(k), depth + 1);
+    }
   };
   walk(data, [], 0);
   return found;
