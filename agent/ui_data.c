@@ -2,7 +2,8 @@
  * numbers now and their history over the last S seconds (the sampler's
  * counter samples, thinned to at most UI_POINTS points per pool), CUPTI's
  * view per device and which optional endpoints exist; /ui/blocks.json?pool=ID,
- * one pool's segments and blocks in a compact form (six numbers per block),
+ * one pool's segments and blocks in a compact form (six numbers per block,
+ * and a tag index per block where a segment has tagged blocks),
  * written directly rather than through cJSON because a pool may have 10^5
  * blocks. */
 #include <inttypes.h>
@@ -17,6 +18,7 @@
 #include "trace_counters.h"
 #include "metrics.h"
 #include "trace_query.h"
+#include "gpupool/tag.h"
 #include "http.h"
 #include "labels.h"
 #include "core/clock.h"
@@ -428,6 +430,8 @@ done:
 
 /* ---- /ui/blocks.json ---- */
 
+#define UI_TAGS_MAX (2 * GPUPOOL_TAG_MAX) /* the process has at most GPUPOOL_TAG_MAX */
+
 typedef struct blocks_ctx {
   uint32_t id;
   int found;
@@ -435,14 +439,55 @@ typedef struct blocks_ctx {
   uint64_t seg_addr;
   int in_segment;
   prom_buf *b;
+  /* The pool's tag table (the process's tags in their order, then any met
+   * in the walk that were not known yet) and the tag index of each block of
+   * the current segment (-1: none). */
+  const char *tags[UI_TAGS_MAX];
+  int ntags;
+  signed char *seg_tags;
+  size_t seg_n, seg_cap;
+  int seg_tagged;
 } blocks_ctx;
+
+/* Ends the current segment: its blocks, then their tag indexes when one of
+ * them has a tag. */
+static void end_segment(blocks_ctx *c) {
+  prom_buf *b = c->b;
+  close_with(b, ']');
+  if (c->seg_tagged) {
+    prom_buf_putc(b, ',');
+    key(b, "block_tags");
+    prom_buf_putc(b, '[');
+    for (size_t i = 0; i < c->seg_n; i++) {
+      prom_buf_i64(b, c->seg_tags[i]);
+      prom_buf_putc(b, ',');
+    }
+    close_with(b, ']');
+  }
+  prom_buf_putc(b, '}');
+  c->seg_n = 0;
+  c->seg_tagged = 0;
+}
+
+/* The index of a block's tag in the table, added when new; -1 for none. */
+static int tag_index(blocks_ctx *c, const char *tag) {
+  if (!tag)
+    return -1;
+  for (int i = 0; i < c->ntags; i++) /* names are static: the pointer mostly matches */
+    if (c->tags[i] == tag || strcmp(c->tags[i], tag) == 0)
+      return i;
+  if (c->ntags == UI_TAGS_MAX)
+    return -1;
+  c->tags[c->ntags] = tag;
+  return c->ntags++;
+}
 
 static void on_segment(void *arg, const pool_segment_info *s) {
   blocks_ctx *c = arg;
   prom_buf *b = c->b;
   if (c->in_segment) {
-    close_with(b, ']');
-    prom_buf_puts(b, "},");
+    end_segment(c);
+    prom_buf_putc(b, ',');
   }
   c->in_segment = 1;
   c->seg_addr = s->addr;
@@ -467,6 +512,19 @@ static void on_block(void *arg, const pool_block_info *bi) {
   prom_buf *b = c->b;
   if (prom_buf_reserve(b, 6 * 21))
     return;
+  if (c->seg_n == c->seg_cap) {
+    size_t cap = c->seg_cap ? 2 * c->seg_cap : 256;
+    signed char *t = realloc(c->seg_tags, cap);
+    if (!t) {
+      b->failed = 1;
+      return;
+    }
+    c->seg_tags = t;
+    c->seg_cap = cap;
+  }
+  int tag = tag_index(c, bi->tag);
+  c->seg_tags[c->seg_n++] = (signed char)tag;
+  c->seg_tagged |= tag >= 0;
   int state = strcmp(bi->state, "active_allocated") == 0      ? 1
               : strcmp(bi->state, "active_pending_free") == 0 ? 2
                                                               : 0;
@@ -509,15 +567,36 @@ static void blocks_of(gpupool *p, void *arg) {
     kv_u64(b, "reserved", (uint64_t)st.reserved_bytes[GPUPOOL_STAT_ALL].current);
     kv_u64(b, "largest_free", st.largest_free_block);
   }
+  gpupool_tag_stat ts[GPUPOOL_TAG_MAX];
+  int nts = gpupool_get_tag_stats(p, ts, GPUPOOL_TAG_MAX);
+  for (int i = 0; i < nts; i++)
+    tag_index(c, ts[i].tag);
   key(b, "segments");
   prom_buf_putc(b, '[');
   pool_walker w = {on_segment, on_block, c};
   pool_walk(p, &w);
-  if (c->in_segment) {
-    close_with(b, ']');
-    prom_buf_putc(b, '}');
+  if (c->in_segment)
+    end_segment(c);
+  prom_buf_puts(b, "],");
+  /* The bytes per tag after the walk: every tag a block had is known by then. */
+  nts = gpupool_get_tag_stats(p, ts, GPUPOOL_TAG_MAX);
+  key(b, "tags");
+  prom_buf_putc(b, '[');
+  for (int i = 0; i < c->ntags; i++) {
+    int64_t bytes = 0;
+    for (int k = 0; k < nts; k++)
+      if (ts[k].tag == c->tags[i] || strcmp(ts[k].tag, c->tags[i]) == 0)
+        bytes = ts[k].allocated_bytes;
+    prom_buf_putc(b, '{');
+    key(b, "name");
+    json_str(b, c->tags[i]);
+    prom_buf_putc(b, ',');
+    key(b, "allocated");
+    prom_buf_i64(b, bytes);
+    prom_buf_puts(b, "},");
   }
-  prom_buf_puts(b, "]}");
+  close_with(b, ']');
+  prom_buf_putc(b, '}');
 }
 
 void ui_blocks_json(const endpoint_args *args, endpoint_body *out) {
@@ -537,5 +616,6 @@ void ui_blocks_json(const endpoint_args *args, endpoint_body *out) {
   if (!c.found) /* gone: an answer, not an error, so that the page just says so */
     prom_buf_puts(&b, "\"pool\":null");
   prom_buf_putc(&b, '}');
+  free(c.seg_tags);
   take_json(&b, out);
 }

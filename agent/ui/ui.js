@@ -12,6 +12,13 @@ const pixel = (hex) => {
 };
 const PIXELS = { 0: pixel(COLORS[0]), 1: pixel(COLORS[1]), 2: pixel(COLORS[2]), 3: pixel(COLORS[3]) };
 const PIXEL_DIM = pixel("#f2f2f2");
+// Colour by tag: allocated blocks take their tag's colour (the pool's tag
+// table order, the same in every pool of the process), untagged ones grey;
+// free, pending and unmapped keep their state's colour.
+// Not red (the largest free block's outline), green or orange (free, pending).
+const TAG_COLORS = ["#1f77b4", "#9467bd", "#17becf", "#8c564b", "#e377c2", "#393b79", "#7b4173", "#6b6ecf",
+  "#843c39", "#bcbd22", "#a55194", "#3182bd", "#5254a3", "#e7ba52", "#636363", "#ad494a"];
+const UNTAGGED_COLOR = "#a9b4c6";
 const STATE_NAMES = { 0: "free", 1: "allocated", 2: "pending on another stream", 3: "unmapped" };
 const STATE_POLL_MS = 1000;
 const BLOCKS_POLL_MS = 2000;
@@ -33,6 +40,7 @@ const ui = (window.gpupoolUI = {
   lastDrawMs: 0, // how long the last map took to draw
   stateUpdates: 0,
   lastState: null,
+  adviceView: (data) => adviceView(data), // the advice renderer, for any shape of /advice
 });
 
 function fmtBytes(v) {
@@ -281,27 +289,205 @@ function renderCharts(st) {
 
 // ---- OOM reports and advice (only where the agent has those endpoints) ----
 
+const OOM_SHOWN = 3; // the last reports shown as cards
 let oomFetchedAt = 0;
+const oomDetails = new Map(); // id -> /oom/<id> (a report never changes)
 
 async function renderOomAdvice(st) {
   const any = st.links.oom || st.links.advice;
   $("oom-section").hidden = !any;
   if (!any || Date.now() - oomFetchedAt < 5000) return;
   oomFetchedAt = Date.now();
-  const show = async (on, url, box, title, pick) => {
-    box.replaceChildren();
-    if (!on) return;
-    try {
-      const data = await getJSON(url);
-      const h = el("h3", {}, title + " ");
-      h.append(el("a", { href: url }, url));
-      box.append(h, el("pre", {}, JSON.stringify(pick(data), null, 2)));
-    } catch (e) {
-      box.append(el("p", { class: "note" }, url + " did not answer: " + e.message));
+  try {
+    if (st.links.oom) await renderOoms();
+    else $("oom").replaceChildren();
+    if (st.links.advice) await renderAdvice();
+    else $("advice").replaceChildren();
+  } catch (e) {
+    // A document of a shape this page does not know: the links above still lead to it.
+    $("oom").replaceChildren(el("p", { class: "note" }, "could not show /oom or /advice here: " + e.message));
+  }
+}
+
+async function renderOoms() {
+  const box = $("oom");
+  let list;
+  try {
+    list = await getJSON("/oom");
+  } catch (e) {
+    box.replaceChildren(el("p", { class: "note" }, "/oom did not answer: " + e.message));
+    return;
+  }
+  if (!Array.isArray(list)) list = [];
+  list = list.filter((r) => r && typeof r === "object" && typeof r.id === "number");
+  const h = el("h3", {}, "Out-of-memory reports ");
+  h.append(el("a", { href: "/oom" }, "/oom"));
+  const cards = [];
+  for (const r of list.slice(-OOM_SHOWN).reverse()) {
+    if (!oomDetails.has(r.id)) {
+      try {
+        oomDetails.set(r.id, await getJSON("/oom/" + r.id));
+      } catch (e) {
+        // Evicted meanwhile: the summary still makes a card.
+      }
+    }
+    cards.push(oomCard(r, oomDetails.get(r.id)));
+  }
+  for (const id of oomDetails.keys()) if (!list.some((r) => r.id === id)) oomDetails.delete(id);
+  const note = el(
+    "p",
+    { class: "note" },
+    !list.length ? "No OOM so far." : list.length === 1 ? "1 report kept." : list.length + " reports kept; the last " + cards.length + ", newest first."
+  );
+  box.replaceChildren(h, note, ...cards);
+}
+
+const ANSWER = { yes: "yes", no: "no", maybe: "maybe", not_applicable: "n/a" };
+
+// One report: its summary (/oom) and, when fetched, its remedies (/oom/<id>).
+function oomCard(r, detail) {
+  const card = el("div", { class: "oom-card", "data-oom-id": String(r.id) });
+  const when = new Date(Number(r.time_unix_ns) / 1e6);
+  const head = el("div", { class: "oom-head" });
+  head.append(
+    el("b", {}, "OOM #" + r.id),
+    el("span", { title: r.time }, when.toLocaleString()),
+    el("span", {}, "pool " + r.pool + " · device " + r.device),
+    el("span", {}, "request " + fmtBytes(r.size)),
+    el("span", {}, "reserved " + fmtBytes(r.reserved_bytes) + " · allocated " + fmtBytes(r.allocated_bytes))
+  );
+  const url = typeof r.url === "string" ? r.url : "/oom/" + r.id;
+  const links = el("span", { class: "oom-links" });
+  links.append(
+    el("a", { href: url, class: "oom-json" }, "report (JSON)"),
+    el("a", { href: url + "?format=torch", download: "gpupool-oom-" + r.id + ".pickle", class: "oom-torch" }, "torch pickle (memory_viz)")
+  );
+  head.append(links);
+  card.append(head);
+  // The message's explanation; its remedies are listed below from the report.
+  const msg = String(r.message || "");
+  const cut = msg.search(/ (Remedies:|The request is larger than the device|Report: \/oom)/);
+  card.append(el("p", { class: "oom-msg" }, cut > 0 ? msg.slice(0, cut) : msg));
+  const ul = el("ul", { class: "remedies" });
+  for (const [answer, text] of remedies(r, detail)) {
+    const li = el("li");
+    li.append(el("span", { class: "answer a-" + answer }, ANSWER[answer] || answer), text);
+    ul.append(li);
+  }
+  if (ul.children.length) card.append(ul);
+  const full = el("details");
+  full.append(el("summary", {}, "the whole message"), el("p", { class: "oom-full" }, msg));
+  card.append(full);
+  return card;
+}
+
+// [answer, text] per remedy of the report (docs/oom.md), [] without details.
+function remedies(r, detail) {
+  const x = detail && detail.explanation;
+  const out = [];
+  if (!x || typeof x !== "object") return out;
+  if (x.larger_than_device) return [["no", "the request is larger than the device: no setting makes it fit"]];
+  const rm = x.remedies || {};
+  const ec = rm.empty_cache;
+  if (ec) out.push([ec.enough, "empty_cache() would free " + fmtBytes(ec.frees_bytes) + (ec.enough === "yes" ? ": enough" : ec.enough === "no" ? ": not enough" : "")]);
+  const xs = rm.expandable_segments;
+  if (xs) {
+    const verb = { yes: "would have served it", no: "would not have served it", maybe: "might have served it" }[xs.would_serve];
+    out.push([
+      xs.would_serve,
+      verb
+        ? "expandable_segments:True " + verb + " (the pool would hold " + fmtBytes(xs.pool_bytes_low) + " to " + fmtBytes(xs.pool_bytes_high) + " of " + fmtBytes(xs.room_bytes) + " usable)"
+        : "expandable_segments: already on, or not available on this backend",
+    ]);
+  }
+  const ms = rm.max_split_size_mb;
+  if (ms)
+    out.push(
+      ms.unstranded_bytes
+        ? ["yes", "max_split_size_mb:" + ms.value + " leaves at most " + fmtBytes(ms.at_most_in_splits_bytes) + " in splits"]
+        : ["no", "max_split_size_mb:" + ms.value + " would not help (the free bytes in splits lie in smaller segments)"]
+    );
+  if (rm.free_outside_pool_bytes > 0) out.push(["maybe", "it fits if " + fmtBytes(rm.free_outside_pool_bytes) + " held outside this pool is freed"]);
+  return out;
+}
+
+// /advice is another module's document: its shape is not fixed here. A
+// recommendation line (a GPUPOOL_CONF string, or a key that names one) is
+// shown to copy; otherwise the top-level scalars as a table. Never throws.
+const ADVICE_KEYS = /^(recommended|recommendation|gpupool_conf|pytorch_conf|pytorch_cuda_alloc_conf|conf)$/i;
+
+function adviceFind(data) {
+  const found = [];
+  const seen = new Set();
+  const walk = (v, path, depth) => {
+    if (found.length >= 4 || depth > 5 || v === null) return;
+    if (typeof v === "string") {
+      const key = path.length ? path[path.length - 1] : "";
+      if ((ADVICE_KEYS.test(key) || v.includes("GPUPOOL_CONF")) && !seen.has(v)) {
+        seen.add(v);
+        found.push({ label: path.join("."), text: v });
+      }
+    } else if (Array.isArray(v)) v.slice(0, 50).forEach((x, i) => walk(x, path.concat(String(i)), depth + 1));
+    else if (typeof v === "object") {
+      // the advisor's "recommended" before its "current" and "candidates"
+      const keys = Object.keys(v).slice(0, 100);
+      keys.sort((x, y) => /^recommend/i.test(y) - /^recommend/i.test(x));
+      for (const k of keys) walk(v[k], path.concat(k), depth + 1);
     }
   };
-  await show(st.links.oom, "/oom", $("oom"), "Last OOM reports", (d) => (Array.isArray(d) ? d.slice(-3) : d));
-  await show(st.links.advice, "/advice", $("advice"), "Recommendation", (d) => d);
+  walk(data, [], 0);
+  return found;
+}
+
+function adviceView(data) {
+  const box = el("div", { class: "advice-body" });
+  try {
+    for (const r of adviceFind(data)) {
+      const row = el("div", { class: "advice-rec" });
+      const code = el("code", {}, r.text);
+      const copy = el("button", { type: "button", title: "copy to the clipboard" }, "copy");
+      copy.addEventListener("click", () => {
+        const sel = () => window.getSelection().selectAllChildren(code);
+        if (navigator.clipboard && window.isSecureContext)
+          navigator.clipboard.writeText(r.text).then(() => (copy.textContent = "copied"), sel);
+        else sel();
+      });
+      row.append(el("span", { class: "advice-key" }, r.label || "recommendation"), code, copy);
+      box.append(row);
+    }
+    const top = Array.isArray(data) ? data[data.length - 1] : data;
+    const table = el("table", { class: "advice-fields" });
+    if (top && typeof top === "object" && !Array.isArray(top))
+      for (const k of Object.keys(top).slice(0, 40)) {
+        const v = top[k];
+        if (v !== null && typeof v === "object") continue;
+        const text = String(v);
+        const tr = el("tr");
+        tr.append(el("th", {}, k), el("td", {}, text.length > 300 ? text.slice(0, 300) + "…" : text));
+        table.append(tr);
+      }
+    else if (top !== null && typeof top !== "object" && top !== undefined) {
+      const tr = el("tr");
+      tr.append(el("th", {}, "value"), el("td", {}, String(top)));
+      table.append(tr);
+    }
+    if (table.children.length) box.append(table);
+    if (!box.children.length) box.append(el("p", { class: "note" }, "nothing to show in brief: open /advice"));
+  } catch (e) {
+    box.replaceChildren(el("p", { class: "note" }, "/advice has a shape this page does not know: open it"));
+  }
+  return box;
+}
+
+async function renderAdvice() {
+  const box = $("advice");
+  const h = el("h3", {}, "Advice ");
+  h.append(el("a", { href: "/advice" }, "/advice"));
+  try {
+    box.replaceChildren(h, adviceView(await getJSON("/advice")));
+  } catch (e) {
+    box.replaceChildren(h, el("p", { class: "note" }, "/advice did not answer: " + e.message));
+  }
 }
 
 // ---- block map ----
@@ -369,21 +555,24 @@ function mapRows(pool) {
   return rows;
 }
 
-// Bytes of each state per pixel column of one bar: blocks narrower than a
+// Bytes of each category per pixel column of one bar: blocks narrower than a
 // pixel are summed, never dropped; a column is then drawn as a stack of its
-// states' shares.
-function columns(seg, width, bpp) {
-  const cols = new Float64Array(width * 4);
-  const add = (state, from, to) => {
+// categories' shares. Categories are the states (0 free, 1 allocated, 2
+// pending, 3 unmapped) and, colouring by tag, 4 + the tag of an allocated
+// block.
+function columns(seg, width, bpp, ncat, byTag) {
+  const cols = new Float64Array(width * ncat);
+  const add = (cat, from, to) => {
     let c = Math.floor(from / bpp);
     while (from < to && c < width) {
       const end = Math.min(to, (c + 1) * bpp);
-      cols[c * 4 + state] += end - from;
+      cols[c * ncat + cat] += end - from;
       from = end;
       c++;
     }
   };
   const b = seg.blocks;
+  const bt = byTag ? seg.block_tags : null;
   for (let i = 0; i < b.length; i += 6) {
     const off = b[i];
     const size = b[i + 1];
@@ -396,9 +585,50 @@ function columns(seg, width, bpp) {
       add(0, off, off + lead);
       add(3, off + lead, off + lead + unmapped);
       add(0, off + lead + unmapped, off + size);
-    } else add(state, off, off + size);
+    } else {
+      const t = bt && state === 1 ? bt[i / 6] : -1;
+      add(t >= 0 && 4 + t < ncat ? 4 + t : state, off, off + size);
+    }
   }
   return cols;
+}
+
+// The tags of a pool's blocks: [{name, allocated, color}] (blocks.json's table).
+function poolTags(pool) {
+  return (Array.isArray(pool.tags) ? pool.tags : []).map((t, i) => ({
+    name: String(t.name),
+    allocated: Number(t.allocated) || 0,
+    color: TAG_COLORS[i % TAG_COLORS.length],
+  }));
+}
+
+// The legend of the tag colours, with the allocated bytes of each tag in
+// this pool (the tags holding nothing here are left out) and the untagged rest.
+function renderTagLegend(pool, byTag) {
+  const box = $("tag-legend");
+  $("legend-allocated").hidden = byTag;
+  box.hidden = !byTag;
+  if (!byTag) return;
+  const tags = poolTags(pool);
+  const items = [];
+  let tagged = 0;
+  tags.forEach((t) => {
+    tagged += t.allocated;
+    if (!t.allocated) return;
+    const item = el("span", { class: "tag-item", "data-tag": t.name, "data-bytes": String(t.allocated) });
+    const key = el("span", { class: "key" });
+    key.style.background = t.color; // CSSOM, not an inline style attribute: the CSP allows it
+    item.append(key, t.name + " " + fmtBytes(t.allocated));
+    items.push(item);
+  });
+  const rest = Math.max(0, (pool.allocated || 0) - tagged);
+  const untagged = el("span", { class: "tag-item", "data-tag": "", "data-bytes": String(rest) });
+  const key = el("span", { class: "key" });
+  key.style.background = UNTAGGED_COLOR;
+  untagged.append(key, "untagged " + fmtBytes(rest));
+  items.push(untagged);
+  box.replaceChildren(el("span", { class: "tag-title" }, "allocated by tag:"), ...items);
+  if (!tags.length) box.append(el("span", { class: "note" }, " (no block of this process has a tag: gpupool_tag_push, gpupool.tag)"));
 }
 
 function drawMap() {
@@ -437,6 +667,19 @@ function drawMap() {
   const barW = width - LABEL_W - 8;
   const bpp = maxSize / barW; // one scale for every bar: widths are to scale
   const hl = $("map-highlight").value;
+  const byTag = $("map-colour").value === "tag";
+  const tags = poolTags(pool);
+  renderTagLegend(pool, byTag);
+  // Each category's pixel, greyed when a state is highlighted and it is another.
+  const ncat = byTag ? 4 + tags.length : 4;
+  const catPx = [];
+  for (let cat = 0; cat < ncat; cat++) {
+    const state = cat >= 4 ? 1 : cat;
+    const color = cat >= 4 ? pixel(tags[cat - 4].color) : byTag && cat === 1 ? pixel(UNTAGGED_COLOR) : PIXELS[cat];
+    catPx.push(hl !== "" && String(state) !== hl ? PIXEL_DIM : color);
+  }
+  const stack = byTag ? tags.map((t, i) => 4 + i).concat(STACK) : STACK;
+  const top = stack.length - 1;
   // The largest free block of the pool, to mark.
   let largest = null;
   for (const r of rows) {
@@ -458,20 +701,20 @@ function drawMap() {
     if (rowH >= 8) ctx.fillText((s.large ? "L " : "S ") + fmtBytes(s.size), LABEL_W - 6, y + rowH / 2);
     // Pixels written directly: a fillRect per column and state is too slow
     // for 10^5 blocks.
-    const cols = columns(s, w, s.size / w);
+    const cols = columns(s, w, s.size / w, ncat, byTag);
     const img = ctx.createImageData(w, rowH);
     const px = new Uint32Array(img.data.buffer);
     for (let c = 0; c < w; c++) {
-      const base = c * 4;
-      const sum = cols[base] + cols[base + 1] + cols[base + 2] + cols[base + 3];
+      const base = c * ncat;
+      let sum = 0;
+      for (let j = 0; j < ncat; j++) sum += cols[base + j];
       if (!sum) continue;
       let k = 0;
       let upto = 0;
       for (let j = 0; j < rowH; j++) {
         const at = ((j + 0.5) / rowH) * sum; // which state's share this pixel row is in
-        while (k < 3 && (upto + cols[base + STACK[k]] <= at || !cols[base + STACK[k]])) upto += cols[base + STACK[k++]];
-        const st = STACK[k];
-        px[j * w + c] = hl !== "" && String(st) !== hl ? PIXEL_DIM : PIXELS[st];
+        while (k < top && (upto + cols[base + stack[k]] <= at || !cols[base + stack[k]])) upto += cols[base + stack[k++]];
+        px[j * w + c] = catPx[stack[k]];
       }
     }
     ctx.putImageData(img, LABEL_W, y);
@@ -552,6 +795,11 @@ function onHover(ev) {
     "stream     " + s.stream,
     "age        " + (b[i + 3] === 0 ? "— (free)" : fmtAge(b[i + 4])),
   ];
+  if (b[i + 3] !== 0) {
+    const t = s.block_tags ? s.block_tags[i / 6] : -1;
+    const tag = t >= 0 && blocks.pool.tags && blocks.pool.tags[t] ? blocks.pool.tags[t].name : null;
+    lines.push("tag        " + (tag === null ? "— (untagged)" : tag));
+  }
   if (b[i + 5]) lines.push("unmapped   " + fmtBytes(b[i + 5]));
   if (inPx > 1) lines.push(inPx + " blocks share this pixel: its colours are their shares");
   tip.textContent = lines.join("\n");
@@ -565,7 +813,7 @@ function start() {
     if (ui.lastState) pollNow();
   });
   $("map-pool").addEventListener("change", (e) => selectPool(Number(e.target.value)));
-  for (const id of ["map-sort", "map-filter", "map-highlight"]) $(id).addEventListener("change", drawMap);
+  for (const id of ["map-sort", "map-filter", "map-highlight", "map-colour"]) $(id).addEventListener("change", drawMap);
   $("map").addEventListener("mousemove", onHover);
   $("map").addEventListener("mouseleave", () => ($("tip").hidden = true));
   window.addEventListener("resize", drawMap);

@@ -14,8 +14,13 @@ that window is exact), and the console stays clean. Screenshot ui-demo.png.
 Part 2, the fixture (tests/ui/ui_fixture.c, frozen): the reserved bytes shown
 equal /metrics' exactly; the 10^5-block map is drawn (time from navigation
 printed, not asserted); an empty pool, unmapped pages and a pending block
-render; a destroyed pool shows as gone; a stopped agent shows "agent
-unreachable" without a script error. Screenshots ui-fixture*.png."""
+render; the OOM the fixture made is a card (its message starts with "CUDA
+out of memory.", links to /oom/<id> and its torch pickle); the advice
+renderer takes any JSON shape; colouring by tag shows the fixture's tags in
+the legend with /metrics' bytes per tag and their colours on the map, and a
+hover names a block's tag; a destroyed pool shows as gone; a stopped agent
+shows "agent unreachable" without a script error. Screenshots
+ui-fixture*.png."""
 
 import argparse
 import base64
@@ -214,6 +219,104 @@ def check_bars(b, label):
           % (label, worst, scale))
 
 
+def check_oom(b, base):
+    """The fixture's OOM as a card: message, links to the report and its pickle."""
+    reports = json.loads(urllib.request.urlopen(base + "/oom", timeout=10).read())
+    check(len(reports) == 1, "fixture: /oom has the fixture's one report (%d)" % len(reports))
+    if not reports:
+        return
+    rid = reports[0]["id"]
+    ok = b.wait_for("document.querySelector('.oom-card[data-oom-id=\"%d\"] .remedies li') !== null"
+                    % rid, 20, "fixture: OOM #%d shown as a card with its remedies" % rid)
+    if not ok:
+        return
+    card = b.eval("""(() => { const c = document.querySelector('.oom-card[data-oom-id="%d"]');
+      return {msg: c.querySelector('.oom-msg').textContent, head: c.querySelector('.oom-head').textContent,
+              json: c.querySelector('a.oom-json').getAttribute('href'),
+              torch: c.querySelector('a.oom-torch').getAttribute('href'),
+              remedies: [...c.querySelectorAll('.remedies li')].map(l => l.textContent)}; })()""" % rid)
+    check(card["msg"].startswith("CUDA out of memory."),
+          "fixture: the card's message starts with 'CUDA out of memory.' (%r)" % card["msg"][:60])
+    check("request 40.0 MiB" in card["head"] and "pool oom" in card["head"],
+          "fixture: the card names the pool and the request in human units (%r)" % card["head"])
+    check(card["json"] == "/oom/%d" % rid and card["torch"] == "/oom/%d?format=torch" % rid,
+          "fixture: the card links /oom/%d and its torch pickle (%s, %s)"
+          % (rid, card["json"], card["torch"]))
+    check(any("expandable_segments:True would not have served it" in r for r in card["remedies"])
+          and any(r.startswith("no") and "empty_cache() would free 0 B" in r
+                  for r in card["remedies"]),
+          "fixture: the card lists the computed remedies (%s)" % card["remedies"])
+    for link, kind in ((card["json"], "application/json"), (card["torch"], "application/octet-stream")):
+        r = urllib.request.urlopen(base + link, timeout=10)
+        check(r.status == 200 and r.headers.get("Content-Type", "").startswith(kind),
+              "fixture: %s answers %s" % (link, kind))
+
+
+def check_advice_view(b):
+    """The advice renderer on documents of other shapes: a recommendation line
+    to copy where there is one, a table of scalars otherwise, never a throw."""
+    shapes = [
+        ({"recommended": {"gpupool_conf": "GPUPOOL_CONF=expandable_segments:True"}, "saving_bytes": 5},
+         "GPUPOOL_CONF=expandable_segments:True"),
+        ({"text": "export GPUPOOL_CONF=max_split_size_mb:64", "confidence": 0.8},
+         "export GPUPOOL_CONF=max_split_size_mb:64"),
+        ({"pytorch_conf": "expandable_segments:True"}, "expandable_segments:True"),
+        ({"a": 1, "b": "two", "c": None, "nested": {"x": [1, 2]}}, None),
+        ([], None), ([1, "x"], None), (None, None), ("plain", None), (42, None),
+        ({"deep": [[[[[[[[{"recommended": "GPUPOOL_CONF=x"}]]]]]]]]}, None),
+    ]
+    for doc, code in shapes:
+        got = b.eval("(() => { const v = gpupoolUI.adviceView(%s);"
+                     " const c = v.querySelector('code');"
+                     " return {code: c ? c.textContent : null, rows: v.querySelectorAll('tr').length,"
+                     " text: v.textContent}; })()" % json.dumps(doc))
+        if code:
+            check(got["code"] == code, "advice view: %s -> <code>%s</code> (%s)"
+                  % (json.dumps(doc)[:60], code, got["code"]))
+        else:
+            check(got["text"] != "", "advice view: %s renders without a recommendation (%d rows)"
+                  % (json.dumps(doc)[:60], got["rows"]))
+
+
+TAG_PIXELS_JS = """(() => {
+  const cv = document.getElementById('map');
+  const d = cv.getContext('2d').getImageData(0, 0, cv.width, cv.height).data;
+  const want = %s;
+  const n = want.map(() => 0);
+  for (let i = 0; i < d.length; i += 4)
+    for (let k = 0; k < want.length; k++)
+      if (d[i] === want[k][0] && d[i+1] === want[k][1] && d[i+2] === want[k][2]) n[k]++;
+  return n;
+})()"""
+
+
+def check_tags(b, base):
+    """Colour by tag on pool steady: the legend lists the fixture's tags with
+    the bytes /metrics gives, and the map draws each tag's colour."""
+    b.eval("(() => { const s = document.getElementById('map-colour'); s.value = 'tag';"
+           " s.dispatchEvent(new Event('change')); })()")
+    ok = b.wait_for("document.querySelectorAll('#tag-legend .tag-item[data-tag]').length >= 4", 10,
+                    "fixture: the tag legend is shown")
+    if not ok:
+        return
+    legend = b.eval("Object.fromEntries([...document.querySelectorAll('#tag-legend .tag-item')]"
+                    ".map(e => [e.dataset.tag, Number(e.dataset.bytes)]))")
+    for tag in ("weights", "activations", "kv_cache"):
+        want = metric(base, "gpupool_tag_allocated_bytes", "steady", 'tag="%s"' % tag)
+        check(want is not None and legend.get(tag) == want,
+              "fixture: legend %s %s == /metrics %s" % (tag, legend.get(tag), want))
+    alloc = metric(base, "gpupool_allocated_bytes", "steady")
+    tagged = sum(v for k, v in legend.items() if k)
+    check(alloc is not None and legend.get("") == alloc - tagged,
+          "fixture: legend untagged %s == allocated %s - tagged %s" % (legend.get(""), alloc, tagged))
+    colors = b.eval("[...document.querySelectorAll('#tag-legend .tag-item')].map(e =>"
+                    " getComputedStyle(e.querySelector('.key')).backgroundColor)")
+    rgb = [[int(x) for x in re.findall(r"\d+", c)[:3]] for c in colors]
+    counts = b.eval(TAG_PIXELS_JS % json.dumps(rgb))
+    check(all(n > 0 for n in counts) and len(set(map(tuple, rgb))) == len(rgb),
+          "fixture: each tag's own colour drawn on the map (pixels %s)" % counts)
+
+
 def start_process(cmd, env, port_re):
     # Unbuffered, so that select() sees every line not yet read.
     p = subprocess.Popen(cmd, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
@@ -300,12 +403,15 @@ def part_fixture(args, profile):
             check(want is not None and shown == want,
                   "fixture: %s reserved on the page %s == /metrics %s" % (pool, shown, want))
         b.screenshot(os.path.join(args.out, "ui-fixture-frag.png"))
+        check_oom(b, base)
+        check_advice_view(b)
         # steady: bars to scale, a pending block, a free block marked largest.
         b.eval("(() => { const s = document.getElementById('map-pool');"
                " s.value = document.querySelector('#pools tr[data-pool=\"steady\"]').dataset.poolId;"
                " s.dispatchEvent(new Event('change')); })()")
         b.wait_for("gpupoolUI.layout.length === 4", 20, "fixture: steady's 4 segments drawn")
         check_bars(b, "fixture steady")
+        check_tags(b, base)
         # Hover over the start of the 20 MiB segment: the block pending on
         # another stream (freed after record_stream), with its size and age.
         at = b.eval("(() => { const r = gpupoolUI.layout.find(l => l.size === 20 << 20);"
@@ -315,8 +421,9 @@ def part_fixture(args, profile):
         b.send("Input.dispatchMouseEvent", {"type": "mouseMoved", "x": at[0], "y": at[1]})
         b.wait_for("(() => { const t = document.getElementById('tip');"
                    " return !t.hidden && t.textContent.includes('pending on another stream')"
-                   " && t.textContent.includes('5.00 MiB') && /age\\s+[0-9.]+ (ms|s|min)/.test(t.textContent); })()",
-                   10, "fixture: hover shows the pending block, its size and age")
+                   " && t.textContent.includes('5.00 MiB') && /age\\s+[0-9.]+ (ms|s|min)/.test(t.textContent)"
+                   " && /tag\\s+activations/.test(t.textContent); })()",
+                   10, "fixture: hover shows the pending block, its size, age and tag")
         b.screenshot(os.path.join(args.out, "ui-fixture-steady.png"))
         for pool, text in (("empty", "an empty pool"), ("expandable", "1 segments")):
             b.eval("(() => { const s = document.getElementById('map-pool');"

@@ -2,10 +2,11 @@
 # End to end: the agent's /ui page in a real headless Chromium (Debian's
 # chromium), driven over the DevTools protocol by ui_browser.py (Python
 # standard library): first from gpupool-demo on the host backend, then from
-# tests/ui/ui_fixture with pools frozen in a known state and a pool of 10^5
-# blocks. Asserts on the rendered DOM and canvas (pools listed, segment bars
-# to scale, values equal to /metrics', no console errors, a destroyed pool,
-# a stopped agent) and saves screenshots in $GPUPOOL_BINARY_DIR/ui-test/.
+# tests/ui/ui_fixture with pools frozen in a known state, a pool of 10^5
+# blocks, tagged blocks and an OOM. Asserts on the rendered DOM and canvas
+# (pools listed, segment bars to scale, values equal to /metrics', the OOM
+# card, the tag legend and colours, no console errors, a destroyed pool, a
+# stopped agent) and saves screenshots in $GPUPOOL_BINARY_DIR/ui-test/.
 # Prints the time from navigation to a drawn map of 10^5 blocks (a figure,
 # not an assertion). Exit 77 (skip) when chromium or python3 is missing.
 set -uo pipefail

@@ -102,11 +102,13 @@ def main():
     if not torch.cuda.is_available():
         print("SKIP: no CUDA device for PyTorch")
         return 77
-    print(f"torch {torch.__version__}, CUDA {torch.version.cuda}, "
-          f"{torch.cuda.get_device_name(0)}, lib {a.lib}, outdir {outdir}", flush=True)
+    # The allocator must be swapped before anything initialises CUDA
+    # (get_device_name does).
     alloc = torch.cuda.memory.CUDAPluggableAllocator(a.lib, "gpupool_torch_malloc",
                                                      "gpupool_torch_free")
     torch.cuda.memory.change_current_allocator(alloc)
+    print(f"torch {torch.__version__}, CUDA {torch.version.cuda}, "
+          f"{torch.cuda.get_device_name(0)}, lib {a.lib}, outdir {outdir}", flush=True)
     lib = ctypes.CDLL(a.lib)
 
     # 1. Train, doubling the batch until it does not fit.
@@ -199,24 +201,30 @@ def main():
           any(e["action"] == "oom" for t in rep["device_traces"] for e in t))
 
     # 3. torch's own reader.
-    fg = f"/tmp/{os.getuid()}_flamegraph.pl"
-    standin = False
-    if not os.path.exists(fg):
+    # torch < 2.6 looks for /tmp/<uid>_flamegraph.pl, later ones for
+    # ~/.cache/flamegraph.pl; without network, a stand-in goes where none is.
+    places = [f"/tmp/{os.getuid()}_flamegraph.pl",
+              os.path.join(os.path.expanduser("~/.cache"), "flamegraph.pl")]
+    standins = []
+    missing = [fg for fg in places if not os.path.exists(fg)]
+    if missing:
         try:
             urllib.request.urlopen("https://raw.githubusercontent.com", timeout=5)
         except Exception:
-            with open(fg, "w") as f:
-                f.write(FLAMEGRAPH_STANDIN)
-            os.chmod(fg, 0o755)
-            standin = True
-            print(f"no network: a flamegraph.pl stand-in at {fg} (segments/memory read the "
-                  "pickle; their SVG is a stub)", flush=True)
+            for fg in missing:
+                os.makedirs(os.path.dirname(fg), exist_ok=True)
+                with open(fg, "w") as f:
+                    f.write(FLAMEGRAPH_STANDIN)
+                os.chmod(fg, 0o755)
+                standins.append(fg)
+            print(f"no network: flamegraph.pl stand-ins at {', '.join(standins)} "
+                  "(segments/memory read the pickle; their SVG is a stub)", flush=True)
     try:
         for path in (lpath, rpath):
             for cmd in ("stats", "trace", "segments", "memory"):
                 memory_viz(cmd, path, outdir)
     finally:
-        if standin:
+        for fg in standins:
             os.unlink(fg)
 
     failed = [n for n, ok in RESULTS if not ok]

@@ -4,10 +4,13 @@
  *   ui_fixture N     pool "frag" gets at least N blocks (e.g. 100000)
  *
  * Pools: "steady" (segments of 2, 20, 14 and 30 MiB; one block pending on
- * another stream), "frag" (N blocks, allocated and free alternating), "empty"
- * (no allocation) and "expandable" (expandable_segments:True with unmapped
- * pages in a free block). Nothing changes after setup, so every number the
- * page shows equals /metrics'. Prints "port P" once serving, then reads
+ * another stream; blocks allocated under the tags "weights", "activations"
+ * and "kv_cache", one untagged), "frag" (N blocks, allocated and free
+ * alternating), "empty" (no allocation), "expandable"
+ * (expandable_segments:True with unmapped pages in a free block) and "oom"
+ * (a 64 MiB simulated device: one OOM, reported by the agent at /oom/1).
+ * Nothing changes after setup, so every number the page shows equals
+ * /metrics'. Prints "port P" once serving, then reads
  * commands on stdin: "destroy NAME" (answers "destroyed NAME"), "quit" or
  * end of input stops it. */
 #include <stdio.h>
@@ -17,13 +20,14 @@
 #include "gpupool/agent.h"
 #include "gpupool/gpupool.h"
 #include "gpupool/host.h"
+#include "gpupool/tag.h"
 
-#define POOLS 4
+#define POOLS 5
 
-static gpupool *make(const char *name, const char *tunables) {
+static gpupool *make(const char *name, const char *tunables, size_t capacity) {
   gpupool_options o = {.name = name,
                        .tunables = tunables,
-                       .host_capacity = (size_t)4 << 30,
+                       .host_capacity = capacity,
                        .backend = GPUPOOL_BACKEND_HOST,
                        .ignore_env = 1};
   gpupool *p;
@@ -32,6 +36,13 @@ static gpupool *make(const char *name, const char *tunables) {
     exit(1);
   }
   return p;
+}
+
+static void tag(const char *name) {
+  if (gpupool_tag_push(name) != GPUPOOL_OK) {
+    fprintf(stderr, "ui_fixture: tag %s: %s\n", name, gpupool_last_error());
+    exit(1);
+  }
 }
 
 static void *alloc(gpupool *p, size_t size, void *stream) {
@@ -53,26 +64,40 @@ int main(int argc, char **argv) {
     fprintf(stderr, "ui_fixture: the agent did not start: %s\n", gpupool_last_error());
     return 1;
   }
-  const char *names[POOLS] = {"steady", "frag", "empty", "expandable"};
+  const char *names[POOLS] = {"steady", "frag", "empty", "expandable", "oom"};
+  const size_t big = (size_t)4 << 30;
   gpupool *pools[POOLS];
-  pools[0] = make(names[0], NULL);
-  pools[1] = make(names[1], NULL);
-  pools[2] = make(names[2], NULL);
-  pools[3] = make(names[3], "expandable_segments:True,expandable_slack_percent:0");
+  pools[0] = make(names[0], NULL, big);
+  pools[1] = make(names[1], NULL, big);
+  pools[2] = make(names[2], NULL, big);
+  pools[3] = make(names[3], "expandable_segments:True,expandable_slack_percent:0", big);
+  pools[4] = make(names[4], NULL, (size_t)64 << 20);
 
   /* steady: a small segment (2 MiB) with a freed block between two live
    * ones, a 20 MiB segment, a 14 MiB and a 30 MiB one; a block freed after
-   * use on another stream stays pending. */
+   * use on another stream stays pending. Tags: weights 100 KiB + 3 MiB,
+   * activations 14 MiB (and the pending block), kv_cache 30 MiB; the
+   * 300 KiB block has none. */
   gpupool_host_stream *other = gpupool_host_stream_create();
+  tag("weights");
   void *a = alloc(pools[0], 100 << 10, NULL);
   void *b = alloc(pools[0], 200 << 10, NULL);
+  gpupool_tag_pop();
   alloc(pools[0], 300 << 10, NULL);
   gpupool_free(pools[0], b);
   (void)a;
+  tag("activations");
   void *c = alloc(pools[0], 5 << 20, NULL);
+  gpupool_tag_pop();
+  tag("weights");
   alloc(pools[0], 3 << 20, NULL);
+  gpupool_tag_pop();
+  tag("activations");
   alloc(pools[0], 14 << 20, NULL);
+  gpupool_tag_pop();
+  tag("kv_cache");
   alloc(pools[0], 30 << 20, NULL);
+  gpupool_tag_pop();
   gpupool_record_stream(pools[0], c, other);
   gpupool_host_stream_enqueue(other);
   gpupool_free(pools[0], c);
@@ -101,6 +126,15 @@ int main(int argc, char **argv) {
   alloc(pools[3], 10 << 20, NULL);
   gpupool_free(pools[3], e);
   gpupool_empty_cache(pools[3]);
+
+  /* oom: 40 MiB of 64 held, then 40 MiB more cannot fit. */
+  alloc(pools[4], 40 << 20, NULL);
+  void *no;
+  if (gpupool_malloc(pools[4], &no, 40 << 20, NULL) != GPUPOOL_ERR_OOM ||
+      strncmp(gpupool_last_error(), "CUDA out of memory.", 19) != 0) {
+    fprintf(stderr, "ui_fixture: expected an OOM, got: %s\n", gpupool_last_error());
+    return 1;
+  }
 
   printf("port %d\n", gpupool_agent_port());
   fflush(stdout);

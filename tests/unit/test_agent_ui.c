@@ -1,8 +1,8 @@
 /* /ui through a real socket: the page and its assets (Content-Type, CSP,
  * ETag and 304, caching), /ui/state.json and /ui/blocks.json (their JSON,
  * values equal to the pool's statistics, a pool gone, empty pools, bad
- * parameters), and the blocks' allocation time and unmapped bytes in the
- * snapshot walk. */
+ * parameters), the tag of each block in blocks.json, and the blocks' allocation time and unmapped
+ * bytes in the snapshot walk. */
 #include <cjson/cJSON.h>
 #include <criterion/criterion.h>
 #include <stdio.h>
@@ -11,6 +11,7 @@
 
 #include "gpupool/agent.h"
 #include "gpupool/host.h"
+#include "gpupool/tag.h"
 #include "helpers/http_client.h"
 
 static gpupool *pool, *empty;
@@ -263,7 +264,14 @@ Test(agent_ui, bad_parameters) {
                        "/ui/blocks.json",
                        "/ui/blocks.json?pool=x",
                        "/ui/blocks.json?pool=1&x=2",
-                       "/ui/blocks.json?window=10"};
+                       "/ui/blocks.json?window=10",
+                       "/ui/blocks.json?pool=",
+                       "/ui/blocks.json?pool=-1",
+                       "/ui/blocks.json?pool=1234567890",
+                       "/ui/blocks.json?pool=1&pool=1",
+                       "/ui/blocks.json?pool=1&tag=x",
+                       "/ui/state.json?window=3601",
+                       "/ui/state.json?window=60&tags=1"};
   for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
     http_response r = get(port, bad[i], NULL);
     cr_assert_eq(r.status, 400, "%s gave %d", bad[i], r.status);
@@ -272,4 +280,90 @@ Test(agent_ui, bad_parameters) {
               r.body);
     http_response_free(&r);
   }
+}
+
+static int tag_of(cJSON *tags, const char *name) {
+  int i = 0;
+  cJSON *t;
+  cJSON_ArrayForEach(t, tags) {
+    if (strcmp(cJSON_GetObjectItem(t, "name")->valuestring, name) == 0)
+      return i;
+    i++;
+  }
+  return -1;
+}
+
+/* blocks.json names each tagged block's tag (an index into the pool's tag
+ * table, which carries the bytes per tag as gpupool_get_tag_stats counts
+ * them); untagged and free blocks have -1, a segment without tagged blocks
+ * no block_tags at all. */
+Test(agent_ui, tagged_blocks) {
+  int port = start_local();
+  void *w, *k, *u, *f;
+  cr_assert_eq(gpupool_tag_push("weights"), GPUPOOL_OK);
+  cr_assert_eq(gpupool_malloc(pool, &w, 3 << 20, NULL), GPUPOOL_OK);
+  cr_assert_eq(gpupool_tag_push("kv_cache"), GPUPOOL_OK);
+  cr_assert_eq(gpupool_malloc(pool, &k, 5 << 20, NULL), GPUPOOL_OK);
+  cr_assert_eq(gpupool_malloc(pool, &f, 7 << 20, NULL), GPUPOOL_OK);
+  cr_assert_eq(gpupool_tag_pop(), GPUPOOL_OK);
+  cr_assert_eq(gpupool_tag_pop(), GPUPOOL_OK);
+  cr_assert_eq(gpupool_free(pool, f), GPUPOOL_OK);                     /* a free block: no tag */
+  cr_assert_eq(gpupool_malloc(pool, &u, 600 << 10, NULL), GPUPOOL_OK); /* small, untagged */
+  gpupool_tag_stat ts[GPUPOOL_TAG_MAX];
+  int nts = gpupool_get_tag_stats(pool, ts, GPUPOOL_TAG_MAX);
+  cr_assert_geq(nts, 2);
+
+  cJSON *state = get_json(port, "/ui/state.json");
+  char target[64];
+  snprintf(target, sizeof target, "/ui/blocks.json?pool=%d",
+           (int)num(find_pool(state, "web"), "id"));
+  cJSON_Delete(state);
+  cJSON *doc = get_json(port, target);
+  cJSON *p = cJSON_GetObjectItem(doc, "pool");
+  cJSON *tags = cJSON_GetObjectItem(p, "tags");
+  cr_assert(cJSON_IsArray(tags), "the pool has a tag table");
+  cr_assert_eq(cJSON_GetArraySize(tags), nts, "every tag of the process, in its order");
+  for (int i = 0; i < nts; i++) {
+    cJSON *t = cJSON_GetArrayItem(tags, i);
+    cr_assert_str_eq(cJSON_GetObjectItem(t, "name")->valuestring, ts[i].tag);
+    cr_assert_eq(num(t, "allocated"), (double)ts[i].allocated_bytes, "%s", ts[i].tag);
+  }
+  int wi = tag_of(tags, "weights"), ki = tag_of(tags, "kv_cache");
+  cr_assert(wi >= 0 && ki >= 0 && wi != ki);
+  cr_assert_eq(num(cJSON_GetArrayItem(tags, wi), "allocated"), 3 << 20);
+  cr_assert_eq(num(cJSON_GetArrayItem(tags, ki), "allocated"), 5 << 20);
+  int seen_w = 0, seen_k = 0, untagged_segments = 0;
+  cJSON *seg;
+  cJSON_ArrayForEach(seg, cJSON_GetObjectItem(p, "segments")) {
+    cJSON *bl = cJSON_GetObjectItem(seg, "blocks");
+    cJSON *bt = cJSON_GetObjectItem(seg, "block_tags");
+    if (!bt) {
+      untagged_segments++;
+      continue;
+    }
+    cr_assert_eq(cJSON_GetArraySize(bt) * 6, cJSON_GetArraySize(bl), "a tag index per block");
+    for (int i = 0; i < cJSON_GetArraySize(bt); i++) {
+      int t = cJSON_GetArrayItem(bt, i)->valueint;
+      int st = cJSON_GetArrayItem(bl, 6 * i + 3)->valueint;
+      double size = cJSON_GetArrayItem(bl, 6 * i + 2)->valuedouble; /* requested */
+      if (st == 0)
+        cr_assert_eq(t, -1, "a free block has no tag");
+      else if (size == 3 << 20) {
+        cr_assert_eq(t, wi, "the weights block");
+        seen_w++;
+      } else if (size == 5 << 20) {
+        cr_assert_eq(t, ki, "the kv_cache block");
+        seen_k++;
+      } else {
+        cr_assert_eq(t, -1, "an untagged block of %g B", size);
+      }
+    }
+  }
+  cr_assert_eq(seen_w, 1);
+  cr_assert_eq(seen_k, 1);
+  cr_assert_geq(untagged_segments, 1, "the small segment holds only the untagged block");
+  cJSON_Delete(doc);
+  cr_assert_eq(gpupool_free(pool, w), GPUPOOL_OK);
+  cr_assert_eq(gpupool_free(pool, k), GPUPOOL_OK);
+  cr_assert_eq(gpupool_free(pool, u), GPUPOOL_OK);
 }
