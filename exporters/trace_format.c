@@ -1,5 +1,6 @@
 #include "trace_format.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -280,6 +281,53 @@ static void pool_instant(trace_format *f, trace_pool *p, const char *name, const
   end_event(f);
 }
 
+/* The duration of an X event from start to end (ns after the base). Viewers
+ * read JSON numbers as doubles and draw the event up to ts + dur in double
+ * arithmetic: with the exact 3-decimal text that sum can land a hair past the
+ * next call's ts (1e-10 us) and the next call is nested inside this one. So
+ * dur is the double nearest the exact value for which ts + dur rounds to
+ * exactly the double of the end's text; written as its shortest round-trip
+ * decimal, which is the 3-decimal text whenever that one already works. */
+static void dur_field(json_buf *o, uint64_t start_ns, uint64_t end_ns) {
+  double a = (double)start_ns / 1000.0, b = (double)end_ns / 1000.0; /* = strtod of the text */
+  double exact = (double)(end_ns - start_ns) / 1000.0;
+  json_puts(o, ",\"dur\":");
+  if (a + exact == b || start_ns >= (1ull << 53) || end_ns >= (1ull << 53)) {
+    json_ns_as_us(o, (int64_t)(end_ns - start_ns));
+    return;
+  }
+  /* The doubles d with a + d == b form a short run around b - a: take the
+   * one nearest the exact duration, preferring one not below it. */
+  double best = b - a, best_err = 0;
+  int found = 0, best_below = 1;
+  for (int dir = -1; dir <= 1; dir += 2) {
+    double d = b - a;
+    for (int i = 0; i < 64; i++, d = nextafter(d, dir * HUGE_VAL)) {
+      if (a + d != b)
+        continue;
+      double err = fabs(d - exact);
+      int below = d < exact;
+      if (!found || below < best_below || (below == best_below && err < best_err)) {
+        best = d;
+        best_err = err;
+        best_below = below;
+        found = 1;
+      }
+    }
+  }
+  /* printf and strtod agree on the locale's decimal point; JSON wants '.'. */
+  char text[40];
+  for (int digits = 1; digits <= 17; digits++) {
+    snprintf(text, sizeof text, "%.*g", digits, best);
+    if (strtod(text, NULL) == best)
+      break;
+  }
+  for (char *c = text; *c; c++)
+    if (!strchr("0123456789eE+-", *c))
+      *c = '.';
+  json_puts(o, text);
+}
+
 /* A device call as a complete event ending at the record's time. Two calls
  * of one pool that overlapped (on different streams) are drawn one after the
  * other so that the track stays properly nested; args keep the real time. */
@@ -297,8 +345,7 @@ static void segment_call(trace_format *f, trace_pool *p, const pool_event *ev, u
                          : (ev->type == EV_SEGMENT_ALLOC ? "segment alloc" : "segment free");
   begin_event(f, "X", name, "device", trace_pid_of_device(p->info.device), calls_tid(p), start);
   json_buf *o = f->out;
-  json_puts(o, ",\"dur\":");
-  json_ns_as_us(o, (int64_t)(ts - start));
+  dur_field(o, start - f->base_ns, ts - f->base_ns);
   arg_hex(o, ",\"args\":{\"address\":", ev->addr);
   arg_u64(o, ",\"size\":", ev->size);
   arg_hex(o, ",\"stream\":", ev->stream);
