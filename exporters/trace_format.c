@@ -1,6 +1,5 @@
 #include "trace_format.h"
 
-#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -81,10 +80,10 @@ static void ts_field(trace_format *f, const char *key, uint64_t ts_ns) {
   json_ns_as_us(f->out, (int64_t)(ts_ns - f->base_ns));
 }
 
-/* Opens an event object: {"ph":..,"name":..,"cat":..,"pid":..,"tid":..,"ts":..
- * (cat omitted when NULL). The caller adds fields and calls end_event. */
-static void begin_event(trace_format *f, const char *ph, const char *name, const char *cat, int pid,
-                        int64_t tid, uint64_t ts_ns) {
+/* Opens an event object: {"ph":..,"name":..,"cat":..,"pid":..,"tid":..
+ * (cat omitted when NULL), without its time. */
+static void open_event(trace_format *f, const char *ph, const char *name, const char *cat, int pid,
+                       int64_t tid) {
   json_buf *o = f->out;
   json_puts(o, f->written++ ? ",\n{\"ph\":\"" : "\n{\"ph\":\"");
   json_puts(o, ph);
@@ -99,6 +98,12 @@ static void begin_event(trace_format *f, const char *ph, const char *name, const
   json_i64(o, pid);
   json_puts(o, ",\"tid\":");
   json_i64(o, tid);
+}
+
+/* open_event and ts. The caller adds fields and calls end_event. */
+static void begin_event(trace_format *f, const char *ph, const char *name, const char *cat, int pid,
+                        int64_t tid, uint64_t ts_ns) {
+  open_event(f, ph, name, cat, pid, tid);
   ts_field(f, ",\"ts\":", ts_ns);
 }
 
@@ -281,51 +286,39 @@ static void pool_instant(trace_format *f, trace_pool *p, const char *name, const
   end_event(f);
 }
 
-/* The duration of an X event from start to end (ns after the base). Viewers
- * read JSON numbers as doubles and draw the event up to ts + dur in double
- * arithmetic: with the exact 3-decimal text that sum can land a hair past the
- * next call's ts (1e-10 us) and the next call is nested inside this one. So
- * dur is the double nearest the exact value for which ts + dur rounds to
- * exactly the double of the end's text; written as its shortest round-trip
- * decimal, which is the 3-decimal text whenever that one already works. */
-static void dur_field(json_buf *o, uint64_t start_ns, uint64_t end_ns) {
-  double a = (double)start_ns / 1000.0, b = (double)end_ns / 1000.0; /* = strtod of the text */
-  double exact = (double)(end_ns - start_ns) / 1000.0;
-  json_puts(o, ",\"dur\":");
-  if (a + exact == b || start_ns >= (1ull << 53) || end_ns >= (1ull << 53)) {
-    json_ns_as_us(o, (int64_t)(end_ns - start_ns));
+/* A time (ns after the base) as µs on a grid of 1/1024 µs, the nearest grid
+ * point: k / 1024 written out exactly (at most 10 decimals, zeros trimmed). */
+static uint64_t grid_of(uint64_t ns) {
+  return ns < (UINT64_MAX >> 8) ? (ns * 128 + 62) / 125 : ns / 125 * 128;
+}
+
+static void grid_us(json_buf *o, uint64_t k) {
+  json_u64(o, k >> 10);
+  uint64_t frac = (k & 1023) * 9765625ull; /* / 10^10 */
+  if (!frac)
     return;
+  char digits[11];
+  int n = 0;
+  for (uint64_t scale = 1000000000ull; scale && frac; scale /= 10) {
+    digits[n++] = (char)('0' + frac / scale);
+    frac %= scale;
   }
-  /* The doubles d with a + d == b form a short run around b - a: take the
-   * one nearest the exact duration, preferring one not below it. */
-  double best = b - a, best_err = 0;
-  int found = 0, best_below = 1;
-  for (int dir = -1; dir <= 1; dir += 2) {
-    double d = b - a;
-    for (int i = 0; i < 64; i++, d = nextafter(d, dir * HUGE_VAL)) {
-      if (a + d != b)
-        continue;
-      double err = fabs(d - exact);
-      int below = d < exact;
-      if (!found || below < best_below || (below == best_below && err < best_err)) {
-        best = d;
-        best_err = err;
-        best_below = below;
-        found = 1;
-      }
-    }
-  }
-  /* printf and strtod agree on the locale's decimal point; JSON wants '.'. */
-  char text[40];
-  for (int digits = 1; digits <= 17; digits++) {
-    snprintf(text, sizeof text, "%.*g", digits, best);
-    if (strtod(text, NULL) == best)
-      break;
-  }
-  for (char *c = text; *c; c++)
-    if (!strchr("0123456789eE+-", *c))
-      *c = '.';
-  json_puts(o, text);
+  json_putc(o, '.');
+  json_put(o, digits, (size_t)n);
+}
+
+/* A device call's ts and dur. Viewers read JSON numbers as doubles and draw
+ * an X event up to ts + dur (speedscope after subtracting the track's first
+ * ts): with 3-decimal texts those sums can land a hair past the next call's
+ * ts, and the next call, which begins where this one ends, is drawn nested
+ * inside it. On the 1/1024 µs grid every such sum and difference is exact in
+ * double, so calls that touch in nanoseconds touch in every viewer. */
+static void device_call_times(json_buf *o, uint64_t start_ns, uint64_t end_ns) {
+  uint64_t ks = grid_of(start_ns), ke = grid_of(end_ns);
+  json_puts(o, ",\"ts\":");
+  grid_us(o, ks);
+  json_puts(o, ",\"dur\":");
+  grid_us(o, ke - ks);
 }
 
 /* A device call as a complete event ending at the record's time. Two calls
@@ -343,9 +336,9 @@ static void segment_call(trace_format *f, trace_pool *p, const pool_event *ev, u
   const char *name = ev->flags & EVF_PAGES
                          ? (ev->type == EV_SEGMENT_ALLOC ? "pages map" : "pages unmap")
                          : (ev->type == EV_SEGMENT_ALLOC ? "segment alloc" : "segment free");
-  begin_event(f, "X", name, "device", trace_pid_of_device(p->info.device), calls_tid(p), start);
+  open_event(f, "X", name, "device", trace_pid_of_device(p->info.device), calls_tid(p));
   json_buf *o = f->out;
-  dur_field(o, start - f->base_ns, ts - f->base_ns);
+  device_call_times(o, start - f->base_ns, ts - f->base_ns);
   arg_hex(o, ",\"args\":{\"address\":", ev->addr);
   arg_u64(o, ",\"size\":", ev->size);
   arg_hex(o, ",\"stream\":", ev->stream);
