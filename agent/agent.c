@@ -16,6 +16,7 @@
 #include "agent_health.h"
 #include "cupti.h"
 #include "exporters/metrics.h"
+#include "exporters/metrics_pools.h"
 #include "exporters/trace_writer.h"
 #include "gpupool/agent.h"
 #include "http.h"
@@ -96,6 +97,7 @@ static gpupool_status start_locked(const agent_config *c) {
   if (!c->listen_off && http_listen_open(c->listen_host, c->listen_port, &l, err, sizeof err) != 0)
     return agent_fail(GPUPOOL_ERR_BACKEND, err);
   metrics_configure(c->hostname, &c->labels);
+  metrics_pools_size_buckets(c->size_buckets_classic);
   agent_health_reset((double)clock_realtime_ns() / 1e9);
   start_events(c);
   gpupool_status s = cupti_start(c->cupti);

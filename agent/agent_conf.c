@@ -147,9 +147,17 @@ static int apply_pair(void *ctx, const char *key, const char *value, char *err, 
   }
   if (strcmp(key, "oom_dir") == 0)
     return copy_setting(key, value, r->cfg->oom_dir, sizeof r->cfg->oom_dir, err, errlen);
+  if (strcmp(key, "size_buckets") == 0) {
+    if (strcasecmp(value, "coarse") != 0 && strcasecmp(value, "classic") != 0) {
+      snprintf(err, errlen, "size_buckets: '%s' is not coarse or classic", value);
+      return -1;
+    }
+    r->cfg->size_buckets_classic = strcasecmp(value, "classic") == 0;
+    return 0;
+  }
   snprintf(err, errlen,
            "unknown key '%s' (known: listen, sample_interval_ms, trace_events, trace_tick_us, "
-           "cupti, labels, trace_file, sd_dir, hostname, oom_reports, oom_dir)",
+           "cupti, labels, trace_file, sd_dir, hostname, oom_reports, oom_dir, size_buckets)",
            key);
   return -1;
 }

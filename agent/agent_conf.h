@@ -31,8 +31,9 @@ typedef struct agent_config {
   char trace_file[PATH_MAX]; /* "" = none */
   char sd_dir[PATH_MAX];     /* "" = none */
   char hostname[LABEL_VALUE_MAX];
-  size_t oom_reports;     /* OOM reports kept (agent/oom_store.h) */
-  char oom_dir[PATH_MAX]; /* "" = none: where each OOM report is written */
+  size_t oom_reports;       /* OOM reports kept (agent/oom_store.h) */
+  char oom_dir[PATH_MAX];   /* "" = none: where each OOM report is written */
+  int size_buckets_classic; /* size_buckets:classic: all 41 power-of-two buckets */
 } agent_config;
 
 /* 0 on success; -1 with a one-line reason. opt may be NULL. */

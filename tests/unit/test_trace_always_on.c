@@ -223,3 +223,34 @@ Test(trace_always_on_http, event_counts_match_the_dropped_metric) {
   cr_assert_eq(gpupool_trace_event_counts(pool, NULL, &dropped), GPUPOOL_ERR_INVALID);
   cr_assert_eq(gpupool_trace_event_counts(pool, &recorded, NULL), GPUPOOL_ERR_INVALID);
 }
+
+/* ---- the series budget --------------------------------------------------- */
+
+Test(trace_always_on_http, classic_size_buckets_by_config) {
+  const char *const labels[] = {"pool=\"ao\"", NULL};
+  for (int classic = 0; classic < 2; classic++) {
+    setenv("GPUPOOL_AGENT_CONF", classic ? "size_buckets:classic" : "size_buckets:coarse", 1);
+    gpupool_agent_options o = {.listen = "127.0.0.1:0", .cupti = GPUPOOL_CUPTI_OFF};
+    cr_assert_eq(gpupool_agent_start(&o), GPUPOOL_OK, "%s", gpupool_last_error());
+    churn(100);
+    http_response r;
+    cr_assert_eq(http_request("127.0.0.1", gpupool_agent_port(), "GET", "/metrics", NULL, &r), 0);
+    int n = metrics_count(r.body, "gpupool_allocation_size_bytes_bucket", labels);
+    cr_assert_eq(n, classic ? 41 : 15, "%s: %d buckets", classic ? "classic" : "coarse", n);
+    double inf, count;
+    const char *const inf_labels[] = {"pool=\"ao\"", "le=\"+Inf\"", NULL};
+    cr_assert_eq(metrics_value(r.body, "gpupool_allocation_size_bytes_bucket", inf_labels, &inf),
+                 0);
+    cr_assert_eq(metrics_value(r.body, "gpupool_allocation_size_bytes_count", labels, &count), 0);
+    cr_assert_eq(inf, count);
+    http_response_free(&r);
+    gpupool_agent_stop();
+  }
+  setenv("GPUPOOL_AGENT_CONF", "size_buckets:fine", 1);
+  gpupool_agent_options o = {.listen = "127.0.0.1:0", .cupti = GPUPOOL_CUPTI_OFF};
+  cr_assert_eq(gpupool_agent_start(&o), GPUPOOL_ERR_INVALID);
+  cr_assert(strstr(gpupool_last_error(), "size_buckets: 'fine' is not coarse or classic"), "%s",
+            gpupool_last_error());
+  cr_assert_eq(gpupool_agent_port(), 0);
+  unsetenv("GPUPOOL_AGENT_CONF");
+}
