@@ -18,6 +18,7 @@
 #include "cupti.h"
 #include "metrics.h"
 #include "trace_writer.h"
+#include "exporters/metrics_pools.h"
 #include "gpupool/agent.h"
 #include "http.h"
 #include "http_listen.h"
@@ -124,6 +125,7 @@ static gpupool_status start_locked(const agent_config *c, web_config *web, const
     return agent_fail(GPUPOOL_ERR_BACKEND, err);
   }
   metrics_configure(c->hostname, &c->labels);
+  metrics_pools_size_buckets(c->size_buckets_classic);
   agent_health_reset((double)clock_realtime_ns() / 1e9);
   start_events(c);
   gpupool_status s = cupti_start(c->cupti);

@@ -156,6 +156,13 @@ static int set_healthz_open(void *ctx, const kvopt *o, kvopt_value v, char *err,
   return 0;
 }
 
+static int set_size_buckets(void *ctx, const kvopt *o, kvopt_value v, char *err, size_t errlen) {
+  ((raw_settings *)ctx)->cfg->size_buckets_classic = (int)v.u;
+  return 0;
+}
+
+static const kvopt_choice size_bucket_sets[] = {{"coarse", 0}, {"classic", 1}, {NULL, 0}};
+
 static const kvopt_choice cupti_modes[] = {{"auto", GPUPOOL_CUPTI_AUTO},
                                            {"off", GPUPOOL_CUPTI_OFF},
                                            {"force", GPUPOOL_CUPTI_FORCE},
@@ -178,6 +185,8 @@ static const kvopt agent_options[] = {
     {"oom_dir", KVOPT_STRING, .set = set_oom_dir},
     {"web_config", KVOPT_STRING, .set = set_web_config},
     {"healthz_open", KVOPT_U64, 0, 1, .range = "0 or 1", .set = set_healthz_open},
+    {"size_buckets", KVOPT_CHOICE, .choices = size_bucket_sets, .nocase = 1,
+     .set = set_size_buckets},
 };
 #define N_AGENT_OPTIONS (sizeof agent_options / sizeof agent_options[0])
 

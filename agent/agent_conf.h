@@ -35,6 +35,7 @@ typedef struct agent_config {
   char oom_dir[PATH_MAX];    /* "" = none: where each OOM report is written */
   char web_config[PATH_MAX]; /* "" = none: plain HTTP, no auth */
   int healthz_open;          /* /healthz without basic auth */
+  int size_buckets_classic;  /* size_buckets:classic: all 41 power-of-two buckets */
 } agent_config;
 
 /* 0 on success; -1 with a one-line reason. opt may be NULL. */

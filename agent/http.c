@@ -12,6 +12,8 @@
 #include "agent_health.h"
 #include "endpoint.h"
 #include "metrics.h"
+#include "http_accept.h"
+#include "http_gzip_stream.h"
 #include "http_index.h"
 #include "http_tls.h"
 #include "labels.h"
@@ -322,6 +324,9 @@ static enum MHD_Result serve(struct MHD_Connection *c, const char *url, int head
   rt->handler(&args, &body);
   if (!body.status)
     body.status = 200;
+  /* A streamed document (/trace: tens of MB) is deflated as it is sent. */
+  if (body.read && !body.content_encoding && http_accepts_gzip(args.accept_encoding))
+    http_gzip_wrap_stream(&body);
   return queue(c, &body, head, NULL, wc, old);
 }
 

@@ -69,8 +69,9 @@ void index_endpoint(const endpoint_args *args, endpoint_body *out, const char *h
   html_escaped(&b, hostname);
   prom_buf_puts(&b, "</p>\n<ul>\n"
                     "<li><a href=\"/metrics\">/metrics</a>: Prometheus metrics</li>\n"
-                    "<li><a href=\"/trace\">/trace</a>: Chrome trace of allocation events "
-                    "(open in Perfetto or chrome://tracing)</li>\n"
+                    "<li><a href=\"/trace?since=-30\">/trace?since=-30</a>: Chrome trace of the "
+                    "allocation events of the last 30 s (open in Perfetto or chrome://tracing; "
+                    "drop <code>since</code> for all the rings hold)</li>\n"
                     "<li><a href=\"/snapshot\">/snapshot</a>: segments and blocks as JSON</li>\n"
                     "<li><a href=\"/ui\">/ui</a>: live view of the pools in the browser</li>\n"
                     "<li><a href=\"/advice?format=table\">/advice</a>: which pool settings to "

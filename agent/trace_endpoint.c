@@ -8,6 +8,7 @@
 #include "endpoint.h"
 #include "gpupool/agent.h"
 #include "core/errors.h"
+#include "pool/pool_view.h"
 #include "trace_writer.h"
 
 #define FILE_CHUNK 65536
@@ -37,6 +38,13 @@ void trace_endpoint(const endpoint_args *args, endpoint_body *out) {
   out->stream = s;
   out->read = stream_read;
   out->close = stream_close;
+}
+
+gpupool_status gpupool_trace_event_counts(gpupool *pool, uint64_t *recorded, uint64_t *dropped) {
+  if (!pool || !recorded || !dropped)
+    return pool_fail(GPUPOOL_ERR_INVALID, "gpupool_trace_event_counts: NULL argument");
+  pool_event_counts(pool, recorded, dropped);
+  return GPUPOOL_OK;
 }
 
 gpupool_status gpupool_trace_write(FILE *f) {

@@ -324,7 +324,9 @@ static void print_endpoints(const demo_args *a, const char *backend, const demo_
   else
     printf("steps as fast as they go\n");
   printf("  metrics   http://%s:%d/metrics\n", host, port);
-  printf("  trace     http://%s:%d/trace   (open in https://ui.perfetto.dev)\n", host, port);
+  printf("  trace     http://%s:%d/trace?since=-30   (the last 30 s; open in "
+         "https://ui.perfetto.dev)\n",
+         host, port);
   printf("  snapshot  http://%s:%d/snapshot\n", host, port);
   printf("  index     http://%s:%d/\n", host, port);
   printf("Stop with Ctrl-C.\n");

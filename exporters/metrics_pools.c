@@ -1,6 +1,7 @@
 #include "metrics_pools.h"
 
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stddef.h>
 #include <stdio.h>
 
@@ -186,27 +187,54 @@ static void write_labelled(prom_writer *w, const metrics_snapshot *s) {
 }
 
 /* le of bucket i is 2^i; the pool's last bucket also holds larger sizes, so
- * it is folded into +Inf. */
-#define HIST_BOUNDS (POOL_HIST_BUCKETS - 1)
+ * it is folded into +Inf. The coarse buckets are every second one from
+ * 2^COARSE_FIRST: the same cumulative counts at fewer le values. */
+#define HIST_BOUNDS   (POOL_HIST_BUCKETS - 1)
+#define COARSE_FIRST  9
+#define COARSE_LAST   35
+#define COARSE_STEP   2
+#define COARSE_BOUNDS ((COARSE_LAST - COARSE_FIRST) / COARSE_STEP + 1)
 
 static char bound_text[HIST_BOUNDS][24];
 static const char *bounds[HIST_BOUNDS];
+static const char *coarse_bounds[COARSE_BOUNDS];
 static pthread_once_t bounds_once = PTHREAD_ONCE_INIT;
+static atomic_int classic_buckets;
+
+void metrics_pools_size_buckets(int classic) {
+  atomic_store(&classic_buckets, classic != 0);
+}
 
 static void format_bounds(void) {
   for (int i = 0; i < HIST_BOUNDS; i++) {
     snprintf(bound_text[i], sizeof bound_text[i], "%llu", 1ULL << i);
     bounds[i] = bound_text[i];
   }
+  for (int j = 0; j < COARSE_BOUNDS; j++)
+    coarse_bounds[j] = bounds[COARSE_FIRST + COARSE_STEP * j];
 }
 
 static void write_histogram(prom_writer *w, const metrics_snapshot *s) {
   pthread_once(&bounds_once, format_bounds);
+  int classic = atomic_load(&classic_buckets);
   prom_family(w, "gpupool_allocation_size_bytes", PROM_HISTOGRAM,
-              "Requested allocation sizes, power-of-two buckets.");
+              classic ? "Requested allocation sizes, power-of-two buckets."
+                      : "Requested allocation sizes, power-of-four buckets from 512 bytes.");
   for (size_t i = 0; i < s->npools; i++) {
     const metrics_pool *m = &s->pools[i];
-    prom_histogram(w, metrics_labels(s, m->labels), bounds, m->hist.bucket, HIST_BOUNDS,
+    if (classic) {
+      prom_histogram(w, metrics_labels(s, m->labels), bounds, m->hist.bucket, HIST_BOUNDS,
+                     (double)m->hist.sum, 0);
+      continue;
+    }
+    /* Bucket i holds sizes in (2^(i-1), 2^i]: coarse bucket j sums those
+     * up to its le, the last one everything above the last le. */
+    uint64_t counts[COARSE_BOUNDS + 1] = {0};
+    for (int b = 0; b < POOL_HIST_BUCKETS; b++) {
+      int j = b <= COARSE_FIRST ? 0 : (b - COARSE_FIRST + COARSE_STEP - 1) / COARSE_STEP;
+      counts[j < COARSE_BOUNDS ? j : COARSE_BOUNDS] += m->hist.bucket[b];
+    }
+    prom_histogram(w, metrics_labels(s, m->labels), coarse_bounds, counts, COARSE_BOUNDS,
                    (double)m->hist.sum, 0);
   }
 }

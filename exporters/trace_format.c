@@ -80,10 +80,10 @@ static void ts_field(trace_format *f, const char *key, uint64_t ts_ns) {
   json_ns_as_us(f->out, (int64_t)(ts_ns - f->base_ns));
 }
 
-/* Opens an event object: {"ph":..,"name":..,"cat":..,"pid":..,"tid":..,"ts":..
- * (cat omitted when NULL). The caller adds fields and calls end_event. */
-static void begin_event(trace_format *f, const char *ph, const char *name, const char *cat, int pid,
-                        int64_t tid, uint64_t ts_ns) {
+/* Opens an event object: {"ph":..,"name":..,"cat":..,"pid":..,"tid":..
+ * (cat omitted when NULL), without its time. */
+static void open_event(trace_format *f, const char *ph, const char *name, const char *cat, int pid,
+                       int64_t tid) {
   json_buf *o = f->out;
   json_puts(o, f->written++ ? ",\n{\"ph\":\"" : "\n{\"ph\":\"");
   json_puts(o, ph);
@@ -98,6 +98,12 @@ static void begin_event(trace_format *f, const char *ph, const char *name, const
   json_i64(o, pid);
   json_puts(o, ",\"tid\":");
   json_i64(o, tid);
+}
+
+/* open_event and ts. The caller adds fields and calls end_event. */
+static void begin_event(trace_format *f, const char *ph, const char *name, const char *cat, int pid,
+                        int64_t tid, uint64_t ts_ns) {
+  open_event(f, ph, name, cat, pid, tid);
   ts_field(f, ",\"ts\":", ts_ns);
 }
 
@@ -280,6 +286,41 @@ static void pool_instant(trace_format *f, trace_pool *p, const char *name, const
   end_event(f);
 }
 
+/* A time (ns after the base) as µs on a grid of 1/1024 µs, the nearest grid
+ * point: k / 1024 written out exactly (at most 10 decimals, zeros trimmed). */
+static uint64_t grid_of(uint64_t ns) {
+  return ns < (UINT64_MAX >> 8) ? (ns * 128 + 62) / 125 : ns / 125 * 128;
+}
+
+static void grid_us(json_buf *o, uint64_t k) {
+  json_u64(o, k >> 10);
+  uint64_t frac = (k & 1023) * 9765625ull; /* / 10^10 */
+  if (!frac)
+    return;
+  char digits[11];
+  int n = 0;
+  for (uint64_t scale = 1000000000ull; scale && frac; scale /= 10) {
+    digits[n++] = (char)('0' + frac / scale);
+    frac %= scale;
+  }
+  json_putc(o, '.');
+  json_put(o, digits, (size_t)n);
+}
+
+/* A device call's ts and dur. Viewers read JSON numbers as doubles and draw
+ * an X event up to ts + dur (speedscope after subtracting the track's first
+ * ts): with 3-decimal texts those sums can land a hair past the next call's
+ * ts, and the next call, which begins where this one ends, is drawn nested
+ * inside it. On the 1/1024 µs grid every such sum and difference is exact in
+ * double, so calls that touch in nanoseconds touch in every viewer. */
+static void device_call_times(json_buf *o, uint64_t start_ns, uint64_t end_ns) {
+  uint64_t ks = grid_of(start_ns), ke = grid_of(end_ns);
+  json_puts(o, ",\"ts\":");
+  grid_us(o, ks);
+  json_puts(o, ",\"dur\":");
+  grid_us(o, ke - ks);
+}
+
 /* A device call as a complete event ending at the record's time. Two calls
  * of one pool that overlapped (on different streams) are drawn one after the
  * other so that the track stays properly nested; args keep the real time. */
@@ -295,10 +336,9 @@ static void segment_call(trace_format *f, trace_pool *p, const pool_event *ev, u
   const char *name = ev->flags & EVF_PAGES
                          ? (ev->type == EV_SEGMENT_ALLOC ? "pages map" : "pages unmap")
                          : (ev->type == EV_SEGMENT_ALLOC ? "segment alloc" : "segment free");
-  begin_event(f, "X", name, "device", trace_pid_of_device(p->info.device), calls_tid(p), start);
+  open_event(f, "X", name, "device", trace_pid_of_device(p->info.device), calls_tid(p));
   json_buf *o = f->out;
-  json_puts(o, ",\"dur\":");
-  json_ns_as_us(o, (int64_t)(ts - start));
+  device_call_times(o, start - f->base_ns, ts - f->base_ns);
   arg_hex(o, ",\"args\":{\"address\":", ev->addr);
   arg_u64(o, ",\"size\":", ev->size);
   arg_hex(o, ",\"stream\":", ev->stream);

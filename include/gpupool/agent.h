@@ -55,6 +55,11 @@ int gpupool_agent_port(void);
 
 /* Write the Chrome trace of everything recorded so far to f (no HTTP needed). */
 gpupool_status gpupool_trace_write(FILE *f);
+/* Events pool's rings have recorded and overwritten so far, summed over its
+ * streams: the figures of gpupool_trace_events_total and
+ * gpupool_trace_events_dropped_total. GPUPOOL_ERR_INVALID when an argument
+ * is NULL. */
+gpupool_status gpupool_trace_event_counts(gpupool *pool, uint64_t *recorded, uint64_t *dropped);
 
 /* Write PyTorch's memory snapshot of the live pools (every pool when pool is
  * NULL, else the pools of that name) to f as a pickle that

@@ -107,13 +107,22 @@ static void check_pool(const char *text, gpupool *p, const char *label) {
   pool_get_histogram(p, &h);
   cr_assert_eq(value(text, "gpupool_allocation_size_bytes_count", label, NULL), (double)h.count);
   cr_assert_eq(value(text, "gpupool_allocation_size_bytes_sum", label, NULL), (double)h.sum);
+  /* The default (coarse) buckets: le = 2^9, 2^11, ... 2^35. */
   uint64_t cumulative = 0;
   for (int i = 0; i < POOL_HIST_BUCKETS - 1; i++) {
     cumulative += h.bucket[i];
     char le[48];
     snprintf(le, sizeof le, "le=\"%llu\"", 1ULL << i);
-    cr_assert_eq(value(text, "gpupool_allocation_size_bytes_bucket", label, le), (double)cumulative,
-                 "bucket %s", le);
+    if (i >= 9 && i <= 35 && i % 2 == 1)
+      cr_assert_eq(value(text, "gpupool_allocation_size_bytes_bucket", label, le),
+                   (double)cumulative, "bucket %s", le);
+    else {
+      char pool_label[160];
+      snprintf(pool_label, sizeof pool_label, "pool=\"%s\"", label);
+      const char *labels[] = {pool_label, le, NULL};
+      cr_assert_eq(metrics_count(text, "gpupool_allocation_size_bytes_bucket", labels), 0,
+                   "bucket %s is not a coarse one", le);
+    }
   }
   cr_assert_eq(value(text, "gpupool_allocation_size_bytes_bucket", label, "le=\"+Inf\""),
                (double)h.count);
