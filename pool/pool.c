@@ -10,6 +10,7 @@
 #include "reclaim.h"
 #include "registry.h"
 #include "shard.h"
+#include "share.h"
 #include "sizeclass.h"
 
 #define MAX_REQUEST ((size_t)1 << 48)
@@ -233,6 +234,9 @@ gpupool_status gpupool_free(gpupool *p, void *ptr) {
     return GPUPOOL_OK;
   addrmap_entry *e;
   shard *sh = lock_owner(p, (uintptr_t)ptr, &e);
+  gpupool_status st;
+  if (!sh && share_claims(p, ptr, "gpupool_free", &st)) /* exported: deferred */
+    return st;
   if (!sh)
     return pool_fail(GPUPOOL_ERR_INVALID,
                      "gpupool_free: pool '%s': %p is not a live allocation of this pool (a foreign "
@@ -272,6 +276,9 @@ gpupool_status gpupool_record_stream(gpupool *p, void *ptr, void *stream) {
     return pool_fail(GPUPOOL_ERR_INVALID, "gpupool_record_stream: %s is NULL", p ? "ptr" : "pool");
   addrmap_entry *e;
   shard *sh = lock_owner(p, (uintptr_t)ptr, &e);
+  gpupool_status st;
+  if (!sh && share_claims(p, ptr, "gpupool_record_stream", &st))
+    return st;
   if (!sh)
     return pool_fail(GPUPOOL_ERR_INVALID,
                      "gpupool_record_stream: pool '%s': %p is not a live allocation of this pool",
