@@ -254,36 +254,46 @@ static gpupool_export *find_export(gpupool *p, uintptr_t ptr) {
   return NULL;
 }
 
-/* Exports the pages of b (handles h[0..n)) and sends them; under g_lock. */
+/* Exports the pages of b (handles h[0..n)), all of them before sending
+ * anything (a failed export leaves nothing on the socket), and sends them;
+ * under g_lock. */
 static gpupool_status send_pages(gpupool *p, const block *b, void *const *h, size_t n, int sock,
                                  uint64_t id) {
   const char *call = "gpupool_share_export";
   backend *be = p->be;
   const segment *seg = b->seg;
+  int *fds = malloc(n * sizeof *fds);
+  uint64_t *offs = malloc(n * sizeof *offs);
+  if (!fds || !offs) {
+    free(fds);
+    free(offs);
+    return pool_fail(GPUPOOL_ERR_OOM, "%s: out of host memory", call);
+  }
+  gpupool_status st = GPUPOOL_OK;
+  size_t made = 0;
+  for (; made < n && st == GPUPOOL_OK; made++)
+    st = be->ops->vmm->export_page(be, h[made], &fds[made], &offs[made]);
+  if (st != GPUPOOL_OK)
+    made--; /* the failed one made no descriptor */
   share_msg m = {.magic = SHARE_MAGIC,
                  .version = SHARE_VERSION,
-                 .kind = MSG_EXPORT,
                  .id = id,
                  .size = b->requested,
                  .offset = (b->addr - seg->addr) % seg->page_size,
                  .page_size = seg->page_size,
                  .npages = (uint32_t)n};
   snprintf(m.backend, sizeof m.backend, "%s", be->name);
-  gpupool_status st = GPUPOOL_OK;
   for (size_t first = 0; first < n && st == GPUPOOL_OK; first += SHARE_FDS) {
-    int fds[SHARE_FDS];
-    size_t k = n - first < SHARE_FDS ? n - first : SHARE_FDS, made = 0;
+    size_t k = n - first < SHARE_FDS ? n - first : SHARE_FDS;
     m.kind = first ? MSG_PAGES : MSG_EXPORT;
     m.first = (uint32_t)first;
     m.nfds = (uint32_t)k;
-    for (; made < k && st == GPUPOOL_OK; made++)
-      st = be->ops->vmm->export_page(be, h[first + made], &fds[made], &m.page_offset[made]);
-    if (st != GPUPOOL_OK)
-      made--; /* the failed one made no descriptor */
-    else
-      st = send_msg(call, sock, &m, fds);
-    close_fds(fds, made); /* the importer has its own copies now */
+    memcpy(m.page_offset, offs + first, k * sizeof *offs);
+    st = send_msg(call, sock, &m, fds + first);
   }
+  close_fds(fds, made); /* the importer has its own copies */
+  free(fds);
+  free(offs);
   return st;
 }
 
