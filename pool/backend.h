@@ -33,8 +33,8 @@ typedef struct backend_vmm_ops {
   void (*unmap)(backend *b, void *addr, size_t n);
   /* Sharing with other processes (share.c). export_page: a new file
    * descriptor (the caller closes it) for the memory of page handle h, which
-   * starts at *offset in that file; GPUPOOL_ERR_UNSUPPORTED where the pages
-   * are not shareable (b->shareable 0). map_shared: maps the page at offset of
+   * starts at *offset in that file (the caller checks b->shareable first;
+   * GPUPOOL_ERR_UNSUPPORTED for a page created plain). map_shared: maps the page at offset of
    * such a descriptor, received from another process, at addr (readable and
    * writable by the device; unmap undoes it); fd stays the caller's. */
   gpupool_status (*export_page)(backend *b, void *h, int *fd, uint64_t *offset);

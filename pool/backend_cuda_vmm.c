@@ -311,13 +311,9 @@ static void vmm_unmap(backend *b, void *addr, size_t n) {
   cu_report_free_error("cuMemUnmap", b->device, first);
 }
 
+/* The caller checked b->shareable; a page created before the driver refused
+ * shareable ones exports, a later one does not (UNSUPPORTED). */
 static gpupool_status vmm_export_page(backend *b, void *h, int *fd, uint64_t *offset) {
-  if (!b->shareable)
-    return pool_fail(GPUPOOL_ERR_UNSUPPORTED,
-                     "device %d cannot export its memory as POSIX file descriptors (no "
-                     "CU_DEVICE_ATTRIBUTE_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR_SUPPORTED, or the "
-                     "driver refused exportable pages)",
-                     b->device);
   cuda_device_guard g;
   CUresult r = CUDA_SUCCESS;
   int out = -1;

@@ -346,6 +346,12 @@ gpupool_status gpupool_share_export(gpupool *p, void *ptr, int sock, gpupool_exp
                      "%s: pool '%s': %p is not a live allocation of this pool (a foreign or "
                      "interior pointer, or a freed block)",
                      call, p->cfg.name, ptr);
+    else if (!p->be->shareable) /* read under the slow lock, as the backend wants */
+      st = pool_fail(GPUPOOL_ERR_UNSUPPORTED,
+                     "%s: pool '%s': device %d cannot export memory as POSIX file descriptors "
+                     "(no CU_DEVICE_ATTRIBUTE_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR_SUPPORTED, or the "
+                     "driver refused shareable pages)",
+                     call, p->cfg.name, p->be->device);
     else if (!b->seg->pages)
       st = pool_fail(GPUPOOL_ERR_INVALID,
                      "%s: pool '%s': %p is a small block (%zu bytes): small blocks live in plain "

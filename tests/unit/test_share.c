@@ -17,8 +17,8 @@
 
 #include "gpupool/share.h"
 #include "helpers/pool_check.h"
+#include "pool/pool_internal.h"
 
-#define MiB     PC_MiB
 #define A       GPUPOOL_STAT_ALL
 #define WAIT_MS 10000 /* a bound, never reached when things work */
 
@@ -299,6 +299,26 @@ Test(share, not_an_expandable_pool) {
   gpupool_export *ex = NULL;
   expect_fail(gpupool_share_export(p, x, sv[0], &ex), GPUPOOL_ERR_INVALID, "expandable");
   cr_assert_eq(gpupool_free(p, x), GPUPOOL_OK);
+  close(sv[0]);
+  close(sv[1]);
+  gpupool_destroy(p);
+}
+
+/* A device whose pages cannot be exported (no POSIX file descriptor
+ * support, or a driver that refused shareable pages) says so. */
+Test(share, unsupported_device) {
+  gpupool *p = share_pool();
+  void *x = take(p, 4 * MiB);
+  int sv[2];
+  sockets(sv);
+  gpupool_export *ex = NULL;
+  pthread_mutex_lock(&p->slow_lock);
+  p->be->shareable = 0; /* as backend_cuda_vmm.c leaves it on such a device */
+  pthread_mutex_unlock(&p->slow_lock);
+  expect_fail(gpupool_share_export(p, x, sv[0], &ex), GPUPOOL_ERR_UNSUPPORTED,
+              "cannot export memory as POSIX file descriptors");
+  cr_assert_null(ex);
+  cr_assert_eq(gpupool_free(p, x), GPUPOOL_OK, "%s", gpupool_last_error());
   close(sv[0]);
   close(sv[1]);
   gpupool_destroy(p);
