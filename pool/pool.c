@@ -91,6 +91,7 @@ gpupool_status gpupool_create(const gpupool_options *opt, gpupool **out) {
 void gpupool_destroy(gpupool *p) {
   if (!p)
     return;
+  share_pool_destroyed(p);
   registry_remove(p);
   for (shard *sh = atomic_load(&p->shards), *next; sh; sh = next) {
     next = sh->next_shard;

@@ -249,7 +249,7 @@ static block *find_live(gpupool *p, uintptr_t ptr, shard **out) {
 
 static gpupool_export *find_export(gpupool *p, uintptr_t ptr) {
   for (gpupool_export *e = g_exports; e; e = e->next)
-    if (e->p == p && e->b->addr == ptr)
+    if (e->p == p && e->b && e->b->addr == ptr)
       return e;
   return NULL;
 }
@@ -329,7 +329,7 @@ gpupool_status gpupool_share_export(gpupool *p, void *ptr, int sock, gpupool_exp
                      "%s: socket %d carries another export already (one at a time: wait for it "
                      "to end)",
                      call, sock);
-    else if (e->p == p && e->b->addr == (uintptr_t)ptr)
+    else if (e->p == p && e->b && e->b->addr == (uintptr_t)ptr)
       st = pool_fail(GPUPOOL_ERR_INVALID, "%s: pool '%s': %p is exported already%s", call,
                      p->cfg.name, ptr, e->freed ? " and was freed" : "");
   }
@@ -423,12 +423,38 @@ int share_claims(gpupool *p, void *ptr, const char *call, gpupool_status *st) {
   return ex != NULL;
 }
 
-/* The importer is done: the block goes back to its shard's live map, then,
- * if it was freed meanwhile, through gpupool_free. */
-static gpupool_status end_export(gpupool_export *ex, int *ended) {
-  block *b = ex->b;
-  shard *sh = b->seg->sh;
+void share_pool_destroyed(gpupool *p) {
   pthread_mutex_lock(&g_lock);
+  for (gpupool_export *e = g_exports; e; e = e->next)
+    if (e->p == p) {
+      e->p = NULL;
+      e->b = NULL;
+    }
+  pthread_mutex_unlock(&g_lock);
+}
+
+static void unlist_export(gpupool_export *ex) {
+  for (gpupool_export **l = &g_exports; *l; l = &(*l)->next)
+    if (*l == ex) {
+      *l = ex->next;
+      break;
+    }
+}
+
+/* The importer is done: the block goes back to its shard's live map, then,
+ * if it was freed meanwhile, through gpupool_free. An orphaned export (its
+ * pool destroyed) just ends. */
+static gpupool_status end_export(gpupool_export *ex, int *ended) {
+  pthread_mutex_lock(&g_lock);
+  block *b = ex->b;
+  if (!b) {
+    unlist_export(ex);
+    pthread_mutex_unlock(&g_lock);
+    free(ex);
+    *ended = 1;
+    return GPUPOOL_OK;
+  }
+  shard *sh = b->seg->sh;
   spin_lock(&sh->lock);
   int r = addrmap_insert(&sh->live, b->addr, b);
   spin_unlock(&sh->lock);
@@ -438,11 +464,7 @@ static gpupool_status end_export(gpupool_export *ex, int *ended) {
                      "gpupool_share_wait: the export ended, but the block cannot return to the "
                      "pool: out of host memory (call again)");
   }
-  for (gpupool_export **l = &g_exports; *l; l = &(*l)->next)
-    if (*l == ex) {
-      *l = ex->next;
-      break;
-    }
+  unlist_export(ex);
   pthread_mutex_unlock(&g_lock);
   gpupool_status st = ex->freed ? gpupool_free(ex->p, (void *)b->addr) : GPUPOOL_OK;
   free(ex);
@@ -455,7 +477,10 @@ gpupool_status gpupool_share_wait(gpupool_export *ex, int timeout_ms, int *ended
   if (!ex || !ended)
     return pool_fail(GPUPOOL_ERR_INVALID, "%s: %s is NULL", call, ex ? "ended" : "export");
   *ended = 0;
-  if (ex->ended)
+  pthread_mutex_lock(&g_lock);
+  int orphaned = !ex->b;
+  pthread_mutex_unlock(&g_lock);
+  if (ex->ended || orphaned)
     return end_export(ex, ended);
   struct pollfd pfd = {ex->sock, POLLIN, 0};
   int r;

@@ -13,4 +13,7 @@
  * GPUPOOL_ERR_INVALID), recording a stream is refused (GPUPOOL_ERR_INVALID). */
 int share_claims(gpupool *p, void *ptr, const char *call, gpupool_status *st);
 
+/* p is being destroyed: its exports are orphaned (their wait ends them). */
+void share_pool_destroyed(gpupool *p);
+
 #endif

@@ -14,7 +14,9 @@
  *   returns to the pool when the export ends. A second free is an error.
  * - The export ends when the importer releases it (a message on the socket)
  *   or closes its end of the socket (or exits); the exporter learns it in
- *   gpupool_share_wait. End every export before gpupool_destroy.
+ *   gpupool_share_wait. End every export before gpupool_destroy: destroying
+ *   the pool orphans them (the pool's memory goes; gpupool_share_wait then
+ *   ends them at once, *ended = 1).
  * - One export per block and per socket at a time; one import per socket at
  *   a time in a process (a second import of the same export is refused).
  *

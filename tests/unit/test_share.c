@@ -245,6 +245,28 @@ Test(share, free_while_exported_is_deferred) {
   gpupool_destroy(p);
 }
 
+/* Destroying the pool orphans its exports: their wait ends them at once. */
+Test(share, destroy_orphans_the_export) {
+  gpupool *p = share_pool();
+  void *x = take(p, 4 * MiB);
+  int sv[2];
+  sockets(sv);
+  gpupool_export *ex = NULL;
+  cr_assert_eq(gpupool_share_export(p, x, sv[0], &ex), GPUPOOL_OK, "%s", gpupool_last_error());
+  void *y = NULL;
+  size_t got = 0;
+  gpupool_import *im = NULL;
+  cr_assert_eq(gpupool_share_import(sv[1], 0, &y, &got, &im), GPUPOOL_OK, "%s",
+               gpupool_last_error());
+  gpupool_destroy(p);
+  int ended = 0;
+  cr_assert_eq(gpupool_share_wait(ex, 0, &ended), GPUPOOL_OK, "%s", gpupool_last_error());
+  cr_assert_eq(ended, 1, "an orphaned export must end at once");
+  cr_assert_eq(gpupool_share_release(im), GPUPOOL_OK);
+  close(sv[0]);
+  close(sv[1]);
+}
+
 Test(share, bad_exports_change_nothing) {
   gpupool *p = share_pool();
   void *x = take(p, 4 * MiB);
