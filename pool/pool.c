@@ -236,7 +236,7 @@ gpupool_status gpupool_free(gpupool *p, void *ptr) {
   addrmap_entry *e;
   shard *sh = lock_owner(p, (uintptr_t)ptr, &e);
   gpupool_status st;
-  if (!sh && share_claims(p, ptr, "gpupool_free", &st)) /* exported: deferred */
+  if (!sh && share_claims(p, ptr, 1, NULL, &st)) /* exported: deferred */
     return st;
   if (!sh)
     return pool_fail(GPUPOOL_ERR_INVALID,
@@ -278,7 +278,7 @@ gpupool_status gpupool_record_stream(gpupool *p, void *ptr, void *stream) {
   addrmap_entry *e;
   shard *sh = lock_owner(p, (uintptr_t)ptr, &e);
   gpupool_status st;
-  if (!sh && share_claims(p, ptr, "gpupool_record_stream", &st))
+  if (!sh && share_claims(p, ptr, 0, stream, &st))
     return st;
   if (!sh)
     return pool_fail(GPUPOOL_ERR_INVALID,

@@ -400,10 +400,22 @@ gpupool_status gpupool_share_export(gpupool *p, void *ptr, int sock, gpupool_exp
   return st;
 }
 
-int share_claims(gpupool *p, void *ptr, const char *call, gpupool_status *st) {
+int share_claims(gpupool *p, void *ptr, int freeing, void *stream, gpupool_status *st) {
+  const char *call = freeing ? "gpupool_free" : "gpupool_record_stream";
   pthread_mutex_lock(&g_lock);
   gpupool_export *ex = find_export(p, (uintptr_t)ptr);
-  if (ex && strcmp(call, "gpupool_free") == 0) {
+  if (!ex) {
+    /* end_export may have put it back after the caller looked: then the
+     * call goes again (and finds it live, unless freed meanwhile). */
+    pthread_mutex_unlock(&g_lock);
+    shard *sh;
+    if (!find_live(p, (uintptr_t)ptr, &sh))
+      return 0;
+    spin_unlock(&sh->lock);
+    *st = freeing ? gpupool_free(p, ptr) : gpupool_record_stream(p, ptr, stream);
+    return 1;
+  }
+  if (freeing) {
     if (ex->freed)
       *st = pool_fail(GPUPOOL_ERR_INVALID,
                       "%s: pool '%s': %p was freed already (a double free); it is exported, and "
@@ -413,14 +425,14 @@ int share_claims(gpupool *p, void *ptr, const char *call, gpupool_status *st) {
       ex->freed = 1;
       *st = GPUPOOL_OK;
     }
-  } else if (ex) {
+  } else {
     *st = pool_fail(GPUPOOL_ERR_INVALID,
                     "%s: pool '%s': %p is exported to another process: record its streams "
                     "before exporting it",
                     call, p->cfg.name, ptr);
   }
   pthread_mutex_unlock(&g_lock);
-  return ex != NULL;
+  return 1;
 }
 
 void share_pool_destroyed(gpupool *p) {
