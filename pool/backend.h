@@ -31,6 +31,14 @@ typedef struct backend_vmm_ops {
   gpupool_status (*map)(backend *b, void *addr, void *const *handles, size_t n);
   /* Unmaps n pages mapped at addr (the handles stay valid). */
   void (*unmap)(backend *b, void *addr, size_t n);
+  /* Sharing with other processes (share.c). export_page: a new file
+   * descriptor (the caller closes it) for the memory of page handle h, which
+   * starts at *offset in that file (the caller checks b->shareable first;
+   * GPUPOOL_ERR_UNSUPPORTED for a page created plain). map_shared: maps the page at offset of
+   * such a descriptor, received from another process, at addr (readable and
+   * writable by the device; unmap undoes it); fd stays the caller's. */
+  gpupool_status (*export_page)(backend *b, void *h, int *fd, uint64_t *offset);
+  gpupool_status (*map_shared)(backend *b, void *addr, int fd, uint64_t offset);
 } backend_vmm_ops;
 
 typedef struct backend_ops {
@@ -58,6 +66,9 @@ struct backend {
   const char *name; /* "cuda", "cuda_async", "host", "sim" */
   int device;
   size_t page_size; /* of vmm pages; 0 without vmm */
+  /* vmm pages are created exportable (POSIX file descriptors); changed only
+   * under the pool's slow lock (a driver refusing them turns it off). */
+  int shareable;
 };
 
 typedef struct host_backend_config {

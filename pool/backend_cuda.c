@@ -56,7 +56,8 @@ gpupool_status backend_cuda_create(int device, backend **out) {
   if (!c)
     return pool_fail(GPUPOOL_ERR_HOST_OOM, "backend cuda: out of host memory");
   c->ops = cuda_ops;
-  c->ops.vmm = cuda_vmm_ops(device, &c->base.page_size); /* NULL, page_size 0: no vmm */
+  /* NULL, page_size 0: no vmm */
+  c->ops.vmm = cuda_vmm_ops(device, &c->base.page_size, &c->base.shareable);
   c->base.ops = &c->ops;
   c->base.name = "cuda";
   c->base.device = device;

@@ -45,9 +45,11 @@ gpupool_status cuda_synchronize(backend *b);
  * NULL, with *page_size 0, when they are unavailable: no driver entry points,
  * or `device` without virtual memory management; else the ops, with
  * *page_size the recommended granularity of pinned memory on `device`
- * (2 MiB on current GPUs). Creates no context unless the driver needs one to
- * report the granularity. Thread-safe. */
-const backend_vmm_ops *cuda_vmm_ops(int device, size_t *page_size);
+ * (2 MiB on current GPUs), and *shareable 1 where the device can export
+ * pages as POSIX file descriptors (CU_DEVICE_ATTRIBUTE_HANDLE_TYPE_POSIX_
+ * FILE_DESCRIPTOR_SUPPORTED): pages are then created exportable. Creates no
+ * context unless the driver needs one to report the granularity. Thread-safe. */
+const backend_vmm_ops *cuda_vmm_ops(int device, size_t *page_size, int *shareable);
 /* Why the last cuda_vmm_ops call on this thread returned NULL ("" if it did not). */
 const char *cuda_vmm_unavailable_reason(void);
 #endif

@@ -1,7 +1,10 @@
 /* Virtual memory management for the cuda backend (backend_vmm_ops in
  * backend.h): address ranges from cuMemAddressReserve, pages of physical
  * memory from cuMemCreate, mapped with cuMemMap and made accessible with
- * cuMemSetAccess. The driver entry points come through the runtime
+ * cuMemSetAccess. Where the device can, pages are created exportable as POSIX
+ * file descriptors (cuMemExportToShareableHandle; another process maps them
+ * after cuMemImportFromShareableHandle), for share.c. The driver entry points
+ * come through the runtime
  * (cudaGetDriverEntryPointByVersion), never by linking libcuda, so the library
  * still loads on a machine without a driver; there cuda_vmm_ops says no. */
 #include "backend_cuda_common.h"
@@ -42,6 +45,8 @@ typedef struct vmm_driver {
   PFN_cuMemMap_v10020 map;
   PFN_cuMemUnmap_v10020 unmap;
   PFN_cuMemSetAccess_v10020 set_access;
+  PFN_cuMemExportToShareableHandle_v10020 export_handle;
+  PFN_cuMemImportFromShareableHandle_v10020 import_handle;
 } vmm_driver;
 
 static const struct {
@@ -60,6 +65,8 @@ static const struct {
     {"cuMemMap", offsetof(vmm_driver, map)},
     {"cuMemUnmap", offsetof(vmm_driver, unmap)},
     {"cuMemSetAccess", offsetof(vmm_driver, set_access)},
+    {"cuMemExportToShareableHandle", offsetof(vmm_driver, export_handle)},
+    {"cuMemImportFromShareableHandle", offsetof(vmm_driver, import_handle)},
 };
 
 static vmm_driver g_drv;
@@ -139,11 +146,15 @@ static cudaError_t vmm_enter(cuda_device_guard *g, int device) {
   return err;
 }
 
-/* Pinned device memory on `device`, no export handle. */
-static CUmemAllocationProp device_prop(int device) {
+/* Pinned device memory on `device`, exportable as a POSIX file descriptor
+ * when shareable. NVIDIA told PyTorch that requesting the handle type costs no
+ * resources (pytorch/pytorch#130890, whose expandable segments request it
+ * always); that review also reports slowdowns with old drivers (525). */
+static CUmemAllocationProp device_prop(int device, int shareable) {
   CUmemAllocationProp prop = {0};
   prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
-  prop.requestedHandleTypes = CU_MEM_HANDLE_TYPE_NONE;
+  prop.requestedHandleTypes =
+      shareable ? CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR : CU_MEM_HANDLE_TYPE_NONE;
   prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
   prop.location.id = device;
   return prop;
@@ -189,7 +200,7 @@ static void vmm_unreserve(backend *b, void *base, size_t size) {
 static gpupool_status vmm_create(backend *b, void **handles, size_t n) {
   if (n == 0)
     return GPUPOOL_OK;
-  const CUmemAllocationProp prop = device_prop(b->device);
+  CUmemAllocationProp prop = device_prop(b->device, b->shareable);
   cuda_device_guard g;
   CUresult r = CUDA_SUCCESS;
   size_t made = 0;
@@ -198,6 +209,14 @@ static gpupool_status vmm_create(backend *b, void **handles, size_t n) {
     for (; made < n; made++) {
       CUmemGenericAllocationHandle h = 0;
       r = g_drv.create(&h, b->page_size, &prop, 0);
+      /* A driver that advertises the handle type but refuses it (a
+       * container, a virtual GPU): plain pages from now on, and export says
+       * UNSUPPORTED. Under the pool's slow lock, as b->shareable wants. */
+      if (r != CUDA_SUCCESS && r != CUDA_ERROR_OUT_OF_MEMORY && b->shareable) {
+        b->shareable = 0;
+        prop = device_prop(b->device, 0);
+        r = g_drv.create(&h, b->page_size, &prop, 0);
+      }
       if (r != CUDA_SUCCESS)
         break;
       handles[made] = (void *)(uintptr_t)h;
@@ -290,6 +309,66 @@ static void vmm_unmap(backend *b, void *addr, size_t n) {
   cu_report_free_error("cuMemUnmap", b->device, first);
 }
 
+/* The caller checked b->shareable; a page created before the driver refused
+ * shareable ones exports, a later one does not (UNSUPPORTED). */
+static gpupool_status vmm_export_page(backend *b, void *h, int *fd, uint64_t *offset) {
+  cuda_device_guard g;
+  CUresult r = CUDA_SUCCESS;
+  int out = -1;
+  cudaError_t err = vmm_enter(&g, b->device);
+  if (err == cudaSuccess)
+    r = g_drv.export_handle(&out, (CUmemGenericAllocationHandle)(uintptr_t)h,
+                            CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0);
+  cuda_guard_leave(&g);
+  if (err != cudaSuccess)
+    return cuda_status(err, "cuMemExportToShareableHandle", b->device, 0);
+  if (r == CUDA_ERROR_NOT_SUPPORTED || r == CUDA_ERROR_INVALID_VALUE) /* a page made plain */
+    return pool_fail(GPUPOOL_ERR_UNSUPPORTED,
+                     "cuMemExportToShareableHandle on device %d: %s (the page is not exportable)",
+                     b->device, cu_error_name(r));
+  if (r != CUDA_SUCCESS)
+    return cu_status(r, "cuMemExportToShareableHandle", b->device, 0);
+  *fd = out;
+  *offset = 0; /* one descriptor per page */
+  return GPUPOOL_OK;
+}
+
+/* The imported handle is released once mapped: the mapping keeps the memory. */
+static gpupool_status vmm_map_shared(backend *b, void *addr, int fd, uint64_t offset) {
+  if (offset != 0)
+    return pool_fail(GPUPOOL_ERR_INVALID,
+                     "cuMemImportFromShareableHandle on device %d: a CUDA page starts at offset "
+                     "0 of its descriptor, not %llu",
+                     b->device, (unsigned long long)offset);
+  cuda_device_guard g;
+  CUresult r = CUDA_SUCCESS;
+  const char *call = "cuMemImportFromShareableHandle";
+  cudaError_t err = vmm_enter(&g, b->device);
+  if (err == cudaSuccess) {
+    CUmemGenericAllocationHandle h = 0;
+    r = g_drv.import_handle(&h, (void *)(uintptr_t)fd, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR);
+    if (r == CUDA_SUCCESS) {
+      call = "cuMemMap";
+      r = g_drv.map(dptr(addr), b->page_size, 0, h, 0);
+      if (r == CUDA_SUCCESS) {
+        CUmemAccessDesc access = {0};
+        access.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+        access.location.id = b->device;
+        access.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+        call = "cuMemSetAccess";
+        r = g_drv.set_access(dptr(addr), b->page_size, &access, 1);
+        if (r != CUDA_SUCCESS)
+          cu_report_free_error("cuMemUnmap", b->device, g_drv.unmap(dptr(addr), b->page_size));
+      }
+      cu_report_free_error("cuMemRelease", b->device, g_drv.release(h));
+    }
+  }
+  cuda_guard_leave(&g);
+  if (err != cudaSuccess)
+    return cuda_status(err, call, b->device, b->page_size);
+  return cu_status(r, call, b->device, b->page_size);
+}
+
 static const backend_vmm_ops cuda_vmm = {
     .reserve = vmm_reserve,
     .unreserve = vmm_unreserve,
@@ -297,6 +376,8 @@ static const backend_vmm_ops cuda_vmm = {
     .release = vmm_release,
     .map = vmm_map,
     .unmap = vmm_unmap,
+    .export_page = vmm_export_page,
+    .map_shared = vmm_map_shared,
 };
 
 /* Records why cuda_vmm_ops says no (cuda_vmm_unavailable_reason). */
@@ -312,8 +393,8 @@ __attribute__((format(printf, 1, 2))) static const backend_vmm_ops *unavailable(
 /* The page size: the recommended granularity, when it is a power of two and
  * a multiple of the minimum one (cuMemCreate and cuMemMap need multiples of the
  * minimum; cuMemAddressReserve needs a power-of-two alignment). */
-static CUresult query_page_size(int device, size_t *page) {
-  const CUmemAllocationProp prop = device_prop(device);
+static CUresult query_page_size(int device, int shareable, size_t *page) {
+  const CUmemAllocationProp prop = device_prop(device, shareable);
   size_t minimum = 0, recommended = 0;
   CUresult r = g_drv.get_granularity(&minimum, &prop, CU_MEM_ALLOC_GRANULARITY_MINIMUM);
   if (r == CUDA_SUCCESS)
@@ -326,8 +407,9 @@ static CUresult query_page_size(int device, size_t *page) {
   return r;
 }
 
-const backend_vmm_ops *cuda_vmm_ops(int device, size_t *page_size) {
+const backend_vmm_ops *cuda_vmm_ops(int device, size_t *page_size, int *shareable) {
   *page_size = 0;
+  *shareable = 0;
   g_reason[0] = '\0';
   pthread_once(&g_once, resolve_once);
   if (!g_drv_ok)
@@ -350,16 +432,21 @@ const backend_vmm_ops *cuda_vmm_ops(int device, size_t *page_size) {
     return unavailable("device %d: %s: %s", device, call, cu_error_name(r));
   if (!supported)
     return unavailable("device %d: %s", device, "no virtual memory management support");
+  int fd_ok = 0; /* an error reads as "not supported": plain pages */
+  if (g_drv.device_get_attribute(&fd_ok,
+                                 CU_DEVICE_ATTRIBUTE_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR_SUPPORTED,
+                                 dev) != CUDA_SUCCESS)
+    fd_ok = 0;
 
   /* The granularity needs no context; should a driver want one, ask again
    * with the device's primary context current. */
   size_t page = 0;
-  r = query_page_size(device, &page);
+  r = query_page_size(device, fd_ok, &page);
   if (r != CUDA_SUCCESS) {
     cuda_device_guard g;
     cudaError_t err = vmm_enter(&g, device);
     if (err == cudaSuccess)
-      r = query_page_size(device, &page);
+      r = query_page_size(device, fd_ok, &page);
     cuda_guard_leave(&g);
     if (err != cudaSuccess) {
       (void)cudaGetLastError();
@@ -372,6 +459,7 @@ const backend_vmm_ops *cuda_vmm_ops(int device, size_t *page_size) {
   if (page == 0)
     return unavailable("device %d: %s", device, "unusable allocation granularity");
   *page_size = page;
+  *shareable = fd_ok != 0;
   return &cuda_vmm;
 }
 

@@ -186,6 +186,7 @@ gpupool_status backend_host_create(const host_backend_config *cfg, backend **out
   h->fail_rate = cfg->fail_rate;
   h->fail_seed = cfg->fail_seed;
   h->base.page_size = HOST_PAGE_SIZE;
+  h->base.shareable = 1;
   h->vmm_fd = -1;
   *out = &h->base;
   return GPUPOOL_OK;

@@ -2,12 +2,15 @@
  * is reserved without memory (PROT_NONE), a physical page is a page-sized
  * slot of one memfd, and mapping a page is mmap of its slot at a fixed
  * address (MAP_SHARED, so the same slot mapped elsewhere later shows the
- * same memory, as a CUDA handle does). A handle is slot + 1. */
+ * same memory, as a CUDA handle does). A handle is slot + 1. Sharing a page
+ * with another process passes a duplicate of the memfd and the slot's
+ * offset: mapped there, it is the same memory. */
 #include <errno.h>
 #include <fcntl.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "backend_host_internal.h"
@@ -119,6 +122,36 @@ static gpupool_status vmm_map(backend *b, void *addr, void *const *handles, size
   return GPUPOOL_OK;
 }
 
+static gpupool_status vmm_export_page(backend *b, void *handle, int *fd, uint64_t *offset) {
+  host_backend *h = as_host(b);
+  pthread_mutex_lock(&h->lock);
+  int out = h->vmm_fd >= 0 ? fcntl(h->vmm_fd, F_DUPFD_CLOEXEC, 0) : -1;
+  int err = h->vmm_fd >= 0 ? errno : EBADF;
+  pthread_mutex_unlock(&h->lock);
+  if (out < 0)
+    return pool_fail(GPUPOOL_ERR_BACKEND, "host backend: duplicating the page file failed: %s",
+                     strerror(err));
+  *fd = out;
+  *offset = ((size_t)(uintptr_t)handle - 1) * HOST_PAGE_SIZE;
+  return GPUPOOL_OK;
+}
+
+static gpupool_status vmm_map_shared(backend *b, void *addr, int fd, uint64_t offset) {
+  if (offset % HOST_PAGE_SIZE || offset > (uint64_t)INT64_MAX - HOST_PAGE_SIZE)
+    return pool_fail(GPUPOOL_ERR_INVALID, "host backend: %llu is not a page offset",
+                     (unsigned long long)offset);
+  struct stat st; /* a page past the end of the file would fault when touched */
+  if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || (uint64_t)st.st_size < offset + HOST_PAGE_SIZE)
+    return pool_fail(GPUPOOL_ERR_INVALID,
+                     "host backend: descriptor %d holds no page at offset %llu", fd,
+                     (unsigned long long)offset);
+  if (mmap(addr, HOST_PAGE_SIZE, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED, fd,
+           (off_t)offset) == MAP_FAILED)
+    return pool_fail(errno == ENOMEM ? GPUPOOL_ERR_OOM : GPUPOOL_ERR_BACKEND,
+                     "host backend: mapping a shared page at %p failed: %s", addr, strerror(errno));
+  return GPUPOOL_OK;
+}
+
 const backend_vmm_ops host_vmm_ops = {
     .reserve = vmm_reserve,
     .unreserve = vmm_unreserve,
@@ -126,6 +159,8 @@ const backend_vmm_ops host_vmm_ops = {
     .release = vmm_release,
     .map = vmm_map,
     .unmap = vmm_unmap,
+    .export_page = vmm_export_page,
+    .map_shared = vmm_map_shared,
 };
 
 void host_vmm_destroy(host_backend *h) {

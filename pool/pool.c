@@ -10,6 +10,7 @@
 #include "reclaim.h"
 #include "registry.h"
 #include "shard.h"
+#include "share.h"
 #include "sizeclass.h"
 
 #define MAX_REQUEST ((size_t)1 << 48)
@@ -94,6 +95,7 @@ gpupool_status gpupool_create(const gpupool_options *opt, gpupool **out) {
 void gpupool_destroy(gpupool *p) {
   if (!p)
     return;
+  share_pool_destroyed(p);
   if (!backend_is_sim(p->be))
     registry_remove(p);
   for (shard *sh = atomic_load(&p->shards), *next; sh; sh = next) {
@@ -238,6 +240,9 @@ gpupool_status gpupool_free(gpupool *p, void *ptr) {
     return GPUPOOL_OK;
   addrmap_entry *e;
   shard *sh = lock_owner(p, (uintptr_t)ptr, &e);
+  gpupool_status st;
+  if (!sh && share_claims(p, ptr, 1, NULL, &st)) /* exported: deferred */
+    return st;
   if (!sh)
     return pool_fail(GPUPOOL_ERR_INVALID,
                      "gpupool_free: pool '%s': %p is not a live allocation of this pool (a foreign "
@@ -277,6 +282,9 @@ gpupool_status gpupool_record_stream(gpupool *p, void *ptr, void *stream) {
     return pool_fail(GPUPOOL_ERR_INVALID, "gpupool_record_stream: %s is NULL", p ? "ptr" : "pool");
   addrmap_entry *e;
   shard *sh = lock_owner(p, (uintptr_t)ptr, &e);
+  gpupool_status st;
+  if (!sh && share_claims(p, ptr, 0, stream, &st))
+    return st;
   if (!sh)
     return pool_fail(GPUPOOL_ERR_INVALID,
                      "gpupool_record_stream: pool '%s': %p is not a live allocation of this pool",

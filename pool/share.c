@@ -1,0 +1,735 @@
+/* Sharing a block of an expandable pool with another process
+ * (include/gpupool/share.h). The exporter sends the block's pages as file
+ * descriptors over a Unix socket (SCM_RIGHTS), in fixed-size messages of up
+ * to SHARE_FDS pages each; the importer maps them into an address range of its
+ * own through a backend of the kind that exported them, and sends a release
+ * message when done. While exported, a block is out of its shard's live map
+ * and listed here: it stays allocated, so its pages never move (only pages
+ * wholly under free blocks do) and are never released. */
+#include "gpupool/share.h"
+
+#include <errno.h>
+#include <poll.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "clock.h"
+#include "errors.h"
+#include "pool_internal.h"
+#include "share.h"
+
+#define SHARE_MAGIC     0x48535047u /* "GPSH" */
+#define SHARE_VERSION   1
+#define SHARE_FDS       64                  /* descriptors per message (Linux allows 253) */
+#define SHARE_MAX_PAGES ((uint32_t)1 << 20) /* a bound for what a message may claim */
+
+enum { MSG_EXPORT = 1, MSG_PAGES = 2, MSG_RELEASE = 3 };
+
+/* Every message has this size; both ends run on one machine (one ABI). */
+typedef struct share_msg {
+  uint32_t magic;
+  uint16_t version, kind;
+  uint64_t id;      /* of the export */
+  char backend[16]; /* "cuda" or "host" */
+  uint64_t size;    /* the block's requested bytes */
+  uint64_t offset;  /* where the block starts in its first page */
+  uint64_t page_size;
+  uint32_t npages; /* of the export */
+  uint32_t first;  /* the export's page index of this message's first descriptor */
+  uint32_t nfds;   /* descriptors with this message */
+  uint32_t reserved;
+  uint64_t page_offset[SHARE_FDS]; /* where each page starts in its descriptor */
+} share_msg;
+
+struct gpupool_export {
+  gpupool *p;
+  block *b;
+  int sock, seqpacket;
+  uint64_t id;
+  int freed; /* gpupool_free was called while exported */
+  int ended; /* the importer is done; the block is not back yet (out of host memory) */
+  gpupool_export *next;
+};
+
+struct gpupool_import {
+  backend *be;
+  void *base;
+  size_t npages;
+  int sock;
+  uint64_t id;
+  gpupool_import *next;
+};
+
+static pthread_mutex_t g_lock = PTHREAD_MUTEX_INITIALIZER; /* both lists */
+static gpupool_export *g_exports;
+static gpupool_import *g_imports;
+static _Atomic uint64_t g_next_id;
+
+static uint64_t new_id(void) {
+  return ((uint64_t)getpid() << 40) ^ (clock_monotonic_ns() << 8) ^ ++g_next_id;
+}
+
+/* A socket error as a status: the caller's socket is bad or its peer gone
+ * (INVALID), or the system failed (BACKEND). */
+static gpupool_status socket_fail(const char *call, int sock, const char *what, int err) {
+  if (err == EPIPE || err == ECONNRESET || err == ENOTCONN)
+    return pool_fail(GPUPOOL_ERR_INVALID, "%s: socket %d: %s failed: the peer closed the socket",
+                     call, sock, what);
+  if (err == EBADF || err == ENOTSOCK)
+    return pool_fail(GPUPOOL_ERR_INVALID, "%s: %d is not %s", call, sock,
+                     err == EBADF ? "an open descriptor" : "a socket");
+  return pool_fail(GPUPOOL_ERR_BACKEND, "%s: socket %d: %s failed: %s", call, sock, what,
+                   strerror(err));
+}
+
+/* A connected Unix socket of a type that keeps messages whole and in order;
+ * *seqpacket says which. */
+static gpupool_status check_socket(const char *call, int sock, int *seqpacket) {
+  int domain = 0, type = 0;
+  socklen_t len = sizeof domain;
+  if (getsockopt(sock, SOL_SOCKET, SO_DOMAIN, &domain, &len) != 0)
+    return socket_fail(call, sock, "getsockopt", errno);
+  len = sizeof type;
+  if (getsockopt(sock, SOL_SOCKET, SO_TYPE, &type, &len) != 0)
+    return socket_fail(call, sock, "getsockopt", errno);
+  if (domain != AF_UNIX || (type != SOCK_STREAM && type != SOCK_SEQPACKET))
+    return pool_fail(GPUPOOL_ERR_INVALID,
+                     "%s: socket %d is not a Unix stream or seqpacket socket (file descriptors "
+                     "travel only over AF_UNIX)",
+                     call, sock);
+  *seqpacket = type == SOCK_SEQPACKET;
+  return GPUPOOL_OK;
+}
+
+/* Waits until sock is ready for `events` (a non-blocking socket). */
+static void wait_ready(int sock, short events) {
+  struct pollfd pfd = {sock, events, 0};
+  while (poll(&pfd, 1, -1) < 0 && errno == EINTR)
+    ;
+}
+
+static gpupool_status send_msg(const char *call, int sock, const share_msg *m, const int *fds) {
+  union {
+    char buf[CMSG_SPACE(SHARE_FDS * sizeof(int))];
+    struct cmsghdr align;
+  } ctl;
+  struct iovec iov = {(void *)m, sizeof *m};
+  struct msghdr mh = {.msg_iov = &iov, .msg_iovlen = 1};
+  if (m->nfds) {
+    memset(&ctl, 0, sizeof ctl);
+    mh.msg_control = ctl.buf;
+    mh.msg_controllen = CMSG_SPACE(m->nfds * sizeof(int));
+    struct cmsghdr *c = CMSG_FIRSTHDR(&mh);
+    c->cmsg_level = SOL_SOCKET;
+    c->cmsg_type = SCM_RIGHTS;
+    c->cmsg_len = CMSG_LEN(m->nfds * sizeof(int));
+    memcpy(CMSG_DATA(c), fds, m->nfds * sizeof(int));
+  }
+  for (size_t done = 0; done < sizeof *m;) {
+    ssize_t r = sendmsg(sock, &mh, MSG_NOSIGNAL);
+    if (r < 0 && errno == EINTR)
+      continue;
+    if (r < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+      wait_ready(sock, POLLOUT);
+      continue;
+    }
+    if (r < 0)
+      return socket_fail(call, sock, "sendmsg", errno);
+    done += (size_t)r;
+    iov.iov_base = (char *)m + done; /* the descriptors went with the first bytes */
+    iov.iov_len = sizeof *m - done;
+    mh.msg_control = NULL;
+    mh.msg_controllen = 0;
+  }
+  return GPUPOOL_OK;
+}
+
+static void close_fds(int *fds, size_t n) {
+  for (size_t i = 0; i < n; i++)
+    if (fds[i] >= 0)
+      close(fds[i]);
+}
+
+/* Receives one message and the descriptors that came with it (at most max
+ * into fds, *nfds of them; the caller closes them). 1: a message; 0: the
+ * peer closed the socket before one began; -1: *st says why (a truncated
+ * message, bytes that are no message of ours, a socket error). */
+static int recv_msg(const char *call, int sock, int seqpacket, share_msg *m, int *fds, size_t max,
+                    size_t *nfds, gpupool_status *st) {
+  union {
+    char buf[CMSG_SPACE(SHARE_FDS * sizeof(int))];
+    struct cmsghdr align;
+  } ctl;
+  size_t got = 0;
+  int lost_fds = 0;
+  *nfds = 0;
+  while (got < sizeof *m) {
+    struct iovec iov = {(char *)m + got, sizeof *m - got};
+    struct msghdr mh = {.msg_iov = &iov, .msg_iovlen = 1};
+    mh.msg_control = ctl.buf;
+    mh.msg_controllen = sizeof ctl.buf;
+    ssize_t r = recvmsg(sock, &mh, MSG_CMSG_CLOEXEC);
+    if (r < 0 && errno == EINTR)
+      continue;
+    if (r < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+      wait_ready(sock, POLLIN);
+      continue;
+    }
+    if (r < 0 && errno == ECONNRESET && got == 0 && *nfds == 0)
+      return 0; /* the peer went away: as closed */
+    if (r < 0) {
+      *st = socket_fail(call, sock, "recvmsg", errno);
+      return -1;
+    }
+    for (struct cmsghdr *c = CMSG_FIRSTHDR(&mh); c; c = CMSG_NXTHDR(&mh, c)) {
+      if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS)
+        continue;
+      size_t n = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+      for (size_t i = 0; i < n; i++) {
+        int fd;
+        memcpy(&fd, CMSG_DATA(c) + i * sizeof(int), sizeof fd);
+        if (*nfds < max)
+          fds[(*nfds)++] = fd;
+        else {
+          close(fd);
+          lost_fds = 1;
+        }
+      }
+    }
+    lost_fds |= (mh.msg_flags & MSG_CTRUNC) != 0;
+    if (r == 0 && got == 0 && *nfds == 0 && !lost_fds)
+      return 0;
+    got += (size_t)r;
+    const char *bad = NULL;
+    if (r == 0)
+      bad = "the socket closed in the middle of a message";
+    else if (got >= sizeof m->magic && m->magic != SHARE_MAGIC)
+      bad = "bytes that are not a gpupool share message";
+    else if (seqpacket && (got < sizeof *m || (mh.msg_flags & MSG_TRUNC)))
+      bad = "a message of the wrong size";
+    else if (lost_fds)
+      bad = "more file descriptors than a message carries";
+    if (bad) {
+      *st = pool_fail(GPUPOOL_ERR_INVALID, "%s: socket %d: %s", call, sock, bad);
+      close_fds(fds, *nfds);
+      *nfds = 0;
+      return -1;
+    }
+  }
+  return 1;
+}
+
+/* Tells the exporter that export id is done with; a socket already closed
+ * needs no message (the exporter sees it closed). */
+static void send_release(int sock, uint64_t id) {
+  share_msg m = {.magic = SHARE_MAGIC, .version = SHARE_VERSION, .kind = MSG_RELEASE, .id = id};
+  gpupool_status st = send_msg("gpupool_share_release", sock, &m, NULL);
+  (void)st;
+}
+
+/* ---- exporting ---- */
+
+/* The live block at ptr, with its shard locked; NULL if none. */
+static block *find_live(gpupool *p, uintptr_t ptr, shard **out) {
+  for (shard *sh = atomic_load(&p->shards); sh; sh = sh->next_shard) {
+    spin_lock(&sh->lock);
+    addrmap_entry *e = addrmap_find(&sh->live, ptr);
+    if (e) {
+      *out = sh;
+      return e->val;
+    }
+    spin_unlock(&sh->lock);
+  }
+  return NULL;
+}
+
+static gpupool_export *find_export(gpupool *p, uintptr_t ptr) {
+  for (gpupool_export *e = g_exports; e; e = e->next)
+    if (e->p == p && e->b && e->b->addr == ptr)
+      return e;
+  return NULL;
+}
+
+/* Exports the pages of b (handles h[0..n)), all of them before sending
+ * anything (a failed export leaves nothing on the socket), and sends them;
+ * under g_lock. */
+static gpupool_status send_pages(gpupool *p, const block *b, void *const *h, size_t n, int sock,
+                                 uint64_t id) {
+  const char *call = "gpupool_share_export";
+  backend *be = p->be;
+  const segment *seg = b->seg;
+  int *fds = malloc(n * sizeof *fds);
+  uint64_t *offs = malloc(n * sizeof *offs);
+  if (!fds || !offs) {
+    free(fds);
+    free(offs);
+    return pool_fail(GPUPOOL_ERR_OOM, "%s: out of host memory", call);
+  }
+  gpupool_status st = GPUPOOL_OK;
+  size_t made = 0;
+  for (; made < n && st == GPUPOOL_OK; made++)
+    st = be->ops->vmm->export_page(be, h[made], &fds[made], &offs[made]);
+  if (st != GPUPOOL_OK)
+    made--; /* the failed one made no descriptor */
+  share_msg m = {.magic = SHARE_MAGIC,
+                 .version = SHARE_VERSION,
+                 .id = id,
+                 .size = b->requested,
+                 .offset = (b->addr - seg->addr) % seg->page_size,
+                 .page_size = seg->page_size,
+                 .npages = (uint32_t)n};
+  snprintf(m.backend, sizeof m.backend, "%s", be->name);
+  for (size_t first = 0; first < n && st == GPUPOOL_OK; first += SHARE_FDS) {
+    size_t k = n - first < SHARE_FDS ? n - first : SHARE_FDS;
+    m.kind = first ? MSG_PAGES : MSG_EXPORT;
+    m.first = (uint32_t)first;
+    m.nfds = (uint32_t)k;
+    memcpy(m.page_offset, offs + first, k * sizeof *offs);
+    st = send_msg(call, sock, &m, fds + first);
+  }
+  close_fds(fds, made); /* the importer has its own copies */
+  free(fds);
+  free(offs);
+  return st;
+}
+
+gpupool_status gpupool_share_export(gpupool *p, void *ptr, int sock, gpupool_export **out) {
+  const char *call = "gpupool_share_export";
+  if (!p || !ptr || !out)
+    return pool_fail(GPUPOOL_ERR_INVALID, "%s: %s is NULL", call,
+                     !p     ? "pool"
+                     : !ptr ? "ptr"
+                            : "out");
+  *out = NULL;
+  if (!p->cfg.expandable)
+    return pool_fail(GPUPOOL_ERR_INVALID,
+                     "%s: pool '%s' has no expandable segments: only blocks of a pool with "
+                     "expandable_segments:True can be shared",
+                     call, p->cfg.name);
+  const backend_vmm_ops *vmm = p->be->ops->vmm;
+  if (!vmm || !vmm->export_page)
+    return pool_fail(GPUPOOL_ERR_UNSUPPORTED, "%s: backend %s cannot share memory", call,
+                     p->be->name);
+  int seqpacket;
+  gpupool_status st = check_socket(call, sock, &seqpacket);
+  if (st != GPUPOOL_OK)
+    return st;
+  gpupool_export *ex = calloc(1, sizeof *ex);
+  if (!ex)
+    return pool_fail(GPUPOOL_ERR_OOM, "%s: out of host memory", call);
+
+  pthread_mutex_lock(&g_lock);
+  for (gpupool_export *e = g_exports; e && st == GPUPOOL_OK; e = e->next) {
+    if (e->sock == sock)
+      st = pool_fail(GPUPOOL_ERR_INVALID,
+                     "%s: socket %d carries another export already (one at a time: wait for it "
+                     "to end)",
+                     call, sock);
+    else if (e->p == p && e->b && e->b->addr == (uintptr_t)ptr)
+      st = pool_fail(GPUPOOL_ERR_INVALID, "%s: pool '%s': %p is exported already%s", call,
+                     p->cfg.name, ptr, e->freed ? " and was freed" : "");
+  }
+  /* The slow lock keeps segments and page tables still while they are read. */
+  shard *sh = NULL;
+  block *b = NULL;
+  void **h = NULL;
+  size_t n = 0;
+  if (st == GPUPOOL_OK) {
+    pthread_mutex_lock(&p->slow_lock);
+    b = find_live(p, (uintptr_t)ptr, &sh);
+    if (!b)
+      st = pool_fail(GPUPOOL_ERR_INVALID,
+                     "%s: pool '%s': %p is not a live allocation of this pool (a foreign or "
+                     "interior pointer, or a freed block)",
+                     call, p->cfg.name, ptr);
+    else if (!p->be->shareable) /* read under the slow lock, as the backend wants */
+      st = pool_fail(GPUPOOL_ERR_UNSUPPORTED,
+                     "%s: pool '%s': device %d cannot export memory as POSIX file descriptors "
+                     "(no CU_DEVICE_ATTRIBUTE_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR_SUPPORTED, or the "
+                     "driver refused shareable pages)",
+                     call, p->cfg.name, p->be->device);
+    else if (!b->seg->pages)
+      st = pool_fail(GPUPOOL_ERR_INVALID,
+                     "%s: pool '%s': %p is a small block (%zu bytes): small blocks live in plain "
+                     "segments, which cannot be shared; blocks over 1 MiB can",
+                     call, p->cfg.name, ptr, b->size);
+    else {
+      const segment *seg = b->seg;
+      size_t first = (b->addr - seg->addr) / seg->page_size;
+      n = (b->addr + b->size - 1 - seg->addr) / seg->page_size - first + 1;
+      if (n > SHARE_MAX_PAGES)
+        st = pool_fail(GPUPOOL_ERR_INVALID, "%s: %p spans %zu pages, more than %u", call, ptr, n,
+                       SHARE_MAX_PAGES);
+      else if (!(h = malloc(n * sizeof *h)))
+        st = pool_fail(GPUPOOL_ERR_OOM, "%s: out of host memory", call);
+      else
+        memcpy(h, seg->pages + first, n * sizeof *h);
+    }
+    if (b)
+      spin_unlock(&sh->lock);
+    pthread_mutex_unlock(&p->slow_lock);
+  }
+  uint64_t id = new_id();
+  if (st == GPUPOOL_OK)
+    st = send_pages(p, b, h, n, sock, id);
+  free(h);
+  if (st == GPUPOOL_OK) {
+    /* Out of the live map: gpupool_free finds it here (share_claims). */
+    spin_lock(&sh->lock);
+    addrmap_entry *e = addrmap_find(&sh->live, (uintptr_t)ptr);
+    if (e)
+      addrmap_erase(&sh->live, e);
+    spin_unlock(&sh->lock);
+    if (!e) /* the caller freed it while it was being sent */
+      st = pool_fail(GPUPOOL_ERR_INVALID, "%s: pool '%s': %p was freed during its export", call,
+                     p->cfg.name, ptr);
+  }
+  if (st == GPUPOOL_OK) {
+    *ex = (gpupool_export){
+        .p = p, .b = b, .sock = sock, .seqpacket = seqpacket, .id = id, .next = g_exports};
+    g_exports = ex;
+    *out = ex;
+  } else {
+    free(ex);
+  }
+  pthread_mutex_unlock(&g_lock);
+  return st;
+}
+
+int share_claims(gpupool *p, void *ptr, int freeing, void *stream, gpupool_status *st) {
+  const char *call = freeing ? "gpupool_free" : "gpupool_record_stream";
+  pthread_mutex_lock(&g_lock);
+  gpupool_export *ex = find_export(p, (uintptr_t)ptr);
+  if (!ex) {
+    /* end_export may have put it back after the caller looked: then the
+     * call goes again (and finds it live, unless freed meanwhile). */
+    pthread_mutex_unlock(&g_lock);
+    shard *sh;
+    if (!find_live(p, (uintptr_t)ptr, &sh))
+      return 0;
+    spin_unlock(&sh->lock);
+    *st = freeing ? gpupool_free(p, ptr) : gpupool_record_stream(p, ptr, stream);
+    return 1;
+  }
+  if (freeing) {
+    if (ex->freed)
+      *st = pool_fail(GPUPOOL_ERR_INVALID,
+                      "%s: pool '%s': %p was freed already (a double free); it is exported, and "
+                      "returns to the pool when its importer releases it",
+                      call, p->cfg.name, ptr);
+    else {
+      ex->freed = 1;
+      *st = GPUPOOL_OK;
+    }
+  } else {
+    *st = pool_fail(GPUPOOL_ERR_INVALID,
+                    "%s: pool '%s': %p is exported to another process: record its streams "
+                    "before exporting it",
+                    call, p->cfg.name, ptr);
+  }
+  pthread_mutex_unlock(&g_lock);
+  return 1;
+}
+
+void share_pool_destroyed(gpupool *p) {
+  pthread_mutex_lock(&g_lock);
+  for (gpupool_export *e = g_exports; e; e = e->next)
+    if (e->p == p) {
+      e->p = NULL;
+      e->b = NULL;
+    }
+  pthread_mutex_unlock(&g_lock);
+}
+
+static void unlist_export(gpupool_export *ex) {
+  for (gpupool_export **l = &g_exports; *l; l = &(*l)->next)
+    if (*l == ex) {
+      *l = ex->next;
+      break;
+    }
+}
+
+/* The importer is done: the block goes back to its shard's live map, then,
+ * if it was freed meanwhile, through gpupool_free. An orphaned export (its
+ * pool destroyed) just ends. */
+static gpupool_status end_export(gpupool_export *ex, int *ended) {
+  pthread_mutex_lock(&g_lock);
+  block *b = ex->b;
+  if (!b) {
+    unlist_export(ex);
+    pthread_mutex_unlock(&g_lock);
+    free(ex);
+    *ended = 1;
+    return GPUPOOL_OK;
+  }
+  shard *sh = b->seg->sh;
+  spin_lock(&sh->lock);
+  int r = addrmap_insert(&sh->live, b->addr, b);
+  spin_unlock(&sh->lock);
+  if (r != 0) {
+    pthread_mutex_unlock(&g_lock);
+    return pool_fail(GPUPOOL_ERR_OOM,
+                     "gpupool_share_wait: the export ended, but the block cannot return to the "
+                     "pool: out of host memory (call again)");
+  }
+  unlist_export(ex);
+  pthread_mutex_unlock(&g_lock);
+  gpupool_status st = ex->freed ? gpupool_free(ex->p, (void *)b->addr) : GPUPOOL_OK;
+  free(ex);
+  *ended = 1;
+  return st;
+}
+
+gpupool_status gpupool_share_wait(gpupool_export *ex, int timeout_ms, int *ended) {
+  const char *call = "gpupool_share_wait";
+  if (!ex || !ended)
+    return pool_fail(GPUPOOL_ERR_INVALID, "%s: %s is NULL", call, ex ? "ended" : "export");
+  *ended = 0;
+  pthread_mutex_lock(&g_lock);
+  int orphaned = !ex->b;
+  pthread_mutex_unlock(&g_lock);
+  if (ex->ended || orphaned)
+    return end_export(ex, ended);
+  struct pollfd pfd = {ex->sock, POLLIN, 0};
+  int r;
+  while ((r = poll(&pfd, 1, timeout_ms)) < 0 && errno == EINTR)
+    ;
+  if (r < 0)
+    return socket_fail(call, ex->sock, "poll", errno);
+  if (r == 0)
+    return GPUPOOL_OK;
+  if (pfd.revents & POLLNVAL)
+    return pool_fail(GPUPOOL_ERR_INVALID,
+                     "%s: socket %d is closed (the exporter must keep it open until the export "
+                     "ends)",
+                     call, ex->sock);
+  share_msg m;
+  int fds[SHARE_FDS];
+  size_t nfds = 0;
+  gpupool_status st = GPUPOOL_OK;
+  int got = recv_msg(call, ex->sock, ex->seqpacket, &m, fds, SHARE_FDS, &nfds, &st);
+  close_fds(fds, nfds); /* a release carries none */
+  if (got < 0)
+    return st;
+  if (got > 0 && (m.version != SHARE_VERSION || m.kind != MSG_RELEASE || m.id != ex->id))
+    return pool_fail(GPUPOOL_ERR_INVALID,
+                     "%s: socket %d: a message that is not the release of this export (the "
+                     "export goes on)",
+                     call, ex->sock);
+  ex->ended = 1; /* released, the socket closed, or the importer gone */
+  return end_export(ex, ended);
+}
+
+/* ---- importing ---- */
+
+static gpupool_status import_backend(const share_msg *m, int device, backend **out) {
+  const char *call = "gpupool_share_import";
+  gpupool_status st;
+  if (strcmp(m->backend, "host") == 0) {
+    host_backend_config hc = {.capacity = SIZE_MAX / 2}; /* imported pages are not charged */
+    st = backend_host_create(&hc, out);
+  } else if (strcmp(m->backend, "cuda") == 0) {
+    st = backend_cuda_create(device, out);
+    if (st != GPUPOOL_OK)
+      return pool_fail(st == GPUPOOL_ERR_INVALID ? st : GPUPOOL_ERR_UNSUPPORTED,
+                       "%s: the export comes from a cuda pool, and backend cuda is not available "
+                       "on device %d here: %s",
+                       call, device, gpupool_last_error());
+  } else {
+    return pool_fail(GPUPOOL_ERR_INVALID, "%s: the export names an unknown backend", call);
+  }
+  if (st != GPUPOOL_OK)
+    return st;
+  const backend_vmm_ops *vmm = (*out)->ops->vmm;
+  const char *why = !vmm || !vmm->map_shared            ? "has no virtual memory management here"
+                    : (*out)->page_size != m->page_size ? "has pages of another size here"
+                                                        : NULL;
+  if (why) {
+    size_t page = (*out)->page_size;
+    (*out)->ops->destroy(*out);
+    *out = NULL;
+    return pool_fail(GPUPOOL_ERR_UNSUPPORTED,
+                     "%s: backend %s on device %d %s (%zu-byte pages, the export's are %llu)", call,
+                     m->backend, device, why, page, (unsigned long long)m->page_size);
+  }
+  return GPUPOOL_OK;
+}
+
+/* Whether m is the first message of an export: a header that adds up. */
+static int valid_header(const share_msg *m, size_t nfds) {
+  uint64_t ps = m->page_size;
+  return m->version == SHARE_VERSION && m->kind == MSG_EXPORT && m->first == 0 &&
+         memchr(m->backend, '\0', sizeof m->backend) && m->npages >= 1 &&
+         m->npages <= SHARE_MAX_PAGES && ps && !(ps & (ps - 1)) && ps <= ((uint64_t)1 << 32) &&
+         m->offset < ps && m->size >= 1 && m->offset + m->size <= (uint64_t)m->npages * ps &&
+         m->nfds == (m->npages < SHARE_FDS ? m->npages : SHARE_FDS) && nfds == m->nfds;
+}
+
+/* Receives every page of the export whose header is in m: descriptors into
+ * fds, offsets into offs (npages each). */
+static gpupool_status recv_pages(int sock, int seqpacket, share_msg *m, int *fds, uint64_t *offs) {
+  const char *call = "gpupool_share_import";
+  uint64_t id = m->id;
+  uint32_t n = m->npages;
+  for (uint32_t have = 0; have < n;) {
+    if (have) {
+      size_t k = 0;
+      gpupool_status st = GPUPOOL_OK;
+      int got = recv_msg(call, sock, seqpacket, m, fds + have, n - have, &k, &st);
+      if (got <= 0) {
+        close_fds(fds, have);
+        return got < 0 ? st
+                       : pool_fail(GPUPOOL_ERR_INVALID,
+                                   "%s: socket %d closed after %u of the export's %u pages", call,
+                                   sock, have, n);
+      }
+      if (m->version != SHARE_VERSION || m->kind != MSG_PAGES || m->id != id || m->first != have ||
+          m->nfds != k || k != (n - have < SHARE_FDS ? n - have : SHARE_FDS)) {
+        close_fds(fds, have + k);
+        return pool_fail(GPUPOOL_ERR_INVALID, "%s: socket %d: a bad page message", call, sock);
+      }
+    }
+    memcpy(offs + have, m->page_offset, m->nfds * sizeof *offs);
+    have += m->nfds;
+  }
+  return GPUPOOL_OK;
+}
+
+/* Reserves an address range on be and maps the n pages there. */
+static gpupool_status map_import(backend *be, size_t n, const int *fds, const uint64_t *offs,
+                                 void **base) {
+  const backend_vmm_ops *vmm = be->ops->vmm;
+  gpupool_status st = vmm->reserve(be, n * be->page_size, base);
+  size_t mapped = 0;
+  for (; st == GPUPOOL_OK && mapped < n; mapped++) {
+    st = vmm->map_shared(be, (char *)*base + mapped * be->page_size, fds[mapped], offs[mapped]);
+    if (st != GPUPOOL_OK)
+      break;
+  }
+  if (st != GPUPOOL_OK && *base) {
+    vmm->unmap(be, *base, mapped);
+    vmm->unreserve(be, *base, n * be->page_size);
+  }
+  return st;
+}
+
+static void unlist_import(gpupool_import *im) {
+  pthread_mutex_lock(&g_lock);
+  for (gpupool_import **l = &g_imports; *l; l = &(*l)->next)
+    if (*l == im) {
+      *l = im->next;
+      break;
+    }
+  pthread_mutex_unlock(&g_lock);
+}
+
+gpupool_status gpupool_share_import(int sock, int device, void **ptr, size_t *size,
+                                    gpupool_import **out) {
+  const char *call = "gpupool_share_import";
+  if (!ptr || !size || !out)
+    return pool_fail(GPUPOOL_ERR_INVALID, "%s: %s is NULL", call,
+                     !ptr    ? "ptr"
+                     : !size ? "size"
+                             : "out");
+  *out = NULL;
+  int seqpacket;
+  gpupool_status st = check_socket(call, sock, &seqpacket);
+  if (st != GPUPOOL_OK)
+    return st;
+  gpupool_import *im = calloc(1, sizeof *im);
+  if (!im)
+    return pool_fail(GPUPOOL_ERR_OOM, "%s: out of host memory", call);
+  /* Listed before receiving, so that a second import on this socket is
+   * refused even while the first one waits for its message. */
+  pthread_mutex_lock(&g_lock);
+  for (gpupool_import *e = g_imports; e; e = e->next)
+    if (e->sock == sock)
+      st = pool_fail(GPUPOOL_ERR_INVALID,
+                     "%s: socket %d carries an imported block already (one import per export: "
+                     "release it first)",
+                     call, sock);
+  if (st == GPUPOOL_OK) {
+    im->sock = sock;
+    im->next = g_imports;
+    g_imports = im;
+  }
+  pthread_mutex_unlock(&g_lock);
+  if (st != GPUPOOL_OK) {
+    free(im);
+    return st;
+  }
+
+  share_msg m;
+  int first_fds[SHARE_FDS];
+  size_t nfds = 0;
+  int got = recv_msg(call, sock, seqpacket, &m, first_fds, SHARE_FDS, &nfds, &st);
+  if (got == 0)
+    st =
+        pool_fail(GPUPOOL_ERR_INVALID, "%s: socket %d was closed: no export to import", call, sock);
+  else if (got > 0 && !valid_header(&m, nfds)) {
+    close_fds(first_fds, nfds);
+    st = pool_fail(GPUPOOL_ERR_INVALID,
+                   "%s: socket %d: a message that is not the start of an export", call, sock);
+  }
+  if (st != GPUPOOL_OK) {
+    unlist_import(im);
+    free(im);
+    return st;
+  }
+  /* From here on the exporter hears of any failure (a release), so that its
+   * export ends. */
+  int *fds = malloc(m.npages * sizeof *fds);
+  uint64_t *offs = malloc(m.npages * sizeof *offs);
+  if (!fds || !offs) {
+    close_fds(first_fds, nfds);
+    st = pool_fail(GPUPOOL_ERR_OOM, "%s: out of host memory", call);
+  } else {
+    memcpy(fds, first_fds, nfds * sizeof *fds);
+    st = recv_pages(sock, seqpacket, &m, fds, offs);
+  }
+  uint64_t id = m.id;
+  size_t npages = m.npages, bytes = m.size, offset = m.offset;
+  backend *be = NULL;
+  void *base = NULL;
+  if (st == GPUPOOL_OK) {
+    st = import_backend(&m, device, &be);
+    if (st == GPUPOOL_OK)
+      st = map_import(be, npages, fds, offs, &base);
+    close_fds(fds, npages);
+  }
+  free(fds);
+  free(offs);
+  if (st != GPUPOOL_OK) {
+    if (be)
+      be->ops->destroy(be);
+    send_release(sock, id);
+    unlist_import(im);
+    free(im);
+    return st;
+  }
+  im->be = be;
+  im->base = base;
+  im->npages = npages;
+  im->id = id;
+  *ptr = (char *)base + offset;
+  *size = bytes;
+  *out = im;
+  return GPUPOOL_OK;
+}
+
+gpupool_status gpupool_share_release(gpupool_import *im) {
+  if (!im)
+    return pool_fail(GPUPOOL_ERR_INVALID, "gpupool_share_release: import is NULL");
+  backend *be = im->be;
+  be->ops->vmm->unmap(be, im->base, im->npages);
+  be->ops->vmm->unreserve(be, im->base, im->npages * be->page_size);
+  be->ops->destroy(be);
+  send_release(im->sock, im->id);
+  unlist_import(im);
+  free(im);
+  return GPUPOOL_OK;
+}

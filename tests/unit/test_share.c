@@ -1,0 +1,488 @@
+/* Sharing a block of an expandable pool with another process
+ * (gpupool/share.h) on the host backend, whose pages are slots of a memfd:
+ * the descriptors really cross a Unix socket, and the importer maps the same
+ * memory. A forked child writes through its imported pointer and the parent
+ * reads the values in its own block; the lifetime rules (a free while
+ * exported is deferred, the pages stay put) and every bad path. */
+#include <criterion/criterion.h>
+#include <errno.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "gpupool/share.h"
+#include "helpers/pool_check.h"
+#include "pool/pool_internal.h"
+
+#define A       GPUPOOL_STAT_ALL
+#define WAIT_MS 10000 /* a bound, never reached when things work */
+
+static gpupool *share_pool(void) {
+  return pc_pool(GPUPOOL_STRATEGY_BFC, 1024 * MiB,
+                 "expandable_segments:True,expandable_slack_percent:0");
+}
+
+static void *take(gpupool *p, size_t size) {
+  void *x = NULL;
+  cr_assert_eq(gpupool_malloc(p, &x, size, NULL), GPUPOOL_OK, "%zu bytes: %s", size,
+               gpupool_last_error());
+  return x;
+}
+
+static void sockets_of(int type, int sv[2]) {
+  cr_assert_eq(socketpair(AF_UNIX, type, 0, sv), 0, "socketpair: %s", strerror(errno));
+}
+
+static void sockets(int sv[2]) {
+  sockets_of(SOCK_STREAM, sv);
+}
+
+static uint32_t word(size_t i, uint32_t seed) {
+  return (uint32_t)(i * 2654435761u) ^ seed;
+}
+
+static void fill(void *p, size_t bytes, uint32_t seed) {
+  uint32_t *w = p;
+  for (size_t i = 0; i < bytes / 4; i++)
+    w[i] = word(i, seed);
+}
+
+/* The index of the first word that differs, or SIZE_MAX. */
+static size_t check(const void *p, size_t bytes, uint32_t seed) {
+  const uint32_t *w = p;
+  for (size_t i = 0; i < bytes / 4; i++)
+    if (w[i] != word(i, seed))
+      return i;
+  return SIZE_MAX;
+}
+
+static void expect_fail(gpupool_status got, gpupool_status want, const char *text) {
+  cr_assert_eq(got, want, "status %s, want %s: %s", gpupool_status_string(got),
+               gpupool_status_string(want), gpupool_last_error());
+  cr_assert(strstr(gpupool_last_error(), text), "'%s' does not say '%s'", gpupool_last_error(),
+            text);
+}
+
+/* Waits for the export to end; the block is the caller's again. */
+static void wait_ended(gpupool_export *ex) {
+  int ended = 0;
+  cr_assert_eq(gpupool_share_wait(ex, WAIT_MS, &ended), GPUPOOL_OK, "%s", gpupool_last_error());
+  cr_assert_eq(ended, 1, "the export did not end within %d ms", WAIT_MS);
+}
+
+static void still_exported(gpupool_export *ex) {
+  int ended = 1;
+  cr_assert_eq(gpupool_share_wait(ex, 0, &ended), GPUPOOL_OK, "%s", gpupool_last_error());
+  cr_assert_eq(ended, 0, "the export ended, but the importer still holds it");
+}
+
+/* The child's side of the fork tests: imports, checks, writes `seed` over
+ * the block, releases unless told not to. Exit status: 0, or the step that
+ * failed (the parent reports it). */
+static int child_import(int sock, void *parent_ptr, size_t want_size, uint32_t seed, int release) {
+  void *ptr = NULL;
+  size_t size = 0;
+  gpupool_import *im = NULL;
+  if (gpupool_share_import(sock, 0, &ptr, &size, &im) != GPUPOOL_OK) {
+    fprintf(stderr, "child: import failed: %s\n", gpupool_last_error());
+    return 10;
+  }
+  if (size != want_size)
+    return 11;
+  if (ptr == parent_ptr) /* its own mapping, not the inherited one */
+    return 12;
+  if (check(ptr, size, 0x5eed) != SIZE_MAX) /* what the parent wrote */
+    return 13;
+  fill(ptr, size, seed);
+  if (release && gpupool_share_release(im) != GPUPOOL_OK)
+    return 14;
+  return 0;
+}
+
+static void expect_child(pid_t pid) {
+  int status = 0;
+  cr_assert_eq(waitpid(pid, &status, 0), pid);
+  cr_assert(WIFEXITED(status), "the child did not exit normally");
+  cr_assert_eq(WEXITSTATUS(status), 0, "the child failed at step %d", WEXITSTATUS(status));
+}
+
+Test(share, forked_child_writes_parent_reads) {
+  gpupool *p = share_pool();
+  size_t size = 10 * MiB + 4096; /* 6 pages of 2 MiB */
+  void *x = take(p, size);
+  fill(x, size, 0x5eed);
+  int sv[2];
+  sockets(sv);
+  pid_t pid = fork();
+  cr_assert_neq(pid, -1);
+  if (pid == 0) {
+    close(sv[0]);
+    _exit(child_import(sv[1], x, size, 0xc0ffee, 1));
+  }
+  close(sv[1]);
+  gpupool_export *ex = NULL;
+  cr_assert_eq(gpupool_share_export(p, x, sv[0], &ex), GPUPOOL_OK, "%s", gpupool_last_error());
+  wait_ended(ex);
+  expect_child(pid);
+  cr_assert_eq(check(x, size, 0xc0ffee), SIZE_MAX, "the parent does not see the child's writes");
+  fprintf(stderr,
+          "[share] a forked child wrote %zu bytes through its import; the parent read "
+          "them in its block\n",
+          size);
+  /* The block is an ordinary allocation again. */
+  cr_assert_eq(gpupool_free(p, x), GPUPOOL_OK, "%s", gpupool_last_error());
+  cr_assert_eq(pc_stats(p).allocated_bytes[A].current, 0);
+  close(sv[0]);
+  gpupool_destroy(p);
+}
+
+Test(share, importer_exit_without_release_ends_the_export) {
+  gpupool *p = share_pool();
+  size_t size = 4 * MiB;
+  void *x = take(p, size);
+  fill(x, size, 0x5eed);
+  int sv[2];
+  sockets(sv);
+  pid_t pid = fork();
+  cr_assert_neq(pid, -1);
+  if (pid == 0) {
+    close(sv[0]);
+    _exit(child_import(sv[1], x, size, 0xfeed, 0)); /* exits holding it */
+  }
+  close(sv[1]);
+  gpupool_export *ex = NULL;
+  cr_assert_eq(gpupool_share_export(p, x, sv[0], &ex), GPUPOOL_OK, "%s", gpupool_last_error());
+  wait_ended(ex); /* the socket closed with the child */
+  expect_child(pid);
+  cr_assert_eq(check(x, size, 0xfeed), SIZE_MAX);
+  cr_assert_eq(gpupool_free(p, x), GPUPOOL_OK, "%s", gpupool_last_error());
+  close(sv[0]);
+  gpupool_destroy(p);
+}
+
+/* More pages than one message carries (64): the export spans three
+ * (over a seqpacket socket, the other kind that works). */
+Test(share, large_block_in_several_messages) {
+  gpupool *p = share_pool();
+  size_t size = 150 * 2 * MiB;
+  char *x = take(p, size);
+  int sv[2];
+  sockets_of(SOCK_SEQPACKET, sv);
+  gpupool_export *ex = NULL;
+  cr_assert_eq(gpupool_share_export(p, x, sv[0], &ex), GPUPOOL_OK, "%s", gpupool_last_error());
+  char *y = NULL;
+  size_t got = 0;
+  gpupool_import *im = NULL;
+  cr_assert_eq(gpupool_share_import(sv[1], 0, (void **)&y, &got, &im), GPUPOOL_OK, "%s",
+               gpupool_last_error());
+  cr_assert_eq(got, size);
+  for (size_t page = 0; page < 150; page++)
+    y[page * 2 * MiB + page] = (char)(page + 1);
+  for (size_t page = 0; page < 150; page++)
+    cr_assert_eq(x[page * 2 * MiB + page], (char)(page + 1), "page %zu is not shared", page);
+  cr_assert_eq(gpupool_share_release(im), GPUPOOL_OK);
+  wait_ended(ex);
+  cr_assert_eq(gpupool_free(p, x), GPUPOOL_OK);
+  close(sv[0]);
+  close(sv[1]);
+  gpupool_destroy(p);
+}
+
+/* A free while exported succeeds and is deferred: the block stays allocated
+ * and its pages stay under it, whatever else the pool does, until the
+ * importer releases it; then it is freed. */
+Test(share, free_while_exported_is_deferred) {
+  gpupool *p = share_pool();
+  size_t size = 8 * MiB;
+  void *x = take(p, size);
+  int sv[2];
+  sockets(sv);
+  gpupool_export *ex = NULL;
+  cr_assert_eq(gpupool_share_export(p, x, sv[0], &ex), GPUPOOL_OK, "%s", gpupool_last_error());
+  void *y = NULL;
+  size_t got = 0;
+  gpupool_import *im = NULL;
+  cr_assert_eq(gpupool_share_import(sv[1], 0, &y, &got, &im), GPUPOOL_OK, "%s",
+               gpupool_last_error());
+  fill(y, size, 0xabc);
+
+  cr_assert_eq(gpupool_free(p, x), GPUPOOL_OK, "%s", gpupool_last_error());
+  expect_fail(gpupool_free(p, x), GPUPOOL_ERR_INVALID, "double free");
+  expect_fail(gpupool_record_stream(p, x, (void *)0x10), GPUPOOL_ERR_INVALID, "exported");
+  gpupool_stats s = pc_stats(p);
+  cr_assert_eq(s.allocated_bytes[A].current, (int64_t)size, "the exported block must stay");
+  cr_assert_eq(s.num_frees, 0);
+
+  /* Pressure: with no slack every idle page moves before a new one is made;
+   * the exported block's pages are not idle. */
+  void *z[4];
+  for (int i = 0; i < 4; i++) {
+    z[i] = take(p, 6 * MiB);
+    memset(z[i], 0xff, 6 * MiB);
+    cr_assert_eq(gpupool_free(p, z[i]), GPUPOOL_OK);
+  }
+  z[0] = take(p, 30 * MiB);
+  memset(z[0], 0xee, 30 * MiB);
+  cr_assert_eq(check(y, size, 0xabc), SIZE_MAX, "the exported pages moved");
+  cr_assert_eq(gpupool_empty_cache(p) % (2 * MiB), 0);
+  cr_assert_eq(check(y, size, 0xabc), SIZE_MAX, "empty_cache released the exported pages");
+  still_exported(ex);
+
+  cr_assert_eq(gpupool_share_release(im), GPUPOOL_OK);
+  wait_ended(ex);
+  s = pc_stats(p);
+  cr_assert_eq(s.allocated_bytes[A].current, 30 * (int64_t)MiB, "the deferred free did not happen");
+  cr_assert_eq(s.num_frees, 5);
+  expect_fail(gpupool_free(p, x), GPUPOOL_ERR_INVALID, "not a live allocation");
+  cr_assert_eq(gpupool_free(p, z[0]), GPUPOOL_OK);
+  close(sv[0]);
+  close(sv[1]);
+  gpupool_destroy(p);
+}
+
+/* Destroying the pool orphans its exports: their wait ends them at once. */
+Test(share, destroy_orphans_the_export) {
+  gpupool *p = share_pool();
+  void *x = take(p, 4 * MiB);
+  int sv[2];
+  sockets(sv);
+  gpupool_export *ex = NULL;
+  cr_assert_eq(gpupool_share_export(p, x, sv[0], &ex), GPUPOOL_OK, "%s", gpupool_last_error());
+  void *y = NULL;
+  size_t got = 0;
+  gpupool_import *im = NULL;
+  cr_assert_eq(gpupool_share_import(sv[1], 0, &y, &got, &im), GPUPOOL_OK, "%s",
+               gpupool_last_error());
+  gpupool_destroy(p);
+  int ended = 0;
+  cr_assert_eq(gpupool_share_wait(ex, 0, &ended), GPUPOOL_OK, "%s", gpupool_last_error());
+  cr_assert_eq(ended, 1, "an orphaned export must end at once");
+  cr_assert_eq(gpupool_share_release(im), GPUPOOL_OK);
+  close(sv[0]);
+  close(sv[1]);
+}
+
+Test(share, bad_exports_change_nothing) {
+  gpupool *p = share_pool();
+  void *x = take(p, 4 * MiB);
+  int sv[2];
+  sockets(sv);
+  gpupool_export *ex = NULL;
+
+  expect_fail(gpupool_share_export(NULL, x, sv[0], &ex), GPUPOOL_ERR_INVALID, "NULL");
+  expect_fail(gpupool_share_export(p, x, sv[0], NULL), GPUPOOL_ERR_INVALID, "NULL");
+  int foreign;
+  expect_fail(gpupool_share_export(p, &foreign, sv[0], &ex), GPUPOOL_ERR_INVALID,
+              "not a live allocation");
+  void *freed = take(p, 4 * MiB);
+  cr_assert_eq(gpupool_free(p, freed), GPUPOOL_OK);
+  expect_fail(gpupool_share_export(p, freed, sv[0], &ex), GPUPOOL_ERR_INVALID,
+              "not a live allocation");
+  void *small = take(p, 4096);
+  expect_fail(gpupool_share_export(p, small, sv[0], &ex), GPUPOOL_ERR_INVALID, "small block");
+  int pipefd[2];
+  cr_assert_eq(pipe(pipefd), 0);
+  expect_fail(gpupool_share_export(p, x, pipefd[0], &ex), GPUPOOL_ERR_INVALID, "not a socket");
+  expect_fail(gpupool_share_export(p, x, 987, &ex), GPUPOOL_ERR_INVALID, "not an open descriptor");
+  int dgram[2];
+  sockets_of(SOCK_DGRAM, dgram);
+  expect_fail(gpupool_share_export(p, x, dgram[0], &ex), GPUPOOL_ERR_INVALID,
+              "not a Unix stream or seqpacket socket");
+  close(dgram[0]);
+  close(dgram[1]);
+  int udp = socket(AF_INET, SOCK_DGRAM, 0);
+  cr_assert_geq(udp, 0);
+  expect_fail(gpupool_share_export(p, x, udp, &ex), GPUPOOL_ERR_INVALID, "AF_UNIX");
+  close(udp);
+  cr_assert_null(ex);
+
+  /* Nothing was sent, and x is an ordinary allocation still. */
+  struct pollfd pfd = {sv[1], POLLIN, 0};
+  cr_assert_eq(poll(&pfd, 1, 0), 0, "a failed export wrote to the socket");
+  cr_assert_eq(gpupool_free(p, x), GPUPOOL_OK, "%s", gpupool_last_error());
+  cr_assert_eq(gpupool_free(p, small), GPUPOOL_OK);
+  close(pipefd[0]);
+  close(pipefd[1]);
+  close(sv[0]);
+  close(sv[1]);
+  gpupool_destroy(p);
+}
+
+Test(share, not_an_expandable_pool) {
+  gpupool *p = pc_pool(GPUPOOL_STRATEGY_BFC, 256 * MiB, NULL);
+  void *x = take(p, 4 * MiB);
+  int sv[2];
+  sockets(sv);
+  gpupool_export *ex = NULL;
+  expect_fail(gpupool_share_export(p, x, sv[0], &ex), GPUPOOL_ERR_INVALID, "expandable");
+  cr_assert_eq(gpupool_free(p, x), GPUPOOL_OK);
+  close(sv[0]);
+  close(sv[1]);
+  gpupool_destroy(p);
+}
+
+/* A device whose pages cannot be exported (no POSIX file descriptor
+ * support, or a driver that refused shareable pages) says so. */
+Test(share, unsupported_device) {
+  gpupool *p = share_pool();
+  void *x = take(p, 4 * MiB);
+  int sv[2];
+  sockets(sv);
+  gpupool_export *ex = NULL;
+  pthread_mutex_lock(&p->slow_lock);
+  p->be->shareable = 0; /* as backend_cuda_vmm.c leaves it on such a device */
+  pthread_mutex_unlock(&p->slow_lock);
+  expect_fail(gpupool_share_export(p, x, sv[0], &ex), GPUPOOL_ERR_UNSUPPORTED,
+              "cannot export memory as POSIX file descriptors");
+  cr_assert_null(ex);
+  cr_assert_eq(gpupool_free(p, x), GPUPOOL_OK, "%s", gpupool_last_error());
+  close(sv[0]);
+  close(sv[1]);
+  gpupool_destroy(p);
+}
+
+Test(share, closed_socket) {
+  gpupool *p = share_pool();
+  void *x = take(p, 4 * MiB);
+  int sv[2];
+  sockets(sv);
+  close(sv[1]);
+  gpupool_export *ex = NULL;
+  expect_fail(gpupool_share_export(p, x, sv[0], &ex), GPUPOOL_ERR_INVALID, "peer closed");
+  cr_assert_null(ex);
+  cr_assert_eq(gpupool_free(p, x), GPUPOOL_OK, "a failed export kept the block: %s",
+               gpupool_last_error());
+  close(sv[0]);
+
+  /* The importer's side: the exporter closed its end, nothing was sent. */
+  sockets(sv);
+  close(sv[0]);
+  void *y = NULL;
+  size_t size = 0;
+  gpupool_import *im = NULL;
+  expect_fail(gpupool_share_import(sv[1], 0, &y, &size, &im), GPUPOOL_ERR_INVALID, "was closed");
+  cr_assert_null(im);
+  close(sv[1]);
+  gpupool_destroy(p);
+}
+
+Test(share, second_export_and_second_import_are_refused) {
+  gpupool *p = share_pool();
+  void *x = take(p, 4 * MiB), *w = take(p, 4 * MiB);
+  int sv[2], other[2];
+  sockets(sv);
+  sockets(other);
+  gpupool_export *ex = NULL, *ex2 = NULL;
+  cr_assert_eq(gpupool_share_export(p, x, sv[0], &ex), GPUPOOL_OK, "%s", gpupool_last_error());
+  expect_fail(gpupool_share_export(p, x, other[0], &ex2), GPUPOOL_ERR_INVALID, "exported already");
+  expect_fail(gpupool_share_export(p, w, sv[0], &ex2), GPUPOOL_ERR_INVALID,
+              "carries another export");
+  cr_assert_null(ex2);
+
+  void *y = NULL, *y2 = NULL;
+  size_t size = 0;
+  gpupool_import *im = NULL, *im2 = NULL;
+  cr_assert_eq(gpupool_share_import(sv[1], 0, &y, &size, &im), GPUPOOL_OK, "%s",
+               gpupool_last_error());
+  expect_fail(gpupool_share_import(sv[1], 0, &y2, &size, &im2), GPUPOOL_ERR_INVALID,
+              "carries an imported block already");
+  cr_assert_null(im2);
+  cr_assert_eq(gpupool_share_release(im), GPUPOOL_OK);
+  wait_ended(ex);
+
+  /* Once ended, the block can be exported again, on the same socket. */
+  cr_assert_eq(gpupool_share_export(p, x, sv[0], &ex), GPUPOOL_OK, "%s", gpupool_last_error());
+  cr_assert_eq(gpupool_share_import(sv[1], 0, &y, &size, &im), GPUPOOL_OK, "%s",
+               gpupool_last_error());
+  cr_assert_eq(gpupool_share_release(im), GPUPOOL_OK);
+  wait_ended(ex);
+  cr_assert_eq(gpupool_free(p, x), GPUPOOL_OK);
+  cr_assert_eq(gpupool_free(p, w), GPUPOOL_OK);
+  close(sv[0]);
+  close(sv[1]);
+  close(other[0]);
+  close(other[1]);
+  gpupool_destroy(p);
+}
+
+Test(share, garbage_on_the_socket) {
+  void *y = NULL;
+  size_t size = 0;
+  gpupool_import *im = NULL;
+  int sv[2];
+
+  /* Bytes that are no message at all. */
+  sockets(sv);
+  cr_assert_eq(write(sv[0], "GET / HTTP/1.1\r\n\r\n", 18), 18);
+  expect_fail(gpupool_share_import(sv[1], 0, &y, &size, &im), GPUPOOL_ERR_INVALID,
+              "not a gpupool share message");
+  close(sv[0]);
+  close(sv[1]);
+
+  /* A message of the right size and magic, but no export; then a
+   * truncated one. */
+  sockets(sv);
+  unsigned char msg[1024];
+  memset(msg, 0x7f, sizeof msg);
+  memcpy(msg, "GPSH", 4);
+  cr_assert_eq(write(sv[0], msg, sizeof msg), (ssize_t)sizeof msg);
+  expect_fail(gpupool_share_import(sv[1], 0, &y, &size, &im), GPUPOOL_ERR_INVALID,
+              "not the start of an export");
+  close(sv[0]);
+  close(sv[1]);
+  sockets(sv);
+  cr_assert_eq(write(sv[0], msg, 40), 40);
+  close(sv[0]);
+  expect_fail(gpupool_share_import(sv[1], 0, &y, &size, &im), GPUPOOL_ERR_INVALID,
+              "in the middle of a message");
+  cr_assert_null(im);
+  close(sv[1]);
+
+  /* The exporter's side: garbage where the release should come (one record
+   * each on a seqpacket socket: too long, then of the right size but no
+   * release); the export goes on until the importer's end closes. */
+  gpupool *p = share_pool();
+  void *x = take(p, 4 * MiB);
+  sockets_of(SOCK_SEQPACKET, sv);
+  gpupool_export *ex = NULL;
+  cr_assert_eq(gpupool_share_export(p, x, sv[0], &ex), GPUPOOL_OK, "%s", gpupool_last_error());
+  char exported[1024];
+  ssize_t msg_size = read(sv[1], exported, sizeof exported); /* the export's one message */
+  cr_assert_gt(msg_size, 40);
+  cr_assert_eq(write(sv[1], msg, sizeof msg), (ssize_t)sizeof msg);
+  int ended = 1;
+  expect_fail(gpupool_share_wait(ex, WAIT_MS, &ended), GPUPOOL_ERR_INVALID, "wrong size");
+  cr_assert_eq(ended, 0);
+  cr_assert_eq(write(sv[1], msg, (size_t)msg_size), msg_size);
+  expect_fail(gpupool_share_wait(ex, WAIT_MS, &ended), GPUPOOL_ERR_INVALID,
+              "not the release of this export");
+  cr_assert_eq(ended, 0);
+  cr_assert_eq(gpupool_free(p, x), GPUPOOL_OK); /* deferred */
+  cr_assert_eq(pc_stats(p).allocated_bytes[A].current, 4 * (int64_t)MiB);
+  close(sv[1]);
+  wait_ended(ex);
+  cr_assert_eq(pc_stats(p).allocated_bytes[A].current, 0);
+  close(sv[0]);
+  gpupool_destroy(p);
+}
+
+Test(share, bad_import_arguments) {
+  int sv[2];
+  sockets(sv);
+  void *y = NULL;
+  size_t size = 0;
+  gpupool_import *im = NULL;
+  expect_fail(gpupool_share_import(sv[1], 0, NULL, &size, &im), GPUPOOL_ERR_INVALID, "NULL");
+  expect_fail(gpupool_share_import(-1, 0, &y, &size, &im), GPUPOOL_ERR_INVALID,
+              "not an open descriptor");
+  expect_fail(gpupool_share_release(NULL), GPUPOOL_ERR_INVALID, "NULL");
+  int ended;
+  expect_fail(gpupool_share_wait(NULL, 0, &ended), GPUPOOL_ERR_INVALID, "NULL");
+  close(sv[0]);
+  close(sv[1]);
+}
