@@ -17,8 +17,8 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include "clock.h"
-#include "errors.h"
+#include "core/clock.h"
+#include "core/errors.h"
 #include "pool_internal.h"
 #include "share.h"
 
