@@ -71,8 +71,8 @@ gpupool_status gpupool_history_load(const char *path, const char *format, const 
   if (fmt == 'e') {
     st = read_record(f, path, out);
   } else {
-    unsigned char *buf;
-    size_t len;
+    unsigned char *buf = NULL; /* set by slurp when it succeeds */
+    size_t len = 0;
     st = slurp(f, path, &buf, &len);
     if (st == GPUPOOL_OK) {
       st = fmt == 'r' ? read_trace((const char *)buf, len, path, pool, out)
