@@ -474,8 +474,11 @@ def driver(a):
             if not r:
                 continue
             oom = r.get("oom", {})
+            # gpupool's message: "CUDA out of memory. ... in pool 'torch' on device N ..."
             good = bool(oom.get("raised")) and oom.get("works_after") and (
-                allocator != "gpupool" or "gpupool" in oom["raised"])
+                allocator != "gpupool" or (oom["raised"].startswith("RuntimeError: CUDA out of "
+                                                                    "memory.")
+                                           and "in pool 'torch'" in oom["raised"]))
             ok &= good
             print(f"{model} / {allocator}: 16 TiB request {'raised' if oom.get('raised') else 'did NOT raise'}"
                   f" ({oom.get('raised')}); allocator works after: {oom.get('works_after')}"
