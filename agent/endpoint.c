@@ -41,6 +41,13 @@ void endpoint_out_of_memory(endpoint_body *out, const char *what) {
   endpoint_text(out, 503, line);
 }
 
+void endpoint_printable(char *dst, size_t size, const char *v) {
+  size_t n = 0;
+  for (; *v && n + 1 < size; v++)
+    dst[n++] = (*v >= 0x20 && *v < 0x7f) ? *v : '?';
+  dst[n] = '\0';
+}
+
 static void first_param(void *arg, const char *key, const char *value) {
   (void)value;
   const char **first = arg;

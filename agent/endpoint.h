@@ -47,6 +47,9 @@ void endpoint_text(endpoint_body *out, int status, const char *text);
 /* A handler that ran out of host memory: 503, the same in every endpoint
  * (a scrape may well succeed again). what: "rendering /metrics", ... */
 void endpoint_out_of_memory(endpoint_body *out, const char *what);
+/* A request's value made safe to quote in a one-line reason: bytes outside
+ * printable ASCII become '?'; cut to size - 1. */
+void endpoint_printable(char *dst, size_t size, const char *v);
 /* 0 when the request has no query parameters; else -1 with a 400 naming
  * the first one (path: the route, for the reason). */
 int endpoint_no_params(const endpoint_args *args, const char *path, endpoint_body *out);

@@ -184,13 +184,6 @@ static void check_param(void *arg, const char *key, const char *value) {
     p->unknown = key;
 }
 
-static void printable(char *dst, size_t size, const char *v) {
-  size_t n = 0;
-  for (; *v && n + 1 < size; v++)
-    dst[n++] = (*v >= 0x20 && *v < 0x7f) ? *v : '?';
-  dst[n] = '\0';
-}
-
 static void plain(endpoint_body *out, int status, const char *line) {
   out->status = status;
   out->content_type = "text/plain; charset=utf-8";
@@ -248,7 +241,7 @@ static int parse_id(const char *s, uint64_t *id) {
 static void one(const char *idtext, const char *format, endpoint_body *out) {
   char shown[48];
   uint64_t id;
-  printable(shown, sizeof shown, idtext);
+  endpoint_printable(shown, sizeof shown, idtext);
   if (parse_id(idtext, &id) != 0) {
     endpoint_bad_request(out, "bad OOM report id '%s': expected a number from 1", shown);
     return;
@@ -301,7 +294,7 @@ void oom_endpoint(const endpoint_args *args, endpoint_body *out) {
   const char *rest = strncmp(path, "/oom/", 5) == 0 ? path + 5 : NULL;
   char shown[80];
   if (p.unknown) {
-    printable(shown, sizeof shown, p.unknown);
+    endpoint_printable(shown, sizeof shown, p.unknown);
     endpoint_bad_request(out, "unknown parameter '%s' (expected format on /oom/<id>)", shown);
     return;
   }
@@ -319,7 +312,7 @@ void oom_endpoint(const endpoint_args *args, endpoint_body *out) {
     return;
   }
   if (format && strcmp(format, "json") != 0 && strcmp(format, "torch") != 0) {
-    printable(shown, sizeof shown, format);
+    endpoint_printable(shown, sizeof shown, format);
     endpoint_bad_request(out, "bad format '%s' (expected json or torch)", shown);
     return;
   }

@@ -256,20 +256,13 @@ static void check_param(void *arg, const char *key, const char *value) {
 }
 
 /* A value as it can be quoted in a one-line reason. */
-static void printable(char *dst, size_t size, const char *v) {
-  size_t n = 0;
-  for (; *v && n + 1 < size; v++)
-    dst[n++] = (*v >= 0x20 && *v < 0x7f) ? *v : '?';
-  dst[n] = '\0';
-}
-
 void snapshot_endpoint(const endpoint_args *args, endpoint_body *out) {
   char shown[80];
   param_check pc = {0};
   if (args->each)
     args->each(args->ctx, check_param, &pc);
   if (pc.unknown) {
-    printable(shown, sizeof shown, pc.unknown);
+    endpoint_printable(shown, sizeof shown, pc.unknown);
     endpoint_bad_request(out, "unknown parameter '%s' (expected pool or format)", shown);
     return;
   }
@@ -285,7 +278,7 @@ void snapshot_endpoint(const endpoint_args *args, endpoint_body *out) {
   registry_foreach(copy_pool, &c);
   if (c.pool && !c.npools && !c.failed) {
     collected_free(&c);
-    printable(shown, sizeof shown, c.pool);
+    endpoint_printable(shown, sizeof shown, c.pool);
     endpoint_bad_request(out, "bad pool '%s': no live pool has this name", shown);
     return;
   }

@@ -103,19 +103,12 @@ static void check_param(void *arg, const char *key, const char *value) {
     p->unknown = key;
 }
 
-static void printable(char *dst, size_t size, const char *v) {
-  size_t n = 0;
-  for (; *v && n + 1 < size; v++)
-    dst[n++] = (*v >= 0x20 && *v < 0x7f) ? *v : '?';
-  dst[n] = '\0';
-}
-
 static void torch_endpoint(const endpoint_args *args, endpoint_body *out) {
   char shown[80];
   params p = {0};
   args->each(args->ctx, check_param, &p);
   if (p.unknown) {
-    printable(shown, sizeof shown, p.unknown);
+    endpoint_printable(shown, sizeof shown, p.unknown);
     endpoint_bad_request(out, "unknown parameter '%s' (expected pool or format)", shown);
     return;
   }
@@ -134,16 +127,12 @@ static void torch_endpoint(const endpoint_args *args, endpoint_body *out) {
   collection_free(&c);
   if (c.pool && !matched) {
     free(data);
-    printable(shown, sizeof shown, c.pool);
+    endpoint_printable(shown, sizeof shown, c.pool);
     endpoint_bad_request(out, "bad pool '%s': no live pool has this name", shown);
     return;
   }
   if (!data) {
-    static const char msg[] = "out of memory building the snapshot\n";
-    out->status = 503;
-    out->content_type = "text/plain; charset=utf-8";
-    out->data = strdup(msg);
-    out->len = out->data ? strlen(msg) : 0;
+    endpoint_out_of_memory(out, "building the snapshot");
     return;
   }
   out->status = 200;
@@ -170,6 +159,6 @@ void snapshot_route(const endpoint_args *args, endpoint_body *out) {
     return;
   }
   char shown[80];
-  printable(shown, sizeof shown, format);
+  endpoint_printable(shown, sizeof shown, format);
   endpoint_bad_request(out, "bad format '%s' (expected json or torch)", shown);
 }

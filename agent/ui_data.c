@@ -83,11 +83,7 @@ static void take_json(prom_buf *b, endpoint_body *out) {
   size_t len;
   char *data = prom_buf_take(b, &len);
   if (!data) {
-    static const char msg[] = "out of memory building the answer\n";
-    out->status = 503;
-    out->content_type = "text/plain; charset=utf-8";
-    out->data = strdup(msg);
-    out->len = out->data ? strlen(msg) : 0;
+    endpoint_out_of_memory(out, "building the answer");
     return;
   }
   out->status = 200;
