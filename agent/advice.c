@@ -241,13 +241,18 @@ void advice_endpoint(const endpoint_args *args, endpoint_body *out) {
       g_valid ? render_locked(!format || !strcmp(format, "json"), now_s() - g_computed_at) : NULL;
   int valid = g_valid;
   pthread_mutex_unlock(&g_cache_lock);
-  out->status = body ? 200 : valid ? 500 : 503;
-  out->content_type = body && (!format || !strcmp(format, "json")) ? "application/json"
-                                                                   : "text/plain; charset=utf-8";
-  out->data = body ? body
-                   : strdup(valid ? "out of memory rendering /advice\n"
-                                  : "/advice is being computed by another request: retry\n");
-  out->len = out->data ? strlen(out->data) : 0;
+  if (!body) {
+    if (valid)
+      endpoint_out_of_memory(out, "rendering /advice");
+    else
+      endpoint_text(out, 503, "/advice is being computed by another request: retry\n");
+    return;
+  }
+  out->status = 200;
+  out->content_type =
+      !format || !strcmp(format, "json") ? "application/json" : "text/plain; charset=utf-8";
+  out->data = body;
+  out->len = strlen(body);
 }
 
 void advice_summary_get(advice_summary *out) {
