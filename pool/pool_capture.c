@@ -9,17 +9,6 @@
 #include "shard.h"
 #include "thread_state.h"
 
-static const char *state_name(const block *b) {
-  switch (b->state) {
-  case BLOCK_ALLOCATED:
-    return "active_allocated";
-  case BLOCK_PENDING:
-    return "active_pending_free";
-  default:
-    return "inactive";
-  }
-}
-
 /* Events of one stream, up to (not past) the head seen under its lock. */
 typedef struct ring_part {
   pool_event *ev;
@@ -85,7 +74,7 @@ static int copy_shard(shard *sh, pool_capture *c, size_t max_blocks, size_t max_
                             .size = b->size,
                             .requested = b->state == BLOCK_ALLOCATED ? b->requested : 0,
                             .stream = (uint64_t)(uintptr_t)sh->stream,
-                            .state = state_name(b),
+                            .state = block_state_name(b),
                             .tag = b->state == BLOCK_FREE ? NULL : pool_tag_name(b->tag)};
       if (b->state == BLOCK_ALLOCATED) {
         s->info.allocated += b->size;

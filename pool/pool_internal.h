@@ -56,6 +56,18 @@ typedef struct block {
   uint64_t alloc_stamp;
 } block;
 
+/* The state's name in snapshots (PyTorch's snapshot words). */
+static inline const char *block_state_name(const block *b) {
+  switch (b->state) {
+  case BLOCK_ALLOCATED:
+    return "active_allocated";
+  case BLOCK_PENDING:
+    return "active_pending_free";
+  default:
+    return "inactive";
+  }
+}
+
 struct segment {
   uintptr_t addr;
   size_t size;

@@ -48,17 +48,6 @@ void pool_get_backend_info(gpupool *p, pool_backend_info *out) {
   }
 }
 
-static const char *block_state_name(const block *b) {
-  switch (b->state) {
-  case BLOCK_ALLOCATED:
-    return "active_allocated";
-  case BLOCK_PENDING:
-    return "active_pending_free";
-  default:
-    return "inactive";
-  }
-}
-
 /* Bytes of b's range on pages of a vmm segment that are not mapped. */
 static uint64_t unmapped_bytes(const segment *seg, const block *b) {
   if (!seg->pages || seg->nmapped == seg->npages || b->state != BLOCK_FREE)
