@@ -70,8 +70,13 @@ int free_index_replace(block **root, block *old, block *b) {
   if (old->right)
     for (hi = old->right; hi->left;)
       hi = hi->left;
-  if ((lo && !less(lo, b)) || (hi && !less(b, hi)))
-    return -1;
+  if ((lo && !less(lo, b)) || (hi && !less(b, hi))) {
+    /* Out of order there: old leaves by the link found, b enters anew. */
+    *link = merge(old->left, old->right);
+    old->left = old->right = NULL;
+    free_index_insert(root, b);
+    return 1;
+  }
   b->left = old->left;
   b->right = old->right;
   b->prio = old->prio; /* the heap order holds with old's priority */

@@ -9,10 +9,11 @@
 
 void free_index_insert(block **root, block *b);
 void free_index_remove(block **root, block *b);
-/* Puts b (not in the index) where old is, old leaving the index, when b's
- * key sorts between old's neighbours: no rotation, so it costs one descent
- * where a remove and an insert cost two and relink subtrees. -1 (nothing
- * changed) when b's key does not fit there. */
+/* Puts free block b (not in the index) where old is, old leaving the index:
+ * when b's key sorts between old's neighbours it takes old's place (no
+ * rotation, so it costs one descent where a remove and an insert cost two
+ * and relink subtrees) and 0 is returned; else old is removed at the link
+ * found and b inserted, and 1 is returned. */
 int free_index_replace(block **root, block *old, block *b);
 /* The smallest block with size >= size, or NULL. */
 block *free_index_lower_bound(block *root, size_t size);

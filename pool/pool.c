@@ -125,6 +125,12 @@ static inline shard *hinted_shard(const thread_hint *h, const gpupool *p) {
  * inactive_split: its pool-wide peak stays as observed). A second thread
  * turns this off for good, so that threads on different streams share
  * nothing; the peaks are then the largest sums gpupool_get_stats observes. */
+static inline int peaks_tracked_by(gpupool *p, const thread_hint *me) {
+  return atomic_load_explicit(&p->nshards, memory_order_relaxed) >= 2 &&
+         !atomic_load_explicit(&p->shared, memory_order_relaxed) &&
+         atomic_load_explicit(&p->owner, memory_order_relaxed) == me;
+}
+
 static void note_peaks(gpupool *p, const thread_hint *me) {
   if (atomic_load_explicit(&p->nshards, memory_order_relaxed) < 2 ||
       atomic_load_explicit(&p->shared, memory_order_relaxed))
@@ -172,6 +178,8 @@ gpupool_status gpupool_malloc(gpupool *p, void **ptr, size_t size, void *stream)
   if (b && !shard_fit_ready(sh, b, rounded))
     b = NULL;
   int lost = b && shard_serve(sh, b, rounded, size, 0, h->tag) != 0;
+  if (b && !lost && peaks_tracked_by(p, h)) /* saves note_peaks taking this lock again */
+    stats_peaks_read(p, sh);
   spin_unlock(&sh->lock);
   if (lost)
     return pool_fail(GPUPOOL_ERR_HOST_OOM, "gpupool_malloc: out of host memory");

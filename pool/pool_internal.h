@@ -122,6 +122,13 @@ struct shard {
   void *fence;
   uint64_t fence_seq, safe_seq;
   shard *next_shard;
+  /* Bumped under the lock by every change of st's current values, so that
+   * the pool-wide peak tracking re-reads only the shards that changed. */
+  _Atomic uint64_t stat_gen;
+  /* The tracking thread's copy of st's current values, as of stat_gen ==
+   * peak_gen (stats.c stats_note_peaks; only that thread touches them). */
+  uint64_t peak_gen;
+  int64_t peak_cur[STAT_COUNT][2];
 } __attribute__((aligned(64)));
 
 #define SHARD_TABLE 1024 /* distinct streams per pool */
@@ -153,6 +160,13 @@ struct gpupool {
   _Atomic int nshards;
   _Atomic(const void *) owner; /* the first thread to allocate once there are several */
   _Atomic int shared;          /* another thread allocated too: tracking is off */
+  /* The owner's running sums of the shards' peak_cur, and the highest sums
+   * it has raised agg_peak to since gpupool_reset_peak_stats last bumped
+   * peak_epoch (under peak_lock): agg_peak is locked only for a new high. */
+  int64_t peak_sum[STAT_COUNT][2];
+  int64_t peak_seen[VIEW_COUNT][GPUPOOL_STAT_TYPES];
+  unsigned peak_seen_epoch;
+  _Atomic unsigned peak_epoch;
 };
 
 /* Runs stmt (an update of p->c) inside counters_lock. Callers hold

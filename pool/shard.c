@@ -141,11 +141,7 @@ static void index_remove(shard *sh, block *b) {
  * b takes old's place when the order allows, which is the common case of a
  * split remainder or a merged block. */
 static void index_swap(shard *sh, block *old, block *b) {
-  block **root = &sh->free_tree[old->seg->large];
-  if (free_index_replace(root, old, b) != 0) {
-    free_index_remove(root, old);
-    free_index_insert(root, b);
-  }
+  free_index_replace(&sh->free_tree[old->seg->large], old, b);
 }
 
 /* Whether free block b (size >= rounded) may serve a request of rounded. */
@@ -207,6 +203,12 @@ static inline void record_block_event(shard *sh, uint8_t type, uint8_t flags, co
                    .requested = requested,
                    .stream = (uint64_t)(uintptr_t)sh->stream};
   shard_emit(sh, &ev);
+}
+
+/* st's current values changed: a plain increment, under the lock. */
+static inline void stats_changed(shard *sh) {
+  uint64_t gen = atomic_load_explicit(&sh->stat_gen, memory_order_relaxed);
+  atomic_store_explicit(&sh->stat_gen, gen + 1, memory_order_relaxed);
 }
 
 /* While frees are pending, active exceeds allocation: keep its peak. */
@@ -275,6 +277,7 @@ static void shard_take(shard *sh, block *b, size_t rounded, size_t requested, in
   if (sh->npending)
     note_active_peak(sh);
   count_request(sh, requested);
+  stats_changed(sh);
   sh->st.device_sourced += from_device != 0;
   record_block_event(sh, EV_ALLOC, from_device ? EVF_FROM_DEVICE : 0, b, requested);
   b->alloc_stamp = shard_recording(sh) ? sh->ring->last_stamp : 0;
@@ -349,6 +352,7 @@ static void shard_release(shard *sh, block *b) {
   }
   stat_add(&sh->st.s[STAT_INACTIVE_SPLIT], b->seg->large, blocks);
   stat_add(&sh->st.s[STAT_INACTIVE_SPLIT_BYTES], b->seg->large, bytes);
+  stats_changed(sh);
   if (slot) {
     index_swap(sh, slot, b);
     block_recycle(sh, slot);
@@ -371,6 +375,7 @@ void shard_free(shard *sh, block *b, int deferred) {
   }
   stat_inc(&sh->st.s[STAT_PENDING], large, 1);
   stat_inc(&sh->st.s[STAT_PENDING_BYTES], large, (int64_t)b->size);
+  stats_changed(sh);
 }
 
 static int events_complete(gpupool *p, block *b) {

@@ -48,29 +48,61 @@ static void shard_view(const shard_stats *st, gpupool_stat v[VIEW_COUNT][GPUPOOL
   }
 }
 
+void stats_peaks_read(gpupool *p, shard *sh) {
+  for (int id = 0; id < STAT_COUNT; id++)
+    for (int k = 0; k < 2; k++) {
+      int64_t v = sh->st.s[id].kind[k].current;
+      p->peak_sum[id][k] += v - sh->peak_cur[id][k];
+      sh->peak_cur[id][k] = v;
+    }
+  sh->peak_gen = atomic_load_explicit(&sh->stat_gen, memory_order_relaxed);
+}
+
 void stats_note_peaks(gpupool *p) {
-  int64_t cur[STAT_COUNT][GPUPOOL_STAT_TYPES] = {{0}};
-  for (shard *sh = atomic_load(&p->shards); sh; sh = sh->next_shard) {
-    spin_lock(&sh->lock);
-    for (int id = 0; id < STAT_COUNT; id++)
-      for (int t = 0; t < GPUPOOL_STAT_TYPES; t++)
-        cur[id][t] += stat_current(&sh->st.s[id], t);
-    spin_unlock(&sh->lock);
+  /* A shard whose generation has not moved still has the values copied:
+   * only the ones changed since (in one thread's use, the shard just
+   * allocated from, read by gpupool_malloc under its lock) are locked. */
+  for (shard *sh = atomic_load(&p->shards); sh; sh = sh->next_shard)
+    if (atomic_load_explicit(&sh->stat_gen, memory_order_relaxed) != sh->peak_gen) {
+      spin_lock(&sh->lock);
+      stats_peaks_read(p, sh);
+      spin_unlock(&sh->lock);
+    }
+  if (atomic_load_explicit(&p->peak_epoch, memory_order_relaxed) != p->peak_seen_epoch) {
+    pthread_mutex_lock(&p->peak_lock); /* reset since: agg_peak is the new floor */
+    memcpy(p->peak_seen, p->agg_peak, sizeof p->peak_seen);
+    p->peak_seen_epoch = atomic_load_explicit(&p->peak_epoch, memory_order_relaxed);
+    pthread_mutex_unlock(&p->peak_lock);
   }
+  int64_t sums[VIEW_COUNT][GPUPOOL_STAT_TYPES];
+  const int64_t(*c)[2] = p->peak_sum;
+  int higher = 0;
+  for (int k = 0; k < 2; k++) {
+    int t = GPUPOOL_STAT_SMALL + k;
+    sums[VIEW_ALLOCATION][t] = c[STAT_ALLOCATION][k];
+    sums[VIEW_ACTIVE][t] = c[STAT_ALLOCATION][k] + c[STAT_PENDING][k];
+    sums[VIEW_INACTIVE_SPLIT][t] = c[STAT_INACTIVE_SPLIT][k];
+    sums[VIEW_ALLOCATED_BYTES][t] = c[STAT_ALLOCATED_BYTES][k];
+    sums[VIEW_ACTIVE_BYTES][t] = c[STAT_ALLOCATED_BYTES][k] + c[STAT_PENDING_BYTES][k];
+    sums[VIEW_INACTIVE_SPLIT_BYTES][t] = c[STAT_INACTIVE_SPLIT_BYTES][k];
+    sums[VIEW_REQUESTED_BYTES][t] = c[STAT_REQUESTED_BYTES][k];
+  }
+  for (int id = 0; id < VIEW_COUNT; id++) {
+    sums[id][GPUPOOL_STAT_ALL] = sums[id][GPUPOOL_STAT_SMALL] + sums[id][GPUPOOL_STAT_LARGE];
+    for (int t = 0; t < GPUPOOL_STAT_TYPES; t++)
+      higher |= sums[id][t] > p->peak_seen[id][t];
+  }
+  if (!higher)
+    return; /* agg_peak >= peak_seen >= every sum */
   pthread_mutex_lock(&p->peak_lock);
-  for (int t = 0; t < GPUPOOL_STAT_TYPES; t++) {
-    const int64_t sums[VIEW_COUNT] = {
-        [VIEW_ALLOCATION] = cur[STAT_ALLOCATION][t],
-        [VIEW_ACTIVE] = cur[STAT_ALLOCATION][t] + cur[STAT_PENDING][t],
-        [VIEW_INACTIVE_SPLIT] = cur[STAT_INACTIVE_SPLIT][t],
-        [VIEW_ALLOCATED_BYTES] = cur[STAT_ALLOCATED_BYTES][t],
-        [VIEW_ACTIVE_BYTES] = cur[STAT_ALLOCATED_BYTES][t] + cur[STAT_PENDING_BYTES][t],
-        [VIEW_INACTIVE_SPLIT_BYTES] = cur[STAT_INACTIVE_SPLIT_BYTES][t],
-        [VIEW_REQUESTED_BYTES] = cur[STAT_REQUESTED_BYTES][t]};
-    for (int id = 0; id < VIEW_COUNT; id++)
-      if (sums[id] > p->agg_peak[id][t])
-        p->agg_peak[id][t] = sums[id];
-  }
+  for (int id = 0; id < VIEW_COUNT; id++)
+    for (int t = 0; t < GPUPOOL_STAT_TYPES; t++) {
+      int64_t v = sums[id][t];
+      if (v > p->agg_peak[id][t])
+        p->agg_peak[id][t] = v;
+      if (v > p->peak_seen[id][t])
+        p->peak_seen[id][t] = v;
+    }
   pthread_mutex_unlock(&p->peak_lock);
 }
 
@@ -207,6 +239,7 @@ void gpupool_reset_peak_stats(gpupool *p) {
     spin_unlock(&sh->lock);
   }
   memcpy(p->agg_peak, sum, sizeof sum);
+  atomic_fetch_add(&p->peak_epoch, 1); /* the tracking thread's peak_seen is stale */
   pthread_mutex_unlock(&p->peak_lock);
   POOL_COUNT(p, stat_reset_peak(&p->c.segments); stat_reset_peak(&p->c.reserved_bytes));
   pthread_mutex_unlock(&p->slow_lock);

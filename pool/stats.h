@@ -130,9 +130,12 @@ static inline gpupool_stat stat_active(const gpupool_stat *alloc, const gpupool_
  * a caller may hold it (the OOM report does); no shard lock may be held. */
 void stats_collect(gpupool *p, gpupool_stats *out);
 
-/* Raises the pool-wide peaks to the current sums over all shards (each read
- * under its lock). Callers hold no pool lock. */
+/* Raises the pool-wide peaks to the current sums over all shards. Called
+ * by the one thread that tracks them (pool.c note_peaks), holding no lock;
+ * it reads each shard changed since its last call under the shard's lock. */
 void stats_note_peaks(gpupool *p);
+/* The same thread, holding sh's lock: sh's current values into its copy. */
+void stats_peaks_read(gpupool *p, struct shard *sh);
 
 /* Bytes allocated now over all shards; with peak_sum, also the sum of each
  * shard's peak of them (the pool's peak when it has one stream). `held` is a

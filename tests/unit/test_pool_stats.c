@@ -263,3 +263,35 @@ Test(pool_stats, peaks_span_streams_of_one_thread) {
   gpupool_host_stream_destroy(s1);
   gpupool_host_stream_destroy(s2);
 }
+
+/* The sums follow frees on a stream other than the one allocated from (a
+ * peak counts what is live then, not what was), and start again from the
+ * current values after a reset, also below the peaks before it. Blocks of
+ * 12 MiB fill segments of their own: no split block raises a peak. */
+Test(pool_stats, peaks_span_streams_after_frees_and_resets) {
+  gpupool *p = pc_pool(GPUPOOL_STRATEGY_BFC, 0, NULL);
+  gpupool_host_stream *s1 = gpupool_host_stream_create(), *s2 = gpupool_host_stream_create();
+  void *a = pc_must_malloc(p, 12 * MiB, s1);
+  pc_must_free(p, pc_must_malloc(p, 12 * MiB, s1)); /* c will find its segment cached */
+  void *b = pc_must_malloc(p, 12 * MiB, s2);
+  pc_must_free(p, b);
+  void *c = pc_must_malloc(p, 12 * MiB, s1);
+  gpupool_stats s = pc_stats(p);
+  cr_expect_eq(s.allocated_bytes[A].peak, 24 * MiB, "two blocks were live at once, not three");
+  cr_expect_eq(s.allocation[A].peak, 2);
+  cr_expect_eq(s.inactive_split_bytes[A].peak, 0);
+  pc_must_free(p, a);
+  pc_must_free(p, c);
+  gpupool_reset_peak_stats(p);
+  a = pc_must_malloc(p, 12 * MiB, s1);
+  b = pc_must_malloc(p, 12 * MiB, s2);
+  pc_must_free(p, a);
+  pc_must_free(p, b);
+  s = pc_stats(p);
+  cr_expect_eq(s.allocated_bytes[A].peak, 24 * MiB, "after the reset: the sum, not one stream's");
+  cr_expect_eq(s.requested_bytes[A].peak, 24 * MiB);
+  cr_expect_eq(s.allocation[A].peak, 2);
+  gpupool_destroy(p);
+  gpupool_host_stream_destroy(s1);
+  gpupool_host_stream_destroy(s2);
+}
