@@ -6,7 +6,16 @@
  * activations sized by a varying sequence length, freed in reverse with
  * short-lived gradients; the next batch copied on a second stream).
  *
- *   bench_advisor [--quick] [--big-events N] [--threads N] */
+ * --baseline PATH adds a side-by-side table: the same 300-step history
+ * (written as a GPUPOOL_RECORD file and loaded by each library) replayed by
+ * a baseline libgpupool.so (e.g. main before a change, built the same way)
+ * and by this build's (--lib PATH), both through dlopen, taking turns round
+ * by round so that a slow phase of a shared machine hits both alike; medians
+ * of the replaying thread's CPU time, their ratio, and whether the two gave
+ * the same figures (peaks, device calls, flushes, OOMs, fragmentation).
+ *
+ *   bench_advisor [--quick] [--big-events N] [--threads N] [--lib PATH] [--baseline PATH] */
+#include <dlfcn.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -15,6 +24,11 @@
 
 #include "advisor/history.h"
 #include "gpupool/advisor.h"
+#include "pair_timer.h"
+
+#ifndef BENCH_ADVISOR_LIB
+#define BENCH_ADVISOR_LIB "libgpupool.so"
+#endif
 
 static uint64_t rng_state = 1;
 static uint64_t rnd(uint64_t n) {
@@ -175,10 +189,153 @@ static void search(const char *what, const gpupool_history *h, unsigned threads)
   gpupool_advice_free(a);
 }
 
+/* The advisor's entry points of one libgpupool.so, loaded with dlopen. */
+typedef struct lib {
+  const char *path;
+  gpupool_status (*load)(const char *, const char *, const char *, gpupool_history **);
+  void (*history_free)(gpupool_history *);
+  gpupool_status (*replay)(const gpupool_history *, const char *, uint64_t,
+                           gpupool_replay_result *);
+  gpupool_status (*advise)(const gpupool_history *, const gpupool_advice_options *,
+                           gpupool_advice **);
+  void (*advice_free)(gpupool_advice *);
+  const char *(*last_error)(void);
+  gpupool_history *h;
+} lib;
+
+static int lib_open(lib *l, const char *path, const char *record) {
+  void *d = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+  if (!d) {
+    fprintf(stderr, "bench_advisor: %s\n", dlerror());
+    return -1;
+  }
+  l->path = path;
+  *(void **)&l->load = dlsym(d, "gpupool_history_load");
+  *(void **)&l->history_free = dlsym(d, "gpupool_history_free");
+  *(void **)&l->replay = dlsym(d, "gpupool_replay");
+  *(void **)&l->advise = dlsym(d, "gpupool_advise");
+  *(void **)&l->advice_free = dlsym(d, "gpupool_advice_free");
+  *(void **)&l->last_error = dlsym(d, "gpupool_last_error");
+  if (!l->load || !l->history_free || !l->replay || !l->advise || !l->advice_free ||
+      !l->last_error) {
+    fprintf(stderr, "bench_advisor: %s lacks the advisor (gpupool_history_load ...)\n", path);
+    return -1;
+  }
+  if (l->load(record, "record", NULL, &l->h) != GPUPOOL_OK) {
+    fprintf(stderr, "bench_advisor: %s: %s\n", path, l->last_error());
+    return -1;
+  }
+  return 0;
+}
+
+/* h as a GPUPOOL_RECORD file (slots as ids); 0, or -1 with errno's reason. */
+static int write_record(const gpupool_history *h, const char *path) {
+  FILE *f = fopen(path, "w");
+  if (!f)
+    return -1;
+  for (size_t i = 0; i < h->n_ops; i++) {
+    const hist_op *op = &h->ops[i];
+    unsigned long long stream = (unsigned long long)h->streams[op->stream];
+    if (op->kind == HOP_ALLOC)
+      fprintf(f, "a %u %llu 0x%llx\n", op->slot, (unsigned long long)h->size[op->slot], stream);
+    else if (op->kind == HOP_FREE)
+      fprintf(f, "f %u\n", op->slot);
+    else if (op->kind == HOP_RECORD_STREAM)
+      fprintf(f, "r %u 0x%llx\n", op->slot, stream);
+  }
+  return fclose(f);
+}
+
+/* Whether two replays gave the same figures (not their times). */
+static int same_result(const gpupool_replay_result *a, const gpupool_replay_result *b) {
+  return a->peak_reserved == b->peak_reserved && a->peak_allocated == b->peak_allocated &&
+         a->peak_requested == b->peak_requested && a->device_allocs == b->device_allocs &&
+         a->device_frees == b->device_frees && a->cache_flushes == b->cache_flushes &&
+         a->ooms == b->ooms && a->pages_moved == b->pages_moved &&
+         a->device_syncs == b->device_syncs && a->sync_events == b->sync_events &&
+         a->fragmentation_at_peak == b->fragmentation_at_peak && a->events == b->events;
+}
+
+static int side_by_side(const gpupool_history *h300, const char *path, const char *baseline,
+                        int quick) {
+  static const char *const confs[] = {
+      "",
+      "roundup_power2_divisions:4",
+      "max_split_size_mb:128",
+      "garbage_collection_threshold:0.7",
+      "expandable_segments:True",
+      "strategy:round",
+      "strategy:naive",
+  };
+  char record[] = "/tmp/bench_advisor_XXXXXX";
+  int fd = mkstemp(record);
+  if (fd < 0 || (close(fd), write_record(h300, record)) != 0) {
+    perror("bench_advisor: the history's record file");
+    return 1;
+  }
+  lib libs[2]; /* [0] baseline, [1] this build */
+  int bad = lib_open(&libs[0], baseline, record) || lib_open(&libs[1], path, record);
+  unlink(record);
+  if (bad)
+    return 1;
+  const int rounds = quick ? 3 : 11;
+  printf("\n## side by side: %d rounds, turns taken; median of the replaying thread's CPU time\n\n"
+         "baseline: %s\nthis:     %s\n\n"
+         "| configuration | events | baseline M events/s | this M events/s | this / baseline | "
+         "same figures |\n|---|---:|---:|---:|---:|---|\n",
+         rounds, baseline, path);
+  for (size_t i = 0; i < sizeof confs / sizeof *confs; i++) {
+    double cpu[2][32];
+    gpupool_replay_result r[2];
+    for (int k = 0; k < rounds; k++)
+      for (int j = 0; j < 2; j++) {
+        if (libs[j].replay(libs[j].h, confs[i], (uint64_t)80 << 30, &r[j]) != GPUPOOL_OK) {
+          fprintf(stderr, "bench_advisor: %s: %s\n", libs[j].path, libs[j].last_error());
+          return 1;
+        }
+        cpu[j][k] = r[j].cpu_seconds;
+      }
+    double ev = (double)r[1].events, base = ev / bench_median(cpu[0], rounds) / 1e6,
+           cur = ev / bench_median(cpu[1], rounds) / 1e6;
+    int same = same_result(&r[0], &r[1]);
+    bad |= !same;
+    printf("| %s | %llu | %.1f | %.1f | %.2f | %s |\n", *confs[i] ? confs[i] : "(defaults: bfc)",
+           (unsigned long long)r[1].events, base, cur, cur / base, same ? "yes" : "NO");
+  }
+  printf(
+      "\n| search (default grid + capacity bisection), 1 worker | baseline wall (s) | "
+      "this wall (s) | this / baseline (time) | same recommendation |\n|---|---:|---:|---:|---|\n");
+  double wall[2][32];
+  size_t rec[2] = {0, 0};
+  uint64_t minc[2] = {0, 0};
+  for (int k = 0; k < rounds; k++)
+    for (int j = 0; j < 2; j++) {
+      gpupool_advice_options o = {.threads = 1, .max_added_ms = -1};
+      gpupool_advice *a;
+      if (libs[j].advise(libs[j].h, &o, &a) != GPUPOOL_OK) {
+        fprintf(stderr, "bench_advisor: %s: %s\n", libs[j].path, libs[j].last_error());
+        return 1;
+      }
+      wall[j][k] = a->wall_s;
+      rec[j] = a->recommended;
+      minc[j] = a->min_capacity_recommended;
+      libs[j].advice_free(a);
+    }
+  double wb = bench_median(wall[0], rounds), wc = bench_median(wall[1], rounds);
+  int same = rec[0] == rec[1] && minc[0] == minc[1];
+  bad |= !same;
+  printf("| 300 steps, %llu events | %.3f | %.3f | %.2f | %s |\n",
+         (unsigned long long)h300->info.events, wb, wc, wc / wb, same ? "yes" : "NO");
+  for (int j = 0; j < 2; j++)
+    libs[j].history_free(libs[j].h);
+  return bad;
+}
+
 int main(int argc, char **argv) {
   int quick = 0;
   size_t big = 10000000;
   unsigned threads = (unsigned)sysconf(_SC_NPROCESSORS_ONLN);
+  const char *path = BENCH_ADVISOR_LIB, *baseline = NULL;
   for (int i = 1; i < argc; i++) {
     if (!strcmp(argv[i], "--quick"))
       quick = 1, big = 1000000;
@@ -186,8 +343,13 @@ int main(int argc, char **argv) {
       big = strtoull(argv[++i], NULL, 10);
     else if (!strcmp(argv[i], "--threads") && i + 1 < argc)
       threads = (unsigned)atoi(argv[++i]);
+    else if (!strcmp(argv[i], "--lib") && i + 1 < argc)
+      path = argv[++i];
+    else if (!strcmp(argv[i], "--baseline") && i + 1 < argc)
+      baseline = argv[++i];
     else {
-      fprintf(stderr, "usage: bench_advisor [--quick] [--big-events N] [--threads N]\n");
+      fprintf(stderr, "usage: bench_advisor [--quick] [--big-events N] [--threads N] [--lib PATH] "
+                      "[--baseline PATH]\n");
       return 2;
     }
   }
@@ -206,9 +368,10 @@ int main(int argc, char **argv) {
   search("300 steps", h300, 1);
   if (threads > 1)
     search("300 steps", h300, threads);
-  gpupool_history_free(h300);
   gpupool_history *hb = make_history(0, big);
   search("big", hb, threads);
   gpupool_history_free(hb);
-  return 0;
+  int failed = baseline ? side_by_side(h300, path, baseline, quick) : 0;
+  gpupool_history_free(h300);
+  return failed;
 }
