@@ -45,25 +45,35 @@ void free_index_insert(block **root, block *b) {
   *link = b;
 }
 
+void free_index_remove_at(const free_index_pos *pos, block *b) {
+  *pos->link = merge(b->left, b->right);
+  b->left = b->right = NULL;
+}
+
+/* b's position, found by descending to it. */
+static free_index_pos find(block **root, const block *b) {
+  free_index_pos pos = {root, NULL, NULL};
+  while (*pos.link != b) {
+    if (less(b, *pos.link)) {
+      pos.hi = *pos.link;
+      pos.link = &(*pos.link)->left;
+    } else {
+      pos.lo = *pos.link;
+      pos.link = &(*pos.link)->right;
+    }
+  }
+  return pos;
+}
+
 void free_index_remove(block **root, block *b) {
   block **link = root;
   while (*link != b)
     link = less(b, *link) ? &(*link)->left : &(*link)->right;
-  *link = merge(b->left, b->right);
-  b->left = b->right = NULL;
+  free_index_remove_at(&(free_index_pos){link, NULL, NULL}, b);
 }
 
-int free_index_replace(block **root, block *old, block *b) {
-  block **link = root, *lo = NULL, *hi = NULL; /* old's neighbours in order */
-  while (*link != old) {
-    if (less(old, *link)) {
-      hi = *link;
-      link = &(*link)->left;
-    } else {
-      lo = *link;
-      link = &(*link)->right;
-    }
-  }
+int free_index_replace_at(block **root, const free_index_pos *pos, block *old, block *b) {
+  block *lo = pos->lo, *hi = pos->hi; /* old's neighbours in order */
   if (old->left)
     for (lo = old->left; lo->right;)
       lo = lo->right;
@@ -71,28 +81,37 @@ int free_index_replace(block **root, block *old, block *b) {
     for (hi = old->right; hi->left;)
       hi = hi->left;
   if ((lo && !less(lo, b)) || (hi && !less(b, hi))) {
-    /* Out of order there: old leaves by the link found, b enters anew. */
-    *link = merge(old->left, old->right);
-    old->left = old->right = NULL;
+    /* Out of order there: old leaves by its link, b enters anew. */
+    free_index_remove_at(pos, old);
     free_index_insert(root, b);
     return 1;
   }
   b->left = old->left;
   b->right = old->right;
   b->prio = old->prio; /* the heap order holds with old's priority */
-  *link = b;
+  *pos->link = b;
   old->left = old->right = NULL;
   return 0;
 }
 
-block *free_index_lower_bound(block *t, size_t size) {
-  block *best = NULL;
-  while (t) {
+int free_index_replace(block **root, block *old, block *b) {
+  free_index_pos pos = find(root, old);
+  return free_index_replace_at(root, &pos, old, b);
+}
+
+block *free_index_lower_bound(block **root, size_t size, free_index_pos *pos) {
+  block **link = root, *best = NULL, *right_of = NULL; /* the last node passed on the right */
+  while (*link) {
+    block *t = *link;
     if (t->size >= size) {
+      /* t's neighbours above it: the last node passed on each side (on the
+       * left: the previous best) */
+      *pos = (free_index_pos){link, right_of, best};
       best = t;
-      t = t->left;
+      link = &t->left;
     } else {
-      t = t->right;
+      right_of = t;
+      link = &t->right;
     }
   }
   return best;

@@ -56,6 +56,14 @@ typedef struct block {
   uint64_t alloc_stamp;
 } block;
 
+/* Where a block sits in a free index (free_index.h): the link that points
+ * to it, and the nearest blocks before (lo) and after (hi) it among its
+ * ancestors (NULL: none). */
+typedef struct free_index_pos {
+  block **link;
+  block *lo, *hi;
+} free_index_pos;
+
 /* The state's name in snapshots (PyTorch's snapshot words). */
 static inline const char *block_state_name(const block *b) {
   switch (b->state) {
@@ -106,6 +114,10 @@ struct shard {
   gpupool *pool;
   block *free_tree[2]; /* [0] small, [1] large */
   size_t nfree;
+  /* The block shard_find_fit found last, and its position, until the index
+   * changes (NULL then): taking it needs no second descent. */
+  block *fit;
+  free_index_pos fit_pos;
   block *pending; /* freed, waiting on events */
   size_t npending;
   segment *segments;

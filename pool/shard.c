@@ -129,11 +129,16 @@ static void block_recycle(shard *sh, block *b) {
 
 static void index_insert(shard *sh, block *b) {
   free_index_insert(&sh->free_tree[b->seg->large], b);
+  sh->fit = NULL;
   sh->nfree++;
 }
 
 static void index_remove(shard *sh, block *b) {
-  free_index_remove(&sh->free_tree[b->seg->large], b);
+  if (b == sh->fit)
+    free_index_remove_at(&sh->fit_pos, b);
+  else
+    free_index_remove(&sh->free_tree[b->seg->large], b);
+  sh->fit = NULL;
   sh->nfree--;
 }
 
@@ -141,7 +146,12 @@ static void index_remove(shard *sh, block *b) {
  * b takes old's place when the order allows, which is the common case of a
  * split remainder or a merged block. */
 static void index_swap(shard *sh, block *old, block *b) {
-  free_index_replace(&sh->free_tree[old->seg->large], old, b);
+  block **root = &sh->free_tree[old->seg->large];
+  if (old == sh->fit)
+    free_index_replace_at(root, &sh->fit_pos, old, b);
+  else
+    free_index_replace(root, old, b);
+  sh->fit = NULL;
 }
 
 /* Whether free block b (size >= rounded) may serve a request of rounded. */
@@ -158,7 +168,8 @@ static int fit_allowed(const pool_config *c, const block *b, size_t rounded) {
 }
 
 block *shard_find_fit(shard *sh, int large, size_t rounded) {
-  block *b = free_index_lower_bound(sh->free_tree[large], rounded);
+  block *b = free_index_lower_bound(&sh->free_tree[large], rounded, &sh->fit_pos);
+  sh->fit = b;
   return b && fit_allowed(&sh->pool->cfg, b, rounded) ? b : NULL;
 }
 
