@@ -1,6 +1,7 @@
 /* Replays a history on a pool of the simulated backend: the real pool code,
  * driven with the recorded requests in order, so a replay under the
- * configuration that recorded the history reproduces it exactly. */
+ * configuration that recorded the history reproduces it exactly. The blocks
+ * are kept by slot (pool/pool_blocks.h): no address is looked up. */
 #include "replay.h"
 
 #include <stdio.h>
@@ -10,6 +11,7 @@
 
 #include "core/errors.h"
 #include "pool/free_index.h"
+#include "pool/pool_blocks.h"
 #include "pool/pool_internal.h"
 
 static double clock_s(clockid_t id) {
@@ -73,8 +75,9 @@ gpupool_status replay_run(const gpupool_history *h, const char *conf, uint64_t c
   gpupool_status st = gpupool_create(&o, &p);
   if (st != GPUPOOL_OK)
     return st;
-  void **ptr = calloc(h->n_slots ? h->n_slots : 1, sizeof *ptr);
-  if (!ptr) {
+  pool_serve_blocks(p); /* the blocks are kept here, by slot */
+  block **live = calloc(h->n_slots ? h->n_slots : 1, sizeof *live);
+  if (!live) {
     gpupool_destroy(p);
     return pool_fail(GPUPOOL_ERR_HOST_OOM, "gpupool_replay: out of host memory");
   }
@@ -87,9 +90,9 @@ gpupool_status replay_run(const gpupool_history *h, const char *conf, uint64_t c
   for (; op < end; op++) {
     switch (op->kind) {
     case HOP_ALLOC: {
-      if (gpupool_malloc(p, &ptr[op->slot], h->size[op->slot],
-                         (void *)(uintptr_t)h->streams[op->stream]) != GPUPOOL_OK) {
-        ptr[op->slot] = NULL;
+      if (pool_malloc_block(p, h->size[op->slot], (void *)(uintptr_t)h->streams[op->stream],
+                            &live[op->slot]) != GPUPOOL_OK) {
+        live[op->slot] = NULL;
         ooms++;
         if (stop_at_oom)
           goto done;
@@ -107,14 +110,14 @@ gpupool_status replay_run(const gpupool_history *h, const char *conf, uint64_t c
       break;
     }
     case HOP_FREE:
-      if (ptr[op->slot]) {
-        gpupool_free(p, ptr[op->slot]);
-        ptr[op->slot] = NULL;
+      if (live[op->slot]) {
+        pool_free_block(p, live[op->slot]);
+        live[op->slot] = NULL;
       }
       break;
     case HOP_RECORD_STREAM:
-      if (ptr[op->slot])
-        gpupool_record_stream(p, ptr[op->slot], (void *)(uintptr_t)h->streams[op->stream]);
+      if (live[op->slot])
+        pool_record_stream_block(live[op->slot], (void *)(uintptr_t)h->streams[op->stream]);
       break;
     default:
       gpupool_empty_cache(p);
@@ -142,7 +145,7 @@ done:
   out->pages_moved = s.num_pages_moved;
   out->device_syncs = s.num_device_syncs + s.num_alloc_retries;
   out->sync_events = s.num_sync_events;
-  free(ptr);
+  free(live);
   gpupool_destroy(p);
   pool_clear_error();
   return GPUPOOL_OK;

@@ -6,6 +6,7 @@
 
 #include "core/errors.h"
 #include "oom_report.h"
+#include "pool_blocks.h"
 #include "pool_internal.h"
 #include "reclaim.h"
 #include "registry.h"
@@ -156,12 +157,10 @@ static gpupool_status malloc_slow(gpupool *p, shard *sh, size_t rounded, size_t 
   return st;
 }
 
-gpupool_status gpupool_malloc(gpupool *p, void **ptr, size_t size, void *stream) {
-  if (!p || !ptr)
-    return pool_fail(GPUPOOL_ERR_INVALID, "gpupool_malloc: %s is NULL", p ? "ptr" : "pool");
-  if (size == 0 || size > MAX_REQUEST)
-    return pool_fail(GPUPOOL_ERR_INVALID, "gpupool_malloc: pool '%s': size %zu is %s", p->cfg.name,
-                     size, size ? "larger than 2^48 bytes" : "zero");
+/* gpupool_malloc and pool_malloc_block: the block serving a request of size
+ * bytes on stream (the size checked). Inlined into both. */
+static inline __attribute__((always_inline)) gpupool_status
+malloc_block(gpupool *p, size_t size, void *stream, block **out) {
   size_t rounded = size_round(&p->cfg, size);
   thread_hint *h = &pool_thread; /* one TLS address lookup per call: hint and tag */
   shard *hinted = hinted_shard(h, p), *sh = hinted;
@@ -193,9 +192,35 @@ gpupool_status gpupool_malloc(gpupool *p, void **ptr, size_t size, void *stream)
     h->id = p->id;
     h->sh = sh;
   }
-  *ptr = (void *)b->addr;
   note_peaks(p, h);
+  *out = b;
   return GPUPOOL_OK;
+}
+
+static inline gpupool_status check_size(const gpupool *p, size_t size) {
+  if (size == 0 || size > MAX_REQUEST)
+    return pool_fail(GPUPOOL_ERR_INVALID, "gpupool_malloc: pool '%s': size %zu is %s", p->cfg.name,
+                     size, size ? "larger than 2^48 bytes" : "zero");
+  return GPUPOOL_OK;
+}
+
+gpupool_status gpupool_malloc(gpupool *p, void **ptr, size_t size, void *stream) {
+  if (!p || !ptr)
+    return pool_fail(GPUPOOL_ERR_INVALID, "gpupool_malloc: %s is NULL", p ? "ptr" : "pool");
+  gpupool_status st = check_size(p, size);
+  block *b;
+  if (st == GPUPOOL_OK && (st = malloc_block(p, size, stream, &b)) == GPUPOOL_OK)
+    *ptr = (void *)b->addr;
+  return st;
+}
+
+void pool_serve_blocks(gpupool *p) {
+  p->by_block = 1;
+}
+
+gpupool_status pool_malloc_block(gpupool *p, size_t size, void *stream, block **out) {
+  gpupool_status st = check_size(p, size);
+  return st == GPUPOOL_OK ? malloc_block(p, size, stream, out) : st;
 }
 
 /* Finds the live allocation at addr and returns its shard, locked, with its
@@ -298,6 +323,24 @@ gpupool_status gpupool_record_stream(gpupool *p, void *ptr, void *stream) {
                      "gpupool_record_stream: pool '%s': %p is not a live allocation of this pool",
                      p->cfg.name, ptr);
   int r = add_stream_use(e->val, stream);
+  spin_unlock(&sh->lock);
+  if (r != 0)
+    return pool_fail(GPUPOOL_ERR_UNSUPPORTED,
+                     "gpupool_record_stream: too many streams on one block, or out of host memory");
+  return GPUPOOL_OK;
+}
+
+void pool_free_block(gpupool *p, block *b) {
+  shard *sh = b->seg->sh; /* blocks stay in their segment's shard */
+  spin_lock(&sh->lock);
+  shard_free(sh, b, b->nstreams && defer_free(p, sh, b));
+  spin_unlock(&sh->lock);
+}
+
+gpupool_status pool_record_stream_block(block *b, void *stream) {
+  shard *sh = b->seg->sh;
+  spin_lock(&sh->lock);
+  int r = add_stream_use(b, stream);
   spin_unlock(&sh->lock);
   if (r != 0)
     return pool_fail(GPUPOOL_ERR_UNSUPPORTED,

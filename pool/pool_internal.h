@@ -172,6 +172,7 @@ struct gpupool {
   _Atomic int nshards;
   _Atomic(const void *) owner; /* the first thread to allocate once there are several */
   _Atomic int shared;          /* another thread allocated too: tracking is off */
+  int by_block;                /* no map of live addresses (pool_blocks.h) */
   /* The owner's running sums of the shards' peak_cur, and the highest sums
    * it has raised agg_peak to since gpupool_reset_peak_stats last bumped
    * peak_epoch (under peak_lock): agg_peak is locked only for a new high. */

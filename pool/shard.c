@@ -300,7 +300,7 @@ int shard_serve(shard *sh, block *b, size_t rounded, size_t requested, int from_
   b->tag = (uint8_t)tag;
   if (tag) /* untagged allocations (the common case) count nothing more */
     sh->tag_bytes[tag] += (int64_t)b->size;
-  if (addrmap_insert(&sh->live, b->addr, b) == 0)
+  if (sh->pool->by_block || addrmap_insert(&sh->live, b->addr, b) == 0)
     return 0;
   shard_free(sh, b, 0);
   return -1;
