@@ -45,73 +45,88 @@ void free_index_insert(block **root, block *b) {
   *link = b;
 }
 
-void free_index_remove_at(const free_index_pos *pos, block *b) {
-  *pos->link = merge(b->left, b->right);
-  b->left = b->right = NULL;
-}
+/* Where a block sits: the link that points to it, and the nearest block
+ * before it among its ancestors (NULL: none). */
+typedef struct position {
+  block **link;
+  block *lo;
+} position;
 
-/* b's position, found by descending to it. */
-static free_index_pos find(block **root, const block *b) {
-  free_index_pos pos = {root, NULL, NULL};
-  while (*pos.link != b) {
-    if (less(b, *pos.link)) {
-      pos.hi = *pos.link;
-      pos.link = &(*pos.link)->left;
-    } else {
-      pos.lo = *pos.link;
-      pos.link = &(*pos.link)->right;
-    }
-  }
-  return pos;
+static void remove_at(block **link, block *b) {
+  *link = merge(b->left, b->right);
+  b->left = b->right = NULL;
 }
 
 void free_index_remove(block **root, block *b) {
   block **link = root;
   while (*link != b)
     link = less(b, *link) ? &(*link)->left : &(*link)->right;
-  free_index_remove_at(&(free_index_pos){link, NULL, NULL}, b);
+  remove_at(link, b);
 }
 
-int free_index_replace_at(block **root, const free_index_pos *pos, block *old, block *b) {
-  block *lo = pos->lo, *hi = pos->hi; /* old's neighbours in order */
+/* b takes old's place (its neighbours allow it): no rotation, and old's
+ * priority keeps the heap order. */
+static void take_place(block **link, block *old, block *b) {
+  b->left = old->left;
+  b->right = old->right;
+  b->prio = old->prio;
+  *link = b;
+  old->left = old->right = NULL;
+}
+
+int free_index_shrink(block **root, block *old, block *b) {
+  position pos = {root, NULL};
+  while (*pos.link != old) {
+    if (less(old, *pos.link)) {
+      pos.link = &(*pos.link)->left;
+    } else {
+      pos.lo = *pos.link;
+      pos.link = &(*pos.link)->right;
+    }
+  }
+  block *lo = pos.lo; /* old's predecessor: the largest of its left subtree, or pos.lo */
   if (old->left)
     for (lo = old->left; lo->right;)
       lo = lo->right;
-  if (old->right)
-    for (hi = old->right; hi->left;)
-      hi = hi->left;
-  if ((lo && !less(lo, b)) || (hi && !less(b, hi))) {
-    /* Out of order there: old leaves by its link, b enters anew. */
-    free_index_remove_at(pos, old);
+  if (lo && !less(lo, b)) { /* b sorts further down: old leaves, b enters anew */
+    remove_at(pos.link, old);
     free_index_insert(root, b);
     return 1;
   }
-  b->left = old->left;
-  b->right = old->right;
-  b->prio = old->prio; /* the heap order holds with old's priority */
-  *pos->link = b;
-  old->left = old->right = NULL;
+  take_place(pos.link, old, b);
   return 0;
 }
 
-int free_index_replace(block **root, block *old, block *b) {
-  free_index_pos pos = find(root, old);
-  return free_index_replace_at(root, &pos, old, b);
+int free_index_grow(block **root, block *old, block *b) {
+  block **link = root, *hi = NULL; /* old's successor among its ancestors */
+  while (*link != old) {
+    if (less(old, *link)) {
+      hi = *link;
+      link = &(*link)->left;
+    } else {
+      link = &(*link)->right;
+    }
+  }
+  if (old->right)
+    for (hi = old->right; hi->left;)
+      hi = hi->left;
+  if (hi && !less(b, hi)) { /* b sorts further up */
+    remove_at(link, old);
+    free_index_insert(root, b);
+    return 1;
+  }
+  take_place(link, old, b);
+  return 0;
 }
 
-block *free_index_lower_bound(block **root, size_t size, free_index_pos *pos) {
-  block **link = root, *best = NULL, *right_of = NULL; /* the last node passed on the right */
-  while (*link) {
-    block *t = *link;
+block *free_index_lower_bound(block *t, size_t size) {
+  block *best = NULL;
+  while (t) {
     if (t->size >= size) {
-      /* t's neighbours above it: the last node passed on each side (on the
-       * left: the previous best) */
-      *pos = (free_index_pos){link, right_of, best};
       best = t;
-      link = &t->left;
+      t = t->left;
     } else {
-      right_of = t;
-      link = &t->right;
+      t = t->right;
     }
   }
   return best;

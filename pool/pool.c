@@ -126,13 +126,14 @@ static inline shard *hinted_shard(const thread_hint *h, const gpupool *p) {
  * inactive_split: its pool-wide peak stays as observed). A second thread
  * turns this off for good, so that threads on different streams share
  * nothing; the peaks are then the largest sums gpupool_get_stats observes. */
+/* Whether thread me tracks p's peaks (note_peaks below): it became the
+ * owner when p had several shards, and no other thread has allocated. */
 static inline int peaks_tracked_by(gpupool *p, const thread_hint *me) {
-  return atomic_load_explicit(&p->nshards, memory_order_relaxed) >= 2 &&
-         !atomic_load_explicit(&p->shared, memory_order_relaxed) &&
-         atomic_load_explicit(&p->owner, memory_order_relaxed) == me;
+  return atomic_load_explicit(&p->owner, memory_order_relaxed) == me &&
+         !atomic_load_explicit(&p->shared, memory_order_relaxed);
 }
 
-static void note_peaks(gpupool *p, const thread_hint *me) {
+static void note_peaks(gpupool *p, const thread_hint *me, const shard *fresh) {
   if (atomic_load_explicit(&p->nshards, memory_order_relaxed) < 2 ||
       atomic_load_explicit(&p->shared, memory_order_relaxed))
     return;
@@ -141,7 +142,7 @@ static void note_peaks(gpupool *p, const thread_hint *me) {
     atomic_store(&p->shared, 1);
     return;
   }
-  stats_note_peaks(p);
+  stats_note_peaks(p, fresh);
 }
 
 /* No cached block was ready: the slow path, under the slow lock. */
@@ -177,8 +178,11 @@ malloc_block(gpupool *p, size_t size, void *stream, block **out) {
   if (b && !shard_fit_ready(sh, b, rounded))
     b = NULL;
   int lost = b && shard_serve(sh, b, rounded, size, 0, h->tag) != 0;
-  if (b && !lost && peaks_tracked_by(p, h)) /* saves note_peaks taking this lock again */
+  const shard *fresh = NULL; /* read here: note_peaks need not take this lock again */
+  if (b && !lost && peaks_tracked_by(p, h)) {
     stats_peaks_read(p, sh);
+    fresh = sh;
+  }
   spin_unlock(&sh->lock);
   if (lost)
     return pool_fail(GPUPOOL_ERR_HOST_OOM, "gpupool_malloc: out of host memory");
@@ -192,35 +196,37 @@ malloc_block(gpupool *p, size_t size, void *stream, block **out) {
     h->id = p->id;
     h->sh = sh;
   }
-  note_peaks(p, h);
+  note_peaks(p, h, fresh);
   *out = b;
   return GPUPOOL_OK;
 }
 
-static inline gpupool_status check_size(const gpupool *p, size_t size) {
-  if (size == 0 || size > MAX_REQUEST)
-    return pool_fail(GPUPOOL_ERR_INVALID, "gpupool_malloc: pool '%s': size %zu is %s", p->cfg.name,
-                     size, size ? "larger than 2^48 bytes" : "zero");
-  return GPUPOOL_OK;
+static gpupool_status bad_size(const gpupool *p, size_t size) {
+  return pool_fail(GPUPOOL_ERR_INVALID, "gpupool_malloc: pool '%s': size %zu is %s", p->cfg.name,
+                   size, size ? "larger than 2^48 bytes" : "zero");
 }
 
 gpupool_status gpupool_malloc(gpupool *p, void **ptr, size_t size, void *stream) {
   if (!p || !ptr)
     return pool_fail(GPUPOOL_ERR_INVALID, "gpupool_malloc: %s is NULL", p ? "ptr" : "pool");
-  gpupool_status st = check_size(p, size);
+  if (size == 0 || size > MAX_REQUEST)
+    return bad_size(p, size);
   block *b;
-  if (st == GPUPOOL_OK && (st = malloc_block(p, size, stream, &b)) == GPUPOOL_OK)
-    *ptr = (void *)b->addr;
-  return st;
+  gpupool_status st = malloc_block(p, size, stream, &b);
+  if (st != GPUPOOL_OK)
+    return st;
+  *ptr = (void *)b->addr;
+  return GPUPOOL_OK;
 }
 
 void pool_serve_blocks(gpupool *p) {
-  p->by_block = 1;
+  p->by_block = 1; /* before the first allocation: no shard yet */
 }
 
 gpupool_status pool_malloc_block(gpupool *p, size_t size, void *stream, block **out) {
-  gpupool_status st = check_size(p, size);
-  return st == GPUPOOL_OK ? malloc_block(p, size, stream, out) : st;
+  if (size == 0 || size > MAX_REQUEST)
+    return bad_size(p, size);
+  return malloc_block(p, size, stream, out);
 }
 
 /* Finds the live allocation at addr and returns its shard, locked, with its

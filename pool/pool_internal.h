@@ -56,14 +56,6 @@ typedef struct block {
   uint64_t alloc_stamp;
 } block;
 
-/* Where a block sits in a free index (free_index.h): the link that points
- * to it, and the nearest blocks before (lo) and after (hi) it among its
- * ancestors (NULL: none). */
-typedef struct free_index_pos {
-  block **link;
-  block *lo, *hi;
-} free_index_pos;
-
 /* The state's name in snapshots (PyTorch's snapshot words). */
 static inline const char *block_state_name(const block *b) {
   switch (b->state) {
@@ -114,15 +106,12 @@ struct shard {
   gpupool *pool;
   block *free_tree[2]; /* [0] small, [1] large */
   size_t nfree;
-  /* The block shard_find_fit found last, and its position, until the index
-   * changes (NULL then): taking it needs no second descent. */
-  block *fit;
-  free_index_pos fit_pos;
   block *pending; /* freed, waiting on events */
   size_t npending;
   segment *segments;
   block *spare; /* recycled block structs */
   uint32_t rng;
+  int by_block; /* the pool's by_block: no live map */
   uint64_t free_seq;
   shard_stats st;
   int64_t tag_bytes[POOL_TAG_SLOTS]; /* allocated bytes per tag id ([0] unused) */
@@ -134,12 +123,8 @@ struct shard {
   void *fence;
   uint64_t fence_seq, safe_seq;
   shard *next_shard;
-  /* Bumped under the lock by every change of st's current values, so that
-   * the pool-wide peak tracking re-reads only the shards that changed. */
-  _Atomic uint64_t stat_gen;
-  /* The tracking thread's copy of st's current values, as of stat_gen ==
-   * peak_gen (stats.c stats_note_peaks; only that thread touches them). */
-  uint64_t peak_gen;
+  /* The tracking thread's copy of st's current values, as last read
+   * (stats.c stats_note_peaks; only that thread touches it). */
   int64_t peak_cur[STAT_COUNT][2];
 } __attribute__((aligned(64)));
 

@@ -57,6 +57,7 @@ shard *shard_get(gpupool *p, void *stream) {
     sh->stream = stream;
     sh->pool = p;
     sh->rng = (uint32_t)(stream_hash(stream) | 1);
+    sh->by_block = p->by_block;
     size_t cap = backend_is_sim(p->be) ? 0 : shard_events_capacity(); /* replays: none */
     if (cap)
       sh->ring = event_ring_create_stamped(cap);
@@ -129,29 +130,12 @@ static void block_recycle(shard *sh, block *b) {
 
 static void index_insert(shard *sh, block *b) {
   free_index_insert(&sh->free_tree[b->seg->large], b);
-  sh->fit = NULL;
   sh->nfree++;
 }
 
 static void index_remove(shard *sh, block *b) {
-  if (b == sh->fit)
-    free_index_remove_at(&sh->fit_pos, b);
-  else
-    free_index_remove(&sh->free_tree[b->seg->large], b);
-  sh->fit = NULL;
+  free_index_remove(&sh->free_tree[b->seg->large], b);
   sh->nfree--;
-}
-
-/* Free block old leaves the index and free block b (of its segment) enters:
- * b takes old's place when the order allows, which is the common case of a
- * split remainder or a merged block. */
-static void index_swap(shard *sh, block *old, block *b) {
-  block **root = &sh->free_tree[old->seg->large];
-  if (old == sh->fit)
-    free_index_replace_at(root, &sh->fit_pos, old, b);
-  else
-    free_index_replace(root, old, b);
-  sh->fit = NULL;
 }
 
 /* Whether free block b (size >= rounded) may serve a request of rounded. */
@@ -168,8 +152,7 @@ static int fit_allowed(const pool_config *c, const block *b, size_t rounded) {
 }
 
 block *shard_find_fit(shard *sh, int large, size_t rounded) {
-  block *b = free_index_lower_bound(&sh->free_tree[large], rounded, &sh->fit_pos);
-  sh->fit = b;
+  block *b = free_index_lower_bound(sh->free_tree[large], rounded);
   return b && fit_allowed(&sh->pool->cfg, b, rounded) ? b : NULL;
 }
 
@@ -216,12 +199,6 @@ static inline void record_block_event(shard *sh, uint8_t type, uint8_t flags, co
   shard_emit(sh, &ev);
 }
 
-/* st's current values changed: a plain increment, under the lock. */
-static inline void stats_changed(shard *sh) {
-  uint64_t gen = atomic_load_explicit(&sh->stat_gen, memory_order_relaxed);
-  atomic_store_explicit(&sh->stat_gen, gen + 1, memory_order_relaxed);
-}
-
 /* While frees are pending, active exceeds allocation: keep its peak. */
 static void note_active_peak(shard *sh) {
   const stat_counter *s = sh->st.s;
@@ -265,7 +242,9 @@ static void shard_take(shard *sh, block *b, size_t rounded, size_t requested, in
     r->free_seq = b->free_seq;
     r->prev = b;
     r->next = b->next;
-    index_swap(sh, b, r); /* before b's key changes: the index finds b by it */
+    /* a remainder, smaller: takes b's place where the order allows (before
+     * b's key changes: the index finds b by it) */
+    free_index_shrink(&sh->free_tree[large], b, r);
     if (b->next)
       b->next->prev = r;
     b->next = r;
@@ -288,7 +267,6 @@ static void shard_take(shard *sh, block *b, size_t rounded, size_t requested, in
   if (sh->npending)
     note_active_peak(sh);
   count_request(sh, requested);
-  stats_changed(sh);
   sh->st.device_sourced += from_device != 0;
   record_block_event(sh, EV_ALLOC, from_device ? EVF_FROM_DEVICE : 0, b, requested);
   b->alloc_stamp = shard_recording(sh) ? sh->ring->last_stamp : 0;
@@ -300,7 +278,7 @@ int shard_serve(shard *sh, block *b, size_t rounded, size_t requested, int from_
   b->tag = (uint8_t)tag;
   if (tag) /* untagged allocations (the common case) count nothing more */
     sh->tag_bytes[tag] += (int64_t)b->size;
-  if (sh->pool->by_block || addrmap_insert(&sh->live, b->addr, b) == 0)
+  if (sh->by_block || addrmap_insert(&sh->live, b->addr, b) == 0)
     return 0;
   shard_free(sh, b, 0);
   return -1;
@@ -363,9 +341,8 @@ static void shard_release(shard *sh, block *b) {
   }
   stat_add(&sh->st.s[STAT_INACTIVE_SPLIT], b->seg->large, blocks);
   stat_add(&sh->st.s[STAT_INACTIVE_SPLIT_BYTES], b->seg->large, bytes);
-  stats_changed(sh);
   if (slot) {
-    index_swap(sh, slot, b);
+    free_index_grow(&sh->free_tree[b->seg->large], slot, b); /* b absorbed slot: larger */
     block_recycle(sh, slot);
   } else
     index_insert(sh, b);
@@ -386,7 +363,6 @@ void shard_free(shard *sh, block *b, int deferred) {
   }
   stat_inc(&sh->st.s[STAT_PENDING], large, 1);
   stat_inc(&sh->st.s[STAT_PENDING_BYTES], large, (int64_t)b->size);
-  stats_changed(sh);
 }
 
 static int events_complete(gpupool *p, block *b) {

@@ -55,15 +55,11 @@ void stats_peaks_read(gpupool *p, shard *sh) {
       p->peak_sum[id][k] += v - sh->peak_cur[id][k];
       sh->peak_cur[id][k] = v;
     }
-  sh->peak_gen = atomic_load_explicit(&sh->stat_gen, memory_order_relaxed);
 }
 
-void stats_note_peaks(gpupool *p) {
-  /* A shard whose generation has not moved still has the values copied:
-   * only the ones changed since (in one thread's use, the shard just
-   * allocated from, read by gpupool_malloc under its lock) are locked. */
+void stats_note_peaks(gpupool *p, const shard *fresh) {
   for (shard *sh = atomic_load(&p->shards); sh; sh = sh->next_shard)
-    if (atomic_load_explicit(&sh->stat_gen, memory_order_relaxed) != sh->peak_gen) {
+    if (sh != fresh) {
       spin_lock(&sh->lock);
       stats_peaks_read(p, sh);
       spin_unlock(&sh->lock);

@@ -132,9 +132,11 @@ void stats_collect(gpupool *p, gpupool_stats *out);
 
 /* Raises the pool-wide peaks to the current sums over all shards. Called
  * by the one thread that tracks them (pool.c note_peaks), holding no lock;
- * it reads each shard changed since its last call under the shard's lock. */
-void stats_note_peaks(gpupool *p);
-/* The same thread, holding sh's lock: sh's current values into its copy. */
+ * it reads each shard but `fresh` (read by stats_peaks_read just before, or
+ * NULL) under the shard's lock. */
+void stats_note_peaks(gpupool *p, const struct shard *fresh);
+/* The same thread, holding sh's lock: sh's current values into its copy
+ * and the running sums. */
 void stats_peaks_read(gpupool *p, struct shard *sh);
 
 /* Bytes allocated now over all shards; with peak_sum, also the sum of each
