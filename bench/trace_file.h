@@ -8,7 +8,9 @@
  * <id> and <stream> are unsigned integers, decimal or 0x-hex (a device
  * address and a cudaStream_t, as torch/torch_allocator.c writes them under
  * GPUPOOL_RECORD); an id may be reused once the allocation it named is freed.
- * Blank lines and lines starting with '#' are ignored. */
+ * Blank lines and lines starting with '#' are ignored. The library's
+ * GPUPOOL_RECORD reader (gpupool_history_load, advisor/read_record.c) parses
+ * them: one parser for the advisor and the benchmark. */
 #ifndef BENCH_TRACE_FILE_H
 #define BENCH_TRACE_FILE_H
 
@@ -35,7 +37,7 @@ typedef struct trace {
   uint64_t max_size;
 } trace;
 
-/* 0, or -1 with "path:line: reason" in err. */
+/* 0, or -1 with the reader's "path:line: reason" in err. */
 int trace_load(const char *path, trace *t, char *err, size_t errlen);
 void trace_release(trace *t);
 
