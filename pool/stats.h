@@ -3,48 +3,7 @@
 #define GPUPOOL_STATS_H
 
 #include "gpupool/gpupool.h"
-
-struct shard;
-
-/* What each shard counts. "active" (allocated, or freed and waiting on other
- * streams) is not counted: it is allocation + pending, derived when read,
- * which keeps two statistics off the hot path. */
-typedef enum {
-  STAT_ALLOCATION,
-  STAT_PENDING, /* freed blocks waiting on other streams' events */
-  STAT_INACTIVE_SPLIT,
-  STAT_ALLOCATED_BYTES,
-  STAT_PENDING_BYTES,
-  STAT_INACTIVE_SPLIT_BYTES,
-  STAT_REQUESTED_BYTES,
-  STAT_COUNT
-} shard_stat_id;
-
-/* What gpupool_get_stats reports per shard, in this order. */
-typedef enum {
-  VIEW_ALLOCATION,
-  VIEW_ACTIVE,
-  VIEW_INACTIVE_SPLIT,
-  VIEW_ALLOCATED_BYTES,
-  VIEW_ACTIVE_BYTES,
-  VIEW_INACTIVE_SPLIT_BYTES,
-  VIEW_REQUESTED_BYTES,
-  VIEW_COUNT
-} view_stat_id;
-
-/* One statistic, counted for small and large blocks apart and reported for
- * each and for both (GPUPOOL_STAT_ALL) as a gpupool_stat. An update touches
- * its own kind only: `allocated` is derived (current - base + freed, base
- * being current at the last reset of the accumulations) and ALL is summed
- * when read; only ALL's peak needs a field of its own. */
-typedef struct kind_count {
-  int64_t current, peak, freed, base;
-} kind_count;
-
-typedef struct stat_counter {
-  kind_count kind[2]; /* [0] small, [1] large */
-  int64_t total_peak;
-} stat_counter;
+#include "types.h"
 
 /* Adds n >= 0 to kind large (0 or 1). */
 static inline void stat_inc(stat_counter *s, int large, int64_t n) {
