@@ -32,6 +32,11 @@ static inline size_t segment_mapped_bytes(const segment *seg) {
   return seg->pages ? seg->nmapped * seg->page_size : seg->size;
 }
 
+/* The root of sh's free index for small blocks (large 0) or large ones. */
+static inline block **shard_free_tree(shard *sh, int large) {
+  return large ? &sh->free_tree.large : &sh->free_tree.small;
+}
+
 /* Runs stmt (an update of p->c) inside counters_lock. Callers hold
  * slow_lock, and may hold a shard lock: counters_lock is a leaf. */
 #define POOL_COUNT(p, stmt)                                                                        \

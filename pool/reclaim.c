@@ -5,7 +5,6 @@
 
 #include "core/clock.h"
 #include "core/errors.h"
-#include "free_index.h"
 #include "oom_report.h"
 #include "pages.h"
 #include "segment_observers.h"
@@ -255,11 +254,9 @@ static size_t largest_free(gpupool *p) {
   size_t best = 0;
   for (shard *sh = atomic_load(&p->shards); sh; sh = sh->next_shard) {
     spin_lock(&sh->lock);
-    for (int k = 0; k < 2; k++) {
-      block *b = free_index_largest(sh->free_tree[k]);
-      if (b && b->size > best)
-        best = b->size;
-    }
+    size_t largest = shard_largest_free(sh);
+    if (largest > best)
+      best = largest;
     spin_unlock(&sh->lock);
   }
   return best;

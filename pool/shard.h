@@ -45,6 +45,9 @@ static inline int segment_is_free(const segment *seg) {
   return seg->nblocks == 1 && seg->first->state == BLOCK_FREE;
 }
 
+/* The size of sh's largest free block, 0 when none. */
+size_t shard_largest_free(const shard *sh);
+
 /* Event ring capacity for new shards; 0 when events are off. */
 size_t shard_events_capacity(void);
 void shard_set_events_capacity(size_t cap);

@@ -86,7 +86,7 @@ typedef struct kind_count {
 } kind_count;
 
 typedef struct stat_counter {
-  kind_count kind[2]; /* [0] small, [1] large */
+  kind_count small, large; /* stat_kind() picks one by a segment's `large` */
   int64_t total_peak;
 } stat_counter;
 
@@ -159,8 +159,10 @@ struct segment {
  * statistic's increments (less device_sourced) and decrements. */
 typedef struct shard_stats {
   stat_counter s[STAT_COUNT];
-  /* Highest active count [0] and bytes [1] reached while frees were pending. */
-  int64_t active_peak[2][GPUPOOL_STAT_TYPES];
+  /* Highest active count and bytes reached while frees were pending. */
+  struct {
+    int64_t count[GPUPOOL_STAT_TYPES], bytes[GPUPOOL_STAT_TYPES];
+  } active_peak;
   uint64_t device_sourced, sync_events;
   uint64_t hist_bucket[POOL_HIST_BUCKETS]; /* requests (pool_histogram) */
   uint64_t hist_sum;
@@ -170,7 +172,11 @@ struct shard {
   spinlock lock;
   void *stream;
   gpupool *pool;
-  block *free_tree[2]; /* [0] small, [1] large */
+  /* The free index (free_index.h) of each size kind; shard_free_tree()
+   * picks one by a segment's `large`. */
+  struct {
+    block *small, *large;
+  } free_tree;
   size_t nfree;
   block *pending; /* freed, waiting on events */
   size_t npending;
