@@ -305,13 +305,13 @@ static gpupool_status attempt(gpupool *p, shard *sh, size_t rounded, size_t requ
   spin_lock(&sh->lock);
   if (sh->pending)
     shard_poll_pending(sh);
-  block *b = shard_find_ready_fit(sh, large, rounded);
-  if (b && !shard_fit_ready(sh, b, rounded)) {
+  block *b = shard_scan_mapped_fit(sh, large, rounded);
+  if (b && !shard_fit_is_mapped(sh, b, rounded)) {
     *to_device = 1;
-    st = pages_back(p, b->seg, b->addr, shard_take_size(sh, b, rounded), &w);
+    st = pages_back(p, b->seg, b->addr, shard_carve_size(sh, b, rounded), &w);
   }
   if (b && st == GPUPOOL_OK &&
-      shard_serve(sh, b, rounded, requested, w.mapped_at != 0, pool_thread.tag) != 0)
+      shard_allocate(sh, b, rounded, requested, w.mapped_at != 0, pool_thread.tag) != 0)
     st = pool_fail(GPUPOOL_ERR_HOST_OOM, "pool '%s': out of host memory", p->cfg.name);
   spin_unlock(&sh->lock);
   emit_page_events(p, sh, &w);
@@ -334,8 +334,8 @@ static gpupool_status attempt(gpupool *p, shard *sh, size_t rounded, size_t requ
   shard_add_segment(sh, seg);
   b = seg->first;
   if (seg->pages)
-    st = pages_back(p, seg, b->addr, shard_take_size(sh, b, rounded), &nw);
-  if (st == GPUPOOL_OK && shard_serve(sh, b, rounded, requested, 1, pool_thread.tag) != 0)
+    st = pages_back(p, seg, b->addr, shard_carve_size(sh, b, rounded), &nw);
+  if (st == GPUPOOL_OK && shard_allocate(sh, b, rounded, requested, 1, pool_thread.tag) != 0)
     st = pool_fail(GPUPOOL_ERR_HOST_OOM, "pool '%s': out of host memory", p->cfg.name);
   spin_unlock(&sh->lock);
   emit_page_events(p, sh, &nw);

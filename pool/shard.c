@@ -161,7 +161,7 @@ static int fit_allowed(const pool_config *c, const block *b, size_t rounded) {
   return 1;
 }
 
-block *shard_find_fit(shard *sh, int large, size_t rounded) {
+block *shard_best_fit(shard *sh, int large, size_t rounded) {
   block *b = free_index_lower_bound(*shard_free_tree(sh, large), rounded);
   return b && fit_allowed(&sh->pool->cfg, b, rounded) ? b : NULL;
 }
@@ -170,10 +170,10 @@ block *shard_find_fit(shard *sh, int large, size_t rounded) {
  * pages are all mapped (vmm segments): each it finds saves moving pages. */
 #define READY_LOOKAHEAD 16
 
-block *shard_find_ready_fit(shard *sh, int large, size_t rounded) {
-  block *first = shard_find_fit(sh, large, rounded), *b = first;
+block *shard_scan_mapped_fit(shard *sh, int large, size_t rounded) {
+  block *first = shard_best_fit(sh, large, rounded), *b = first;
   for (int i = 0; b && i < READY_LOOKAHEAD; i++) {
-    if (shard_fit_ready(sh, b, rounded))
+    if (shard_fit_is_mapped(sh, b, rounded))
       return b;
     b = free_index_next(*shard_free_tree(sh, large), b);
     if (b && !fit_allowed(&sh->pool->cfg, b, rounded))
@@ -191,7 +191,7 @@ static int should_split(const pool_config *c, const block *b, size_t rounded) {
   return rounded < c->max_split_size && rest > SMALL_SIZE; /* PyTorch: the request decides */
 }
 
-size_t shard_take_size(const shard *sh, const block *b, size_t rounded) {
+size_t shard_carve_size(const shard *sh, const block *b, size_t rounded) {
   return should_split(&sh->pool->cfg, b, rounded) ? rounded : b->size;
 }
 
@@ -231,7 +231,7 @@ static void count_request(shard *sh, size_t requested) {
 
 /* Takes free block b (in the index) for a request; splits it when the
  * strategy allows; updates the statistics and records the event. */
-static void shard_take(shard *sh, block *b, size_t rounded, size_t requested, int from_device) {
+static void carve_block(shard *sh, block *b, size_t rounded, size_t requested, int from_device) {
   gp_assert_internal(b->state == BLOCK_FREE && b->seg->sh == sh);
   gp_assert_internal(b->size >= rounded && requested <= rounded);
   int large = b->seg->large;
@@ -280,9 +280,9 @@ static void shard_take(shard *sh, block *b, size_t rounded, size_t requested, in
   b->alloc_stamp = shard_recording(sh) ? sh->ring->last_stamp : 0;
 }
 
-int shard_serve(shard *sh, block *b, size_t rounded, size_t requested, int from_device,
-                unsigned tag) {
-  shard_take(sh, b, rounded, requested, from_device);
+int shard_allocate(shard *sh, block *b, size_t rounded, size_t requested, int from_device,
+                   unsigned tag) {
+  carve_block(sh, b, rounded, requested, from_device);
   b->tag = (uint8_t)tag;
   if (tag) /* untagged allocations (the common case) count nothing more */
     sh->tag_bytes[tag] += (int64_t)b->size;
