@@ -64,10 +64,15 @@ size_t pool_walk(gpupool *p, const pool_walker *w);
 
 /* Event rings: tracing is off until the agent turns it on. Turning it on
  * gives every shard of every pool (and later ones) a ring of `capacity`
- * events; off stops recording (rings stay readable until replaced). */
+ * events, and the event clock (event_clock.h) the count of them it
+ * measures the event rate with; off stops recording (rings stay readable
+ * until replaced). */
 void pool_events_enable(size_t capacity);
 void pool_events_disable(void);
 int pool_events_enabled(void);
+/* Events ever pushed into the rings of all registered pools: the event
+ * clock's measure of the event rate (pool_events_enable hands it over). */
+uint64_t pool_events_recorded_total(void);
 /* Events p's rings have recorded and overwritten, summed over its streams. */
 void pool_event_counts(gpupool *p, uint64_t *recorded, uint64_t *dropped);
 /* Takes a reference on each ring of p (at most max); returns how many. */
