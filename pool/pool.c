@@ -174,10 +174,10 @@ malloc_block(gpupool *p, size_t size, void *stream, block **out) {
   spin_lock(&sh->lock);
   if (sh->pending)
     shard_poll_pending(sh);
-  block *b = shard_find_fit(sh, size_is_large(rounded), rounded);
-  if (b && !shard_fit_ready(sh, b, rounded))
+  block *b = shard_best_fit(sh, size_is_large(rounded), rounded);
+  if (b && !shard_fit_is_mapped(sh, b, rounded))
     b = NULL;
-  int lost = b && shard_serve(sh, b, rounded, size, 0, h->tag) != 0;
+  int lost = b && shard_allocate(sh, b, rounded, size, 0, h->tag) != 0;
   const shard *fresh = NULL; /* read here: note_peaks need not take this lock again */
   if (b && !lost && peaks_tracked_by(p, h)) {
     stats_peaks_read(p, sh);
