@@ -49,13 +49,33 @@ static void shard_view(const shard_stats *st, gpupool_stat v[VIEW_COUNT][GPUPOOL
 }
 
 void stats_peaks_read(gpupool *p, shard *sh) {
-  for (int id = 0; id < STAT_COUNT; id++)
-    for (int k = 0; k < 2; k++) {
+  for (int k = 0; k < 2; k++)
+    for (int id = 0; id < STAT_COUNT; id++) {
       const stat_counter *c = &sh->st.s[id];
       int64_t v = k ? c->large.current : c->small.current;
-      p->peak_sum[id][k] += v - sh->peak_cur[id][k];
-      sh->peak_cur[id][k] = v;
+      p->peak_sum[k][id] += v - sh->peak_cur[k][id];
+      sh->peak_cur[k][id] = v;
     }
+}
+
+/* View id's sum for one kind, from its running sums c. */
+static inline int64_t view_sum(const int64_t c[STAT_COUNT], int id) {
+  switch (id) {
+  case VIEW_ALLOCATION:
+    return c[STAT_ALLOCATION];
+  case VIEW_ACTIVE:
+    return c[STAT_ALLOCATION] + c[STAT_PENDING];
+  case VIEW_INACTIVE_SPLIT:
+    return c[STAT_INACTIVE_SPLIT];
+  case VIEW_ALLOCATED_BYTES:
+    return c[STAT_ALLOCATED_BYTES];
+  case VIEW_ACTIVE_BYTES:
+    return c[STAT_ALLOCATED_BYTES] + c[STAT_PENDING_BYTES];
+  case VIEW_INACTIVE_SPLIT_BYTES:
+    return c[STAT_INACTIVE_SPLIT_BYTES];
+  default:
+    return c[STAT_REQUESTED_BYTES];
+  }
 }
 
 void stats_note_peaks(gpupool *p, const shard *fresh) {
@@ -71,35 +91,31 @@ void stats_note_peaks(gpupool *p, const shard *fresh) {
     p->peak_seen_epoch = atomic_load_explicit(&p->peak_epoch, memory_order_relaxed);
     pthread_mutex_unlock(&p->peak_lock);
   }
-  int64_t sums[VIEW_COUNT][GPUPOOL_STAT_TYPES];
-  const int64_t(*c)[2] = p->peak_sum;
+  /* The sums are compared as they are computed, with no array between:
+   * values just stored are read back as they were written (a wider read
+   * of several fresh stores stalls). */
   int higher = 0;
-  for (int k = 0; k < 2; k++) {
-    int t = GPUPOOL_STAT_SMALL + k;
-    sums[VIEW_ALLOCATION][t] = c[STAT_ALLOCATION][k];
-    sums[VIEW_ACTIVE][t] = c[STAT_ALLOCATION][k] + c[STAT_PENDING][k];
-    sums[VIEW_INACTIVE_SPLIT][t] = c[STAT_INACTIVE_SPLIT][k];
-    sums[VIEW_ALLOCATED_BYTES][t] = c[STAT_ALLOCATED_BYTES][k];
-    sums[VIEW_ACTIVE_BYTES][t] = c[STAT_ALLOCATED_BYTES][k] + c[STAT_PENDING_BYTES][k];
-    sums[VIEW_INACTIVE_SPLIT_BYTES][t] = c[STAT_INACTIVE_SPLIT_BYTES][k];
-    sums[VIEW_REQUESTED_BYTES][t] = c[STAT_REQUESTED_BYTES][k];
-  }
   for (int id = 0; id < VIEW_COUNT; id++) {
-    sums[id][GPUPOOL_STAT_ALL] = sums[id][GPUPOOL_STAT_SMALL] + sums[id][GPUPOOL_STAT_LARGE];
-    for (int t = 0; t < GPUPOOL_STAT_TYPES; t++)
-      higher |= sums[id][t] > p->peak_seen[id][t];
+    int64_t small = view_sum(p->peak_sum[0], id), large = view_sum(p->peak_sum[1], id);
+    const int64_t *seen = p->peak_seen[id];
+    higher |= (small > seen[GPUPOOL_STAT_SMALL]) | (large > seen[GPUPOOL_STAT_LARGE]) |
+              (small + large > seen[GPUPOOL_STAT_ALL]);
   }
   if (!higher)
     return; /* agg_peak >= peak_seen >= every sum */
   pthread_mutex_lock(&p->peak_lock);
-  for (int id = 0; id < VIEW_COUNT; id++)
+  for (int id = 0; id < VIEW_COUNT; id++) {
+    int64_t v[GPUPOOL_STAT_TYPES];
+    v[GPUPOOL_STAT_SMALL] = view_sum(p->peak_sum[0], id);
+    v[GPUPOOL_STAT_LARGE] = view_sum(p->peak_sum[1], id);
+    v[GPUPOOL_STAT_ALL] = v[GPUPOOL_STAT_SMALL] + v[GPUPOOL_STAT_LARGE];
     for (int t = 0; t < GPUPOOL_STAT_TYPES; t++) {
-      int64_t v = sums[id][t];
-      if (v > p->agg_peak[id][t])
-        p->agg_peak[id][t] = v;
-      if (v > p->peak_seen[id][t])
-        p->peak_seen[id][t] = v;
+      if (v[t] > p->agg_peak[id][t])
+        p->agg_peak[id][t] = v[t];
+      if (v[t] > p->peak_seen[id][t])
+        p->peak_seen[id][t] = v[t];
     }
+  }
   pthread_mutex_unlock(&p->peak_lock);
 }
 

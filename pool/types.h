@@ -195,9 +195,9 @@ struct shard {
   void *fence;
   uint64_t fence_seq, safe_seq;
   shard *next_shard;
-  /* The tracking thread's copy of st's current values [id][0 small, 1
-   * large], as last read (stats.c stats_note_peaks; only it touches them). */
-  int64_t peak_cur[STAT_COUNT][2];
+  /* The tracking thread's copy of st's current values [0 small, 1
+   * large][id], as last read (stats.c stats_note_peaks; only it touches them). */
+  int64_t peak_cur[2][STAT_COUNT];
 } __attribute__((aligned(64)));
 
 #define SHARD_TABLE 1024 /* distinct streams per pool */
@@ -233,7 +233,7 @@ struct gpupool {
   /* The owner's running sums of the shards' peak_cur, and the highest sums
    * it has raised agg_peak to since gpupool_reset_peak_stats last bumped
    * peak_epoch (under peak_lock): agg_peak is locked only for a new high. */
-  int64_t peak_sum[STAT_COUNT][2];
+  int64_t peak_sum[2][STAT_COUNT];
   int64_t peak_seen[VIEW_COUNT][GPUPOOL_STAT_TYPES];
   unsigned peak_seen_epoch;
   _Atomic unsigned peak_epoch;
