@@ -211,7 +211,7 @@ gpupool_status gpupool_malloc(gpupool *p, void **ptr, size_t size, void *stream)
     return pool_fail(GPUPOOL_ERR_INVALID, "gpupool_malloc: %s is NULL", p ? "ptr" : "pool");
   if (size == 0 || size > MAX_REQUEST)
     return bad_size(p, size);
-  block *b;
+  block *b = NULL; /* set when malloc_block succeeds (some compilers cannot tell) */
   gpupool_status st = malloc_block(p, size, stream, &b);
   if (st != GPUPOOL_OK)
     return st;
