@@ -24,6 +24,7 @@ typedef struct pool_config {
   unsigned round_linear_cutoff;      /* log2 bytes */
   int expandable;                    /* expandable_segments: large segments on vmm pages */
   double expandable_slack;           /* expandable_slack_percent / 100 */
+  unsigned expandable_growth_moves;  /* pages moved per page added to the slack; 0: never */
   unsigned fault_every_n;
   double fault_rate;
   uint64_t fault_seed;

@@ -40,8 +40,9 @@ size_t pages_segment_destroy(gpupool *p, segment *seg);
 
 /* Maps every missing page of seg under [addr, addr + len), moving idle pages
  * from anywhere in the pool (not from that range) before creating new ones.
- * The caller holds seg->sh's lock (other shards are locked here one at a
- * time). GPUPOOL_ERR_OOM when the device has no page left for it. */
+ * The range is a claimed block (shard_claim) or lies in one; the caller
+ * holds no shard lock: each is taken here in turn, never across a device
+ * call. GPUPOOL_ERR_OOM when the device has no page left for it. */
 gpupool_status pages_back(gpupool *p, segment *seg, uintptr_t addr, size_t len, pages_work *w);
 
 /* Returns the idle pages of every vmm segment of p to the device (w says

@@ -33,7 +33,9 @@ typedef struct pool_counters {
 } pool_counters;
 typedef struct segment segment;
 
-typedef enum { BLOCK_FREE = 0, BLOCK_ALLOCATED, BLOCK_PENDING } block_state;
+/* BLOCK_CLAIMED: taken by the slow path while it maps the block's pages
+ * (shard_claim), neither free nor handed out yet. */
+typedef enum { BLOCK_FREE = 0, BLOCK_ALLOCATED, BLOCK_PENDING, BLOCK_CLAIMED } block_state;
 
 typedef struct block {
   uintptr_t addr;
@@ -82,6 +84,7 @@ struct segment {
    * blocks may not be. Changed under the shard lock and the slow lock. */
   void **pages;
   size_t page_size, npages, nmapped;
+  size_t top; /* no page at or above this index was ever mapped: scans stop there */
 };
 
 /* Bytes of device memory behind seg: all of it, or its mapped pages. */
@@ -140,7 +143,10 @@ struct gpupool {
    * gpupool_get_stats reads them without waiting on a device call. */
   spinlock counters_lock;
   pool_counters c;
-  size_t device_total; /* cached for the GC threshold; 0 until needed */
+  size_t device_total; /* cached for the GC threshold and vmm ranges; 0 until needed */
+  /* Expandable segments: pages moved so far, under slow_lock; every
+   * expandable_growth_moves of them add a page to the slack (pages.c). */
+  uint64_t moves_for_growth;
   /* The last device reading the pool made (GC threshold, reserve), for OOM
    * reports, which make no device call; seen_ns 0: none. */
   size_t seen_free, seen_total;

@@ -42,6 +42,8 @@ static void emit_page_events(gpupool *p, shard *sh, const pages_work *w) {
                        w->moved + w->created, w->map_ns);
 }
 
+static gpupool_status mem_info(gpupool *p, size_t *free_b, size_t *total_b);
+
 /* Returns the idle pages of every vmm segment to the device, with their
  * events on sh's track; the bytes released. */
 static size_t release_idle_pages(gpupool *p, shard *sh) {
@@ -51,6 +53,23 @@ static size_t release_idle_pages(gpupool *p, shard *sh) {
   return w.released;
 }
 
+/* The address range of a large segment of an expandable pool: as much as the
+ * device has memory, as PyTorch reserves, so that one range per stream holds
+ * every large block, and blocks of different steps share pages in place
+ * rather than moving them between ranges of their own (size when more, or
+ * when the device does not say). */
+static size_t vmm_range(gpupool *p, size_t size) {
+  if (!p->device_total) {
+    size_t free_b, total_b;
+    if (mem_info(p, &free_b, &total_b) != GPUPOOL_OK)
+      return size;
+    p->device_total = total_b;
+  }
+  size_t ps = p->be->page_size;
+  size_t range = (p->device_total + ps - 1) / ps * ps;
+  return range > size ? range : size;
+}
+
 /* A new segment of size bytes for shard sh: device memory, or for a large
  * segment of an expandable pool, address space whose pages are mapped as
  * blocks need them. Not yet in the shard. */
@@ -58,7 +77,7 @@ static gpupool_status device_alloc(gpupool *p, shard *sh, size_t size, int large
   segment *seg = NULL;
   uint64_t dur = 0;
   if (p->cfg.expandable && large) {
-    gpupool_status st = pages_segment_create(p, size, large, &seg);
+    gpupool_status st = pages_segment_create(p, vmm_range(p, size), large, &seg);
     if (st != GPUPOOL_OK)
       return st;
   } else {
@@ -298,26 +317,43 @@ static gpupool_status out_of_memory(gpupool *p, shard *sh, size_t rounded, size_
                    (long long)(reserved - allocated), largest);
 }
 
+/* Maps the missing pages under b, claimed by the caller (shard_claim) with
+ * sh's lock, which is not held here: no device call happens under it. Then
+ * hands b out, or returns it to the free blocks when that failed. */
+static gpupool_status back_claimed(gpupool *p, shard *sh, block *b, size_t requested, block **out) {
+  pages_work w = {0};
+  gpupool_status st = pages_back(p, b->seg, b->addr, b->size, &w);
+  spin_lock(&sh->lock);
+  if (st != GPUPOOL_OK)
+    shard_unclaim(sh, b);
+  else if (shard_serve_claimed(sh, b, requested, pool_thread.tag) != 0)
+    st = pool_fail(GPUPOOL_ERR_HOST_OOM, "pool '%s': out of host memory", p->cfg.name);
+  spin_unlock(&sh->lock);
+  emit_page_events(p, sh, &w);
+  *out = st == GPUPOOL_OK ? b : NULL;
+  return st;
+}
+
 /* One try at serving a request on sh: a cached block (mapping its pages
  * first if it is in a vmm segment), else a new segment. */
 static gpupool_status attempt(gpupool *p, shard *sh, size_t rounded, size_t requested, block **out,
                               int *to_device) {
   int large = size_is_large(rounded);
-  pages_work w = {0};
   gpupool_status st = GPUPOOL_OK;
   spin_lock(&sh->lock);
   if (sh->pending)
     shard_poll_pending(sh);
   block *b = shard_find_ready_fit(sh, large, rounded);
-  if (b && !shard_fit_ready(sh, b, rounded)) {
-    *to_device = 1;
-    st = pages_back(p, b->seg, b->addr, shard_take_size(sh, b, rounded), &w);
-  }
-  if (b && st == GPUPOOL_OK &&
-      shard_serve(sh, b, rounded, requested, w.mapped_at != 0, pool_thread.tag) != 0)
+  int ready = b && shard_fit_ready(sh, b, rounded);
+  if (ready && shard_serve(sh, b, rounded, requested, 0, pool_thread.tag) != 0)
     st = pool_fail(GPUPOOL_ERR_HOST_OOM, "pool '%s': out of host memory", p->cfg.name);
+  else if (b && !ready)
+    shard_claim(sh, b, rounded);
   spin_unlock(&sh->lock);
-  emit_page_events(p, sh, &w);
+  if (b && !ready) {
+    *to_device = 1;
+    return back_claimed(p, sh, b, requested, out);
+  }
   if (b) {
     *out = st == GPUPOOL_OK ? b : NULL;
     return st;
@@ -332,16 +368,16 @@ static gpupool_status attempt(gpupool *p, shard *sh, size_t rounded, size_t requ
   segment *seg = NULL;
   if ((st = device_alloc(p, sh, segsize, large, &seg)) != GPUPOOL_OK)
     return st;
-  pages_work nw = {0};
   spin_lock(&sh->lock);
   shard_add_segment(sh, seg);
   b = seg->first;
   if (seg->pages)
-    st = pages_back(p, seg, b->addr, shard_take_size(sh, b, rounded), &nw);
-  if (st == GPUPOOL_OK && shard_serve(sh, b, rounded, requested, 1, pool_thread.tag) != 0)
+    shard_claim(sh, b, rounded);
+  else if (shard_serve(sh, b, rounded, requested, 1, pool_thread.tag) != 0)
     st = pool_fail(GPUPOOL_ERR_HOST_OOM, "pool '%s': out of host memory", p->cfg.name);
   spin_unlock(&sh->lock);
-  emit_page_events(p, sh, &nw);
+  if (seg->pages)
+    return back_claimed(p, sh, b, requested, out);
   *out = st == GPUPOOL_OK ? b : NULL;
   return st;
 }

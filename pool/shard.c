@@ -152,6 +152,11 @@ static void index_swap(shard *sh, block *old, block *b) {
 static int fit_allowed(const pool_config *c, const block *b, size_t rounded) {
   if (c->strategy != GPUPOOL_STRATEGY_BFC)
     return b->size == rounded; /* exact-size buckets */
+  /* A vmm segment (expandable segments) is an address range whose free
+   * blocks hold pages only where mapped: the pool splits them for any
+   * request, as PyTorch does. */
+  if (b->seg->pages)
+    return 1;
   /* Oversize blocks (>= max_split_size) serve only large requests that waste
    * less than max_non_split_rounding of them. */
   if (rounded < c->max_split_size && b->size >= c->max_split_size)
@@ -188,6 +193,8 @@ static int should_split(const pool_config *c, const block *b, size_t rounded) {
   size_t rest = b->size - rounded;
   if (!b->seg->large)
     return rest >= MIN_BLOCK;
+  if (b->seg->pages) /* an expandable segment's range: the request takes only its own size */
+    return rest > SMALL_SIZE;
   return rounded < c->max_split_size && rest > SMALL_SIZE; /* PyTorch: the request decides */
 }
 
@@ -229,11 +236,11 @@ static void count_request(shard *sh, size_t requested) {
   sh->st.hist_sum += requested;
 }
 
-/* Takes free block b (in the index) for a request; splits it when the
- * strategy allows; updates the statistics and records the event. */
-static void shard_take(shard *sh, block *b, size_t rounded, size_t requested, int from_device) {
+/* Takes free block b out of the index for a request of rounded bytes,
+ * splitting it when the strategy allows (the remainder stays free). */
+static void take_block(shard *sh, block *b, size_t rounded) {
   gp_assert_internal(b->state == BLOCK_FREE && b->seg->sh == sh);
-  gp_assert_internal(b->size >= rounded && requested <= rounded);
+  gp_assert_internal(b->size >= rounded);
   int large = b->seg->large;
   block *r = should_split(&sh->pool->cfg, b, rounded) ? block_new(sh) : NULL;
   if (r) { /* without host memory for the remainder, the whole block is used */
@@ -266,6 +273,12 @@ static void shard_take(shard *sh, block *b, size_t rounded, size_t requested, in
     }
   }
   gp_assert_internal(b->size >= rounded && (!b->next || b->next->addr == b->addr + b->size));
+}
+
+/* Block b, taken (take_block), becomes allocated: statistics and event. */
+static void account_alloc(shard *sh, block *b, size_t requested, int from_device) {
+  gp_assert_internal(b->size >= requested);
+  int large = b->seg->large;
   b->state = BLOCK_ALLOCATED;
   b->requested = requested;
   b->nstreams = 0;
@@ -280,9 +293,9 @@ static void shard_take(shard *sh, block *b, size_t rounded, size_t requested, in
   b->alloc_stamp = shard_recording(sh) ? sh->ring->last_stamp : 0;
 }
 
-int shard_serve(shard *sh, block *b, size_t rounded, size_t requested, int from_device,
-                unsigned tag) {
-  shard_take(sh, b, rounded, requested, from_device);
+/* account_alloc, then the tag and the table of live blocks. */
+static int finish_serve(shard *sh, block *b, size_t requested, int from_device, unsigned tag) {
+  account_alloc(sh, b, requested, from_device);
   b->tag = (uint8_t)tag;
   if (tag) /* untagged allocations (the common case) count nothing more */
     sh->tag_bytes[tag] += (int64_t)b->size;
@@ -290,6 +303,30 @@ int shard_serve(shard *sh, block *b, size_t rounded, size_t requested, int from_
     return 0;
   shard_free(sh, b, 0);
   return -1;
+}
+
+int shard_serve(shard *sh, block *b, size_t rounded, size_t requested, int from_device,
+                unsigned tag) {
+  gp_assert_internal(requested <= rounded);
+  take_block(sh, b, rounded);
+  return finish_serve(sh, b, requested, from_device, tag);
+}
+
+static void shard_release(shard *sh, block *b);
+
+void shard_claim(shard *sh, block *b, size_t rounded) {
+  take_block(sh, b, rounded);
+  b->state = BLOCK_CLAIMED;
+}
+
+int shard_serve_claimed(shard *sh, block *b, size_t requested, unsigned tag) {
+  gp_assert_internal(b->state == BLOCK_CLAIMED && b->seg->sh == sh);
+  return finish_serve(sh, b, requested, 1, tag);
+}
+
+void shard_unclaim(shard *sh, block *b) {
+  gp_assert_internal(b->state == BLOCK_CLAIMED && b->seg->sh == sh);
+  shard_release(sh, b);
 }
 
 /* Absorbs free neighbour n into b's address range and unlinks it from the

@@ -32,6 +32,15 @@ static inline int shard_fit_ready(const shard *sh, const block *b, size_t rounde
  * -1 (and b back in the index) when out of host memory. */
 int shard_serve(shard *sh, block *b, size_t rounded, size_t requested, int from_device,
                 unsigned tag);
+/* The slow path's way to map pages under a block without holding the lock
+ * through device calls: shard_claim takes free block b (split to what a
+ * request of rounded takes) out of the index, so that no other thread
+ * allocates or merges it; then, under the lock again, shard_serve_claimed
+ * hands it out (as shard_serve, from the device) or shard_unclaim returns it
+ * to the free index (merging it with free neighbours). */
+void shard_claim(shard *sh, block *b, size_t rounded);
+int shard_serve_claimed(shard *sh, block *b, size_t requested, unsigned tag);
+void shard_unclaim(shard *sh, block *b);
 /* The caller's free of allocated block b: statistics and event; the block
  * returns to the index unless deferred (then it is on the pending list). */
 void shard_free(shard *sh, block *b, int deferred);
