@@ -6,13 +6,24 @@
 #include "core/errors.h"
 #include "segment_observers.h"
 
+char pages_stale_marker;
+
 /* A page taken off a segment: where it was mapped and its physical handle. */
 typedef struct loose_page {
   segment *seg;
   size_t index;
   void *handle;
   int fenced; /* freed before a completed fence: no queued work uses it */
+  int stale;  /* its old mapping stays until the fence passes seq (PAGE_STALE) */
+  uint64_t seq;
 } loose_page;
+
+/* An old mapping left in place by a move (PAGE_STALE in its slot). */
+struct stale_page {
+  segment *seg;
+  size_t index;
+  uint64_t seq; /* the free it waits for: unmapped once seg's shard's safe_seq reaches it */
+};
 
 typedef struct page_list {
   loose_page *v;
@@ -118,14 +129,64 @@ static void unmap_list(gpupool *p, page_list *l, int mode, pages_work *w) {
     w->unmap_ns += dur;
 }
 
+static void advance_fence(gpupool *p, shard *sh);
+
+/* Unmaps the old mappings left by moves (of seg's pages [first, last] only
+ * when seg is not NULL) whose stream has passed them; with force, all of
+ * them, after a device synchronize if one is not passed yet. */
+static void stale_flush(gpupool *p, segment *seg, size_t first, size_t last, int force) {
+  if (!p->nstale)
+    return;
+  for (shard *sh = atomic_load(&p->shards); sh; sh = sh->next_shard)
+    advance_fence(p, sh);
+  page_list l = {0};
+  for (size_t i = 0; i < p->nstale;) {
+    struct stale_page e = p->stale[i];
+    int passed = e.seq <= e.seg->sh->safe_seq;
+    if ((seg && (e.seg != seg || e.index < first || e.index > last)) || (!passed && !force) ||
+        list_push(&l, (loose_page){e.seg, e.index, NULL, passed, 0, 0}) != 0) {
+      i++;
+      continue;
+    }
+    p->stale[i] = p->stale[--p->nstale];
+  }
+  unmap_list(p, &l, PAGES_KEEP, NULL);
+  for (size_t i = 0; i < l.n; i++) {
+    shard *sh = l.v[i].seg->sh;
+    spin_lock(&sh->lock);
+    l.v[i].seg->pages[l.v[i].index] = NULL;
+    spin_unlock(&sh->lock);
+  }
+  free(l.v);
+  if (!p->nstale) {
+    free(p->stale);
+    p->stale = NULL;
+    p->cap_stale = 0;
+  }
+}
+
+static int stale_push(gpupool *p, const loose_page *pg) {
+  if (p->nstale == p->cap_stale) {
+    size_t cap = p->cap_stale ? 2 * p->cap_stale : 64;
+    struct stale_page *v = realloc(p->stale, cap * sizeof *v);
+    if (!v)
+      return -1;
+    p->stale = v;
+    p->cap_stale = cap;
+  }
+  p->stale[p->nstale++] = (struct stale_page){pg->seg, pg->index, pg->seq};
+  return 0;
+}
+
 size_t pages_segment_destroy(gpupool *p, segment *seg) {
   page_list l = {0};
   size_t bytes = 0;
+  stale_flush(p, seg, 0, SIZE_MAX, 1);
   for (size_t i = 0; i < seg->top; i++) {
     if (!seg->pages[i])
       continue;
     bytes += seg->page_size;
-    if (list_push(&l, (loose_page){seg, i, seg->pages[i], 0}) != 0) {
+    if (list_push(&l, (loose_page){seg, i, seg->pages[i], 0, 0, 0}) != 0) {
       p->be->ops->vmm->unmap(p->be, (void *)(seg->addr + i * seg->page_size), 1);
       p->be->ops->vmm->release(p->be, &seg->pages[i], 1);
       POOL_COUNT(p, p->c.device_frees++);
@@ -158,21 +219,25 @@ static int interior_pages(const segment *seg, const block *b, size_t *first, siz
 
 /* Takes the idle mapped pages under b, if b is still a free block of seg, in
  * [first, last] (at most max of them, none in [keep_first, keep_last]) off
- * the segment into l. Under seg's shard lock. Returns how many were taken. */
+ * the segment into l. With alias (the pages go to a block of the same
+ * stream, whose work runs after the work that used them), a page that queued
+ * work may still use keeps its old mapping for now (PAGE_STALE). Under seg's
+ * shard lock. Returns how many were taken. */
 static size_t take_idle_under(segment *seg, const block *b, size_t first, size_t last,
-                              size_t keep_first, size_t keep_last, size_t max, page_list *l) {
+                              size_t keep_first, size_t keep_last, size_t max, int alias,
+                              page_list *l) {
   size_t lo, hi, taken = 0;
   if (b->state != BLOCK_FREE || b->seg != seg || !interior_pages(seg, b, &lo, &hi))
     return 0;
-  int fenced = b->free_seq <= seg->sh->safe_seq;
+  int fenced = b->free_seq <= seg->sh->safe_seq, stale = alias && !fenced;
   lo = lo > first ? lo : first;
   hi = hi < last ? hi : last;
   for (size_t i = lo; i <= hi && taken < max; i++) {
-    if (!seg->pages[i] || (i >= keep_first && i <= keep_last))
+    if (!page_mapped(seg, i) || (i >= keep_first && i <= keep_last))
       continue;
-    if (list_push(l, (loose_page){seg, i, seg->pages[i], fenced}) != 0)
+    if (list_push(l, (loose_page){seg, i, seg->pages[i], fenced, stale, b->free_seq}) != 0)
       return taken;
-    seg->pages[i] = NULL;
+    seg->pages[i] = stale ? PAGE_STALE : NULL;
     seg->nmapped--;
     taken++;
   }
@@ -182,7 +247,7 @@ static size_t take_idle_under(segment *seg, const block *b, size_t first, size_t
 /* Every idle mapped page of seg into l; under seg's shard lock. */
 static void take_all_idle(segment *seg, page_list *l) {
   for (block *b = seg->first; b; b = b->next)
-    take_idle_under(seg, b, 0, SIZE_MAX, 1, 0, SIZE_MAX, l);
+    take_idle_under(seg, b, 0, SIZE_MAX, 1, 0, SIZE_MAX, 0, l);
 }
 
 /* An idle stretch found while looking for pages to move: the pages
@@ -206,7 +271,7 @@ static int fenced_then_oldest(const void *a, const void *b) {
 
 static int has_mapped(const segment *seg, size_t first, size_t last) {
   for (size_t i = first; i <= last; i++)
-    if (seg->pages[i])
+    if (page_mapped(seg, i))
       return 1;
   return 0;
 }
@@ -282,7 +347,8 @@ static void gather_idle(gpupool *p, segment *target, size_t keep_first, size_t k
     shard *sh = c[i].seg->sh;
     size_t kf = c[i].seg == target ? keep_first : 1, kl = c[i].seg == target ? keep_last : 0;
     spin_lock(&sh->lock);
-    take_idle_under(c[i].seg, c[i].b, c[i].first, c[i].last, kf, kl, want - l->n, l);
+    take_idle_under(c[i].seg, c[i].b, c[i].first, c[i].last, kf, kl, want - l->n, sh == target->sh,
+                    l);
     spin_unlock(&sh->lock);
   }
   free(c);
@@ -298,11 +364,11 @@ static size_t map_missing(gpupool *p, segment *seg, size_t first, size_t last, v
   size_t used = 0;
   *st = GPUPOOL_OK;
   for (size_t i = first, j; i <= last; i = j) {
-    if (seg->pages[i]) {
+    if (page_mapped(seg, i)) {
       j = i + 1;
       continue;
     }
-    for (j = i + 1; j <= last && !seg->pages[j]; j++)
+    for (j = i + 1; j <= last && !page_mapped(seg, j); j++)
       ;
     *st = be->ops->vmm->map(be, (void *)(seg->addr + i * seg->page_size), h + used, j - i);
     if (*st != GPUPOOL_OK)
@@ -323,11 +389,30 @@ static size_t map_missing(gpupool *p, segment *seg, size_t first, size_t last, v
  * returns how many. */
 static size_t move_idle(gpupool *p, segment *seg, size_t first, size_t last, size_t want, void **h,
                         pages_work *w) {
-  page_list moved = {0};
+  page_list moved = {0}, now = {0};
   gather_idle(p, seg, first, last, want, &moved);
-  unmap_list(p, &moved, PAGES_KEEP, w);
-  for (size_t i = 0; i < moved.n; i++)
-    h[i] = moved.v[i].handle;
+  for (size_t i = 0; i < moved.n; i++) {
+    loose_page *pg = &moved.v[i];
+    h[i] = pg->handle;
+    if (pg->stale && stale_push(p, pg) == 0) {
+      /* its old mapping goes once the stream passed it: no synchronize; the
+       * trace shows the page leaving now */
+      if (w && !w->unmapped_at)
+        w->unmapped_at = pg->seg->addr + pg->index * pg->seg->page_size;
+      continue;
+    }
+    if (pg->stale) { /* without host memory to remember it: unmapped now */
+      spin_lock(&pg->seg->sh->lock);
+      pg->seg->pages[pg->index] = NULL;
+      spin_unlock(&pg->seg->sh->lock);
+    }
+    if (list_push(&now, *pg) != 0) { /* one at a time */
+      page_list one = {pg, 1, 1};
+      unmap_list(p, &one, PAGES_KEEP, w);
+    }
+  }
+  unmap_list(p, &now, PAGES_KEEP, w);
+  free(now.v);
   free(moved.v);
   return moved.n;
 }
@@ -357,9 +442,14 @@ gpupool_status pages_back(gpupool *p, segment *seg, uintptr_t addr, size_t len, 
   backend *be = p->be;
   size_t ps = seg->page_size;
   size_t first = (addr - seg->addr) / ps, last = (addr + len - 1 - seg->addr) / ps;
-  size_t missing = 0;
-  for (size_t i = first; i <= last; i++)
-    missing += !seg->pages[i];
+  stale_flush(p, NULL, 0, 0, 0);
+  size_t missing = 0, stale = 0;
+  for (size_t i = first; i <= last; i++) {
+    missing += !page_mapped(seg, i);
+    stale += seg->pages[i] == PAGE_STALE;
+  }
+  if (stale) /* old mappings where this block goes: they must go first */
+    stale_flush(p, seg, first, last, 1);
   if (!missing)
     return GPUPOOL_OK;
   void **h = malloc(missing * sizeof *h);
@@ -408,6 +498,7 @@ gpupool_status pages_back(gpupool *p, segment *seg, uintptr_t addr, size_t len, 
 }
 
 void pages_release_idle(gpupool *p, pages_work *w) {
+  stale_flush(p, NULL, 0, 0, 1);
   for (shard *sh = atomic_load(&p->shards); sh; sh = sh->next_shard) {
     page_list l = {0};
     spin_lock(&sh->lock);

@@ -147,6 +147,10 @@ struct gpupool {
   /* Expandable segments: pages moved so far, under slow_lock; every
    * expandable_growth_moves of them add a page to the slack (pages.c). */
   uint64_t moves_for_growth;
+  /* Old mappings of moved pages waiting for their stream's fence (pages.c),
+   * under slow_lock; freed when empty. */
+  struct stale_page *stale;
+  size_t nstale, cap_stale;
   /* The last device reading the pool made (GC threshold, reserve), for OOM
    * reports, which make no device call; seen_ns 0: none. */
   size_t seen_free, seen_total;

@@ -109,7 +109,9 @@ Test(pool_expandable, moves_idle_pages_instead_of_growing) {
   cr_assert_eq(s.reserved_bytes[L].current, 52 * MiB);
   cr_assert_eq(s.reserved_bytes[L].peak, 52 * MiB, "plain bfc would hold 110 MiB here");
   cr_assert_eq(s.segment[L].current, 1);
-  cr_assert_geq(s.num_device_syncs, 1, "pages under a free block are unmapped after a sync");
+  cr_assert_eq(s.num_device_syncs, 0,
+               "work queued on the stream before the free may still use a's pages: their old "
+               "mapping stays until the stream passed it, no synchronize");
   check_mapped_is_reserved(p);
   check_invariants(p);
   check_and_free(p, b, 50 * MiB, 2);
@@ -206,6 +208,66 @@ Test(pool_expandable, pages_under_a_pending_free_do_not_move) {
   check_and_free(p, b, 50 * MiB, 2);
   gpupool_host_stream_destroy(side);
   gpupool_destroy(p);
+}
+
+static void *take_on(gpupool *p, size_t size, gpupool_host_stream *s, uint64_t id) {
+  void *x = NULL;
+  cr_assert_eq(gpupool_malloc(p, &x, size, s), GPUPOOL_OK, "%s", gpupool_last_error());
+  pc_pattern_fill(x, size, id);
+  return x;
+}
+
+/* Pages moved to a block of the same stream keep their old mapping until the
+ * stream has passed the work queued before their free: no synchronize; a
+ * block placed over such a mapping waits for it (a synchronize only if the
+ * stream has not passed it yet). */
+Test(pool_expandable, moved_pages_keep_their_old_mapping_until_the_stream_passed_it) {
+  for (int passed = 0; passed < 2; passed++) {
+    gpupool *p = moving_pool(0);
+    gpupool_host_stream *s = gpupool_host_stream_create();
+    void *a = take_on(p, 40 * MiB, s, 1), *pin = take_on(p, 2 * MiB, s, 3);
+    gpupool_host_stream_enqueue(s); /* a kernel still using a */
+    check_and_free(p, a, 40 * MiB, 1);
+    void *b = take_on(p, 50 * MiB, s, 2); /* a's 20 pages move after pin */
+    gpupool_stats st = pc_stats(p);
+    cr_assert_eq(st.num_pages_moved, 20);
+    cr_assert_eq(st.num_device_syncs, 0);
+    if (passed)
+      gpupool_host_stream_complete(s);
+    void *c = take_on(p, 40 * MiB, s, 4); /* where a was: its old mappings go first */
+    st = pc_stats(p);
+    cr_assert_eq(c, a);
+    cr_assert_eq(st.num_device_syncs, passed ? 0 : 1);
+    cr_assert_eq(st.reserved_bytes[L].current, 92 * MiB, "20 new pages under c");
+    check_mapped_is_reserved(p);
+    check_invariants(p);
+    check_and_free(p, b, 50 * MiB, 2);
+    check_and_free(p, c, 40 * MiB, 4);
+    check_and_free(p, pin, 2 * MiB, 3);
+    cr_assert_eq(gpupool_empty_cache(p), 92 * MiB);
+    gpupool_destroy(p);
+    gpupool_host_stream_destroy(s);
+  }
+}
+
+/* Pages freed on another stream move only once that stream's work is done:
+ * a synchronize when its fence has not completed. */
+Test(pool_expandable, pages_of_another_busy_stream_move_after_a_synchronize) {
+  gpupool *p = moving_pool(0);
+  gpupool_host_stream *s1 = gpupool_host_stream_create(), *s2 = gpupool_host_stream_create();
+  void *a = take_on(p, 40 * MiB, s1, 1);
+  gpupool_host_stream_enqueue(s1);
+  check_and_free(p, a, 40 * MiB, 1);
+  void *b = take_on(p, 50 * MiB, s2, 2); /* s2's own range: a's pages move there */
+  gpupool_stats st = pc_stats(p);
+  cr_assert_eq(st.num_pages_moved, 20);
+  cr_assert_eq(st.num_device_syncs, 1);
+  cr_assert_eq(st.reserved_bytes[L].current, 50 * MiB);
+  check_mapped_is_reserved(p);
+  check_and_free(p, b, 50 * MiB, 2);
+  gpupool_destroy(p);
+  gpupool_host_stream_destroy(s1);
+  gpupool_host_stream_destroy(s2);
 }
 
 Test(pool_expandable, needs_bfc_and_a_boolean) {
