@@ -54,14 +54,16 @@ static uint64_t unmapped_bytes(const segment *seg, const block *b) {
     return 0; /* pages under allocated and pending blocks are always mapped */
   uint64_t n = 0;
   uintptr_t end = b->addr + b->size;
-  for (size_t i = (b->addr - seg->addr) / seg->page_size; i < seg->npages; i++) {
+  size_t i = (b->addr - seg->addr) / seg->page_size;
+  for (; i < seg->top; i++) {
     uintptr_t lo = seg->addr + i * seg->page_size, hi = lo + seg->page_size;
     if (lo >= end)
-      break;
-    if (!seg->pages[i])
+      return n;
+    if (!page_mapped(seg, i))
       n += (hi < end ? hi : end) - (lo > b->addr ? lo : b->addr);
   }
-  return n;
+  uintptr_t top = seg->addr + seg->top * seg->page_size; /* nothing mapped from here */
+  return n + (end > top ? end - (top > b->addr ? top : b->addr) : 0);
 }
 
 /* One shard's segments and blocks, copied under its lock. */

@@ -236,6 +236,12 @@ static void count_request(shard *sh, size_t requested) {
   sh->st.hist_sum += requested;
 }
 
+/* split_counted: inactive_split counts the free blocks of split segments
+ * that are not vmm ranges. Those of a vmm range (expandable segments) hold
+ * only idle pages, which the pool moves to other blocks or releases: they
+ * are not memory lost to fragmentation, and the range's last free block
+ * spans address space as large as the device. */
+
 /* Takes free block b out of the index for a request of rounded bytes,
  * splitting it when the strategy allows (the remainder stays free). */
 static void take_block(shard *sh, block *b, size_t rounded) {
@@ -246,9 +252,10 @@ static void take_block(shard *sh, block *b, size_t rounded) {
   if (r) { /* without host memory for the remainder, the whole block is used */
     /* Counted as PyTorch does: an inactive split block that is cut stays one,
      * shrunk by what is taken; an unsplit block leaves one behind. */
-    if (b->seg->nblocks > 1)
+    if (b->seg->pages) { /* not counted (split_counted) */
+    } else if (b->seg->nblocks > 1) {
       stat_dec(&sh->st.s[STAT_INACTIVE_SPLIT_BYTES], large, (int64_t)rounded);
-    else {
+    } else {
       stat_inc(&sh->st.s[STAT_INACTIVE_SPLIT], large, 1);
       stat_inc(&sh->st.s[STAT_INACTIVE_SPLIT_BYTES], large, (int64_t)(b->size - rounded));
     }
@@ -267,7 +274,7 @@ static void take_block(shard *sh, block *b, size_t rounded) {
     b->seg->nblocks++;
   } else {
     index_remove(sh, b);
-    if (b->seg->nblocks > 1) { /* a split block taken whole */
+    if (b->seg->nblocks > 1 && !b->seg->pages) { /* a split block taken whole */
       stat_dec(&sh->st.s[STAT_INACTIVE_SPLIT], large, 1);
       stat_dec(&sh->st.s[STAT_INACTIVE_SPLIT_BYTES], large, (int64_t)b->size);
     }
@@ -384,8 +391,10 @@ static void shard_release(shard *sh, block *b) {
     blocks++;
     bytes += (int64_t)b->size;
   }
-  stat_add(&sh->st.s[STAT_INACTIVE_SPLIT], b->seg->large, blocks);
-  stat_add(&sh->st.s[STAT_INACTIVE_SPLIT_BYTES], b->seg->large, bytes);
+  if (!b->seg->pages) { /* split_counted */
+    stat_add(&sh->st.s[STAT_INACTIVE_SPLIT], b->seg->large, blocks);
+    stat_add(&sh->st.s[STAT_INACTIVE_SPLIT_BYTES], b->seg->large, bytes);
+  }
   if (slot) {
     index_swap(sh, slot, b);
     block_recycle(sh, slot);

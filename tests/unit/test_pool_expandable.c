@@ -404,14 +404,16 @@ Test(pool_expandable, a_full_device_moves_pages_despite_the_slack) {
 
 Test(pool_expandable, slack_percent_is_checked) {
   static const char *bad[] = {"expandable_slack_percent:101", "expandable_slack_percent:-1",
-                              "expandable_slack_percent:five"};
+                              "expandable_slack_percent:five", "expandable_growth_moves:-1",
+                              "expandable_growth_moves:1048577"};
   for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
     gpupool_options o = {.backend = GPUPOOL_BACKEND_HOST, .ignore_env = 1, .tunables = bad[i]};
     gpupool *p = NULL;
     cr_assert_eq(gpupool_create(&o, &p), GPUPOOL_ERR_INVALID, "%s", bad[i]);
     cr_assert_null(p);
-    cr_assert(strstr(gpupool_last_error(), "expandable_slack_percent: ") &&
-                  strstr(gpupool_last_error(), "(0 <= x <= 100)"),
+    cr_assert(strstr(gpupool_last_error(),
+                     i < 3 ? "expandable_slack_percent: " : "expandable_growth_moves: ") &&
+                  strstr(gpupool_last_error(), i < 3 ? "(0 <= x <= 100)" : "1048576"),
               "%s", gpupool_last_error());
   }
 }
