@@ -5,7 +5,6 @@
 
 #include "core/clock.h"
 #include "core/errors.h"
-#include "free_index.h"
 #include "oom_report.h"
 #include "pages.h"
 #include "segment_observers.h"
@@ -274,11 +273,9 @@ static size_t largest_free(gpupool *p) {
   size_t best = 0;
   for (shard *sh = atomic_load(&p->shards); sh; sh = sh->next_shard) {
     spin_lock(&sh->lock);
-    for (int k = 0; k < 2; k++) {
-      block *b = free_index_largest(sh->free_tree[k]);
-      if (b && b->size > best)
-        best = b->size;
-    }
+    size_t largest = shard_largest_free(sh);
+    if (largest > best)
+      best = largest;
     spin_unlock(&sh->lock);
   }
   return best;
@@ -326,7 +323,7 @@ static gpupool_status back_claimed(gpupool *p, shard *sh, block *b, size_t reque
   spin_lock(&sh->lock);
   if (st != GPUPOOL_OK)
     shard_unclaim(sh, b);
-  else if (shard_serve_claimed(sh, b, requested, pool_thread.tag) != 0)
+  else if (shard_allocate_claimed(sh, b, requested, pool_thread.tag) != 0)
     st = pool_fail(GPUPOOL_ERR_HOST_OOM, "pool '%s': out of host memory", p->cfg.name);
   spin_unlock(&sh->lock);
   emit_page_events(p, sh, &w);
@@ -343,9 +340,9 @@ static gpupool_status attempt(gpupool *p, shard *sh, size_t rounded, size_t requ
   spin_lock(&sh->lock);
   if (sh->pending)
     shard_poll_pending(sh);
-  block *b = shard_find_ready_fit(sh, large, rounded);
-  int ready = b && shard_fit_ready(sh, b, rounded);
-  if (ready && shard_serve(sh, b, rounded, requested, 0, pool_thread.tag) != 0)
+  block *b = shard_scan_mapped_fit(sh, large, rounded);
+  int ready = b && shard_fit_is_mapped(sh, b, rounded);
+  if (ready && shard_allocate(sh, b, rounded, requested, 0, pool_thread.tag) != 0)
     st = pool_fail(GPUPOOL_ERR_HOST_OOM, "pool '%s': out of host memory", p->cfg.name);
   else if (b && !ready)
     shard_claim(sh, b, rounded);
@@ -373,7 +370,7 @@ static gpupool_status attempt(gpupool *p, shard *sh, size_t rounded, size_t requ
   b = seg->first;
   if (seg->pages)
     shard_claim(sh, b, rounded);
-  else if (shard_serve(sh, b, rounded, requested, 1, pool_thread.tag) != 0)
+  else if (shard_allocate(sh, b, rounded, requested, 1, pool_thread.tag) != 0)
     st = pool_fail(GPUPOOL_ERR_HOST_OOM, "pool '%s': out of host memory", p->cfg.name);
   spin_unlock(&sh->lock);
   if (seg->pages)
