@@ -137,13 +137,20 @@ static void advance_fence(gpupool *p, shard *sh);
 static void stale_flush(gpupool *p, segment *seg, size_t first, size_t last, int force) {
   if (!p->nstale)
     return;
-  for (shard *sh = atomic_load(&p->shards); sh; sh = sh->next_shard)
-    advance_fence(p, sh);
+  /* Forced, no fence is touched: pool destruction flushes each segment's
+   * old mappings while other shards (and their fences) are already gone. */
+  if (!force)
+    for (shard *sh = atomic_load(&p->shards); sh; sh = sh->next_shard)
+      advance_fence(p, sh);
   page_list l = {0};
   for (size_t i = 0; i < p->nstale;) {
     struct stale_page e = p->stale[i];
+    if (seg && (e.seg != seg || e.index < first || e.index > last)) {
+      i++;
+      continue;
+    }
     int passed = e.seq <= e.seg->sh->safe_seq;
-    if ((seg && (e.seg != seg || e.index < first || e.index > last)) || (!passed && !force) ||
+    if ((!passed && !force) ||
         list_push(&l, (loose_page){e.seg, e.index, NULL, passed, 0, 0}) != 0) {
       i++;
       continue;

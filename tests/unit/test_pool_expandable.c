@@ -250,6 +250,22 @@ Test(pool_expandable, moved_pages_keep_their_old_mapping_until_the_stream_passed
   }
 }
 
+/* A pool destroyed while old mappings still wait for their stream unmaps
+ * them with the rest (ASan and the host backend's page file check it). */
+Test(pool_expandable, destroy_with_old_mappings_pending) {
+  gpupool *p = moving_pool(0);
+  gpupool_host_stream *s = gpupool_host_stream_create();
+  void *a = take_on(p, 40 * MiB, s, 1), *pin = take_on(p, 2 * MiB, s, 3);
+  gpupool_host_stream_enqueue(s);
+  check_and_free(p, a, 40 * MiB, 1);
+  void *b = take_on(p, 50 * MiB, s, 2);
+  cr_assert_eq(pc_stats(p).num_pages_moved, 20);
+  check_and_free(p, b, 50 * MiB, 2);
+  check_and_free(p, pin, 2 * MiB, 3);
+  gpupool_destroy(p);
+  gpupool_host_stream_destroy(s);
+}
+
 /* Pages freed on another stream move only once that stream's work is done:
  * a synchronize when its fence has not completed. */
 Test(pool_expandable, pages_of_another_busy_stream_move_after_a_synchronize) {
