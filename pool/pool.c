@@ -9,6 +9,7 @@
 #include "pool_internal.h"
 #include "reclaim.h"
 #include "registry.h"
+#include "segment.h"
 #include "shard.h"
 #include "share.h"
 #include "sizeclass.h"
@@ -100,7 +101,7 @@ void gpupool_destroy(gpupool *p) {
     registry_remove(p);
   for (shard *sh = atomic_load(&p->shards), *next; sh; sh = next) {
     next = sh->next_shard;
-    shard_destroy(p, sh, reclaim_segment_free);
+    shard_destroy(p, sh, segment_free_memory);
   }
   p->be->ops->destroy(p->be);
   pthread_mutex_destroy(&p->shard_create_lock);

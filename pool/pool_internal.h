@@ -61,4 +61,11 @@ static inline void shard_emit(shard *sh, const pool_event *ev) {
   event_ring_push(sh->ring, &e);
 }
 
+/* shard_emit for a caller that does not hold sh's lock. */
+static inline void shard_emit_locked(shard *sh, const pool_event *ev) {
+  spin_lock(&sh->lock);
+  shard_emit(sh, ev);
+  spin_unlock(&sh->lock);
+}
+
 #endif
