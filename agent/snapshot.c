@@ -240,33 +240,18 @@ static void add_pool(cJSON *pools, const collected *c, const snap_pool *sp, buil
     add_segment(segments, c, &c->segments[sp->first_segment + i], b);
 }
 
-typedef struct param_check {
-  const char *unknown;
-  int pools;
-} param_check;
-
-static void check_param(void *arg, const char *key, const char *value) {
-  param_check *c = arg;
-  if (strcmp(key, "pool") == 0)
-    c->pools++;
-  else if (strcmp(key, "format") == 0) /* json or torch: checked by snapshot_route */
-    return;
-  else if (!c->unknown)
-    c->unknown = key;
-}
-
-/* A value as it can be quoted in a one-line reason. */
 void snapshot_endpoint(const endpoint_args *args, endpoint_body *out) {
   char shown[80];
-  param_check pc = {0};
-  if (args->each)
-    args->each(args->ctx, check_param, &pc);
+  /* format (json or torch) is checked by snapshot_route */
+  static const char *const names[] = {"pool", "format", NULL};
+  endpoint_params pc;
+  endpoint_count_params(args, names, &pc);
   if (pc.unknown) {
     endpoint_printable(shown, sizeof shown, pc.unknown);
     endpoint_bad_request(out, "unknown parameter '%s' (expected pool or format)", shown);
     return;
   }
-  if (pc.pools > 1) {
+  if (pc.count[0] > 1) {
     endpoint_bad_request(out, "parameter 'pool' given more than once");
     return;
   }
