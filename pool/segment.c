@@ -1,8 +1,8 @@
 /* Segments: creating one (a device allocation, or a vmm address range whose
  * pages pages.c maps) with its first block, and returning one to the device,
  * with the device call's timing, the segment observers and the segment
- * events. The policy of when (reclaim.c) and the shard's bookkeeping
- * (shard.c) are elsewhere. */
+ * events; and describing one to readers. The policy of when (reclaim.c) and
+ * the shard's bookkeeping (shard.c) are elsewhere. */
 #include "segment.h"
 
 #include <stdlib.h>
@@ -99,4 +99,47 @@ void segment_destroy(gpupool *p, segment *seg) {
   segment_emit_event(p, sh, EV_SEGMENT_FREE, large ? EVF_LARGE : 0, addr, size, dur);
   free(first->streams);
   free(first);
+}
+
+/* Bytes of b's range on pages of a vmm segment that are not mapped. */
+static uint64_t unmapped_bytes(const segment *seg, const block *b) {
+  if (!seg->pages || seg->nmapped == seg->npages || b->state != BLOCK_FREE)
+    return 0; /* pages under allocated and pending blocks are always mapped */
+  uint64_t n = 0;
+  uintptr_t end = b->addr + b->size;
+  for (size_t i = (b->addr - seg->addr) / seg->page_size; i < seg->npages; i++) {
+    uintptr_t lo = seg->addr + i * seg->page_size, hi = lo + seg->page_size;
+    if (lo >= end)
+      break;
+    if (!seg->pages[i])
+      n += (hi < end ? hi : end) - (lo > b->addr ? lo : b->addr);
+  }
+  return n;
+}
+
+void segment_describe(const segment *seg, pool_segment_info *info, pool_block_info *blocks) {
+  void *stream = seg->sh->stream;
+  *info = (pool_segment_info){.addr = seg->addr,
+                              .size = seg->size,
+                              .mapped = segment_mapped_bytes(seg),
+                              .stream = (uint64_t)(uintptr_t)stream,
+                              .is_large = seg->large,
+                              .nblocks = seg->nblocks};
+  size_t i = 0;
+  for (const block *b = seg->first; b; b = b->next) {
+    blocks[i++] = (pool_block_info){b->addr,
+                                    b->size,
+                                    b->state == BLOCK_ALLOCATED ? b->requested : 0,
+                                    (uint64_t)(uintptr_t)stream,
+                                    block_state_name(b),
+                                    unmapped_bytes(seg, b),
+                                    b->state == BLOCK_FREE ? 0 : b->alloc_stamp,
+                                    b->state == BLOCK_FREE ? NULL : pool_tag_name(b->tag)};
+    if (b->state == BLOCK_ALLOCATED) {
+      info->allocated += b->size;
+      info->requested += b->requested;
+    }
+    if (b->state != BLOCK_FREE)
+      info->active += b->size;
+  }
 }

@@ -7,6 +7,7 @@
 #define GPUPOOL_SEGMENT_H
 
 #include "pool_internal.h"
+#include "pool_view.h"
 
 /* A new segment of size bytes for shard sh, as one free block; not yet in
  * the shard (shard_add_segment). */
@@ -21,5 +22,10 @@ void segment_destroy(gpupool *p, segment *seg);
  * allocated bytes after it; takes sh's lock. */
 void segment_emit_event(gpupool *p, shard *sh, int type, int flags, uintptr_t addr, size_t size,
                         uint64_t dur);
+/* seg as readers see it (pool_view.h): its info, and its seg->nblocks
+ * blocks in address order into blocks. A block's alloc_ns is still the raw
+ * clock_stamp() (0: unknown), for the caller to convert with
+ * clock_stamp_to_ns once it holds no spinlock. Under seg's shard lock. */
+void segment_describe(const segment *seg, pool_segment_info *info, pool_block_info *blocks);
 
 #endif
