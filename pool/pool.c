@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/assert.h"
 #include "core/errors.h"
 #include "oom_report.h"
 #include "pool_internal.h"
@@ -227,6 +228,7 @@ static int defer_free(gpupool *p, shard *sh, block *b) {
   if (!pending)
     return 0;
   sh->st.sync_events += pending;
+  gp_assert_internal(b->state == BLOCK_ALLOCATED);
   b->state = BLOCK_PENDING;
   b->pending_next = sh->pending;
   sh->pending = b;

@@ -8,6 +8,7 @@
 #include <stdlib.h>
 
 #include "core/clock.h"
+#include "core/assert.h"
 #include "core/errors.h"
 #include "pages.h"
 #include "segment_observers.h"
@@ -88,6 +89,7 @@ void segment_free_memory(gpupool *p, segment *seg) {
 }
 
 void segment_destroy(gpupool *p, segment *seg) {
+  gp_assert_internal(segment_is_free(seg));
   shard *sh = seg->sh;
   int large = seg->large;
   uintptr_t addr = seg->addr;

@@ -2,6 +2,7 @@
 #ifndef GPUPOOL_STATS_H
 #define GPUPOOL_STATS_H
 
+#include "core/assert.h"
 #include "gpupool/gpupool.h"
 #include "types.h"
 
@@ -24,6 +25,7 @@ static inline void stat_inc(stat_counter *s, int large, int64_t n) {
 /* Subtracts n >= 0 from kind large. */
 static inline void stat_dec(stat_counter *s, int large, int64_t n) {
   kind_count *k = stat_kind(s, large);
+  gp_assert_internal(n >= 0 && k->current >= n); /* counts never go negative */
   k->current -= n;
   k->freed += n;
 }
