@@ -6,9 +6,9 @@
 #include "gpupool/gpupool.h"
 #include "types.h"
 
-/* The count of small blocks (large 0) or large ones (large 1). */
+/* The count of small blocks (large 0) or large ones (large 1; nothing else). */
 static inline kind_count *stat_kind(stat_counter *s, int large) {
-  return large ? &s->large : &s->small;
+  return &s->by_kind[large];
 }
 
 /* Adds n >= 0 to kind large (0 or 1). */
