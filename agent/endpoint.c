@@ -82,9 +82,15 @@ void endpoint_count_params(const endpoint_args *args, const char *const *names,
     args->each(args->ctx, count_param, &pc);
 }
 
+const char *endpoint_first_param(const endpoint_args *args) {
+  const char *first = NULL;
+  if (args->each)
+    args->each(args->ctx, first_param, &first);
+  return first;
+}
+
 int endpoint_no_params(const endpoint_args *args, const char *path, endpoint_body *out) {
-  const char *unknown = NULL;
-  args->each(args->ctx, first_param, &unknown);
+  const char *unknown = endpoint_first_param(args);
   if (!unknown)
     return 0;
   endpoint_bad_request(out, "%s takes no query parameters (got '%s')", path, unknown);

@@ -62,6 +62,8 @@ typedef struct endpoint_params {
  * ENDPOINT_MAX_PARAMS) into out; none when args has no `each`. */
 void endpoint_count_params(const endpoint_args *args, const char *const *names,
                            endpoint_params *out);
+/* The name of the request's first query parameter, NULL when it has none. */
+const char *endpoint_first_param(const endpoint_args *args);
 /* 0 when the request has no query parameters; else -1 with a 400 naming
  * the first one (path: the route, for the reason). */
 int endpoint_no_params(const endpoint_args *args, const char *path, endpoint_body *out);
