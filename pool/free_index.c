@@ -1,5 +1,7 @@
 #include "free_index.h"
 
+#include "core/assert.h"
+
 static inline int less(const block *a, const block *b) {
   return a->size < b->size || (a->size == b->size && a->addr < b->addr);
 }
@@ -38,6 +40,7 @@ static block *merge(block *l, block *r) {
 }
 
 void free_index_insert(block **root, block *b) {
+  gp_assert_internal(b->state == BLOCK_FREE && b->size > 0);
   block **link = root;
   while (*link && (*link)->prio >= b->prio)
     link = less(b, *link) ? &(*link)->left : &(*link)->right;
@@ -59,8 +62,10 @@ static void remove_at(block **link, block *b) {
 
 void free_index_remove(block **root, block *b) {
   block **link = root;
-  while (*link != b)
+  while (*link != b) {
+    gp_assert_internal(*link); /* b is in this index */
     link = less(b, *link) ? &(*link)->left : &(*link)->right;
+  }
   remove_at(link, b);
 }
 
@@ -77,6 +82,7 @@ static void take_place(block **link, block *old, block *b) {
 int free_index_shrink(block **root, block *old, block *b) {
   position pos = {root, NULL};
   while (*pos.link != old) {
+    gp_assert_internal(*pos.link); /* old is in this index */
     if (less(old, *pos.link)) {
       pos.link = &(*pos.link)->left;
     } else {
@@ -100,6 +106,7 @@ int free_index_shrink(block **root, block *old, block *b) {
 int free_index_grow(block **root, block *old, block *b) {
   block **link = root, *hi = NULL; /* old's successor among its ancestors */
   while (*link != old) {
+    gp_assert_internal(*link); /* old is in this index */
     if (less(old, *link)) {
       hi = *link;
       link = &(*link)->left;

@@ -129,11 +129,13 @@ static void block_recycle(shard *sh, block *b) {
 }
 
 static void index_insert(shard *sh, block *b) {
+  gp_assert_internal(b->state == BLOCK_FREE && b->seg->sh == sh);
   free_index_insert(shard_free_tree(sh, b->seg->large), b);
   sh->nfree++;
 }
 
 static void index_remove(shard *sh, block *b) {
+  gp_assert_internal(b->state == BLOCK_FREE && sh->nfree > 0);
   free_index_remove(shard_free_tree(sh, b->seg->large), b);
   sh->nfree--;
 }
@@ -142,6 +144,11 @@ static void index_remove(shard *sh, block *b) {
 static int fit_allowed(const pool_config *c, const block *b, size_t rounded) {
   if (c->strategy != GPUPOOL_STRATEGY_BFC)
     return b->size == rounded; /* exact-size buckets */
+  /* A vmm segment (expandable segments) is an address range whose free
+   * blocks hold pages only where mapped: the pool splits them for any
+   * request, as PyTorch does. */
+  if (b->seg->pages)
+    return 1;
   /* Oversize blocks (>= max_split_size) serve only large requests that waste
    * less than max_non_split_rounding of them. */
   if (rounded < c->max_split_size && b->size >= c->max_split_size)
@@ -178,6 +185,8 @@ static int should_split(const pool_config *c, const block *b, size_t rounded) {
   size_t rest = b->size - rounded;
   if (!b->seg->large)
     return rest >= MIN_BLOCK;
+  if (b->seg->pages) /* an expandable segment's range: the request takes only its own size */
+    return rest > SMALL_SIZE;
   return rounded < c->max_split_size && rest > SMALL_SIZE; /* PyTorch: the request decides */
 }
 
@@ -219,19 +228,26 @@ static void count_request(shard *sh, size_t requested) {
   sh->st.hist_sum += requested;
 }
 
-/* Takes free block b (in the index) for a request; splits it when the
- * strategy allows; updates the statistics and records the event. */
-static void carve_block(shard *sh, block *b, size_t rounded, size_t requested, int from_device) {
+/* split_counted: inactive_split counts the free blocks of split segments
+ * that are not vmm ranges. Those of a vmm range (expandable segments) hold
+ * only idle pages, which the pool moves to other blocks or releases: they
+ * are not memory lost to fragmentation, and the range's last free block
+ * spans address space as large as the device. */
+
+/* Takes free block b out of the index for a request of rounded bytes,
+ * splitting it when the strategy allows (the remainder stays free). */
+static void carve_out(shard *sh, block *b, size_t rounded) {
   gp_assert_internal(b->state == BLOCK_FREE && b->seg->sh == sh);
-  gp_assert_internal(b->size >= rounded && requested <= rounded);
+  gp_assert_internal(b->size >= rounded);
   int large = b->seg->large;
   block *r = should_split(&sh->pool->cfg, b, rounded) ? block_new(sh) : NULL;
   if (r) { /* without host memory for the remainder, the whole block is used */
     /* Counted as PyTorch does: an inactive split block that is cut stays one,
      * shrunk by what is taken; an unsplit block leaves one behind. */
-    if (b->seg->nblocks > 1)
+    if (b->seg->pages) { /* not counted (split_counted) */
+    } else if (b->seg->nblocks > 1) {
       stat_dec(&sh->st.s[STAT_INACTIVE_SPLIT_BYTES], large, (int64_t)rounded);
-    else {
+    } else {
       stat_inc(&sh->st.s[STAT_INACTIVE_SPLIT], large, 1);
       stat_inc(&sh->st.s[STAT_INACTIVE_SPLIT_BYTES], large, (int64_t)(b->size - rounded));
     }
@@ -252,12 +268,18 @@ static void carve_block(shard *sh, block *b, size_t rounded, size_t requested, i
     b->seg->nblocks++;
   } else {
     index_remove(sh, b);
-    if (b->seg->nblocks > 1) { /* a split block taken whole */
+    if (b->seg->nblocks > 1 && !b->seg->pages) { /* a split block taken whole */
       stat_dec(&sh->st.s[STAT_INACTIVE_SPLIT], large, 1);
       stat_dec(&sh->st.s[STAT_INACTIVE_SPLIT_BYTES], large, (int64_t)b->size);
     }
   }
   gp_assert_internal(b->size >= rounded && (!b->next || b->next->addr == b->addr + b->size));
+}
+
+/* Block b, carved out (carve_out), becomes allocated: statistics and event. */
+static void count_allocation(shard *sh, block *b, size_t requested, int from_device) {
+  gp_assert_internal(b->size >= requested);
+  int large = b->seg->large;
   b->state = BLOCK_ALLOCATED;
   b->requested = requested;
   b->nstreams = 0;
@@ -272,9 +294,9 @@ static void carve_block(shard *sh, block *b, size_t rounded, size_t requested, i
   b->alloc_stamp = shard_recording(sh) ? sh->ring->last_stamp : 0;
 }
 
-int shard_allocate(shard *sh, block *b, size_t rounded, size_t requested, int from_device,
-                   unsigned tag) {
-  carve_block(sh, b, rounded, requested, from_device);
+/* count_allocation, then the tag and the table of live blocks. */
+static int record_live(shard *sh, block *b, size_t requested, int from_device, unsigned tag) {
+  count_allocation(sh, b, requested, from_device);
   b->tag = (uint8_t)tag;
   if (tag) /* untagged allocations (the common case) count nothing more */
     sh->tag_bytes[tag] += (int64_t)b->size;
@@ -282,6 +304,30 @@ int shard_allocate(shard *sh, block *b, size_t rounded, size_t requested, int fr
     return 0;
   shard_free(sh, b, 0);
   return -1;
+}
+
+int shard_allocate(shard *sh, block *b, size_t rounded, size_t requested, int from_device,
+                   unsigned tag) {
+  gp_assert_internal(requested <= rounded);
+  carve_out(sh, b, rounded);
+  return record_live(sh, b, requested, from_device, tag);
+}
+
+static void shard_release(shard *sh, block *b);
+
+void shard_claim(shard *sh, block *b, size_t rounded) {
+  carve_out(sh, b, rounded);
+  b->state = BLOCK_CLAIMED;
+}
+
+int shard_allocate_claimed(shard *sh, block *b, size_t requested, unsigned tag) {
+  gp_assert_internal(b->state == BLOCK_CLAIMED && b->seg->sh == sh);
+  return record_live(sh, b, requested, 1, tag);
+}
+
+void shard_unclaim(shard *sh, block *b) {
+  gp_assert_internal(b->state == BLOCK_CLAIMED && b->seg->sh == sh);
+  shard_release(sh, b);
 }
 
 /* Absorbs free neighbour n into b's address range and unlinks it from the
@@ -339,8 +385,10 @@ static void shard_release(shard *sh, block *b) {
     blocks++;
     bytes += (int64_t)b->size;
   }
-  stat_add(&sh->st.s[STAT_INACTIVE_SPLIT], b->seg->large, blocks);
-  stat_add(&sh->st.s[STAT_INACTIVE_SPLIT_BYTES], b->seg->large, bytes);
+  if (!b->seg->pages) { /* split_counted */
+    stat_add(&sh->st.s[STAT_INACTIVE_SPLIT], b->seg->large, blocks);
+    stat_add(&sh->st.s[STAT_INACTIVE_SPLIT_BYTES], b->seg->large, bytes);
+  }
   if (slot) {
     free_index_grow(shard_free_tree(sh, b->seg->large), slot, b); /* b absorbed slot: larger */
     block_recycle(sh, slot);
@@ -385,6 +433,7 @@ void shard_poll_pending(shard *sh) {
       link = &b->pending_next;
       continue;
     }
+    gp_assert_internal(b->state == BLOCK_PENDING && sh->npending > 0);
     *link = b->pending_next;
     sh->npending--;
     record_block_event(sh, EV_FREE_COMPLETED, 0, b, 0);
@@ -413,6 +462,8 @@ static void count_segment(gpupool *p, const segment *seg, int delta) {
 }
 
 void shard_add_segment(shard *sh, segment *seg) {
+  gp_assert_internal(segment_is_free(seg) && seg->first->addr == seg->addr &&
+                     seg->first->size == seg->size && seg->first->seg == seg);
   seg->sh = sh;
   seg->prev = NULL;
   seg->next = sh->segments;
@@ -425,6 +476,7 @@ void shard_add_segment(shard *sh, segment *seg) {
 }
 
 void shard_remove_segment(shard *sh, segment *seg) {
+  gp_assert_internal(seg->sh == sh && segment_is_free(seg));
   index_remove(sh, seg->first);
   count_segment(sh->pool, seg, -1);
   if (seg->prev)

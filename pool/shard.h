@@ -9,7 +9,7 @@
  * or when the pool already has SHARD_TABLE streams. Takes no shard lock. */
 shard *shard_get(gpupool *p, void *stream);
 /* Frees sh, its blocks and events; each segment goes to free_segment (the
- * slow path's reclaim_segment_free: the shard does not call up into it). */
+ * segment module's segment_free_memory: the shard does not call up into it). */
 void shard_destroy(gpupool *p, shard *sh, void (*free_segment)(gpupool *p, segment *seg));
 
 /* The smallest free block of the size kind `large` that may serve a request
@@ -36,6 +36,16 @@ static inline int shard_fit_is_mapped(const shard *sh, const block *b, size_t ro
  * in the index) when out of host memory. */
 int shard_allocate(shard *sh, block *b, size_t rounded, size_t requested, int from_device,
                    unsigned tag);
+/* The slow path's way to map pages under a block without holding the lock
+ * through device calls: shard_claim carves free block b (split to what a
+ * request of rounded takes) out of the index, so that no other thread
+ * allocates or merges it; then, under the lock again,
+ * shard_allocate_claimed hands it out (as shard_allocate, from the device)
+ * or shard_unclaim returns it to the free index (merging it with free
+ * neighbours). */
+void shard_claim(shard *sh, block *b, size_t rounded);
+int shard_allocate_claimed(shard *sh, block *b, size_t requested, unsigned tag);
+void shard_unclaim(shard *sh, block *b);
 /* The caller's free of allocated block b: statistics and event; the block
  * returns to the index unless deferred (then it is on the pending list). */
 void shard_free(shard *sh, block *b, int deferred);

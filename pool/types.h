@@ -45,6 +45,7 @@ typedef struct pool_config {
   unsigned round_linear_cutoff;      /* log2 bytes */
   int expandable;                    /* expandable_segments: large segments on vmm pages */
   double expandable_slack;           /* expandable_slack_percent / 100 */
+  unsigned expandable_growth_moves;  /* pages moved per page added to the slack; 0: never */
   unsigned fault_every_n;
   double fault_rate;
   uint64_t fault_seed;
@@ -86,9 +87,17 @@ typedef struct kind_count {
 } kind_count;
 
 typedef struct stat_counter {
-  kind_count small, large; /* stat_kind() picks one by a segment's `large` */
+  union { /* read by name; stat_kind() picks one by a segment's `large` */
+    struct {
+      kind_count small, large;
+    };
+    kind_count by_kind[2]; /* for stat_kind only: a load, no branch */
+  };
   int64_t total_peak;
 } stat_counter;
+_Static_assert(offsetof(stat_counter, small) == offsetof(stat_counter, by_kind[0]) &&
+                   offsetof(stat_counter, large) == offsetof(stat_counter, by_kind[1]),
+               "by_kind[large] is the kind named by large");
 
 /* Tag ids: 0 is "no tag", 1 .. GPUPOOL_TAG_MAX - 1 the named tags in the
  * order the process first used them, GPUPOOL_TAG_MAX "other". */
@@ -116,7 +125,9 @@ typedef struct pool_counters {
   uint64_t seq; /* bumped by every change: a reader that saw it move reads again */
 } pool_counters;
 
-typedef enum { BLOCK_FREE = 0, BLOCK_ALLOCATED, BLOCK_PENDING } block_state;
+/* BLOCK_CLAIMED: taken by the slow path while it maps the block's pages
+ * (shard_claim), neither free nor handed out yet. */
+typedef enum { BLOCK_FREE = 0, BLOCK_ALLOCATED, BLOCK_PENDING, BLOCK_CLAIMED } block_state;
 
 typedef struct block {
   uintptr_t addr;
@@ -153,6 +164,7 @@ struct segment {
    * blocks may not be. Changed under the shard lock and the slow lock. */
   void **pages;
   size_t page_size, npages, nmapped;
+  size_t top; /* no page at or above this index was ever mapped: scans stop there */
 };
 
 /* Cache hits and frees are not counted apart: they are the allocation
@@ -174,8 +186,11 @@ struct shard {
   gpupool *pool;
   /* The free index (free_index.h) of each size kind; shard_free_tree()
    * picks one by a segment's `large`. */
-  struct {
-    block *small, *large;
+  union {
+    struct {
+      block *small, *large;
+    };
+    block *by_kind[2]; /* for shard_free_tree only: a load, no branch */
   } free_tree;
   size_t nfree;
   block *pending; /* freed, waiting on events */
@@ -199,6 +214,8 @@ struct shard {
    * large][id], as last read (stats.c stats_note_peaks; only it touches them). */
   int64_t peak_cur[2][STAT_COUNT];
 } __attribute__((aligned(64)));
+_Static_assert(offsetof(shard, free_tree.large) == offsetof(shard, free_tree.by_kind[1]),
+               "free_tree.by_kind[large] is the tree named by large");
 
 #define SHARD_TABLE 1024 /* distinct streams per pool */
 
@@ -216,7 +233,14 @@ struct gpupool {
    * gpupool_get_stats reads them without waiting on a device call. */
   spinlock counters_lock;
   pool_counters c;
-  size_t device_total; /* cached for the GC threshold; 0 until needed */
+  size_t device_total; /* cached for the GC threshold and vmm ranges; 0 until needed */
+  /* Expandable segments: pages moved so far, under slow_lock; every
+   * expandable_growth_moves of them add a page to the slack (pages.c). */
+  uint64_t moves_for_growth;
+  /* Old mappings of moved pages waiting for their stream's fence (pages.c),
+   * under slow_lock; freed when empty. */
+  struct stale_page *stale;
+  size_t nstale, cap_stale;
   /* The last device reading the pool made (GC threshold, reserve), for OOM
    * reports, which make no device call; seen_ns 0: none. */
   size_t seen_free, seen_total;
