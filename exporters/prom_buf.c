@@ -47,31 +47,55 @@ int prom_buf_reserve(prom_buf *b, size_t n) {
   return -1;
 }
 
-void prom_buf_put(prom_buf *b, const char *s, size_t n) {
-  if (prom_buf_reserve(b, n) != 0)
-    return;
-  memcpy(b->data + b->len, s, n);
-  b->len += n;
-}
+/* "00" to "99": two digits per division. */
+static const char digit_pairs[201] =
+    "00010203040506070809101112131415161718192021222324252627282930313233343536373839"
+    "40414243444546474849505152535455565758596061626364656667686970717273747576777879"
+    "8081828384858687888990919293949596979899";
 
-void prom_buf_puts(prom_buf *b, const char *s) {
-  prom_buf_put(b, s, strlen(s));
-}
-
-void prom_buf_putc(prom_buf *b, char c) {
-  if (prom_buf_reserve(b, 1) != 0)
-    return;
-  b->data[b->len++] = c;
+char *prom_u64_text(char *p, uint64_t v) {
+  static const uint64_t pow10[20] = {1,
+                                     10,
+                                     100,
+                                     1000,
+                                     10000,
+                                     100000,
+                                     1000000,
+                                     10000000,
+                                     100000000,
+                                     1000000000,
+                                     10000000000ull,
+                                     100000000000ull,
+                                     1000000000000ull,
+                                     10000000000000ull,
+                                     100000000000000ull,
+                                     1000000000000000ull,
+                                     10000000000000000ull,
+                                     100000000000000000ull,
+                                     1000000000000000000ull,
+                                     10000000000000000000ull};
+  unsigned n = 1; /* digits */
+  while (n < 20 && v >= pow10[n])
+    n++;
+  char *end = p + n;
+  while (v >= 100) {
+    unsigned r = (unsigned)(v % 100);
+    v /= 100;
+    end -= 2;
+    memcpy(end, digit_pairs + 2 * r, 2);
+  }
+  if (v >= 10) {
+    end -= 2;
+    memcpy(end, digit_pairs + 2 * v, 2);
+  } else {
+    *--end = (char)('0' + v);
+  }
+  return p + n;
 }
 
 void prom_buf_u64(prom_buf *b, uint64_t v) {
-  char tmp[20];
-  size_t i = sizeof tmp;
-  do {
-    tmp[--i] = (char)('0' + v % 10);
-    v /= 10;
-  } while (v);
-  prom_buf_put(b, tmp + i, sizeof tmp - i);
+  if (prom_buf_reserve(b, 20) == 0)
+    b->len = (size_t)(prom_u64_text(b->data + b->len, v) - b->data);
 }
 
 void prom_buf_i64(prom_buf *b, int64_t v) {
