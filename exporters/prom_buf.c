@@ -135,6 +135,17 @@ static double read_double(const char *s) {
   return c_locale ? strtod_l(s, NULL, c_locale) : strtod(s, NULL);
 }
 
+/* The text of recent non-integral doubles by their bits: one value always
+ * gives one text, and most such values of a scrape (device-call seconds
+ * totals, _created stamps) are the previous scrape's, while the printf and
+ * strtod below cost about 0.3 us a value. Per thread: no lock. */
+#define DOUBLE_MEMO 64
+static _Thread_local struct {
+  uint64_t bits; /* 0: empty (0.0 is integral and never comes here) */
+  char text[31];
+  unsigned char len;
+} double_memo[DOUBLE_MEMO];
+
 void prom_buf_double(prom_buf *b, double v) {
   if (isnan(v)) {
     prom_buf_put(b, "NaN", 3);
@@ -143,12 +154,26 @@ void prom_buf_double(prom_buf *b, double v) {
   } else if (v == trunc(v) && fabs(v) < 9007199254740992.0) { /* integral, below 2^53 */
     prom_buf_i64(b, (int64_t)v);
   } else {
+    uint64_t bits;
+    memcpy(&bits, &v, sizeof bits);
+    size_t slot = (size_t)((bits * 0x9E3779B97F4A7C15ull) >> 58);
+    if (double_memo[slot].bits == bits) {
+      prom_buf_put(b, double_memo[slot].text, double_memo[slot].len);
+      return;
+    }
     char tmp[40];
     int n = format_double(tmp, sizeof tmp, 15, v);
     if (read_double(tmp) != v)
       n = format_double(tmp, sizeof tmp, 17, v);
-    if (n > 0)
-      prom_buf_put(b, tmp, (size_t)n < sizeof tmp ? (size_t)n : sizeof tmp - 1);
+    if (n <= 0)
+      return;
+    size_t len = (size_t)n < sizeof tmp ? (size_t)n : sizeof tmp - 1;
+    prom_buf_put(b, tmp, len);
+    if (len <= sizeof double_memo[slot].text) {
+      double_memo[slot].bits = bits;
+      memcpy(double_memo[slot].text, tmp, len);
+      double_memo[slot].len = (unsigned char)len;
+    }
   }
 }
 

@@ -90,10 +90,10 @@ void prom_family_declare(prom_writer *w) {
  * (20 digits and a sign) and the newline. */
 #define VALUE_ROOM 24
 
-/* s escaped as a label value at p, which has room for twice its length. */
-static char *copy_escaped(char *p, const char *s) {
-  for (; *s; s++) {
-    char c = *s;
+/* s (n bytes) escaped as a label value at p, which has room for 2n. */
+static char *copy_escaped(char *p, const char *s, size_t n) {
+  for (size_t i = 0; i < n; i++) {
+    char c = s[i];
     if (c == '\\' || c == '"' || c == '\n') {
       *p++ = '\\';
       c = c == '\n' ? 'n' : c;
@@ -113,8 +113,14 @@ static char *put_series(prom_writer *w, const char *suffix, size_t suffix_len, c
   if (w->header_pending)
     put_header(w);
   size_t need = w->family_len + suffix_len + labels_len + 3 + VALUE_ROOM;
-  for (size_t i = 0; i < nextra; i++)
-    need += strlen(extra[i].name) + 2 * (extra[i].value ? strlen(extra[i].value) : 0) + 4;
+  size_t name_len[PROM_EXTRA_MAX], value_len[PROM_EXTRA_MAX];
+  if (nextra > PROM_EXTRA_MAX)
+    nextra = PROM_EXTRA_MAX;
+  for (size_t i = 0; i < nextra; i++) {
+    name_len[i] = strlen(extra[i].name);
+    value_len[i] = extra[i].value ? strlen(extra[i].value) : 0;
+    need += name_len[i] + 2 * value_len[i] + 4;
+  }
   if (prom_buf_reserve(b, need) != 0)
     return NULL;
   char *p = b->data + b->len;
@@ -129,12 +135,11 @@ static char *put_series(prom_writer *w, const char *suffix, size_t suffix_len, c
     for (size_t i = 0; i < nextra; i++) {
       if (labels_len || i)
         *p++ = ',';
-      size_t n = strlen(extra[i].name);
-      memcpy(p, extra[i].name, n);
-      p += n;
+      memcpy(p, extra[i].name, name_len[i]);
+      p += name_len[i];
       *p++ = '=';
       *p++ = '"';
-      p = copy_escaped(p, extra[i].value ? extra[i].value : "");
+      p = copy_escaped(p, extra[i].value ? extra[i].value : "", value_len[i]);
       *p++ = '"';
     }
     *p++ = '}';
