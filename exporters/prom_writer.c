@@ -218,15 +218,46 @@ void prom_summary(prom_writer *w, const char *labels, const prom_label *extra, s
   put_created(w, labels, n, extra, nextra, created_s);
 }
 
+/* The bucket lines share "name_bucket{labels,le=\"": it is written once
+ * and copied for each bound, with one reservation for all of them. */
 void prom_histogram(prom_writer *w, const char *labels, const char *const *le,
                     const uint64_t *counts, size_t n, double sum, double created_s) {
   size_t labels_len = labels_length(labels);
+  char *p = put_series(w, SUFFIX("_bucket"), labels, labels_len, NULL, 0);
+  if (!p)
+    return;
+  prom_buf *b = w->buf;
+  size_t start = b->len;
+  size_t prefix = (size_t)(p - b->data) - start - 2; /* less "} " or the " " of no labels */
+  if (!labels_len)
+    prefix++;
+  size_t le_room = 0;
+  for (size_t i = 0; i < n; i++)
+    le_room += 2 * strlen(le[i]);
+  /* per line: the prefix, ,le=" (5), +Inf or the bound, "} (3), the value */
+  if (prom_buf_reserve(b, (n + 1) * (prefix + 12 + VALUE_ROOM) + le_room) != 0)
+    return;
+  char *line = b->data + start; /* the prefix, written by put_series */
+  p = line;
   uint64_t cumulative = 0;
   for (size_t i = 0; i <= n; i++) {
     cumulative += counts[i];
-    prom_label l = {"le", i < n ? le[i] : "+Inf"};
-    end_u64(w, put_series(w, SUFFIX("_bucket"), labels, labels_len, &l, 1), cumulative);
+    if (i)
+      memcpy(p, line, prefix);
+    p += prefix;
+    memcpy(p, labels_len ? ",le=\"" : "{le=\"", 5);
+    p += 5;
+    if (i < n) {
+      p = copy_escaped(p, le[i], strlen(le[i]));
+    } else {
+      memcpy(p, "+Inf", 4);
+      p += 4;
+    }
+    memcpy(p, "\"} ", 3);
+    p = prom_u64_text(p + 3, cumulative);
+    *p++ = '\n';
   }
+  b->len = (size_t)(p - b->data);
   end_u64(w, put_series(w, SUFFIX("_count"), labels, labels_len, NULL, 0), cumulative);
   end_double(w, put_series(w, SUFFIX("_sum"), labels, labels_len, NULL, 0), sum);
   put_created(w, labels, labels_len, NULL, 0, created_s);

@@ -116,3 +116,30 @@ Test(prom_numbers, lines_grow_an_empty_buffer) {
   cr_assert_eq(b.failed, 0);
   prom_buf_free(&b);
 }
+
+/* The bucket lines copy their shared prefix: the same text as written out
+ * in full, with and without labels. */
+Test(prom_numbers, histogram_lines_with_and_without_labels) {
+  static const char *const le[] = {"1", "4", "a\"b"};
+  const uint64_t counts[] = {1, 2, 3, 4};
+  for (int with = 0; with < 2; with++) {
+    prom_buf b;
+    prom_buf_init(&b, 0);
+    prom_writer w;
+    prom_writer_init(&w, &b, PROM_FORMAT_TEXT);
+    prom_family(&w, "h_bytes", PROM_HISTOGRAM, "H.");
+    prom_histogram(&w, with ? "pool=\"p\"" : NULL, le, counts, 3, 2.5, 0);
+    const char *want =
+        with ? "# HELP h_bytes H.\n# TYPE h_bytes histogram\n"
+               "h_bytes_bucket{pool=\"p\",le=\"1\"} 1\nh_bytes_bucket{pool=\"p\",le=\"4\"} 3\n"
+               "h_bytes_bucket{pool=\"p\",le=\"a\\\"b\"} 6\nh_bytes_bucket{pool=\"p\",le=\"+Inf\"} "
+               "10\n"
+               "h_bytes_count{pool=\"p\"} 10\nh_bytes_sum{pool=\"p\"} 2.5\n"
+             : "# HELP h_bytes H.\n# TYPE h_bytes histogram\n"
+               "h_bytes_bucket{le=\"1\"} 1\nh_bytes_bucket{le=\"4\"} 3\n"
+               "h_bytes_bucket{le=\"a\\\"b\"} 6\nh_bytes_bucket{le=\"+Inf\"} 10\n"
+               "h_bytes_count 10\nh_bytes_sum 2.5\n";
+    cr_assert_str_eq(text(&b), want);
+    prom_buf_free(&b);
+  }
+}
