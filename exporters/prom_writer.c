@@ -130,7 +130,8 @@ static char *put_series(prom_writer *w, const char *suffix, size_t suffix_len, c
   p += suffix_len;
   if (labels_len || nextra) {
     *p++ = '{';
-    memcpy(p, labels, labels_len);
+    if (labels_len) /* labels may be NULL */
+      memcpy(p, labels, labels_len);
     p += labels_len;
     for (size_t i = 0; i < nextra; i++) {
       if (labels_len || i)
