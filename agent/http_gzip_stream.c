@@ -64,7 +64,7 @@ int http_gzip_wrap_stream(endpoint_body *out) {
   gzip_stream *g = calloc(1, sizeof *g);
   if (!g)
     return -1;
-  /* gzip framing, zlib's fastest level (a stream: /metrics uses deflate_fast.c). */
+  /* As for /metrics (http_gzip.c): gzip framing, the fastest level. */
   if (deflateInit2(&g->z, 1, Z_DEFLATED, 15 + 16, 8, Z_DEFAULT_STRATEGY) != Z_OK) {
     free(g);
     return -1;
