@@ -71,6 +71,7 @@ static void stop_events(const agent_config *c) {
 static void stop_locked(int finished) {
   web_watch_stop();
   http_stop();
+  metrics_release();
   oom_store_stop();
   web_state_set(NULL, 0);
   web_auth_reset();

@@ -21,6 +21,9 @@ void metrics_hostname(char *out, size_t len);
 /* Appends the whole exposition to buf. 0, or -1 when memory ran out. */
 int metrics_render(prom_buf *buf, prom_format format);
 
+/* Frees the buffers consecutive scrapes reuse (agent stop). */
+void metrics_release(void);
+
 /* GET /metrics (no query parameters). */
 void metrics_endpoint(const endpoint_args *args, endpoint_body *out);
 

@@ -15,7 +15,11 @@ _Static_assert(METRICS_DEVICE_MAX == DEVICE_INFO_MAX, "a snapshot holds every de
 _Static_assert(METRICS_UUID_MAX >= DEVICE_UUID_MAX, "a snapshot holds every UUID");
 
 static void copy_name(char *dst, size_t n, const char *src) {
-  snprintf(dst, n, "%s", src ? src : "");
+  size_t len = 0;
+  while (src && len + 1 < n && src[len])
+    len++;
+  memcpy(dst, src ? src : "", len);
+  dst[len] = '\0';
 }
 
 /* Under the registry lock: copies only. */
@@ -142,18 +146,24 @@ static size_t add_run(metrics_snapshot *s, const prom_label *pairs, size_t n,
   return off;
 }
 
+static void format_ordinal(char out[16], int ordinal) {
+  if (ordinal < 0)
+    *out++ = '-';
+  *prom_u64_text(out, ordinal < 0 ? 0 - (uint64_t)ordinal : (uint64_t)ordinal) = '\0';
+}
+
 static void render_labels(metrics_snapshot *s, const char *const_labels) {
   char ordinal[16];
   s->process_labels = add_run(s, NULL, 0, const_labels);
   for (size_t i = 0; i < s->ndevices; i++) {
     metrics_device *d = &s->devices[i];
-    snprintf(ordinal, sizeof ordinal, "%d", d->ordinal);
+    format_ordinal(ordinal, d->ordinal);
     prom_label l[2] = {{"device", ordinal}, {"UUID", d->uuid}};
     d->labels = add_run(s, l, 2, const_labels);
   }
   for (size_t i = 0; i < s->npools; i++) {
     metrics_pool *m = &s->pools[i];
-    snprintf(ordinal, sizeof ordinal, "%d", m->device);
+    format_ordinal(ordinal, m->device);
     prom_label l[3] = {{"device", ordinal},
                        {"UUID", metrics_device_uuid(s, m->device, m->simulated)},
                        {"pool", m->name}};

@@ -9,7 +9,10 @@
  *    negotiation, rendering, gzip), median and p99 over many scrapes, plus a
  *    loopback HTTP round trip for scale.
  *
- *   bench_agent [--quick]
+ *   bench_agent [--quick] [--scrape-only]
+ *
+ * --scrape-only leaves part 1 out. bench/compare_agent.py runs two builds
+ * (before and after a change) in turns and prints part 2 side by side.
  *
  * Exit status 1 when a measurement failed. */
 #include <math.h>
@@ -291,6 +294,8 @@ static int scrape_time(int n) {
         {"render, OpenMetrics", 0, PROM_FORMAT_OPENMETRICS, NULL, NULL, 0},
         {"handler, text", 1, 0, NULL, NULL, 0},
         {"handler, text + gzip", 1, 0, NULL, "gzip", 0},
+        {"handler, OpenMetrics", 1, 0,
+         "application/openmetrics-text;version=1.0.0,text/plain;version=0.0.4;q=0.5", NULL, 0},
         {"handler, OpenMetrics + gzip (as Prometheus asks)", 1, 0,
          "application/openmetrics-text;version=1.0.0,text/plain;version=0.0.4;q=0.5", "gzip", 0},
         {"handler, OpenMetrics + gzip, classic buckets", 1, 0,
@@ -323,17 +328,23 @@ static int scrape_time(int n) {
 }
 
 int main(int argc, char **argv) {
-  int quick = argc > 1 && !strcmp(argv[1], "--quick");
-  if (argc > 2 || (argc == 2 && !quick)) {
-    fprintf(stderr, "usage: bench_agent [--quick]\n");
-    return 2;
+  int quick = 0, scrape_only = 0;
+  for (int i = 1; i < argc; i++) {
+    if (!strcmp(argv[i], "--quick")) {
+      quick = 1;
+    } else if (!strcmp(argv[i], "--scrape-only")) {
+      scrape_only = 1;
+    } else {
+      fprintf(stderr, "usage: bench_agent [--quick] [--scrape-only]\n");
+      return 2;
+    }
   }
   const pair_plan plan = quick
                              ? (pair_plan){.warmup_ns = 2000000, .batch_ns = 20000000, .reps = 3}
                              : (pair_plan){.warmup_ns = 10000000, .batch_ns = 100000000, .reps = 7};
   printf("## bench_agent%s\n\n", quick ? " (--quick: few repetitions)" : "");
   printf("- gpupool %s\n\n", GPUPOOL_VERSION);
-  int failed = hot_path(&plan) != 0;
+  int failed = !scrape_only && hot_path(&plan) != 0;
   failed |= scrape_time(quick ? 200 : 2000) != 0;
   return failed;
 }

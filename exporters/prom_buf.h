@@ -8,6 +8,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
 typedef struct prom_buf {
   char *data;
@@ -24,9 +25,27 @@ char *prom_buf_take(prom_buf *b, size_t *len);
 
 /* Makes room for n more bytes; 0 on success. */
 int prom_buf_reserve(prom_buf *b, size_t n);
-void prom_buf_put(prom_buf *b, const char *s, size_t n);
-void prom_buf_puts(prom_buf *b, const char *s);
-void prom_buf_putc(prom_buf *b, char c);
+
+/* Inline: a scrape makes thousands of these calls, almost all of which only
+ * copy (the buffer is sized from the previous scrape). */
+static inline void prom_buf_put(prom_buf *b, const char *s, size_t n) {
+  if (b->cap - b->len > n || prom_buf_reserve(b, n) == 0) {
+    memcpy(b->data + b->len, s, n);
+    b->len += n;
+  }
+}
+
+static inline void prom_buf_puts(prom_buf *b, const char *s) {
+  prom_buf_put(b, s, strlen(s));
+}
+
+static inline void prom_buf_putc(prom_buf *b, char c) {
+  if (b->cap - b->len > 1 || prom_buf_reserve(b, 1) == 0)
+    b->data[b->len++] = c;
+}
+
+/* Writes v in decimal at p, which has room for 20 bytes; returns the end. */
+char *prom_u64_text(char *p, uint64_t v);
 
 void prom_buf_u64(prom_buf *b, uint64_t v);
 void prom_buf_i64(prom_buf *b, int64_t v);

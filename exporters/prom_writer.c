@@ -86,104 +86,182 @@ void prom_family_declare(prom_writer *w) {
     put_header(w);
 }
 
-/* name{labels,extra...} and the space before the value. */
-static void put_series(prom_writer *w, const char *suffix, const char *labels,
-                       const prom_label *extra, size_t nextra) {
+/* Room reserved after a series' name and labels: the longest value text
+ * (20 digits and a sign) and the newline. */
+#define VALUE_ROOM 24
+
+/* s (n bytes) escaped as a label value at p, which has room for 2n. */
+static char *copy_escaped(char *p, const char *s, size_t n) {
+  for (size_t i = 0; i < n; i++) {
+    char c = s[i];
+    if (c == '\\' || c == '"' || c == '\n') {
+      *p++ = '\\';
+      c = c == '\n' ? 'n' : c;
+    }
+    *p++ = c;
+  }
+  return p;
+}
+
+/* name{labels,extra...} and the space before the value, with one
+ * reservation for the whole line; returns where the value goes (with
+ * VALUE_ROOM bytes free), or NULL when memory ran out. labels_len is
+ * strlen(labels): the callers writing several lines count it once. */
+static char *put_series(prom_writer *w, const char *suffix, size_t suffix_len, const char *labels,
+                        size_t labels_len, const prom_label *extra, size_t nextra) {
   prom_buf *b = w->buf;
   if (w->header_pending)
     put_header(w);
-  prom_buf_put(b, w->family, w->family_len);
-  if (suffix)
-    prom_buf_puts(b, suffix);
-  int have_labels = labels && *labels;
-  if (have_labels || nextra) {
-    prom_buf_putc(b, '{');
-    if (have_labels)
-      prom_buf_puts(b, labels);
-    for (size_t i = 0; i < nextra; i++) {
-      if (have_labels || i)
-        prom_buf_putc(b, ',');
-      prom_buf_puts(b, extra[i].name);
-      prom_buf_put(b, "=\"", 2);
-      prom_buf_escaped(b, extra[i].value ? extra[i].value : "", 1);
-      prom_buf_putc(b, '"');
-    }
-    prom_buf_putc(b, '}');
+  size_t need = w->family_len + suffix_len + labels_len + 3 + VALUE_ROOM;
+  size_t name_len[PROM_EXTRA_MAX], value_len[PROM_EXTRA_MAX];
+  if (nextra > PROM_EXTRA_MAX)
+    nextra = PROM_EXTRA_MAX;
+  for (size_t i = 0; i < nextra; i++) {
+    name_len[i] = strlen(extra[i].name);
+    value_len[i] = extra[i].value ? strlen(extra[i].value) : 0;
+    need += name_len[i] + 2 * value_len[i] + 4;
   }
-  prom_buf_putc(b, ' ');
+  if (prom_buf_reserve(b, need) != 0)
+    return NULL;
+  char *p = b->data + b->len;
+  memcpy(p, w->family, w->family_len);
+  p += w->family_len;
+  memcpy(p, suffix, suffix_len);
+  p += suffix_len;
+  if (labels_len || nextra) {
+    *p++ = '{';
+    if (labels_len) /* labels may be NULL */
+      memcpy(p, labels, labels_len);
+    p += labels_len;
+    for (size_t i = 0; i < nextra; i++) {
+      if (labels_len || i)
+        *p++ = ',';
+      memcpy(p, extra[i].name, name_len[i]);
+      p += name_len[i];
+      *p++ = '=';
+      *p++ = '"';
+      p = copy_escaped(p, extra[i].value ? extra[i].value : "", value_len[i]);
+      *p++ = '"';
+    }
+    *p++ = '}';
+  }
+  *p++ = ' ';
+  return p;
 }
 
-static const char *gauge_suffix(const prom_writer *w) {
-  return w->type == PROM_INFO ? "_info" : NULL;
+static size_t labels_length(const char *labels) {
+  return labels ? strlen(labels) : 0;
 }
 
-void prom_gauge_u64(prom_writer *w, const char *labels, const prom_label *extra, size_t nextra,
-                    uint64_t v) {
-  put_series(w, gauge_suffix(w), labels, extra, nextra);
-  prom_buf_u64(w->buf, v);
-  prom_buf_putc(w->buf, '\n');
+/* The value and the newline at p (from put_series). */
+static void end_u64(prom_writer *w, char *p, uint64_t v) {
+  if (!p)
+    return;
+  p = prom_u64_text(p, v);
+  *p++ = '\n';
+  w->buf->len = (size_t)(p - w->buf->data);
 }
 
-void prom_gauge_i64(prom_writer *w, const char *labels, const prom_label *extra, size_t nextra,
-                    int64_t v) {
-  put_series(w, gauge_suffix(w), labels, extra, nextra);
-  prom_buf_i64(w->buf, v);
-  prom_buf_putc(w->buf, '\n');
-}
-
-void prom_gauge_double(prom_writer *w, const char *labels, const prom_label *extra, size_t nextra,
-                       double v) {
-  put_series(w, gauge_suffix(w), labels, extra, nextra);
+static void end_double(prom_writer *w, char *p, double v) {
+  if (!p)
+    return;
+  w->buf->len = (size_t)(p - w->buf->data);
   prom_buf_double(w->buf, v);
   prom_buf_putc(w->buf, '\n');
 }
 
-static void put_created(prom_writer *w, const char *labels, const prom_label *extra, size_t nextra,
-                        double created_s) {
+#define SUFFIX(s) s, sizeof s - 1
+
+static char *put_gauge_series(prom_writer *w, const char *labels, const prom_label *extra,
+                              size_t nextra) {
+  if (w->type == PROM_INFO)
+    return put_series(w, SUFFIX("_info"), labels, labels_length(labels), extra, nextra);
+  return put_series(w, SUFFIX(""), labels, labels_length(labels), extra, nextra);
+}
+
+void prom_gauge_u64(prom_writer *w, const char *labels, const prom_label *extra, size_t nextra,
+                    uint64_t v) {
+  end_u64(w, put_gauge_series(w, labels, extra, nextra), v);
+}
+
+void prom_gauge_i64(prom_writer *w, const char *labels, const prom_label *extra, size_t nextra,
+                    int64_t v) {
+  char *p = put_gauge_series(w, labels, extra, nextra);
+  if (p && v < 0)
+    *p++ = '-';
+  end_u64(w, p, v < 0 ? (uint64_t)0 - (uint64_t)v : (uint64_t)v);
+}
+
+void prom_gauge_double(prom_writer *w, const char *labels, const prom_label *extra, size_t nextra,
+                       double v) {
+  end_double(w, put_gauge_series(w, labels, extra, nextra), v);
+}
+
+static void put_created(prom_writer *w, const char *labels, size_t labels_len,
+                        const prom_label *extra, size_t nextra, double created_s) {
   if (w->format != PROM_FORMAT_OPENMETRICS || created_s <= 0)
     return;
-  put_series(w, "_created", labels, extra, nextra);
-  prom_buf_double(w->buf, created_s);
-  prom_buf_putc(w->buf, '\n');
+  end_double(w, put_series(w, SUFFIX("_created"), labels, labels_len, extra, nextra), created_s);
 }
 
 void prom_counter(prom_writer *w, const char *labels, const prom_label *extra, size_t nextra,
                   uint64_t v, double created_s) {
-  put_series(w, "_total", labels, extra, nextra);
-  prom_buf_u64(w->buf, v);
-  prom_buf_putc(w->buf, '\n');
-  put_created(w, labels, extra, nextra, created_s);
+  size_t n = labels_length(labels);
+  end_u64(w, put_series(w, SUFFIX("_total"), labels, n, extra, nextra), v);
+  put_created(w, labels, n, extra, nextra, created_s);
 }
 
 void prom_summary(prom_writer *w, const char *labels, const prom_label *extra, size_t nextra,
                   double sum, uint64_t count, double created_s) {
-  put_series(w, "_sum", labels, extra, nextra);
-  prom_buf_double(w->buf, sum);
-  prom_buf_putc(w->buf, '\n');
-  put_series(w, "_count", labels, extra, nextra);
-  prom_buf_u64(w->buf, count);
-  prom_buf_putc(w->buf, '\n');
-  put_created(w, labels, extra, nextra, created_s);
+  size_t n = labels_length(labels);
+  end_double(w, put_series(w, SUFFIX("_sum"), labels, n, extra, nextra), sum);
+  end_u64(w, put_series(w, SUFFIX("_count"), labels, n, extra, nextra), count);
+  put_created(w, labels, n, extra, nextra, created_s);
 }
 
+/* The bucket lines share "name_bucket{labels,le=\"": it is written once
+ * and copied for each bound, with one reservation for all of them. */
 void prom_histogram(prom_writer *w, const char *labels, const char *const *le,
                     const uint64_t *counts, size_t n, double sum, double created_s) {
+  size_t labels_len = labels_length(labels);
+  char *p = put_series(w, SUFFIX("_bucket"), labels, labels_len, NULL, 0);
+  if (!p)
+    return;
   prom_buf *b = w->buf;
+  size_t start = b->len;
+  size_t prefix = (size_t)(p - b->data) - start - 2; /* less "} " or the " " of no labels */
+  if (!labels_len)
+    prefix++;
+  size_t le_room = 0;
+  for (size_t i = 0; i < n; i++)
+    le_room += 2 * strlen(le[i]);
+  /* per line: the prefix, ,le=" (5), +Inf or the bound, "} (3), the value */
+  if (prom_buf_reserve(b, (n + 1) * (prefix + 12 + VALUE_ROOM) + le_room) != 0)
+    return;
+  char *line = b->data + start; /* the prefix, written by put_series */
+  p = line;
   uint64_t cumulative = 0;
   for (size_t i = 0; i <= n; i++) {
     cumulative += counts[i];
-    prom_label l = {"le", i < n ? le[i] : "+Inf"};
-    put_series(w, "_bucket", labels, &l, 1);
-    prom_buf_u64(b, cumulative);
-    prom_buf_putc(b, '\n');
+    if (i)
+      memcpy(p, line, prefix);
+    p += prefix;
+    memcpy(p, labels_len ? ",le=\"" : "{le=\"", 5);
+    p += 5;
+    if (i < n) {
+      p = copy_escaped(p, le[i], strlen(le[i]));
+    } else {
+      memcpy(p, "+Inf", 4);
+      p += 4;
+    }
+    memcpy(p, "\"} ", 3);
+    p = prom_u64_text(p + 3, cumulative);
+    *p++ = '\n';
   }
-  put_series(w, "_count", labels, NULL, 0);
-  prom_buf_u64(b, cumulative);
-  prom_buf_putc(b, '\n');
-  put_series(w, "_sum", labels, NULL, 0);
-  prom_buf_double(b, sum);
-  prom_buf_putc(b, '\n');
-  put_created(w, labels, NULL, 0, created_s);
+  b->len = (size_t)(p - b->data);
+  end_u64(w, put_series(w, SUFFIX("_count"), labels, labels_len, NULL, 0), cumulative);
+  end_double(w, put_series(w, SUFFIX("_sum"), labels, labels_len, NULL, 0), sum);
+  put_created(w, labels, labels_len, NULL, 0, created_s);
 }
 
 void prom_finish(prom_writer *w) {

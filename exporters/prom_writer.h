@@ -12,7 +12,8 @@
  *
  * Labels come in two parts: a pre-rendered, already escaped run of
  * name="value" pairs shared by many samples (see prom_render_labels), and a
- * few extra pairs per sample, escaped as they are written. */
+ * few extra pairs per sample (at most PROM_EXTRA_MAX), escaped as they are
+ * written. */
 #ifndef GPUPOOL_PROM_WRITER_H
 #define GPUPOOL_PROM_WRITER_H
 
@@ -33,6 +34,8 @@ typedef enum {
   PROM_SUMMARY,   /* _sum and _count, no quantiles */
   PROM_INFO,      /* family name without _info; a gauge of 1 in the text format */
 } prom_type;
+
+#define PROM_EXTRA_MAX 8 /* extra label pairs of one sample */
 
 typedef struct prom_label {
   const char *name;
