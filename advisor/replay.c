@@ -9,7 +9,7 @@
 #include <time.h>
 
 #include "core/errors.h"
-#include "pool/free_index.h"
+#include "pool/shard.h"
 #include "pool/pool_internal.h"
 
 static double clock_s(clockid_t id) {
@@ -46,11 +46,9 @@ static void pool_free_state(gpupool *p, uint64_t *allocated, uint64_t *largest) 
   *allocated = *largest = 0;
   for (shard *sh = atomic_load(&p->shards); sh; sh = sh->next_shard) {
     *allocated += (uint64_t)stat_total(&sh->st.s[STAT_ALLOCATED_BYTES]);
-    for (int k = 0; k < 2; k++) {
-      block *b = free_index_largest(sh->free_tree[k]);
-      if (b && b->size > *largest)
-        *largest = b->size;
-    }
+    size_t free_max = shard_largest_free(sh);
+    if (free_max > *largest)
+      *largest = free_max;
   }
 }
 

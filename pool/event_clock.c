@@ -5,9 +5,6 @@
 #include <signal.h>
 #include <time.h>
 
-#include "pool_view.h"
-#include "registry.h"
-
 event_clock_word event_clock_coarse;
 
 /* ctl serialises start and stop (held across the join, never taken by the
@@ -75,16 +72,16 @@ int event_clock_meter_step(event_clock_meter *m, uint64_t now_ns, uint64_t event
   return m->ticked;
 }
 
-static void add_recorded(gpupool *p, void *arg) {
-  uint64_t recorded, dropped;
-  pool_event_counts(p, &recorded, &dropped);
-  *(uint64_t *)arg += recorded;
+/* What the rate is measured with; NULL: no events are counted. */
+static uint64_t (*_Atomic event_source)(void);
+
+void event_clock_set_event_source(uint64_t (*events_total)(void)) {
+  atomic_store(&event_source, events_total);
 }
 
-uint64_t event_clock_count_events(void) {
-  uint64_t total = 0;
-  registry_foreach(add_recorded, &total);
-  return total;
+static uint64_t count_events(void) {
+  uint64_t (*fn)(void) = atomic_load(&event_source);
+  return fn ? fn() : 0;
 }
 
 static struct timespec timespec_of(uint64_t ns) {
@@ -100,7 +97,7 @@ static struct timespec timespec_of(uint64_t ns) {
  * the count only starts the next period. Returns the time of the count. */
 static uint64_t measure(event_clock_meter *m) {
   uint64_t before = clock_monotonic_ns();
-  uint64_t events = event_clock_count_events();
+  uint64_t events = count_events();
   uint64_t after = clock_monotonic_ns();
   if (after - before > EVENT_CLOCK_CHECK_NS / 10)
     m->have_last = 0;

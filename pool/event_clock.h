@@ -9,7 +9,8 @@
  * both).
  *
  * The ticker costs wake-ups, so it ticks only while events are frequent: it
- * measures the event rate (the heads of all pools' rings) every 10 ms,
+ * measures the event rate (the heads of all pools' rings, counted by the
+ * function event_clock_set_event_source gave it) every 10 ms,
  * switches ticking on at EVENT_CLOCK_ON_RATE events/s and off again below
  * half of that (the gap keeps a rate near the threshold from flapping).
  * Why 1,000,000 events/s: ticking every 1 ms is 1000 wake-ups a second, and
@@ -117,7 +118,10 @@ void event_clock_set_on_rate(uint64_t events_per_s);
 /* Sets the published stamp (0: exact mode). The ticker's only store; for
  * tests, while no ticker runs. */
 void event_clock_publish(uint64_t stamp);
-/* Events ever pushed into the rings of all registered pools. */
-uint64_t event_clock_count_events(void);
+/* Sets the function the ticker measures the event rate with: the number of
+ * events ever pushed into the rings it stamps. The clock knows no pools:
+ * whoever gives them rings sets it (pool_events_enable sets
+ * pool_events_recorded_total). NULL, the default: no events, never ticked. */
+void event_clock_set_event_source(uint64_t (*events_total)(void));
 
 #endif

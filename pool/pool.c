@@ -168,10 +168,10 @@ gpupool_status gpupool_malloc(gpupool *p, void **ptr, size_t size, void *stream)
   spin_lock(&sh->lock);
   if (sh->pending)
     shard_poll_pending(sh);
-  block *b = shard_find_fit(sh, size_is_large(rounded), rounded);
-  if (b && !shard_fit_ready(sh, b, rounded))
+  block *b = shard_best_fit(sh, size_is_large(rounded), rounded);
+  if (b && !shard_fit_is_mapped(sh, b, rounded))
     b = NULL;
-  int lost = b && shard_serve(sh, b, rounded, size, 0, h->tag) != 0;
+  int lost = b && shard_allocate(sh, b, rounded, size, 0, h->tag) != 0;
   spin_unlock(&sh->lock);
   if (lost)
     return pool_fail(GPUPOOL_ERR_HOST_OOM, "gpupool_malloc: out of host memory");

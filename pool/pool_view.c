@@ -158,11 +158,24 @@ static void give_rings(gpupool *p, void *arg) {
   }
 }
 
+static void add_recorded(gpupool *p, void *arg) {
+  uint64_t recorded, dropped;
+  pool_event_counts(p, &recorded, &dropped);
+  *(uint64_t *)arg += recorded;
+}
+
+uint64_t pool_events_recorded_total(void) {
+  uint64_t total = 0;
+  registry_foreach(add_recorded, &total);
+  return total;
+}
+
 void pool_events_enable(size_t capacity) {
   if (!capacity)
     return pool_events_disable();
   shard_set_events_capacity(capacity);
   registry_foreach(give_rings, &capacity);
+  event_clock_set_event_source(pool_events_recorded_total);
 }
 
 void pool_events_disable(void) {

@@ -10,6 +10,7 @@
 
 #include "event_ring.h"
 #include "gpupool/gpupool.h"
+#include "view_types.h"
 
 struct backend;
 /* The pool's backend (for host fault injection and backend attributes). */
@@ -18,20 +19,10 @@ struct backend *pool_get_backend(gpupool *p);
 /* A process-unique id, never reused (pool names may repeat). */
 uint32_t pool_id(const gpupool *p);
 
-/* Allocation sizes (requested bytes): bucket i counts requests with
- * size <= 2^i bytes and > 2^(i-1) (bucket 0: size <= 1). Non-cumulative. */
-#define POOL_HIST_BUCKETS 41 /* up to 1 TiB; larger requests land in the last */
-typedef struct pool_histogram {
-  uint64_t bucket[POOL_HIST_BUCKETS];
-  uint64_t count;
-  uint64_t sum; /* bytes */
-} pool_histogram;
+/* Allocation sizes (requested bytes): pool_histogram (view_types.h). */
 void pool_get_histogram(gpupool *p, pool_histogram *out);
 
-/* Device-call latency: total and count of segment allocations and frees. */
-typedef struct pool_device_timing {
-  uint64_t alloc_count, alloc_ns_total, free_count, free_ns_total;
-} pool_device_timing;
+/* Device-call latency: pool_device_timing (view_types.h). */
 void pool_get_device_timing(gpupool *p, pool_device_timing *out);
 
 /* Backend-level numbers (cuda_async: cudaMemPoolGetAttribute; others 0). */
@@ -73,10 +64,15 @@ size_t pool_walk(gpupool *p, const pool_walker *w);
 
 /* Event rings: tracing is off until the agent turns it on. Turning it on
  * gives every shard of every pool (and later ones) a ring of `capacity`
- * events; off stops recording (rings stay readable until replaced). */
+ * events, and the event clock (event_clock.h) the count of them it
+ * measures the event rate with; off stops recording (rings stay readable
+ * until replaced). */
 void pool_events_enable(size_t capacity);
 void pool_events_disable(void);
 int pool_events_enabled(void);
+/* Events ever pushed into the rings of all registered pools: the event
+ * clock's measure of the event rate (pool_events_enable hands it over). */
+uint64_t pool_events_recorded_total(void);
 /* Events p's rings have recorded and overwritten, summed over its streams. */
 void pool_event_counts(gpupool *p, uint64_t *recorded, uint64_t *dropped);
 /* Takes a reference on each ring of p (at most max); returns how many. */

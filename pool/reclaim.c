@@ -5,7 +5,6 @@
 
 #include "core/clock.h"
 #include "core/errors.h"
-#include "free_index.h"
 #include "oom_report.h"
 #include "pages.h"
 #include "segment_observers.h"
@@ -255,11 +254,9 @@ static size_t largest_free(gpupool *p) {
   size_t best = 0;
   for (shard *sh = atomic_load(&p->shards); sh; sh = sh->next_shard) {
     spin_lock(&sh->lock);
-    for (int k = 0; k < 2; k++) {
-      block *b = free_index_largest(sh->free_tree[k]);
-      if (b && b->size > best)
-        best = b->size;
-    }
+    size_t largest = shard_largest_free(sh);
+    if (largest > best)
+      best = largest;
     spin_unlock(&sh->lock);
   }
   return best;
@@ -308,13 +305,13 @@ static gpupool_status attempt(gpupool *p, shard *sh, size_t rounded, size_t requ
   spin_lock(&sh->lock);
   if (sh->pending)
     shard_poll_pending(sh);
-  block *b = shard_find_ready_fit(sh, large, rounded);
-  if (b && !shard_fit_ready(sh, b, rounded)) {
+  block *b = shard_scan_mapped_fit(sh, large, rounded);
+  if (b && !shard_fit_is_mapped(sh, b, rounded)) {
     *to_device = 1;
-    st = pages_back(p, b->seg, b->addr, shard_take_size(sh, b, rounded), &w);
+    st = pages_back(p, b->seg, b->addr, shard_carve_size(sh, b, rounded), &w);
   }
   if (b && st == GPUPOOL_OK &&
-      shard_serve(sh, b, rounded, requested, w.mapped_at != 0, pool_thread.tag) != 0)
+      shard_allocate(sh, b, rounded, requested, w.mapped_at != 0, pool_thread.tag) != 0)
     st = pool_fail(GPUPOOL_ERR_HOST_OOM, "pool '%s': out of host memory", p->cfg.name);
   spin_unlock(&sh->lock);
   emit_page_events(p, sh, &w);
@@ -337,8 +334,8 @@ static gpupool_status attempt(gpupool *p, shard *sh, size_t rounded, size_t requ
   shard_add_segment(sh, seg);
   b = seg->first;
   if (seg->pages)
-    st = pages_back(p, seg, b->addr, shard_take_size(sh, b, rounded), &nw);
-  if (st == GPUPOOL_OK && shard_serve(sh, b, rounded, requested, 1, pool_thread.tag) != 0)
+    st = pages_back(p, seg, b->addr, shard_carve_size(sh, b, rounded), &nw);
+  if (st == GPUPOOL_OK && shard_allocate(sh, b, rounded, requested, 1, pool_thread.tag) != 0)
     st = pool_fail(GPUPOOL_ERR_HOST_OOM, "pool '%s': out of host memory", p->cfg.name);
   spin_unlock(&sh->lock);
   emit_page_events(p, sh, &nw);

@@ -128,12 +128,12 @@ static void block_recycle(shard *sh, block *b) {
 }
 
 static void index_insert(shard *sh, block *b) {
-  free_index_insert(&sh->free_tree[b->seg->large], b);
+  free_index_insert(shard_free_tree(sh, b->seg->large), b);
   sh->nfree++;
 }
 
 static void index_remove(shard *sh, block *b) {
-  free_index_remove(&sh->free_tree[b->seg->large], b);
+  free_index_remove(shard_free_tree(sh, b->seg->large), b);
   sh->nfree--;
 }
 
@@ -141,7 +141,7 @@ static void index_remove(shard *sh, block *b) {
  * b takes old's place when the order allows, which is the common case of a
  * split remainder or a merged block. */
 static void index_swap(shard *sh, block *old, block *b) {
-  block **root = &sh->free_tree[old->seg->large];
+  block **root = shard_free_tree(sh, old->seg->large);
   if (free_index_replace(root, old, b) != 0) {
     free_index_remove(root, old);
     free_index_insert(root, b);
@@ -161,8 +161,8 @@ static int fit_allowed(const pool_config *c, const block *b, size_t rounded) {
   return 1;
 }
 
-block *shard_find_fit(shard *sh, int large, size_t rounded) {
-  block *b = free_index_lower_bound(sh->free_tree[large], rounded);
+block *shard_best_fit(shard *sh, int large, size_t rounded) {
+  block *b = free_index_lower_bound(*shard_free_tree(sh, large), rounded);
   return b && fit_allowed(&sh->pool->cfg, b, rounded) ? b : NULL;
 }
 
@@ -170,12 +170,12 @@ block *shard_find_fit(shard *sh, int large, size_t rounded) {
  * pages are all mapped (vmm segments): each it finds saves moving pages. */
 #define READY_LOOKAHEAD 16
 
-block *shard_find_ready_fit(shard *sh, int large, size_t rounded) {
-  block *first = shard_find_fit(sh, large, rounded), *b = first;
+block *shard_scan_mapped_fit(shard *sh, int large, size_t rounded) {
+  block *first = shard_best_fit(sh, large, rounded), *b = first;
   for (int i = 0; b && i < READY_LOOKAHEAD; i++) {
-    if (shard_fit_ready(sh, b, rounded))
+    if (shard_fit_is_mapped(sh, b, rounded))
       return b;
-    b = free_index_next(sh->free_tree[large], b);
+    b = free_index_next(*shard_free_tree(sh, large), b);
     if (b && !fit_allowed(&sh->pool->cfg, b, rounded))
       break;
   }
@@ -191,7 +191,7 @@ static int should_split(const pool_config *c, const block *b, size_t rounded) {
   return rounded < c->max_split_size && rest > SMALL_SIZE; /* PyTorch: the request decides */
 }
 
-size_t shard_take_size(const shard *sh, const block *b, size_t rounded) {
+size_t shard_carve_size(const shard *sh, const block *b, size_t rounded) {
   return should_split(&sh->pool->cfg, b, rounded) ? rounded : b->size;
 }
 
@@ -227,10 +227,10 @@ static void note_active_peak(shard *sh) {
     int64_t n = stat_current(&s[STAT_ALLOCATION], t) + stat_current(&s[STAT_PENDING], t);
     int64_t bytes =
         stat_current(&s[STAT_ALLOCATED_BYTES], t) + stat_current(&s[STAT_PENDING_BYTES], t);
-    if (n > sh->st.active_peak[0][t])
-      sh->st.active_peak[0][t] = n;
-    if (bytes > sh->st.active_peak[1][t])
-      sh->st.active_peak[1][t] = bytes;
+    if (n > sh->st.active_peak.count[t])
+      sh->st.active_peak.count[t] = n;
+    if (bytes > sh->st.active_peak.bytes[t])
+      sh->st.active_peak.bytes[t] = bytes;
   }
 }
 
@@ -242,7 +242,7 @@ static void count_request(shard *sh, size_t requested) {
 
 /* Takes free block b (in the index) for a request; splits it when the
  * strategy allows; updates the statistics and records the event. */
-static void shard_take(shard *sh, block *b, size_t rounded, size_t requested, int from_device) {
+static void carve_block(shard *sh, block *b, size_t rounded, size_t requested, int from_device) {
   gp_assert_internal(b->state == BLOCK_FREE && b->seg->sh == sh);
   gp_assert_internal(b->size >= rounded && requested <= rounded);
   int large = b->seg->large;
@@ -291,9 +291,9 @@ static void shard_take(shard *sh, block *b, size_t rounded, size_t requested, in
       record_block_event(sh, EV_ALLOC, from_device ? EVF_FROM_DEVICE : 0, b, large, requested);
 }
 
-int shard_serve(shard *sh, block *b, size_t rounded, size_t requested, int from_device,
-                unsigned tag) {
-  shard_take(sh, b, rounded, requested, from_device);
+int shard_allocate(shard *sh, block *b, size_t rounded, size_t requested, int from_device,
+                   unsigned tag) {
+  carve_block(sh, b, rounded, requested, from_device);
   b->tag = (uint8_t)tag;
   if (tag) /* untagged allocations (the common case) count nothing more */
     sh->tag_bytes[tag] += (int64_t)b->size;
@@ -453,4 +453,15 @@ void shard_remove_segment(shard *sh, segment *seg) {
   if (seg->next)
     seg->next->prev = seg->prev;
   seg->prev = seg->next = NULL;
+}
+
+size_t shard_largest_free(const shard *sh) {
+  size_t best = 0;
+  const block *small = free_index_largest(sh->free_tree.small);
+  const block *large = free_index_largest(sh->free_tree.large);
+  if (small)
+    best = small->size;
+  if (large && large->size > best)
+    best = large->size;
+  return best;
 }

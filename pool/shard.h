@@ -12,26 +12,30 @@ shard *shard_get(gpupool *p, void *stream);
  * slow path's reclaim_segment_free: the shard does not call up into it). */
 void shard_destroy(gpupool *p, shard *sh, void (*free_segment)(gpupool *p, segment *seg));
 
-block *shard_find_fit(shard *sh, int large, size_t rounded);
+/* The smallest free block of the size kind `large` that may serve a request
+ * of `rounded` bytes (the strategy's rules), or NULL. Looks only. */
+block *shard_best_fit(shard *sh, int large, size_t rounded);
 /* The best fit whose pages are all mapped, among the few blocks from the
  * best fit up; else the best fit (which, outside vmm segments, is always
- * mapped: shard_find_fit's answer). */
-block *shard_find_ready_fit(shard *sh, int large, size_t rounded);
+ * mapped: shard_best_fit's answer). */
+block *shard_scan_mapped_fit(shard *sh, int large, size_t rounded);
 /* The bytes a request of `rounded` takes from free block b: rounded when b
  * is split for it, all of b otherwise. */
-size_t shard_take_size(const shard *sh, const block *b, size_t rounded);
+size_t shard_carve_size(const shard *sh, const block *b, size_t rounded);
 /* Whether fit b can be handed out now: false when some page it would take
  * is not mapped (vmm segments), which is the slow path's work. */
-static inline int shard_fit_ready(const shard *sh, const block *b, size_t rounded) {
+static inline int shard_fit_is_mapped(const shard *sh, const block *b, size_t rounded) {
   const segment *seg = b->seg;
-  if (!seg->pages || seg->nmapped == seg->npages) /* keeps shard_take_size off the hot path */
+  if (!seg->pages || seg->nmapped == seg->npages) /* keeps shard_carve_size off the hot path */
     return 1;
-  return pages_cover(seg, b->addr, shard_take_size(sh, b, rounded));
+  return pages_cover(seg, b->addr, shard_carve_size(sh, b, rounded));
 }
-/* shard_take, then records b as live, counted under tag id `tag` (0: none);
- * -1 (and b back in the index) when out of host memory. */
-int shard_serve(shard *sh, block *b, size_t rounded, size_t requested, int from_device,
-                unsigned tag);
+/* Allocates free block b for a request: carves it out of the index
+ * (splitting it when the strategy allows; statistics and the event), then
+ * records it as live, counted under tag id `tag` (0: none); -1 (and b back
+ * in the index) when out of host memory. */
+int shard_allocate(shard *sh, block *b, size_t rounded, size_t requested, int from_device,
+                   unsigned tag);
 /* The caller's free of allocated block b: statistics and event; the block
  * returns to the index unless deferred (then it is on the pending list). */
 void shard_free(shard *sh, block *b, int deferred);
@@ -44,6 +48,9 @@ void shard_remove_segment(shard *sh, segment *seg);
 static inline int segment_is_free(const segment *seg) {
   return seg->nblocks == 1 && seg->first->state == BLOCK_FREE;
 }
+
+/* The size of sh's largest free block, 0 when none. */
+size_t shard_largest_free(const shard *sh);
 
 /* Event ring capacity for new shards; 0 when events are off. */
 size_t shard_events_capacity(void);

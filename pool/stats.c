@@ -8,7 +8,7 @@
 #include <string.h>
 
 #include "core/errors.h"
-#include "free_index.h"
+#include "shard.h"
 #include "pool_internal.h"
 
 static gpupool_stat *field(gpupool_stats *out, int id) {
@@ -38,11 +38,11 @@ static void shard_view(const shard_stats *st, gpupool_stat v[VIEW_COUNT][GPUPOOL
   for (int t = 0; t < GPUPOOL_STAT_TYPES; t++) {
     v[VIEW_ALLOCATION][t] = r[STAT_ALLOCATION][t];
     v[VIEW_ACTIVE][t] =
-        stat_active(&r[STAT_ALLOCATION][t], &r[STAT_PENDING][t], st->active_peak[0][t]);
+        stat_active(&r[STAT_ALLOCATION][t], &r[STAT_PENDING][t], st->active_peak.count[t]);
     v[VIEW_INACTIVE_SPLIT][t] = r[STAT_INACTIVE_SPLIT][t];
     v[VIEW_ALLOCATED_BYTES][t] = r[STAT_ALLOCATED_BYTES][t];
-    v[VIEW_ACTIVE_BYTES][t] =
-        stat_active(&r[STAT_ALLOCATED_BYTES][t], &r[STAT_PENDING_BYTES][t], st->active_peak[1][t]);
+    v[VIEW_ACTIVE_BYTES][t] = stat_active(&r[STAT_ALLOCATED_BYTES][t], &r[STAT_PENDING_BYTES][t],
+                                          st->active_peak.bytes[t]);
     v[VIEW_INACTIVE_SPLIT_BYTES][t] = r[STAT_INACTIVE_SPLIT_BYTES][t];
     v[VIEW_REQUESTED_BYTES][t] = r[STAT_REQUESTED_BYTES][t];
   }
@@ -117,11 +117,9 @@ static int sum_shards(gpupool *p, gpupool_stats *out,
     out->num_sync_events += sh->st.sync_events;
     out->free_blocks += sh->nfree;
     out->pending_free_blocks += sh->npending;
-    for (int k = 0; k < 2; k++) {
-      block *b = free_index_largest(sh->free_tree[k]);
-      if (b && b->size > out->largest_free_block)
-        out->largest_free_block = b->size;
-    }
+    size_t largest = shard_largest_free(sh);
+    if (largest > out->largest_free_block)
+      out->largest_free_block = largest;
     spin_unlock(&sh->lock);
   }
   return nshards;
@@ -198,8 +196,8 @@ void gpupool_reset_peak_stats(gpupool *p) {
       stat_reset_peak(&sh->st.s[id]);
     shard_view(&sh->st, view);
     for (int t = 0; t < GPUPOOL_STAT_TYPES; t++) {
-      sh->st.active_peak[0][t] = view[VIEW_ACTIVE][t].current;
-      sh->st.active_peak[1][t] = view[VIEW_ACTIVE_BYTES][t].current;
+      sh->st.active_peak.count[t] = view[VIEW_ACTIVE][t].current;
+      sh->st.active_peak.bytes[t] = view[VIEW_ACTIVE_BYTES][t].current;
     }
     for (int id = 0; id < VIEW_COUNT; id++)
       for (int t = 0; t < GPUPOOL_STAT_TYPES; t++)

@@ -3,64 +3,29 @@
 #define GPUPOOL_STATS_H
 
 #include "gpupool/gpupool.h"
+#include "types.h"
 
-struct shard;
-
-/* What each shard counts. "active" (allocated, or freed and waiting on other
- * streams) is not counted: it is allocation + pending, derived when read,
- * which keeps two statistics off the hot path. */
-typedef enum {
-  STAT_ALLOCATION,
-  STAT_PENDING, /* freed blocks waiting on other streams' events */
-  STAT_INACTIVE_SPLIT,
-  STAT_ALLOCATED_BYTES,
-  STAT_PENDING_BYTES,
-  STAT_INACTIVE_SPLIT_BYTES,
-  STAT_REQUESTED_BYTES,
-  STAT_COUNT
-} shard_stat_id;
-
-/* What gpupool_get_stats reports per shard, in this order. */
-typedef enum {
-  VIEW_ALLOCATION,
-  VIEW_ACTIVE,
-  VIEW_INACTIVE_SPLIT,
-  VIEW_ALLOCATED_BYTES,
-  VIEW_ACTIVE_BYTES,
-  VIEW_INACTIVE_SPLIT_BYTES,
-  VIEW_REQUESTED_BYTES,
-  VIEW_COUNT
-} view_stat_id;
-
-/* One statistic, counted for small and large blocks apart and reported for
- * each and for both (GPUPOOL_STAT_ALL) as a gpupool_stat. An update touches
- * its own kind only: `allocated` is derived (current - base + freed, base
- * being current at the last reset of the accumulations) and ALL is summed
- * when read; only ALL's peak needs a field of its own. */
-typedef struct kind_count {
-  int64_t current, peak, freed, base;
-} kind_count;
-
-typedef struct stat_counter {
-  kind_count kind[2]; /* [0] small, [1] large */
-  int64_t total_peak;
-} stat_counter;
+/* The count of small blocks (large 0) or large ones (large 1). */
+static inline kind_count *stat_kind(stat_counter *s, int large) {
+  return large ? &s->large : &s->small;
+}
 
 /* Adds n >= 0 to kind large (0 or 1). */
 static inline void stat_inc(stat_counter *s, int large, int64_t n) {
-  kind_count *k = &s->kind[large];
+  kind_count *k = stat_kind(s, large);
   int64_t cur = k->current += n;
   if (cur > k->peak)
     k->peak = cur;
-  int64_t total = cur + s->kind[!large].current;
+  int64_t total = cur + stat_kind(s, !large)->current;
   if (total > s->total_peak)
     s->total_peak = total;
 }
 
 /* Subtracts n >= 0 from kind large. */
 static inline void stat_dec(stat_counter *s, int large, int64_t n) {
-  s->kind[large].current -= n;
-  s->kind[large].freed += n;
+  kind_count *k = stat_kind(s, large);
+  k->current -= n;
+  k->freed += n;
 }
 
 /* Adds delta of either sign; 0 changes nothing. */
@@ -72,43 +37,46 @@ static inline void stat_add(stat_counter *s, int large, int64_t delta) {
 }
 
 static inline int64_t stat_total(const stat_counter *s) {
-  return s->kind[0].current + s->kind[1].current;
+  return s->small.current + s->large.current;
 }
 
 /* current of type t (GPUPOOL_STAT_ALL, _SMALL or _LARGE). */
 static inline int64_t stat_current(const stat_counter *s, int t) {
-  return t == GPUPOOL_STAT_ALL ? stat_total(s) : s->kind[t - GPUPOOL_STAT_SMALL].current;
+  if (t == GPUPOOL_STAT_ALL)
+    return stat_total(s);
+  return t == GPUPOOL_STAT_SMALL ? s->small.current : s->large.current;
+}
+
+static inline gpupool_stat kind_report(const kind_count *c) {
+  return (gpupool_stat){.current = c->current,
+                        .peak = c->peak,
+                        .allocated = c->current - c->base + c->freed,
+                        .freed = c->freed};
 }
 
 /* s as gpupool_get_stats reports it, indexed by GPUPOOL_STAT_ALL/_SMALL/_LARGE. */
 static inline void stat_report(const stat_counter *s, gpupool_stat out[GPUPOOL_STAT_TYPES]) {
-  out[GPUPOOL_STAT_ALL] = (gpupool_stat){.peak = s->total_peak};
-  for (int k = 0; k < 2; k++) {
-    const kind_count *c = &s->kind[k];
-    gpupool_stat v = {.current = c->current,
-                      .peak = c->peak,
-                      .allocated = c->current - c->base + c->freed,
-                      .freed = c->freed};
-    out[GPUPOOL_STAT_SMALL + k] = v;
-    out[GPUPOOL_STAT_ALL].current += v.current;
-    out[GPUPOOL_STAT_ALL].allocated += v.allocated;
-    out[GPUPOOL_STAT_ALL].freed += v.freed;
-  }
+  out[GPUPOOL_STAT_SMALL] = kind_report(&s->small);
+  out[GPUPOOL_STAT_LARGE] = kind_report(&s->large);
+  out[GPUPOOL_STAT_ALL] = (gpupool_stat){
+      .current = out[GPUPOOL_STAT_SMALL].current + out[GPUPOOL_STAT_LARGE].current,
+      .peak = s->total_peak,
+      .allocated = out[GPUPOOL_STAT_SMALL].allocated + out[GPUPOOL_STAT_LARGE].allocated,
+      .freed = out[GPUPOOL_STAT_SMALL].freed + out[GPUPOOL_STAT_LARGE].freed};
 }
 
 /* peak = current. */
 static inline void stat_reset_peak(stat_counter *s) {
-  s->kind[0].peak = s->kind[0].current;
-  s->kind[1].peak = s->kind[1].current;
+  s->small.peak = s->small.current;
+  s->large.peak = s->large.current;
   s->total_peak = stat_total(s);
 }
 
 /* allocated = freed = 0. */
 static inline void stat_reset_accumulated(stat_counter *s) {
-  for (int k = 0; k < 2; k++) {
-    s->kind[k].freed = 0;
-    s->kind[k].base = s->kind[k].current;
-  }
+  s->small.freed = s->large.freed = 0;
+  s->small.base = s->small.current;
+  s->large.base = s->large.current;
 }
 
 /* active = allocation + pending, from their reports. Its increments are the

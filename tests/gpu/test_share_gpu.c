@@ -1,9 +1,9 @@
 /* Two processes sharing a block of an expandable cuda pool (gpupool/share.h)
  * on a real GPU: the exporter allocates and fills a block, sends it over a
  * Unix socket; the importer (a forked child, which starts CUDA only after the
- * fork) maps it, reads the exporter's bytes, writes a pattern with cudaMemcpy
- * and a tail with cudaMemset (a kernel the runtime launches), and releases
- * it; the exporter reads the importer's values back from its own block.
+ * fork) maps it, reads the exporter's bytes, writes a pattern with a kernel of
+ * its own (share_kernel.cu) and a tail with cudaMemset, and releases it; the
+ * exporter reads the importer's values back from its own block.
  * (The lifetime rules do not depend on the backend: tests/unit/test_share.c
  * checks them on the host backend.) Each step prints what it checked; without a device, or where
  * the device cannot export memory as POSIX file descriptors, the test is skipped with the reason.
@@ -21,16 +21,13 @@
 #include "gpu_check.h"
 #include "gpupool/gpupool.h"
 #include "gpupool/share.h"
+#include "share_kernel.h"
 
 #define MiB        ((size_t)1 << 20)
 #define SIZE       (64 * MiB + 12345) /* 33 pages of 2 MiB, the last one partly used */
 #define TAIL       (MiB + 345)        /* cudaMemset by the importer at the end */
 #define FIRST_BYTE 0x11               /* the exporter's fill */
 #define TAIL_BYTE  0x5a
-
-static uint32_t word(size_t i) {
-  return (uint32_t)(i * 2654435761u) ^ 0xc0ffeeu;
-}
 
 /* The importer: plain exit codes (no Criterion in the child); 77 = no GPU. */
 static int importer(int sock) {
@@ -59,17 +56,19 @@ static int importer(int sock) {
               ((unsigned char *)host)[i], FIRST_BYTE);
       return 13;
     }
-  for (size_t i = 0; i < size / 4; i++)
-    host[i] = word(i);
-  if (cudaMemcpy(ptr, host, size, cudaMemcpyHostToDevice) != cudaSuccess)
+  int err = share_fill_words(ptr, (size - TAIL) / 4);
+  if (err != 0) {
+    fprintf(stderr, "[gpu] importer: the kernel did not launch: %s\n",
+            cudaGetErrorString((cudaError_t)err));
     return 14;
+  }
   if (cudaMemset((char *)ptr + size - TAIL, TAIL_BYTE, TAIL) != cudaSuccess)
     return 15;
   if (cudaDeviceSynchronize() != cudaSuccess)
     return 16;
   fprintf(stderr,
           "[gpu] importer (pid %d): mapped %zu bytes at %p, read the exporter's 0x%02x in every "
-          "byte, wrote a pattern (cudaMemcpy) and 0x%02x over the last %zu bytes (cudaMemset)\n",
+          "byte, wrote a pattern (a kernel) and 0x%02x over the last %zu bytes (cudaMemset)\n",
           (int)getpid(), size, ptr, FIRST_BYTE, TAIL_BYTE, (size_t)TAIL);
   free(host);
   st = gpupool_share_release(im);
@@ -149,8 +148,8 @@ Test(share_gpu, importer_writes_exporter_reads, .timeout = 300) {
   for (size_t i = 0; i < words; i++) {
     uint32_t w;
     memcpy(&w, host + 4 * i, 4);
-    if (w != word(i))
-      cr_assert_fail("word %zu is 0x%08x, the importer wrote 0x%08x", i, w, word(i));
+    if (w != share_word(i))
+      cr_assert_fail("word %zu is 0x%08x, the importer's kernel wrote 0x%08x", i, w, share_word(i));
   }
   for (size_t i = SIZE - TAIL; i < SIZE; i++)
     if (host[i] != TAIL_BYTE)
@@ -158,7 +157,8 @@ Test(share_gpu, importer_writes_exporter_reads, .timeout = 300) {
                      TAIL_BYTE);
   free(host);
   fprintf(stderr,
-          "[gpu] exporter: the export ended; its block holds the importer's pattern (%zu words) "
+          "[gpu] exporter: the export ended; its block holds the pattern the importer's kernel "
+          "wrote (%zu words) "
           "and its cudaMemset tail (%zu bytes of 0x%02x)\n",
           words, (size_t)TAIL, TAIL_BYTE);
   cr_assert_eq(gpupool_free(p, x), GPUPOOL_OK, "%s", gpupool_last_error());

@@ -1,0 +1,175 @@
+/* bench_vmm: what the device calls behind expandable segments cost per page,
+ * and what requesting shareable pages (CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR,
+ * which gpupool's cuda backend asks for so that a block can be exported)
+ * adds: cuMemCreate, cuMemMap + cuMemSetAccess, cuMemUnmap and cuMemRelease
+ * of one page, plain and shareable side by side. The two kinds take turns
+ * batch by batch (the order alternating), so a slow phase of the host hits
+ * both; each figure is the median over the rounds of a batch's mean.
+ *
+ *   bench_vmm [--quick]
+ *
+ * Needs a CUDA device; without one it says so and exits 0. */
+#include <cuda.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "bench_device.h"
+
+enum { OP_CREATE, OP_MAP, OP_UNMAP, OP_RELEASE, OP_EXPORT, N_OPS };
+static const char *const op_name[N_OPS] = {"cuMemCreate", "cuMemMap + cuMemSetAccess", "cuMemUnmap",
+                                           "cuMemRelease",
+                                           "cuMemExportToShareableHandle (+ close)"};
+
+static double now_ns(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return (double)t.tv_sec * 1e9 + (double)t.tv_nsec;
+}
+
+static int cmp_double(const void *a, const void *b) {
+  double x = *(const double *)a, y = *(const double *)b;
+  return x < y ? -1 : x > y;
+}
+
+static double median(double *v, int n) {
+  qsort(v, (size_t)n, sizeof *v, cmp_double);
+  return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+}
+
+#define CHECK(call)                                                                                \
+  do {                                                                                             \
+    CUresult r_ = (call);                                                                          \
+    if (r_ != CUDA_SUCCESS) {                                                                      \
+      const char *s_ = NULL;                                                                       \
+      cuGetErrorString(r_, &s_);                                                                   \
+      fprintf(stderr, "bench_vmm: %s: %s\n", #call, s_ ? s_ : "unknown error");                    \
+      return -1;                                                                                   \
+    }                                                                                              \
+  } while (0)
+
+typedef struct vmm_ctx {
+  CUdevice dev;
+  size_t page;
+  CUdeviceptr base; /* a reservation of `pages` pages */
+  int pages;
+  CUmemGenericAllocationHandle *h;
+} vmm_ctx;
+
+/* One batch: create, map, (export), unmap, release `pages` pages; adds each
+ * step's mean ns per page to t[op]. */
+static int batch(const vmm_ctx *c, int shareable, double t[N_OPS]) {
+  CUmemAllocationProp prop;
+  memset(&prop, 0, sizeof prop);
+  prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+  prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+  prop.location.id = (int)c->dev;
+  prop.requestedHandleTypes =
+      shareable ? CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR : CU_MEM_HANDLE_TYPE_NONE;
+  CUmemAccessDesc access = {.location = prop.location, .flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE};
+  double t0 = now_ns();
+  for (int i = 0; i < c->pages; i++)
+    CHECK(cuMemCreate(&c->h[i], c->page, &prop, 0));
+  double t1 = now_ns();
+  for (int i = 0; i < c->pages; i++) {
+    CHECK(cuMemMap(c->base + (size_t)i * c->page, c->page, 0, c->h[i], 0));
+    CHECK(cuMemSetAccess(c->base + (size_t)i * c->page, c->page, &access, 1));
+  }
+  double t2 = now_ns();
+  if (shareable) {
+    for (int i = 0; i < c->pages; i++) {
+      int fd = -1;
+      CHECK(
+          cuMemExportToShareableHandle(&fd, c->h[i], CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0));
+      close(fd);
+    }
+  }
+  double t3 = now_ns();
+  for (int i = 0; i < c->pages; i++)
+    CHECK(cuMemUnmap(c->base + (size_t)i * c->page, c->page));
+  double t4 = now_ns();
+  for (int i = 0; i < c->pages; i++)
+    CHECK(cuMemRelease(c->h[i]));
+  double t5 = now_ns();
+  t[OP_CREATE] = (t1 - t0) / c->pages;
+  t[OP_MAP] = (t2 - t1) / c->pages;
+  t[OP_EXPORT] = (t3 - t2) / c->pages;
+  t[OP_UNMAP] = (t4 - t3) / c->pages;
+  t[OP_RELEASE] = (t5 - t4) / c->pages;
+  return 0;
+}
+
+int main(int argc, char **argv) {
+  int quick = argc > 1 && !strcmp(argv[1], "--quick");
+  if (argc > 2 || (argc == 2 && !quick)) {
+    fprintf(stderr, "usage: bench_vmm [--quick]\n");
+    return 2;
+  }
+  int count = 0;
+  if (cuInit(0) != CUDA_SUCCESS || cuDeviceGetCount(&count) != CUDA_SUCCESS || count == 0) {
+    printf("bench_vmm: no CUDA device: nothing to measure\n");
+    return 0;
+  }
+  vmm_ctx c = {.pages = quick ? 16 : 64};
+  CUcontext ctx;
+  CHECK(cuDeviceGet(&c.dev, 0));
+  CHECK(cuDevicePrimaryCtxRetain(&ctx, c.dev));
+  CHECK(cuCtxSetCurrent(ctx));
+  int fd_ok = 0;
+  CHECK(cuDeviceGetAttribute(
+      &fd_ok, CU_DEVICE_ATTRIBUTE_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR_SUPPORTED, c.dev));
+  char name[256] = "";
+  CHECK(cuDeviceGetName(name, sizeof name, c.dev));
+  CUmemAllocationProp prop;
+  memset(&prop, 0, sizeof prop);
+  prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+  prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+  prop.location.id = (int)c.dev;
+  CHECK(cuMemGetAllocationGranularity(&c.page, &prop, CU_MEM_ALLOC_GRANULARITY_MINIMUM));
+  CHECK(cuMemAddressReserve(&c.base, c.page * (size_t)c.pages, c.page, 0, 0));
+  c.h = calloc((size_t)c.pages, sizeof *c.h);
+  int rounds = quick ? 5 : 41;
+  double *v[2][N_OPS];
+  for (int k = 0; k < 2; k++)
+    for (int op = 0; op < N_OPS; op++)
+      v[k][op] = calloc((size_t)rounds, sizeof(double));
+  if (!c.h || !v[1][N_OPS - 1])
+    return 1;
+  int kinds = fd_ok ? 2 : 1;
+  for (int r = 0; r < rounds; r++)
+    for (int j = 0; j < kinds; j++) {
+      int k = kinds == 2 ? (j + r) % 2 : 0; /* alternate which goes first */
+      double t[N_OPS];
+      if (batch(&c, k, t) != 0)
+        return 1;
+      for (int op = 0; op < N_OPS; op++)
+        v[k][op][r] = t[op];
+    }
+  bench_device d;
+  bench_device_probe(&d);
+  char when[64];
+  bench_now_utc(when, sizeof when);
+  printf("## bench_vmm, %s\n\n- device: %s; page %zu KiB; %d rounds of %d pages per kind\n"
+         "- host: %s\n",
+         when, name, c.page >> 10, rounds, c.pages, d.host);
+  printf("\nns per page (median over rounds of a batch's mean):\n\n");
+  printf("| call | plain | shareable | shareable / plain |\n|---|---:|---:|---:|\n");
+  for (int op = 0; op < N_OPS; op++) {
+    double plain = op == OP_EXPORT ? 0 : median(v[0][op], rounds);
+    double share = kinds == 2 ? median(v[1][op], rounds) : 0;
+    if (op == OP_EXPORT)
+      printf("| %s | - | %.0f | - |\n", op_name[op], share);
+    else if (kinds == 2)
+      printf("| %s | %.0f | %.0f | %.3f |\n", op_name[op], plain, share, share / plain);
+    else
+      printf("| %s | %.0f | n/a | n/a |\n", op_name[op], plain);
+  }
+  if (kinds == 1)
+    printf("\nthe device cannot export POSIX file descriptors: shareable pages not measured\n");
+  cuMemAddressFree(c.base, c.page * (size_t)c.pages);
+  cuDevicePrimaryCtxRelease(c.dev);
+  return 0;
+}

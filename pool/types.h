@@ -1,0 +1,230 @@
+/* The pool's types, in one header (as mimalloc's types.h): configuration,
+ * statistics, blocks, segments, shards and the pool, and the per-thread
+ * state. The pool's modules include it; their own headers declare functions
+ * only. It includes the headers of the self-contained data structures the
+ * types embed (addrmap, event_ring) and the backend interface, nothing
+ * of the pool's modules.
+ *
+ * A pool is split into shards, one per stream: each shard has its own lock,
+ * free-block index, pending list, statistics and event ring, so threads
+ * allocating on different streams never contend. Segments (device
+ * allocations) belong to one shard; blocks tile segments. What spans shards —
+ * segment counts, reserved bytes, the device-call path — sits in the pool
+ * under `slow_lock`, taken only on the slow path. */
+#ifndef GPUPOOL_TYPES_H
+#define GPUPOOL_TYPES_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "addrmap.h"
+#include "backend.h"
+#include "core/spinlock.h"
+#include "event_ring.h"
+#include "gpupool/gpupool.h"
+#include "gpupool/tag.h"
+#include "view_types.h"
+
+#define MiB ((size_t)1 << 20)
+
+/* A pool's configuration: defaults, then gpupool_options, then its tunables
+ * string, then GPUPOOL_CONF; later wins (conf.c). */
+typedef struct pool_config {
+  char name[128];
+  int device;
+  gpupool_backend backend; /* DEFAULT is resolved at create time */
+  gpupool_strategy strategy;
+  size_t host_capacity;
+  size_t max_split_size; /* SIZE_MAX: no limit */
+  size_t max_non_split_rounding;
+  unsigned roundup_power2_divisions; /* 0 or 1: off */
+  double gc_threshold;               /* fraction of device memory; 0: off */
+  double reserve_percent;            /* 0: off */
+  unsigned round_linear_cutoff;      /* log2 bytes */
+  int expandable;                    /* expandable_segments: large segments on vmm pages */
+  double expandable_slack;           /* expandable_slack_percent / 100 */
+  unsigned fault_every_n;
+  double fault_rate;
+  uint64_t fault_seed;
+} pool_config;
+
+/* What each shard counts. "active" (allocated, or freed and waiting on other
+ * streams) is not counted: it is allocation + pending, derived when read,
+ * which keeps two statistics off the hot path. */
+typedef enum {
+  STAT_ALLOCATION,
+  STAT_PENDING, /* freed blocks waiting on other streams' events */
+  STAT_INACTIVE_SPLIT,
+  STAT_ALLOCATED_BYTES,
+  STAT_PENDING_BYTES,
+  STAT_INACTIVE_SPLIT_BYTES,
+  STAT_REQUESTED_BYTES,
+  STAT_COUNT
+} shard_stat_id;
+
+/* What gpupool_get_stats reports per shard, in this order. */
+typedef enum {
+  VIEW_ALLOCATION,
+  VIEW_ACTIVE,
+  VIEW_INACTIVE_SPLIT,
+  VIEW_ALLOCATED_BYTES,
+  VIEW_ACTIVE_BYTES,
+  VIEW_INACTIVE_SPLIT_BYTES,
+  VIEW_REQUESTED_BYTES,
+  VIEW_COUNT
+} view_stat_id;
+
+/* One statistic, counted for small and large blocks apart and reported for
+ * each and for both (GPUPOOL_STAT_ALL) as a gpupool_stat. An update touches
+ * its own kind only: `allocated` is derived (current - base + freed, base
+ * being current at the last reset of the accumulations) and ALL is summed
+ * when read; only ALL's peak needs a field of its own. */
+typedef struct kind_count {
+  int64_t current, peak, freed, base;
+} kind_count;
+
+typedef struct stat_counter {
+  kind_count small, large; /* stat_kind() picks one by a segment's `large` */
+  int64_t total_peak;
+} stat_counter;
+
+/* Tag ids: 0 is "no tag", 1 .. GPUPOOL_TAG_MAX - 1 the named tags in the
+ * order the process first used them, GPUPOOL_TAG_MAX "other". */
+#define POOL_TAG_SLOTS (GPUPOOL_TAG_MAX + 1)
+#define POOL_TAG_OTHER GPUPOOL_TAG_MAX
+
+typedef struct shard shard;
+typedef struct segment segment;
+
+/* What the pool keeps per thread (thread_state.h). */
+typedef struct pool_thread_state {
+  const struct gpupool *pool;
+  uint32_t id; /* a pool created where a destroyed one was is another pool */
+  struct shard *sh;
+  uint8_t tag;   /* current tag id */
+  uint8_t depth; /* pushed tags */
+  uint8_t stack[GPUPOOL_TAG_DEPTH];
+} pool_thread_state;
+
+/* What spans the shards of a pool (see gpupool.counters_lock). */
+typedef struct pool_counters {
+  stat_counter segments, reserved_bytes;
+  uint64_t alloc_retries, ooms, device_allocs, device_frees, gc_runs, pages_moved, device_syncs;
+  pool_device_timing timing;
+  uint64_t seq; /* bumped by every change: a reader that saw it move reads again */
+} pool_counters;
+
+typedef enum { BLOCK_FREE = 0, BLOCK_ALLOCATED, BLOCK_PENDING } block_state;
+
+typedef struct block {
+  uintptr_t addr;
+  size_t size;
+  size_t requested;
+  segment *seg;
+  struct block *prev, *next;  /* address neighbours in the segment */
+  struct block *left, *right; /* free index (treap) */
+  uint32_t prio;
+  uint8_t state;
+  uint8_t nstreams; /* other streams it was used on (record_stream) */
+  uint8_t cap_streams;
+  uint8_t tag;    /* the allocating thread's tag id (thread_state.h) while allocated */
+  void **streams; /* then, while pending: the events to wait for */
+  struct block *pending_next;
+  uint64_t free_seq; /* shard-local free order, for GC */
+  /* While allocated or pending: the clock_stamp() of its EV_ALLOC event (the
+   * stamp the event took anyway, no clock read of its own); 0 when events
+   * were off. Read by pool_walk only. */
+  uint64_t alloc_stamp;
+} block;
+
+struct segment {
+  uintptr_t addr;
+  size_t size;
+  shard *sh;
+  int large;
+  size_t nblocks;
+  block *first;
+  segment *prev, *next; /* the shard's segments */
+  /* vmm segments (expandable_segments) only, else pages is NULL: the
+   * physical page mapped at each page_size step, NULL where none. Every page
+   * under an allocated or pending block is mapped; pages wholly under free
+   * blocks may not be. Changed under the shard lock and the slow lock. */
+  void **pages;
+  size_t page_size, npages, nmapped;
+};
+
+/* Cache hits and frees are not counted apart: they are the allocation
+ * statistic's increments (less device_sourced) and decrements. */
+typedef struct shard_stats {
+  stat_counter s[STAT_COUNT];
+  /* Highest active count and bytes reached while frees were pending. */
+  struct {
+    int64_t count[GPUPOOL_STAT_TYPES], bytes[GPUPOOL_STAT_TYPES];
+  } active_peak;
+  uint64_t device_sourced, sync_events;
+  uint64_t hist_bucket[POOL_HIST_BUCKETS]; /* requests (pool_histogram) */
+  uint64_t hist_sum;
+} shard_stats;
+
+struct shard {
+  spinlock lock;
+  void *stream;
+  gpupool *pool;
+  /* The free index (free_index.h) of each size kind; shard_free_tree()
+   * picks one by a segment's `large`. */
+  struct {
+    block *small, *large;
+  } free_tree;
+  size_t nfree;
+  block *pending; /* freed, waiting on events */
+  size_t npending;
+  segment *segments;
+  block *spare; /* recycled block structs */
+  uint32_t rng;
+  uint64_t free_seq;
+  shard_stats st;
+  int64_t tag_bytes[POOL_TAG_SLOTS]; /* allocated bytes per tag id ([0] unused) */
+  addrmap live;                      /* allocated and not yet freed blocks, by address */
+  event_ring *ring;                  /* NULL when events are off */
+  /* Expandable segments: an event recorded on the stream after the frees up
+   * to fence_seq; once it completed, blocks freed up to safe_seq are no
+   * longer used by queued work, and their pages move without a synchronize. */
+  void *fence;
+  uint64_t fence_seq, safe_seq;
+  shard *next_shard;
+} __attribute__((aligned(64)));
+
+#define SHARD_TABLE 1024 /* distinct streams per pool */
+
+struct gpupool {
+  pool_config cfg;
+  backend *be;
+  uint32_t id;
+  _Atomic(shard *) shard_table[SHARD_TABLE];
+  shard *_Atomic shards; /* list of all shards, newest first */
+  pthread_mutex_t shard_create_lock;
+
+  pthread_mutex_t slow_lock; /* device calls, cross-shard reclaim */
+  /* Pool-wide counters: changed on the slow path (under slow_lock) inside
+   * counters_lock, a leaf lock held for a few stores, so that
+   * gpupool_get_stats reads them without waiting on a device call. */
+  spinlock counters_lock;
+  pool_counters c;
+  size_t device_total; /* cached for the GC threshold; 0 until needed */
+  /* The last device reading the pool made (GC threshold, reserve), for OOM
+   * reports, which make no device call; seen_ns 0: none. */
+  size_t seen_free, seen_total;
+  uint64_t seen_ns;
+
+  pthread_mutex_t peak_lock; /* peaks of sums across shards (see stats.c) */
+  int64_t agg_peak[VIEW_COUNT][GPUPOOL_STAT_TYPES];
+  /* While one thread uses a pool of several shards, pool-wide peaks are kept
+   * exact after each operation (pool.c note_peaks). */
+  _Atomic int nshards;
+  _Atomic(const void *) owner; /* the first thread to allocate once there are several */
+  _Atomic int shared;          /* another thread allocated too: tracking is off */
+};
+
+#endif
