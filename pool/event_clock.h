@@ -30,8 +30,9 @@
  * (the hot path, shard.c) take event_clock_stamp() as it comes, so a ring's
  * stamps can step back by under a tick where the mode switches; the rare
  * events take event_clock_ring_stamp, never older than the ring's previous
- * one of those. Readers that merge rings keep each ring's order. The ticker needs a CPU at every
- * tick: where busy threads outnumber cores it publishes late and stamps get staler than the tick
+ * one of those. Readers that merge rings keep each ring's order. The
+ * ticker needs a CPU at every tick: where busy threads outnumber cores it
+ * publishes late and stamps get staler than the tick
  * (event_clock_max_late_ns says by how much). */
 #ifndef GPUPOOL_EVENT_CLOCK_H
 #define GPUPOOL_EVENT_CLOCK_H

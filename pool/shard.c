@@ -198,8 +198,9 @@ size_t shard_carve_size(const shard *sh, const block *b, size_t rounded) {
 /* Records an event about block b when events are on: one compact record
  * (event_ring.h). Returns its timestamp, 0 when events are off. The stamp
  * is event_clock_stamp() as it comes (no event_clock_ring_stamp: keeping a
- * ring's stamps from stepping back, by a few ns where the clock mode
- * switches, cost 1.5 ns a pair; the trace writer clamps instead). */
+ * ring's stamps from stepping back, by under a tick where the clock mode
+ * switches, cost 1.5 ns a pair; the readers that merge rings keep each
+ * ring's order instead). */
 static inline uint64_t record_block_event(shard *sh, uint8_t type, uint8_t flags, const block *b,
                                           int large, size_t requested) {
   if (!shard_recording(sh))
