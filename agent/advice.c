@@ -116,17 +116,6 @@ static void compute(double capacity_gib, const char *only) {
   pthread_mutex_unlock(&g_cache_lock);
 }
 
-static void refuse_unknown(void *arg, const char *key, const char *value) {
-  (void)value;
-  static const char *const known[] = {"format", "max_age", "capacity_gib", "pool"};
-  const char **bad = arg;
-  for (size_t i = 0; i < sizeof known / sizeof *known; i++)
-    if (!strcmp(key, known[i]))
-      return;
-  if (!*bad)
-    *bad = key;
-}
-
 static int number_arg(const endpoint_args *args, const char *key, double lo, double hi, double def,
                       double *out, endpoint_body *body) {
   const char *v = args->get(args->ctx, key);
@@ -206,8 +195,10 @@ static char *render_locked(int json, double age) {
 }
 
 void advice_endpoint(const endpoint_args *args, endpoint_body *out) {
-  const char *bad = NULL;
-  args->each(args->ctx, refuse_unknown, &bad);
+  static const char *const known[] = {"format", "max_age", "capacity_gib", "pool", NULL};
+  endpoint_params p;
+  endpoint_count_params(args, known, &p);
+  const char *bad = p.unknown;
   if (bad) {
     endpoint_bad_request(out,
                          "/advice: unknown parameter '%s' (format, max_age, capacity_gib, "

@@ -153,7 +153,7 @@ static gpupool_status start_locked(const agent_config *c, web_config *web, const
     web_state_set(web, c->healthz_open); /* the first one always has a slot */
     agent_health_web_config(1, (double)clock_realtime_ns() / 1e9);
   }
-  if (!c->listen_off && http_start(&l, c->hostname, web, err, sizeof err) != 0) {
+  if (!c->listen_off && http_start(&l, web, err, sizeof err) != 0) {
     stop_locked(0);
     return agent_fail(GPUPOOL_ERR_BACKEND, err);
   }

@@ -55,9 +55,42 @@ static void first_param(void *arg, const char *key, const char *value) {
     *first = key;
 }
 
+typedef struct param_count {
+  const char *const *names;
+  endpoint_params *out;
+} param_count;
+
+static void count_param(void *arg, const char *key, const char *value) {
+  (void)value;
+  param_count *pc = arg;
+  for (int i = 0; pc->names[i]; i++) {
+    if (strcmp(key, pc->names[i]) == 0) {
+      if (pc->out->count[i]++ && !pc->out->repeated)
+        pc->out->repeated = pc->names[i];
+      return;
+    }
+  }
+  if (!pc->out->unknown)
+    pc->out->unknown = key;
+}
+
+void endpoint_count_params(const endpoint_args *args, const char *const *names,
+                           endpoint_params *out) {
+  *out = (endpoint_params){0};
+  param_count pc = {names, out};
+  if (args->each)
+    args->each(args->ctx, count_param, &pc);
+}
+
+const char *endpoint_first_param(const endpoint_args *args) {
+  const char *first = NULL;
+  if (args->each)
+    args->each(args->ctx, first_param, &first);
+  return first;
+}
+
 int endpoint_no_params(const endpoint_args *args, const char *path, endpoint_body *out) {
-  const char *unknown = NULL;
-  args->each(args->ctx, first_param, &unknown);
+  const char *unknown = endpoint_first_param(args);
   if (!unknown)
     return 0;
   endpoint_bad_request(out, "%s takes no query parameters (got '%s')", path, unknown);

@@ -50,6 +50,20 @@ void endpoint_out_of_memory(endpoint_body *out, const char *what);
 /* A request's value made safe to quote in a one-line reason: bytes outside
  * printable ASCII become '?'; cut to size - 1. */
 void endpoint_printable(char *dst, size_t size, const char *v);
+/* A request's query parameters counted against the names a handler takes,
+ * for its checks and its own wording of their errors. */
+#define ENDPOINT_MAX_PARAMS 8
+typedef struct endpoint_params {
+  int count[ENDPOINT_MAX_PARAMS]; /* how often names[i] was given */
+  const char *unknown;            /* the first other name; NULL: none */
+  const char *repeated;           /* the first of names given more than once; NULL: none */
+} endpoint_params;
+/* Counts args' query parameters by names (NULL-terminated, at most
+ * ENDPOINT_MAX_PARAMS) into out; none when args has no `each`. */
+void endpoint_count_params(const endpoint_args *args, const char *const *names,
+                           endpoint_params *out);
+/* The name of the request's first query parameter, NULL when it has none. */
+const char *endpoint_first_param(const endpoint_args *args);
 /* 0 when the request has no query parameters; else -1 with a 400 naming
  * the first one (path: the route, for the reason). */
 int endpoint_no_params(const endpoint_args *args, const char *path, endpoint_body *out);

@@ -31,7 +31,6 @@ static web_config *g_daemon_cfg; /* what g_daemon was started with (a reference)
 static int g_ipv6;
 static atomic_int g_port;
 static char g_address[300];
-static char g_hostname[LABEL_VALUE_MAX];
 
 /* ---- endpoint_args over an MHD connection ---- */
 
@@ -73,8 +72,11 @@ static void healthz_endpoint(const endpoint_args *args, endpoint_body *out) {
 }
 
 static void root_endpoint(const endpoint_args *args, endpoint_body *out) {
-  if (endpoint_no_params(args, "/", out) == 0)
-    index_endpoint(args, out, g_hostname);
+  if (endpoint_no_params(args, "/", out) != 0)
+    return;
+  char host[LABEL_VALUE_MAX];
+  metrics_hostname(host, sizeof host); /* the hostname option, as every endpoint */
+  index_endpoint(args, out, host);
 }
 
 typedef struct route {
@@ -352,13 +354,12 @@ static struct MHD_Daemon *start_daemon(int fd, const web_config *cfg) {
                           tls, MHD_OPTION_END);
 }
 
-int http_start(http_listener *l, const char *hostname, web_config *cfg, char *err, size_t errlen) {
+int http_start(http_listener *l, web_config *cfg, char *err, size_t errlen) {
   if (g_daemon) {
     close(l->fd);
     snprintf(err, errlen, "the HTTP server is already running");
     return -1;
   }
-  snprintf(g_hostname, sizeof g_hostname, "%s", hostname);
   g_ipv6 = l->ipv6;
   g_daemon = start_daemon(l->fd, cfg);
   if (!g_daemon) {

@@ -17,11 +17,11 @@
 #define HTTP_THREADS          2
 
 /* Serves on a listener from http_listen_open, which it takes over (closed on
- * failure too). hostname is shown on the index page; cfg (NULL = none, else
- * installed in web_state.h, which the server takes a reference of) gives TLS.
+ * failure too). cfg (NULL = none, else installed in web_state.h, which the
+ * server takes a reference of) gives TLS.
  * Basic auth, headers and rate limits come from web_state.h per request.
  * 0 or -1 with a reason. */
-int http_start(http_listener *l, const char *hostname, web_config *cfg, char *err, size_t errlen);
+int http_start(http_listener *l, web_config *cfg, char *err, size_t errlen);
 /* Moves the listening socket to a new server with cfg's TLS (certificates,
  * client CAs, versions changed), with no moment where the port is closed;
  * the old server's connections finish first (at most HTTP_TIMEOUT_S + 2 s,

@@ -13,8 +13,9 @@
  * Before any call: gethostname() and no constant labels. */
 void metrics_configure(const char *hostname, const agent_labels *labels);
 
-/* The hostname every endpoint reports (/metrics labels, /trace and /snapshot
- * metadata): the `hostname` option, else gethostname(). The one copy. */
+/* The hostname every endpoint reports (/metrics labels, /trace, /snapshot and
+ * /ui metadata, the index page): the `hostname` option, else gethostname().
+ * The one copy the agent keeps while it runs. */
 void metrics_hostname(char *out, size_t len);
 
 /* Appends the whole exposition to buf. 0, or -1 when memory ran out. */

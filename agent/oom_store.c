@@ -170,20 +170,6 @@ void oom_store_get_counts(oom_store_counts *out) {
 
 /* ---- /oom ---- */
 
-typedef struct params {
-  const char *unknown;
-  int formats;
-} params;
-
-static void check_param(void *arg, const char *key, const char *value) {
-  (void)value;
-  params *p = arg;
-  if (strcmp(key, "format") == 0)
-    p->formats++;
-  else if (!p->unknown)
-    p->unknown = key;
-}
-
 static void plain(endpoint_body *out, int status, const char *line) {
   out->status = status;
   out->content_type = "text/plain; charset=utf-8";
@@ -288,8 +274,10 @@ static void one(const char *idtext, const char *format, endpoint_body *out) {
 }
 
 void oom_endpoint(const endpoint_args *args, endpoint_body *out) {
-  params p = {0};
-  args->each(args->ctx, check_param, &p);
+  static const char *const names[] = {"format", NULL};
+  endpoint_params p;
+  endpoint_count_params(args, names, &p);
+  int formats = p.count[0];
   const char *path = args->path ? args->path : "/oom";
   const char *rest = strncmp(path, "/oom/", 5) == 0 ? path + 5 : NULL;
   char shown[80];
@@ -299,7 +287,7 @@ void oom_endpoint(const endpoint_args *args, endpoint_body *out) {
     return;
   }
   if (!rest) {
-    if (p.formats) {
+    if (formats) {
       endpoint_bad_request(out, "/oom takes no parameters (format is for /oom/<id>)");
       return;
     }
@@ -307,7 +295,7 @@ void oom_endpoint(const endpoint_args *args, endpoint_body *out) {
     return;
   }
   const char *format = args->get(args->ctx, "format");
-  if (p.formats > 1) {
+  if (formats > 1) {
     endpoint_bad_request(out, "parameter 'format' given more than once");
     return;
   }

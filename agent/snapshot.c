@@ -10,6 +10,7 @@
 #include <cjson/cJSON.h>
 
 #include "endpoint.h"
+#include "exporters/stat_families.h"
 #include "metrics.h"
 #include "pool/pool_view.h"
 #include "pool/registry.h"
@@ -72,29 +73,16 @@ static void add_num(cJSON *obj, const char *key, double v, build *b) {
 }
 
 static void add_stats(cJSON *obj, const gpupool_stats *st, build *b) {
-  static const char *const types[GPUPOOL_STAT_TYPES] = {"all", "small_pool", "large_pool"};
   static const char *const parts[] = {"current", "peak", "allocated", "freed"};
-  struct {
-    const char *name;
-    const gpupool_stat *s;
-  } stats[] = {
-      {"allocation", st->allocation},
-      {"segment", st->segment},
-      {"active", st->active},
-      {"inactive_split", st->inactive_split},
-      {"allocated_bytes", st->allocated_bytes},
-      {"reserved_bytes", st->reserved_bytes},
-      {"active_bytes", st->active_bytes},
-      {"inactive_split_bytes", st->inactive_split_bytes},
-      {"requested_bytes", st->requested_bytes},
-  };
+  stat_family stats[STAT_FAMILIES];
+  stat_families(st, stats);
   char key[96];
-  for (size_t i = 0; i < sizeof stats / sizeof stats[0]; i++)
+  for (size_t i = 0; i < STAT_FAMILIES; i++)
     for (int t = 0; t < GPUPOOL_STAT_TYPES; t++) {
       const gpupool_stat *s = &stats[i].s[t];
       const int64_t v[4] = {s->current, s->peak, s->allocated, s->freed};
       for (int k = 0; k < 4; k++) {
-        snprintf(key, sizeof key, "%s.%s.%s", stats[i].name, types[t], parts[k]);
+        snprintf(key, sizeof key, "%s.%s.%s", stats[i].name, stat_type_name(t), parts[k]);
         add_num(obj, key, (double)v[k], b);
       }
     }
@@ -240,33 +228,18 @@ static void add_pool(cJSON *pools, const collected *c, const snap_pool *sp, buil
     add_segment(segments, c, &c->segments[sp->first_segment + i], b);
 }
 
-typedef struct param_check {
-  const char *unknown;
-  int pools;
-} param_check;
-
-static void check_param(void *arg, const char *key, const char *value) {
-  param_check *c = arg;
-  if (strcmp(key, "pool") == 0)
-    c->pools++;
-  else if (strcmp(key, "format") == 0) /* json or torch: checked by snapshot_route */
-    return;
-  else if (!c->unknown)
-    c->unknown = key;
-}
-
-/* A value as it can be quoted in a one-line reason. */
 void snapshot_endpoint(const endpoint_args *args, endpoint_body *out) {
   char shown[80];
-  param_check pc = {0};
-  if (args->each)
-    args->each(args->ctx, check_param, &pc);
+  /* format (json or torch) is checked by snapshot_route */
+  static const char *const names[] = {"pool", "format", NULL};
+  endpoint_params pc;
+  endpoint_count_params(args, names, &pc);
   if (pc.unknown) {
     endpoint_printable(shown, sizeof shown, pc.unknown);
     endpoint_bad_request(out, "unknown parameter '%s' (expected pool or format)", shown);
     return;
   }
-  if (pc.pools > 1) {
+  if (pc.count[0] > 1) {
     endpoint_bad_request(out, "parameter 'pool' given more than once");
     return;
   }

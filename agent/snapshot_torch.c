@@ -87,32 +87,19 @@ gpupool_status gpupool_snapshot_write_torch(FILE *f, const char *pool) {
   return GPUPOOL_OK;
 }
 
-typedef struct params {
-  const char *unknown;
-  int pools, formats;
-} params;
-
-static void check_param(void *arg, const char *key, const char *value) {
-  (void)value;
-  params *p = arg;
-  if (strcmp(key, "pool") == 0)
-    p->pools++;
-  else if (strcmp(key, "format") == 0)
-    p->formats++;
-  else if (!p->unknown)
-    p->unknown = key;
-}
+enum { PARAM_POOL, PARAM_FORMAT };
+static const char *const param_names[] = {[PARAM_POOL] = "pool", [PARAM_FORMAT] = "format", NULL};
 
 static void torch_endpoint(const endpoint_args *args, endpoint_body *out) {
   char shown[80];
-  params p = {0};
-  args->each(args->ctx, check_param, &p);
+  endpoint_params p;
+  endpoint_count_params(args, param_names, &p);
   if (p.unknown) {
     endpoint_printable(shown, sizeof shown, p.unknown);
     endpoint_bad_request(out, "unknown parameter '%s' (expected pool or format)", shown);
     return;
   }
-  if (p.pools > 1) {
+  if (p.count[PARAM_POOL] > 1) {
     endpoint_bad_request(out, "parameter 'pool' given more than once");
     return;
   }
@@ -143,10 +130,10 @@ static void torch_endpoint(const endpoint_args *args, endpoint_body *out) {
 }
 
 void snapshot_route(const endpoint_args *args, endpoint_body *out) {
-  params p = {0};
-  args->each(args->ctx, check_param, &p);
+  endpoint_params p;
+  endpoint_count_params(args, param_names, &p);
   const char *format = args->get(args->ctx, "format");
-  if (p.formats > 1) {
+  if (p.count[PARAM_FORMAT] > 1) {
     endpoint_bad_request(out, "parameter 'format' given more than once");
     return;
   }

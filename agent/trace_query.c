@@ -65,27 +65,7 @@ static void quote_value(char *dst, size_t size, const char *v) {
   dst[n] = '\0';
 }
 
-typedef struct scan {
-  const char *unknown;
-  const char *repeated;
-  unsigned seen; /* one bit per known key */
-} scan;
-
-static const char *const keys[] = {"since", "until", "pool", "device", "limit"};
-
-static void check_key(void *arg, const char *key, const char *value) {
-  scan *sc = arg;
-  for (unsigned i = 0; i < sizeof keys / sizeof keys[0]; i++) {
-    if (strcmp(key, keys[i]) == 0) {
-      if ((sc->seen & (1u << i)) && !sc->repeated)
-        sc->repeated = keys[i];
-      sc->seen |= 1u << i;
-      return;
-    }
-  }
-  if (!sc->unknown)
-    sc->unknown = key;
-}
+static const char *const keys[] = {"since", "until", "pool", "device", "limit", NULL};
 
 typedef struct name_search {
   const char *name;
@@ -109,9 +89,8 @@ int trace_query_parse_at(trace_query *q, const endpoint_args *args, uint64_t now
                          size_t errlen) {
   trace_query_init(q);
   char shown[80];
-  scan sc = {0};
-  if (args->each)
-    args->each(args->ctx, check_key, &sc);
+  endpoint_params sc;
+  endpoint_count_params(args, keys, &sc);
   if (sc.unknown) {
     quote_value(shown, sizeof shown, sc.unknown);
     snprintf(err, errlen, "unknown parameter '%s' (expected since, until, pool, device, limit)",

@@ -52,16 +52,8 @@ static int etag_matches(const char *header, const char *etag) {
   return 0;
 }
 
-static void refuse_params(void *arg, const char *key, const char *value) {
-  (void)value;
-  const char **first = arg;
-  if (!*first)
-    *first = key;
-}
-
 static void serve_asset(const endpoint_args *args, endpoint_body *out, const ui_asset *a) {
-  const char *param = NULL;
-  args->each(args->ctx, refuse_params, &param);
+  const char *param = endpoint_first_param(args);
   /* Scripts and styles are named by their hash (?v=) in the page: a changed
    * file is a new URL, so they may be kept for good. The page is revalidated
    * every time. */

@@ -92,38 +92,20 @@ static void take_json(prom_buf *b, endpoint_body *out) {
   out->len = len;
 }
 
-typedef struct params {
-  const char *unknown, *repeated;
-  int window, pool;
-} params;
-
-static void scan_param(void *arg, const char *k, const char *value) {
-  (void)value;
-  params *p = arg;
-  int *seen = strcmp(k, "window") == 0 ? &p->window : strcmp(k, "pool") == 0 ? &p->pool : NULL;
-  if (!seen) {
-    if (!p->unknown)
-      p->unknown = k;
-  } else if ((*seen)++ && !p->repeated) {
-    p->repeated = k;
-  }
-}
-
 /* Refuses unknown and repeated parameters (only `allowed` is known). */
 static int check_params(const endpoint_args *args, const char *allowed, endpoint_body *out) {
-  params p = {0};
-  args->each(args->ctx, scan_param, &p);
+  enum { WINDOW, POOL };
+  static const char *const names[] = {[WINDOW] = "window", [POOL] = "pool", NULL};
+  endpoint_params p;
+  endpoint_count_params(args, names, &p);
   const char *bad = p.unknown;
-  if (!bad && strcmp(allowed, "window") == 0 && p.pool)
+  if (!bad && strcmp(allowed, "window") == 0 && p.count[POOL])
     bad = "pool";
-  if (!bad && strcmp(allowed, "pool") == 0 && p.window)
+  if (!bad && strcmp(allowed, "pool") == 0 && p.count[WINDOW])
     bad = "window";
   if (bad) {
     char shown[64];
-    size_t n = 0;
-    for (; bad[n] && n + 1 < sizeof shown; n++)
-      shown[n] = bad[n] >= 0x20 && bad[n] < 0x7f ? bad[n] : '?';
-    shown[n] = '\0';
+    endpoint_printable(shown, sizeof shown, bad);
     endpoint_bad_request(out, "unknown parameter '%s' (expected %s)", shown, allowed);
     return -1;
   }

@@ -8,6 +8,8 @@
 
 #include <cjson/cJSON.h>
 
+#include "stat_families.h"
+
 /* cJSON reports failures through NULL returns: `ok` collects them. */
 typedef struct jb {
   int ok;
@@ -147,25 +149,14 @@ static void stats(jb *j, cJSON *root, const gpupool_stats *st) {
   cJSON *o = obj(j, root, "stats");
   if (!o)
     return;
-  static const char *const types[GPUPOOL_STAT_TYPES] = {"all", "small_pool", "large_pool"};
-  struct {
-    const char *name;
-    const gpupool_stat *s;
-  } v[] = {{"allocation", st->allocation},
-           {"segment", st->segment},
-           {"active", st->active},
-           {"inactive_split", st->inactive_split},
-           {"allocated_bytes", st->allocated_bytes},
-           {"reserved_bytes", st->reserved_bytes},
-           {"active_bytes", st->active_bytes},
-           {"inactive_split_bytes", st->inactive_split_bytes},
-           {"requested_bytes", st->requested_bytes}};
+  stat_family v[STAT_FAMILIES];
+  stat_families(st, v);
   char key[96];
-  for (size_t i = 0; i < sizeof v / sizeof v[0]; i++)
+  for (size_t i = 0; i < STAT_FAMILIES; i++)
     for (int t = 0; t < GPUPOOL_STAT_TYPES; t++) {
-      snprintf(key, sizeof key, "%s.%s.current", v[i].name, types[t]);
+      snprintf(key, sizeof key, "%s.%s.current", v[i].name, stat_type_name(t));
       num(j, o, key, (double)v[i].s[t].current);
-      snprintf(key, sizeof key, "%s.%s.peak", v[i].name, types[t]);
+      snprintf(key, sizeof key, "%s.%s.peak", v[i].name, stat_type_name(t));
       num(j, o, key, (double)v[i].s[t].peak);
     }
   num(j, o, "num_alloc_retries", (double)st->num_alloc_retries);

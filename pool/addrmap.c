@@ -2,6 +2,8 @@
 
 #include <stdlib.h>
 
+#include "core/assert.h"
+
 /* Places an entry whose key is not in tab (of mask + 1 slots, not full). */
 static void place(addrmap_entry *tab, uint32_t mask, addrmap_entry e) {
   uint32_t i = addrmap_slot(e.key, mask);
@@ -26,6 +28,7 @@ __attribute__((noinline, cold)) static int grow(addrmap *m) {
 }
 
 int addrmap_insert(addrmap *m, uintptr_t key, struct block *val) {
+  gp_assert_internal(key && !addrmap_find(m, key));
   /* At most half full: probe runs stay short. */
   if ((!m->tab || (m->used + 1) * 2 > m->mask + 1) && grow(m) != 0)
     return -1;

@@ -1,8 +1,7 @@
 /* Event timestamps: exact or ticked (adaptive).
  *
- * An exact stamp is one clock_stamp() (an rdtsc: 8 ns on the development VM,
- * 17-20 ns on the GPU machine's host), too much for a hot path that should
- * pay a few ns per event. In ticked mode a ticker thread publishes
+ * An exact stamp is one clock_stamp() (an rdtsc), too much for a hot path
+ * that should pay a few ns per event. In ticked mode a ticker thread publishes
  * clock_stamp() into one global word every tick (default 1 ms) and events
  * take that word: one relaxed load of a line every core keeps in its cache.
  * Stamps stay in clock_stamp()'s units either way (clock_stamp_to_ns converts
@@ -10,20 +9,15 @@
  *
  * The ticker costs wake-ups, so it ticks only while events are frequent: it
  * measures the event rate (the heads of all pools' rings, counted by the
- * function event_clock_set_event_source gave it) every 10 ms,
- * switches ticking on at EVENT_CLOCK_ON_RATE events/s and off again below
- * half of that (the gap keeps a rate near the threshold from flapping).
- * Why 1,000,000 events/s: ticking every 1 ms is 1000 wake-ups a second, and
- * a wake-up cost 15-20 us of CPU on both machines measured (the 2-core
- * development VM and the GPU machine's host), so the ticker uses about 1.5-2 %
- * of a core while ticked; exact stamps cost 9 ns (dev VM) to 20-25 ns (GPU
- * host) each, i.e. 1-2.5 % of a core at a million events/s. Below that exact
- * stamps cost the process less CPU in total; above it the saving grows with
- * the rate while the ticker's cost stays fixed. Training runs record far
- * fewer (about 40,000 events/s for the LM and CNN of tests/gpu/torch_train.py),
- * so their timestamps are exact; the ticker serves allocation storms, where
- * the cost per operation matters. While exact, the ticker only measures the
- * rate, every 50 ms. bench/bench_events measures both sides.
+ * function event_clock_set_event_source gave it) every 50 ms, switches
+ * ticking on at EVENT_CLOCK_ON_RATE events/s and off again below half of
+ * that (the gap keeps a rate near the threshold from flapping). Why
+ * 1,000,000 events/s: above that rate the ticker's fixed cost (its wake-ups)
+ * is less than what exact stamps cost at that rate, below it more;
+ * bench/README.md (bench_events) gives the measured costs behind the choice.
+ * Training runs record far fewer events, so their timestamps are exact; the
+ * ticker serves allocation storms, where the cost per operation matters.
+ * While exact, the ticker only measures the rate.
  *
  * Resolution in ticked mode: events within one tick share a timestamp
  * (order within a ring stays exact: it is the ring's order). Block events

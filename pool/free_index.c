@@ -1,5 +1,7 @@
 #include "free_index.h"
 
+#include "core/assert.h"
+
 static inline int less(const block *a, const block *b) {
   return a->size < b->size || (a->size == b->size && a->addr < b->addr);
 }
@@ -38,6 +40,7 @@ static block *merge(block *l, block *r) {
 }
 
 void free_index_insert(block **root, block *b) {
+  gp_assert_internal(b->state == BLOCK_FREE && b->size > 0);
   block **link = root;
   while (*link && (*link)->prio >= b->prio)
     link = less(b, *link) ? &(*link)->left : &(*link)->right;
@@ -47,8 +50,10 @@ void free_index_insert(block **root, block *b) {
 
 void free_index_remove(block **root, block *b) {
   block **link = root;
-  while (*link != b)
+  while (*link != b) {
+    gp_assert_internal(*link); /* b is in this index */
     link = less(b, *link) ? &(*link)->left : &(*link)->right;
+  }
   *link = merge(b->left, b->right);
   b->left = b->right = NULL;
 }

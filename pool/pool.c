@@ -4,11 +4,13 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/assert.h"
 #include "core/errors.h"
 #include "oom_report.h"
 #include "pool_internal.h"
 #include "reclaim.h"
 #include "registry.h"
+#include "segment.h"
 #include "shard.h"
 #include "share.h"
 #include "sizeclass.h"
@@ -100,7 +102,7 @@ void gpupool_destroy(gpupool *p) {
     registry_remove(p);
   for (shard *sh = atomic_load(&p->shards), *next; sh; sh = next) {
     next = sh->next_shard;
-    shard_destroy(p, sh, reclaim_segment_free);
+    shard_destroy(p, sh, segment_free_memory);
   }
   p->be->ops->destroy(p->be);
   pthread_mutex_destroy(&p->shard_create_lock);
@@ -226,6 +228,7 @@ static int defer_free(gpupool *p, shard *sh, block *b) {
   if (!pending)
     return 0;
   sh->st.sync_events += pending;
+  gp_assert_internal(b->state == BLOCK_ALLOCATED);
   b->state = BLOCK_PENDING;
   b->pending_next = sh->pending;
   sh->pending = b;

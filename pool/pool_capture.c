@@ -5,9 +5,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/clock.h"
 #include "pool_internal.h"
+#include "segment.h"
 #include "shard.h"
-#include "thread_state.h"
 
 /* Events of one stream, up to (not past) the head seen under its lock. */
 typedef struct ring_part {
@@ -59,30 +60,10 @@ static int copy_shard(shard *sh, pool_capture *c, size_t max_blocks, size_t max_
       continue;
     }
     pool_capture_segment *s = &c->segs[c->nsegs++];
-    memset(s, 0, sizeof *s);
-    s->info.addr = seg->addr;
-    s->info.size = seg->size;
-    s->info.mapped = segment_mapped_bytes(seg);
-    s->info.stream = (uint64_t)(uintptr_t)sh->stream;
-    s->info.is_large = seg->large;
-    s->info.nblocks = seg->nblocks;
     s->expandable = seg->pages != NULL;
     s->first_block = c->nblocks;
-    for (block *b = seg->first; b; b = b->next) {
-      c->blocks[c->nblocks++] =
-          (pool_block_info){.addr = b->addr,
-                            .size = b->size,
-                            .requested = b->state == BLOCK_ALLOCATED ? b->requested : 0,
-                            .stream = (uint64_t)(uintptr_t)sh->stream,
-                            .state = block_state_name(b),
-                            .tag = b->state == BLOCK_FREE ? NULL : pool_tag_name(b->tag)};
-      if (b->state == BLOCK_ALLOCATED) {
-        s->info.allocated += b->size;
-        s->info.requested += b->requested;
-      }
-      if (b->state != BLOCK_FREE)
-        s->info.active += b->size;
-    }
+    segment_describe(seg, &s->info, &c->blocks[c->nblocks]); /* stamps: see stamps_to_ns */
+    c->nblocks += seg->nblocks;
   }
   if (sh->ring && max_events) {
     ring = sh->ring;
@@ -133,6 +114,14 @@ static int merge_events(pool_capture *c, ring_part *parts, size_t nparts, size_t
   return 0;
 }
 
+/* The blocks' allocation stamps as CLOCK_REALTIME ns, once no spinlock is
+ * held (the conversion takes a mutex). */
+static void stamps_to_ns(pool_capture *c) {
+  for (size_t i = 0; i < c->nblocks; i++)
+    if (c->blocks[i].alloc_ns)
+      c->blocks[i].alloc_ns = clock_stamp_to_ns(c->blocks[i].alloc_ns);
+}
+
 int pool_capture_take(gpupool *p, int slow_locked, size_t max_blocks, size_t max_events,
                       uint64_t split_limit, pool_capture *out) {
   memset(out, 0, sizeof *out);
@@ -170,8 +159,10 @@ int pool_capture_take(gpupool *p, int slow_locked, size_t max_blocks, size_t max
     rc = copy_shard(sh, out, cap_blocks, max_events, split_limit, &parts[np++]);
   if (!slow_locked)
     pthread_mutex_unlock(&p->slow_lock);
-  if (rc == 0)
+  if (rc == 0) {
+    stamps_to_ns(out);
     rc = merge_events(out, parts, np, max_events);
+  }
   for (size_t i = 0; parts && i < np; i++)
     free(parts[i].ev);
   free(parts);

@@ -32,9 +32,10 @@ static inline size_t segment_mapped_bytes(const segment *seg) {
   return seg->pages ? seg->nmapped * seg->page_size : seg->size;
 }
 
-/* The root of sh's free index for small blocks (large 0) or large ones. */
+/* The root of sh's free index for small blocks (large 0) or large ones
+ * (large 1; nothing else). */
 static inline block **shard_free_tree(shard *sh, int large) {
-  return large ? &sh->free_tree.large : &sh->free_tree.small;
+  return &sh->free_tree.by_kind[large];
 }
 
 /* Runs stmt (an update of p->c) inside counters_lock. Callers hold
@@ -59,6 +60,13 @@ static inline void shard_emit(shard *sh, const pool_event *ev) {
   pool_event e = *ev;
   e.ts_ns = event_clock_ring_stamp(sh->ring);
   event_ring_push(sh->ring, &e);
+}
+
+/* shard_emit for a caller that does not hold sh's lock. */
+static inline void shard_emit_locked(shard *sh, const pool_event *ev) {
+  spin_lock(&sh->lock);
+  shard_emit(sh, ev);
+  spin_unlock(&sh->lock);
 }
 
 #endif

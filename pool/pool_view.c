@@ -7,6 +7,7 @@
 #include "core/clock.h"
 #include "pool_internal.h"
 #include "registry.h"
+#include "segment.h"
 #include "shard.h"
 
 uint32_t pool_id(const gpupool *p) {
@@ -48,22 +49,6 @@ void pool_get_backend_info(gpupool *p, pool_backend_info *out) {
   }
 }
 
-/* Bytes of b's range on pages of a vmm segment that are not mapped. */
-static uint64_t unmapped_bytes(const segment *seg, const block *b) {
-  if (!seg->pages || seg->nmapped == seg->npages || b->state != BLOCK_FREE)
-    return 0; /* pages under allocated and pending blocks are always mapped */
-  uint64_t n = 0;
-  uintptr_t end = b->addr + b->size;
-  for (size_t i = (b->addr - seg->addr) / seg->page_size; i < seg->npages; i++) {
-    uintptr_t lo = seg->addr + i * seg->page_size, hi = lo + seg->page_size;
-    if (lo >= end)
-      break;
-    if (!seg->pages[i])
-      n += (hi < end ? hi : end) - (lo > b->addr ? lo : b->addr);
-  }
-  return n;
-}
-
 /* One shard's segments and blocks, copied under its lock. */
 typedef struct shard_copy {
   pool_segment_info *segs;
@@ -86,31 +71,8 @@ static int copy_shard(shard *sh, shard_copy *c) {
   }
   size_t bi = 0, si = 0;
   for (segment *seg = sh->segments; seg; seg = seg->next, si++) {
-    pool_segment_info *s = &c->segs[si];
-    memset(s, 0, sizeof *s);
-    s->addr = seg->addr;
-    s->size = seg->size;
-    s->mapped = segment_mapped_bytes(seg);
-    s->stream = (uint64_t)(uintptr_t)sh->stream;
-    s->is_large = seg->large;
-    s->nblocks = seg->nblocks;
-    for (block *b = seg->first; b; b = b->next) {
-      /* alloc_ns holds the raw stamp until pool_walk converts it, unlocked. */
-      c->blocks[bi++] = (pool_block_info){b->addr,
-                                          b->size,
-                                          b->state == BLOCK_ALLOCATED ? b->requested : 0,
-                                          (uint64_t)(uintptr_t)sh->stream,
-                                          block_state_name(b),
-                                          unmapped_bytes(seg, b),
-                                          b->state == BLOCK_FREE ? 0 : b->alloc_stamp,
-                                          b->state == BLOCK_FREE ? NULL : pool_tag_name(b->tag)};
-      if (b->state == BLOCK_ALLOCATED) {
-        s->allocated += b->size;
-        s->requested += b->requested;
-      }
-      if (b->state != BLOCK_FREE)
-        s->active += b->size;
-    }
+    segment_describe(seg, &c->segs[si], &c->blocks[bi]); /* pool_walk converts the stamps */
+    bi += seg->nblocks;
   }
   c->nsegs = si;
   c->nblocks = bi;

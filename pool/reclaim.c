@@ -7,37 +7,18 @@
 #include "core/errors.h"
 #include "oom_report.h"
 #include "pages.h"
-#include "segment_observers.h"
+#include "segment.h"
 #include "shard.h"
 #include "sizeclass.h"
-
-static void emit_locked(shard *sh, pool_event *ev) {
-  spin_lock(&sh->lock);
-  shard_emit(sh, ev);
-  spin_unlock(&sh->lock);
-}
-
-static void emit_segment_event(gpupool *p, shard *sh, int type, int flags, uintptr_t addr,
-                               size_t size, uint64_t dur) {
-  pool_event ev = {.type = (uint8_t)type,
-                   .flags = (uint8_t)flags,
-                   .dur_ns = dur > UINT32_MAX ? UINT32_MAX : (uint32_t)dur,
-                   .addr = addr,
-                   .size = size,
-                   .stream = (uint64_t)(uintptr_t)sh->stream,
-                   .a = (uint64_t)stat_total(&p->c.reserved_bytes),
-                   .b = (uint64_t)stats_allocated_bytes(p, NULL, NULL)};
-  emit_locked(sh, &ev);
-}
 
 /* Pages unmapped (moved away or released), then pages mapped, as segment
  * events: the trace shows memory changing hands inside vmm segments. */
 static void emit_page_events(gpupool *p, shard *sh, const pages_work *w) {
   if (w->unmapped_at)
-    emit_segment_event(p, sh, EV_SEGMENT_FREE, EVF_LARGE | EVF_PAGES, w->unmapped_at,
+    segment_emit_event(p, sh, EV_SEGMENT_FREE, EVF_LARGE | EVF_PAGES, w->unmapped_at,
                        w->moved + w->released, w->unmap_ns);
   if (w->mapped_at)
-    emit_segment_event(p, sh, EV_SEGMENT_ALLOC, EVF_LARGE | EVF_PAGES, w->mapped_at,
+    segment_emit_event(p, sh, EV_SEGMENT_ALLOC, EVF_LARGE | EVF_PAGES, w->mapped_at,
                        w->moved + w->created, w->map_ns);
 }
 
@@ -48,82 +29,6 @@ static size_t release_idle_pages(gpupool *p, shard *sh) {
   pages_release_idle(p, &w);
   emit_page_events(p, sh, &w);
   return w.released;
-}
-
-/* A new segment of size bytes for shard sh: device memory, or for a large
- * segment of an expandable pool, address space whose pages are mapped as
- * blocks need them. Not yet in the shard. */
-static gpupool_status device_alloc(gpupool *p, shard *sh, size_t size, int large, segment **out) {
-  segment *seg = NULL;
-  uint64_t dur = 0;
-  if (p->cfg.expandable && large) {
-    gpupool_status st = pages_segment_create(p, size, large, &seg);
-    if (st != GPUPOOL_OK)
-      return st;
-  } else {
-    void *ptr = NULL;
-    uint64_t t0 = clock_monotonic_ns();
-    gpupool_status st = p->be->ops->alloc(p->be, &ptr, size, sh->stream);
-    dur = clock_monotonic_ns() - t0;
-    POOL_COUNT(p, p->c.timing.alloc_count++; p->c.timing.alloc_ns_total += dur);
-    if (st != GPUPOOL_OK)
-      return st;
-    if (!(seg = calloc(1, sizeof *seg))) {
-      p->be->ops->free(p->be, ptr, size, sh->stream);
-      return pool_fail(GPUPOOL_ERR_HOST_OOM, "pool '%s': out of host memory", p->cfg.name);
-    }
-    seg->addr = (uintptr_t)ptr;
-    seg->size = size;
-    seg->large = large;
-    segment_observers_note(p, seg->addr, size, 1);
-  }
-  seg->sh = sh;
-  spin_lock(&sh->lock);
-  block *b = block_new(sh);
-  spin_unlock(&sh->lock);
-  if (!b) {
-    reclaim_segment_free(p, seg);
-    return pool_fail(GPUPOOL_ERR_HOST_OOM, "pool '%s': out of host memory", p->cfg.name);
-  }
-  seg->nblocks = 1;
-  seg->first = b;
-  b->addr = seg->addr;
-  b->size = seg->size;
-  b->seg = seg;
-  b->state = BLOCK_FREE;
-  b->prev = b->next = NULL;
-  if (!seg->pages)
-    emit_segment_event(p, sh, EV_SEGMENT_ALLOC, large ? EVF_LARGE : 0, seg->addr, seg->size, dur);
-  *out = seg;
-  return GPUPOOL_OK;
-}
-
-void reclaim_segment_free(gpupool *p, segment *seg) {
-  if (seg->pages) {
-    pages_segment_destroy(p, seg);
-    return;
-  }
-  segment_observers_note(p, seg->addr, seg->size, 0);
-  uint64_t t0 = clock_monotonic_ns();
-  p->be->ops->free(p->be, (void *)seg->addr, seg->size, seg->sh->stream);
-  uint64_t dur = clock_monotonic_ns() - t0;
-  POOL_COUNT(p, p->c.timing.free_count++; p->c.timing.free_ns_total += dur);
-  free(seg);
-}
-
-/* seg is already detached from its shard. */
-static void device_free(gpupool *p, segment *seg) {
-  shard *sh = seg->sh;
-  int large = seg->large;
-  uintptr_t addr = seg->addr;
-  size_t size = seg->size;
-  block *first = seg->first;
-  uint64_t t0 = clock_monotonic_ns();
-  reclaim_segment_free(p, seg);
-  uint64_t dur = clock_monotonic_ns() - t0;
-  emit_segment_event(p, sh, EV_SEGMENT_FREE, large ? EVF_LARGE : 0, addr, size, dur);
-  free(first->streams);
-  free(first);
 }
 
 void reclaim_poll_all(gpupool *p) {
@@ -152,7 +57,7 @@ size_t reclaim_release_cached(gpupool *p, int large_only) {
     for (segment *seg = list, *next; seg; seg = next) {
       next = seg->next;
       released += segment_mapped_bytes(seg);
-      device_free(p, seg);
+      segment_destroy(p, seg);
     }
   }
   if (p->cfg.expandable) /* the pages under free blocks of segments still in use */
@@ -224,7 +129,7 @@ static void garbage_collect(gpupool *p, shard *caller) {
     spin_unlock(&sh->lock);
     if (still_free) {
       released += segment_mapped_bytes(seg);
-      device_free(p, seg);
+      segment_destroy(p, seg);
     }
   }
   free(c);
@@ -236,7 +141,7 @@ static void garbage_collect(gpupool *p, shard *caller) {
                    .stream = (uint64_t)(uintptr_t)caller->stream,
                    .a = (uint64_t)stat_total(&p->c.reserved_bytes),
                    .b = (uint64_t)stats_allocated_bytes(p, NULL, NULL)};
-  emit_locked(caller, &ev);
+  shard_emit_locked(caller, &ev);
 }
 
 /* reserve_percent (MXNet): keep that share of the device free by emptying the
@@ -285,7 +190,7 @@ static gpupool_status out_of_memory(gpupool *p, shard *sh, size_t rounded, size_
                            .device_free = dev_free,
                            .free_in_pool = (uint64_t)(reserved - allocated),
                            .largest_free = largest}};
-  emit_locked(sh, &ev);
+  shard_emit_locked(sh, &ev);
   if (!backend_is_sim(p->be)) /* a replay's OOM is the advisor's answer, not a report */
     pool_oom_capture(p, sh->stream, requested, rounded, segsize);
   return pool_fail(GPUPOOL_ERR_OOM,
@@ -327,7 +232,7 @@ static gpupool_status attempt(gpupool *p, shard *sh, size_t rounded, size_t requ
   if (p->cfg.reserve_percent > 0)
     keep_reserve(p, segsize);
   segment *seg = NULL;
-  if ((st = device_alloc(p, sh, segsize, large, &seg)) != GPUPOOL_OK)
+  if ((st = segment_create(p, sh, segsize, large, &seg)) != GPUPOOL_OK)
     return st;
   pages_work nw = {0};
   spin_lock(&sh->lock);

@@ -1,6 +1,7 @@
-/* The slow path: device allocation with its OOM retry, garbage collection,
- * reserve, and returning cached segments to the device. Callers hold
- * p->slow_lock and no shard lock. */
+/* The slow path's policy: a malloc the cache could not serve, with its OOM
+ * retry (synchronize, flush, retry), garbage collection, reserve, and
+ * returning cached segments to the device (segment.h makes and returns
+ * them). Callers hold p->slow_lock and no shard lock. */
 #ifndef GPUPOOL_RECLAIM_H
 #define GPUPOOL_RECLAIM_H
 
@@ -12,9 +13,6 @@
  * asked for anything. */
 gpupool_status reclaim_malloc(gpupool *p, shard *sh, size_t rounded, size_t requested, block **out,
                               int *to_device);
-/* Returns a segment's memory to the device and frees the struct (not its
- * blocks); for shard_destroy and the release paths. */
-void reclaim_segment_free(gpupool *p, segment *seg);
 /* Completes every pending block whose events are done, in every shard. */
 void reclaim_poll_all(gpupool *p);
 /* Returns every fully free segment (large ones only when large_only) to the

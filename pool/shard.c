@@ -128,11 +128,13 @@ static void block_recycle(shard *sh, block *b) {
 }
 
 static void index_insert(shard *sh, block *b) {
+  gp_assert_internal(b->state == BLOCK_FREE && b->seg->sh == sh);
   free_index_insert(shard_free_tree(sh, b->seg->large), b);
   sh->nfree++;
 }
 
 static void index_remove(shard *sh, block *b) {
+  gp_assert_internal(b->state == BLOCK_FREE && sh->nfree > 0);
   free_index_remove(shard_free_tree(sh, b->seg->large), b);
   sh->nfree--;
 }
@@ -405,6 +407,7 @@ void shard_poll_pending(shard *sh) {
       link = &b->pending_next;
       continue;
     }
+    gp_assert_internal(b->state == BLOCK_PENDING && sh->npending > 0);
     *link = b->pending_next;
     sh->npending--;
     record_block_event(sh, EV_FREE_COMPLETED, 0, b, b->seg->large, 0);
@@ -433,6 +436,8 @@ static void count_segment(gpupool *p, const segment *seg, int delta) {
 }
 
 void shard_add_segment(shard *sh, segment *seg) {
+  gp_assert_internal(segment_is_free(seg) && seg->first->addr == seg->addr &&
+                     seg->first->size == seg->size && seg->first->seg == seg);
   seg->sh = sh;
   seg->prev = NULL;
   seg->next = sh->segments;
@@ -445,6 +450,7 @@ void shard_add_segment(shard *sh, segment *seg) {
 }
 
 void shard_remove_segment(shard *sh, segment *seg) {
+  gp_assert_internal(seg->sh == sh && segment_is_free(seg));
   index_remove(sh, seg->first);
   count_segment(sh->pool, seg, -1);
   if (seg->prev)

@@ -9,7 +9,7 @@
  * or when the pool already has SHARD_TABLE streams. Takes no shard lock. */
 shard *shard_get(gpupool *p, void *stream);
 /* Frees sh, its blocks and events; each segment goes to free_segment (the
- * slow path's reclaim_segment_free: the shard does not call up into it). */
+ * segment module's segment_free_memory: the shard does not call up into it). */
 void shard_destroy(gpupool *p, shard *sh, void (*free_segment)(gpupool *p, segment *seg));
 
 /* The smallest free block of the size kind `large` that may serve a request

@@ -2,12 +2,13 @@
 #ifndef GPUPOOL_STATS_H
 #define GPUPOOL_STATS_H
 
+#include "core/assert.h"
 #include "gpupool/gpupool.h"
 #include "types.h"
 
-/* The count of small blocks (large 0) or large ones (large 1). */
+/* The count of small blocks (large 0) or large ones (large 1; nothing else). */
 static inline kind_count *stat_kind(stat_counter *s, int large) {
-  return large ? &s->large : &s->small;
+  return &s->by_kind[large];
 }
 
 /* Adds n >= 0 to kind large (0 or 1). */
@@ -24,6 +25,7 @@ static inline void stat_inc(stat_counter *s, int large, int64_t n) {
 /* Subtracts n >= 0 from kind large. */
 static inline void stat_dec(stat_counter *s, int large, int64_t n) {
   kind_count *k = stat_kind(s, large);
+  gp_assert_internal(n >= 0 && k->current >= n); /* counts never go negative */
   k->current -= n;
   k->freed += n;
 }

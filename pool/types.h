@@ -86,9 +86,17 @@ typedef struct kind_count {
 } kind_count;
 
 typedef struct stat_counter {
-  kind_count small, large; /* stat_kind() picks one by a segment's `large` */
+  union { /* read by name; stat_kind() picks one by a segment's `large` */
+    struct {
+      kind_count small, large;
+    };
+    kind_count by_kind[2]; /* for stat_kind only: a load, no branch */
+  };
   int64_t total_peak;
 } stat_counter;
+_Static_assert(offsetof(stat_counter, small) == offsetof(stat_counter, by_kind[0]) &&
+                   offsetof(stat_counter, large) == offsetof(stat_counter, by_kind[1]),
+               "by_kind[large] is the kind named by large");
 
 /* Tag ids: 0 is "no tag", 1 .. GPUPOOL_TAG_MAX - 1 the named tags in the
  * order the process first used them, GPUPOOL_TAG_MAX "other". */
@@ -174,8 +182,11 @@ struct shard {
   gpupool *pool;
   /* The free index (free_index.h) of each size kind; shard_free_tree()
    * picks one by a segment's `large`. */
-  struct {
-    block *small, *large;
+  union {
+    struct {
+      block *small, *large;
+    };
+    block *by_kind[2]; /* for shard_free_tree only: a load, no branch */
   } free_tree;
   size_t nfree;
   block *pending; /* freed, waiting on events */
@@ -195,6 +206,8 @@ struct shard {
   uint64_t fence_seq, safe_seq;
   shard *next_shard;
 } __attribute__((aligned(64)));
+_Static_assert(offsetof(shard, free_tree.large) == offsetof(shard, free_tree.by_kind[1]),
+               "free_tree.by_kind[large] is the tree named by large");
 
 #define SHARD_TABLE 1024 /* distinct streams per pool */
 

@@ -1,0 +1,147 @@
+/* Segments: creating one (a device allocation, or a vmm address range whose
+ * pages pages.c maps) with its first block, and returning one to the device,
+ * with the device call's timing, the segment observers and the segment
+ * events; and describing one to readers. The policy of when (reclaim.c) and
+ * the shard's bookkeeping (shard.c) are elsewhere. */
+#include "segment.h"
+
+#include <stdlib.h>
+
+#include "core/clock.h"
+#include "core/assert.h"
+#include "core/errors.h"
+#include "pages.h"
+#include "segment_observers.h"
+#include "shard.h"
+
+void segment_emit_event(gpupool *p, shard *sh, int type, int flags, uintptr_t addr, size_t size,
+                        uint64_t dur) {
+  pool_event ev = {.type = (uint8_t)type,
+                   .flags = (uint8_t)flags,
+                   .dur_ns = dur > UINT32_MAX ? UINT32_MAX : (uint32_t)dur,
+                   .addr = addr,
+                   .size = size,
+                   .stream = (uint64_t)(uintptr_t)sh->stream,
+                   .a = (uint64_t)stat_total(&p->c.reserved_bytes),
+                   .b = (uint64_t)stats_allocated_bytes(p, NULL, NULL)};
+  shard_emit_locked(sh, &ev);
+}
+
+/* A new segment of size bytes for shard sh: device memory, or for a large
+ * segment of an expandable pool, address space whose pages are mapped as
+ * blocks need them. Not yet in the shard. */
+gpupool_status segment_create(gpupool *p, shard *sh, size_t size, int large, segment **out) {
+  segment *seg = NULL;
+  uint64_t dur = 0;
+  if (p->cfg.expandable && large) {
+    gpupool_status st = pages_segment_create(p, size, large, &seg);
+    if (st != GPUPOOL_OK)
+      return st;
+  } else {
+    void *ptr = NULL;
+    uint64_t t0 = clock_monotonic_ns();
+    gpupool_status st = p->be->ops->alloc(p->be, &ptr, size, sh->stream);
+    dur = clock_monotonic_ns() - t0;
+    POOL_COUNT(p, p->c.timing.alloc_count++; p->c.timing.alloc_ns_total += dur);
+    if (st != GPUPOOL_OK)
+      return st;
+    if (!(seg = calloc(1, sizeof *seg))) {
+      p->be->ops->free(p->be, ptr, size, sh->stream);
+      return pool_fail(GPUPOOL_ERR_HOST_OOM, "pool '%s': out of host memory", p->cfg.name);
+    }
+    seg->addr = (uintptr_t)ptr;
+    seg->size = size;
+    seg->large = large;
+    segment_observers_note(p, seg->addr, size, 1);
+  }
+  seg->sh = sh;
+  spin_lock(&sh->lock);
+  block *b = block_new(sh);
+  spin_unlock(&sh->lock);
+  if (!b) {
+    segment_free_memory(p, seg);
+    return pool_fail(GPUPOOL_ERR_HOST_OOM, "pool '%s': out of host memory", p->cfg.name);
+  }
+  seg->nblocks = 1;
+  seg->first = b;
+  b->addr = seg->addr;
+  b->size = seg->size;
+  b->seg = seg;
+  b->state = BLOCK_FREE;
+  b->prev = b->next = NULL;
+  if (!seg->pages)
+    segment_emit_event(p, sh, EV_SEGMENT_ALLOC, large ? EVF_LARGE : 0, seg->addr, seg->size, dur);
+  *out = seg;
+  return GPUPOOL_OK;
+}
+
+void segment_free_memory(gpupool *p, segment *seg) {
+  if (seg->pages) {
+    pages_segment_destroy(p, seg);
+    return;
+  }
+  segment_observers_note(p, seg->addr, seg->size, 0);
+  uint64_t t0 = clock_monotonic_ns();
+  p->be->ops->free(p->be, (void *)seg->addr, seg->size, seg->sh->stream);
+  uint64_t dur = clock_monotonic_ns() - t0;
+  POOL_COUNT(p, p->c.timing.free_count++; p->c.timing.free_ns_total += dur);
+  free(seg);
+}
+
+void segment_destroy(gpupool *p, segment *seg) {
+  gp_assert_internal(segment_is_free(seg));
+  shard *sh = seg->sh;
+  int large = seg->large;
+  uintptr_t addr = seg->addr;
+  size_t size = seg->size;
+  block *first = seg->first;
+  uint64_t t0 = clock_monotonic_ns();
+  segment_free_memory(p, seg);
+  uint64_t dur = clock_monotonic_ns() - t0;
+  segment_emit_event(p, sh, EV_SEGMENT_FREE, large ? EVF_LARGE : 0, addr, size, dur);
+  free(first->streams);
+  free(first);
+}
+
+/* Bytes of b's range on pages of a vmm segment that are not mapped. */
+static uint64_t unmapped_bytes(const segment *seg, const block *b) {
+  if (!seg->pages || seg->nmapped == seg->npages || b->state != BLOCK_FREE)
+    return 0; /* pages under allocated and pending blocks are always mapped */
+  uint64_t n = 0;
+  uintptr_t end = b->addr + b->size;
+  for (size_t i = (b->addr - seg->addr) / seg->page_size; i < seg->npages; i++) {
+    uintptr_t lo = seg->addr + i * seg->page_size, hi = lo + seg->page_size;
+    if (lo >= end)
+      break;
+    if (!seg->pages[i])
+      n += (hi < end ? hi : end) - (lo > b->addr ? lo : b->addr);
+  }
+  return n;
+}
+
+void segment_describe(const segment *seg, pool_segment_info *info, pool_block_info *blocks) {
+  void *stream = seg->sh->stream;
+  *info = (pool_segment_info){.addr = seg->addr,
+                              .size = seg->size,
+                              .mapped = segment_mapped_bytes(seg),
+                              .stream = (uint64_t)(uintptr_t)stream,
+                              .is_large = seg->large,
+                              .nblocks = seg->nblocks};
+  size_t i = 0;
+  for (const block *b = seg->first; b; b = b->next) {
+    blocks[i++] = (pool_block_info){b->addr,
+                                    b->size,
+                                    b->state == BLOCK_ALLOCATED ? b->requested : 0,
+                                    (uint64_t)(uintptr_t)stream,
+                                    block_state_name(b),
+                                    unmapped_bytes(seg, b),
+                                    b->state == BLOCK_FREE ? 0 : b->alloc_stamp,
+                                    b->state == BLOCK_FREE ? NULL : pool_tag_name(b->tag)};
+    if (b->state == BLOCK_ALLOCATED) {
+      info->allocated += b->size;
+      info->requested += b->requested;
+    }
+    if (b->state != BLOCK_FREE)
+      info->active += b->size;
+  }
+}

@@ -1,0 +1,31 @@
+/* Segments: a device allocation (or, for a large segment of an expandable
+ * pool, an address range whose pages pages.h maps) that a shard's blocks
+ * tile. Creating and returning one, with the device call's timing, the
+ * segment observers and the segment events. Callers hold p->slow_lock and
+ * no shard lock. */
+#ifndef GPUPOOL_SEGMENT_H
+#define GPUPOOL_SEGMENT_H
+
+#include "pool_internal.h"
+#include "pool_view.h"
+
+/* A new segment of size bytes for shard sh, as one free block; not yet in
+ * the shard (shard_add_segment). */
+gpupool_status segment_create(gpupool *p, shard *sh, size_t size, int large, segment **out);
+/* Returns a segment's memory to the device and frees the struct (not its
+ * blocks); for shard_destroy and segment_create's failure. No event. */
+void segment_free_memory(gpupool *p, segment *seg);
+/* Returns seg (fully free, already detached from its shard) to the device
+ * with its event, and frees its block. */
+void segment_destroy(gpupool *p, segment *seg);
+/* A segment event (EV_SEGMENT_*) on sh's track, with the pool's reserved and
+ * allocated bytes after it; takes sh's lock. */
+void segment_emit_event(gpupool *p, shard *sh, int type, int flags, uintptr_t addr, size_t size,
+                        uint64_t dur);
+/* seg as readers see it (pool_view.h): its info, and its seg->nblocks
+ * blocks in address order into blocks. A block's alloc_ns is still the raw
+ * clock_stamp() (0: unknown), for the caller to convert with
+ * clock_stamp_to_ns once it holds no spinlock. Under seg's shard lock. */
+void segment_describe(const segment *seg, pool_segment_info *info, pool_block_info *blocks);
+
+#endif
