@@ -18,6 +18,7 @@ static void set_defaults(pool_config *c) {
   c->round_linear_cutoff = 24;
   c->fault_seed = 1;
   c->expandable_slack = 0.05;
+  c->expandable_growth_moves = 8;
 }
 
 static int set_name(pool_config *c, const char *name, char *err, size_t errlen) {
@@ -45,6 +46,7 @@ FIELD_SETTER(set_gc_threshold, c->gc_threshold = v.d)
 FIELD_SETTER(set_reserve_percent, c->reserve_percent = v.d)
 FIELD_SETTER(set_expandable, c->expandable = (int)v.u)
 FIELD_SETTER(set_expandable_slack, c->expandable_slack = v.d / 100)
+FIELD_SETTER(set_expandable_growth, c->expandable_growth_moves = (unsigned)v.u)
 FIELD_SETTER(set_round_linear_cutoff, c->round_linear_cutoff = (unsigned)v.u)
 FIELD_SETTER(set_fault_every_n, c->fault_every_n = (unsigned)v.u)
 FIELD_SETTER(set_fault_rate, c->fault_rate = v.d)
@@ -95,6 +97,7 @@ static const kvopt pool_options[] = {
     {"reserve_percent", KVOPT_DOUBLE, .dmin = 0, .dmax = 50, .set = set_reserve_percent},
     {"expandable_segments", KVOPT_BOOL, .set = set_expandable},
     {"expandable_slack_percent", KVOPT_DOUBLE, .dmin = 0, .dmax = 100, .set = set_expandable_slack},
+    {"expandable_growth_moves", KVOPT_U64, 0, 1 << 20, .set = set_expandable_growth},
     {"round_linear_cutoff", KVOPT_U64, 12, 40, .set = set_round_linear_cutoff},
     {"fault_every_n", KVOPT_U64, 0, UINT32_MAX, .set = set_fault_every_n},
     {"fault_rate", KVOPT_DOUBLE, .dmin = 0, .dmax = 1, .set = set_fault_rate},

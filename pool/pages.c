@@ -6,13 +6,24 @@
 #include "core/errors.h"
 #include "segment_observers.h"
 
+char pages_stale_marker;
+
 /* A page taken off a segment: where it was mapped and its physical handle. */
 typedef struct loose_page {
   segment *seg;
   size_t index;
   void *handle;
   int fenced; /* freed before a completed fence: no queued work uses it */
+  int stale;  /* its old mapping stays until the fence passes seq (PAGE_STALE) */
+  uint64_t seq;
 } loose_page;
+
+/* An old mapping left in place by a move (PAGE_STALE in its slot). */
+struct stale_page {
+  segment *seg;
+  size_t index;
+  uint64_t seq; /* the free it waits for: unmapped once seg's shard's safe_seq reaches it */
+};
 
 typedef struct page_list {
   loose_page *v;
@@ -118,14 +129,71 @@ static void unmap_list(gpupool *p, page_list *l, int mode, pages_work *w) {
     w->unmap_ns += dur;
 }
 
+static void advance_fence(gpupool *p, shard *sh);
+
+/* Unmaps the old mappings left by moves (of seg's pages [first, last] only
+ * when seg is not NULL) whose stream has passed them; with force, all of
+ * them, after a device synchronize if one is not passed yet. */
+static void stale_flush(gpupool *p, segment *seg, size_t first, size_t last, int force) {
+  if (!p->nstale)
+    return;
+  /* Forced, no fence is touched: pool destruction flushes each segment's
+   * old mappings while other shards (and their fences) are already gone. */
+  if (!force)
+    for (shard *sh = atomic_load(&p->shards); sh; sh = sh->next_shard)
+      advance_fence(p, sh);
+  page_list l = {0};
+  for (size_t i = 0; i < p->nstale;) {
+    struct stale_page e = p->stale[i];
+    if (seg && (e.seg != seg || e.index < first || e.index > last)) {
+      i++;
+      continue;
+    }
+    int passed = e.seq <= e.seg->sh->safe_seq;
+    if ((!passed && !force) ||
+        list_push(&l, (loose_page){e.seg, e.index, NULL, passed, 0, 0}) != 0) {
+      i++;
+      continue;
+    }
+    p->stale[i] = p->stale[--p->nstale];
+  }
+  unmap_list(p, &l, PAGES_KEEP, NULL);
+  for (size_t i = 0; i < l.n; i++) {
+    shard *sh = l.v[i].seg->sh;
+    spin_lock(&sh->lock);
+    l.v[i].seg->pages[l.v[i].index] = NULL;
+    spin_unlock(&sh->lock);
+  }
+  free(l.v);
+  if (!p->nstale) {
+    free(p->stale);
+    p->stale = NULL;
+    p->cap_stale = 0;
+  }
+}
+
+static int stale_push(gpupool *p, const loose_page *pg) {
+  if (p->nstale == p->cap_stale) {
+    size_t cap = p->cap_stale ? 2 * p->cap_stale : 64;
+    struct stale_page *v = realloc(p->stale, cap * sizeof *v);
+    if (!v)
+      return -1;
+    p->stale = v;
+    p->cap_stale = cap;
+  }
+  p->stale[p->nstale++] = (struct stale_page){pg->seg, pg->index, pg->seq};
+  return 0;
+}
+
 size_t pages_segment_destroy(gpupool *p, segment *seg) {
   page_list l = {0};
   size_t bytes = 0;
-  for (size_t i = 0; i < seg->npages; i++) {
+  stale_flush(p, seg, 0, SIZE_MAX, 1);
+  for (size_t i = 0; i < seg->top; i++) {
     if (!seg->pages[i])
       continue;
     bytes += seg->page_size;
-    if (list_push(&l, (loose_page){seg, i, seg->pages[i], 0}) != 0) {
+    if (list_push(&l, (loose_page){seg, i, seg->pages[i], 0, 0, 0}) != 0) {
       p->be->ops->vmm->unmap(p->be, (void *)(seg->addr + i * seg->page_size), 1);
       p->be->ops->vmm->release(p->be, &seg->pages[i], 1);
       POOL_COUNT(p, p->c.device_frees++);
@@ -142,10 +210,13 @@ size_t pages_segment_destroy(gpupool *p, segment *seg) {
   return bytes;
 }
 
-/* The pages of seg wholly under free block b: [*first, *last]; 0 if none. */
+/* The pages of seg wholly under free block b that may be mapped (below
+ * seg->top): [*first, *last]; 0 if none. */
 static int interior_pages(const segment *seg, const block *b, size_t *first, size_t *last) {
   size_t ps = seg->page_size;
   uintptr_t lo = (b->addr - seg->addr + ps - 1) / ps, hi = (b->addr + b->size - seg->addr) / ps;
+  if (hi > seg->top)
+    hi = seg->top;
   if (hi <= lo)
     return 0;
   *first = lo;
@@ -153,79 +224,99 @@ static int interior_pages(const segment *seg, const block *b, size_t *first, siz
   return 1;
 }
 
-/* Takes the idle mapped pages of seg in [first, last] (at most max of them,
- * none in seg's pages [keep_first, keep_last]) off the segment into l. Under
- * seg's shard lock. Returns how many were taken. */
-static size_t take_idle(segment *seg, size_t first, size_t last, size_t keep_first,
-                        size_t keep_last, size_t max, page_list *l) {
-  size_t taken = 0;
-  for (block *b = seg->first; b && taken < max; b = b->next) {
-    size_t lo, hi;
-    if (b->state != BLOCK_FREE || !interior_pages(seg, b, &lo, &hi))
+/* Takes the idle mapped pages under b, if b is still a free block of seg, in
+ * [first, last] (at most max of them, none in [keep_first, keep_last]) off
+ * the segment into l. With alias (the pages go to a block of the same
+ * stream, whose work runs after the work that used them), a page that queued
+ * work may still use keeps its old mapping for now (PAGE_STALE). Under seg's
+ * shard lock. Returns how many were taken. */
+static size_t take_idle_under(segment *seg, const block *b, size_t first, size_t last,
+                              size_t keep_first, size_t keep_last, size_t max, int alias,
+                              page_list *l) {
+  size_t lo, hi, taken = 0;
+  if (b->state != BLOCK_FREE || b->seg != seg || !interior_pages(seg, b, &lo, &hi))
+    return 0;
+  int fenced = b->free_seq <= seg->sh->safe_seq, stale = alias && !fenced;
+  lo = lo > first ? lo : first;
+  hi = hi < last ? hi : last;
+  for (size_t i = lo; i <= hi && taken < max; i++) {
+    if (!page_mapped(seg, i) || (i >= keep_first && i <= keep_last))
       continue;
-    int fenced = b->free_seq <= seg->sh->safe_seq;
-    lo = lo > first ? lo : first;
-    hi = hi < last ? hi : last;
-    for (size_t i = lo; i <= hi && taken < max; i++) {
-      if (!seg->pages[i] || (i >= keep_first && i <= keep_last))
-        continue;
-      if (list_push(l, (loose_page){seg, i, seg->pages[i], fenced}) != 0)
-        return taken;
-      seg->pages[i] = NULL;
-      seg->nmapped--;
-      taken++;
-    }
+    if (list_push(l, (loose_page){seg, i, seg->pages[i], fenced, stale, b->free_seq}) != 0)
+      return taken;
+    seg->pages[i] = stale ? PAGE_STALE : NULL;
+    seg->nmapped--;
+    taken++;
   }
   return taken;
 }
 
-/* An idle stretch found while looking for pages to move. */
+/* Every idle mapped page of seg into l; under seg's shard lock. */
+static void take_all_idle(segment *seg, page_list *l) {
+  for (block *b = seg->first; b; b = b->next)
+    take_idle_under(seg, b, 0, SIZE_MAX, 1, 0, SIZE_MAX, 0, l);
+}
+
+/* An idle stretch found while looking for pages to move: the pages
+ * [first, last] of free block b. */
 typedef struct candidate {
   uint64_t free_seq;
+  int fenced;
   segment *seg;
+  const block *b;
   size_t first, last;
 } candidate;
 
-static int oldest_first(const void *a, const void *b) {
-  uint64_t x = ((const candidate *)a)->free_seq, y = ((const candidate *)b)->free_seq;
-  return x < y ? -1 : x > y;
+/* Pages no queued work uses first (they move without a synchronize), then
+ * the oldest free. */
+static int fenced_then_oldest(const void *a, const void *b) {
+  const candidate *x = a, *y = b;
+  if (x->fenced != y->fenced)
+    return y->fenced - x->fenced;
+  return x->free_seq < y->free_seq ? -1 : x->free_seq > y->free_seq;
 }
 
 static int has_mapped(const segment *seg, size_t first, size_t last) {
   for (size_t i = first; i <= last; i++)
-    if (seg->pages[i])
+    if (page_mapped(seg, i))
       return 1;
   return 0;
 }
 
 /* Moves sh's fence forward: when its event completed, what was freed
  * before it is safe to unmap; a new one is recorded if blocks were freed
- * since. Under sh's lock. */
+ * since. The fence fields change under the slow lock only; the shard lock
+ * is taken just to read the free count, so that no event call happens
+ * under it. */
 static void advance_fence(gpupool *p, shard *sh) {
   backend *be = p->be;
   if (sh->fence) {
     if (be->ops->event_query(be, sh->fence) == 0)
       return;
-    sh->safe_seq = sh->fence_seq;
     be->ops->event_destroy(be, sh->fence);
     sh->fence = NULL;
+    spin_lock(&sh->lock); /* take_idle_under reads safe_seq under it */
+    sh->safe_seq = sh->fence_seq;
+    spin_unlock(&sh->lock);
   }
-  if (sh->free_seq != sh->safe_seq && be->ops->event_record(be, sh->stream, &sh->fence) == 0)
-    sh->fence_seq = sh->free_seq;
+  spin_lock(&sh->lock);
+  uint64_t freed = sh->free_seq;
+  spin_unlock(&sh->lock);
+  /* Recorded after those frees: once complete, they are safe. */
+  if (freed != sh->safe_seq && be->ops->event_record(be, sh->stream, &sh->fence) == 0)
+    sh->fence_seq = freed;
   else
     sh->fence = NULL;
 }
 
-/* Free blocks with idle mapped pages, in every shard; `held` is locked by
- * the caller already. */
-static candidate *find_candidates(gpupool *p, shard *held, size_t *n) {
+/* Free blocks with idle mapped pages, in every shard; no shard lock held. */
+static candidate *find_candidates(gpupool *p, size_t *n) {
   size_t cap = 64;
   candidate *c = malloc(cap * sizeof *c);
   *n = 0;
   for (shard *sh = atomic_load(&p->shards); sh && c; sh = sh->next_shard) {
-    if (sh != held)
-      spin_lock(&sh->lock);
     advance_fence(p, sh);
+    spin_lock(&sh->lock);
     for (segment *seg = sh->segments; seg && c; seg = seg->next) {
       if (!seg->pages || !seg->nmapped)
         continue;
@@ -239,58 +330,64 @@ static candidate *find_candidates(gpupool *p, shard *held, size_t *n) {
             break;
           c = g;
         }
-        c[(*n)++] = (candidate){b->free_seq, seg, lo, hi};
+        c[(*n)++] = (candidate){b->free_seq, b->free_seq <= sh->safe_seq, seg, b, lo, hi};
       }
     }
-    if (sh != held)
-      spin_unlock(&sh->lock);
+    spin_unlock(&sh->lock);
   }
   return c;
 }
 
-/* Moves up to `want` idle pages off their segments (oldest free first) into
- * l, sparing target's pages [keep_first, keep_last]. The candidates are
- * checked again under each shard's lock: blocks may have been taken since. */
+/* Moves up to `want` idle pages off their segments (fenced first, then
+ * oldest free first) into l, sparing target's pages [keep_first, keep_last].
+ * The candidates are checked again under each shard's lock: blocks may have
+ * been taken since (block structs and segments go away only under the slow
+ * lock, so the pointers stay valid). */
 static void gather_idle(gpupool *p, segment *target, size_t keep_first, size_t keep_last,
                         size_t want, page_list *l) {
   size_t n;
-  candidate *c = find_candidates(p, target->sh, &n);
+  candidate *c = find_candidates(p, &n);
   if (!c)
     return;
-  qsort(c, n, sizeof *c, oldest_first);
+  qsort(c, n, sizeof *c, fenced_then_oldest);
   for (size_t i = 0; i < n && l->n < want; i++) {
-    shard *sh = c[i].seg->sh; /* segments go away only under the slow lock */
-    if (sh != target->sh)
-      spin_lock(&sh->lock);
+    shard *sh = c[i].seg->sh;
     size_t kf = c[i].seg == target ? keep_first : 1, kl = c[i].seg == target ? keep_last : 0;
-    take_idle(c[i].seg, c[i].first, c[i].last, kf, kl, want - l->n, l);
-    if (sh != target->sh)
-      spin_unlock(&sh->lock);
+    spin_lock(&sh->lock);
+    take_idle_under(c[i].seg, c[i].b, c[i].first, c[i].last, kf, kl, want - l->n, sh == target->sh,
+                    l);
+    spin_unlock(&sh->lock);
   }
   free(c);
 }
 
 /* Maps handles h (one per missing page of seg in [first, last], in order);
- * on failure maps none of the rest and returns how many were used. */
+ * on failure maps none of the rest and returns how many were used. The
+ * device maps with no lock held; the pages are recorded under the shard
+ * lock (the hot path reads them there). */
 static size_t map_missing(gpupool *p, segment *seg, size_t first, size_t last, void **h,
                           gpupool_status *st) {
   backend *be = p->be;
   size_t used = 0;
   *st = GPUPOOL_OK;
   for (size_t i = first, j; i <= last; i = j) {
-    if (seg->pages[i]) {
+    if (page_mapped(seg, i)) {
       j = i + 1;
       continue;
     }
-    for (j = i + 1; j <= last && !seg->pages[j]; j++)
+    for (j = i + 1; j <= last && !page_mapped(seg, j); j++)
       ;
     *st = be->ops->vmm->map(be, (void *)(seg->addr + i * seg->page_size), h + used, j - i);
     if (*st != GPUPOOL_OK)
       return used;
+    spin_lock(&seg->sh->lock);
     for (size_t k = i; k < j; k++) {
       seg->pages[k] = h[used++];
       seg->nmapped++;
     }
+    if (j > seg->top)
+      seg->top = j;
+    spin_unlock(&seg->sh->lock);
   }
   return used;
 }
@@ -299,11 +396,30 @@ static size_t map_missing(gpupool *p, segment *seg, size_t first, size_t last, v
  * returns how many. */
 static size_t move_idle(gpupool *p, segment *seg, size_t first, size_t last, size_t want, void **h,
                         pages_work *w) {
-  page_list moved = {0};
+  page_list moved = {0}, now = {0};
   gather_idle(p, seg, first, last, want, &moved);
-  unmap_list(p, &moved, PAGES_KEEP, w);
-  for (size_t i = 0; i < moved.n; i++)
-    h[i] = moved.v[i].handle;
+  for (size_t i = 0; i < moved.n; i++) {
+    loose_page *pg = &moved.v[i];
+    h[i] = pg->handle;
+    if (pg->stale && stale_push(p, pg) == 0) {
+      /* its old mapping goes once the stream passed it: no synchronize; the
+       * trace shows the page leaving now */
+      if (w && !w->unmapped_at)
+        w->unmapped_at = pg->seg->addr + pg->index * pg->seg->page_size;
+      continue;
+    }
+    if (pg->stale) { /* without host memory to remember it: unmapped now */
+      spin_lock(&pg->seg->sh->lock);
+      pg->seg->pages[pg->index] = NULL;
+      spin_unlock(&pg->seg->sh->lock);
+    }
+    if (list_push(&now, *pg) != 0) { /* one at a time */
+      page_list one = {pg, 1, 1};
+      unmap_list(p, &one, PAGES_KEEP, w);
+    }
+  }
+  unmap_list(p, &now, PAGES_KEEP, w);
+  free(now.v);
   free(moved.v);
   return moved.n;
 }
@@ -312,14 +428,18 @@ static size_t move_idle(gpupool *p, segment *seg, size_t first, size_t last, siz
  * what the pool holds stays within (1 + slack) times the most it has had
  * allocated (each shard's allocated-bytes peak, summed, or what is allocated
  * now plus this block), idle pages stay where they are, ready for the blocks
- * that freed them; moving them costs an unmap and a map each. Under the slow
- * lock and seg's shard lock. */
+ * that freed them; moving them costs an unmap and a map each. Every
+ * expandable_growth_moves pages moved add one page to that room: a workload
+ * whose shapes keep moving pages buys the few pages that stop it, one that
+ * settles keeps the slack. Under the slow lock, no shard lock held. */
 static size_t pages_to_create(gpupool *p, const segment *seg, size_t len, size_t missing) {
   double slack = p->cfg.expandable_slack;
   if (slack <= 0)
     return 0;
-  int64_t peak, now = stats_allocated_bytes(p, seg->sh, &peak) + (int64_t)len;
-  double allowed = (1 + slack) * (double)(peak > now ? peak : now);
+  int64_t peak, now = stats_allocated_bytes(p, NULL, &peak) + (int64_t)len;
+  unsigned every = p->cfg.expandable_growth_moves;
+  double grown = every ? (double)(p->moves_for_growth / every) * (double)seg->page_size : 0;
+  double allowed = (1 + slack) * (double)(peak > now ? peak : now) + grown;
   double room = allowed - (double)stat_total(&p->c.reserved_bytes);
   size_t pages = room > 0 ? (size_t)(room / (double)seg->page_size) : 0;
   return pages < missing ? pages : missing;
@@ -329,9 +449,14 @@ gpupool_status pages_back(gpupool *p, segment *seg, uintptr_t addr, size_t len, 
   backend *be = p->be;
   size_t ps = seg->page_size;
   size_t first = (addr - seg->addr) / ps, last = (addr + len - 1 - seg->addr) / ps;
-  size_t missing = 0;
-  for (size_t i = first; i <= last; i++)
-    missing += !seg->pages[i];
+  stale_flush(p, NULL, 0, 0, 0);
+  size_t missing = 0, stale = 0;
+  for (size_t i = first; i <= last; i++) {
+    missing += !page_mapped(seg, i);
+    stale += seg->pages[i] == PAGE_STALE;
+  }
+  if (stale) /* old mappings where this block goes: they must go first */
+    stale_flush(p, seg, first, last, 1);
   if (!missing)
     return GPUPOOL_OK;
   void **h = malloc(missing * sizeof *h);
@@ -364,6 +489,7 @@ gpupool_status pages_back(gpupool *p, segment *seg, uintptr_t addr, size_t len, 
   if (used && !w->mapped_at)
     w->mapped_at = seg->addr + first * ps;
   w->moved += (used < have ? used : have) * ps;
+  p->moves_for_growth += used < have ? used : have;
   POOL_COUNT(p, p->c.pages_moved += used < have ? used : have);
   /* What was not mapped goes back to the device: moved pages included, which
    * is what an allocation that is about to fail needs. */
@@ -379,12 +505,13 @@ gpupool_status pages_back(gpupool *p, segment *seg, uintptr_t addr, size_t len, 
 }
 
 void pages_release_idle(gpupool *p, pages_work *w) {
+  stale_flush(p, NULL, 0, 0, 1);
   for (shard *sh = atomic_load(&p->shards); sh; sh = sh->next_shard) {
     page_list l = {0};
     spin_lock(&sh->lock);
     for (segment *seg = sh->segments; seg; seg = seg->next)
       if (seg->pages && seg->nmapped)
-        take_idle(seg, 0, seg->npages - 1, 1, 0, SIZE_MAX, &l);
+        take_all_idle(seg, &l);
     spin_unlock(&sh->lock);
     unmap_list(p, &l, PAGES_RELEASE, w);
     free(l.v);

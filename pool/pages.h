@@ -9,6 +9,18 @@
 
 #include "pool_internal.h"
 
+/* A page slot whose handle moved to another block while queued work on its
+ * stream may still use the old address: the old mapping stays until the
+ * stream's fence passes it (pages.c), and the slot holds this marker, which
+ * no block may use. */
+extern char pages_stale_marker;
+#define PAGE_STALE ((void *)&pages_stale_marker)
+
+/* Whether page i of vmm segment seg is mapped for its blocks. */
+static inline int page_mapped(const segment *seg, size_t i) {
+  return seg->pages[i] && seg->pages[i] != PAGE_STALE;
+}
+
 /* Whether every page of seg under [addr, addr + len) is mapped (always true
  * for a plain segment). Under the segment's shard lock. */
 static inline int pages_cover(const segment *seg, uintptr_t addr, size_t len) {
@@ -17,7 +29,7 @@ static inline int pages_cover(const segment *seg, uintptr_t addr, size_t len) {
   size_t first = (addr - seg->addr) / seg->page_size;
   size_t last = (addr + len - 1 - seg->addr) / seg->page_size;
   for (size_t i = first; i <= last; i++)
-    if (!seg->pages[i])
+    if (!page_mapped(seg, i))
       return 0;
   return 1;
 }
@@ -40,8 +52,9 @@ size_t pages_segment_destroy(gpupool *p, segment *seg);
 
 /* Maps every missing page of seg under [addr, addr + len), moving idle pages
  * from anywhere in the pool (not from that range) before creating new ones.
- * The caller holds seg->sh's lock (other shards are locked here one at a
- * time). GPUPOOL_ERR_OOM when the device has no page left for it. */
+ * The range is a claimed block (shard_claim) or lies in one; the caller
+ * holds no shard lock: each is taken here in turn, never across a device
+ * call. GPUPOOL_ERR_OOM when the device has no page left for it. */
 gpupool_status pages_back(gpupool *p, segment *seg, uintptr_t addr, size_t len, pages_work *w);
 
 /* Returns the idle pages of every vmm segment of p to the device (w says

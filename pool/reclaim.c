@@ -200,26 +200,43 @@ static gpupool_status out_of_memory(gpupool *p, shard *sh, size_t rounded, size_
                    (long long)(reserved - allocated), largest);
 }
 
+/* Maps the missing pages under b, claimed by the caller (shard_claim) with
+ * sh's lock, which is not held here: no device call happens under it. Then
+ * hands b out, or returns it to the free blocks when that failed. */
+static gpupool_status back_claimed(gpupool *p, shard *sh, block *b, size_t requested, block **out) {
+  pages_work w = {0};
+  gpupool_status st = pages_back(p, b->seg, b->addr, b->size, &w);
+  spin_lock(&sh->lock);
+  if (st != GPUPOOL_OK)
+    shard_unclaim(sh, b);
+  else if (shard_allocate_claimed(sh, b, requested, pool_thread.tag) != 0)
+    st = pool_fail(GPUPOOL_ERR_HOST_OOM, "pool '%s': out of host memory", p->cfg.name);
+  spin_unlock(&sh->lock);
+  emit_page_events(p, sh, &w);
+  *out = st == GPUPOOL_OK ? b : NULL;
+  return st;
+}
+
 /* One try at serving a request on sh: a cached block (mapping its pages
  * first if it is in a vmm segment), else a new segment. */
 static gpupool_status attempt(gpupool *p, shard *sh, size_t rounded, size_t requested, block **out,
                               int *to_device) {
   int large = size_is_large(rounded);
-  pages_work w = {0};
   gpupool_status st = GPUPOOL_OK;
   spin_lock(&sh->lock);
   if (sh->pending)
     shard_poll_pending(sh);
   block *b = shard_scan_mapped_fit(sh, large, rounded);
-  if (b && !shard_fit_is_mapped(sh, b, rounded)) {
-    *to_device = 1;
-    st = pages_back(p, b->seg, b->addr, shard_carve_size(sh, b, rounded), &w);
-  }
-  if (b && st == GPUPOOL_OK &&
-      shard_allocate(sh, b, rounded, requested, w.mapped_at != 0, pool_thread.tag) != 0)
+  int ready = b && shard_fit_is_mapped(sh, b, rounded);
+  if (ready && shard_allocate(sh, b, rounded, requested, 0, pool_thread.tag) != 0)
     st = pool_fail(GPUPOOL_ERR_HOST_OOM, "pool '%s': out of host memory", p->cfg.name);
+  else if (b && !ready)
+    shard_claim(sh, b, rounded);
   spin_unlock(&sh->lock);
-  emit_page_events(p, sh, &w);
+  if (b && !ready) {
+    *to_device = 1;
+    return back_claimed(p, sh, b, requested, out);
+  }
   if (b) {
     *out = st == GPUPOOL_OK ? b : NULL;
     return st;
@@ -234,16 +251,16 @@ static gpupool_status attempt(gpupool *p, shard *sh, size_t rounded, size_t requ
   segment *seg = NULL;
   if ((st = segment_create(p, sh, segsize, large, &seg)) != GPUPOOL_OK)
     return st;
-  pages_work nw = {0};
   spin_lock(&sh->lock);
   shard_add_segment(sh, seg);
   b = seg->first;
   if (seg->pages)
-    st = pages_back(p, seg, b->addr, shard_carve_size(sh, b, rounded), &nw);
-  if (st == GPUPOOL_OK && shard_allocate(sh, b, rounded, requested, 1, pool_thread.tag) != 0)
+    shard_claim(sh, b, rounded);
+  else if (shard_allocate(sh, b, rounded, requested, 1, pool_thread.tag) != 0)
     st = pool_fail(GPUPOOL_ERR_HOST_OOM, "pool '%s': out of host memory", p->cfg.name);
   spin_unlock(&sh->lock);
-  emit_page_events(p, sh, &nw);
+  if (seg->pages)
+    return back_claimed(p, sh, b, requested, out);
   *out = st == GPUPOOL_OK ? b : NULL;
   return st;
 }

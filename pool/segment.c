@@ -27,14 +27,31 @@ void segment_emit_event(gpupool *p, shard *sh, int type, int flags, uintptr_t ad
   shard_emit_locked(sh, &ev);
 }
 
+/* The address range of a large segment of an expandable pool: as much as the
+ * device has memory, as PyTorch reserves, so that one range per stream holds
+ * every large block, and blocks of different steps share pages in place
+ * rather than moving them between ranges of their own (size when more, or
+ * when the device does not say). Under the slow lock. */
+static size_t vmm_range(gpupool *p, size_t size) {
+  if (!p->device_total) {
+    size_t free_b, total_b;
+    if (p->be->ops->mem_info(p->be, &free_b, &total_b) != GPUPOOL_OK)
+      return size;
+    p->device_total = total_b;
+  }
+  size_t ps = p->be->page_size;
+  size_t range = (p->device_total + ps - 1) / ps * ps;
+  return range > size ? range : size;
+}
+
 /* A new segment of size bytes for shard sh: device memory, or for a large
  * segment of an expandable pool, address space whose pages are mapped as
- * blocks need them. Not yet in the shard. */
+ * blocks need them (vmm_range). Not yet in the shard. */
 gpupool_status segment_create(gpupool *p, shard *sh, size_t size, int large, segment **out) {
   segment *seg = NULL;
   uint64_t dur = 0;
   if (p->cfg.expandable && large) {
-    gpupool_status st = pages_segment_create(p, size, large, &seg);
+    gpupool_status st = pages_segment_create(p, vmm_range(p, size), large, &seg);
     if (st != GPUPOOL_OK)
       return st;
   } else {
@@ -109,14 +126,16 @@ static uint64_t unmapped_bytes(const segment *seg, const block *b) {
     return 0; /* pages under allocated and pending blocks are always mapped */
   uint64_t n = 0;
   uintptr_t end = b->addr + b->size;
-  for (size_t i = (b->addr - seg->addr) / seg->page_size; i < seg->npages; i++) {
+  size_t i = (b->addr - seg->addr) / seg->page_size;
+  for (; i < seg->top; i++) {
     uintptr_t lo = seg->addr + i * seg->page_size, hi = lo + seg->page_size;
     if (lo >= end)
-      break;
-    if (!seg->pages[i])
+      return n;
+    if (!page_mapped(seg, i))
       n += (hi < end ? hi : end) - (lo > b->addr ? lo : b->addr);
   }
-  return n;
+  uintptr_t top = seg->addr + seg->top * seg->page_size; /* nothing mapped from here */
+  return n + (end > top ? end - (top > b->addr ? top : b->addr) : 0);
 }
 
 void segment_describe(const segment *seg, pool_segment_info *info, pool_block_info *blocks) {

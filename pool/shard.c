@@ -154,6 +154,11 @@ static void index_swap(shard *sh, block *old, block *b) {
 static int fit_allowed(const pool_config *c, const block *b, size_t rounded) {
   if (c->strategy != GPUPOOL_STRATEGY_BFC)
     return b->size == rounded; /* exact-size buckets */
+  /* A vmm segment (expandable segments) is an address range whose free
+   * blocks hold pages only where mapped: the pool splits them for any
+   * request, as PyTorch does. */
+  if (b->seg->pages)
+    return 1;
   /* Oversize blocks (>= max_split_size) serve only large requests that waste
    * less than max_non_split_rounding of them. */
   if (rounded < c->max_split_size && b->size >= c->max_split_size)
@@ -190,6 +195,8 @@ static int should_split(const pool_config *c, const block *b, size_t rounded) {
   size_t rest = b->size - rounded;
   if (!b->seg->large)
     return rest >= MIN_BLOCK;
+  if (b->seg->pages) /* an expandable segment's range: the request takes only its own size */
+    return rest > SMALL_SIZE;
   return rounded < c->max_split_size && rest > SMALL_SIZE; /* PyTorch: the request decides */
 }
 
@@ -243,19 +250,26 @@ static void count_request(shard *sh, size_t requested) {
   sh->st.hist_sum += requested;
 }
 
-/* Takes free block b (in the index) for a request; splits it when the
- * strategy allows; updates the statistics and records the event. */
-static void carve_block(shard *sh, block *b, size_t rounded, size_t requested, int from_device) {
+/* split_counted: inactive_split counts the free blocks of split segments
+ * that are not vmm ranges. Those of a vmm range (expandable segments) hold
+ * only idle pages, which the pool moves to other blocks or releases: they
+ * are not memory lost to fragmentation, and the range's last free block
+ * spans address space as large as the device. */
+
+/* Takes free block b out of the index for a request of rounded bytes,
+ * splitting it when the strategy allows (the remainder stays free). */
+static void carve_out(shard *sh, block *b, size_t rounded) {
   gp_assert_internal(b->state == BLOCK_FREE && b->seg->sh == sh);
-  gp_assert_internal(b->size >= rounded && requested <= rounded);
+  gp_assert_internal(b->size >= rounded);
   int large = b->seg->large;
   block *r = should_split(&sh->pool->cfg, b, rounded) ? block_new(sh) : NULL;
   if (r) { /* without host memory for the remainder, the whole block is used */
     /* Counted as PyTorch does: an inactive split block that is cut stays one,
      * shrunk by what is taken; an unsplit block leaves one behind. */
-    if (b->seg->nblocks > 1)
+    if (b->seg->pages) { /* not counted (split_counted) */
+    } else if (b->seg->nblocks > 1) {
       stat_dec(&sh->st.s[STAT_INACTIVE_SPLIT_BYTES], large, (int64_t)rounded);
-    else {
+    } else {
       stat_inc(&sh->st.s[STAT_INACTIVE_SPLIT], large, 1);
       stat_inc(&sh->st.s[STAT_INACTIVE_SPLIT_BYTES], large, (int64_t)(b->size - rounded));
     }
@@ -274,12 +288,18 @@ static void carve_block(shard *sh, block *b, size_t rounded, size_t requested, i
     b->seg->nblocks++;
   } else {
     index_remove(sh, b);
-    if (b->seg->nblocks > 1) { /* a split block taken whole */
+    if (b->seg->nblocks > 1 && !b->seg->pages) { /* a split block taken whole */
       stat_dec(&sh->st.s[STAT_INACTIVE_SPLIT], large, 1);
       stat_dec(&sh->st.s[STAT_INACTIVE_SPLIT_BYTES], large, (int64_t)b->size);
     }
   }
   gp_assert_internal(b->size >= rounded && (!b->next || b->next->addr == b->addr + b->size));
+}
+
+/* Block b, carved out (carve_out), becomes allocated: statistics and event. */
+static void count_allocation(shard *sh, block *b, size_t requested, int from_device) {
+  gp_assert_internal(b->size >= requested);
+  int large = b->seg->large;
   b->state = BLOCK_ALLOCATED;
   b->requested = requested;
   b->nstreams = 0;
@@ -294,9 +314,9 @@ static void carve_block(shard *sh, block *b, size_t rounded, size_t requested, i
       record_block_event(sh, EV_ALLOC, from_device ? EVF_FROM_DEVICE : 0, b, large, requested);
 }
 
-int shard_allocate(shard *sh, block *b, size_t rounded, size_t requested, int from_device,
-                   unsigned tag) {
-  carve_block(sh, b, rounded, requested, from_device);
+/* count_allocation, then the tag and the table of live blocks. */
+static int record_live(shard *sh, block *b, size_t requested, int from_device, unsigned tag) {
+  count_allocation(sh, b, requested, from_device);
   b->tag = (uint8_t)tag;
   if (tag) /* untagged allocations (the common case) count nothing more */
     sh->tag_bytes[tag] += (int64_t)b->size;
@@ -304,6 +324,30 @@ int shard_allocate(shard *sh, block *b, size_t rounded, size_t requested, int fr
     return 0;
   shard_free(sh, b, 0);
   return -1;
+}
+
+int shard_allocate(shard *sh, block *b, size_t rounded, size_t requested, int from_device,
+                   unsigned tag) {
+  gp_assert_internal(requested <= rounded);
+  carve_out(sh, b, rounded);
+  return record_live(sh, b, requested, from_device, tag);
+}
+
+static void shard_release(shard *sh, block *b);
+
+void shard_claim(shard *sh, block *b, size_t rounded) {
+  carve_out(sh, b, rounded);
+  b->state = BLOCK_CLAIMED;
+}
+
+int shard_allocate_claimed(shard *sh, block *b, size_t requested, unsigned tag) {
+  gp_assert_internal(b->state == BLOCK_CLAIMED && b->seg->sh == sh);
+  return record_live(sh, b, requested, 1, tag);
+}
+
+void shard_unclaim(shard *sh, block *b) {
+  gp_assert_internal(b->state == BLOCK_CLAIMED && b->seg->sh == sh);
+  shard_release(sh, b);
 }
 
 /* Absorbs free neighbour n into b's address range and unlinks it from the
@@ -361,8 +405,10 @@ static void shard_release(shard *sh, block *b) {
     blocks++;
     bytes += (int64_t)b->size;
   }
-  stat_add(&sh->st.s[STAT_INACTIVE_SPLIT], b->seg->large, blocks);
-  stat_add(&sh->st.s[STAT_INACTIVE_SPLIT_BYTES], b->seg->large, bytes);
+  if (!b->seg->pages) { /* split_counted */
+    stat_add(&sh->st.s[STAT_INACTIVE_SPLIT], b->seg->large, blocks);
+    stat_add(&sh->st.s[STAT_INACTIVE_SPLIT_BYTES], b->seg->large, bytes);
+  }
   if (slot) {
     index_swap(sh, slot, b);
     block_recycle(sh, slot);

@@ -36,6 +36,16 @@ static inline int shard_fit_is_mapped(const shard *sh, const block *b, size_t ro
  * in the index) when out of host memory. */
 int shard_allocate(shard *sh, block *b, size_t rounded, size_t requested, int from_device,
                    unsigned tag);
+/* The slow path's way to map pages under a block without holding the lock
+ * through device calls: shard_claim carves free block b (split to what a
+ * request of rounded takes) out of the index, so that no other thread
+ * allocates or merges it; then, under the lock again,
+ * shard_allocate_claimed hands it out (as shard_allocate, from the device)
+ * or shard_unclaim returns it to the free index (merging it with free
+ * neighbours). */
+void shard_claim(shard *sh, block *b, size_t rounded);
+int shard_allocate_claimed(shard *sh, block *b, size_t requested, unsigned tag);
+void shard_unclaim(shard *sh, block *b);
 /* The caller's free of allocated block b: statistics and event; the block
  * returns to the index unless deferred (then it is on the pending list). */
 void shard_free(shard *sh, block *b, int deferred);

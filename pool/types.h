@@ -45,6 +45,7 @@ typedef struct pool_config {
   unsigned round_linear_cutoff;      /* log2 bytes */
   int expandable;                    /* expandable_segments: large segments on vmm pages */
   double expandable_slack;           /* expandable_slack_percent / 100 */
+  unsigned expandable_growth_moves;  /* pages moved per page added to the slack; 0: never */
   unsigned fault_every_n;
   double fault_rate;
   uint64_t fault_seed;
@@ -124,7 +125,9 @@ typedef struct pool_counters {
   uint64_t seq; /* bumped by every change: a reader that saw it move reads again */
 } pool_counters;
 
-typedef enum { BLOCK_FREE = 0, BLOCK_ALLOCATED, BLOCK_PENDING } block_state;
+/* BLOCK_CLAIMED: taken by the slow path while it maps the block's pages
+ * (shard_claim), neither free nor handed out yet. */
+typedef enum { BLOCK_FREE = 0, BLOCK_ALLOCATED, BLOCK_PENDING, BLOCK_CLAIMED } block_state;
 
 typedef struct block {
   uintptr_t addr;
@@ -161,6 +164,7 @@ struct segment {
    * blocks may not be. Changed under the shard lock and the slow lock. */
   void **pages;
   size_t page_size, npages, nmapped;
+  size_t top; /* no page at or above this index was ever mapped: scans stop there */
 };
 
 /* Cache hits and frees are not counted apart: they are the allocation
@@ -225,7 +229,14 @@ struct gpupool {
    * gpupool_get_stats reads them without waiting on a device call. */
   spinlock counters_lock;
   pool_counters c;
-  size_t device_total; /* cached for the GC threshold; 0 until needed */
+  size_t device_total; /* cached for the GC threshold and vmm ranges; 0 until needed */
+  /* Expandable segments: pages moved so far, under slow_lock; every
+   * expandable_growth_moves of them add a page to the slack (pages.c). */
+  uint64_t moves_for_growth;
+  /* Old mappings of moved pages waiting for their stream's fence (pages.c),
+   * under slow_lock; freed when empty. */
+  struct stale_page *stale;
+  size_t nstale, cap_stale;
   /* The last device reading the pool made (GC threshold, reserve), for OOM
    * reports, which make no device call; seen_ns 0: none. */
   size_t seen_free, seen_total;

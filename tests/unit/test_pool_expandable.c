@@ -77,29 +77,52 @@ Test(pool_expandable, maps_only_the_pages_blocks_use) {
   gpupool_destroy(p);
 }
 
-Test(pool_expandable, moves_idle_pages_instead_of_growing) {
+/* A large block that does not fit where idle pages are: a at [0, 40) MiB of
+ * the stream's range, pin at [40, 42), then b (50 MiB) after pin. */
+static void *pinned_move(gpupool *p, void **pin) {
+  void *a = take(p, 40 * MiB, 1);
+  *pin = take(p, 2 * MiB, 3);
+  check_and_free(p, a, 40 * MiB, 1); /* 20 idle pages stay mapped, cached */
+  return take(p, 50 * MiB, 2);       /* a's 40 MiB cannot hold it: it goes after pin */
+}
+
+Test(pool_expandable, one_range_holds_the_large_blocks) {
   gpupool *p = moving_pool(0);
   void *a = take(p, 40 * MiB, 1);
-  check_and_free(p, a, 40 * MiB, 1); /* 20 idle pages stay mapped, cached */
-  void *b = take(p, 50 * MiB, 2);    /* no free block of 50 MiB: a new segment */
+  check_and_free(p, a, 40 * MiB, 1);
+  void *b = take(p, 50 * MiB, 2); /* where a was: a's pages, 5 new ones */
+  gpupool_stats s = pc_stats(p);
+  cr_assert_eq(b, a, "the stream's range is reused from its start");
+  cr_assert_eq(s.num_pages_moved, 0);
+  cr_assert_eq(s.num_device_alloc, 25);
+  cr_assert_eq(s.segment[L].current, 1);
+  check_and_free(p, b, 50 * MiB, 2);
+  gpupool_destroy(p);
+}
+
+Test(pool_expandable, moves_idle_pages_instead_of_growing) {
+  gpupool *p = moving_pool(0);
+  void *pin, *b = pinned_move(p, &pin);
   gpupool_stats s = pc_stats(p);
   cr_assert_eq(s.num_pages_moved, 20, "the 20 idle pages move under the new block");
-  cr_assert_eq(s.num_device_alloc, 25, "only 5 new pages");
-  cr_assert_eq(s.reserved_bytes[L].current, 50 * MiB);
-  cr_assert_eq(s.reserved_bytes[L].peak, 50 * MiB, "plain bfc would hold 90 MiB here");
-  cr_assert_eq(s.segment[L].current, 2);
-  cr_assert_geq(s.num_device_syncs, 1, "pages under a free block are unmapped after a sync");
+  cr_assert_eq(s.num_device_alloc, 26, "a's 20 pages, pin's, and only 5 new ones");
+  cr_assert_eq(s.reserved_bytes[L].current, 52 * MiB);
+  cr_assert_eq(s.reserved_bytes[L].peak, 52 * MiB, "plain bfc would hold 110 MiB here");
+  cr_assert_eq(s.segment[L].current, 1);
+  cr_assert_eq(s.num_device_syncs, 0,
+               "work queued on the stream before the free may still use a's pages: their old "
+               "mapping stays until the stream passed it, no synchronize");
   check_mapped_is_reserved(p);
   check_invariants(p);
   check_and_free(p, b, 50 * MiB, 2);
+  check_and_free(p, pin, 2 * MiB, 3);
   gpupool_destroy(p);
 
   gpupool *plain = pc_pool(GPUPOOL_STRATEGY_BFC, 0, NULL);
-  a = take(plain, 40 * MiB, 1);
-  check_and_free(plain, a, 40 * MiB, 1);
-  b = take(plain, 50 * MiB, 2);
-  cr_assert_eq(pc_stats(plain).reserved_bytes[L].current, 90 * MiB);
+  b = pinned_move(plain, &pin);
+  cr_assert_eq(pc_stats(plain).reserved_bytes[L].current, 110 * MiB);
   check_and_free(plain, b, 50 * MiB, 2);
+  check_and_free(plain, pin, 2 * MiB, 3);
   gpupool_destroy(plain);
 }
 
@@ -150,7 +173,7 @@ Test(pool_expandable, a_full_device_moves_pages_then_fails_cleanly) {
   gpupool *p = moving_pool(64 * MiB);
   void *a = take(p, 40 * MiB, 1);
   check_and_free(p, a, 40 * MiB, 1);
-  void *b = take(p, 60 * MiB, 2); /* 20 pages moved, 10 created: fits in 64 MiB */
+  void *b = take(p, 60 * MiB, 2); /* a's 20 pages where they are, 10 created: 64 MiB hold it */
   gpupool_stats s = pc_stats(p);
   cr_assert_eq(s.num_alloc_retries, 0, "no cache flush was needed");
   cr_assert_eq(s.reserved_bytes[A].current, 60 * MiB);
@@ -187,6 +210,82 @@ Test(pool_expandable, pages_under_a_pending_free_do_not_move) {
   gpupool_destroy(p);
 }
 
+static void *take_on(gpupool *p, size_t size, gpupool_host_stream *s, uint64_t id) {
+  void *x = NULL;
+  cr_assert_eq(gpupool_malloc(p, &x, size, s), GPUPOOL_OK, "%s", gpupool_last_error());
+  pc_pattern_fill(x, size, id);
+  return x;
+}
+
+/* Pages moved to a block of the same stream keep their old mapping until the
+ * stream has passed the work queued before their free: no synchronize; a
+ * block placed over such a mapping waits for it (a synchronize only if the
+ * stream has not passed it yet). */
+Test(pool_expandable, moved_pages_keep_their_old_mapping_until_the_stream_passed_it) {
+  for (int passed = 0; passed < 2; passed++) {
+    gpupool *p = moving_pool(0);
+    gpupool_host_stream *s = gpupool_host_stream_create();
+    void *a = take_on(p, 40 * MiB, s, 1), *pin = take_on(p, 2 * MiB, s, 3);
+    gpupool_host_stream_enqueue(s); /* a kernel still using a */
+    check_and_free(p, a, 40 * MiB, 1);
+    void *b = take_on(p, 50 * MiB, s, 2); /* a's 20 pages move after pin */
+    gpupool_stats st = pc_stats(p);
+    cr_assert_eq(st.num_pages_moved, 20);
+    cr_assert_eq(st.num_device_syncs, 0);
+    if (passed)
+      gpupool_host_stream_complete(s);
+    void *c = take_on(p, 40 * MiB, s, 4); /* where a was: its old mappings go first */
+    st = pc_stats(p);
+    cr_assert_eq(c, a);
+    cr_assert_eq(st.num_device_syncs, passed ? 0 : 1);
+    cr_assert_eq(st.reserved_bytes[L].current, 92 * MiB, "20 new pages under c");
+    check_mapped_is_reserved(p);
+    check_invariants(p);
+    check_and_free(p, b, 50 * MiB, 2);
+    check_and_free(p, c, 40 * MiB, 4);
+    check_and_free(p, pin, 2 * MiB, 3);
+    cr_assert_eq(gpupool_empty_cache(p), 92 * MiB);
+    gpupool_destroy(p);
+    gpupool_host_stream_destroy(s);
+  }
+}
+
+/* A pool destroyed while old mappings still wait for their stream unmaps
+ * them with the rest (ASan and the host backend's page file check it). */
+Test(pool_expandable, destroy_with_old_mappings_pending) {
+  gpupool *p = moving_pool(0);
+  gpupool_host_stream *s = gpupool_host_stream_create();
+  void *a = take_on(p, 40 * MiB, s, 1), *pin = take_on(p, 2 * MiB, s, 3);
+  gpupool_host_stream_enqueue(s);
+  check_and_free(p, a, 40 * MiB, 1);
+  void *b = take_on(p, 50 * MiB, s, 2);
+  cr_assert_eq(pc_stats(p).num_pages_moved, 20);
+  check_and_free(p, b, 50 * MiB, 2);
+  check_and_free(p, pin, 2 * MiB, 3);
+  gpupool_destroy(p);
+  gpupool_host_stream_destroy(s);
+}
+
+/* Pages freed on another stream move only once that stream's work is done:
+ * a synchronize when its fence has not completed. */
+Test(pool_expandable, pages_of_another_busy_stream_move_after_a_synchronize) {
+  gpupool *p = moving_pool(0);
+  gpupool_host_stream *s1 = gpupool_host_stream_create(), *s2 = gpupool_host_stream_create();
+  void *a = take_on(p, 40 * MiB, s1, 1);
+  gpupool_host_stream_enqueue(s1);
+  check_and_free(p, a, 40 * MiB, 1);
+  void *b = take_on(p, 50 * MiB, s2, 2); /* s2's own range: a's pages move there */
+  gpupool_stats st = pc_stats(p);
+  cr_assert_eq(st.num_pages_moved, 20);
+  cr_assert_eq(st.num_device_syncs, 1);
+  cr_assert_eq(st.reserved_bytes[L].current, 50 * MiB);
+  check_mapped_is_reserved(p);
+  check_and_free(p, b, 50 * MiB, 2);
+  gpupool_destroy(p);
+  gpupool_host_stream_destroy(s1);
+  gpupool_host_stream_destroy(s2);
+}
+
 Test(pool_expandable, needs_bfc_and_a_boolean) {
   gpupool_options o = {.backend = GPUPOOL_BACKEND_HOST,
                        .strategy = GPUPOOL_STRATEGY_ROUND,
@@ -212,9 +311,7 @@ Test(pool_expandable, needs_bfc_and_a_boolean) {
 Test(pool_expandable, page_moves_are_segment_events_of_the_trace) {
   pool_events_enable(256);
   gpupool *p = moving_pool(0);
-  void *a = take(p, 40 * MiB, 1);
-  check_and_free(p, a, 40 * MiB, 1);
-  void *b = take(p, 50 * MiB, 2);
+  void *pin, *b = pinned_move(p, &pin);
   event_ring *ring;
   cr_assert_eq(pool_event_rings(p, &ring, 1), 1);
   pool_event ev[64];
@@ -231,23 +328,27 @@ Test(pool_expandable, page_moves_are_segment_events_of_the_trace) {
       maps++;
     } else {
       unmapped += ev[i].size;
-      cr_assert_eq(ev[i].a, 50 * MiB, "reserved after the move: 20 moved and 5 new pages");
+      cr_assert_eq(ev[i].a, 52 * MiB, "reserved after the move: pin, 20 moved and 5 new pages");
     }
   }
-  cr_assert_eq(maps, 2, "a's pages, then b's");
-  cr_assert_eq(mapped, 40 * MiB + 50 * MiB);
+  cr_assert_eq(maps, 3, "a's pages, pin's, then b's");
+  cr_assert_eq(mapped, 40 * MiB + 2 * MiB + 50 * MiB);
   cr_assert_eq(unmapped, 40 * MiB, "a's 20 idle pages, moved");
   check_and_free(p, b, 50 * MiB, 2);
+  check_and_free(p, pin, 2 * MiB, 3);
   gpupool_destroy(p);
   pool_events_disable();
 }
 
 /* A training step whose shapes repeat maps its pages in the first steps and
- * then finds every block mapped: no page moves after that. */
+ * then finds every block mapped: no page moves after that. y does not fit in
+ * the holes its step leaves, so its pages move there and back until the
+ * slack has grown by the pages that stop it (one per 8 moved here). */
 Test(pool_expandable, repeating_shapes_stop_moving_pages) {
   static const size_t step[] = {30 * MiB, 12 * MiB, 7 * MiB, 50 * MiB, 3 * MiB, 24 * MiB};
   enum { N = sizeof step / sizeof step[0] };
-  gpupool *p = expandable_pool(0);
+  gpupool *p =
+      pc_pool(GPUPOOL_STRATEGY_BFC, 0, "expandable_segments:True,expandable_growth_moves:8");
   uint64_t moved_after[12];
   for (int it = 0; it < 12; it++) {
     void *x[N];
@@ -261,8 +362,11 @@ Test(pool_expandable, repeating_shapes_stop_moving_pages) {
     check_and_free(p, y, 40 * MiB, 100);
     moved_after[it] = pc_stats(p).num_pages_moved;
   }
-  cr_assert_eq(moved_after[11], moved_after[2], "pages moved %llu after step 3, %llu after 12",
-               (unsigned long long)moved_after[2], (unsigned long long)moved_after[11]);
+  cr_assert_eq(moved_after[11], moved_after[6], "pages moved %llu after step 7, %llu after 12",
+               (unsigned long long)moved_after[6], (unsigned long long)moved_after[11]);
+  cr_assert_eq(moved_after[6], 136);
+  gpupool_stats s = pc_stats(p);
+  cr_assert_eq(s.reserved_bytes[L].peak, 166 * MiB, "the range's high water: 126 MiB live + y");
   check_invariants(p);
   gpupool_destroy(p);
 }
@@ -271,27 +375,25 @@ Test(pool_expandable, repeating_shapes_stop_moving_pages) {
  * most it has had allocated; idle pages move only for the rest. */
 Test(pool_expandable, creates_pages_within_the_slack_and_moves_the_rest) {
   gpupool *p = expandable_pool(0);
-  void *a = take(p, 40 * MiB, 1);
-  check_and_free(p, a, 40 * MiB, 1); /* 20 idle pages */
-  void *b = take(p, 50 * MiB, 2);    /* 25 pages: 1.05 x 50 MiB leaves room for 6 new ones */
+  void *pin, *b = pinned_move(p, &pin); /* 25 pages: 1.05 x 52 MiB leaves room for 6 new ones */
   gpupool_stats s = pc_stats(p);
   cr_assert_eq(s.num_pages_moved, 19);
-  cr_assert_eq(s.reserved_bytes[L].current, 52 * MiB);
+  cr_assert_eq(s.reserved_bytes[L].current, 54 * MiB);
   cr_assert_leq(s.reserved_bytes[A].peak, 1.05 * (double)s.allocated_bytes[A].peak);
   check_mapped_is_reserved(p);
   check_invariants(p);
   check_and_free(p, b, 50 * MiB, 2);
+  check_and_free(p, pin, 2 * MiB, 3);
   gpupool_destroy(p);
 
   p = pc_pool(GPUPOOL_STRATEGY_BFC, 0, "expandable_segments:True,expandable_slack_percent:25");
-  a = take(p, 40 * MiB, 1);
-  check_and_free(p, a, 40 * MiB, 1);
-  b = take(p, 50 * MiB, 2); /* 1.25 x 50 MiB: room for 11 new pages, 14 move */
+  b = pinned_move(p, &pin); /* 1.25 x 52 MiB: room for 11 new pages, 14 move */
   s = pc_stats(p);
   cr_assert_eq(s.num_pages_moved, 14);
-  cr_assert_eq(s.reserved_bytes[L].current, 62 * MiB);
+  cr_assert_eq(s.reserved_bytes[L].current, 64 * MiB);
   check_mapped_is_reserved(p);
   check_and_free(p, b, 50 * MiB, 2);
+  check_and_free(p, pin, 2 * MiB, 3);
   gpupool_destroy(p);
 }
 
@@ -301,29 +403,33 @@ Test(pool_expandable, a_full_device_moves_pages_despite_the_slack) {
   gpupool *p = pc_pool(GPUPOOL_STRATEGY_BFC, 64 * MiB,
                        "expandable_segments:True,expandable_slack_percent:50");
   void *a = take(p, 40 * MiB, 1);
+  void *pin = take(p, 2 * MiB, 3);
   check_and_free(p, a, 40 * MiB, 1);
-  void *b = take(p, 60 * MiB, 2); /* 25 new pages do not fit in 64 MiB: 20 move, 10 new */
+  void *b = take(p, 60 * MiB, 2); /* 30 pages; 25 new ones do not fit in 64 MiB: 20 move */
   gpupool_stats s = pc_stats(p);
   cr_assert_eq(s.num_alloc_retries, 0);
   cr_assert_eq(s.num_ooms, 0);
   cr_assert_eq(s.num_pages_moved, 20);
-  cr_assert_eq(s.reserved_bytes[A].current, 60 * MiB);
+  cr_assert_eq(s.reserved_bytes[A].current, 62 * MiB);
   check_mapped_is_reserved(p);
   check_invariants(p);
   check_and_free(p, b, 60 * MiB, 2);
+  check_and_free(p, pin, 2 * MiB, 3);
   gpupool_destroy(p);
 }
 
 Test(pool_expandable, slack_percent_is_checked) {
   static const char *bad[] = {"expandable_slack_percent:101", "expandable_slack_percent:-1",
-                              "expandable_slack_percent:five"};
+                              "expandable_slack_percent:five", "expandable_growth_moves:-1",
+                              "expandable_growth_moves:1048577"};
   for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
     gpupool_options o = {.backend = GPUPOOL_BACKEND_HOST, .ignore_env = 1, .tunables = bad[i]};
     gpupool *p = NULL;
     cr_assert_eq(gpupool_create(&o, &p), GPUPOOL_ERR_INVALID, "%s", bad[i]);
     cr_assert_null(p);
-    cr_assert(strstr(gpupool_last_error(), "expandable_slack_percent: ") &&
-                  strstr(gpupool_last_error(), "(0 <= x <= 100)"),
+    cr_assert(strstr(gpupool_last_error(),
+                     i < 3 ? "expandable_slack_percent: " : "expandable_growth_moves: ") &&
+                  strstr(gpupool_last_error(), i < 3 ? "(0 <= x <= 100)" : "1048576"),
               "%s", gpupool_last_error());
   }
 }

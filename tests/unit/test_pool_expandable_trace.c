@@ -1,0 +1,74 @@
+/* The page-placement policies of expandable segments against exact figures
+ * on recorded training traces (tests/data: the first steps of
+ * tests/gpu/torch_train.py's CNN, whose batch size changes every step, and
+ * transformer LM, whose sequence length does), replayed on the simulated
+ * device: peak reserved, device allocations (pages), pages moved and device
+ * synchronizations. A policy change that moves these numbers must say so
+ * here (and in bench/README.md). Plain bfc is checked alongside. */
+#include <criterion/criterion.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "gpupool/advisor.h"
+
+#define MiB ((uint64_t)1 << 20)
+#define GiB ((uint64_t)1 << 30)
+
+static gpupool_history *load(const char *name) {
+  char path[1024];
+  const char *src = getenv("GPUPOOL_SOURCE_DIR");
+  snprintf(path, sizeof path, "%s/tests/data/%s", src ? src : ".", name);
+  gpupool_history *h = NULL;
+  cr_assert_eq(gpupool_history_load(path, "record", NULL, &h), GPUPOOL_OK, "%s: %s", path,
+               gpupool_last_error());
+  return h;
+}
+
+typedef struct expected {
+  const char *conf;
+  uint64_t peak_reserved, peak_allocated, device_allocs, pages_moved, device_syncs;
+} expected;
+
+static void check(gpupool_history *h, const expected *e) {
+  gpupool_replay_result r;
+  cr_assert_eq(gpupool_replay(h, e->conf, 80 * GiB, &r), GPUPOOL_OK, "%s: %s", e->conf,
+               gpupool_last_error());
+  cr_expect_eq(r.ooms, 0, "%s", e->conf);
+  cr_expect_eq(r.peak_allocated, e->peak_allocated, "%s: peak allocated %llu", e->conf,
+               (unsigned long long)r.peak_allocated);
+  cr_expect_eq(r.peak_reserved, e->peak_reserved, "%s: peak reserved %llu", e->conf,
+               (unsigned long long)r.peak_reserved);
+  cr_expect_eq(r.device_allocs, e->device_allocs, "%s: device allocs %llu", e->conf,
+               (unsigned long long)r.device_allocs);
+  cr_expect_eq(r.pages_moved, e->pages_moved, "%s: pages moved %llu", e->conf,
+               (unsigned long long)r.pages_moved);
+  cr_expect_eq(r.device_syncs, e->device_syncs, "%s: device syncs %llu", e->conf,
+               (unsigned long long)r.device_syncs);
+}
+
+Test(pool_expandable_trace, cnn) {
+  gpupool_history *h = load("cnn_train_60steps.trace");
+  static const expected e[] = {
+      {"strategy:bfc", 576 * MiB, 344509952, 15, 0, 0},
+      /* 1.065: the first steps move pages, then the slack has grown enough */
+      {"expandable_segments:True", 350 * MiB, 344509952, 175, 23, 0},
+      {"expandable_segments:True,expandable_growth_moves:0", 346 * MiB, 344509952, 173, 374, 0},
+      {"expandable_segments:True,expandable_slack_percent:0", 336 * MiB, 344509952, 168, 609, 0},
+  };
+  for (size_t i = 0; i < sizeof e / sizeof e[0]; i++)
+    check(h, &e[i]);
+  gpupool_history_free(h);
+}
+
+Test(pool_expandable_trace, lm) {
+  gpupool_history *h = load("lm_train_24steps.trace");
+  static const expected e[] = {
+      {"strategy:bfc", 1486 * MiB, 1358535680, 66, 0, 0},
+      {"expandable_segments:True", 1384 * MiB, 1358535680, 692, 77, 0},
+      {"expandable_segments:True,expandable_growth_moves:0", 1384 * MiB, 1358535680, 692, 77, 0},
+      {"expandable_segments:True,expandable_slack_percent:0", 1346 * MiB, 1358535680, 673, 452, 0},
+  };
+  for (size_t i = 0; i < sizeof e / sizeof e[0]; i++)
+    check(h, &e[i]);
+  gpupool_history_free(h);
+}
