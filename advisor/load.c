@@ -85,9 +85,43 @@ gpupool_status gpupool_history_load(const char *path, const char *format, const 
   return st;
 }
 
-static int by_time(const void *a, const void *b) {
-  const pool_event *x = a, *y = b;
-  return (x->ts_ns > y->ts_ns) - (x->ts_ns < y->ts_ns);
+/* Orders events by time, then by where they were read (ring by ring, each
+ * in its order): a total order, so equal times (events within one tick of
+ * the event clock) keep each ring's order, which qsort alone would not. */
+static int by_time(const void *a, const void *b, void *arg) {
+  const pool_event *ev = arg;
+  size_t i = *(const size_t *)a, j = *(const size_t *)b;
+  if (ev[i].ts_ns != ev[j].ts_ns)
+    return ev[i].ts_ns > ev[j].ts_ns ? 1 : -1;
+  return (i > j) - (i < j);
+}
+
+/* Merges the rings' events (ev[0, n), ring after ring) into time order,
+ * keeping each ring's order. A ring's stamps can step back a little where
+ * the event clock switches mode: they are raised to the one before first. */
+static int merge_by_time(pool_event **ev, size_t n, const size_t *ring_start, size_t nr) {
+  for (size_t r = 0; r < nr; r++) {
+    size_t end = r + 1 < nr ? ring_start[r + 1] : n;
+    for (size_t i = ring_start[r] + 1; i < end; i++)
+      if ((*ev)[i].ts_ns < (*ev)[i - 1].ts_ns)
+        (*ev)[i].ts_ns = (*ev)[i - 1].ts_ns;
+  }
+  size_t *order = malloc((n ? n : 1) * sizeof *order);
+  pool_event *sorted = malloc((n ? n : 1) * sizeof *sorted);
+  if (!order || !sorted) {
+    free(order);
+    free(sorted);
+    return -1;
+  }
+  for (size_t i = 0; i < n; i++)
+    order[i] = i;
+  qsort_r(order, n, sizeof *order, by_time, *ev);
+  for (size_t i = 0; i < n; i++)
+    sorted[i] = (*ev)[order[i]];
+  free(order);
+  free(*ev);
+  *ev = sorted;
+  return 0;
 }
 
 #define MAX_RINGS 1024
@@ -117,8 +151,10 @@ gpupool_status history_from_rings(event_ring **rings, size_t nr, const char *nam
   gpupool_history *h = hist_new(src, "live");
   size_t n = 0;
   uint64_t dropped = 0;
-  if (ev && h) {
+  size_t *ring_start = malloc((nr ? nr : 1) * sizeof *ring_start);
+  if (ev && h && ring_start) {
     for (size_t i = 0; i < nr; i++) {
+      ring_start[i] = n;
       uint64_t cursor = 0, skipped = 0;
       size_t got;
       while (n < total && (got = event_ring_read(rings[i], &cursor, ev + n, total - n, &skipped)))
@@ -128,14 +164,14 @@ gpupool_status history_from_rings(event_ring **rings, size_t nr, const char *nam
   }
   for (size_t i = 0; i < nr; i++)
     event_ring_unref(rings[i]);
-  if (!ev || !h) {
+  /* One ring per stream: merged in time order (each ring's order kept). */
+  if (!ev || !h || !ring_start || (nr > 1 && merge_by_time(&ev, n, ring_start, nr) != 0)) {
     free(ev);
+    free(ring_start);
     gpupool_history_free(h);
     return pool_fail(GPUPOOL_ERR_HOST_OOM, "history of pool %s: out of host memory", name);
   }
-  /* One ring per stream: merged in time order (stable within a ring). */
-  if (nr > 1)
-    qsort(ev, n, sizeof *ev, by_time);
+  free(ring_start);
   char err[160];
   gpupool_status st = GPUPOOL_OK;
   for (size_t i = 0; i < n && st == GPUPOOL_OK; i++) {

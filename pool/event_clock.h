@@ -20,11 +20,14 @@
  * While exact, the ticker only measures the rate.
  *
  * Resolution in ticked mode: events within one tick share a timestamp
- * (order within a ring stays exact: it is the ring's order), and a ring's
- * timestamps never go backwards across mode switches (event_clock_ring_stamp
- * keeps the ring's last stamp). The ticker needs a CPU at every tick: where
- * busy threads outnumber cores it publishes late and stamps get staler than
- * the tick (event_clock_max_late_ns says by how much). */
+ * (order within a ring stays exact: it is the ring's order). Block events
+ * (the hot path, shard.c) take event_clock_stamp() as it comes, so a ring's
+ * stamps can step back by under a tick where the mode switches; the rare
+ * events take event_clock_ring_stamp, never older than the ring's previous
+ * one of those. Readers that merge rings keep each ring's order. The
+ * ticker needs a CPU at every tick: where busy threads outnumber cores it
+ * publishes late and stamps get staler than the tick
+ * (event_clock_max_late_ns says by how much). */
 #ifndef GPUPOOL_EVENT_CLOCK_H
 #define GPUPOOL_EVENT_CLOCK_H
 
@@ -56,9 +59,10 @@ static inline uint64_t event_clock_stamp(void) {
 
 /* The timestamp for the next event pushed into r (writer side, under the
  * caller's serialisation): event_clock_stamp(), but never older than the
- * ring's previous event, so a ring's stamps never decrease when the mode
- * switches (a coarse stamp can be up to a tick older than an exact one
- * taken just before). */
+ * previous one taken this way for r, so these stamps never decrease when
+ * the mode switches (a coarse stamp can be up to a tick older than an exact
+ * one taken just before). The pool's rare events use it; block events do
+ * not (shard.c: the hot path). */
 static inline uint64_t event_clock_ring_stamp(event_ring *r) {
   uint64_t t = event_clock_stamp();
   t = t < r->last_stamp ? r->last_stamp : t;

@@ -5,11 +5,17 @@
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 
-event_ring *event_ring_create(size_t capacity) {
+static size_t slots_for(size_t capacity) {
   size_t slots = 16;
   while (slots < capacity && slots < ((size_t)1 << 40))
     slots <<= 1;
+  return slots;
+}
+
+event_ring *event_ring_create(size_t capacity) {
+  size_t slots = slots_for(capacity);
   event_ring *r = calloc(1, sizeof *r);
   if (!r)
     return NULL;
@@ -22,6 +28,62 @@ event_ring *event_ring_create(size_t capacity) {
   r->mask = slots - 1;
   atomic_init(&r->refs, 1);
   return r;
+}
+
+/* The records are touched now (no page fault on the hot path); the side
+ * array is mapped untouched: its pages cost memory only as side events
+ * (device calls, a few per second) fill it. */
+event_ring *event_ring_create_pool(size_t capacity, uint64_t stream) {
+  size_t slots = slots_for(capacity);
+  event_ring *r = calloc(1, sizeof *r);
+  if (!r)
+    return NULL;
+  r->recs = aligned_alloc(EVENT_RING_SLOT, slots * sizeof(event_ring_rec));
+  void *side = mmap(NULL, slots * sizeof(event_ring_slot), PROT_READ | PROT_WRITE,
+                    MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  if (!r->recs || side == MAP_FAILED) {
+    free(r->recs);
+    if (side != MAP_FAILED)
+      munmap(side, slots * sizeof(event_ring_slot));
+    free(r);
+    return NULL;
+  }
+  memset(r->recs, 0, slots * sizeof(event_ring_rec));
+  r->side = side;
+  r->mask = slots - 1;
+  r->stream = stream;
+  atomic_init(&r->refs, 1);
+  clock_stamp_init();
+  r->stamped = 1;
+  return r;
+}
+
+void event_ring_push_compact(event_ring *r, const pool_event *ev) {
+  if ((ev->type == EV_ALLOC || ev->type == EV_FREE || ev->type == EV_FREE_COMPLETED) &&
+      ev->stream == r->stream && ev->requested >> EVENT_REC_REQUESTED_BITS == 0 && !ev->dur_ns &&
+      !ev->a && !ev->b && !ev->reserved0) {
+    event_ring_push_block(r, ev->ts_ns, EVENT_REC_TF(ev->type, ev->flags), ev->addr, ev->size,
+                          ev->requested);
+    return;
+  }
+  uint64_t n = atomic_load_explicit(&r->head, memory_order_relaxed), k = r->side_next++;
+  event_ring_slot *e = &r->side[k & r->mask];
+  event_ring_rec *s = &r->recs[n & r->mask];
+  EVENT_RING_FENCE(memory_order_release); /* head = n (stored before) -> these words */
+  atomic_store_explicit(&e->word[0], ev->ts_ns, EVENT_RING_WORD_STORE);
+  atomic_store_explicit(&e->word[1], event_ring_word1(ev), EVENT_RING_WORD_STORE);
+  atomic_store_explicit(&e->word[2], ev->addr, EVENT_RING_WORD_STORE);
+  atomic_store_explicit(&e->word[3], ev->size, EVENT_RING_WORD_STORE);
+  atomic_store_explicit(&e->word[4], ev->requested, EVENT_RING_WORD_STORE);
+  atomic_store_explicit(&e->word[5], ev->stream, EVENT_RING_WORD_STORE);
+  atomic_store_explicit(&e->word[6], ev->a, EVENT_RING_WORD_STORE);
+  atomic_store_explicit(&e->word[7], ev->b, EVENT_RING_WORD_STORE);
+  atomic_store_explicit(&s->word[0], ev->ts_ns, EVENT_RING_WORD_STORE);
+  atomic_store_explicit(&s->word[1], k, EVENT_RING_WORD_STORE);
+  atomic_store_explicit(&s->word[2], 0, EVENT_RING_WORD_STORE);
+  atomic_store_explicit(&s->word[3], EVENT_REC_SIDE | EVENT_REC_TF(ev->type, ev->flags),
+                        EVENT_RING_WORD_STORE);
+  atomic_store_explicit(&r->head, n + 1, memory_order_release);
 }
 
 event_ring *event_ring_create_stamped(size_t capacity) {
@@ -40,8 +102,39 @@ void event_ring_ref(event_ring *r) {
 void event_ring_unref(event_ring *r) {
   if (r && atomic_fetch_sub_explicit(&r->refs, 1, memory_order_acq_rel) == 1) {
     free(r->slots);
+    free(r->recs);
+    if (r->side)
+      munmap(r->side, (r->mask + 1) * sizeof(event_ring_slot));
     free(r);
   }
+}
+
+static void copy_slot(const event_ring_slot *s, pool_event *out) {
+  uint64_t w[EVENT_RING_WORDS];
+  for (size_t i = 0; i < EVENT_RING_WORDS; i++)
+    w[i] = atomic_load_explicit(&s->word[i], EVENT_RING_WORD_LOAD);
+  memcpy(out, w, sizeof w);
+}
+
+/* Record m of a compact ring as an event (its side entry, for the others).
+ * What is copied may be torn: event_ring_read checks the head after. */
+static void copy_record(const event_ring *r, uint64_t m, pool_event *out) {
+  const event_ring_rec *s = &r->recs[m & r->mask];
+  uint64_t w[4];
+  for (size_t i = 0; i < 4; i++)
+    w[i] = atomic_load_explicit(&s->word[i], EVENT_RING_WORD_LOAD);
+  if (w[3] & EVENT_REC_SIDE) {
+    copy_slot(&r->side[w[1] & r->mask], out);
+    out->ts_ns = w[0];
+    return;
+  }
+  *out = (pool_event){.ts_ns = w[0],
+                      .type = (uint8_t)(w[3] >> EVENT_REC_TYPE_SHIFT),
+                      .flags = (uint8_t)(w[3] >> EVENT_REC_FLAGS_SHIFT),
+                      .addr = w[1],
+                      .size = w[2],
+                      .requested = w[3] & (EVENT_REC_SIDE - 1),
+                      .stream = r->stream};
 }
 
 size_t event_ring_read(event_ring *r, uint64_t *cursor, pool_event *out, size_t max,
@@ -59,11 +152,10 @@ size_t event_ring_read(event_ring *r, uint64_t *cursor, pool_event *out, size_t 
     }
     uint64_t end = h1 - n < max - got ? h1 : n + (max - got);
     for (uint64_t m = n; m < end; m++) {
-      const event_ring_slot *s = &r->slots[m & r->mask];
-      uint64_t w[EVENT_RING_WORDS];
-      for (size_t i = 0; i < EVENT_RING_WORDS; i++)
-        w[i] = atomic_load_explicit(&s->word[i], EVENT_RING_WORD_LOAD);
-      memcpy(&out[got + (m - n)], w, sizeof w);
+      if (r->recs)
+        copy_record(r, m, &out[got + (m - n)]);
+      else
+        copy_slot(&r->slots[m & r->mask], &out[got + (m - n)]);
     }
     EVENT_RING_FENCE(memory_order_acquire);
     uint64_t h2 = atomic_load_explicit(&r->head, memory_order_relaxed);

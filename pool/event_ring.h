@@ -1,13 +1,25 @@
 /* A bounded ring of allocation events. One ring per pool stream shard,
  * written only under that shard's lock (so a single writer at a time, no
  * atomic read-modify-write on the hot path) and read lock-free by the trace
- * writer. A slot is exactly one 64-byte event, 64-byte aligned (one cache
- * line), with no per-slot sequence number: the ring's head alone tells a
+ * writer. Two layouts:
+ *
+ * - full: a slot is exactly one 64-byte event (pool_event), 64-byte aligned
+ *   (one cache line). The CUPTI decoder and the counter samples use these.
+ * - compact (a pool's rings, event_ring_create_pool): a slot is a 32-byte
+ *   record, two to a cache line. An allocation, free or completed free is
+ *   the whole record (timestamp, address, block size, requested bytes, type,
+ *   flags; the stream is the ring's); any other event (device calls,
+ *   empty_cache, GC, OOM: rare, off the hot path) is written whole into a
+ *   side array of 64-byte events and its record says where. Half the bytes
+ *   per event and half the stores, so an allocating thread takes a new cache
+ *   line every second event instead of every event.
+ *
+ * Neither has a per-slot sequence number: the ring's head alone tells a
  * reader which of the events it copied are whole (protocol below), so a
  * reader never returns a torn event. When full, the oldest events are
  * overwritten; the number overwritten is head - capacity, never lost
- * silently. Rings are reference-counted so a trace being streamed can outlive
- * its pool. */
+ * silently. Readers get pool_event either way (event_ring_read). Rings are
+ * reference-counted so a trace being streamed can outlive its pool. */
 #ifndef GPUPOOL_EVENT_RING_H
 #define GPUPOOL_EVENT_RING_H
 
@@ -74,7 +86,15 @@ typedef struct pool_event {
  * A consequence: with head = h the slot of event h - S may be being
  * rewritten right now (the writer of event h needs no further store to
  * start), so a ring of S slots keeps S - 1 readable events: its capacity is
- * S - 1 and event_ring_dropped() counts the events beyond that. */
+ * S - 1 and event_ring_dropped() counts the events beyond that.
+ *
+ * Compact rings: the side array has S entries too, filled in order by the
+ * k-th side event (k counted by the writer). A writer stores the side entry
+ * after its release fence and before its record, and a reader copies the
+ * entry a record names before its acquire fence, so the same argument
+ * covers it: entry k is reused by side event k + S, which is at least S
+ * events after the record naming k, so a reader that copied any word of the
+ * reuse finds that record overwritten (h2 >= its number + S) and drops it. */
 _Static_assert(offsetof(pool_event, oom.reserved_bytes) == offsetof(pool_event, addr) &&
                    offsetof(pool_event, oom.largest_free) == offsetof(pool_event, b),
                "an OOM event's fields are the words of the others");
@@ -102,7 +122,7 @@ _Static_assert(offsetof(pool_event, oom.reserved_bytes) == offsetof(pool_event, 
 #define EVENT_RING_WORD_LOAD    memory_order_relaxed
 #endif
 #define EVENT_RING_SLOT 64 /* bytes: one cache line */
-/* The push prefetches the slot this many events ahead (written soon). */
+/* The push prefetches the slot this many cache lines ahead (written soon). */
 #define EVENT_RING_PREFETCH 4
 
 typedef struct event_ring_slot {
@@ -115,12 +135,31 @@ _Static_assert(offsetof(pool_event, addr) == 2 * sizeof(uint64_t) &&
                "event_ring_push stores the fields as words 0-7");
 _Static_assert(sizeof(event_ring_slot) == EVENT_RING_SLOT, "a slot is exactly one event");
 
+/* A compact record: ts, then addr and size for a block event (the side
+ * entry's number k and 0 for any other), then the requested bytes (47 bits)
+ * with EVENT_REC_SIDE, the type and the flags above them. */
+typedef struct event_ring_rec {
+  _Alignas(32) _Atomic uint64_t word[4];
+} event_ring_rec;
+_Static_assert(sizeof(event_ring_rec) == 32, "two records to a cache line");
+#define EVENT_REC_REQUESTED_BITS 47
+#define EVENT_REC_SIDE           (1ull << 47) /* the event is side entry word[1] */
+#define EVENT_REC_TYPE_SHIFT     48
+#define EVENT_REC_FLAGS_SHIFT    56
+/* The type and flags of a block event in its record's word 3. */
+#define EVENT_REC_TF(type, flags)                                                                  \
+  ((uint64_t)(type) << EVENT_REC_TYPE_SHIFT | (uint64_t)(flags) << EVENT_REC_FLAGS_SHIFT)
+
 typedef struct event_ring {
-  _Atomic uint64_t head; /* events ever pushed */
-  uint64_t last_stamp;   /* writer only: the newest timestamp pushed (event_clock.h) */
-  size_t mask;           /* slots - 1 */
-  event_ring_slot *slots;
-  int stamped; /* ts_ns holds clock_stamp() values */
+  _Atomic uint64_t head;  /* events ever pushed */
+  uint64_t last_stamp;    /* writer only: the newest timestamp pushed (event_clock.h) */
+  size_t mask;            /* slots - 1 */
+  event_ring_slot *slots; /* full layout; NULL in a compact ring */
+  event_ring_rec *recs;   /* compact layout: the records */
+  event_ring_slot *side;  /* compact layout: the other events (mapped, touched as used) */
+  uint64_t side_next;     /* writer only: side events ever pushed */
+  uint64_t stream;        /* compact layout: the stream of every block event */
+  int stamped;            /* ts_ns holds clock_stamp() values */
   _Atomic int refs;
 } event_ring;
 
@@ -130,6 +169,8 @@ event_ring *event_ring_create(size_t capacity);
 /* A ring whose events carry clock_stamp() values in ts_ns (cheaper to take
  * on the hot path); event_ring_read converts them to CLOCK_REALTIME ns. */
 event_ring *event_ring_create_stamped(size_t capacity);
+/* A pool stream's ring: compact layout, stamped, block events on stream. */
+event_ring *event_ring_create_pool(size_t capacity, uint64_t stream);
 void event_ring_ref(event_ring *r);
 void event_ring_unref(event_ring *r); /* frees at zero */
 
@@ -145,11 +186,41 @@ static inline uint64_t event_ring_word1(const pool_event *ev) {
 #endif
 }
 
-/* Writer side: the caller serialises pushes (the shard lock). Inline, so
- * that the fields of an event built by the caller go from registers straight
- * into its slot (copying the struct into an array of words first goes
- * through the stack, where narrow stores read back wide stall forwarding). */
+/* Writer side: the caller serialises pushes (the shard lock). */
+
+/* A block event (EV_ALLOC, EV_FREE, EV_FREE_COMPLETED) into a compact ring:
+ * tf = EVENT_REC_TF(type, flags), requested < 2^EVENT_REC_REQUESTED_BITS
+ * (event_ring_push checks; a block that size cannot exist). The hot path's
+ * whole cost of recording: four stores into a line shared with the
+ * neighbouring record, and the head. */
+static inline void event_ring_push_block(event_ring *r, uint64_t ts, uint64_t tf, uint64_t addr,
+                                         uint64_t size, uint64_t requested) {
+  uint64_t n = atomic_load_explicit(&r->head, memory_order_relaxed);
+  event_ring_rec *s = &r->recs[n & r->mask];
+  EVENT_RING_FENCE(memory_order_release); /* head = n (stored before) -> these words */
+  atomic_store_explicit(&s->word[0], ts, EVENT_RING_WORD_STORE);
+  atomic_store_explicit(&s->word[1], addr, EVENT_RING_WORD_STORE);
+  atomic_store_explicit(&s->word[2], size, EVENT_RING_WORD_STORE);
+  atomic_store_explicit(&s->word[3], requested | tf, EVENT_RING_WORD_STORE);
+  atomic_store_explicit(&r->head, n + 1, memory_order_release);
+  /* A few lines ahead, unmasked (a prefetch never faults; past the end it
+   * is only wasted): an add, not the index arithmetic of a masked one. */
+  __builtin_prefetch((const void *)((uintptr_t)s + EVENT_RING_SLOT * EVENT_RING_PREFETCH), 1);
+}
+
+/* Any event into a compact ring (out of line: block events that fit take
+ * event_ring_push_block, others the side array). */
+void event_ring_push_compact(event_ring *r, const pool_event *ev);
+
+/* Any event into either layout. Inline, so that the fields of an event built
+ * by the caller go from registers straight into its slot (copying the
+ * struct into an array of words first goes through the stack, where narrow
+ * stores read back wide stall forwarding). */
 static inline void event_ring_push(event_ring *r, const pool_event *ev) {
+  if (r->recs) {
+    event_ring_push_compact(r, ev);
+    return;
+  }
   uint64_t n = atomic_load_explicit(&r->head, memory_order_relaxed);
   event_ring_slot *s = &r->slots[n & r->mask];
   EVENT_RING_FENCE(memory_order_release); /* head = n (stored before) -> these words */

@@ -108,7 +108,7 @@ size_t pool_walk(gpupool *p, const pool_walker *w) {
 static void give_rings(gpupool *p, void *arg) {
   size_t cap = *(size_t *)arg;
   for (shard *sh = atomic_load(&p->shards); sh; sh = sh->next_shard) {
-    event_ring *r = event_ring_create_stamped(cap);
+    event_ring *r = event_ring_create_pool(cap, (uint64_t)(uintptr_t)sh->stream);
     spin_lock(&sh->lock);
     event_ring *old = sh->ring;
     if (!old || event_ring_capacity(old) != event_ring_capacity(r)) {

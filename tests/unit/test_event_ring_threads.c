@@ -1,7 +1,8 @@
 /* The event ring's protocol (pool/event_ring.h): readers racing a writer
  * that laps the ring never get a torn event, and what they miss is counted.
  * Every word of event n is derived from n, so a copy mixing two events is
- * caught. CI runs this under ThreadSanitizer. */
+ * caught; in a pool's (compact) ring, block records and side events mixed.
+ * CI runs this under ThreadSanitizer. */
 #include <criterion/criterion.h>
 #include <pthread.h>
 #include <sched.h>
@@ -37,6 +38,46 @@ static uint64_t number_of(const pool_event *ev) {
   return w[0];
 }
 
+/* A pool's ring: event n is a side event (a device call, every field
+ * derived from n) when n % 3 == 0, else a block record. ts carries n. */
+#define COMPACT_STREAM 0x5151
+static int is_side(uint64_t n) {
+  return n % 3 == 0;
+}
+
+static void push_compact(event_ring *r, uint64_t n) {
+  if (is_side(n)) {
+    pool_event ev = {.ts_ns = n,
+                     .type = EV_SEGMENT_ALLOC,
+                     .flags = (uint8_t)(n & 15),
+                     .dur_ns = (uint32_t)n,
+                     .addr = word_of(n, 2),
+                     .size = word_of(n, 3),
+                     .requested = word_of(n, 4),
+                     .stream = word_of(n, 5),
+                     .a = word_of(n, 6),
+                     .b = word_of(n, 7)};
+    event_ring_push(r, &ev);
+  } else {
+    event_ring_push_block(r, n, EVENT_REC_TF(n % 2 ? EV_FREE : EV_ALLOC, n & 7), word_of(n, 2),
+                          word_of(n, 3), word_of(n, 4) & (EVENT_REC_SIDE - 1));
+  }
+}
+
+static uint64_t number_of_compact(const pool_event *ev) {
+  uint64_t n = ev->ts_ns;
+  int ok = ev->addr == word_of(n, 2) && ev->size == word_of(n, 3);
+  if (is_side(n))
+    ok = ok && ev->type == EV_SEGMENT_ALLOC && ev->flags == (n & 15) && ev->dur_ns == (uint32_t)n &&
+         ev->requested == word_of(n, 4) && ev->stream == word_of(n, 5) && ev->a == word_of(n, 6) &&
+         ev->b == word_of(n, 7);
+  else
+    ok = ok && ev->type == (n % 2 ? EV_FREE : EV_ALLOC) && ev->flags == (n & 7) &&
+         ev->dur_ns == 0 && ev->requested == (word_of(n, 4) & (EVENT_REC_SIDE - 1)) &&
+         ev->stream == COMPACT_STREAM && ev->a == 0 && ev->b == 0;
+  return ok ? n : UINT64_MAX;
+}
+
 typedef struct reader {
   pthread_t thread;
   event_ring *ring;
@@ -54,7 +95,7 @@ static void *read_ring(void *arg) {
     size_t n;
     while ((n = event_ring_read(rd->ring, &rd->cursor, buf, want, &rd->skipped)) > 0) {
       for (size_t i = 0; i < n; i++) {
-        uint64_t num = number_of(&buf[i]);
+        uint64_t num = rd->ring->recs ? number_of_compact(&buf[i]) : number_of(&buf[i]);
         if (num == UINT64_MAX) {
           rd->torn++;
           continue;
@@ -74,9 +115,11 @@ static void *read_ring(void *arg) {
   return NULL;
 }
 
-static void race(size_t capacity, uint64_t events) {
-  event_ring *r = event_ring_create(capacity);
+static void race(size_t capacity, uint64_t events, int compact) {
+  event_ring *r =
+      compact ? event_ring_create_pool(capacity, COMPACT_STREAM) : event_ring_create(capacity);
   cr_assert_not_null(r);
+  r->stamped = 0; /* ts carries the event's number, not a clock stamp */
   atomic_int done = 0;
   reader rd[READERS];
   for (int i = 0; i < READERS; i++) {
@@ -84,6 +127,10 @@ static void race(size_t capacity, uint64_t events) {
     cr_assert_eq(pthread_create(&rd[i].thread, NULL, read_ring, &rd[i]), 0);
   }
   for (uint64_t n = 0; n < events; n++) { /* the only writer */
+    if (compact) {
+      push_compact(r, n);
+      continue;
+    }
     pool_event ev = event_of(n);
     event_ring_push(r, &ev);
   }
@@ -107,11 +154,43 @@ static void race(size_t capacity, uint64_t events) {
 }
 
 Test(event_ring_threads, readers_racing_a_lapping_writer_never_get_a_torn_event) {
-  race(16, pc_scaled(2000000));
+  race(16, pc_scaled(2000000), 0);
 }
 
 Test(event_ring_threads, readers_racing_a_writer_on_a_larger_ring) {
-  race(1024, pc_scaled(2000000));
+  race(1024, pc_scaled(2000000), 0);
+}
+
+Test(event_ring_threads, a_pools_compact_ring_raced_never_gives_a_torn_record_or_side_event) {
+  race(16, pc_scaled(2000000), 1);
+}
+
+Test(event_ring_threads, a_pools_compact_ring_raced_on_a_larger_ring) {
+  race(1024, pc_scaled(2000000), 1);
+}
+
+Test(event_ring_threads, a_pools_ring_at_rest_gives_back_every_field) {
+  event_ring *r = event_ring_create_pool(16, COMPACT_STREAM);
+  r->stamped = 0;
+  cr_assert_eq(event_ring_capacity(r), 15);
+  cr_assert_eq((uintptr_t)r->recs % 64, 0, "records are aligned to pair in cache lines");
+  for (uint64_t n = 0; n < 100; n++)
+    push_compact(r, n);
+  pool_event big = {.ts_ns = 100, .type = EV_ALLOC, .addr = 1, .size = 2, .requested = 1ull << 50};
+  event_ring_push(r, &big); /* a block event too large for a record: a side event */
+  cr_assert_eq(event_ring_head(r), 101);
+  cr_assert_eq(event_ring_dropped(r), 86);
+  pool_event out[32];
+  uint64_t cursor = 0, skipped = 0;
+  size_t n = event_ring_read(r, &cursor, out, 32, &skipped);
+  cr_assert_eq(n, 15);
+  cr_assert_eq(skipped, 86);
+  for (size_t i = 0; i < 14; i++)
+    cr_assert_eq(number_of_compact(&out[i]), 86 + i, "event %zu", 86 + i);
+  cr_assert_eq(out[14].requested, 1ull << 50, "kept whole");
+  cr_assert_eq(out[14].type, EV_ALLOC);
+  cr_assert_eq(out[14].size, 2);
+  event_ring_unref(r);
 }
 
 Test(event_ring_threads, a_full_ring_at_rest_gives_back_all_it_keeps) {
