@@ -29,7 +29,7 @@ typedef struct expected {
   uint64_t peak_reserved, peak_allocated, device_allocs, pages_moved, device_syncs;
 } expected;
 
-static void check(gpupool_history *h, const expected *e) {
+static void check_one(gpupool_history *h, const expected *e) {
   gpupool_replay_result r;
   cr_assert_eq(gpupool_replay(h, e->conf, 80 * GiB, &r), GPUPOOL_OK, "%s: %s", e->conf,
                gpupool_last_error());
@@ -46,8 +46,15 @@ static void check(gpupool_history *h, const expected *e) {
                (unsigned long long)r.device_syncs);
 }
 
+/* Replays the trace tests/data/<name> under each of e[0..n). */
+static void check(const char *name, const expected *e, size_t n) {
+  gpupool_history *h = load(name);
+  for (size_t i = 0; i < n; i++)
+    check_one(h, &e[i]);
+  gpupool_history_free(h);
+}
+
 Test(pool_expandable_trace, cnn) {
-  gpupool_history *h = load("cnn_train_60steps.trace");
   static const expected e[] = {
       {"strategy:bfc", 576 * MiB, 344509952, 15, 0, 0},
       /* 1.065: the first steps move pages, then the slack has grown enough */
@@ -55,20 +62,15 @@ Test(pool_expandable_trace, cnn) {
       {"expandable_segments:True,expandable_growth_moves:0", 346 * MiB, 344509952, 173, 374, 0},
       {"expandable_segments:True,expandable_slack_percent:0", 336 * MiB, 344509952, 168, 609, 0},
   };
-  for (size_t i = 0; i < sizeof e / sizeof e[0]; i++)
-    check(h, &e[i]);
-  gpupool_history_free(h);
+  check("cnn_train_60steps.trace", e, sizeof e / sizeof e[0]);
 }
 
 Test(pool_expandable_trace, lm) {
-  gpupool_history *h = load("lm_train_24steps.trace");
   static const expected e[] = {
       {"strategy:bfc", 1486 * MiB, 1358535680, 66, 0, 0},
       {"expandable_segments:True", 1384 * MiB, 1358535680, 692, 77, 0},
       {"expandable_segments:True,expandable_growth_moves:0", 1384 * MiB, 1358535680, 692, 77, 0},
       {"expandable_segments:True,expandable_slack_percent:0", 1346 * MiB, 1358535680, 673, 452, 0},
   };
-  for (size_t i = 0; i < sizeof e / sizeof e[0]; i++)
-    check(h, &e[i]);
-  gpupool_history_free(h);
+  check("lm_train_24steps.trace", e, sizeof e / sizeof e[0]);
 }
