@@ -103,48 +103,25 @@ static int agent_start(size_t trace_events, int trace_off) {
   return 0;
 }
 
-/* ns per pair on one thread, or (threads > 1) the process's ns per pair,
- * 1e9 / total pairs per second, thread i on streams[i]. */
-static double pair_ns(const bench_alloc *a, size_t size, void *const *streams, int threads,
-                      const pair_plan *plan) {
-  if (threads == 1)
-    return pair_ns_one_thread(a, size, streams[0], plan);
-  double per_s = pairs_per_s_threads(a, size, streams, threads, plan);
-  return per_s > 0 ? 1e9 / per_s : NAN;
-}
-
-/* Runs pairs until the agent's event clock is ticked (it switches after a
- * 50 ms check sees 1,000,000 events/s), as it is in a busy program that has
- * run a while; gives up after 2 s. */
-static void until_ticked(const bench_alloc *a, size_t size, void *stream) {
-  uint64_t deadline = bench_clock_ns() + 2000000000ull;
-  while (!event_clock_resolution_us() && bench_clock_ns() < deadline) {
-    for (int i = 0; i < 1000; i++) {
-      void *p;
-      if (a->alloc(a->ctx, &p, size, stream) != 0)
-        return;
-      a->free(a->ctx, p, size, stream);
-    }
-  }
-}
-
 /* ns per pair with the agent on (and scraped) or off. mode: 0 off, 1 on with
  * events, 2 on without events. */
 static double measure_mode(const bench_alloc *a, size_t size, void *const *streams, int threads,
                            const pair_plan *plan, int mode, int *scrapes) {
   if (mode == 0)
-    return pair_ns(a, size, streams, threads, plan);
+    return pair_ns_threads(a, size, streams, threads, plan);
   if (agent_start(0, mode == 2) != 0)
     return NAN;
+  /* With events, measured once the event clock is ticked (it switches after
+   * a 50 ms check sees 1,000,000 events/s), as in a busy program; at most 2 s. */
   if (mode == 1)
-    until_ticked(a, size, streams[0]);
+    pairs_until(a, size, streams[0], event_clock_resolution_us, 2000000000ull);
   scraper s = {.port = gpupool_agent_port()};
   atomic_init(&s.stop, 0);
   if (pthread_create(&s.thread, NULL, scrape_loop, &s) != 0) {
     gpupool_agent_stop();
     return NAN;
   }
-  double ns = pair_ns(a, size, streams, threads, plan);
+  double ns = pair_ns_threads(a, size, streams, threads, plan);
   atomic_store(&s.stop, 1);
   pthread_join(s.thread, NULL);
   gpupool_agent_stop();

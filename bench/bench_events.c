@@ -73,16 +73,6 @@ static int parse_args(int argc, char **argv, options *o) {
   return 0;
 }
 
-/* One measurement: ns per pair on one thread, or (threads > 1) ns per pair
- * of the whole process, 1e9 / total pairs per second. */
-static double measure(const bench_alloc *a, size_t size, void *const *streams, int threads,
-                      const pair_plan *plan) {
-  if (threads == 1)
-    return pair_ns_one_thread(a, size, streams[0], plan);
-  double per_s = pairs_per_s_threads(a, size, streams, threads, plan);
-  return per_s > 0 ? 1e9 / per_s : NAN;
-}
-
 /* ns per call of f, over n calls. */
 static double per_call(uint64_t (*f)(void), int n) {
   volatile uint64_t sink = 0;
@@ -163,21 +153,6 @@ typedef struct result {
   double late_ms;            /* the latest tick, beyond its time (max over rounds) */
 } result;
 
-/* Runs pairs on this thread until the ticker has switched to ticked mode
- * (it needs EVENT_CLOCK_ON_RATE events/s over one 50 ms check); gives up
- * after 2 s (the round then says how many rounds were ticked). */
-static void until_ticked(const bench_alloc *a, size_t size, void *stream) {
-  uint64_t deadline = bench_clock_ns() + 2000000000ull;
-  while (!event_clock_resolution_us() && bench_clock_ns() < deadline) {
-    for (int i = 0; i < 1000; i++) {
-      void *p;
-      if (a->alloc(a->ctx, &p, size, stream) != 0)
-        return;
-      a->free(a->ctx, p, size, stream);
-    }
-  }
-}
-
 /* Medians of ROUNDS alternating off / on with the exact clock / on with the
  * ticker measurements. */
 static int compare(const bench_alloc *a, size_t size, void *const *streams, int threads,
@@ -189,17 +164,20 @@ static int compare(const bench_alloc *a, size_t size, void *const *streams, int 
   for (int r = 0; r < ROUNDS; r++) {
     event_clock_stop();
     pool_events_disable();
-    v_off[r] = measure(a, size, streams, threads, plan);
+    v_off[r] = pair_ns_threads(a, size, streams, threads, plan);
     pool_events_enable(o->capacity);
-    v_exact[r] = measure(a, size, streams, threads, plan);
+    v_exact[r] = pair_ns_threads(a, size, streams, threads, plan);
     if (event_clock_start(o->tick_us) != 0)
       return -1;
-    until_ticked(a, size, streams[0]);
+    /* until the ticker has switched to ticked mode (EVENT_CLOCK_ON_RATE
+     * events/s over one 50 ms check); at most 2 s: the round then says how
+     * many rounds were ticked */
+    pairs_until(a, size, streams[0], event_clock_resolution_us, 2000000000ull);
     res->ticked_rounds += event_clock_resolution_us() != 0;
     uint64_t sw0 = event_clock_switches();
     int64_t cpu0 = event_clock_thread_cpu_ns();
     uint64_t t0 = bench_clock_ns();
-    v_ticker[r] = measure(a, size, streams, threads, plan);
+    v_ticker[r] = pair_ns_threads(a, size, streams, threads, plan);
     uint64_t t1 = bench_clock_ns();
     int64_t cpu1 = event_clock_thread_cpu_ns();
     cpu[r] = 100.0 * (double)(cpu1 - cpu0) / (double)(t1 - t0);

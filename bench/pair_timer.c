@@ -210,3 +210,24 @@ out:
   free(samples);
   return result;
 }
+
+double pair_ns_threads(const bench_alloc *a, size_t size, void *const *streams, int nthreads,
+                       const pair_plan *p) {
+  if (nthreads == 1)
+    return pair_ns_one_thread(a, size, streams[0], p);
+  double per_s = pairs_per_s_threads(a, size, streams, nthreads, p);
+  return per_s > 0 ? 1e9 / per_s : NAN;
+}
+
+void pairs_until(const bench_alloc *a, size_t size, void *stream, unsigned (*done)(void),
+                 uint64_t timeout_ns) {
+  uint64_t deadline = bench_clock_ns() + timeout_ns;
+  while (!done() && bench_clock_ns() < deadline) {
+    for (int i = 0; i < 1000; i++) {
+      void *ptr;
+      if (a->alloc(a->ctx, &ptr, size, stream) != 0)
+        return;
+      a->free(a->ctx, ptr, size, stream);
+    }
+  }
+}

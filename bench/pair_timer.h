@@ -34,5 +34,14 @@ void pair_ns_side_by_side(const bench_alloc *const *a, int n, size_t size, void 
  * NAN when an allocation failed or a thread could not start. */
 double pairs_per_s_threads(const bench_alloc *a, size_t size, void *const *streams, int nthreads,
                            const pair_plan *p);
+/* ns per pair: pair_ns_one_thread on streams[0] when nthreads is 1, else the
+ * whole process's, 1e9 / pairs_per_s_threads. */
+double pair_ns_threads(const bench_alloc *a, size_t size, void *const *streams, int nthreads,
+                       const pair_plan *p);
+/* Runs untimed pairs on this thread until done() says so or timeout_ns
+ * passed (or an allocation failed), e.g. until the event clock has switched
+ * to its ticked mode, as in a busy program that has run a while. */
+void pairs_until(const bench_alloc *a, size_t size, void *stream, unsigned (*done)(void),
+                 uint64_t timeout_ns);
 
 #endif
