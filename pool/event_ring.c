@@ -14,9 +14,17 @@ static size_t slots_for(size_t capacity) {
   return slots;
 }
 
+/* A zeroed ring struct on cache lines of its own (see event_ring). */
+static event_ring *ring_alloc(void) {
+  event_ring *r = aligned_alloc(EVENT_RING_SLOT, sizeof *r);
+  if (r)
+    memset(r, 0, sizeof *r);
+  return r;
+}
+
 event_ring *event_ring_create(size_t capacity) {
   size_t slots = slots_for(capacity);
-  event_ring *r = calloc(1, sizeof *r);
+  event_ring *r = ring_alloc();
   if (!r)
     return NULL;
   r->slots = aligned_alloc(EVENT_RING_SLOT, slots * sizeof(event_ring_slot));
@@ -35,7 +43,7 @@ event_ring *event_ring_create(size_t capacity) {
  * (device calls, a few per second) fill it. */
 event_ring *event_ring_create_pool(size_t capacity, uint64_t stream) {
   size_t slots = slots_for(capacity);
-  event_ring *r = calloc(1, sizeof *r);
+  event_ring *r = ring_alloc();
   if (!r)
     return NULL;
   r->recs = aligned_alloc(EVENT_RING_SLOT, slots * sizeof(event_ring_rec));

@@ -150,8 +150,12 @@ _Static_assert(sizeof(event_ring_rec) == 32, "two records to a cache line");
 #define EVENT_REC_TF(type, flags)                                                                  \
   ((uint64_t)(type) << EVENT_REC_TYPE_SHIFT | (uint64_t)(flags) << EVENT_REC_FLAGS_SHIFT)
 
+/* Cache-line aligned, on lines of its own (ring_alloc): the writer stores
+ * head on every event, and the rings of two streams, created one after the
+ * other in adjacent heap chunks, would otherwise share a line between the
+ * two streams' threads. */
 typedef struct event_ring {
-  _Atomic uint64_t head;  /* events ever pushed */
+  _Alignas(EVENT_RING_SLOT) _Atomic uint64_t head; /* events ever pushed */
   uint64_t last_stamp;    /* writer only: the newest timestamp pushed (event_clock.h) */
   size_t mask;            /* slots - 1 */
   event_ring_slot *slots; /* full layout; NULL in a compact ring */
@@ -162,6 +166,7 @@ typedef struct event_ring {
   int stamped;            /* ts_ns holds clock_stamp() values */
   _Atomic int refs;
 } event_ring;
+_Static_assert(sizeof(event_ring) % EVENT_RING_SLOT == 0, "a ring shares no cache line");
 
 /* capacity rounded up to a power of two (at least 16) slots, which keep one
  * event fewer (see above): event_ring_capacity() says how many. */
