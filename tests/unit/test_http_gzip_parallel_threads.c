@@ -5,6 +5,7 @@
  * changes the thread count. Failures are counted in the threads and
  * asserted on the main one; every loop is bounded in count. */
 #include <criterion/criterion.h>
+#include <dirent.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -121,6 +122,25 @@ static void *scrape_loop(void *arg) {
   return NULL;
 }
 
+/* Threads of this process named gpupool-gzip (the compressor's workers). */
+static int gzip_workers(void) {
+  DIR *d = opendir("/proc/self/task");
+  int n = 0;
+  struct dirent *e;
+  while (d && (e = readdir(d))) {
+    char path[300], comm[32] = "";
+    snprintf(path, sizeof path, "/proc/self/task/%s/comm", e->d_name);
+    FILE *f = fopen(path, "r");
+    if (f && fgets(comm, sizeof comm, f) && !strcmp(comm, "gpupool-gzip\n"))
+      n++;
+    if (f)
+      fclose(f);
+  }
+  if (d)
+    closedir(d);
+  return n;
+}
+
 /* Changes the thread count (the compressor is freed and made anew) while
  * the scrapers run. */
 static void *change_loop(void *arg) {
@@ -158,13 +178,18 @@ Test(http_gzip_parallel_threads, concurrent_gzip_scrapes, .timeout = 300) {
   cr_assert_eq(gpupool_agent_start(&ao), GPUPOOL_OK, "%s", gpupool_last_error());
   unsetenv("GPUPOOL_AGENT_CONF");
   g_port = gpupool_agent_port();
-  g_scrapes = g_scrapers_done = 0;
+  cr_assert_eq(gzip_workers(), 0, "the workers start with the first gzip'd scrape");
+  scrape_loop(NULL); /* 15 scrapes alone */
+  cr_assert_eq(atomic_load(&failures), 0);
+  cr_assert_eq(gzip_workers(), 2, "gzip_threads:3: the scraping thread and 2 workers");
+  g_scrapes = g_scrapers_done = 0; /* no other thread yet */
   pthread_t t[4];
   for (int i = 0; i < 4; i++)
     cr_assert_eq(pthread_create(&t[i], NULL, i == 3 ? change_loop : scrape_loop, NULL), 0);
   for (int i = 0; i < 4; i++)
     pthread_join(t[i], NULL);
-  gpupool_agent_stop(); /* joins the compression threads */
+  gpupool_agent_stop();
+  cr_assert_eq(gzip_workers(), 0, "agent stop joins the compression threads");
   for (int i = 0; i < 32; i++)
     gpupool_destroy(pools[i]);
   cr_assert_eq(atomic_load(&failures), 0, "%d scrapes failed or did not read back",
