@@ -13,7 +13,6 @@
  * wrapper is written here around the chunks. */
 #define GZIP_LEVEL     1
 #define GZIP_MEM_LEVEL 8
-#define RAW_WINDOW     32768
 /* A sync flush adds an empty stored block (at most 5 bytes with the bits
  * that pad the last one) that deflateBound, made for Z_FINISH, leaves out. */
 #define FLUSH_SLACK 16
@@ -222,7 +221,7 @@ static size_t run_locked(http_gzip_par *p, const uint8_t *in, size_t len, uint8_
     size_t start = chunk_start(len, k, i);
     w->in = start ? in + start : in; /* in may be NULL when len is 0 */
     w->len = chunk_start(len, k, i + 1) - start;
-    w->dict_len = start < RAW_WINDOW ? start : RAW_WINDOW;
+    w->dict_len = start < HTTP_GZIP_DICT ? start : HTTP_GZIP_DICT;
     w->dict = w->dict_len ? w->in - w->dict_len : NULL;
     w->last = i == k - 1;
     w->out = out + at;

@@ -352,45 +352,27 @@ static int gzip_side_by_side(int n) {
                                &a[t].bytes) != 0;
   metrics_gzip_threads(def);
   if (!failed) {
-    printf("### gzip by 1 thread and by several (`gzip_threads`), side by side
-
-");
-    printf("- the handler with OpenMetrics + gzip (as Prometheus asks), and the compression
-"
-           "  alone of its %zu-byte body; %d rounds of %d each in turns; the body is cut
-"
-           "  into chunks of at least %d KiB, one per thread; this machine has %ld online
-"
-           "  CPUs, the default here is gzip_threads:%u
-
-",
+    printf("### gzip by 1 thread and by several (`gzip_threads`), side by side\n\n");
+    printf("- the handler with OpenMetrics + gzip (as Prometheus asks), and the compression\n"
+           "  alone of its %zu-byte body; %d rounds of %d each in turns; the body is cut\n"
+           "  into chunks of at least %d KiB, one per thread; this machine has %ld online\n"
+           "  CPUs, the default here is gzip_threads:%u\n\n",
            body.len, ROUNDS, per_round, HTTP_GZIP_CHUNK_MIN / 1024, sysconf(_SC_NPROCESSORS_ONLN),
            def);
     printf("| gzip_threads | chunks | handler median us | p99 us | ratio to 1 | compression "
-           "median us | p99 us | ratio to 1 | gzip bytes |
-"
-           "|---:|---:|---:|---:|---:|---:|---:|---:|---:|
-");
+           "median us | p99 us | ratio to 1 | gzip bytes |\n"
+           "|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
     for (unsigned t = 0; t < GZ_COUNTS; t++) {
       summarise(hus[t], per_round * ROUNDS, &h[t]);
       summarise(aus[t], per_round * ROUNDS, &a[t]);
-      printf("| %u%s | %u | %.1f | %.1f | %.2f | %.1f | %.1f | %.2f | %zu |
-             ", t + 1,
-                         t +
-                         1 ==
-                     def
-                 ? " (default)"
-                 : "",
-             http_gzip_par_chunks(c[t], body.len), h[t].median_us, h[t].p99_us,
-             h[t].median_us / h[0].median_us, a[t].median_us, a[t].p99_us,
+      printf("| %u%s | %u | %.1f | %.1f | %.2f | %.1f | %.1f | %.2f | %zu |\n", t + 1,
+             t + 1 == def ? " (default)" : "", http_gzip_par_chunks(c[t], body.len), h[t].median_us,
+             h[t].p99_us, h[t].median_us / h[0].median_us, a[t].median_us, a[t].p99_us,
              a[t].median_us / a[0].median_us, a[t].bytes);
     }
-    printf("
-");
+    printf("\n");
   } else {
-    printf("### gzip by 1 thread and by several: failed
-
-");
+    printf("### gzip by 1 thread and by several: failed\n\n");
   }
   for (unsigned t = 0; t < GZ_COUNTS; t++) {
     http_gzip_par_free(c[t]);
