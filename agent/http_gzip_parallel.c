@@ -21,14 +21,19 @@
  * no name, no time, "fastest" (XFL 4), Unix (OS 3). */
 static const uint8_t gzip_header[10] = {0x1f, 0x8b, 8, 0, 0, 0, 0, 0, 4, 3};
 
+/* A part is queued for its worker, then taken by the worker or, when the
+ * worker has not started it by the time the caller is done with its own
+ * part (its CPU busy with other work), by the caller. */
+enum { PART_IDLE, PART_QUEUED, PART_TAKEN };
+
 /* One thread's part of a body. */
 typedef struct gz_part {
   z_stream z;
   http_gzip_par *owner;
   pthread_t thread;
-  pthread_cond_t go;  /* a worker waits here for seq to move */
-  unsigned seq, seen; /* under owner->lock */
-  /* The job, written by the caller before it moves seq. */
+  pthread_cond_t go; /* a worker waits here for its part to be queued */
+  int state;         /* under owner->lock */
+  /* The job, written by the caller before it queues the part. */
   const uint8_t *dict, *in;
   size_t dict_len, len, cap;
   uint8_t *out;
@@ -41,9 +46,9 @@ typedef struct gz_part {
 
 struct http_gzip_par {
   pthread_mutex_t run_lock; /* one body at a time */
-  pthread_mutex_t lock;     /* the workers' wake-ups and pending */
+  pthread_mutex_t lock;     /* the parts' states and pending */
   pthread_cond_t done;
-  unsigned pending;
+  unsigned pending; /* parts queued or taken */
   int stop;
   unsigned threads; /* parts: part[0] is the caller's, the others workers' */
   gz_part *part[HTTP_GZIP_MAX_THREADS];
@@ -73,19 +78,40 @@ static void *worker_main(void *arg) {
   pthread_setname_np(pthread_self(), "gpupool-gzip");
   pthread_mutex_lock(&p->lock);
   for (;;) {
-    while (w->seen == w->seq && !p->stop)
+    while (w->state != PART_QUEUED && !p->stop)
       pthread_cond_wait(&w->go, &p->lock);
     if (p->stop)
       break;
-    w->seen = w->seq;
+    w->state = PART_TAKEN;
     pthread_mutex_unlock(&p->lock);
     compress_part(w);
     pthread_mutex_lock(&p->lock);
+    w->state = PART_IDLE;
     if (--p->pending == 0)
       pthread_cond_signal(&p->done);
   }
   pthread_mutex_unlock(&p->lock);
   return NULL;
+}
+
+/* The caller compresses the parts no worker has started, last first (the
+ * last woken), then waits for the others. */
+static void finish_parts(http_gzip_par *p, unsigned k) {
+  pthread_mutex_lock(&p->lock);
+  for (unsigned i = k - 1; i >= 1; i--) {
+    gz_part *w = p->part[i];
+    if (w->state != PART_QUEUED)
+      continue;
+    w->state = PART_TAKEN;
+    pthread_mutex_unlock(&p->lock);
+    compress_part(w);
+    pthread_mutex_lock(&p->lock);
+    w->state = PART_IDLE;
+    p->pending--;
+  }
+  while (p->pending)
+    pthread_cond_wait(&p->done, &p->lock);
+  pthread_mutex_unlock(&p->lock);
 }
 
 static gz_part *part_new(http_gzip_par *p) {
@@ -232,18 +258,14 @@ static size_t run_locked(http_gzip_par *p, const uint8_t *in, size_t len, uint8_
     pthread_mutex_lock(&p->lock);
     p->pending = k - 1;
     for (unsigned i = 1; i < k; i++) {
-      p->part[i]->seq++;
+      p->part[i]->state = PART_QUEUED;
       pthread_cond_signal(&p->part[i]->go);
     }
     pthread_mutex_unlock(&p->lock);
   }
   compress_part(p->part[0]);
-  if (k > 1) {
-    pthread_mutex_lock(&p->lock);
-    while (p->pending)
-      pthread_cond_wait(&p->done, &p->lock);
-    pthread_mutex_unlock(&p->lock);
-  }
+  if (k > 1)
+    finish_parts(p, k);
 
   for (unsigned i = 0; i < k; i++)
     if (!p->part[i]->ok)

@@ -2,17 +2,21 @@
  * the body is cut into chunks of at least HTTP_GZIP_CHUNK_MIN bytes, one per
  * thread; each chunk is raw deflate (level 1, as http_gzip.h) primed with the
  * HTTP_GZIP_DICT bytes of the body before it (deflateSetDictionary), every
- * chunk but the
- * last ended by a sync flush (byte-aligned, no final bit), so that their
- * concatenation is one deflate stream; zlib's crc32 of each chunk is joined
- * with crc32_combine, and a gzip header and trailer around the whole make one
- * standard gzip member. A body of one chunk (or one thread) is one deflate
- * call on the calling thread, byte for byte http_gzipper_run's output.
+ * chunk but the last ended by a sync flush (byte-aligned, no final bit), so
+ * that their concatenation is one deflate stream; zlib's crc32 of each chunk
+ * is joined with crc32_combine, and a gzip header and trailer around the
+ * whole make one standard gzip member. A body of one chunk (or one thread)
+ * is one deflate call on the calling thread, byte for byte
+ * http_gzipper_run's output.
  *
  * The calling thread compresses the first chunk itself; the other chunks go
  * to worker threads started with the compressor, each with its own z_stream
- * kept between bodies (deflateReset), woken per body and joined when it is
- * freed. One body at a time: a second caller waits for the first. */
+ * kept between bodies (deflateReset), woken per body (a condition variable
+ * each) and joined when it is freed. A chunk whose worker has not started
+ * it by the time the caller is done with its own (the worker's CPU busy
+ * with other work) is compressed by the caller: on a busy machine a body
+ * takes about as long as on one thread, not longer. One body at a time: a
+ * second caller waits for the first. */
 #ifndef GPUPOOL_HTTP_GZIP_PARALLEL_H
 #define GPUPOOL_HTTP_GZIP_PARALLEL_H
 
