@@ -284,7 +284,8 @@ static int time_http(int port, const char *headers, int n, timing *t) {
 
 /* ---- gzip by 1 thread and by several, side by side ---- */
 
-#define GZ_COUNTS 4 /* gzip_threads 1..4 */
+#define GZ_COUNTS 4  /* gzip_threads 1..4 */
+#define GZ_ROUNDS 20 /* handler rounds, in turns */
 
 /* One round of n handler scrapes with gzip_threads t, after a few untimed
  * ones (the first starts the compression threads); us[0..n) filled. */
@@ -292,7 +293,7 @@ static int gz_handler_round(unsigned t, int n, double *us, size_t *bytes) {
   metrics_gzip_threads(t);
   endpoint_args args = {
       .get = no_arg, .each = no_args, .accept = OPENMETRICS_ACCEPT, .accept_encoding = "gzip"};
-  for (int i = -5; i < n; i++) {
+  for (int i = -3; i < n; i++) {
     endpoint_body body = {0};
     uint64_t t0 = bench_clock_ns();
     metrics_endpoint(&args, &body);
@@ -308,19 +309,20 @@ static int gz_handler_round(unsigned t, int n, double *us, size_t *bytes) {
   return 0;
 }
 
-/* One round of n compressions of body by c; us[0..n) filled. */
-static int gz_alone_round(http_gzip_par *c, const prom_buf *body, uint8_t *out, size_t cap, int n,
-                          double *us, size_t *bytes) {
-  for (int i = -2; i < n; i++) {
-    uint64_t t0 = bench_clock_ns();
-    size_t z = http_gzip_par_run(c, body->data, body->len, out, cap);
-    double dt = (double)(bench_clock_ns() - t0) / 1e3;
-    if (!z)
-      return -1;
-    *bytes = z;
-    if (i >= 0)
-      us[i] = dt;
-  }
+/* Compression alone: body i by each count in turn; us[t][i] filled. */
+static int gz_alone(http_gzip_par *const *c, const prom_buf *body, uint8_t *out, size_t cap, int n,
+                    double *const *us, size_t *bytes) {
+  for (int i = -2; i < n; i++)
+    for (unsigned t = 0; t < GZ_COUNTS; t++) {
+      uint64_t t0 = bench_clock_ns();
+      size_t z = http_gzip_par_run(c[t], body->data, body->len, out, cap);
+      double dt = (double)(bench_clock_ns() - t0) / 1e3;
+      if (!z)
+        return -1;
+      bytes[t] = z;
+      if (i >= 0)
+        us[t][i] = dt;
+    }
   return 0;
 }
 
@@ -330,7 +332,7 @@ static int gzip_side_by_side(int n) {
   prom_buf_init(&body, 1 << 20);
   http_gzip_par *c[GZ_COUNTS] = {0};
   double *hus[GZ_COUNTS], *aus[GZ_COUNTS];
-  int per_round = n / ROUNDS, failed = metrics_render(&body, PROM_FORMAT_OPENMETRICS) != 0;
+  int per_round = n / GZ_ROUNDS, failed = metrics_render(&body, PROM_FORMAT_OPENMETRICS) != 0;
   size_t cap = 0;
   for (unsigned t = 0; t < GZ_COUNTS; t++) {
     c[t] = http_gzip_par_new(t + 1);
@@ -343,32 +345,35 @@ static int gzip_side_by_side(int n) {
   uint8_t *out = malloc(cap);
   failed |= !out;
   timing h[GZ_COUNTS] = {0}, a[GZ_COUNTS] = {0};
-  /* Rounds in turns: 1, 2, 3, 4 threads, then again, so that a change in
-   * the machine's load falls on every count alike. */
-  for (int r = 0; r < ROUNDS && !failed; r++)
+  size_t abytes[GZ_COUNTS] = {0};
+  /* In turns: 1, 2, 3, 4 threads, then again (the handler in rounds, since
+   * a change of count restarts the workers; compression alone body by
+   * body), so that a change in the machine's load falls on every count
+   * alike. */
+  for (int r = 0; r < GZ_ROUNDS && !failed; r++)
     for (unsigned t = 0; t < GZ_COUNTS && !failed; t++)
-      failed |= gz_handler_round(t + 1, per_round, hus[t] + r * per_round, &h[t].bytes) != 0 ||
-                gz_alone_round(c[t], &body, out, cap, per_round, aus[t] + r * per_round,
-                               &a[t].bytes) != 0;
+      failed |= gz_handler_round(t + 1, per_round, hus[t] + r * per_round, &h[t].bytes) != 0;
+  failed = failed || gz_alone(c, &body, out, cap, per_round * GZ_ROUNDS, aus, abytes) != 0;
   metrics_gzip_threads(def);
   if (!failed) {
     printf("### gzip by 1 thread and by several (`gzip_threads`), side by side\n\n");
-    printf("- the handler with OpenMetrics + gzip (as Prometheus asks), and the compression\n"
-           "  alone of its %zu-byte body; %d rounds of %d each in turns; the body is cut\n"
-           "  into chunks of at least %d KiB, one per thread; this machine has %ld online\n"
-           "  CPUs, the default here is gzip_threads:%u\n\n",
-           body.len, ROUNDS, per_round, HTTP_GZIP_CHUNK_MIN / 1024, sysconf(_SC_NPROCESSORS_ONLN),
-           def);
+    printf("- the handler with OpenMetrics + gzip (as Prometheus asks): %d rounds of %d\n"
+           "  scrapes, the counts in turns; the compression alone of its %zu-byte body,\n"
+           "  the counts in turns body by body; the body is cut into chunks of at least\n"
+           "  %d KiB, one per thread; this machine has %ld online CPUs, the default here\n"
+           "  is gzip_threads:%u\n\n",
+           GZ_ROUNDS, per_round, body.len, HTTP_GZIP_CHUNK_MIN / 1024,
+           sysconf(_SC_NPROCESSORS_ONLN), def);
     printf("| gzip_threads | chunks | handler median us | p99 us | ratio to 1 | compression "
            "median us | p99 us | ratio to 1 | gzip bytes |\n"
            "|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
     for (unsigned t = 0; t < GZ_COUNTS; t++) {
-      summarise(hus[t], per_round * ROUNDS, &h[t]);
-      summarise(aus[t], per_round * ROUNDS, &a[t]);
+      summarise(hus[t], per_round * GZ_ROUNDS, &h[t]);
+      summarise(aus[t], per_round * GZ_ROUNDS, &a[t]);
       printf("| %u%s | %u | %.1f | %.1f | %.2f | %.1f | %.1f | %.2f | %zu |\n", t + 1,
              t + 1 == def ? " (default)" : "", http_gzip_par_chunks(c[t], body.len), h[t].median_us,
              h[t].p99_us, h[t].median_us / h[0].median_us, a[t].median_us, a[t].p99_us,
-             a[t].median_us / a[0].median_us, a[t].bytes);
+             a[t].median_us / a[0].median_us, abytes[t]);
     }
     printf("\n");
   } else {
