@@ -402,15 +402,16 @@ def timing(a):
     """Steps/s of each configuration without any recording, rounds
     interleaved, the median per configuration."""
     import statistics
-    print(f"\n## steps/s without recording ({a.timing_rounds} interleaved rounds, median)\n")
-    print("| model | configuration | steps/s | relative to torch |")
-    print("|---|---|---:|---:|")
     if a.timing_configs:
         configs = [TIMING_CONFIGS[int(i)] for i in a.timing_configs.split(",")]
     elif a.timing_short:
         configs = [TIMING_CONFIGS[i] for i in (0, 1, 4, 5, 6)]
     else:
         configs = TIMING_CONFIGS
+    print(f"\n## steps/s without recording ({a.timing_rounds} interleaved rounds, median)\n")
+    print(f"| model | configuration | steps/s | relative to {configs[0][0]} |")
+    print("|---|---|---:|---:|")
+    paired = {}
     for model in a.timing_models.split(","):
         runs = {label: [] for label, _, _ in configs}
         for _ in range(a.timing_rounds):
@@ -426,6 +427,32 @@ def timing(a):
             m = statistics.median(runs[label])
             rel = f"{m / base:.3f}" if base else "n/a"
             print(f"| {model} | {label} | {m:.2f} | {rel} |")
+        paired[model] = runs
+    if a.timing_pairs:
+        print_pairs(a, configs, paired)
+
+
+def print_pairs(a, configs, paired):
+    """The ratio of two configurations' steps/s within each round (runs next
+    to each other, so a slow stretch of a shared host hits both), and its
+    median and range over the rounds: steadier than a ratio of medians."""
+    import statistics
+    labels = [c[0] for c in configs]
+    print(f"\n## paired ratios: steps/s of A / B within each round ({a.timing_rounds} rounds)\n")
+    print("| model | A | B | median A / B | min | max | per round |")
+    print("|---|---|---|---:|---:|---:|---|")
+    for pair in a.timing_pairs.split(","):
+        i, j = (int(x) for x in pair.split("/"))
+        la, lb = TIMING_CONFIGS[i][0], TIMING_CONFIGS[j][0]
+        if la not in labels or lb not in labels:
+            sys.exit(f"torch_train: --timing-pairs {pair}: both must be timed")
+        for model, runs in paired.items():
+            r = [x / y for x, y in zip(runs[la], runs[lb])]
+            if len(runs[la]) != len(runs[lb]) or not r:
+                print(f"| {model} | {la} | {lb} | failed runs | | | |")
+                continue
+            print(f"| {model} | {la} | {lb} | {statistics.median(r):.3f} | {min(r):.3f} | "
+                  f"{max(r):.3f} | {', '.join(f'{x:.3f}' for x in r)} |")
 
 
 def driver(a):
@@ -516,6 +543,9 @@ def main():
                     help="time only these entries of TIMING_CONFIGS (0 is the baseline: torch)")
     ap.add_argument("--timing-models", metavar="M,N", default=",".join(MODELS),
                     help="time only these models")
+    ap.add_argument("--timing-pairs", metavar="I/J,...",
+                    help="also print the per-round steps/s ratios of TIMING_CONFIGS entry I to "
+                    "entry J (both timed)")
     ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--plain", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--model", choices=MODELS, help=argparse.SUPPRESS)
