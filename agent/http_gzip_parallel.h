@@ -26,10 +26,9 @@
 #define HTTP_GZIP_CHUNK_MIN (32 * 1024)
 /* The dictionary of a chunk: 8 KiB, not deflate's whole 32 KiB window. On
  * the dev VM, a /metrics body of 161 KB in 2-4 chunks: a 32 KiB dictionary
- * costs 30 us of deflateSetDictionary hashing per chunk and as much again in
- * window slides (a chunk takes up to 1.6x as long as with none) for 0.1 %
- * fewer bytes than 8 KiB, which keeps the size within 0.5 % of one stream
- * (docs/metrics.md, "Cost"). */
+ * costs ~30 us of deflateSetDictionary hashing per chunk and ~20 us more in
+ * deflate (a chunk takes 1.7-3x as long as with none, 1.1-1.2x with 8 KiB)
+ * for 0.1 % fewer bytes than 8 KiB (docs/metrics.md, "Cost"). */
 #define HTTP_GZIP_DICT        (8 * 1024)
 #define HTTP_GZIP_MAX_THREADS 64
 
