@@ -62,7 +62,7 @@ void metrics_hostname(char *out, size_t len) {
  * only the response it hands over: the snapshot's arrays, the text of a
  * gzip'd response, the compressor (its threads and zlib streams, each
  * deflateReset, not deflateInit2 and deflateEnd per scrape) and its output
- * (about 0.7 MB with 32 pools and one thread, 0.25 MB more per compression
+ * (about 0.7 MB with 32 pools and one thread, 0.26 MB more per compression
  * thread, kept while the agent runs). Freeing and allocating buffers of
  * 100-300 KB per scrape made glibc trim and grow its heap each time: a page
  * fault per 4 KB touched, a quarter of a scrape. One scrape at a time uses
