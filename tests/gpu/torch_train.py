@@ -208,6 +208,7 @@ def oom_check(torch):
 
 
 def child(a):
+    begun = time.time()
     import torch
     import torch.nn as nn
     import torch.nn.functional as F
@@ -248,10 +249,13 @@ def child(a):
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
 
     losses, t0 = [], None
+    torch.cuda.synchronize()
+    looping = time.time()
     for step, (x, y) in enumerate(batches):
         if step == WARMUP_STEPS:
             torch.cuda.synchronize()
             t0 = time.perf_counter()
+            timed = time.time()
         x, y = x.to(dev), y.to(dev)
         loss = loss_of(model(x), y)
         opt.zero_grad(set_to_none=True)
@@ -264,7 +268,9 @@ def child(a):
     result = {"model": a.model, "allocator": a.allocator, "steps": len(losses),
               "timed_steps": len(losses) - WARMUP_STEPS, "seconds": seconds,
               "steps_per_s": (len(losses) - WARMUP_STEPS) / seconds, "losses": losses,
-              "torch": torch.__version__, "device": torch.cuda.get_device_name(), "oom": oom}
+              "torch": torch.__version__, "device": torch.cuda.get_device_name(), "oom": oom,
+              # wall-clock marks, for where a run's time outside the timed steps goes
+              "marks": {"begun": begun, "looping": looping, "timed": timed, "ended": time.time()}}
     if scraper:
         scraper.stop.set()
         scraper.join()
@@ -331,11 +337,12 @@ def run_child(a, model, allocator, plain_env=None):
     except subprocess.TimeoutExpired as e:
         rc, log = "timeout", (e.stdout or b"").decode(errors="replace") + \
             (e.stderr or b"").decode(errors="replace")
+    exited = time.time()
     if outside:
         outside.stop.set()
         outside.join()
     print(f"--- {model} / {allocator}{' ' + str(plain_env) if plain_env else ''}: exit {rc} "
-          f"after {time.time() - t:.1f} s"
+          f"after {exited - t:.1f} s{phases(out, t, exited) if rc == 0 else ''}"
           + (f", /metrics scraped {outside.ok} times from outside" if outside else ""))
     tail = log.strip().splitlines()[-15:]
     for line in tail:
@@ -348,6 +355,19 @@ def run_child(a, model, allocator, plain_env=None):
         with open(trace) as f:
             r["trace_events"] = sum(1 for _ in f)
     return r
+
+
+def phases(out, started, exited):
+    """Where a child's wall time went: ' (start 1.2, setup 3.4, warm-up 0.5,
+    timed 2.0, exit 0.3 s)', from the marks it wrote."""
+    try:
+        with open(out) as f:
+            m = json.load(f)["marks"]
+    except (OSError, ValueError, KeyError):
+        return ""
+    cuts = [started, m["begun"], m["looping"], m["timed"], m["ended"], exited]
+    names = ("start", "setup", "warm-up", "timed", "exit")
+    return " (" + ", ".join(f"{n} {b - a:.1f}" for n, a, b in zip(names, cuts, cuts[1:])) + " s)"
 
 
 def alloc_sequence(path):
@@ -395,6 +415,9 @@ TIMING_CONFIGS = [  # (label, allocator, environment): nothing is recorded
      {"GPUPOOL_AGENT_CONF": "listen:127.0.0.1:0", "GPUPOOL_CONF": "expandable_segments:True"}),
     ("torch expandable_segments", "torch",
      {"PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True"}),
+    ("gpupool expandable_segments, growth 0, agent (default)", "gpupool",
+     {"GPUPOOL_AGENT_CONF": "listen:127.0.0.1:0",
+      "GPUPOOL_CONF": "expandable_segments:True,expandable_growth_moves:0"}),
 ]
 
 
