@@ -65,6 +65,8 @@ static void device_reading(gpupool *p, pool_oom_report *r) {
     r->device_total = p->seen_total;
     r->device_age_ns = r->time_ns > p->seen_ns ? r->time_ns - p->seen_ns : 0;
     snprintf(r->device_source, sizeof r->device_source, "the pool's last cudaMemGetInfo");
+  } else if (p->device_total) { /* the device's size, asked once: enough to see it never fits */
+    r->device_total = p->device_total;
   }
 }
 
@@ -129,8 +131,9 @@ static void compute(pool_oom_report *r) {
     e->outside_known = 1;
     e->outside_pool = used > t->reserved ? used - t->reserved : 0;
     e->shortfall = e->need > r->device_free ? e->need - r->device_free : 0;
-    e->larger_than_device = r->rounded > r->device_total || e->need > r->device_total;
   }
+  if (r->device_total)
+    e->larger_than_device = r->rounded > r->device_total || e->need > r->device_total;
   /* empty_cache returns the segments that hold no live block. */
   e->empty_cache_frees = t->cached_bytes;
   if (e->empty_cache_frees >= e->need)

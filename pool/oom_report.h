@@ -50,7 +50,9 @@ typedef struct pool_oom_report {
   uint64_t size, rounded, segment_size, stream;
   gpupool_stats stats;
   pool_capture cap; /* pool identity, segments, blocks, last events, totals */
-  /* The device: the last reading known without a device call. */
+  /* The device: the last reading known without a device call. Without one
+   * (!device_known), device_total may still hold the device's size, which
+   * the pool asks once (0 if it never did). */
   int device_known;
   uint64_t device_free, device_total;
   uint64_t device_age_ns; /* how old that reading is */

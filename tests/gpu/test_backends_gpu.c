@@ -173,9 +173,11 @@ static void check_oom_leaves_pool_usable(gpupool_backend backend, const char *na
   fprintf(stderr, "[gpu] %s OOM reason: %s\n", name, gpupool_last_error());
   CUDA_OK(cudaGetLastError()); /* the failed allocation left no sticky error */
 
+  cr_assert(strstr(gpupool_last_error(), "larger than the device"), "%s", gpupool_last_error());
+
   gpupool_stats s = stats_of(p);
   cr_assert_eq(s.num_ooms, 1);
-  cr_assert_eq(s.num_alloc_retries, 1);
+  cr_assert_eq(s.num_alloc_retries, 0, "a request larger than the device is not retried");
   cr_assert_eq(s.allocation[GPUPOOL_STAT_ALL].current, 1, "the live allocation is untouched");
   expect_bytes(live, 3 * MiB, 0x3C);
 
