@@ -76,6 +76,16 @@ static gpupool_status mem_info(gpupool *p, size_t *free_b, size_t *total_b) {
   return st;
 }
 
+/* The device's memory, asked once (0 when the backend cannot say). Not
+ * remembered as a device reading for OOM reports: at the first slow path it
+ * would be a stale one by the time of an OOM. */
+static size_t device_total(gpupool *p) {
+  size_t free_b, total_b;
+  if (!p->device_total && p->be->ops->mem_info(p->be, &free_b, &total_b) == GPUPOOL_OK)
+    p->device_total = total_b;
+  return p->device_total;
+}
+
 typedef struct gc_candidate {
   segment *seg;
   uint64_t free_seq;
@@ -89,12 +99,8 @@ static int by_free_seq(const void *a, const void *b) {
 /* garbage_collection_threshold: above threshold * device memory, return the
  * cached large segments freed longest ago until under it. */
 static void garbage_collect(gpupool *p, shard *caller) {
-  if (!p->device_total) {
-    size_t free_b, total_b;
-    if (mem_info(p, &free_b, &total_b) != GPUPOOL_OK)
-      return;
-    p->device_total = total_b;
-  }
+  if (!device_total(p))
+    return;
   int64_t limit = (int64_t)(p->cfg.gc_threshold * (double)p->device_total);
   if (stat_total(&p->c.reserved_bytes) <= limit)
     return;
@@ -268,6 +274,14 @@ static gpupool_status attempt(gpupool *p, shard *sh, size_t rounded, size_t requ
 gpupool_status reclaim_malloc(gpupool *p, shard *sh, size_t rounded, size_t requested, block **out,
                               int *to_device) {
   *to_device = 0;
+  size_t total = device_total(p);
+  if (total && rounded > total) {
+    /* No cache or retry can serve a block larger than the device: fail now,
+     * without emptying the cache first or, with expandable segments,
+     * creating pages until the device refuses (a 16 TiB request took about
+     * 4 s on an 80 GB H100 that way). */
+    return out_of_memory(p, sh, rounded, size_segment(&p->cfg, rounded), requested);
+  }
   gpupool_status st = attempt(p, sh, rounded, requested, out, to_device);
   if (st == GPUPOOL_ERR_OOM) {
     /* Wait for the device, finish every deferred free, return all cached

@@ -208,6 +208,7 @@ def oom_check(torch):
 
 
 def child(a):
+    begun = time.time()
     import torch
     import torch.nn as nn
     import torch.nn.functional as F
@@ -248,10 +249,13 @@ def child(a):
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
 
     losses, t0 = [], None
+    torch.cuda.synchronize()
+    looping = time.time()
     for step, (x, y) in enumerate(batches):
         if step == WARMUP_STEPS:
             torch.cuda.synchronize()
             t0 = time.perf_counter()
+            timed = time.time()
         x, y = x.to(dev), y.to(dev)
         loss = loss_of(model(x), y)
         opt.zero_grad(set_to_none=True)
@@ -264,7 +268,9 @@ def child(a):
     result = {"model": a.model, "allocator": a.allocator, "steps": len(losses),
               "timed_steps": len(losses) - WARMUP_STEPS, "seconds": seconds,
               "steps_per_s": (len(losses) - WARMUP_STEPS) / seconds, "losses": losses,
-              "torch": torch.__version__, "device": torch.cuda.get_device_name(), "oom": oom}
+              "torch": torch.__version__, "device": torch.cuda.get_device_name(), "oom": oom,
+              # wall-clock marks, for where a run's time outside the timed steps goes
+              "marks": {"begun": begun, "looping": looping, "timed": timed, "ended": time.time()}}
     if scraper:
         scraper.stop.set()
         scraper.join()
@@ -331,11 +337,12 @@ def run_child(a, model, allocator, plain_env=None):
     except subprocess.TimeoutExpired as e:
         rc, log = "timeout", (e.stdout or b"").decode(errors="replace") + \
             (e.stderr or b"").decode(errors="replace")
+    exited = time.time()
     if outside:
         outside.stop.set()
         outside.join()
     print(f"--- {model} / {allocator}{' ' + str(plain_env) if plain_env else ''}: exit {rc} "
-          f"after {time.time() - t:.1f} s"
+          f"after {exited - t:.1f} s{phases(out, t, exited) if rc == 0 else ''}"
           + (f", /metrics scraped {outside.ok} times from outside" if outside else ""))
     tail = log.strip().splitlines()[-15:]
     for line in tail:
@@ -348,6 +355,19 @@ def run_child(a, model, allocator, plain_env=None):
         with open(trace) as f:
             r["trace_events"] = sum(1 for _ in f)
     return r
+
+
+def phases(out, started, exited):
+    """Where a child's wall time went: ' (start 1.2, setup 3.4, warm-up 0.5,
+    timed 2.0, exit 0.3 s)', from the marks it wrote."""
+    try:
+        with open(out) as f:
+            m = json.load(f)["marks"]
+    except (OSError, ValueError, KeyError):
+        return ""
+    cuts = [started, m["begun"], m["looping"], m["timed"], m["ended"], exited]
+    names = ("start", "setup", "warm-up", "timed", "exit")
+    return " (" + ", ".join(f"{n} {b - a:.1f}" for n, a, b in zip(names, cuts, cuts[1:])) + " s)"
 
 
 def alloc_sequence(path):
@@ -402,15 +422,16 @@ def timing(a):
     """Steps/s of each configuration without any recording, rounds
     interleaved, the median per configuration."""
     import statistics
-    print(f"\n## steps/s without recording ({a.timing_rounds} interleaved rounds, median)\n")
-    print("| model | configuration | steps/s | relative to torch |")
-    print("|---|---|---:|---:|")
     if a.timing_configs:
         configs = [TIMING_CONFIGS[int(i)] for i in a.timing_configs.split(",")]
     elif a.timing_short:
         configs = [TIMING_CONFIGS[i] for i in (0, 1, 4, 5, 6)]
     else:
         configs = TIMING_CONFIGS
+    print(f"\n## steps/s without recording ({a.timing_rounds} interleaved rounds, median)\n")
+    print(f"| model | configuration | steps/s | relative to {configs[0][0]} |")
+    print("|---|---|---:|---:|")
+    paired = {}
     for model in a.timing_models.split(","):
         runs = {label: [] for label, _, _ in configs}
         for _ in range(a.timing_rounds):
@@ -426,6 +447,32 @@ def timing(a):
             m = statistics.median(runs[label])
             rel = f"{m / base:.3f}" if base else "n/a"
             print(f"| {model} | {label} | {m:.2f} | {rel} |")
+        paired[model] = runs
+    if a.timing_pairs:
+        print_pairs(a, configs, paired)
+
+
+def print_pairs(a, configs, paired):
+    """The ratio of two configurations' steps/s within each round (runs next
+    to each other, so a slow stretch of a shared host hits both), and its
+    median and range over the rounds: steadier than a ratio of medians."""
+    import statistics
+    labels = [c[0] for c in configs]
+    print(f"\n## paired ratios: steps/s of A / B within each round ({a.timing_rounds} rounds)\n")
+    print("| model | A | B | median A / B | min | max | per round |")
+    print("|---|---|---|---:|---:|---:|---|")
+    for pair in a.timing_pairs.split(","):
+        i, j = (int(x) for x in pair.split("/"))
+        la, lb = TIMING_CONFIGS[i][0], TIMING_CONFIGS[j][0]
+        if la not in labels or lb not in labels:
+            sys.exit(f"torch_train: --timing-pairs {pair}: both must be timed")
+        for model, runs in paired.items():
+            r = [x / y for x, y in zip(runs[la], runs[lb])]
+            if len(runs[la]) != len(runs[lb]) or not r:
+                print(f"| {model} | {la} | {lb} | failed runs | | | |")
+                continue
+            print(f"| {model} | {la} | {lb} | {statistics.median(r):.3f} | {min(r):.3f} | "
+                  f"{max(r):.3f} | {', '.join(f'{x:.3f}' for x in r)} |")
 
 
 def driver(a):
@@ -516,6 +563,9 @@ def main():
                     help="time only these entries of TIMING_CONFIGS (0 is the baseline: torch)")
     ap.add_argument("--timing-models", metavar="M,N", default=",".join(MODELS),
                     help="time only these models")
+    ap.add_argument("--timing-pairs", metavar="I/J,...",
+                    help="also print the per-round steps/s ratios of TIMING_CONFIGS entry I to "
+                    "entry J (both timed)")
     ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--plain", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--model", choices=MODELS, help=argparse.SUPPRESS)

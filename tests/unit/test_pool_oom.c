@@ -83,14 +83,47 @@ Test(pool_oom, a_request_larger_than_the_device_fails_for_each_strategy) {
   for (int k = 0; k < 3; k++) {
     gpupool *p = pc_pool(st[k], 16 * MiB, NULL);
     void *x = pc_must_malloc(p, 1 * MiB, NULL); /* a 1 or 2 MiB segment */
-    expect_oom(p, 16 * MiB);
-    expect_oom(p, 64 * MiB);
+    expect_oom(p, 16 * MiB); /* as large as the device: the cache released, a retry */
+    gpupool_stats mid = pc_stats(p);
+    expect_oom(p, 64 * MiB); /* larger: no retry can help, it fails at once */
     gpupool_stats s = pc_stats(p);
     cr_expect_eq(s.num_ooms, 2, "strategy %d", st[k]);
-    cr_expect_eq(s.num_alloc_retries, 2, "strategy %d", st[k]);
+    cr_expect_eq(s.num_alloc_retries, 1, "strategy %d", st[k]);
+    cr_expect_eq(s.num_device_alloc, mid.num_device_alloc, "strategy %d", st[k]);
+    cr_expect(strstr(gpupool_last_error(), "out of memory"), "%s", gpupool_last_error());
     cr_expect_eq(s.allocation[A].current, 1);
     pc_expect_consistent(p, st[k]);
     pc_must_free(p, x);
+    gpupool_destroy(p);
+  }
+}
+
+/* A request larger than the device leaves the cache and, with expandable
+ * segments, the pages where they are: no retry, no page created or moved. */
+Test(pool_oom, a_request_larger_than_the_device_changes_nothing) {
+  static const char *const tunables[] = {NULL, "expandable_segments:True"};
+  for (int k = 0; k < 2; k++) {
+    gpupool *p = pc_pool(GPUPOOL_STRATEGY_BFC, 64 * MiB, tunables[k]);
+    void *live = pc_must_malloc(p, 12 * MiB, NULL);
+    pc_must_free(p, pc_must_malloc(p, 30 * MiB, NULL)); /* cached */
+    gpupool_stats before = pc_stats(p);
+    expect_oom(p, 65 * MiB);
+    expect_oom(p, (size_t)1 << 44); /* 16 TiB */
+    gpupool_stats s = pc_stats(p);
+    cr_expect_eq(s.num_ooms, before.num_ooms + 2, "%s", tunables[k]);
+    cr_expect_eq(s.num_alloc_retries, before.num_alloc_retries, "%s", tunables[k]);
+    cr_expect_eq(s.num_device_alloc, before.num_device_alloc, "%s", tunables[k]);
+    cr_expect_eq(s.num_device_free, before.num_device_free, "%s", tunables[k]);
+    cr_expect_eq(s.num_pages_moved, before.num_pages_moved, "%s", tunables[k]);
+    cr_expect_eq(s.reserved_bytes[A].current, before.reserved_bytes[A].current, "%s", tunables[k]);
+    pc_must_free(p, pc_must_malloc(p, 30 * MiB, NULL)); /* still a cache hit */
+    s = pc_stats(p);
+    cr_expect_eq(s.num_device_alloc, before.num_device_alloc, "%s", tunables[k]);
+    char msg[512];
+    cr_expect_eq(
+        pc_check_invariants(&s, GPUPOOL_STRATEGY_BFC, k ? PC_EXPANDABLE : 0, msg, sizeof msg), 0,
+        "%s: %s", tunables[k], msg);
+    pc_must_free(p, live);
     gpupool_destroy(p);
   }
 }
