@@ -127,6 +127,7 @@ static gpupool_status start_locked(const agent_config *c, web_config *web, const
   }
   metrics_configure(c->hostname, &c->labels);
   metrics_pools_size_buckets(c->size_buckets_classic);
+  metrics_gzip_threads(c->gzip_threads);
   agent_health_reset((double)clock_realtime_ns() / 1e9);
   start_events(c);
   gpupool_status s = cupti_start(c->cupti);

@@ -1,5 +1,6 @@
 #include "agent_conf.h"
 
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -161,6 +162,19 @@ static int set_size_buckets(void *ctx, const kvopt *o, kvopt_value v, char *err,
   return 0;
 }
 
+static int set_gzip_threads(void *ctx, const kvopt *o, kvopt_value v, char *err, size_t errlen) {
+  ((raw_settings *)ctx)->cfg->gzip_threads = (unsigned)v.u;
+  return 0;
+}
+
+unsigned agent_default_gzip_threads(void) {
+  long n = sysconf(_SC_NPROCESSORS_ONLN);
+  cpu_set_t set;
+  if (sched_getaffinity(0, sizeof set, &set) == 0 && CPU_COUNT(&set) > 0)
+    n = CPU_COUNT(&set); /* a process pinned to some CPUs (taskset, cgroup cpusets) */
+  return n < 1 ? 1 : n > 4 ? 4 : (unsigned)n;
+}
+
 static const kvopt_choice size_bucket_sets[] = {{"coarse", 0}, {"classic", 1}, {NULL, 0}};
 
 static const kvopt_choice cupti_modes[] = {{"auto", GPUPOOL_CUPTI_AUTO},
@@ -187,6 +201,7 @@ static const kvopt agent_options[] = {
     {"healthz_open", KVOPT_U64, 0, 1, .range = "0 or 1", .set = set_healthz_open},
     {"size_buckets", KVOPT_CHOICE, .choices = size_bucket_sets, .nocase = 1,
      .set = set_size_buckets},
+    {"gzip_threads", KVOPT_U64, 1, AGENT_MAX_GZIP_THREADS, .set = set_gzip_threads},
 };
 #define N_AGENT_OPTIONS (sizeof agent_options / sizeof agent_options[0])
 
@@ -308,6 +323,8 @@ int agent_config_resolve(const gpupool_agent_options *opt, agent_config *out, ch
       r.trace_tick_us != UINT64_MAX ? (unsigned)r.trace_tick_us : AGENT_DEFAULT_TRACE_TICK_US;
   out->cupti = r.cupti;
   out->oom_reports = r.oom_reports != UINT64_MAX ? (size_t)r.oom_reports : OOM_STORE_DEFAULT_KEEP;
+  if (!out->gzip_threads)
+    out->gzip_threads = agent_default_gzip_threads();
   if (!out->hostname[0] && gethostname(out->hostname, sizeof out->hostname) != 0)
     strcpy(out->hostname, "localhost");
   out->hostname[sizeof out->hostname - 1] = '\0';

@@ -18,6 +18,7 @@
 #define AGENT_MAX_TRACE_EVENTS      (1u << 24) /* 16777216, as agent_conf.c states it */
 #define AGENT_DEFAULT_TRACE_TICK_US 1000
 #define AGENT_MAX_TRACE_TICK_US     100000
+#define AGENT_MAX_GZIP_THREADS      64 /* HTTP_GZIP_MAX_THREADS */
 
 typedef struct agent_config {
   int listen_off;        /* listen:off: no HTTP server */
@@ -36,11 +37,15 @@ typedef struct agent_config {
   char web_config[PATH_MAX]; /* "" = none: plain HTTP, no auth */
   int healthz_open;          /* /healthz without basic auth */
   int size_buckets_classic;  /* size_buckets:classic: all 41 power-of-two buckets */
+  unsigned gzip_threads;     /* threads that compress one gzip'd /metrics (1 = serial) */
 } agent_config;
 
 /* 0 on success; -1 with a one-line reason. opt may be NULL. */
 int agent_config_resolve(const gpupool_agent_options *opt, agent_config *out, char *err,
                          size_t errlen);
+
+/* gzip_threads' default: 4, or fewer when the process may run on fewer CPUs. */
+unsigned agent_default_gzip_threads(void);
 
 /* Splits a listen address ("host:port", "[v6]:port", ":port", "host") into
  * host (without brackets; "" = every interface) and port (-1 when absent).

@@ -21,7 +21,14 @@ void metrics_hostname(char *out, size_t len);
 /* Appends the whole exposition to buf. 0, or -1 when memory ran out. */
 int metrics_render(prom_buf *buf, prom_format format);
 
-/* Frees the buffers consecutive scrapes reuse (agent stop). */
+/* How many threads compress one gzip'd scrape (the scraping thread and
+ * threads - 1 workers, agent/http_gzip_parallel.h; 1 until set): the
+ * gzip_threads option, set at agent start. A change takes effect at the next
+ * gzip'd scrape, which starts the workers. */
+void metrics_gzip_threads(unsigned threads);
+
+/* Frees the buffers consecutive scrapes reuse and joins the compression
+ * threads (agent stop). */
 void metrics_release(void);
 
 /* GET /metrics (no query parameters). */

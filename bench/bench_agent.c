@@ -9,7 +9,11 @@
  * 2. The server time of one /metrics scrape with 8 devices x 4 pools (host
  *    pools on ordinals 0..7): rendering alone and the whole handler (format
  *    negotiation, rendering, gzip), median and p99 over many scrapes, plus a
- *    loopback HTTP round trip for scale.
+ *    loopback HTTP round trip for scale. Then gzip by 1 thread (serial) and
+ *    by several (gzip_threads, agent/http_gzip_parallel.h) side by side in
+ *    rounds taken in turns: the whole handler (OpenMetrics + gzip, as
+ *    Prometheus asks) and the compression of its body alone, with their
+ *    ratios to 1 thread.
  *
  *   bench_agent [--quick] [--scrape-only]
  *
@@ -27,7 +31,9 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include "agent/agent_conf.h"
 #include "agent/endpoint.h"
+#include "agent/http_gzip_parallel.h"
 #include "bench_alloc.h"
 #include "bench_format.h"
 #include "agent/metrics.h"
@@ -273,6 +279,116 @@ static int time_http(int port, const char *headers, int n, timing *t) {
 #define DEVICES          8
 #define POOLS_PER_DEVICE 4
 
+#define OPENMETRICS_ACCEPT                                                                         \
+  "application/openmetrics-text;version=1.0.0,text/plain;version=0.0.4;q=0.5"
+
+/* ---- gzip by 1 thread and by several, side by side ---- */
+
+#define GZ_COUNTS 4  /* gzip_threads 1..4 */
+#define GZ_ROUNDS 20 /* handler rounds, in turns */
+
+/* One round of n handler scrapes with gzip_threads t, after a few untimed
+ * ones (the first starts the compression threads); us[0..n) filled. */
+static int gz_handler_round(unsigned t, int n, double *us, size_t *bytes) {
+  metrics_gzip_threads(t);
+  endpoint_args args = {
+      .get = no_arg, .each = no_args, .accept = OPENMETRICS_ACCEPT, .accept_encoding = "gzip"};
+  for (int i = -3; i < n; i++) {
+    endpoint_body body = {0};
+    uint64_t t0 = bench_clock_ns();
+    metrics_endpoint(&args, &body);
+    double dt = (double)(bench_clock_ns() - t0) / 1e3;
+    int ok = body.status == 200 && body.content_encoding;
+    *bytes = body.len;
+    free(body.data);
+    if (!ok)
+      return -1;
+    if (i >= 0)
+      us[i] = dt;
+  }
+  return 0;
+}
+
+/* Compression alone: body i by each count in turn; us[t][i] filled. */
+static int gz_alone(http_gzip_par *const *c, const prom_buf *body, uint8_t *out, size_t cap, int n,
+                    double *const *us, size_t *bytes) {
+  for (int i = -2; i < n; i++)
+    for (unsigned t = 0; t < GZ_COUNTS; t++) {
+      uint64_t t0 = bench_clock_ns();
+      size_t z = http_gzip_par_run(c[t], body->data, body->len, out, cap);
+      double dt = (double)(bench_clock_ns() - t0) / 1e3;
+      if (!z)
+        return -1;
+      bytes[t] = z;
+      if (i >= 0)
+        us[t][i] = dt;
+    }
+  return 0;
+}
+
+static int gzip_side_by_side(int n) {
+  unsigned def = agent_default_gzip_threads();
+  prom_buf body;
+  prom_buf_init(&body, 1 << 20);
+  http_gzip_par *c[GZ_COUNTS] = {0};
+  double *hus[GZ_COUNTS], *aus[GZ_COUNTS];
+  int per_round = n / GZ_ROUNDS, failed = metrics_render(&body, PROM_FORMAT_OPENMETRICS) != 0;
+  size_t cap = 0;
+  for (unsigned t = 0; t < GZ_COUNTS; t++) {
+    c[t] = http_gzip_par_new(t + 1);
+    hus[t] = malloc((size_t)n * sizeof(double));
+    aus[t] = malloc((size_t)n * sizeof(double));
+    failed |= !c[t] || !hus[t] || !aus[t];
+    if (c[t] && http_gzip_par_bound(c[t], body.len) > cap)
+      cap = http_gzip_par_bound(c[t], body.len);
+  }
+  uint8_t *out = malloc(cap);
+  failed |= !out;
+  timing h[GZ_COUNTS] = {0}, a[GZ_COUNTS] = {0};
+  size_t abytes[GZ_COUNTS] = {0};
+  /* In turns: 1, 2, 3, 4 threads, then again (the handler in rounds, since
+   * a change of count restarts the workers; compression alone body by
+   * body), so that a change in the machine's load falls on every count
+   * alike. */
+  for (int r = 0; r < GZ_ROUNDS && !failed; r++)
+    for (unsigned t = 0; t < GZ_COUNTS && !failed; t++)
+      failed |= gz_handler_round(t + 1, per_round, hus[t] + r * per_round, &h[t].bytes) != 0;
+  failed = failed || gz_alone(c, &body, out, cap, per_round * GZ_ROUNDS, aus, abytes) != 0;
+  metrics_gzip_threads(def);
+  if (!failed) {
+    printf("### gzip by 1 thread and by several (`gzip_threads`), side by side\n\n");
+    printf("- the handler with OpenMetrics + gzip (as Prometheus asks): %d rounds of %d\n"
+           "  scrapes, the counts in turns; the compression alone of its %zu-byte body,\n"
+           "  the counts in turns body by body; the body is cut into chunks of at least\n"
+           "  %d KiB, one per thread; this machine has %ld online CPUs, the default here\n"
+           "  is gzip_threads:%u\n\n",
+           GZ_ROUNDS, per_round, body.len, HTTP_GZIP_CHUNK_MIN / 1024,
+           sysconf(_SC_NPROCESSORS_ONLN), def);
+    printf("| gzip_threads | chunks | handler median us | p99 us | ratio to 1 | compression "
+           "median us | p99 us | ratio to 1 | gzip bytes |\n"
+           "|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
+    for (unsigned t = 0; t < GZ_COUNTS; t++) {
+      summarise(hus[t], per_round * GZ_ROUNDS, &h[t]);
+      summarise(aus[t], per_round * GZ_ROUNDS, &a[t]);
+      printf("| %u%s | %u | %.1f | %.1f | %.2f | %.1f | %.1f | %.2f | %zu |\n", t + 1,
+             t + 1 == def ? " (default)" : "", http_gzip_par_chunks(c[t], body.len), h[t].median_us,
+             h[t].p99_us, h[t].median_us / h[0].median_us, a[t].median_us, a[t].p99_us,
+             a[t].median_us / a[0].median_us, abytes[t]);
+    }
+    printf("\n");
+  } else {
+    printf("### gzip by 1 thread and by several: failed\n\n");
+  }
+  for (unsigned t = 0; t < GZ_COUNTS; t++) {
+    http_gzip_par_free(c[t]);
+    free(hus[t]);
+    free(aus[t]);
+  }
+  free(out);
+  prom_buf_free(&body);
+  return failed ? -1 : 0;
+}
+
 static int scrape_time(int n) {
   gpupool *pools[DEVICES * POOLS_PER_DEVICE];
   int made = 0, failed = 0;
@@ -304,7 +420,9 @@ static int scrape_time(int n) {
   if (!failed) {
     printf("### Server time of one /metrics scrape: %d devices x %d pools (host backend)\n\n",
            DEVICES, POOLS_PER_DEVICE);
-    printf("- %d scrapes each; the agent runs (sampler, HTTP server) meanwhile\n\n", n);
+    printf("- %d scrapes each; the agent runs (sampler, HTTP server) meanwhile; gzip with\n"
+           "  the default gzip_threads:%u\n\n",
+           n, agent_default_gzip_threads());
     printf("| what | median us | p99 us | bytes |\n|---|---:|---:|---:|\n");
     const struct {
       const char *what;
@@ -318,12 +436,9 @@ static int scrape_time(int n) {
         {"render, OpenMetrics", 0, PROM_FORMAT_OPENMETRICS, NULL, NULL, 0},
         {"handler, text", 1, 0, NULL, NULL, 0},
         {"handler, text + gzip", 1, 0, NULL, "gzip", 0},
-        {"handler, OpenMetrics", 1, 0,
-         "application/openmetrics-text;version=1.0.0,text/plain;version=0.0.4;q=0.5", NULL, 0},
-        {"handler, OpenMetrics + gzip (as Prometheus asks)", 1, 0,
-         "application/openmetrics-text;version=1.0.0,text/plain;version=0.0.4;q=0.5", "gzip", 0},
-        {"handler, OpenMetrics + gzip, classic buckets", 1, 0,
-         "application/openmetrics-text;version=1.0.0,text/plain;version=0.0.4;q=0.5", "gzip", 1},
+        {"handler, OpenMetrics", 1, 0, OPENMETRICS_ACCEPT, NULL, 0},
+        {"handler, OpenMetrics + gzip (as Prometheus asks)", 1, 0, OPENMETRICS_ACCEPT, "gzip", 0},
+        {"handler, OpenMetrics + gzip, classic buckets", 1, 0, OPENMETRICS_ACCEPT, "gzip", 1},
         {"HTTP round trip on loopback, text", 2, 0, "", NULL, 0},
         {"HTTP round trip on loopback, gzip", 2, 0, "Accept-Encoding: gzip\r\n", NULL, 0},
     };
@@ -344,6 +459,7 @@ static int scrape_time(int n) {
     }
     printf("\n- throughput on loopback: run the agent (e.g. examples/demo) and\n"
            "  `wrk -t2 -c8 -d10s -H 'Accept-Encoding: gzip' http://127.0.0.1:9477/metrics`\n\n");
+    failed |= gzip_side_by_side(n) != 0;
     gpupool_agent_stop();
   }
   for (int i = 0; i < made; i++)

@@ -3,6 +3,7 @@
 #include <criterion/criterion.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "agent/agent_conf.h"
 #include "agent/labels.h"
@@ -36,6 +37,7 @@ Test(agent_conf, defaults) {
   cr_assert_str_eq(cfg.trace_file, "");
   cr_assert_str_eq(cfg.sd_dir, "");
   cr_assert_neq(cfg.hostname[0], '\0');
+  cr_assert_eq(cfg.gzip_threads, agent_default_gzip_threads());
 }
 
 Test(agent_conf, every_key) {
@@ -101,6 +103,11 @@ Test(agent_conf, bad_values_are_refused_with_the_key_named) {
       {"trace_tick_us:1ms", "trace_tick_us"},
       {"trace_tick_us:", "trace_tick_us"},
       {"cupti:maybe", "cupti"},
+      {"gzip_threads:0", "gzip_threads"},
+      {"gzip_threads:65", "gzip_threads"},
+      {"gzip_threads:-1", "gzip_threads"},
+      {"gzip_threads:four", "gzip_threads"},
+      {"gzip_threads:", "gzip_threads"},
       {"labels:team", "labels"},
       {"labels:9team=a", "labels"},
       {"labels:te-am=a", "labels"},
@@ -146,6 +153,18 @@ Test(agent_conf, trace_tick_us_zero_means_exact_stamps) {
   cr_assert_eq(cfg.trace_tick_us, 0);
   cr_assert_eq(resolve_env("trace_tick_us:100000"), 0, "%s", err);
   cr_assert_eq(cfg.trace_tick_us, 100000);
+}
+
+Test(agent_conf, gzip_threads_from_1_to_64_default_at_most_4) {
+  long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+  unsigned d = agent_default_gzip_threads();
+  cr_assert(d >= 1 && d <= 4 && (long)d <= cpus, "default %u with %ld CPUs", d, cpus);
+  cr_assert_eq(resolve_env("gzip_threads:1"), 0, "%s", err);
+  cr_assert_eq(cfg.gzip_threads, 1);
+  cr_assert_eq(resolve_env("gzip_threads:64"), 0, "%s", err);
+  cr_assert_eq(cfg.gzip_threads, 64);
+  cr_assert_eq(resolve_env("gzip_threads:0"), -1);
+  cr_assert(strstr(err, "gzip_threads") && strstr(err, "64"), "the key and the range: %s", err);
 }
 
 Test(agent_conf, unknown_keys_list_trace_tick_us) {

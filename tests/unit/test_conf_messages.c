@@ -113,12 +113,14 @@ Test(conf_messages, agent_messages) {
                    "GPUPOOL_AGENT_CONF: unknown key 'sample_intervl_ms': did you mean "
                    "sample_interval_ms? (known: listen, sample_interval_ms, trace_events, "
                    "trace_tick_us, cupti, labels, trace_file, sd_dir, hostname, oom_reports, "
-                   "oom_dir, web_config, healthz_open, size_buckets)");
+                   "oom_dir, web_config, healthz_open, size_buckets, gzip_threads)");
   /* the integration's keys are rows of the same table */
   const char *r = agent_reason("oom_reports:5000");
   cr_expect(strstr(r, "GPUPOOL_AGENT_CONF: oom_reports: 5000 is out of range (0 to "), "%s", r);
   cr_expect_str_eq(agent_reason("healthz_open:2"),
                    "GPUPOOL_AGENT_CONF: healthz_open: 2 is out of range (0 or 1)");
+  cr_expect_str_eq(agent_reason("gzip_threads:0"),
+                   "GPUPOOL_AGENT_CONF: gzip_threads: 0 is out of range (1 to 64)");
   r = agent_reason("web_confg:/x.yml");
   cr_expect(strstr(r, "unknown key 'web_confg': did you mean web_config?"), "%s", r);
 }
