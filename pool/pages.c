@@ -1,6 +1,7 @@
 #include "pages.h"
 
 #include <stdlib.h>
+#include <string.h>
 
 #include "core/clock.h"
 #include "core/errors.h"
@@ -53,13 +54,16 @@ gpupool_status pages_segment_create(gpupool *p, size_t size, int large, segment 
   size = (size + ps - 1) / ps * ps;
   segment *seg = calloc(1, sizeof *seg);
   void **pages = seg ? calloc(size / ps, sizeof *pages) : NULL;
-  if (!pages) {
+  uint64_t *mapped = pages ? calloc((size / ps + 63) / 64, sizeof *mapped) : NULL;
+  if (!mapped) {
+    free(pages);
     free(seg);
     return pool_fail(GPUPOOL_ERR_HOST_OOM, "pool '%s': out of host memory", p->cfg.name);
   }
   void *base = NULL;
   gpupool_status st = be->ops->vmm->reserve(be, size, &base);
   if (st != GPUPOOL_OK) {
+    free(mapped);
     free(pages);
     free(seg);
     return st;
@@ -68,6 +72,7 @@ gpupool_status pages_segment_create(gpupool *p, size_t size, int large, segment 
   seg->size = size;
   seg->large = large;
   seg->pages = pages;
+  seg->mapped = mapped;
   seg->page_size = ps;
   seg->npages = size / ps;
   segment_observers_note(p, seg->addr, size, 1); /* the mappings lie inside this range */
@@ -200,11 +205,13 @@ size_t pages_segment_destroy(gpupool *p, segment *seg) {
     }
     seg->pages[i] = NULL;
   }
+  memset(seg->mapped, 0, (seg->npages + 63) / 64 * sizeof *seg->mapped);
   seg->nmapped = 0;
   unmap_list(p, &l, PAGES_RELEASE_DETACHED, NULL);
   free(l.v);
   segment_observers_note(p, seg->addr, seg->size, 0);
   p->be->ops->vmm->unreserve(p->be, (void *)seg->addr, seg->size);
+  free(seg->mapped);
   free(seg->pages);
   free(seg);
   return bytes;
@@ -245,6 +252,7 @@ static size_t take_idle_under(segment *seg, const block *b, size_t first, size_t
     if (list_push(l, (loose_page){seg, i, seg->pages[i], fenced, stale, b->free_seq}) != 0)
       return taken;
     seg->pages[i] = stale ? PAGE_STALE : NULL;
+    page_set_mapped(seg, i, 0);
     seg->nmapped--;
     taken++;
   }
@@ -262,25 +270,23 @@ static void take_all_idle(segment *seg, page_list *l) {
 typedef struct candidate {
   uint64_t free_seq;
   int fenced;
+  int other_kind; /* in a segment of the other size kind than the pages' target */
   segment *seg;
   const block *b;
   size_t first, last;
 } candidate;
 
-/* Pages no queued work uses first (they move without a synchronize), then
- * the oldest free. */
-static int fenced_then_oldest(const void *a, const void *b) {
+/* Pages of the target's size kind first (moving a small segment's page to a
+ * large block, or back, only where the kind has none idle: the small blocks
+ * of the next step would take it back), then those no queued work uses
+ * (they move without a synchronize), then the oldest free. */
+static int move_order(const void *a, const void *b) {
   const candidate *x = a, *y = b;
+  if (x->other_kind != y->other_kind)
+    return x->other_kind - y->other_kind;
   if (x->fenced != y->fenced)
     return y->fenced - x->fenced;
   return x->free_seq < y->free_seq ? -1 : x->free_seq > y->free_seq;
-}
-
-static int has_mapped(const segment *seg, size_t first, size_t last) {
-  for (size_t i = first; i <= last; i++)
-    if (page_mapped(seg, i))
-      return 1;
-  return 0;
 }
 
 /* Moves sh's fence forward: when its event completed, what was freed
@@ -309,8 +315,9 @@ static void advance_fence(gpupool *p, shard *sh) {
     sh->fence = NULL;
 }
 
-/* Free blocks with idle mapped pages, in every shard; no shard lock held. */
-static candidate *find_candidates(gpupool *p, size_t *n) {
+/* Free blocks with idle mapped pages, in every shard, for pages going to
+ * target; no shard lock held. */
+static candidate *find_candidates(gpupool *p, const segment *target, size_t *n) {
   size_t cap = 64;
   candidate *c = malloc(cap * sizeof *c);
   *n = 0;
@@ -322,7 +329,8 @@ static candidate *find_candidates(gpupool *p, size_t *n) {
         continue;
       for (block *b = seg->first; b; b = b->next) {
         size_t lo, hi;
-        if (b->state != BLOCK_FREE || !interior_pages(seg, b, &lo, &hi) || !has_mapped(seg, lo, hi))
+        if (b->state != BLOCK_FREE || !interior_pages(seg, b, &lo, &hi) ||
+            pages_find(seg, lo, hi, 1) > hi)
           continue;
         if (*n == cap) {
           candidate *g = realloc(c, (cap *= 2) * sizeof *c);
@@ -330,7 +338,8 @@ static candidate *find_candidates(gpupool *p, size_t *n) {
             break;
           c = g;
         }
-        c[(*n)++] = (candidate){b->free_seq, b->free_seq <= sh->safe_seq, seg, b, lo, hi};
+        c[(*n)++] = (candidate){
+            b->free_seq, b->free_seq <= sh->safe_seq, seg->large != target->large, seg, b, lo, hi};
       }
     }
     spin_unlock(&sh->lock);
@@ -338,18 +347,18 @@ static candidate *find_candidates(gpupool *p, size_t *n) {
   return c;
 }
 
-/* Moves up to `want` idle pages off their segments (fenced first, then
- * oldest free first) into l, sparing target's pages [keep_first, keep_last].
+/* Moves up to `want` idle pages off their segments (move_order)
+ * into l, sparing target's pages [keep_first, keep_last].
  * The candidates are checked again under each shard's lock: blocks may have
  * been taken since (block structs and segments go away only under the slow
  * lock, so the pointers stay valid). */
 static void gather_idle(gpupool *p, segment *target, size_t keep_first, size_t keep_last,
                         size_t want, page_list *l) {
   size_t n;
-  candidate *c = find_candidates(p, &n);
+  candidate *c = find_candidates(p, target, &n);
   if (!c)
     return;
-  qsort(c, n, sizeof *c, fenced_then_oldest);
+  qsort(c, n, sizeof *c, move_order);
   for (size_t i = 0; i < n && l->n < want; i++) {
     shard *sh = c[i].seg->sh;
     size_t kf = c[i].seg == target ? keep_first : 1, kl = c[i].seg == target ? keep_last : 0;
@@ -383,6 +392,7 @@ static size_t map_missing(gpupool *p, segment *seg, size_t first, size_t last, v
     spin_lock(&seg->sh->lock);
     for (size_t k = i; k < j; k++) {
       seg->pages[k] = h[used++];
+      page_set_mapped(seg, k, 1);
       seg->nmapped++;
     }
     if (j > seg->top)
@@ -398,6 +408,12 @@ static size_t move_idle(gpupool *p, segment *seg, size_t first, size_t last, siz
                         pages_work *w) {
   page_list moved = {0}, now = {0};
   gather_idle(p, seg, first, last, want, &moved);
+  size_t other_kind = 0;
+  for (size_t i = 0; i < moved.n; i++)
+    other_kind += moved.v[i].seg->large != seg->large;
+  if (other_kind) /* reserved by the target's size kind from now on */
+    POOL_COUNT(
+        p, stat_transfer(&p->c.reserved_bytes, seg->large, (int64_t)(other_kind * seg->page_size)));
   for (size_t i = 0; i < moved.n; i++) {
     loose_page *pg = &moved.v[i];
     h[i] = pg->handle;

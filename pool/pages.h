@@ -16,9 +16,48 @@
 extern char pages_stale_marker;
 #define PAGE_STALE ((void *)&pages_stale_marker)
 
-/* Whether page i of vmm segment seg is mapped for its blocks. */
+/* Whether page i of vmm segment seg is mapped for its blocks: its bit in
+ * seg->mapped, kept with seg->pages (a handle, not PAGE_STALE). */
 static inline int page_mapped(const segment *seg, size_t i) {
-  return seg->pages[i] && seg->pages[i] != PAGE_STALE;
+  return (seg->mapped[i / 64] >> (i % 64)) & 1;
+}
+
+static inline void page_set_mapped(segment *seg, size_t i, int on) {
+  if (on)
+    seg->mapped[i / 64] |= (uint64_t)1 << (i % 64);
+  else
+    seg->mapped[i / 64] &= ~((uint64_t)1 << (i % 64));
+}
+
+/* How many pages of seg in [first, last] are mapped. */
+static inline size_t pages_mapped_in(const segment *seg, size_t first, size_t last) {
+  size_t n = 0;
+  for (size_t w = first / 64; w <= last / 64; w++) {
+    uint64_t bits = seg->mapped[w];
+    if (w == first / 64)
+      bits &= ~(uint64_t)0 << (first % 64);
+    if (w == last / 64 && last % 64 != 63)
+      bits &= ((uint64_t)1 << (last % 64 + 1)) - 1;
+    n += (size_t)__builtin_popcountll(bits);
+  }
+  return n;
+}
+
+/* The first page at or after i, up to last, that is mapped (want 1) or not
+ * (want 0); last + 1 when none. */
+static inline size_t pages_find(const segment *seg, size_t i, size_t last, int want) {
+  while (i <= last) {
+    uint64_t bits = seg->mapped[i / 64];
+    if (!want)
+      bits = ~bits;
+    bits &= ~(uint64_t)0 << (i % 64);
+    if (bits) {
+      size_t at = i / 64 * 64 + (size_t)__builtin_ctzll(bits);
+      return at <= last ? at : last + 1;
+    }
+    i = (i / 64 + 1) * 64;
+  }
+  return last + 1;
 }
 
 /* Whether every page of seg under [addr, addr + len) is mapped (always true
@@ -28,10 +67,7 @@ static inline int pages_cover(const segment *seg, uintptr_t addr, size_t len) {
     return 1;
   size_t first = (addr - seg->addr) / seg->page_size;
   size_t last = (addr + len - 1 - seg->addr) / seg->page_size;
-  for (size_t i = first; i <= last; i++)
-    if (!page_mapped(seg, i))
-      return 0;
-  return 1;
+  return pages_find(seg, first, last, 0) > last;
 }
 
 /* What the page operations of one slow-path call did, for the pool's

@@ -232,7 +232,7 @@ static gpupool_status attempt(gpupool *p, shard *sh, size_t rounded, size_t requ
   spin_lock(&sh->lock);
   if (sh->pending)
     shard_poll_pending(sh);
-  block *b = shard_scan_mapped_fit(sh, large, rounded);
+  block *b = shard_place_mapped(sh, large, rounded, 0);
   int ready = b && shard_fit_is_mapped(sh, b, rounded);
   if (ready && shard_allocate(sh, b, rounded, requested, 0, pool_thread.tag) != 0)
     st = pool_fail(GPUPOOL_ERR_HOST_OOM, "pool '%s': out of host memory", p->cfg.name);

@@ -50,8 +50,8 @@ static size_t vmm_range(gpupool *p, size_t size) {
 gpupool_status segment_create(gpupool *p, shard *sh, size_t size, int large, segment **out) {
   segment *seg = NULL;
   uint64_t dur = 0;
-  if (p->cfg.expandable && large) {
-    gpupool_status st = pages_segment_create(p, vmm_range(p, size), large, &seg);
+  if (p->cfg.expandable) { /* a small segment: a range of one page */
+    gpupool_status st = pages_segment_create(p, large ? vmm_range(p, size) : size, large, &seg);
     if (st != GPUPOOL_OK)
       return st;
   } else {

@@ -163,31 +163,128 @@ block *shard_best_fit(shard *sh, int large, size_t rounded) {
   return b && fit_allowed(&sh->pool->cfg, b, rounded) ? b : NULL;
 }
 
-/* How many blocks past the best fit the slow path looks at for one whose
- * pages are all mapped (vmm segments): each it finds saves moving pages. */
-#define READY_LOOKAHEAD 16
+static int should_split_rest(const pool_config *c, const block *b, size_t rest, size_t rounded);
 
-block *shard_scan_mapped_fit(shard *sh, int large, size_t rounded) {
-  block *first = shard_best_fit(sh, large, rounded), *b = first;
-  for (int i = 0; b && i < READY_LOOKAHEAD; i++) {
-    if (shard_fit_is_mapped(sh, b, rounded))
-      return b;
-    b = free_index_next(*shard_free_tree(sh, large), b);
-    if (b && !fit_allowed(&sh->pool->cfg, b, rounded))
-      break;
-  }
-  return first;
+/* The unmapped pages that a request of rounded bytes placed at `at` in free
+ * block b (of a vmm segment) needs, SIZE_MAX where it does not fit there;
+ * with zero_only, 1 for any number above 0 (no count: the hot path's
+ * question). */
+static size_t missing_at(const shard *sh, const block *b, uintptr_t at, size_t rounded,
+                         int zero_only) {
+  uintptr_t end = b->addr + b->size;
+  if (at < b->addr || at > end || end - at < rounded)
+    return SIZE_MAX;
+  size_t rest = end - at - rounded;
+  size_t len = should_split_rest(&sh->pool->cfg, b, rest, rounded) ? rounded : end - at;
+  const segment *seg = b->seg;
+  size_t first = (at - seg->addr) / seg->page_size;
+  size_t last = (at + len - 1 - seg->addr) / seg->page_size;
+  if (pages_find(seg, first, last, 0) > last)
+    return 0;
+  return zero_only ? 1 : last - first + 1 - pages_mapped_in(seg, first, last);
 }
 
-static int should_split(const pool_config *c, const block *b, size_t rounded) {
+/* Keeps at in *best_at when it needs fewer unmapped pages than *best. */
+static void try_at(const shard *sh, const block *b, uintptr_t at, size_t rounded, int zero_only,
+                   size_t *best, uintptr_t *best_at) {
+  size_t m = missing_at(sh, b, at, rounded, zero_only);
+  if (m < *best) {
+    *best = m;
+    *best_at = at;
+  }
+}
+
+/* Where in free block b (of a vmm segment) a request of rounded bytes needs
+ * the fewest unmapped pages, *at: its start, its end, or the start or end of
+ * a run of mapped pages inside it (the first of these on ties). Returns how
+ * many it needs there (with zero_only: 0, or 1 for some). */
+static size_t best_window(const shard *sh, const block *b, size_t rounded, int zero_only,
+                          uintptr_t *at) {
+  const segment *seg = b->seg;
+  size_t ps = seg->page_size, best = missing_at(sh, b, b->addr, rounded, zero_only);
+  uintptr_t end = b->addr + b->size;
+  *at = b->addr;
+  if (best)
+    try_at(sh, b, end - rounded, rounded, zero_only, &best, at);
+  size_t first = (b->addr - seg->addr) / ps, last = (end - 1 - seg->addr) / ps;
+  if (last >= seg->top) /* no page at or above top was ever mapped */
+    last = seg->top ? seg->top - 1 : 0;
+  for (size_t i = pages_find(seg, first, last, 1); best && i <= last;) {
+    size_t j = pages_find(seg, i, last, 0); /* the run of mapped pages [i, j) */
+    if (!zero_only || (j - i) * ps >= rounded) {
+      try_at(sh, b, seg->addr + i * ps, rounded, zero_only, &best, at);
+      try_at(sh, b, seg->addr + j * ps - rounded, rounded, zero_only, &best, at);
+    }
+    i = pages_find(seg, j, last, 1);
+  }
+  return best;
+}
+
+/* Splits free block b at address at, inside it: the part below at stays a
+ * free block of its own. Without host memory for it, b stays whole. */
+static void split_front(shard *sh, block *b, uintptr_t at) {
+  block *f = block_new(sh);
+  if (!f)
+    return;
+  index_remove(sh, b);
+  f->addr = b->addr;
+  f->size = at - b->addr;
+  f->seg = b->seg;
+  f->state = BLOCK_FREE;
+  f->free_seq = b->free_seq;
+  f->prev = b->prev;
+  f->next = b;
+  if (b->prev)
+    b->prev->next = f;
+  else
+    b->seg->first = f;
+  b->prev = f;
+  b->addr = at;
+  b->size -= f->size;
+  b->seg->nblocks++;
+  index_insert(sh, f);
+  index_insert(sh, b);
+}
+
+block *shard_place_mapped(shard *sh, int large, size_t rounded, int mapped_only) {
+  block *fit = shard_best_fit(sh, large, rounded);
+  if (!fit || shard_fit_is_mapped(sh, fit, rounded))
+    return fit;
+  block *best = fit;
+  size_t best_missing = SIZE_MAX;
+  uintptr_t best_at = fit->addr;
+  for (block *b = fit; b && best_missing; b = free_index_next(*shard_free_tree(sh, large), b)) {
+    if (!fit_allowed(&sh->pool->cfg, b, rounded))
+      break;
+    uintptr_t at = b->addr;
+    size_t m = b->seg->pages ? best_window(sh, b, rounded, mapped_only, &at) : 0;
+    if (m < best_missing) {
+      best_missing = m;
+      best = b;
+      best_at = at;
+    }
+  }
+  if (mapped_only && best_missing)
+    return NULL;
+  if (best_at != best->addr)
+    split_front(sh, best, best_at);
+  return best;
+}
+
+/* Whether a request of rounded bytes taken from free block b leaves the
+ * rest (rest bytes) as a free block of its own. */
+static int should_split_rest(const pool_config *c, const block *b, size_t rest, size_t rounded) {
   if (c->strategy != GPUPOOL_STRATEGY_BFC)
     return 0;
-  size_t rest = b->size - rounded;
   if (!b->seg->large)
     return rest >= MIN_BLOCK;
   if (b->seg->pages) /* an expandable segment's range: the request takes only its own size */
     return rest > SMALL_SIZE;
   return rounded < c->max_split_size && rest > SMALL_SIZE; /* PyTorch: the request decides */
+}
+
+static int should_split(const pool_config *c, const block *b, size_t rounded) {
+  return should_split_rest(c, b, b->size - rounded, rounded);
 }
 
 size_t shard_carve_size(const shard *sh, const block *b, size_t rounded) {

@@ -15,10 +15,15 @@ void shard_destroy(gpupool *p, shard *sh, void (*free_segment)(gpupool *p, segme
 /* The smallest free block of the size kind `large` that may serve a request
  * of `rounded` bytes (the strategy's rules), or NULL. Looks only. */
 block *shard_best_fit(shard *sh, int large, size_t rounded);
-/* The best fit whose pages are all mapped, among the few blocks from the
- * best fit up; else the best fit (which, outside vmm segments, is always
- * mapped: shard_best_fit's answer). */
-block *shard_scan_mapped_fit(shard *sh, int large, size_t rounded);
+/* The free block for a request of rounded bytes that needs the fewest
+ * unmapped pages (vmm segments): the best fit when its pages are all mapped;
+ * else, among all the free blocks that fit, smallest first, the one whose
+ * best placement (its start, its end, or a run of mapped pages inside it)
+ * needs the fewest. A block placed past its start is split there: the part
+ * below stays free, and the block returned starts at the placement. With
+ * mapped_only, NULL (and nothing split) when every placement needs pages:
+ * the hot path's question, which the slow path then asks again. */
+block *shard_place_mapped(shard *sh, int large, size_t rounded, int mapped_only);
 /* The bytes a request of `rounded` takes from free block b: rounded when b
  * is split for it, all of b otherwise. */
 size_t shard_carve_size(const shard *sh, const block *b, size_t rounded);

@@ -352,10 +352,11 @@ gpupool_status gpupool_share_export(gpupool *p, void *ptr, int sock, gpupool_exp
                      "(no CU_DEVICE_ATTRIBUTE_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR_SUPPORTED, or the "
                      "driver refused shareable pages)",
                      call, p->cfg.name, p->be->device);
-    else if (!b->seg->pages)
+    else if (!b->seg->pages || !b->seg->large)
       st = pool_fail(GPUPOOL_ERR_INVALID,
-                     "%s: pool '%s': %p is a small block (%zu bytes): small blocks live in plain "
-                     "segments, which cannot be shared; blocks over 1 MiB can",
+                     "%s: pool '%s': %p is a small block (%zu bytes): small blocks share their "
+                     "2 MiB segment with other blocks, which cannot be shared; blocks over 1 MiB "
+                     "can",
                      call, p->cfg.name, ptr, b->size);
     else {
       const segment *seg = b->seg;

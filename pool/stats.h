@@ -38,6 +38,18 @@ static inline void stat_add(stat_counter *s, int large, int64_t delta) {
     stat_dec(s, large, -delta);
 }
 
+/* Moves n >= 0 from the other kind to kind large (a page of an expandable
+ * pool moved between a small and a large segment): the total, and what each
+ * kind reports as allocated less freed, follow; nothing is freed. */
+static inline void stat_transfer(stat_counter *s, int large, int64_t n) {
+  kind_count *from = stat_kind(s, !large), *to = stat_kind(s, large);
+  gp_assert_internal(n >= 0 && from->current >= n);
+  from->current -= n;
+  to->current += n;
+  if (to->current > to->peak)
+    to->peak = to->current;
+}
+
 static inline int64_t stat_total(const stat_counter *s) {
   return s->small.current + s->large.current;
 }

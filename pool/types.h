@@ -163,6 +163,7 @@ struct segment {
    * under an allocated or pending block is mapped; pages wholly under free
    * blocks may not be. Changed under the shard lock and the slow lock. */
   void **pages;
+  uint64_t *mapped; /* a bit per page: mapped for its blocks (page_mapped) */
   size_t page_size, npages, nmapped;
   size_t top; /* no page at or above this index was ever mapped: scans stop there */
 };

@@ -23,7 +23,7 @@
  * Failures: GPUPOOL_ERR_UNSUPPORTED where the device or driver cannot export
  * memory as file descriptors (or gpupool was built without CUDA and the
  * export came from a cuda pool); GPUPOOL_ERR_INVALID for a pool without
- * expandable segments, a small block (small blocks live in plain segments), a
+ * expandable segments, a small block (small blocks share a 2 MiB segment), a
  * foreign or freed pointer, a socket that is not a connected Unix socket or
  * whose peer closed it, a second export or import, and anything on the
  * socket that is not the expected message; GPUPOOL_ERR_BACKEND when the

@@ -343,14 +343,18 @@ Test(pool_expandable, page_moves_are_segment_events_of_the_trace) {
 /* A training step whose shapes repeat maps its pages in the first steps and
  * then finds every block mapped: no page moves after that. y does not fit in
  * the holes its step leaves, so its pages move there and back until the
- * slack has grown by the pages that stop it (one per 8 moved here). */
+ * slack has grown by the pages that stop it (one per 8 moved here). Blocks
+ * go where their pages are mapped (the start of a run of mapped pages inside
+ * a free block, when its own start has none): the layout drifts down the
+ * range for a few dozen steps, the pages moved from under the last step's
+ * blocks, before the growth catches up. */
 Test(pool_expandable, repeating_shapes_stop_moving_pages) {
   static const size_t step[] = {30 * MiB, 12 * MiB, 7 * MiB, 50 * MiB, 3 * MiB, 24 * MiB};
-  enum { N = sizeof step / sizeof step[0] };
+  enum { N = sizeof step / sizeof step[0], STEPS = 48 };
   gpupool *p =
       pc_pool(GPUPOOL_STRATEGY_BFC, 0, "expandable_segments:True,expandable_growth_moves:8");
-  uint64_t moved_after[12];
-  for (int it = 0; it < 12; it++) {
+  uint64_t moved_after[STEPS];
+  for (int it = 0; it < STEPS; it++) {
     void *x[N];
     for (int i = 0; i < N; i++)
       x[i] = take(p, step[i], (uint64_t)i);
@@ -362,9 +366,11 @@ Test(pool_expandable, repeating_shapes_stop_moving_pages) {
     check_and_free(p, y, 40 * MiB, 100);
     moved_after[it] = pc_stats(p).num_pages_moved;
   }
-  cr_assert_eq(moved_after[11], moved_after[6], "pages moved %llu after step 7, %llu after 12",
-               (unsigned long long)moved_after[6], (unsigned long long)moved_after[11]);
-  cr_assert_eq(moved_after[6], 136);
+  cr_assert_eq(moved_after[STEPS - 1], moved_after[32],
+               "pages moved %llu after step 33, %llu after %d", (unsigned long long)moved_after[32],
+               (unsigned long long)moved_after[STEPS - 1], STEPS);
+  cr_assert_eq(moved_after[32], 136);
+  cr_assert_gt(moved_after[32], moved_after[31], "the last move happens in step 33");
   gpupool_stats s = pc_stats(p);
   cr_assert_eq(s.reserved_bytes[L].peak, 166 * MiB, "the range's high water: 126 MiB live + y");
   check_invariants(p);
@@ -432,4 +438,83 @@ Test(pool_expandable, slack_percent_is_checked) {
                   strstr(gpupool_last_error(), i < 3 ? "(0 <= x <= 100)" : "1048576"),
               "%s", gpupool_last_error());
   }
+}
+
+/* A block goes where its pages are mapped, inside a free block whose start
+ * has none: b's pages, idle in the free block [0, 40) MiB whose first half
+ * gave its pages to c, take d at its end (against pin), with no page moved
+ * or created (placed at the free block's start, d would move 8 pages). */
+Test(pool_expandable, places_blocks_where_pages_are_mapped) {
+  gpupool *p = moving_pool(0);
+  void *a = take(p, 20 * MiB, 1), *b = take(p, 20 * MiB, 2), *pin = take(p, 4 * MiB, 3);
+  cr_assert_eq((char *)b, (char *)a + 20 * MiB);
+  check_and_free(p, a, 20 * MiB, 1);
+  void *c = take(p, 30 * MiB, 4); /* past pin: a's 10 idle pages move, 5 are new */
+  gpupool_stats s = pc_stats(p);
+  cr_assert_eq(s.num_pages_moved, 10);
+  cr_assert_eq(s.num_device_alloc, 27);
+  check_and_free(p, b, 20 * MiB, 2); /* the free block [0, 40): pages only in [20, 40) */
+  void *d = take(p, 16 * MiB, 5);
+  cr_assert_eq((char *)d, (char *)a + 24 * MiB, "d at the end of b's mapped pages");
+  s = pc_stats(p);
+  cr_assert_eq(s.num_pages_moved, 10, "no page moved for d");
+  cr_assert_eq(s.num_device_alloc, 27, "no page created for d");
+  check_mapped_is_reserved(p);
+  check_invariants(p);
+  /* [0, 24) has 2 pages, at its end: e's fewest missing pages are 6, at 8 MiB
+   * (the 2 pages are e's, not moved) */
+  void *e = take(p, 16 * MiB, 6);
+  cr_assert_eq((char *)e, (char *)a + 8 * MiB);
+  s = pc_stats(p);
+  cr_assert_eq(s.num_pages_moved, 10);
+  cr_assert_eq(s.num_device_alloc, 33);
+  check_mapped_is_reserved(p);
+  check_invariants(p);
+  check_and_free(p, c, 30 * MiB, 4);
+  check_and_free(p, d, 16 * MiB, 5);
+  check_and_free(p, e, 16 * MiB, 6);
+  check_and_free(p, pin, 4 * MiB, 3);
+  check_invariants(p);
+  gpupool_destroy(p);
+}
+
+/* Small blocks live in one-page segments whose pages count in the slack like
+ * the large range's: the idle page of a free small segment moves to a large
+ * block (reserved bytes follow it from small to large) before a page is
+ * created, and a small block that needs a page then gets a new one. */
+Test(pool_expandable, small_segment_pages_move_to_large_blocks) {
+  gpupool *p = moving_pool(0);
+  void *s1 = take(p, 512 * 1024, 1);
+  gpupool_stats s = pc_stats(p);
+  cr_assert_eq(s.segment[GPUPOOL_STAT_SMALL].current, 1);
+  cr_assert_eq(s.reserved_bytes[GPUPOOL_STAT_SMALL].current, PAGE);
+  cr_assert_eq(s.num_device_alloc, 1, "the small segment's page");
+  check_and_free(p, s1, 512 * 1024, 1);
+  void *big = take(p, 2 * MiB, 2);
+  s = pc_stats(p);
+  cr_assert_eq(s.num_pages_moved, 1, "the small segment's idle page moved");
+  cr_assert_eq(s.num_device_alloc, 1);
+  cr_assert_eq(s.reserved_bytes[GPUPOOL_STAT_SMALL].current, 0);
+  cr_assert_eq(s.reserved_bytes[L].current, PAGE);
+  cr_assert_eq(s.reserved_bytes[A].current, PAGE);
+  cr_assert_eq(s.reserved_bytes[A].peak, PAGE, "a move is no new reservation");
+  cr_assert_eq(s.segment[GPUPOOL_STAT_SMALL].current, 1, "the small segment stays, unmapped");
+  check_mapped_is_reserved(p);
+  check_invariants(p);
+  void *s2 = take(p, 512 * 1024, 3); /* no idle page anywhere: a new one */
+  s = pc_stats(p);
+  cr_assert_eq(s.num_device_alloc, 2);
+  cr_assert_eq(s.num_pages_moved, 1);
+  cr_assert_eq(s.reserved_bytes[GPUPOOL_STAT_SMALL].current, PAGE);
+  cr_assert_eq(s.reserved_bytes[A].current, 2 * PAGE);
+  check_mapped_is_reserved(p);
+  check_invariants(p);
+  check_and_free(p, s2, 512 * 1024, 3);
+  check_and_free(p, big, 2 * MiB, 2);
+  cr_assert_eq(gpupool_empty_cache(p), 2 * PAGE, "both pages, and the small segment");
+  s = pc_stats(p);
+  cr_assert_eq(s.reserved_bytes[A].current, 0);
+  cr_assert_eq(s.segment[GPUPOOL_STAT_SMALL].current, 0);
+  check_invariants(p);
+  gpupool_destroy(p);
 }

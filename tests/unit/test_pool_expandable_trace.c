@@ -4,7 +4,8 @@
  * transformer LM, whose sequence length does), replayed on the simulated
  * device: peak reserved, device allocations (pages), pages moved and device
  * synchronizations. A policy change that moves these numbers must say so
- * here (and in bench/README.md). Plain bfc is checked alongside. */
+ * here (and in bench/README.md and docs/pool.md). Plain bfc is checked
+ * alongside. */
 #include <criterion/criterion.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -58,9 +59,11 @@ Test(pool_expandable_trace, cnn) {
   static const expected e[] = {
       {"strategy:bfc", 576 * MiB, 344509952, 15, 0, 0},
       /* 1.065: the first steps move pages, then the slack has grown enough */
-      {"expandable_segments:True", 350 * MiB, 344509952, 175, 23, 0},
-      {"expandable_segments:True,expandable_growth_moves:0", 346 * MiB, 344509952, 173, 374, 0},
-      {"expandable_segments:True,expandable_slack_percent:0", 336 * MiB, 344509952, 168, 609, 0},
+      {"expandable_segments:True", 350 * MiB, 344509952, 175, 24, 0},
+      /* 1.047: small blocks' pages count in the 5 %; the 210 MiB workspace
+       * moves 2 pages in the steps of the largest batch */
+      {"expandable_segments:True,expandable_growth_moves:0", 344 * MiB, 344509952, 172, 55, 0},
+      {"expandable_segments:True,expandable_slack_percent:0", 330 * MiB, 344509952, 165, 207, 0},
   };
   check("cnn_train_60steps.trace", e, sizeof e / sizeof e[0]);
 }
@@ -68,9 +71,9 @@ Test(pool_expandable_trace, cnn) {
 Test(pool_expandable_trace, lm) {
   static const expected e[] = {
       {"strategy:bfc", 1486 * MiB, 1358535680, 66, 0, 0},
-      {"expandable_segments:True", 1384 * MiB, 1358535680, 692, 77, 0},
-      {"expandable_segments:True,expandable_growth_moves:0", 1384 * MiB, 1358535680, 692, 77, 0},
-      {"expandable_segments:True,expandable_slack_percent:0", 1346 * MiB, 1358535680, 673, 452, 0},
+      {"expandable_segments:True", 1380 * MiB, 1358535680, 690, 114, 0},
+      {"expandable_segments:True,expandable_growth_moves:0", 1360 * MiB, 1358535680, 680, 129, 0},
+      {"expandable_segments:True,expandable_slack_percent:0", 1302 * MiB, 1358535680, 651, 254, 0},
   };
   check("lm_train_24steps.trace", e, sizeof e / sizeof e[0]);
 }

@@ -335,9 +335,15 @@ int pc_check_invariants(const gpupool_stats *s, gpupool_strategy strategy, int f
 
   const int S = GPUPOOL_STAT_SMALL;
   if (strategy == GPUPOOL_STRATEGY_BFC || strategy == GPUPOOL_STRATEGY_DEFAULT) {
-    if (s->reserved_bytes[S].current != s->segment[S].current * (int64_t)(2 * PC_MiB))
-      return fail(msg, len, "bfc: small reserved %lld != %lld segments of 2 MiB",
-                  I64(s->reserved_bytes[S].current), I64(s->segment[S].current));
+    /* Expandable: a small segment is a range of one page, which may have
+     * moved to a large block (or not be mapped yet). */
+    int64_t small_bytes = s->segment[S].current * (int64_t)(2 * PC_MiB);
+    if (flags & PC_EXPANDABLE ? s->reserved_bytes[S].current > small_bytes ||
+                                    s->reserved_bytes[S].current % (int64_t)(2 * PC_MiB) != 0
+                              : s->reserved_bytes[S].current != small_bytes)
+      return fail(msg, len, "bfc: small reserved %lld %s %lld segments of 2 MiB",
+                  I64(s->reserved_bytes[S].current),
+                  flags & PC_EXPANDABLE ? "not in pages of" : "!=", I64(s->segment[S].current));
     if (s->reserved_bytes[GPUPOOL_STAT_LARGE].current % (int64_t)(2 * PC_MiB) != 0)
       return fail(msg, len, "bfc: large reserved %lld is not a multiple of 2 MiB",
                   I64(s->reserved_bytes[GPUPOOL_STAT_LARGE].current));
