@@ -29,7 +29,7 @@ void advisor_conf_of_pool(const gpupool *p, char *out, size_t len) {
     ADD(",expandable_segments:True");
   if (c->expandable && c->expandable_slack != 0.05)
     ADD(",expandable_slack_percent:%g", c->expandable_slack * 100);
-  if (c->expandable && c->expandable_growth_moves != 8)
+  if (c->expandable && c->expandable_growth_moves != 0)
     ADD(",expandable_growth_moves:%u", c->expandable_growth_moves);
 #undef ADD
   if (n >= len) /* cannot happen with the 256 bytes /advice gives; never a cut line */

@@ -18,7 +18,7 @@ static void set_defaults(pool_config *c) {
   c->round_linear_cutoff = 24;
   c->fault_seed = 1;
   c->expandable_slack = 0.05;
-  c->expandable_growth_moves = 8;
+  c->expandable_growth_moves = 0;
 }
 
 static int set_name(pool_config *c, const char *name, char *err, size_t errlen) {

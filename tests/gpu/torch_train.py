@@ -415,9 +415,9 @@ TIMING_CONFIGS = [  # (label, allocator, environment): nothing is recorded
      {"GPUPOOL_AGENT_CONF": "listen:127.0.0.1:0", "GPUPOOL_CONF": "expandable_segments:True"}),
     ("torch expandable_segments", "torch",
      {"PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True"}),
-    ("gpupool expandable_segments, growth 0, agent (default)", "gpupool",
+    ("gpupool expandable_segments, growth 8, agent (default)", "gpupool",
      {"GPUPOOL_AGENT_CONF": "listen:127.0.0.1:0",
-      "GPUPOOL_CONF": "expandable_segments:True,expandable_growth_moves:0"}),
+      "GPUPOOL_CONF": "expandable_segments:True,expandable_growth_moves:8"}),
 ]
 
 
