@@ -32,6 +32,9 @@ typedef struct cached_pool {
   gpupool_advice *advice; /* NULL: failed, error says why */
   char error[256];
 } cached_pool;
+_Static_assert(sizeof((taken_pool *)0)->name == sizeof((cached_pool *)0)->name &&
+                   sizeof((cached_pool *)0)->name == sizeof((advice_pool_summary *)0)->pool,
+               "pool names are copied whole between these");
 
 static pthread_mutex_t g_compute = PTHREAD_MUTEX_INITIALIZER; /* one computation at a time */
 static pthread_mutex_t g_cache_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -78,7 +81,7 @@ static void clear_cache_locked(void) {
 }
 
 static void compute(double capacity_gib, const char *only) {
-  taken_pool taken[ADVICE_MAX_POOLS];
+  taken_pool taken[ADVICE_MAX_POOLS] = {0}; /* names copied whole (memcpy) below */
   take_ctx c = {taken, 0, only};
   registry_foreach(take_pool, &c);
   double t0 = now_s();
@@ -86,7 +89,7 @@ static void compute(double capacity_gib, const char *only) {
   for (size_t i = 0; i < c.n; i++) {
     cached_pool *f = &fresh[i];
     memset(f, 0, sizeof *f);
-    snprintf(f->name, sizeof f->name, "%s", taken[i].name);
+    memcpy(f->name, taken[i].name, sizeof f->name); /* same size, NUL-terminated */
     f->device = taken[i].device;
     gpupool_history *h;
     gpupool_status st = history_from_rings(taken[i].rings, taken[i].nrings, taken[i].name, &h);
@@ -173,8 +176,10 @@ static char *render_locked(int json, double age) {
       snprintf(head, sizeof head, "%s", g_ncache ? "" : "no pool has recorded events yet\n");
     } else {
       const cached_pool *c = &g_cache[i];
-      snprintf(head, sizeof head, "== pool %s (device %d), computed %.1f s ago in %.3f s%s%s\n",
-               c->name, c->device, age, g_compute_s, c->advice ? "" : ": ", c->error);
+      /* the precisions: each field's own size (GCC 13 cannot see it through g_cache[i]) */
+      snprintf(head, sizeof head,
+               "== pool %.127s (device %d), computed %.1f s ago in %.3f s%s%.255s\n", c->name,
+               c->device, age, g_compute_s, c->advice ? "" : ": ", c->error);
       s = c->advice ? gpupool_advice_render(c->advice, "table") : NULL;
     }
     size_t need = n + strlen(head) + (s ? strlen(s) : 0) + 2;
@@ -258,7 +263,7 @@ void advice_summary_get(advice_summary *out) {
     if (!a)
       continue;
     advice_pool_summary *s = &out->pool[out->npools++];
-    snprintf(s->pool, sizeof s->pool, "%s", g_cache[i].name);
+    memcpy(s->pool, g_cache[i].name, sizeof s->pool); /* same size, NUL-terminated */
     s->device = g_cache[i].device;
     s->events = a->input.events;
     s->current_peak_reserved = a->c[a->current].r.peak_reserved;

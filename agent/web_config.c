@@ -142,7 +142,7 @@ static int string_list(loader *l, const yaml_node_t *n, const char *what, str_li
   if (n->type != YAML_SEQUENCE_NODE)
     return fail(l, n, "%s: expected a list of strings", what);
   for (yaml_node_item_t *it = n->data.sequence.items.start; it < n->data.sequence.items.top; it++) {
-    const char *v;
+    const char *v = NULL;
     if (scalar(l, yaml_document_get_node(l->doc, *it), what, &v) != 0)
       return -1;
     if (!v)
@@ -294,7 +294,7 @@ static int is_bcrypt(const char *h) {
 }
 
 static int user_pair(loader *l, const char *key, const yaml_node_t *v) {
-  const char *hash;
+  const char *hash = NULL;
   char what[300];
   snprintf(what, sizeof what, "basic_auth_users.%s", key);
   if (scalar(l, v, what, &hash) != 0)
