@@ -13,59 +13,12 @@
 
 #include "agent/http_gzip.h"
 #include "agent/http_gzip_parallel.h"
+#include "helpers/gzip_check.h"
 
 #define CHUNK HTTP_GZIP_CHUNK_MIN
 
-/* Inflates one gzip member that must fill z[0..zlen) exactly; the bytes
- * read back. */
-static size_t gunzip_one(const uint8_t *z, size_t zlen, uint8_t *out, size_t cap) {
-  z_stream s = {0};
-  cr_assert_eq(inflateInit2(&s, 31), Z_OK);
-  s.next_in = (Bytef *)z;
-  s.avail_in = (uInt)zlen;
-  s.next_out = out;
-  s.avail_out = (uInt)cap;
-  int rc = inflate(&s, Z_FINISH);
-  cr_assert_eq(rc, Z_STREAM_END, "inflate: %d (%s)", rc, s.msg ? s.msg : "");
-  cr_assert_eq(s.avail_in, 0u, "%u bytes after the end of the member", s.avail_in);
-  size_t n = s.total_out;
-  inflateEnd(&s);
-  return n;
-}
-
 static uint32_t le32(const uint8_t *b) {
   return (uint32_t)b[0] | (uint32_t)b[1] << 8 | (uint32_t)b[2] << 16 | (uint32_t)b[3] << 24;
-}
-
-static uint64_t rng = 88172645463325252ull;
-static uint64_t next(void) {
-  rng ^= rng << 13;
-  rng ^= rng >> 7;
-  rng ^= rng << 17;
-  return rng;
-}
-
-/* kind 0: exposition-like text; 1: random bytes; 2: one byte repeated. */
-static void fill(uint8_t *b, size_t n, int kind) {
-  if (kind == 1) {
-    for (size_t i = 0; i < n; i++)
-      b[i] = (uint8_t)next();
-    return;
-  }
-  if (kind == 2) {
-    memset(b, 'x', n);
-    return;
-  }
-  size_t at = 0;
-  char line[128];
-  while (at < n) {
-    int len =
-        snprintf(line, sizeof line, "gpupool_reserved_bytes{device=\"%d\",pool=\"p%d\"} %llu\n",
-                 (int)(next() % 8), (int)(next() % 4), (unsigned long long)(next() % 100000000));
-    size_t take = (size_t)len < n - at ? (size_t)len : n - at;
-    memcpy(b + at, line, take);
-    at += take;
-  }
 }
 
 /* Compresses in[0..n) with p and checks everything about the result; the
@@ -79,7 +32,7 @@ static size_t check(http_gzip_par *p, const uint8_t *in, size_t n, uint8_t *back
   cr_assert_leq(zlen, cap);
   static const uint8_t header[10] = {0x1f, 0x8b, 8, 0, 0, 0, 0, 0, 4, 3};
   cr_assert_arr_eq(z, header, sizeof header, "the gzip header zlib writes at level 1");
-  cr_assert_eq(gunzip_one(z, zlen, back, n + 1), n, "%zu bytes, %u threads", n,
+  cr_assert_eq(gz_read_member(z, zlen, back, n + 1), n, "%zu bytes, %u threads", n,
                http_gzip_par_threads(p));
   cr_assert(n == 0 || memcmp(back, in, n) == 0, "%zu bytes, %u threads: other bytes back", n,
             http_gzip_par_threads(p));
@@ -111,7 +64,7 @@ Test(http_gzip_parallel, every_size_and_thread_count_reads_back) {
     cr_assert_eq(http_gzip_par_threads(p), threads[t]);
     for (size_t i = 0; i < ns; i++)
       for (int kind = 0; kind < 3; kind++) {
-        fill(in, sizes[i], kind);
+        gz_fill(in, sizes[i], kind);
         check(p, in, sizes[i], back);
       }
     http_gzip_par_free(p);
@@ -138,7 +91,7 @@ Test(http_gzip_parallel, chunks_are_at_least_the_minimum_and_at_most_the_threads
  * bytes as one zlib gzip stream. */
 Test(http_gzip_parallel, one_chunk_is_the_serial_compressors_output) {
   static uint8_t in[200000];
-  fill(in, sizeof in, 0);
+  gz_fill(in, sizeof in, 0);
   http_gzipper *g = http_gzipper_new();
   size_t scap = http_gzipper_bound(g, sizeof in);
   uint8_t *serial = malloc(scap);
@@ -169,7 +122,7 @@ Test(http_gzip_parallel, one_chunk_is_the_serial_compressors_output) {
 Test(http_gzip_parallel, the_dictionary_keeps_matches_across_chunks) {
   enum { PERIOD = HTTP_GZIP_DICT / 2 };
   static uint8_t in[8 * CHUNK], back[8 * CHUNK + 1];
-  fill(in, PERIOD, 1);
+  gz_fill(in, PERIOD, 1);
   for (size_t i = 1; i < sizeof in / PERIOD; i++)
     memcpy(in + i * PERIOD, in, PERIOD);
   http_gzip_par *p = http_gzip_par_new(4);
@@ -182,7 +135,7 @@ Test(http_gzip_parallel, the_dictionary_keeps_matches_across_chunks) {
 /* Text compresses about as well in chunks as serially. */
 Test(http_gzip_parallel, ratio_close_to_serial) {
   static uint8_t in[1000 * 1000], back[1000 * 1000 + 1];
-  fill(in, sizeof in, 0);
+  gz_fill(in, sizeof in, 0);
   http_gzip_par *one = http_gzip_par_new(1), *four = http_gzip_par_new(4);
   size_t serial = check(one, in, sizeof in, back);
   size_t parallel = check(four, in, sizeof in, back);
@@ -194,7 +147,7 @@ Test(http_gzip_parallel, ratio_close_to_serial) {
 
 Test(http_gzip_parallel, too_little_room_writes_nothing_and_bad_counts_are_refused) {
   static uint8_t in[5 * CHUNK];
-  fill(in, sizeof in, 1);
+  gz_fill(in, sizeof in, 1);
   http_gzip_par *p = http_gzip_par_new(4);
   size_t cap = http_gzip_par_bound(p, sizeof in);
   uint8_t *z = malloc(cap);
