@@ -20,50 +20,24 @@ int http_gzip_available(void) {
   return 1;
 }
 
-struct http_gzipper {
-  z_stream z;
-};
-
-http_gzipper *http_gzipper_new(void) {
-  http_gzipper *g = calloc(1, sizeof *g);
-  if (g && deflateInit2(&g->z, GZIP_LEVEL, Z_DEFLATED, GZIP_WINDOW_BITS, GZIP_MEM_LEVEL,
-                        Z_DEFAULT_STRATEGY) != Z_OK) {
-    free(g);
-    g = NULL;
-  }
-  return g;
-}
-
-void http_gzipper_free(http_gzipper *g) {
-  if (!g)
-    return;
-  deflateEnd(&g->z);
-  free(g);
-}
-
-size_t http_gzipper_bound(http_gzipper *g, size_t len) {
-  return len > UINT_MAX ? len : deflateBound(&g->z, (uLong)len);
-}
-
-size_t http_gzipper_run(http_gzipper *g, const char *in, size_t len, uint8_t *out, size_t cap) {
-  if (len > UINT_MAX || cap > UINT_MAX || deflateReset(&g->z) != Z_OK)
-    return 0;
-  g->z.next_in = (Bytef *)in;
-  g->z.avail_in = (uInt)len;
-  g->z.next_out = out;
-  g->z.avail_out = (uInt)cap;
-  return deflate(&g->z, Z_FINISH) == Z_STREAM_END ? (size_t)g->z.total_out : 0;
-}
-
 int http_gzip(const char *in, size_t len, char **out, size_t *outlen) {
-  http_gzipper *g = http_gzipper_new();
-  if (!g)
+  z_stream z = {0};
+  if (len > UINT_MAX || deflateInit2(&z, GZIP_LEVEL, Z_DEFLATED, GZIP_WINDOW_BITS, GZIP_MEM_LEVEL,
+                                     Z_DEFAULT_STRATEGY) != Z_OK)
     return -1;
-  size_t cap = http_gzipper_bound(g, len);
-  char *buf = malloc(cap);
-  size_t n = buf ? http_gzipper_run(g, in, len, (uint8_t *)buf, cap) : 0;
-  http_gzipper_free(g);
-  if (!n) {
+  size_t cap = deflateBound(&z, (uLong)len);
+  char *buf = cap <= UINT_MAX ? malloc(cap) : NULL;
+  int rc = Z_MEM_ERROR;
+  if (buf) {
+    z.next_in = (Bytef *)in;
+    z.avail_in = (uInt)len;
+    z.next_out = (Bytef *)buf;
+    z.avail_out = (uInt)cap;
+    rc = deflate(&z, Z_FINISH);
+  }
+  size_t n = (size_t)z.total_out;
+  deflateEnd(&z);
+  if (rc != Z_STREAM_END) {
     free(buf);
     return -1;
   }
@@ -79,23 +53,5 @@ int http_gzip_available(void) {
 int http_gzip(const char *in, size_t len, char **out, size_t *outlen) {
   (void)in, (void)len, (void)out, (void)outlen;
   return -1;
-}
-
-http_gzipper *http_gzipper_new(void) {
-  return NULL;
-}
-
-void http_gzipper_free(http_gzipper *g) {
-  (void)g;
-}
-
-size_t http_gzipper_bound(http_gzipper *g, size_t len) {
-  (void)g;
-  return len;
-}
-
-size_t http_gzipper_run(http_gzipper *g, const char *in, size_t len, uint8_t *out, size_t cap) {
-  (void)g, (void)in, (void)len, (void)out, (void)cap;
-  return 0;
 }
 #endif

@@ -7,7 +7,7 @@
  * is joined with crc32_combine, and a gzip header and trailer around the
  * whole make one standard gzip member. A body of one chunk (or one thread)
  * is one deflate call on the calling thread, byte for byte
- * http_gzipper_run's output.
+ * http_gzip's output.
  *
  * The calling thread compresses the first chunk itself; the other chunks go
  * to worker threads started with the compressor, each with its own z_stream
