@@ -138,25 +138,37 @@ static double clock_s(clockid_t id) {
   return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
+/* The configurations replayed one by one; `baseline`: also in the
+ * side-by-side run against another library (one built before
+ * expandable_slack_percent existed refuses that key). */
+static const struct {
+  const char *conf;
+  int baseline;
+} configs[] = {
+    {"", 1},
+    {"roundup_power2_divisions:4", 1},
+    {"max_split_size_mb:128", 1},
+    {"garbage_collection_threshold:0.7", 1},
+    {"expandable_segments:True", 1},
+    {"expandable_segments:True,expandable_slack_percent:0", 0},
+    {"strategy:round", 1},
+    {"strategy:naive", 1},
+};
+#define NCONFIGS (sizeof configs / sizeof *configs)
+
+static const char *config_name(const char *conf) {
+  return *conf ? conf : "(defaults: bfc)";
+}
+
 static void per_config(const gpupool_history *h, int quick) {
-  static const char *const confs[] = {
-      "",
-      "roundup_power2_divisions:4",
-      "max_split_size_mb:128",
-      "garbage_collection_threshold:0.7",
-      "expandable_segments:True",
-      "expandable_segments:True,expandable_slack_percent:0",
-      "strategy:round",
-      "strategy:naive",
-  };
   printf("\n| configuration | events | best of %d, wall (s) | CPU (s) | M events/s (CPU) |\n"
          "|---|---:|---:|---:|---:|\n",
          quick ? 1 : 5);
-  for (size_t i = 0; i < sizeof confs / sizeof *confs; i++) {
+  for (size_t i = 0; i < NCONFIGS; i++) {
     double best = 1e30, best_cpu = 1e30;
     gpupool_replay_result r;
     for (int k = 0; k < (quick ? 1 : 5); k++) {
-      if (gpupool_replay(h, confs[i], (uint64_t)80 << 30, &r) != GPUPOOL_OK) {
+      if (gpupool_replay(h, configs[i].conf, (uint64_t)80 << 30, &r) != GPUPOOL_OK) {
         fprintf(stderr, "bench_advisor: %s\n", gpupool_last_error());
         exit(1);
       }
@@ -165,7 +177,7 @@ static void per_config(const gpupool_history *h, int quick) {
       if (r.cpu_seconds < best_cpu)
         best_cpu = r.cpu_seconds;
     }
-    printf("| %s | %llu | %.4f | %.4f | %.1f |\n", *confs[i] ? confs[i] : "(defaults: bfc)",
+    printf("| %s | %llu | %.4f | %.4f | %.1f |\n", config_name(configs[i].conf),
            (unsigned long long)r.events, best, best_cpu, (double)r.events / best_cpu / 1e6);
   }
 }
@@ -258,15 +270,6 @@ static int same_result(const gpupool_replay_result *a, const gpupool_replay_resu
 
 static int side_by_side(const gpupool_history *h300, const char *path, const char *baseline,
                         int quick) {
-  static const char *const confs[] = {
-      "",
-      "roundup_power2_divisions:4",
-      "max_split_size_mb:128",
-      "garbage_collection_threshold:0.7",
-      "expandable_segments:True",
-      "strategy:round",
-      "strategy:naive",
-  };
   char record[] = "/tmp/bench_advisor_XXXXXX";
   int fd = mkstemp(record);
   if (fd < 0 || (close(fd), write_record(h300, record)) != 0) {
@@ -284,12 +287,14 @@ static int side_by_side(const gpupool_history *h300, const char *path, const cha
          "| configuration | events | baseline M events/s | this M events/s | this / baseline | "
          "same figures |\n|---|---:|---:|---:|---:|---|\n",
          rounds, baseline, path);
-  for (size_t i = 0; i < sizeof confs / sizeof *confs; i++) {
+  for (size_t i = 0; i < NCONFIGS; i++) {
+    if (!configs[i].baseline)
+      continue;
     double cpu[2][32];
     gpupool_replay_result r[2];
     for (int k = 0; k < rounds; k++)
       for (int j = 0; j < 2; j++) {
-        if (libs[j].replay(libs[j].h, confs[i], (uint64_t)80 << 30, &r[j]) != GPUPOOL_OK) {
+        if (libs[j].replay(libs[j].h, configs[i].conf, (uint64_t)80 << 30, &r[j]) != GPUPOOL_OK) {
           fprintf(stderr, "bench_advisor: %s: %s\n", libs[j].path, libs[j].last_error());
           return 1;
         }
@@ -299,7 +304,7 @@ static int side_by_side(const gpupool_history *h300, const char *path, const cha
            cur = ev / bench_median(cpu[1], rounds) / 1e6;
     int same = same_result(&r[0], &r[1]);
     bad |= !same;
-    printf("| %s | %llu | %.1f | %.1f | %.2f | %s |\n", *confs[i] ? confs[i] : "(defaults: bfc)",
+    printf("| %s | %llu | %.1f | %.1f | %.2f | %s |\n", config_name(configs[i].conf),
            (unsigned long long)r[1].events, base, cur, cur / base, same ? "yes" : "NO");
   }
   printf(
