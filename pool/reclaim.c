@@ -76,16 +76,6 @@ static gpupool_status mem_info(gpupool *p, size_t *free_b, size_t *total_b) {
   return st;
 }
 
-/* The device's memory, asked once (0 when the backend cannot say). Not
- * remembered as a device reading for OOM reports: at the first slow path it
- * would be a stale one by the time of an OOM. */
-static size_t device_total(gpupool *p) {
-  size_t free_b, total_b;
-  if (!p->device_total && p->be->ops->mem_info(p->be, &free_b, &total_b) == GPUPOOL_OK)
-    p->device_total = total_b;
-  return p->device_total;
-}
-
 typedef struct gc_candidate {
   segment *seg;
   uint64_t free_seq;
@@ -99,9 +89,10 @@ static int by_free_seq(const void *a, const void *b) {
 /* garbage_collection_threshold: above threshold * device memory, return the
  * cached large segments freed longest ago until under it. */
 static void garbage_collect(gpupool *p, shard *caller) {
-  if (!device_total(p))
+  size_t total = segment_device_total(p);
+  if (!total)
     return;
-  int64_t limit = (int64_t)(p->cfg.gc_threshold * (double)p->device_total);
+  int64_t limit = (int64_t)(p->cfg.gc_threshold * (double)total);
   if (stat_total(&p->c.reserved_bytes) <= limit)
     return;
   size_t n = 0, cap = 64;
@@ -274,7 +265,7 @@ static gpupool_status attempt(gpupool *p, shard *sh, size_t rounded, size_t requ
 gpupool_status reclaim_malloc(gpupool *p, shard *sh, size_t rounded, size_t requested, block **out,
                               int *to_device) {
   *to_device = 0;
-  size_t total = device_total(p);
+  size_t total = segment_device_total(p);
   if (total && rounded > total) {
     /* No cache or retry can serve a block larger than the device: fail now,
      * without emptying the cache first or, with expandable segments,

@@ -27,20 +27,24 @@ void segment_emit_event(gpupool *p, shard *sh, int type, int flags, uintptr_t ad
   shard_emit_locked(sh, &ev);
 }
 
+size_t segment_device_total(gpupool *p) {
+  size_t free_b, total_b;
+  if (!p->device_total && p->be->ops->mem_info(p->be, &free_b, &total_b) == GPUPOOL_OK)
+    p->device_total = total_b;
+  return p->device_total;
+}
+
 /* The address range of a large segment of an expandable pool: as much as the
  * device has memory, as PyTorch reserves, so that one range per stream holds
  * every large block, and blocks of different steps share pages in place
  * rather than moving them between ranges of their own (size when more, or
  * when the device does not say). Under the slow lock. */
 static size_t vmm_range(gpupool *p, size_t size) {
-  if (!p->device_total) {
-    size_t free_b, total_b;
-    if (p->be->ops->mem_info(p->be, &free_b, &total_b) != GPUPOOL_OK)
-      return size;
-    p->device_total = total_b;
-  }
+  size_t total = segment_device_total(p);
+  if (!total)
+    return size;
   size_t ps = p->be->page_size;
-  size_t range = (p->device_total + ps - 1) / ps * ps;
+  size_t range = (total + ps - 1) / ps * ps;
   return range > size ? range : size;
 }
 

@@ -9,6 +9,10 @@
 #include "pool_internal.h"
 #include "pool_view.h"
 
+/* The device's memory, asked once (cached in p->device_total; 0 when the
+ * backend cannot say). Not remembered as a device reading for OOM reports:
+ * asked at the first slow path, it would be a stale one by then. */
+size_t segment_device_total(gpupool *p);
 /* A new segment of size bytes for shard sh, as one free block; not yet in
  * the shard (shard_add_segment). */
 gpupool_status segment_create(gpupool *p, shard *sh, size_t size, int large, segment **out);
