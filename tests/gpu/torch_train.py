@@ -139,7 +139,9 @@ class Scraper(threading.Thread):
 
     WANTED = ("gpupool_reserved_bytes", "gpupool_allocated_bytes", "gpupool_peak_reserved_bytes",
               "gpupool_peak_allocated_bytes", "gpupool_allocations_total", "gpupool_segments",
-              "gpupool_frees_total", "gpupool_ooms_total")
+              "gpupool_frees_total", "gpupool_ooms_total", "gpupool_pages_moved_total",
+              "gpupool_device_syncs_total", "gpupool_device_allocs_total",
+              "gpupool_device_call_seconds_sum")
     LINE = re.compile(r'^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{[^}]*\})?\s+(\S+)')
 
     def __init__(self, port_fn, interval):
@@ -248,7 +250,7 @@ def child(a):
         loss_of = F.cross_entropy
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
 
-    losses, t0 = [], None
+    losses, step_s, t0 = [], [], None
     torch.cuda.synchronize()
     looping = time.time()
     for step, (x, y) in enumerate(batches):
@@ -256,18 +258,22 @@ def child(a):
             torch.cuda.synchronize()
             t0 = time.perf_counter()
             timed = time.time()
+        begin = time.perf_counter()
         x, y = x.to(dev), y.to(dev)
         loss = loss_of(model(x), y)
         opt.zero_grad(set_to_none=True)
         loss.backward()
         opt.step()
         losses.append(loss.item())  # synchronizes: same cost for both allocators
+        if t0 is not None:
+            step_s.append(time.perf_counter() - begin)
     torch.cuda.synchronize()
     seconds = time.perf_counter() - t0
     oom = oom_check(torch)
     result = {"model": a.model, "allocator": a.allocator, "steps": len(losses),
               "timed_steps": len(losses) - WARMUP_STEPS, "seconds": seconds,
               "steps_per_s": (len(losses) - WARMUP_STEPS) / seconds, "losses": losses,
+              "step_seconds": step_s,  # each timed step's wall time (ends at loss.item())
               "torch": torch.__version__, "device": torch.cuda.get_device_name(), "oom": oom,
               # wall-clock marks, for where a run's time outside the timed steps goes
               "marks": {"begun": begun, "looping": looping, "timed": timed, "ended": time.time()}}
@@ -351,6 +357,8 @@ def run_child(a, model, allocator, plain_env=None):
         return None
     with open(out) as f:
         r = json.load(f)
+    if outside and outside.last:
+        r["outside_last"] = outside.last  # the last /metrics sample, after the last step
     if allocator == "gpupool" and os.path.exists(trace):
         with open(trace) as f:
             r["trace_events"] = sum(1 for _ in f)
@@ -441,18 +449,43 @@ def timing(a):
             for label, allocator, env in configs:
                 r = run_child(a, model, allocator, env)
                 if r:
-                    runs[label].append(r["steps_per_s"])
-        base = statistics.median(runs[configs[0][0]]) if runs[configs[0][0]] else None
+                    runs[label].append(r)
+        rates = {label: [r["steps_per_s"] for r in rs] for label, rs in runs.items()}
+        base = statistics.median(rates[configs[0][0]]) if rates[configs[0][0]] else None
         for label, _, _ in configs:
-            if not runs[label]:
+            if not rates[label]:
                 print(f"| {model} | {label} | failed | |")
                 continue
-            m = statistics.median(runs[label])
+            m = statistics.median(rates[label])
             rel = f"{m / base:.3f}" if base else "n/a"
             print(f"| {model} | {label} | {m:.2f} | {rel} |")
         paired[model] = runs
+    print_pool_work(configs, paired)
     if a.timing_pairs:
         print_pairs(a, configs, paired)
+
+
+def print_pool_work(configs, paired):
+    """What each gpupool configuration asked of the device during a run (the
+    last /metrics sample the parent scraped): medians over the rounds."""
+    import statistics
+    keys = (("gpupool_device_allocs_total", "device allocs", "{:.0f}"),
+            ("gpupool_pages_moved_total", "pages moved", "{:.0f}"),
+            ("gpupool_device_syncs_total", "syncs", "{:.0f}"),
+            ("gpupool_device_call_seconds_sum", "s in device calls", "{:.3f}"))
+    rows = []
+    for model, runs in paired.items():
+        for label, _, _ in configs:
+            samples = [r["outside_last"] for r in runs[label] if r.get("outside_last")]
+            if samples:
+                cells = [fmt.format(statistics.median(s.get(k, 0.0) for s in samples))
+                         for k, _, fmt in keys]
+                rows.append(f"| {model} | {label} | {' | '.join(cells)} |")
+    if rows:
+        print("\n## what the pool asked of the device per run (last /metrics sample, median)\n")
+        print(f"| model | configuration | {' | '.join(h for _, h, _ in keys)} |")
+        print("|---|---|" + "---:|" * len(keys))
+        print("\n".join(rows))
 
 
 def print_pairs(a, configs, paired):
@@ -464,18 +497,57 @@ def print_pairs(a, configs, paired):
     print(f"\n## paired ratios: steps/s of A / B within each round ({a.timing_rounds} rounds)\n")
     print("| model | A | B | median A / B | min | max | per round |")
     print("|---|---|---|---:|---:|---:|---|")
+    per_step = []
     for pair in a.timing_pairs.split(","):
         i, j = (int(x) for x in pair.split("/"))
         la, lb = TIMING_CONFIGS[i][0], TIMING_CONFIGS[j][0]
         if la not in labels or lb not in labels:
             sys.exit(f"torch_train: --timing-pairs {pair}: both must be timed")
         for model, runs in paired.items():
-            r = [x / y for x, y in zip(runs[la], runs[lb])]
+            r = [x["steps_per_s"] / y["steps_per_s"] for x, y in zip(runs[la], runs[lb])]
             if len(runs[la]) != len(runs[lb]) or not r:
                 print(f"| {model} | {la} | {lb} | failed runs | | | |")
                 continue
             print(f"| {model} | {la} | {lb} | {statistics.median(r):.3f} | {min(r):.3f} | "
                   f"{max(r):.3f} | {', '.join(f'{x:.3f}' for x in r)} |")
+            per_step.append((model, la, lb, step_ratios(runs[la], runs[lb])))
+    # Both runs train on the same batches in the same order, so step k of A
+    # and step k of B do the same work: the ratio of their times, step by
+    # step, leaves out what a whole run's mean carries (a slow stretch of the
+    # host, a stall in one step). The median says what a typical step costs,
+    # the mean of the times what the run as a whole costs.
+    print(f"\n## paired steps: B's time / A's time for the same step, all rounds\n")
+    print("| model | A | B | steps | median | q25 | q75 | total time B / A | A's extra time per "
+          "round, the share in its worst 5 % of steps |")
+    print("|---|---|---|---:|---:|---:|---:|---:|---|")
+    for model, la, lb, (ratios, total, extra) in per_step:
+        if not ratios:
+            print(f"| {model} | {la} | {lb} | no step times | | | | | |")
+            continue
+        q = statistics.quantiles(ratios, n=4)
+        print(f"| {model} | {la} | {lb} | {len(ratios)} | {statistics.median(ratios):.3f} | "
+              f"{q[0]:.3f} | {q[2]:.3f} | {total:.3f} | {extra} |")
+
+
+def step_ratios(runs_a, runs_b):
+    """Per-step time ratios B / A over paired rounds, the rounds' total-time
+    ratio, and where A's extra time goes: its sum, and the share of it in the
+    5 % of steps where A lost most (near 100 %: a few slow steps, e.g. pages
+    mapped; near 5 %: spread over every step, e.g. a slower hot path)."""
+    ratios, ta_all, tb_all, extra = [], 0.0, 0.0, []
+    for ra, rb in zip(runs_a, runs_b):
+        ta, tb = ra.get("step_seconds") or [], rb.get("step_seconds") or []
+        if not ta or len(ta) != len(tb):
+            continue
+        ratios += [y / x for x, y in zip(ta, tb) if x > 0]
+        ta_all += sum(ta)
+        tb_all += sum(tb)
+        lost = sorted((x - y for x, y in zip(ta, tb)), reverse=True)
+        worst = sum(lost[:max(1, len(lost) // 20)])
+        total = sum(lost)
+        share = f"{worst / total:.0%}" if total > 0 else "none lost"
+        extra.append(f"{total * 1e3:+.0f} ms, {share}")
+    return ratios, (tb_all / ta_all if ta_all else float("nan")), "; ".join(extra)
 
 
 def driver(a):
