@@ -427,6 +427,11 @@ def run_lockstep(a, model, entries, round_no):
     runs = [Launch(a, model, allocator, env,
                    tag=f"_r{round_no}_c{TIMING_CONFIGS.index((label, allocator, env))}")
             for label, allocator, env in entries]
+    for run in runs:
+        # One CPU thread each: the runs waiting for their turn would otherwise
+        # keep OpenMP workers spinning on the cores the running one needs (the
+        # CNN's batches, made on the CPU, took over 90 s with four at once).
+        run.env["OMP_NUM_THREADS"] = "1"
     n = len(runs)
     ring = [os.pipe() for _ in range(n)]  # ring[i]: into run i's turn
     ready_r, ready_w = os.pipe()
