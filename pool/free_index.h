@@ -24,4 +24,22 @@ block *free_index_lower_bound(block *root, size_t size);
 block *free_index_next(block *root, const block *b);
 block *free_index_largest(block *root);
 
+/* An in-order walk of an index that does not change meanwhile, from the
+ * smallest block of at least some size: the ancestors still to visit are
+ * kept on a stack, so a step costs O(1) amortized where free_index_next
+ * descends from the root. A treap's depth is about 2 ln n; a deeper path
+ * (never seen in practice) makes the walk go on with free_index_next. */
+#define FREE_INDEX_ITER_DEPTH 64
+typedef struct free_index_iter {
+  block *root, *cur;
+  unsigned n;
+  int deep; /* the stack overflowed: free_index_next from here on */
+  block *stack[FREE_INDEX_ITER_DEPTH];
+} free_index_iter;
+
+/* Starts it at free_index_lower_bound(root, size), which it returns. */
+block *free_index_iter_start(free_index_iter *it, block *root, size_t size);
+/* The block after the current one (NULL: none), which becomes current. */
+block *free_index_iter_next(free_index_iter *it);
+
 #endif

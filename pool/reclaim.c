@@ -202,7 +202,7 @@ static gpupool_status out_of_memory(gpupool *p, shard *sh, size_t rounded, size_
  * hands b out, or returns it to the free blocks when that failed. */
 static gpupool_status back_claimed(gpupool *p, shard *sh, block *b, size_t requested, block **out) {
   pages_work w = {0};
-  gpupool_status st = pages_back(p, b->seg, b->addr, b->size, &w);
+  gpupool_status st = pages_back(p, b, &w);
   spin_lock(&sh->lock);
   if (st != GPUPOOL_OK)
     shard_unclaim(sh, b);

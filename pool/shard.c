@@ -241,33 +241,76 @@ static void split_front(shard *sh, block *b, uintptr_t at) {
   b->prev = f;
   b->addr = at;
   b->size -= f->size;
+  /* each part's stretch over mapped pages is at most the whole's */
+  f->mapped_run = b->mapped_run < f->size ? b->mapped_run : f->size;
+  b->mapped_run = b->mapped_run < b->size ? b->mapped_run : b->size;
   b->seg->nblocks++;
   index_insert(sh, f);
   index_insert(sh, b);
+}
+
+/* The first free block from the best fit on, in the index's order, with a
+ * placement for a request of rounded bytes over mapped pages only (*at:
+ * where, as best_window finds it), or NULL. Such a placement lies in one
+ * stretch of the block over mapped pages: a block whose mapped_run is
+ * shorter is skipped in a compare, without looking at its pages (most
+ * blocks, which is what makes the search cheap). A block found loose is
+ * tightened. Every skipped block is in a vmm segment (mapped_run is a plain
+ * block's size), which pools of strategy bfc only have: fit_allowed holds
+ * for it, so skipping it skips no end of the search. */
+static block *first_mapped(shard *sh, int large, size_t rounded, uintptr_t *at) {
+  free_index_iter it;
+  for (block *b = free_index_iter_start(&it, *shard_free_tree(sh, large), rounded); b;
+       b = free_index_iter_next(&it)) {
+    gp_assert_internal(b->seg->pages ? pages_longest_mapped(b->seg, b->addr, b->size) <= b->mapped_run
+                                     : b->mapped_run == b->size);
+    if (b->mapped_run < rounded) {
+      gp_assert_internal(b->seg->pages && fit_allowed(&sh->pool->cfg, b, rounded));
+      continue;
+    }
+    if (!fit_allowed(&sh->pool->cfg, b, rounded))
+      return NULL;
+    *at = b->addr;
+    if (!b->seg->pages || best_window(sh, b, rounded, 1, at) == 0)
+      return b;
+    b->mapped_run = pages_longest_mapped(b->seg, b->addr, b->size);
+  }
+  return NULL;
+}
+
+/* When no placement over mapped pages only exists: among the free blocks
+ * from fit on that may serve the request, smallest first, the one whose
+ * best placement (*at) needs the fewest unmapped pages (the first on ties). */
+static block *fewest_missing(shard *sh, block *fit, int large, size_t rounded, uintptr_t *at) {
+  block *best = fit;
+  size_t best_missing = SIZE_MAX;
+  free_index_iter it;
+  *at = fit->addr;
+  for (block *b = free_index_iter_start(&it, *shard_free_tree(sh, large), rounded); b;
+       b = free_index_iter_next(&it)) {
+    if (!fit_allowed(&sh->pool->cfg, b, rounded))
+      break;
+    uintptr_t b_at = b->addr;
+    size_t m = b->seg->pages ? best_window(sh, b, rounded, 0, &b_at) : 0;
+    if (m < best_missing) {
+      best_missing = m;
+      best = b;
+      *at = b_at;
+    }
+  }
+  return best;
 }
 
 block *shard_place_mapped(shard *sh, int large, size_t rounded, int mapped_only) {
   block *fit = shard_best_fit(sh, large, rounded);
   if (!fit || shard_fit_is_mapped(sh, fit, rounded))
     return fit;
-  block *best = fit;
-  size_t best_missing = SIZE_MAX;
-  uintptr_t best_at = fit->addr;
-  for (block *b = fit; b && best_missing; b = free_index_next(*shard_free_tree(sh, large), b)) {
-    if (!fit_allowed(&sh->pool->cfg, b, rounded))
-      break;
-    uintptr_t at = b->addr;
-    size_t m = b->seg->pages ? best_window(sh, b, rounded, mapped_only, &at) : 0;
-    if (m < best_missing) {
-      best_missing = m;
-      best = b;
-      best_at = at;
-    }
-  }
-  if (mapped_only && best_missing)
-    return NULL;
-  if (best_at != best->addr)
-    split_front(sh, best, best_at);
+  uintptr_t at;
+  block *best = first_mapped(sh, large, rounded, &at);
+  if (!best && !mapped_only)
+    best = fewest_missing(sh, fit, large, rounded, &at);
+  if (best && at != best->addr)
+    split_front(sh, best, at);
   return best;
 }
 
@@ -362,6 +405,7 @@ static void carve_out(shard *sh, block *b, size_t rounded) {
     }
     r->addr = b->addr + rounded;
     r->size = b->size - rounded;
+    r->mapped_run = b->mapped_run < r->size ? b->mapped_run : r->size; /* a bound: split_front */
     r->seg = b->seg;
     r->state = BLOCK_FREE;
     r->free_seq = b->free_seq;
@@ -475,14 +519,20 @@ static void shard_release(shard *sh, block *b) {
    * still split. */
   int64_t blocks = 0, bytes = 0;
   block *slot = NULL; /* an absorbed neighbour whose place in the index b takes */
+  /* A stretch over mapped pages of the merged block is at most b's size
+   * plus those of the neighbours' (a bound: b's pages may be loose when it
+   * was claimed, and the neighbours' stretches need not meet b). */
+  b->mapped_run = b->size;
   if (b->prev && b->prev->state == BLOCK_FREE) {
     slot = b->prev;
     blocks--;
+    b->mapped_run += slot->mapped_run;
     bytes -= (int64_t)absorb(b, slot);
   }
   if (b->next && b->next->state == BLOCK_FREE) {
     block *n = b->next;
     blocks--;
+    b->mapped_run += n->mapped_run;
     bytes -= (int64_t)absorb(b, n);
     if (slot) {
       index_remove(sh, n);
@@ -580,6 +630,7 @@ void shard_add_segment(shard *sh, segment *seg) {
     sh->segments->prev = seg;
   sh->segments = seg;
   seg->first->free_seq = ++sh->free_seq;
+  seg->first->mapped_run = seg->pages ? pages_longest_mapped(seg, seg->addr, seg->size) : seg->size;
   index_insert(sh, seg->first);
   count_segment(sh->pool, seg, 1);
 }

@@ -144,6 +144,13 @@ typedef struct block {
   void **streams; /* then, while pending: the events to wait for */
   struct block *pending_next;
   uint64_t free_seq; /* shard-local free order, for GC */
+  /* While free: in a vmm segment, at least the longest stretch of the
+   * block over mapped pages, in bytes (exact where pages change under it,
+   * pages.c; an upper bound after a split or a merge, shard.c, tightened by
+   * the search it misleads); in a plain segment, its size. A request of more
+   * bytes cannot be placed over mapped pages only here, so the search for
+   * such a placement skips the block in a compare. */
+  size_t mapped_run;
   /* While allocated or pending: the clock_stamp() of its EV_ALLOC event (the
    * stamp the event took anyway, no clock read of its own); 0 when events
    * were off. Read by pool_walk only. */
