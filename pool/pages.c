@@ -254,9 +254,8 @@ static int interior_pages(const segment *seg, const block *b, size_t *first, siz
  * stream, whose work runs after the work that used them), a page that queued
  * work may still use keeps its old mapping for now (PAGE_STALE). Under seg's
  * shard lock. Returns how many were taken. */
-static size_t take_idle_under(segment *seg, block *b, size_t first, size_t last,
-                              size_t keep_first, size_t keep_last, size_t max, int alias,
-                              page_list *l) {
+static size_t take_idle_under(segment *seg, block *b, size_t first, size_t last, size_t keep_first,
+                              size_t keep_last, size_t max, int alias, page_list *l) {
   size_t lo, hi, taken = 0;
   if (b->state != BLOCK_FREE || b->seg != seg || !interior_pages(seg, b, &lo, &hi))
     return 0;

@@ -262,8 +262,9 @@ static block *first_mapped(shard *sh, int large, size_t rounded, uintptr_t *at) 
   free_index_iter it;
   for (block *b = free_index_iter_start(&it, *shard_free_tree(sh, large), rounded); b;
        b = free_index_iter_next(&it)) {
-    gp_assert_internal(b->seg->pages ? pages_longest_mapped(b->seg, b->addr, b->size) <= b->mapped_run
-                                     : b->mapped_run == b->size);
+    gp_assert_internal(b->seg->pages
+                           ? pages_longest_mapped(b->seg, b->addr, b->size) <= b->mapped_run
+                           : b->mapped_run == b->size);
     if (b->mapped_run < rounded) {
       gp_assert_internal(b->seg->pages && fit_allowed(&sh->pool->cfg, b, rounded));
       continue;
