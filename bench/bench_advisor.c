@@ -19,9 +19,10 @@
  * against plain bfc on each: ms per replay (the replaying thread's CPU time,
  * best of the rounds, the two taking turns), their ratio, and the figures
  * both gave. Without --trace that table is printed for the 300-step history.
+ * --rounds N: rounds of that table (default 7, 3 with --quick).
  *
  *   bench_advisor [--quick] [--big-events N] [--threads N] [--lib PATH] [--baseline PATH]
- *                 [--trace PATH]... */
+ *                 [--trace PATH]... [--rounds N] */
 #include <dlfcn.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -376,7 +377,7 @@ int main(int argc, char **argv) {
   size_t big = 10000000;
   unsigned threads = (unsigned)sysconf(_SC_NPROCESSORS_ONLN);
   const char *path = BENCH_ADVISOR_LIB, *baseline = NULL, *traces[16];
-  int ntraces = 0;
+  int ntraces = 0, rounds = 0;
   for (int i = 1; i < argc; i++) {
     if (!strcmp(argv[i], "--quick"))
       quick = 1, big = 1000000;
@@ -388,11 +389,13 @@ int main(int argc, char **argv) {
       path = argv[++i];
     else if (!strcmp(argv[i], "--baseline") && i + 1 < argc)
       baseline = argv[++i];
+    else if (!strcmp(argv[i], "--rounds") && i + 1 < argc)
+      rounds = atoi(argv[++i]);
     else if (!strcmp(argv[i], "--trace") && i + 1 < argc && ntraces < 16)
       traces[ntraces++] = argv[++i];
     else {
       fprintf(stderr, "usage: bench_advisor [--quick] [--big-events N] [--threads N] [--lib PATH] "
-                      "[--baseline PATH] [--trace PATH]... (at most 16)\n");
+                      "[--baseline PATH] [--trace PATH]... (at most 16) [--rounds N]\n");
       return 2;
     }
   }
@@ -401,7 +404,8 @@ int main(int argc, char **argv) {
   char host[256] = "";
   gethostname(host, sizeof host - 1);
   printf("bench_advisor: host %s, %ld online cores\n", host, sysconf(_SC_NPROCESSORS_ONLN));
-  int rounds = quick ? 3 : 7;
+  if (rounds < 1)
+    rounds = quick ? 3 : 7;
   if (ntraces) {
     expandable_header(rounds);
     for (int i = 0; i < ntraces; i++) {

@@ -158,13 +158,6 @@ block *free_index_largest(block *t) {
   return t;
 }
 
-static void iter_push(free_index_iter *it, block *b) {
-  if (it->n < FREE_INDEX_ITER_DEPTH)
-    it->stack[it->n++] = b;
-  else
-    it->deep = 1;
-}
-
 /* The stack holds the ancestors of the current block (itself on top) whose
  * left subtree the walk went into: what follows the current block is its
  * right subtree, then the rest of the stack, each followed by its own right
@@ -175,7 +168,7 @@ block *free_index_iter_start(free_index_iter *it, block *root, size_t size) {
   it->deep = 0;
   for (block *t = root; t;) {
     if (t->size >= size) {
-      iter_push(it, t);
+      free_index_iter_push(it, t);
       t = t->left;
     } else {
       t = t->right;
@@ -184,18 +177,4 @@ block *free_index_iter_start(free_index_iter *it, block *root, size_t size) {
   if (it->deep) /* the top of the stack is not the lower bound */
     return it->cur = free_index_lower_bound(root, size);
   return it->cur = it->n ? it->stack[it->n - 1] : NULL;
-}
-
-block *free_index_iter_next(free_index_iter *it) {
-  if (!it->cur)
-    return NULL;
-  if (!it->deep) {
-    gp_assert_internal(it->n && it->stack[it->n - 1] == it->cur);
-    it->n--;
-    for (block *t = it->cur->right; t; t = t->left)
-      iter_push(it, t);
-    if (!it->deep)
-      return it->cur = it->n ? it->stack[it->n - 1] : NULL;
-  }
-  return it->cur = free_index_next(it->root, it->cur);
 }

@@ -74,6 +74,7 @@ gpupool_status pages_segment_create(gpupool *p, size_t size, int large, segment 
   seg->pages = pages;
   seg->mapped = mapped;
   seg->page_size = ps;
+  seg->page_shift = (ps & (ps - 1)) ? 0 : (unsigned)__builtin_ctzll(ps);
   seg->npages = size / ps;
   segment_observers_note(p, seg->addr, size, 1); /* the mappings lie inside this range */
   *out = seg;
@@ -218,8 +219,8 @@ size_t pages_segment_destroy(gpupool *p, segment *seg) {
 }
 
 size_t pages_longest_mapped(const segment *seg, uintptr_t addr, size_t len) {
-  size_t ps = seg->page_size, first = (addr - seg->addr) / ps;
-  size_t last = (addr + len - 1 - seg->addr) / ps, best = 0;
+  size_t ps = seg->page_size, first = page_of(seg, addr), last = page_of(seg, addr + len - 1);
+  size_t best = 0;
   if (!seg->top) /* no page was ever mapped */
     return 0;
   if (last >= seg->top)

@@ -177,8 +177,7 @@ static size_t missing_at(const shard *sh, const block *b, uintptr_t at, size_t r
   size_t rest = end - at - rounded;
   size_t len = should_split_rest(&sh->pool->cfg, b, rest, rounded) ? rounded : end - at;
   const segment *seg = b->seg;
-  size_t first = (at - seg->addr) / seg->page_size;
-  size_t last = (at + len - 1 - seg->addr) / seg->page_size;
+  size_t first = page_of(seg, at), last = page_of(seg, at + len - 1);
   if (pages_find(seg, first, last, 0) > last)
     return 0;
   return zero_only ? 1 : last - first + 1 - pages_mapped_in(seg, first, last);
@@ -204,9 +203,10 @@ static size_t best_window(const shard *sh, const block *b, size_t rounded, int z
   size_t ps = seg->page_size, best = missing_at(sh, b, b->addr, rounded, zero_only);
   uintptr_t end = b->addr + b->size;
   *at = b->addr;
-  if (best)
-    try_at(sh, b, end - rounded, rounded, zero_only, &best, at);
-  size_t first = (b->addr - seg->addr) / ps, last = (end - 1 - seg->addr) / ps;
+  if (!best)
+    return 0;
+  try_at(sh, b, end - rounded, rounded, zero_only, &best, at);
+  size_t first = page_of(seg, b->addr), last = page_of(seg, end - 1);
   if (last >= seg->top) /* no page at or above top was ever mapped */
     last = seg->top ? seg->top - 1 : 0;
   for (size_t i = pages_find(seg, first, last, 1); best && i <= last;) {
@@ -302,10 +302,10 @@ static block *fewest_missing(shard *sh, block *fit, int large, size_t rounded, u
   return best;
 }
 
-block *shard_place_mapped(shard *sh, int large, size_t rounded, int mapped_only) {
-  block *fit = shard_best_fit(sh, large, rounded);
-  if (!fit || shard_fit_is_mapped(sh, fit, rounded))
-    return fit;
+block *shard_place_mapped(shard *sh, block *fit, size_t rounded, int mapped_only) {
+  gp_assert_internal(fit && fit == shard_best_fit(sh, fit->seg->large, rounded) &&
+                     !shard_fit_is_mapped(sh, fit, rounded));
+  int large = fit->seg->large;
   uintptr_t at;
   block *best = first_mapped(sh, large, rounded, &at);
   if (!best && !mapped_only)

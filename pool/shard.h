@@ -16,14 +16,16 @@ void shard_destroy(gpupool *p, shard *sh, void (*free_segment)(gpupool *p, segme
  * of `rounded` bytes (the strategy's rules), or NULL. Looks only. */
 block *shard_best_fit(shard *sh, int large, size_t rounded);
 /* The free block for a request of rounded bytes that needs the fewest
- * unmapped pages (vmm segments): the best fit when its pages are all mapped;
- * else, among all the free blocks that fit, smallest first, the one whose
- * best placement (its start, its end, or a run of mapped pages inside it)
- * needs the fewest. A block placed past its start is split there: the part
- * below stays free, and the block returned starts at the placement. With
- * mapped_only, NULL (and nothing split) when every placement needs pages:
- * the hot path's question, which the slow path then asks again. */
-block *shard_place_mapped(shard *sh, int large, size_t rounded, int mapped_only);
+ * unmapped pages (vmm segments), when fit, the best fit (shard_best_fit),
+ * has some under the part the request would take (shard_fit_is_mapped):
+ * among all the free blocks that fit, smallest first, the first whose
+ * placement (its start, its end, or a run of mapped pages inside it) needs
+ * none; else the one whose best placement needs the fewest. A block placed
+ * past its start is split there: the part below stays free, and the block
+ * returned starts at the placement. With mapped_only, NULL (and nothing
+ * split) when every placement needs pages: the hot path's question, which
+ * the slow path then asks again. */
+block *shard_place_mapped(shard *sh, block *fit, size_t rounded, int mapped_only);
 /* The bytes a request of `rounded` takes from free block b: rounded when b
  * is split for it, all of b otherwise. */
 size_t shard_carve_size(const shard *sh, const block *b, size_t rounded);

@@ -172,7 +172,8 @@ struct segment {
   void **pages;
   uint64_t *mapped; /* a bit per page: mapped for its blocks (page_mapped) */
   size_t page_size, npages, nmapped;
-  size_t top; /* no page at or above this index was ever mapped: scans stop there */
+  unsigned page_shift; /* log2(page_size) when a power of two (always, in practice), else 0 */
+  size_t top;          /* no page at or above this index was ever mapped: scans stop there */
 };
 
 /* Cache hits and frees are not counted apart: they are the allocation
