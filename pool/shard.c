@@ -165,17 +165,22 @@ block *shard_best_fit(shard *sh, int large, size_t rounded) {
 
 static int should_split_rest(const pool_config *c, const block *b, size_t rest, size_t rounded);
 
+/* The least rest that a free block of a vmm segment, taken by a request,
+ * leaves as a free block of its own (should_split_rest, strategy bfc). */
+static inline size_t vmm_min_rest(const block *b) {
+  return b->seg->large ? SMALL_SIZE + 1 : MIN_BLOCK;
+}
+
 /* The unmapped pages that a request of rounded bytes placed at `at` in free
- * block b (of a vmm segment) needs, SIZE_MAX where it does not fit there;
- * with zero_only, 1 for any number above 0 (no count: the hot path's
- * question). */
-static size_t missing_at(const shard *sh, const block *b, uintptr_t at, size_t rounded,
-                         int zero_only) {
+ * block b (of a vmm segment; min_rest: vmm_min_rest(b)) needs, SIZE_MAX
+ * where it does not fit there; with zero_only, 1 for any number above 0 (no
+ * count: the hot path's question). */
+static inline size_t missing_at(const block *b, uintptr_t at, size_t rounded, size_t min_rest,
+                                int zero_only) {
   uintptr_t end = b->addr + b->size;
   if (at < b->addr || at > end || end - at < rounded)
     return SIZE_MAX;
-  size_t rest = end - at - rounded;
-  size_t len = should_split_rest(&sh->pool->cfg, b, rest, rounded) ? rounded : end - at;
+  size_t len = end - at - rounded >= min_rest ? rounded : end - at;
   const segment *seg = b->seg;
   size_t first = page_of(seg, at), last = page_of(seg, at + len - 1);
   if (pages_find(seg, first, last, 0) > last)
@@ -184,36 +189,39 @@ static size_t missing_at(const shard *sh, const block *b, uintptr_t at, size_t r
 }
 
 /* Keeps at in *best_at when it needs fewer unmapped pages than *best. */
-static void try_at(const shard *sh, const block *b, uintptr_t at, size_t rounded, int zero_only,
-                   size_t *best, uintptr_t *best_at) {
-  size_t m = missing_at(sh, b, at, rounded, zero_only);
+static inline void try_at(const block *b, uintptr_t at, size_t rounded, size_t min_rest,
+                          int zero_only, size_t *best, uintptr_t *best_at) {
+  size_t m = missing_at(b, at, rounded, min_rest, zero_only);
   if (m < *best) {
     *best = m;
     *best_at = at;
   }
 }
 
-/* Where in free block b (of a vmm segment) a request of rounded bytes needs
- * the fewest unmapped pages, *at: its start, its end, or the start or end of
- * a run of mapped pages inside it (the first of these on ties). Returns how
- * many it needs there (with zero_only: 0, or 1 for some). */
-static size_t best_window(const shard *sh, const block *b, size_t rounded, int zero_only,
-                          uintptr_t *at) {
+/* Where in free block b (of a vmm segment, in a pool of strategy bfc) a
+ * request of rounded bytes needs the fewest unmapped pages, *at: its start,
+ * its end, or the start or end of a run of mapped pages inside it (the first
+ * of these on ties). Returns how many it needs there (with zero_only: 0, or
+ * 1 for some). Inline: the hot path's copy has zero_only constant. */
+static inline size_t best_window(const shard *sh, const block *b, size_t rounded, int zero_only,
+                                 uintptr_t *at) {
+  gp_assert_internal(b->seg->pages && sh->pool->cfg.strategy == GPUPOOL_STRATEGY_BFC);
   const segment *seg = b->seg;
-  size_t ps = seg->page_size, best = missing_at(sh, b, b->addr, rounded, zero_only);
+  size_t ps = seg->page_size, min_rest = vmm_min_rest(b);
+  size_t best = missing_at(b, b->addr, rounded, min_rest, zero_only);
   uintptr_t end = b->addr + b->size;
   *at = b->addr;
   if (!best)
     return 0;
-  try_at(sh, b, end - rounded, rounded, zero_only, &best, at);
+  try_at(b, end - rounded, rounded, min_rest, zero_only, &best, at);
   size_t first = page_of(seg, b->addr), last = page_of(seg, end - 1);
   if (last >= seg->top) /* no page at or above top was ever mapped */
     last = seg->top ? seg->top - 1 : 0;
   for (size_t i = pages_find(seg, first, last, 1); best && i <= last;) {
     size_t j = pages_find(seg, i, last, 0); /* the run of mapped pages [i, j) */
     if (!zero_only || (j - i) * ps >= rounded) {
-      try_at(sh, b, seg->addr + i * ps, rounded, zero_only, &best, at);
-      try_at(sh, b, seg->addr + j * ps - rounded, rounded, zero_only, &best, at);
+      try_at(b, seg->addr + i * ps, rounded, min_rest, zero_only, &best, at);
+      try_at(b, seg->addr + j * ps - rounded, rounded, min_rest, zero_only, &best, at);
     }
     i = pages_find(seg, j, last, 1);
   }
@@ -221,17 +229,23 @@ static size_t best_window(const shard *sh, const block *b, size_t rounded, int z
 }
 
 /* Splits free block b at address at, inside it: the part below at stays a
- * free block of its own. Without host memory for it, b stays whole. */
+ * free block of its own. Without host memory for it, b stays whole. The
+ * part below, smaller, takes b's place in the index where the order allows
+ * (free_index_shrink), and b enters again: two descents, not three. */
 static void split_front(shard *sh, block *b, uintptr_t at) {
   block *f = block_new(sh);
   if (!f)
     return;
-  index_remove(sh, b);
+  uint32_t fresh = f->prio;
   f->addr = b->addr;
   f->size = at - b->addr;
   f->seg = b->seg;
   f->state = BLOCK_FREE;
   f->free_seq = b->free_seq;
+  /* each part's stretch over mapped pages is at most the whole's */
+  f->mapped_run = b->mapped_run < f->size ? b->mapped_run : f->size;
+  if (free_index_shrink(shard_free_tree(sh, b->seg->large), b, f) == 0)
+    b->prio = fresh; /* f took b's priority with its place */
   f->prev = b->prev;
   f->next = b;
   if (b->prev)
@@ -241,12 +255,9 @@ static void split_front(shard *sh, block *b, uintptr_t at) {
   b->prev = f;
   b->addr = at;
   b->size -= f->size;
-  /* each part's stretch over mapped pages is at most the whole's */
-  f->mapped_run = b->mapped_run < f->size ? b->mapped_run : f->size;
   b->mapped_run = b->mapped_run < b->size ? b->mapped_run : b->size;
   b->seg->nblocks++;
-  index_insert(sh, f);
-  index_insert(sh, b);
+  index_insert(sh, b); /* f took b's count */
 }
 
 /* The first free block from the best fit on, in the index's order, with a
@@ -323,7 +334,7 @@ static int should_split_rest(const pool_config *c, const block *b, size_t rest, 
   if (!b->seg->large)
     return rest >= MIN_BLOCK;
   if (b->seg->pages) /* an expandable segment's range: the request takes only its own size */
-    return rest > SMALL_SIZE;
+    return rest >= vmm_min_rest(b);
   return rounded < c->max_split_size && rest > SMALL_SIZE; /* PyTorch: the request decides */
 }
 

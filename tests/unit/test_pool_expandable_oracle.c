@@ -9,7 +9,8 @@
  * the placement that needs the fewest unmapped pages). The address the pool
  * returns must be that one, every time. It also checks that each free
  * block's mapped_run, which the pool's search trusts to skip blocks, is at
- * least the longest stretch of the block over mapped pages. */
+ * least the longest stretch of the block over mapped pages, and the shard's
+ * count of free blocks. */
 #include <criterion/criterion.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -95,13 +96,14 @@ enum { AT_FIT, AT_SCAN, AT_FEWEST, NEW_SEGMENT };
 static int predict(shard *sh, size_t rounded, uintptr_t *at) {
   static block *c[4096];
   static uintptr_t pl[4096];
-  size_t n = 0;
+  size_t n = 0, nfree = 0;
   int large = size_is_large(rounded);
   for (segment *seg = sh->segments; seg; seg = seg->next) {
     cr_assert_not_null(seg->pages, "an expandable pool has vmm segments only");
     for (block *b = seg->first; b; b = b->next) {
       if (b->state != BLOCK_FREE)
         continue;
+      nfree++;
       cr_assert_geq(b->mapped_run, longest_mapped(b),
                     "block at %#lx: mapped_run %zu, but %zu bytes of it are mapped in a row",
                     (unsigned long)b->addr, b->mapped_run, longest_mapped(b));
@@ -109,6 +111,8 @@ static int predict(shard *sh, size_t rounded, uintptr_t *at) {
         c[n++] = b;
     }
   }
+  cr_assert_eq(sh->nfree, nfree, "the shard counts %zu free blocks, its segments hold %zu",
+               sh->nfree, nfree);
   if (!n)
     return NEW_SEGMENT;
   qsort(c, n, sizeof *c, by_size_addr);
