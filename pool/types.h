@@ -132,7 +132,17 @@ typedef enum { BLOCK_FREE = 0, BLOCK_ALLOCATED, BLOCK_PENDING, BLOCK_CLAIMED } b
 typedef struct block {
   uintptr_t addr;
   size_t size;
-  size_t requested;
+  union {
+    size_t requested; /* while allocated (and while pending, until its free is recorded) */
+    /* While free: in a vmm segment, at least the longest stretch of the
+     * block over mapped pages, in bytes (exact where pages change under it,
+     * pages.c; an upper bound after a split or a merge, shard.c, tightened
+     * by the search it misleads); in a plain segment, its size. A request of
+     * more bytes cannot be placed over mapped pages only here, so the search
+     * for such a placement skips the block in a compare. Next to size and
+     * the index's links: the search reads it on every block it passes. */
+    size_t mapped_run;
+  };
   segment *seg;
   struct block *prev, *next;  /* address neighbours in the segment */
   struct block *left, *right; /* free index (treap) */
@@ -144,13 +154,6 @@ typedef struct block {
   void **streams; /* then, while pending: the events to wait for */
   struct block *pending_next;
   uint64_t free_seq; /* shard-local free order, for GC */
-  /* While free: in a vmm segment, at least the longest stretch of the
-   * block over mapped pages, in bytes (exact where pages change under it,
-   * pages.c; an upper bound after a split or a merge, shard.c, tightened by
-   * the search it misleads); in a plain segment, its size. A request of more
-   * bytes cannot be placed over mapped pages only here, so the search for
-   * such a placement skips the block in a compare. */
-  size_t mapped_run;
   /* While allocated or pending: the clock_stamp() of its EV_ALLOC event (the
    * stamp the event took anyway, no clock read of its own); 0 when events
    * were off. Read by pool_walk only. */
