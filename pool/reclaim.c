@@ -223,9 +223,7 @@ static gpupool_status attempt(gpupool *p, shard *sh, size_t rounded, size_t requ
   spin_lock(&sh->lock);
   if (sh->pending)
     shard_poll_pending(sh);
-  block *b = shard_best_fit(sh, large, rounded);
-  if (b && !shard_fit_is_mapped(sh, b, rounded)) /* vmm segments only */
-    b = shard_place_mapped(sh, b, rounded, 0);
+  block *b = shard_place(sh, large, rounded);
   int ready = b && shard_fit_is_mapped(sh, b, rounded);
   if (ready && shard_allocate(sh, b, rounded, requested, 0, pool_thread.tag) != 0)
     st = pool_fail(GPUPOOL_ERR_HOST_OOM, "pool '%s': out of host memory", p->cfg.name);

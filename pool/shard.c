@@ -140,29 +140,6 @@ static void index_remove(shard *sh, block *b) {
   sh->nfree--;
 }
 
-/* Whether free block b (size >= rounded) may serve a request of rounded. */
-static int fit_allowed(const pool_config *c, const block *b, size_t rounded) {
-  if (c->strategy != GPUPOOL_STRATEGY_BFC)
-    return b->size == rounded; /* exact-size buckets */
-  /* A vmm segment (expandable segments) is an address range whose free
-   * blocks hold pages only where mapped: the pool splits them for any
-   * request, as PyTorch does. */
-  if (b->seg->pages)
-    return 1;
-  /* Oversize blocks (>= max_split_size) serve only large requests that waste
-   * less than max_non_split_rounding of them. */
-  if (rounded < c->max_split_size && b->size >= c->max_split_size)
-    return 0;
-  if (rounded >= c->max_split_size && b->size >= rounded + c->max_non_split_rounding)
-    return 0;
-  return 1;
-}
-
-block *shard_best_fit(shard *sh, int large, size_t rounded) {
-  block *b = free_index_lower_bound(*shard_free_tree(sh, large), rounded);
-  return b && fit_allowed(&sh->pool->cfg, b, rounded) ? b : NULL;
-}
-
 static int should_split_rest(const pool_config *c, const block *b, size_t rest, size_t rounded);
 
 /* The least rest that a free block of a vmm segment, taken by a request,
@@ -266,24 +243,18 @@ static void split_front(shard *sh, block *b, uintptr_t at) {
  * stretch of the block over mapped pages: a block whose mapped_run is
  * shorter is skipped in a compare, without looking at its pages (most
  * blocks, which is what makes the search cheap). A block found loose is
- * tightened. Every skipped block is in a vmm segment (mapped_run is a plain
- * block's size), which pools of strategy bfc only have: fit_allowed holds
- * for it, so skipping it skips no end of the search. */
+ * tightened. Only expandable pools search (a plain segment's blocks are
+ * mapped): their segments are all vmm ranges, and their strategy bfc, under
+ * which shard_fit_allowed holds for every block of a vmm segment. */
 static block *first_mapped(shard *sh, int large, size_t rounded, uintptr_t *at) {
   free_index_iter it;
   for (block *b = free_index_iter_start(&it, *shard_free_tree(sh, large), rounded); b;
        b = free_index_iter_next(&it)) {
-    gp_assert_internal(b->seg->pages
-                           ? pages_longest_mapped(b->seg, b->addr, b->size) <= b->mapped_run
-                           : b->mapped_run == b->size);
-    if (b->mapped_run < rounded) {
-      gp_assert_internal(b->seg->pages && fit_allowed(&sh->pool->cfg, b, rounded));
+    gp_assert_internal(b->seg->pages && shard_fit_allowed(&sh->pool->cfg, b, rounded));
+    gp_assert_internal(pages_longest_mapped(b->seg, b->addr, b->size) <= b->mapped_run);
+    if (b->mapped_run < rounded)
       continue;
-    }
-    if (!fit_allowed(&sh->pool->cfg, b, rounded))
-      return NULL;
-    *at = b->addr;
-    if (!b->seg->pages || best_window(sh, b, rounded, 1, at) == 0)
+    if (best_window(sh, b, rounded, 1, at) == 0)
       return b;
     b->mapped_run = pages_longest_mapped(b->seg, b->addr, b->size);
   }
@@ -291,8 +262,9 @@ static block *first_mapped(shard *sh, int large, size_t rounded, uintptr_t *at) 
 }
 
 /* When no placement over mapped pages only exists: among the free blocks
- * from fit on that may serve the request, smallest first, the one whose
- * best placement (*at) needs the fewest unmapped pages (the first on ties). */
+ * from fit on, smallest first, the one whose best placement (*at) needs the
+ * fewest unmapped pages (the first on ties). As first_mapped, in expandable
+ * pools only. */
 static block *fewest_missing(shard *sh, block *fit, int large, size_t rounded, uintptr_t *at) {
   block *best = fit;
   size_t best_missing = SIZE_MAX;
@@ -300,10 +272,9 @@ static block *fewest_missing(shard *sh, block *fit, int large, size_t rounded, u
   *at = fit->addr;
   for (block *b = free_index_iter_start(&it, *shard_free_tree(sh, large), rounded); b;
        b = free_index_iter_next(&it)) {
-    if (!fit_allowed(&sh->pool->cfg, b, rounded))
-      break;
-    uintptr_t b_at = b->addr;
-    size_t m = b->seg->pages ? best_window(sh, b, rounded, 0, &b_at) : 0;
+    gp_assert_internal(b->seg->pages && shard_fit_allowed(&sh->pool->cfg, b, rounded));
+    uintptr_t b_at;
+    size_t m = best_window(sh, b, rounded, 0, &b_at);
     if (m < best_missing) {
       best_missing = m;
       best = b;
@@ -324,6 +295,13 @@ block *shard_place_mapped(shard *sh, block *fit, size_t rounded, int mapped_only
   if (best && at != best->addr)
     split_front(sh, best, at);
   return best;
+}
+
+block *shard_place(shard *sh, int large, size_t rounded) {
+  block *fit = shard_best_fit(sh, large, rounded);
+  if (fit && !shard_fit_is_mapped(sh, fit, rounded)) /* vmm segments only */
+    return shard_place_mapped(sh, fit, rounded, 0);
+  return fit;
 }
 
 /* Whether a request of rounded bytes taken from free block b leaves the
@@ -408,7 +386,9 @@ static void carve_out(shard *sh, block *b, size_t rounded) {
   if (r) { /* without host memory for the remainder, the whole block is used */
     /* Counted as PyTorch does: an inactive split block that is cut stays one,
      * shrunk by what is taken; an unsplit block leaves one behind. */
-    if (b->seg->pages) { /* not counted (split_counted) */
+    if (b->seg->pages) { /* not counted (split_counted); a bound, as in split_front */
+      size_t rest = b->size - rounded;
+      r->mapped_run = b->mapped_run < rest ? b->mapped_run : rest;
     } else if (b->seg->nblocks > 1) {
       stat_dec(&sh->st.s[STAT_INACTIVE_SPLIT_BYTES], large, (int64_t)rounded);
     } else {
@@ -417,7 +397,6 @@ static void carve_out(shard *sh, block *b, size_t rounded) {
     }
     r->addr = b->addr + rounded;
     r->size = b->size - rounded;
-    r->mapped_run = b->mapped_run < r->size ? b->mapped_run : r->size; /* a bound: split_front */
     r->seg = b->seg;
     r->state = BLOCK_FREE;
     r->free_seq = b->free_seq;
@@ -532,19 +511,19 @@ static void shard_release(shard *sh, block *b) {
   int64_t blocks = 0, bytes = 0;
   block *slot = NULL; /* an absorbed neighbour whose place in the index b takes */
   /* A stretch over mapped pages of the merged block is at most b's size
-   * plus those of the neighbours' (a bound: b's pages may be loose when it
+   * plus those of the neighbours (a bound: b's pages may be loose when it
    * was claimed, and the neighbours' stretches need not meet b). */
-  b->mapped_run = b->size;
+  size_t run = b->size;
   if (b->prev && b->prev->state == BLOCK_FREE) {
     slot = b->prev;
     blocks--;
-    b->mapped_run += slot->mapped_run;
+    run += slot->mapped_run;
     bytes -= (int64_t)absorb(b, slot);
   }
   if (b->next && b->next->state == BLOCK_FREE) {
     block *n = b->next;
     blocks--;
-    b->mapped_run += n->mapped_run;
+    run += n->mapped_run;
     bytes -= (int64_t)absorb(b, n);
     if (slot) {
       index_remove(sh, n);
@@ -559,7 +538,8 @@ static void shard_release(shard *sh, block *b) {
   if (!b->seg->pages) { /* split_counted */
     stat_add(&sh->st.s[STAT_INACTIVE_SPLIT], b->seg->large, blocks);
     stat_add(&sh->st.s[STAT_INACTIVE_SPLIT_BYTES], b->seg->large, bytes);
-  }
+  } else
+    b->mapped_run = run;
   if (slot) {
     free_index_grow(shard_free_tree(sh, b->seg->large), slot, b); /* b absorbed slot: larger */
     block_recycle(sh, slot);
@@ -642,7 +622,8 @@ void shard_add_segment(shard *sh, segment *seg) {
     sh->segments->prev = seg;
   sh->segments = seg;
   seg->first->free_seq = ++sh->free_seq;
-  seg->first->mapped_run = seg->pages ? pages_longest_mapped(seg, seg->addr, seg->size) : seg->size;
+  if (seg->pages)
+    seg->first->mapped_run = pages_longest_mapped(seg, seg->addr, seg->size);
   index_insert(sh, seg->first);
   count_segment(sh->pool, seg, 1);
 }

@@ -137,7 +137,7 @@ typedef struct block {
     /* While free: in a vmm segment, at least the longest stretch of the
      * block over mapped pages, in bytes (exact where pages change under it,
      * pages.c; an upper bound after a split or a merge, shard.c, tightened
-     * by the search it misleads); in a plain segment, its size. A request of
+     * by the search it misleads); unused in a plain segment. A request of
      * more bytes cannot be placed over mapped pages only here, so the search
      * for such a placement skips the block in a compare. Next to size and
      * the index's links: the search reads it on every block it passes. */
