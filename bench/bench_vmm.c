@@ -4,7 +4,9 @@
  * adds: cuMemCreate, cuMemMap + cuMemSetAccess, cuMemUnmap and cuMemRelease
  * of one page, plain and shareable side by side. The two kinds take turns
  * batch by batch (the order alternating), so a slow phase of the host hits
- * both; each figure is the median over the rounds of a batch's mean.
+ * both; each figure is the median over the rounds of a batch's mean. Then
+ * runs of 1 to 64 pages mapped and unmapped per page against per run (one
+ * cuMemSetAccess, one cuMemUnmap over the run's mappings).
  *
  *   bench_vmm [--quick]
  *
@@ -102,6 +104,84 @@ static int batch(const vmm_ctx *c, int shareable, double t[N_OPS]) {
   return 0;
 }
 
+/* A run of n pages mapped and unmapped the way the pool could: per page (a
+ * cuMemSetAccess and a cuMemUnmap for each page's mapping) or per run (one
+ * cuMemSetAccess, one cuMemUnmap over the n pages' mappings). Pages created
+ * once, outside the timing. Adds mean ns per page to map_ns and unmap_ns;
+ * returns 1 where the driver refuses the one-call form, -1 on an error. */
+static int run_of_pages(const vmm_ctx *c, int n, int per_run, double *map_ns, double *unmap_ns) {
+  CUmemAccessDesc access = {.location = {.type = CU_MEM_LOCATION_TYPE_DEVICE, .id = (int)c->dev},
+                            .flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE};
+  double t0 = now_ns();
+  for (int i = 0; i < n; i++) {
+    CHECK(cuMemMap(c->base + (size_t)i * c->page, c->page, 0, c->h[i], 0));
+    if (!per_run)
+      CHECK(cuMemSetAccess(c->base + (size_t)i * c->page, c->page, &access, 1));
+  }
+  if (per_run)
+    CHECK(cuMemSetAccess(c->base, (size_t)n * c->page, &access, 1));
+  double t1 = now_ns();
+  if (per_run) {
+    CUresult r = cuMemUnmap(c->base, (size_t)n * c->page);
+    if (r != CUDA_SUCCESS) { /* unmap page by page, and say so */
+      for (int i = 0; i < n; i++)
+        CHECK(cuMemUnmap(c->base + (size_t)i * c->page, c->page));
+      return 1;
+    }
+  } else {
+    for (int i = 0; i < n; i++)
+      CHECK(cuMemUnmap(c->base + (size_t)i * c->page, c->page));
+  }
+  double t2 = now_ns();
+  *map_ns = (t1 - t0) / n;
+  *unmap_ns = (t2 - t1) / n;
+  return 0;
+}
+
+/* The second table: per page against per run, for runs of 1..c->pages pages,
+ * the two forms taking turns. */
+static int runs_table(vmm_ctx *c, int rounds) {
+  CUmemAllocationProp prop;
+  memset(&prop, 0, sizeof prop);
+  prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+  prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+  prop.location.id = (int)c->dev;
+  for (int i = 0; i < c->pages; i++)
+    CHECK(cuMemCreate(&c->h[i], c->page, &prop, 0));
+  double *v = calloc((size_t)rounds * 4, sizeof(double));
+  if (!v)
+    return -1;
+  printf("\nA run of pages mapped and unmapped per page (cuMemSetAccess and cuMemUnmap for each "
+         "page) and per run (one cuMemSetAccess and one cuMemUnmap over the run), ns per page, "
+         "median over rounds, the two forms taking turns:\n\n");
+  printf("| pages | map + access, per page | per run | ratio | unmap, per page | per run | ratio "
+         "|\n|---:|---:|---:|---:|---:|---:|---:|\n");
+  int refused = 0;
+  for (int n = 1; n <= c->pages; n *= 4) {
+    for (int r = 0; r < rounds; r++)
+      for (int j = 0; j < 2; j++) {
+        int per_run = (j + r) % 2;
+        int st = run_of_pages(c, n, per_run, &v[(per_run * 2) * rounds + r],
+                              &v[(per_run * 2 + 1) * rounds + r]);
+        if (st < 0)
+          return -1;
+        refused |= st;
+      }
+    double m[4];
+    for (int k = 0; k < 4; k++)
+      m[k] = median(&v[k * rounds], rounds);
+    printf("| %d | %.0f | %.0f | %.3f | %.0f | %.0f | %.3f |\n", n, m[0], m[2], m[2] / m[0], m[1],
+           m[3], m[3] / m[1]);
+  }
+  if (refused)
+    printf("\nthe driver refused one cuMemUnmap over several pages' mappings: those rows unmapped "
+           "page by page\n");
+  for (int i = 0; i < c->pages; i++)
+    CHECK(cuMemRelease(c->h[i]));
+  free(v);
+  return 0;
+}
+
 int main(int argc, char **argv) {
   int quick = argc > 1 && !strcmp(argv[1], "--quick");
   if (argc > 2 || (argc == 2 && !quick)) {
@@ -169,6 +249,8 @@ int main(int argc, char **argv) {
   }
   if (kinds == 1)
     printf("\nthe device cannot export POSIX file descriptors: shareable pages not measured\n");
+  if (runs_table(&c, rounds) != 0)
+    return 1;
   cuMemAddressFree(c.base, c.page * (size_t)c.pages);
   cuDevicePrimaryCtxRelease(c.dev);
   return 0;

@@ -139,7 +139,9 @@ class Scraper(threading.Thread):
 
     WANTED = ("gpupool_reserved_bytes", "gpupool_allocated_bytes", "gpupool_peak_reserved_bytes",
               "gpupool_peak_allocated_bytes", "gpupool_allocations_total", "gpupool_segments",
-              "gpupool_frees_total", "gpupool_ooms_total")
+              "gpupool_frees_total", "gpupool_ooms_total", "gpupool_pages_moved_total",
+              "gpupool_device_syncs_total", "gpupool_device_allocs_total",
+              "gpupool_device_call_seconds_sum")
     LINE = re.compile(r'^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{[^}]*\})?\s+(\S+)')
 
     def __init__(self, port_fn, interval):
@@ -207,6 +209,30 @@ def oom_check(torch):
     return {"raised": raised, "works_after": float(x.sum()) == 1024.0}
 
 
+class Turns:
+    """Lockstep timing (the child's side): the runs being compared train at
+    the same time, one step each in turn, passing a byte around a ring of
+    pipes. Step k of every configuration then runs within a few tens of ms of
+    the others', on a GPU no other run is using (each step ends in
+    loss.item(), a synchronization): a slow stretch of a shared host hits all
+    of them alike."""
+
+    def __init__(self, a):
+        self.inp, self.out = a.turn_in, a.turn_out
+        os.write(a.ready, b"r")  # set up: the parent starts the ring when all are
+        os.close(a.ready)
+
+    def wait(self):
+        if os.read(self.inp, 1) != b"t":  # a run before it in the ring died
+            sys.exit("torch_train child: the lockstep ring closed")
+
+    def give(self):
+        try:
+            os.write(self.out, b"t")
+        except BrokenPipeError:  # the next run has finished: nobody waits
+            pass
+
+
 def child(a):
     begun = time.time()
     import torch
@@ -248,26 +274,37 @@ def child(a):
         loss_of = F.cross_entropy
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
 
-    losses, t0 = [], None
+    losses, step_s, t0 = [], [], None
     torch.cuda.synchronize()
+    turns = Turns(a) if a.turn_in is not None else None
     looping = time.time()
     for step, (x, y) in enumerate(batches):
+        if turns:
+            turns.wait()
         if step == WARMUP_STEPS:
             torch.cuda.synchronize()
             t0 = time.perf_counter()
             timed = time.time()
+        begin = time.perf_counter()
         x, y = x.to(dev), y.to(dev)
         loss = loss_of(model(x), y)
         opt.zero_grad(set_to_none=True)
         loss.backward()
         opt.step()
         losses.append(loss.item())  # synchronizes: same cost for both allocators
+        if t0 is not None:
+            step_s.append(time.perf_counter() - begin)
+        if turns and step + 1 < len(batches):
+            turns.give()
     torch.cuda.synchronize()
-    seconds = time.perf_counter() - t0
+    # In lockstep the wall time includes the other runs' turns: only the
+    # steps' own times count.
+    seconds = sum(step_s) if turns else time.perf_counter() - t0
     oom = oom_check(torch)
     result = {"model": a.model, "allocator": a.allocator, "steps": len(losses),
               "timed_steps": len(losses) - WARMUP_STEPS, "seconds": seconds,
               "steps_per_s": (len(losses) - WARMUP_STEPS) / seconds, "losses": losses,
+              "step_seconds": step_s,  # each timed step's wall time (ends at loss.item())
               "torch": torch.__version__, "device": torch.cuda.get_device_name(), "oom": oom,
               # wall-clock marks, for where a run's time outside the timed steps goes
               "marks": {"begun": begun, "looping": looping, "timed": timed, "ended": time.time()}}
@@ -287,6 +324,8 @@ def child(a):
         torch.cuda.memory._record_memory_history(enabled=None)
     with open(a.out, "w") as f:
         json.dump(result, f)
+    if turns:  # its own last work done (the OOM check too): the next run's turn
+        turns.give()
 
 
 # ---------------------------------------------------------------- the driver
@@ -300,61 +339,141 @@ def free_port():
         return sock.getsockname()[1]
 
 
+class Launch:
+    """One training process to start: its command, environment, files and
+    (timing runs with the agent) the parent's scraper."""
+
+    def __init__(self, a, model, allocator, plain_env=None, tag=""):
+        """plain_env: None for the recorded comparison run; else a timing run
+        with no recording, its environment updated with plain_env."""
+        self.model, self.allocator, self.plain_env = model, allocator, plain_env
+        tag = ("" if plain_env is None else "_timing") + tag
+        self.out = os.path.join(a.outdir, f"{model}_{allocator}{tag}.json")
+        self.trace = os.path.join(a.outdir, f"{model}_{allocator}{tag}.trace")
+        for p in (self.out, self.trace):
+            if os.path.exists(p):
+                os.unlink(p)
+        env = dict(os.environ, CUBLAS_WORKSPACE_CONFIG=":4096:8", PYTHONHASHSEED="0",
+                   PYTHONUNBUFFERED="1")
+        if plain_env is not None:
+            for k in ("GPUPOOL_AGENT_CONF", "GPUPOOL_CONF", "PYTORCH_CUDA_ALLOC_CONF"):
+                env.pop(k, None)
+            env.update(plain_env)
+        elif allocator == "gpupool":
+            env["GPUPOOL_RECORD"] = self.trace
+            env.setdefault("GPUPOOL_AGENT_CONF", "listen:127.0.0.1:0")
+        self.outside = None
+        conf = env.get("GPUPOOL_AGENT_CONF", "")
+        if plain_env is not None and "listen:127.0.0.1:0" in conf:
+            port = free_port()
+            env.pop("LOCAL_RANK", None)  # the agent would add it to the port
+            env["GPUPOOL_AGENT_CONF"] = conf.replace("listen:127.0.0.1:0",
+                                                     f"listen:127.0.0.1:{port}")
+            self.outside = Scraper(lambda: port, 0.5)
+        self.env = env
+        steps = a.lm_steps if model == "lm" else a.cnn_steps
+        self.cmd = [sys.executable, os.path.abspath(__file__), "--child", "--model", model,
+                    "--allocator", allocator, "--lib", a.lib, "--steps", str(steps), "--seed",
+                    str(a.seed), "--out", self.out, "--trace", self.trace] + \
+            (["--plain"] if plain_env is not None else [])
+
+    def finish(self, rc, log, started, exited):
+        """Prints how the run went; its result, or None."""
+        if self.outside:
+            self.outside.stop.set()
+            self.outside.join()
+        env = self.plain_env
+        print(f"--- {self.model} / {self.allocator}{' ' + str(env) if env else ''}: exit {rc} "
+              f"after {exited - started:.1f} s"
+              f"{phases(self.out, started, exited) if rc == 0 else ''}"
+              + (f", /metrics scraped {self.outside.ok} times from outside"
+                 if self.outside else ""))
+        for line in log.strip().splitlines()[-15:]:
+            print(f"    {line}")
+        if rc != 0 or not os.path.exists(self.out):
+            return None
+        with open(self.out) as f:
+            r = json.load(f)
+        if self.outside and self.outside.last:
+            r["outside_last"] = self.outside.last  # the last /metrics sample, after the last step
+        if self.allocator == "gpupool" and os.path.exists(self.trace):
+            with open(self.trace) as f:
+                r["trace_events"] = sum(1 for _ in f)
+        return r
+
+
 def run_child(a, model, allocator, plain_env=None):
-    """plain_env: None for the recorded comparison run; else a timing run with
-    no recording, its environment updated with plain_env."""
-    tag = "" if plain_env is None else "_timing"
-    out = os.path.join(a.outdir, f"{model}_{allocator}{tag}.json")
-    trace = os.path.join(a.outdir, f"{model}_{allocator}{tag}.trace")
-    for p in (out, trace):
-        if os.path.exists(p):
-            os.unlink(p)
-    env = dict(os.environ, CUBLAS_WORKSPACE_CONFIG=":4096:8", PYTHONHASHSEED="0",
-               PYTHONUNBUFFERED="1")
-    if plain_env is not None:
-        for k in ("GPUPOOL_AGENT_CONF", "GPUPOOL_CONF", "PYTORCH_CUDA_ALLOC_CONF"):
-            env.pop(k, None)
-        env.update(plain_env)
-    elif allocator == "gpupool":
-        env["GPUPOOL_RECORD"] = trace
-        env.setdefault("GPUPOOL_AGENT_CONF", "listen:127.0.0.1:0")
-    outside = None
-    conf = env.get("GPUPOOL_AGENT_CONF", "")
-    if plain_env is not None and "listen:127.0.0.1:0" in conf:
-        port = free_port()
-        env.pop("LOCAL_RANK", None)  # the agent would add it to the port
-        env["GPUPOOL_AGENT_CONF"] = conf.replace("listen:127.0.0.1:0", f"listen:127.0.0.1:{port}")
-        outside = Scraper(lambda: port, 0.5)
-        outside.start()
-    steps = a.lm_steps if model == "lm" else a.cnn_steps
-    cmd = [sys.executable, os.path.abspath(__file__), "--child", "--model", model, "--allocator",
-           allocator, "--lib", a.lib, "--steps", str(steps), "--seed", str(a.seed), "--out", out,
-           "--trace", trace] + (["--plain"] if plain_env is not None else [])
+    """One training process, alone on the GPU."""
+    run = Launch(a, model, allocator, plain_env)
+    if run.outside:
+        run.outside.start()
     t = time.time()
     try:
-        p = subprocess.run(cmd, env=env, timeout=a.timeout, capture_output=True, text=True)
+        p = subprocess.run(run.cmd, env=run.env, timeout=a.timeout, capture_output=True,
+                           text=True)
         rc, log = p.returncode, p.stdout + p.stderr
     except subprocess.TimeoutExpired as e:
         rc, log = "timeout", (e.stdout or b"").decode(errors="replace") + \
             (e.stderr or b"").decode(errors="replace")
-    exited = time.time()
-    if outside:
-        outside.stop.set()
-        outside.join()
-    print(f"--- {model} / {allocator}{' ' + str(plain_env) if plain_env else ''}: exit {rc} "
-          f"after {exited - t:.1f} s{phases(out, t, exited) if rc == 0 else ''}"
-          + (f", /metrics scraped {outside.ok} times from outside" if outside else ""))
-    tail = log.strip().splitlines()[-15:]
-    for line in tail:
-        print(f"    {line}")
-    if rc != 0 or not os.path.exists(out):
-        return None
-    with open(out) as f:
-        r = json.load(f)
-    if allocator == "gpupool" and os.path.exists(trace):
-        with open(trace) as f:
-            r["trace_events"] = sum(1 for _ in f)
-    return r
+    return run.finish(rc, log, t, time.time())
+
+
+def run_lockstep(a, model, entries, round_no):
+    """The timing runs of entries ((label, allocator, env), ...) side by side,
+    one step each in turn (Turns): their results by label. Each run's result
+    stays in the out directory (<model>_<allocator>_timing_r<round>_c<entry
+    of TIMING_CONFIGS>.json), its output beside it (.log)."""
+    import select
+    runs = [Launch(a, model, allocator, env,
+                   tag=f"_r{round_no}_c{TIMING_CONFIGS.index((label, allocator, env))}")
+            for label, allocator, env in entries]
+    for run in runs:
+        # One CPU thread each: the runs waiting for their turn would otherwise
+        # keep OpenMP workers spinning on the cores the running one needs (the
+        # CNN's batches, made on the CPU, took over 90 s with four at once).
+        run.env["OMP_NUM_THREADS"] = "1"
+    n = len(runs)
+    ring = [os.pipe() for _ in range(n)]  # ring[i]: into run i's turn
+    ready_r, ready_w = os.pipe()
+    procs, logs, t = [], [], time.time()
+    for i, run in enumerate(runs):
+        turn_in, turn_out = ring[i][0], ring[(i + 1) % n][1]
+        log = open(run.out + ".log", "w+")
+        logs.append(log)
+        procs.append(subprocess.Popen(
+            run.cmd + ["--turn-in", str(turn_in), "--turn-out", str(turn_out), "--ready",
+                       str(ready_w)], env=run.env, stdout=log, stderr=subprocess.STDOUT,
+            pass_fds=(turn_in, turn_out, ready_w)))
+        if run.outside:
+            run.outside.start()
+    start = ring[0][1]  # the parent's way into the ring: the first turn
+    for r, w in ring:
+        os.close(r)
+        if w != start:
+            os.close(w)
+    os.close(ready_w)
+    deadline, ready = time.time() + a.timeout, 0
+    while ready < n and time.time() < deadline:  # every run set up, or one died
+        if select.select([ready_r], [], [], 1.0)[0]:
+            got = os.read(ready_r, n)
+            if not got:
+                break
+            ready += len(got)
+    os.close(ready_r)
+    if ready == n:
+        os.write(start, b"t")
+    os.close(start)  # not ready: the runs read EOF and stop
+    results = {}
+    for (label, _, _), run, proc, log in zip(entries, runs, procs, logs):
+        try:
+            rc = proc.wait(timeout=max(1.0, deadline + a.timeout * n - time.time()))
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            rc = "timeout"
+        log.seek(0)
+        results[label] = run.finish(rc, log.read(), t, time.time())
+        log.close()
+    return results
 
 
 def phases(out, started, exited):
@@ -431,28 +550,60 @@ def timing(a):
         configs = [TIMING_CONFIGS[i] for i in (0, 1, 4, 5, 6)]
     else:
         configs = TIMING_CONFIGS
-    print(f"\n## steps/s without recording ({a.timing_rounds} interleaved rounds, median)\n")
+    mode = "rounds in lockstep" if a.lockstep else "interleaved rounds"
+    print(f"\n## steps/s without recording ({a.timing_rounds} {mode}, median)\n")
     print(f"| model | configuration | steps/s | relative to {configs[0][0]} |")
     print("|---|---|---:|---:|")
     paired = {}
     for model in a.timing_models.split(","):
         runs = {label: [] for label, _, _ in configs}
-        for _ in range(a.timing_rounds):
+        for k in range(a.timing_rounds):
+            if a.lockstep:  # each round starts the ring at a different configuration
+                order = configs[k % len(configs):] + configs[:k % len(configs)]
+                for label, r in run_lockstep(a, model, order, k).items():
+                    if r:
+                        runs[label].append(r)
+                continue
             for label, allocator, env in configs:
                 r = run_child(a, model, allocator, env)
                 if r:
-                    runs[label].append(r["steps_per_s"])
-        base = statistics.median(runs[configs[0][0]]) if runs[configs[0][0]] else None
+                    runs[label].append(r)
+        rates = {label: [r["steps_per_s"] for r in rs] for label, rs in runs.items()}
+        base = statistics.median(rates[configs[0][0]]) if rates[configs[0][0]] else None
         for label, _, _ in configs:
-            if not runs[label]:
+            if not rates[label]:
                 print(f"| {model} | {label} | failed | |")
                 continue
-            m = statistics.median(runs[label])
+            m = statistics.median(rates[label])
             rel = f"{m / base:.3f}" if base else "n/a"
             print(f"| {model} | {label} | {m:.2f} | {rel} |")
         paired[model] = runs
+    print_pool_work(configs, paired)
     if a.timing_pairs:
         print_pairs(a, configs, paired)
+
+
+def print_pool_work(configs, paired):
+    """What each gpupool configuration asked of the device during a run (the
+    last /metrics sample the parent scraped): medians over the rounds."""
+    import statistics
+    keys = (("gpupool_device_allocs_total", "device allocs", "{:.0f}"),
+            ("gpupool_pages_moved_total", "pages moved", "{:.0f}"),
+            ("gpupool_device_syncs_total", "syncs", "{:.0f}"),
+            ("gpupool_device_call_seconds_sum", "s in device calls", "{:.3f}"))
+    rows = []
+    for model, runs in paired.items():
+        for label, _, _ in configs:
+            samples = [r["outside_last"] for r in runs[label] if r.get("outside_last")]
+            if samples:
+                cells = [fmt.format(statistics.median(s.get(k, 0.0) for s in samples))
+                         for k, _, fmt in keys]
+                rows.append(f"| {model} | {label} | {' | '.join(cells)} |")
+    if rows:
+        print("\n## what the pool asked of the device per run (last /metrics sample, median)\n")
+        print(f"| model | configuration | {' | '.join(h for _, h, _ in keys)} |")
+        print("|---|---|" + "---:|" * len(keys))
+        print("\n".join(rows))
 
 
 def print_pairs(a, configs, paired):
@@ -464,18 +615,57 @@ def print_pairs(a, configs, paired):
     print(f"\n## paired ratios: steps/s of A / B within each round ({a.timing_rounds} rounds)\n")
     print("| model | A | B | median A / B | min | max | per round |")
     print("|---|---|---|---:|---:|---:|---|")
+    per_step = []
     for pair in a.timing_pairs.split(","):
         i, j = (int(x) for x in pair.split("/"))
         la, lb = TIMING_CONFIGS[i][0], TIMING_CONFIGS[j][0]
         if la not in labels or lb not in labels:
             sys.exit(f"torch_train: --timing-pairs {pair}: both must be timed")
         for model, runs in paired.items():
-            r = [x / y for x, y in zip(runs[la], runs[lb])]
+            r = [x["steps_per_s"] / y["steps_per_s"] for x, y in zip(runs[la], runs[lb])]
             if len(runs[la]) != len(runs[lb]) or not r:
                 print(f"| {model} | {la} | {lb} | failed runs | | | |")
                 continue
             print(f"| {model} | {la} | {lb} | {statistics.median(r):.3f} | {min(r):.3f} | "
                   f"{max(r):.3f} | {', '.join(f'{x:.3f}' for x in r)} |")
+            per_step.append((model, la, lb, step_ratios(runs[la], runs[lb])))
+    # Both runs train on the same batches in the same order, so step k of A
+    # and step k of B do the same work: the ratio of their times, step by
+    # step, leaves out what a whole run's mean carries (a slow stretch of the
+    # host, a stall in one step). The median says what a typical step costs,
+    # the mean of the times what the run as a whole costs.
+    print(f"\n## paired steps: B's time / A's time for the same step, all rounds\n")
+    print("| model | A | B | steps | median | q25 | q75 | total time B / A | A's extra time per "
+          "round, the share in its worst 5 % of steps |")
+    print("|---|---|---|---:|---:|---:|---:|---:|---|")
+    for model, la, lb, (ratios, total, extra) in per_step:
+        if not ratios:
+            print(f"| {model} | {la} | {lb} | no step times | | | | | |")
+            continue
+        q = statistics.quantiles(ratios, n=4)
+        print(f"| {model} | {la} | {lb} | {len(ratios)} | {statistics.median(ratios):.3f} | "
+              f"{q[0]:.3f} | {q[2]:.3f} | {total:.3f} | {extra} |")
+
+
+def step_ratios(runs_a, runs_b):
+    """Per-step time ratios B / A over paired rounds, the rounds' total-time
+    ratio, and where A's extra time goes: its sum, and the share of it in the
+    5 % of steps where A lost most (near 100 %: a few slow steps, e.g. pages
+    mapped; near 5 %: spread over every step, e.g. a slower hot path)."""
+    ratios, ta_all, tb_all, extra = [], 0.0, 0.0, []
+    for ra, rb in zip(runs_a, runs_b):
+        ta, tb = ra.get("step_seconds") or [], rb.get("step_seconds") or []
+        if not ta or len(ta) != len(tb):
+            continue
+        ratios += [y / x for x, y in zip(ta, tb) if x > 0]
+        ta_all += sum(ta)
+        tb_all += sum(tb)
+        lost = sorted((x - y for x, y in zip(ta, tb)), reverse=True)
+        worst = sum(lost[:max(1, len(lost) // 20)])
+        total = sum(lost)
+        share = f"{worst / total:.0%}" if total > 0 else "none lost"
+        extra.append(f"{total * 1e3:+.0f} ms, {share}")
+    return ratios, (tb_all / ta_all if ta_all else float("nan")), "; ".join(extra)
 
 
 def driver(a):
@@ -569,7 +759,13 @@ def main():
     ap.add_argument("--timing-pairs", metavar="I/J,...",
                     help="also print the per-round steps/s ratios of TIMING_CONFIGS entry I to "
                     "entry J (both timed)")
+    ap.add_argument("--lockstep", action="store_true",
+                    help="timing rounds: the configurations of a model train at the same time, "
+                    "one step each in turn (the default: one after the other)")
     ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
+    ap.add_argument("--turn-in", type=int, help=argparse.SUPPRESS)
+    ap.add_argument("--turn-out", type=int, help=argparse.SUPPRESS)
+    ap.add_argument("--ready", type=int, help=argparse.SUPPRESS)
     ap.add_argument("--plain", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--model", choices=MODELS, help=argparse.SUPPRESS)
     ap.add_argument("--allocator", choices=ALLOCATORS, help=argparse.SUPPRESS)
