@@ -140,13 +140,15 @@ static int predict(shard *sh, size_t rounded, uintptr_t *at) {
 
 #define LIVE 96
 
-/* ops random operations on a pool of the given backend and tunables; every
- * kind of placement must have come up at least `least` times. */
-static void run(gpupool_backend kind, const char *tunables, uint64_t seed, int ops, int least) {
+/* ops random operations on a pool of the given backend, device capacity
+ * (at most half of it allocated at a time) and tunables; every kind of
+ * placement must have come up at least `least` times. */
+static void run(gpupool_backend kind, size_t capacity, const char *tunables, uint64_t seed, int ops,
+                int least) {
   gpupool_options o = {.name = "oracle",
                        .backend = kind,
                        .strategy = GPUPOOL_STRATEGY_BFC,
-                       .host_capacity = 1024 * MiB,
+                       .host_capacity = capacity,
                        .tunables = tunables,
                        .ignore_env = 1};
   gpupool *p = NULL;
@@ -167,7 +169,7 @@ static void run(gpupool_backend kind, const char *tunables, uint64_t seed, int o
       gpupool_empty_cache(p);
     /* small requests, and large ones of a few pages with ragged ends */
     size_t s = rnd(2) ? 1 + rnd(SMALL_SIZE) : SMALL_SIZE + 1 + rnd(24 * MiB);
-    if (live_bytes + s > 512 * MiB)
+    if (live_bytes + s > capacity / 2)
       continue;
     shard *sh = shard_get(p, NULL);
     cr_assert_not_null(sh);
@@ -193,15 +195,17 @@ static void run(gpupool_backend kind, const char *tunables, uint64_t seed, int o
 }
 
 Test(pool_expandable_oracle, simulated_device_defaults) {
-  run(GPUPOOL_BACKEND_SIM, "expandable_segments:True", 1, 20000, 50);
+  run(GPUPOOL_BACKEND_SIM, 1024 * MiB, "expandable_segments:True", 1, 20000, 50);
 }
 
 /* No slack: idle pages move to where they are needed, so free blocks lose
  * pages under them (their mapped_run shrinks) all the time. */
 Test(pool_expandable_oracle, simulated_device_no_slack) {
-  run(GPUPOOL_BACKEND_SIM, "expandable_segments:True,expandable_slack_percent:0", 2, 20000, 50);
+  run(GPUPOOL_BACKEND_SIM, 1024 * MiB, "expandable_segments:True,expandable_slack_percent:0", 2,
+      20000, 50);
 }
 
 Test(pool_expandable_oracle, host_backend_growth) {
-  run(GPUPOOL_BACKEND_HOST, "expandable_segments:True,expandable_growth_moves:4", 3, 8000, 20);
+  run(GPUPOOL_BACKEND_HOST, 256 * MiB, "expandable_segments:True,expandable_growth_moves:4", 3,
+      8000, 20);
 }
