@@ -6,7 +6,8 @@
  * batch by batch (the order alternating), so a slow phase of the host hits
  * both; each figure is the median over the rounds of a batch's mean. Then
  * runs of 1 to 64 pages mapped and unmapped per page against per run (one
- * cuMemSetAccess, one cuMemUnmap over the run's mappings).
+ * cuMemSetAccess, one cuMemUnmap over the run's mappings), and one page
+ * mapped and unmapped on an idle device and on one busy with other work.
  *
  *   bench_vmm [--quick]
  *
@@ -182,6 +183,62 @@ static int runs_table(vmm_ctx *c, int rounds) {
   return 0;
 }
 
+/* Whether the calls wait for the device: one page mapped (+ access) and
+ * unmapped right after a long cuMemsetD8Async over other memory was queued
+ * on a stream of its own, against the same on an idle device. A call that
+ * waits for queued work takes about as long as the memset (printed too). */
+static int busy_table(vmm_ctx *c, int rounds) {
+  CUmemAllocationProp prop;
+  memset(&prop, 0, sizeof prop);
+  prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+  prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+  prop.location.id = (int)c->dev;
+  CUmemAccessDesc access = {.location = prop.location, .flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE};
+  const size_t busy_bytes = (size_t)4 << 30;
+  CUdeviceptr busy;
+  CUstream s;
+  CHECK(cuMemAlloc(&busy, busy_bytes));
+  CHECK(cuStreamCreate(&s, CU_STREAM_NON_BLOCKING));
+  CHECK(cuMemCreate(&c->h[0], c->page, &prop, 0));
+  double *v = calloc((size_t)rounds * 5, sizeof(double));
+  if (!v)
+    return -1;
+  for (int r = 0; r < rounds; r++)
+    for (int j = 0; j < 2; j++) {
+      int loaded = (j + r) % 2;
+      if (loaded)
+        CHECK(cuMemsetD8Async(busy, (unsigned char)r, busy_bytes, s));
+      double t0 = now_ns();
+      CHECK(cuMemMap(c->base, c->page, 0, c->h[0], 0));
+      CHECK(cuMemSetAccess(c->base, c->page, &access, 1));
+      double t1 = now_ns();
+      CHECK(cuMemUnmap(c->base, c->page));
+      double t2 = now_ns();
+      CHECK(cuStreamSynchronize(s));
+      double t3 = now_ns();
+      v[(loaded * 2) * rounds + r] = t1 - t0;
+      v[(loaded * 2 + 1) * rounds + r] = t2 - t1;
+      if (loaded)
+        v[4 * rounds + r] = t3 - t0; /* at least the memset's remaining time */
+    }
+  double m[5];
+  for (int k = 0; k < 5; k++)
+    m[k] = median(&v[k * rounds], rounds);
+  printf("\nOne page mapped and unmapped on an idle device and right after a 4 GiB "
+         "cuMemsetD8Async was queued on another stream (ns, median over rounds; a call that "
+         "waited for the memset would take about as long as it: %.0f ns from the map to the "
+         "memset's end):\n\n",
+         m[4]);
+  printf("| call | idle | busy | busy / idle |\n|---|---:|---:|---:|\n");
+  printf("| cuMemMap + cuMemSetAccess | %.0f | %.0f | %.3f |\n", m[0], m[2], m[2] / m[0]);
+  printf("| cuMemUnmap | %.0f | %.0f | %.3f |\n", m[1], m[3], m[3] / m[1]);
+  CHECK(cuMemRelease(c->h[0]));
+  CHECK(cuStreamDestroy(s));
+  CHECK(cuMemFree(busy));
+  free(v);
+  return 0;
+}
+
 int main(int argc, char **argv) {
   int quick = argc > 1 && !strcmp(argv[1], "--quick");
   if (argc > 2 || (argc == 2 && !quick)) {
@@ -249,7 +306,7 @@ int main(int argc, char **argv) {
   }
   if (kinds == 1)
     printf("\nthe device cannot export POSIX file descriptors: shareable pages not measured\n");
-  if (runs_table(&c, rounds) != 0)
+  if (runs_table(&c, rounds) != 0 || busy_table(&c, rounds) != 0)
     return 1;
   cuMemAddressFree(c.base, c.page * (size_t)c.pages);
   cuDevicePrimaryCtxRelease(c.dev);
