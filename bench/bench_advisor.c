@@ -14,7 +14,15 @@
  * of the replaying thread's CPU time, their ratio, and whether the two gave
  * the same figures (peaks, device calls, flushes, OOMs, fragmentation).
  *
- *   bench_advisor [--quick] [--big-events N] [--threads N] [--lib PATH] [--baseline PATH] */
+ * --trace PATH (repeatable; GPUPOOL_RECORD files such as bench/README.md's
+ * training traces) prints only the replay speed of expandable segments
+ * against plain bfc on each: ms per replay (the replaying thread's CPU time,
+ * best of the rounds, the two taking turns), their ratio, and the figures
+ * both gave. Without --trace that table is printed for the 300-step history.
+ * --rounds N: rounds of that table (default 7, 3 with --quick).
+ *
+ *   bench_advisor [--quick] [--big-events N] [--threads N] [--lib PATH] [--baseline PATH]
+ *                 [--trace PATH]... [--rounds N] */
 #include <dlfcn.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -182,6 +190,34 @@ static void per_config(const gpupool_history *h, int quick) {
   }
 }
 
+/* Expandable segments against plain bfc on history h, as the advisor
+ * replays them: best of `rounds` of each, taking turns. */
+static void expandable_speed(const char *what, const gpupool_history *h, int rounds) {
+  static const char *conf[2] = {"", "expandable_segments:True"};
+  double best[2] = {1e30, 1e30};
+  gpupool_replay_result r[2];
+  for (int k = 0; k < rounds; k++)
+    for (int j = 0; j < 2; j++) {
+      if (gpupool_replay(h, conf[j], (uint64_t)80 << 30, &r[j]) != GPUPOOL_OK) {
+        fprintf(stderr, "bench_advisor: %s: %s\n", what, gpupool_last_error());
+        exit(1);
+      }
+      if (r[j].cpu_seconds < best[j])
+        best[j] = r[j].cpu_seconds;
+    }
+  printf("| %s | %llu | %.3f | %.3f | %.2f | %.3f, %.3f | %llu |\n", what,
+         (unsigned long long)r[0].events, best[0] * 1e3, best[1] * 1e3, best[1] / best[0],
+         r[0].ratio, r[1].ratio, (unsigned long long)r[1].pages_moved);
+}
+
+static void expandable_header(int rounds) {
+  printf(
+      "\n| replay speed, best of %d (CPU) | events | bfc ms | expandable ms | expandable / bfc | "
+      "reserved / allocated (bfc, expandable) | pages moved |\n"
+      "|---|---:|---:|---:|---:|---:|---:|\n",
+      rounds);
+}
+
 static void search(const char *what, const gpupool_history *h, unsigned threads) {
   gpupool_advice_options o = {.threads = threads, .max_added_ms = -1};
   double t0 = clock_s(CLOCK_MONOTONIC), c0 = clock_s(CLOCK_PROCESS_CPUTIME_ID);
@@ -340,7 +376,8 @@ int main(int argc, char **argv) {
   int quick = 0;
   size_t big = 10000000;
   unsigned threads = (unsigned)sysconf(_SC_NPROCESSORS_ONLN);
-  const char *path = BENCH_ADVISOR_LIB, *baseline = NULL;
+  const char *path = BENCH_ADVISOR_LIB, *baseline = NULL, *traces[16];
+  int ntraces = 0, rounds = 0;
   for (int i = 1; i < argc; i++) {
     if (!strcmp(argv[i], "--quick"))
       quick = 1, big = 1000000;
@@ -352,9 +389,13 @@ int main(int argc, char **argv) {
       path = argv[++i];
     else if (!strcmp(argv[i], "--baseline") && i + 1 < argc)
       baseline = argv[++i];
+    else if (!strcmp(argv[i], "--rounds") && i + 1 < argc)
+      rounds = atoi(argv[++i]);
+    else if (!strcmp(argv[i], "--trace") && i + 1 < argc && ntraces < 16)
+      traces[ntraces++] = argv[++i];
     else {
       fprintf(stderr, "usage: bench_advisor [--quick] [--big-events N] [--threads N] [--lib PATH] "
-                      "[--baseline PATH]\n");
+                      "[--baseline PATH] [--trace PATH]... (at most 16) [--rounds N]\n");
       return 2;
     }
   }
@@ -363,10 +404,28 @@ int main(int argc, char **argv) {
   char host[256] = "";
   gethostname(host, sizeof host - 1);
   printf("bench_advisor: host %s, %ld online cores\n", host, sysconf(_SC_NPROCESSORS_ONLN));
+  if (rounds < 1)
+    rounds = quick ? 3 : 7;
+  if (ntraces) {
+    expandable_header(rounds);
+    for (int i = 0; i < ntraces; i++) {
+      gpupool_history *h;
+      if (gpupool_history_load(traces[i], NULL, NULL, &h) != GPUPOOL_OK) {
+        fprintf(stderr, "bench_advisor: %s\n", gpupool_last_error());
+        return 1;
+      }
+      const char *base = strrchr(traces[i], '/');
+      expandable_speed(base ? base + 1 : traces[i], h, rounds);
+      gpupool_history_free(h);
+    }
+    return 0;
+  }
   gpupool_history *h300 = make_history(300, 0);
   printf("history: 300 steps, %llu events, peak requested %.1f MiB\n",
          (unsigned long long)h300->info.events, (double)h300->info.peak_requested / (1 << 20));
   per_config(h300, quick);
+  expandable_header(rounds);
+  expandable_speed("300 steps", h300, rounds);
   printf("\n| search (default grid + capacity bisection) | events | configurations | workers | "
          "wall (s) | CPU (s), all workers | M events/s per CPU-second in replays |\n"
          "|---|---:|---:|---:|---:|---:|---:|\n");

@@ -157,3 +157,24 @@ block *free_index_largest(block *t) {
     t = t->right;
   return t;
 }
+
+/* The stack holds the ancestors of the current block (itself on top) whose
+ * left subtree the walk went into: what follows the current block is its
+ * right subtree, then the rest of the stack, each followed by its own right
+ * subtree. */
+block *free_index_iter_start(free_index_iter *it, block *root, size_t size) {
+  it->root = root;
+  it->n = 0;
+  it->deep = 0;
+  for (block *t = root; t;) {
+    if (t->size >= size) {
+      free_index_iter_push(it, t);
+      t = t->left;
+    } else {
+      t = t->right;
+    }
+  }
+  if (it->deep) /* the top of the stack is not the lower bound */
+    return it->cur = free_index_lower_bound(root, size);
+  return it->cur = it->n ? it->stack[it->n - 1] : NULL;
+}

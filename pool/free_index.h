@@ -5,6 +5,8 @@
 
 #include <stddef.h>
 
+#include "core/assert.h"
+
 #include "pool_internal.h"
 
 void free_index_insert(block **root, block *b);
@@ -23,5 +25,45 @@ block *free_index_lower_bound(block *root, size_t size);
 /* The block after b in (size, address) order, or NULL. */
 block *free_index_next(block *root, const block *b);
 block *free_index_largest(block *root);
+
+/* An in-order walk of an index that does not change meanwhile, from the
+ * smallest block of at least some size: the ancestors still to visit are
+ * kept on a stack, so a step costs O(1) amortized where free_index_next
+ * descends from the root. A treap's depth is about 2 ln n; a deeper path
+ * (never seen in practice) makes the walk go on with free_index_next. */
+#define FREE_INDEX_ITER_DEPTH 64
+typedef struct free_index_iter {
+  block *root, *cur;
+  unsigned n;
+  int deep; /* the stack overflowed: free_index_next from here on */
+  block *stack[FREE_INDEX_ITER_DEPTH];
+} free_index_iter;
+
+/* Starts it at free_index_lower_bound(root, size), which it returns. */
+block *free_index_iter_start(free_index_iter *it, block *root, size_t size);
+
+static inline void free_index_iter_push(free_index_iter *it, block *b) {
+  if (it->n < FREE_INDEX_ITER_DEPTH)
+    it->stack[it->n++] = b;
+  else
+    it->deep = 1;
+}
+
+/* The block after the current one (NULL: none), which becomes current.
+ * Inline: the search over mapped pages (shard.c) steps a few blocks per
+ * request. */
+static inline block *free_index_iter_next(free_index_iter *it) {
+  if (!it->cur)
+    return NULL;
+  if (!it->deep) {
+    gp_assert_internal(it->n && it->stack[it->n - 1] == it->cur);
+    it->n--;
+    for (block *t = it->cur->right; t; t = t->left)
+      free_index_iter_push(it, t);
+    if (!it->deep)
+      return it->cur = it->n ? it->stack[it->n - 1] : NULL;
+  }
+  return it->cur = free_index_next(it->root, it->cur);
+}
 
 #endif

@@ -74,6 +74,7 @@ gpupool_status pages_segment_create(gpupool *p, size_t size, int large, segment 
   seg->pages = pages;
   seg->mapped = mapped;
   seg->page_size = ps;
+  seg->page_shift = (ps & (ps - 1)) ? 0 : (unsigned)__builtin_ctzll(ps);
   seg->npages = size / ps;
   segment_observers_note(p, seg->addr, size, 1); /* the mappings lie inside this range */
   *out = seg;
@@ -217,6 +218,23 @@ size_t pages_segment_destroy(gpupool *p, segment *seg) {
   return bytes;
 }
 
+size_t pages_longest_mapped(const segment *seg, uintptr_t addr, size_t len) {
+  size_t ps = seg->page_size, first = page_of(seg, addr), last = page_of(seg, addr + len - 1);
+  size_t best = 0;
+  if (!seg->top) /* no page was ever mapped */
+    return 0;
+  if (last >= seg->top)
+    last = seg->top - 1;
+  for (size_t i = pages_find(seg, first, last, 1), j; i <= last; i = pages_find(seg, j, last, 1)) {
+    j = pages_find(seg, i, last, 0); /* the run of mapped pages [i, j) */
+    uintptr_t lo = seg->addr + i * ps, hi = seg->addr + j * ps;
+    lo = lo > addr ? lo : addr;
+    hi = hi < addr + len ? hi : addr + len;
+    best = hi - lo > best ? hi - lo : best;
+  }
+  return best;
+}
+
 /* The pages of seg wholly under free block b that may be mapped (below
  * seg->top): [*first, *last]; 0 if none. */
 static int interior_pages(const segment *seg, const block *b, size_t *first, size_t *last) {
@@ -237,9 +255,8 @@ static int interior_pages(const segment *seg, const block *b, size_t *first, siz
  * stream, whose work runs after the work that used them), a page that queued
  * work may still use keeps its old mapping for now (PAGE_STALE). Under seg's
  * shard lock. Returns how many were taken. */
-static size_t take_idle_under(segment *seg, const block *b, size_t first, size_t last,
-                              size_t keep_first, size_t keep_last, size_t max, int alias,
-                              page_list *l) {
+static size_t take_idle_under(segment *seg, block *b, size_t first, size_t last, size_t keep_first,
+                              size_t keep_last, size_t max, int alias, page_list *l) {
   size_t lo, hi, taken = 0;
   if (b->state != BLOCK_FREE || b->seg != seg || !interior_pages(seg, b, &lo, &hi))
     return 0;
@@ -256,6 +273,8 @@ static size_t take_idle_under(segment *seg, const block *b, size_t first, size_t
     seg->nmapped--;
     taken++;
   }
+  if (taken) /* the pages were wholly under b: no other block's stretch changed */
+    b->mapped_run = pages_longest_mapped(seg, b->addr, b->size);
   return taken;
 }
 
@@ -272,7 +291,7 @@ typedef struct candidate {
   int fenced;
   int other_kind; /* in a segment of the other size kind than the pages' target */
   segment *seg;
-  const block *b;
+  block *b;
   size_t first, last;
 } candidate;
 
@@ -370,13 +389,30 @@ static void gather_idle(gpupool *p, segment *target, size_t keep_first, size_t k
   free(c);
 }
 
-/* Maps handles h (one per missing page of seg in [first, last], in order);
- * on failure maps none of the rest and returns how many were used. The
- * device maps with no lock held; the pages are recorded under the shard
- * lock (the hot path reads them there). */
-static size_t map_missing(gpupool *p, segment *seg, size_t first, size_t last, void **h,
+/* The free blocks other than claimed block b that share its first page or
+ * its last (pages first and last of b's segment): pages mapped there add to
+ * their stretch over mapped pages (block.mapped_run). A page that was not
+ * mapped has no allocated block on it, so walking out over other blocks
+ * stops within a page. Under the shard lock. */
+static void neighbours_gained(block *b, size_t first, size_t last) {
+  segment *seg = b->seg;
+  uintptr_t lo = seg->addr + first * seg->page_size, hi = seg->addr + (last + 1) * seg->page_size;
+  for (block *n = b->prev; n && n->addr + n->size > lo; n = n->prev)
+    if (n->state == BLOCK_FREE)
+      n->mapped_run = pages_longest_mapped(seg, n->addr, n->size);
+  for (block *n = b->next; n && n->addr < hi; n = n->next)
+    if (n->state == BLOCK_FREE)
+      n->mapped_run = pages_longest_mapped(seg, n->addr, n->size);
+}
+
+/* Maps handles h (one per missing page of claimed block b's segment in
+ * [first, last], in order); on failure maps none of the rest and returns how
+ * many were used. The device maps with no lock held; the pages are recorded
+ * under the shard lock (the hot path reads them there). */
+static size_t map_missing(gpupool *p, block *b, size_t first, size_t last, void **h,
                           gpupool_status *st) {
   backend *be = p->be;
+  segment *seg = b->seg;
   size_t used = 0;
   *st = GPUPOOL_OK;
   for (size_t i = first, j; i <= last; i = j) {
@@ -397,6 +433,8 @@ static size_t map_missing(gpupool *p, segment *seg, size_t first, size_t last, v
     }
     if (j > seg->top)
       seg->top = j;
+    if (i == first || j - 1 == last) /* pages b may share with other blocks */
+      neighbours_gained(b, first, last);
     spin_unlock(&seg->sh->lock);
   }
   return used;
@@ -461,9 +499,11 @@ static size_t pages_to_create(gpupool *p, const segment *seg, size_t len, size_t
   return pages < missing ? pages : missing;
 }
 
-gpupool_status pages_back(gpupool *p, segment *seg, uintptr_t addr, size_t len, pages_work *w) {
+gpupool_status pages_back(gpupool *p, block *b, pages_work *w) {
   backend *be = p->be;
-  size_t ps = seg->page_size;
+  segment *seg = b->seg;
+  uintptr_t addr = b->addr;
+  size_t ps = seg->page_size, len = b->size;
   size_t first = (addr - seg->addr) / ps, last = (addr + len - 1 - seg->addr) / ps;
   stale_flush(p, NULL, 0, 0, 0);
   size_t missing = 0, stale = 0;
@@ -498,7 +538,7 @@ gpupool_status pages_back(gpupool *p, segment *seg, uintptr_t addr, size_t len, 
   }
   size_t used = 0;
   if (st == GPUPOOL_OK)
-    used = map_missing(p, seg, first, last, h, &st);
+    used = map_missing(p, b, first, last, h, &st);
   uint64_t dur = clock_monotonic_ns() - t0;
   POOL_COUNT(p, p->c.timing.alloc_count++; p->c.timing.alloc_ns_total += dur);
   w->map_ns += dur;

@@ -29,6 +29,12 @@ static inline void page_set_mapped(segment *seg, size_t i, int on) {
     seg->mapped[i / 64] &= ~((uint64_t)1 << (i % 64));
 }
 
+/* The page of vmm segment seg under address a: a shift, not a division,
+ * on the hot path (pages_cover for every allocation). */
+static inline size_t page_of(const segment *seg, uintptr_t a) {
+  return seg->page_shift ? (a - seg->addr) >> seg->page_shift : (a - seg->addr) / seg->page_size;
+}
+
 /* How many pages of seg in [first, last] are mapped. */
 static inline size_t pages_mapped_in(const segment *seg, size_t first, size_t last) {
   size_t n = 0;
@@ -65,10 +71,13 @@ static inline size_t pages_find(const segment *seg, size_t i, size_t last, int w
 static inline int pages_cover(const segment *seg, uintptr_t addr, size_t len) {
   if (!seg->pages || seg->nmapped == seg->npages)
     return 1;
-  size_t first = (addr - seg->addr) / seg->page_size;
-  size_t last = (addr + len - 1 - seg->addr) / seg->page_size;
-  return pages_find(seg, first, last, 0) > last;
+  size_t last = page_of(seg, addr + len - 1);
+  return pages_find(seg, page_of(seg, addr), last, 0) > last;
 }
+
+/* The longest stretch of [addr, addr + len) (in vmm segment seg) over
+ * mapped pages, in bytes: block.mapped_run's exact value. */
+size_t pages_longest_mapped(const segment *seg, uintptr_t addr, size_t len);
 
 /* What the page operations of one slow-path call did, for the pool's
  * counters and events (emitted by the caller once no shard lock is held). */
@@ -86,12 +95,13 @@ gpupool_status pages_segment_create(gpupool *p, size_t size, int large, segment 
  * the bytes of pages released. */
 size_t pages_segment_destroy(gpupool *p, segment *seg);
 
-/* Maps every missing page of seg under [addr, addr + len), moving idle pages
- * from anywhere in the pool (not from that range) before creating new ones.
- * The range is a claimed block (shard_claim) or lies in one; the caller
- * holds no shard lock: each is taken here in turn, never across a device
- * call. GPUPOOL_ERR_OOM when the device has no page left for it. */
-gpupool_status pages_back(gpupool *p, segment *seg, uintptr_t addr, size_t len, pages_work *w);
+/* Maps every missing page under claimed block b (shard_claim), moving idle
+ * pages from anywhere in the pool (not from b) before creating new ones; the
+ * free blocks that share b's first or last page learn of their new pages
+ * (block.mapped_run). The caller holds no shard lock: each is taken here in
+ * turn, never across a device call. GPUPOOL_ERR_OOM when the device has no
+ * page left for it. */
+gpupool_status pages_back(gpupool *p, block *b, pages_work *w);
 
 /* Returns the idle pages of every vmm segment of p to the device (w says
  * how many bytes); no shard lock held. */

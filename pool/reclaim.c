@@ -202,7 +202,7 @@ static gpupool_status out_of_memory(gpupool *p, shard *sh, size_t rounded, size_
  * hands b out, or returns it to the free blocks when that failed. */
 static gpupool_status back_claimed(gpupool *p, shard *sh, block *b, size_t requested, block **out) {
   pages_work w = {0};
-  gpupool_status st = pages_back(p, b->seg, b->addr, b->size, &w);
+  gpupool_status st = pages_back(p, b, &w);
   spin_lock(&sh->lock);
   if (st != GPUPOOL_OK)
     shard_unclaim(sh, b);
@@ -223,7 +223,7 @@ static gpupool_status attempt(gpupool *p, shard *sh, size_t rounded, size_t requ
   spin_lock(&sh->lock);
   if (sh->pending)
     shard_poll_pending(sh);
-  block *b = shard_place_mapped(sh, large, rounded, 0);
+  block *b = shard_place(sh, large, rounded);
   int ready = b && shard_fit_is_mapped(sh, b, rounded);
   if (ready && shard_allocate(sh, b, rounded, requested, 0, pool_thread.tag) != 0)
     st = pool_fail(GPUPOOL_ERR_HOST_OOM, "pool '%s': out of host memory", p->cfg.name);

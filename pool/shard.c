@@ -140,80 +140,65 @@ static void index_remove(shard *sh, block *b) {
   sh->nfree--;
 }
 
-/* Whether free block b (size >= rounded) may serve a request of rounded. */
-static int fit_allowed(const pool_config *c, const block *b, size_t rounded) {
-  if (c->strategy != GPUPOOL_STRATEGY_BFC)
-    return b->size == rounded; /* exact-size buckets */
-  /* A vmm segment (expandable segments) is an address range whose free
-   * blocks hold pages only where mapped: the pool splits them for any
-   * request, as PyTorch does. */
-  if (b->seg->pages)
-    return 1;
-  /* Oversize blocks (>= max_split_size) serve only large requests that waste
-   * less than max_non_split_rounding of them. */
-  if (rounded < c->max_split_size && b->size >= c->max_split_size)
-    return 0;
-  if (rounded >= c->max_split_size && b->size >= rounded + c->max_non_split_rounding)
-    return 0;
-  return 1;
-}
-
-block *shard_best_fit(shard *sh, int large, size_t rounded) {
-  block *b = free_index_lower_bound(*shard_free_tree(sh, large), rounded);
-  return b && fit_allowed(&sh->pool->cfg, b, rounded) ? b : NULL;
-}
-
 static int should_split_rest(const pool_config *c, const block *b, size_t rest, size_t rounded);
 
+/* The least rest that a free block of a vmm segment, taken by a request,
+ * leaves as a free block of its own (should_split_rest, strategy bfc). */
+static inline size_t vmm_min_rest(const block *b) {
+  return b->seg->large ? SMALL_SIZE + 1 : MIN_BLOCK;
+}
+
 /* The unmapped pages that a request of rounded bytes placed at `at` in free
- * block b (of a vmm segment) needs, SIZE_MAX where it does not fit there;
- * with zero_only, 1 for any number above 0 (no count: the hot path's
- * question). */
-static size_t missing_at(const shard *sh, const block *b, uintptr_t at, size_t rounded,
-                         int zero_only) {
+ * block b (of a vmm segment; min_rest: vmm_min_rest(b)) needs, SIZE_MAX
+ * where it does not fit there; with zero_only, 1 for any number above 0 (no
+ * count: the hot path's question). */
+static inline size_t missing_at(const block *b, uintptr_t at, size_t rounded, size_t min_rest,
+                                int zero_only) {
   uintptr_t end = b->addr + b->size;
   if (at < b->addr || at > end || end - at < rounded)
     return SIZE_MAX;
-  size_t rest = end - at - rounded;
-  size_t len = should_split_rest(&sh->pool->cfg, b, rest, rounded) ? rounded : end - at;
+  size_t len = end - at - rounded >= min_rest ? rounded : end - at;
   const segment *seg = b->seg;
-  size_t first = (at - seg->addr) / seg->page_size;
-  size_t last = (at + len - 1 - seg->addr) / seg->page_size;
+  size_t first = page_of(seg, at), last = page_of(seg, at + len - 1);
   if (pages_find(seg, first, last, 0) > last)
     return 0;
   return zero_only ? 1 : last - first + 1 - pages_mapped_in(seg, first, last);
 }
 
 /* Keeps at in *best_at when it needs fewer unmapped pages than *best. */
-static void try_at(const shard *sh, const block *b, uintptr_t at, size_t rounded, int zero_only,
-                   size_t *best, uintptr_t *best_at) {
-  size_t m = missing_at(sh, b, at, rounded, zero_only);
+static inline void try_at(const block *b, uintptr_t at, size_t rounded, size_t min_rest,
+                          int zero_only, size_t *best, uintptr_t *best_at) {
+  size_t m = missing_at(b, at, rounded, min_rest, zero_only);
   if (m < *best) {
     *best = m;
     *best_at = at;
   }
 }
 
-/* Where in free block b (of a vmm segment) a request of rounded bytes needs
- * the fewest unmapped pages, *at: its start, its end, or the start or end of
- * a run of mapped pages inside it (the first of these on ties). Returns how
- * many it needs there (with zero_only: 0, or 1 for some). */
-static size_t best_window(const shard *sh, const block *b, size_t rounded, int zero_only,
-                          uintptr_t *at) {
+/* Where in free block b (of a vmm segment, in a pool of strategy bfc) a
+ * request of rounded bytes needs the fewest unmapped pages, *at: its start,
+ * its end, or the start or end of a run of mapped pages inside it (the first
+ * of these on ties). Returns how many it needs there (with zero_only: 0, or
+ * 1 for some). Inline: the hot path's copy has zero_only constant. */
+static inline size_t best_window(const shard *sh, const block *b, size_t rounded, int zero_only,
+                                 uintptr_t *at) {
+  gp_assert_internal(b->seg->pages && sh->pool->cfg.strategy == GPUPOOL_STRATEGY_BFC);
   const segment *seg = b->seg;
-  size_t ps = seg->page_size, best = missing_at(sh, b, b->addr, rounded, zero_only);
+  size_t ps = seg->page_size, min_rest = vmm_min_rest(b);
+  size_t best = missing_at(b, b->addr, rounded, min_rest, zero_only);
   uintptr_t end = b->addr + b->size;
   *at = b->addr;
-  if (best)
-    try_at(sh, b, end - rounded, rounded, zero_only, &best, at);
-  size_t first = (b->addr - seg->addr) / ps, last = (end - 1 - seg->addr) / ps;
+  if (!best)
+    return 0;
+  try_at(b, end - rounded, rounded, min_rest, zero_only, &best, at);
+  size_t first = page_of(seg, b->addr), last = page_of(seg, end - 1);
   if (last >= seg->top) /* no page at or above top was ever mapped */
     last = seg->top ? seg->top - 1 : 0;
   for (size_t i = pages_find(seg, first, last, 1); best && i <= last;) {
     size_t j = pages_find(seg, i, last, 0); /* the run of mapped pages [i, j) */
     if (!zero_only || (j - i) * ps >= rounded) {
-      try_at(sh, b, seg->addr + i * ps, rounded, zero_only, &best, at);
-      try_at(sh, b, seg->addr + j * ps - rounded, rounded, zero_only, &best, at);
+      try_at(b, seg->addr + i * ps, rounded, min_rest, zero_only, &best, at);
+      try_at(b, seg->addr + j * ps - rounded, rounded, min_rest, zero_only, &best, at);
     }
     i = pages_find(seg, j, last, 1);
   }
@@ -221,17 +206,23 @@ static size_t best_window(const shard *sh, const block *b, size_t rounded, int z
 }
 
 /* Splits free block b at address at, inside it: the part below at stays a
- * free block of its own. Without host memory for it, b stays whole. */
+ * free block of its own. Without host memory for it, b stays whole. The
+ * part below, smaller, takes b's place in the index where the order allows
+ * (free_index_shrink), and b enters again: two descents, not three. */
 static void split_front(shard *sh, block *b, uintptr_t at) {
   block *f = block_new(sh);
   if (!f)
     return;
-  index_remove(sh, b);
+  uint32_t fresh = f->prio;
   f->addr = b->addr;
   f->size = at - b->addr;
   f->seg = b->seg;
   f->state = BLOCK_FREE;
   f->free_seq = b->free_seq;
+  /* each part's stretch over mapped pages is at most the whole's */
+  f->mapped_run = b->mapped_run < f->size ? b->mapped_run : f->size;
+  if (free_index_shrink(shard_free_tree(sh, b->seg->large), b, f) == 0)
+    b->prio = fresh; /* f took b's priority with its place */
   f->prev = b->prev;
   f->next = b;
   if (b->prev)
@@ -241,34 +232,76 @@ static void split_front(shard *sh, block *b, uintptr_t at) {
   b->prev = f;
   b->addr = at;
   b->size -= f->size;
+  b->mapped_run = b->mapped_run < b->size ? b->mapped_run : b->size;
   b->seg->nblocks++;
-  index_insert(sh, f);
-  index_insert(sh, b);
+  index_insert(sh, b); /* f took b's count */
 }
 
-block *shard_place_mapped(shard *sh, int large, size_t rounded, int mapped_only) {
-  block *fit = shard_best_fit(sh, large, rounded);
-  if (!fit || shard_fit_is_mapped(sh, fit, rounded))
-    return fit;
+/* The first free block from the best fit on, in the index's order, with a
+ * placement for a request of rounded bytes over mapped pages only (*at:
+ * where, as best_window finds it), or NULL. Such a placement lies in one
+ * stretch of the block over mapped pages: a block whose mapped_run is
+ * shorter is skipped in a compare, without looking at its pages (most
+ * blocks, which is what makes the search cheap). A block found loose is
+ * tightened. Only expandable pools search (a plain segment's blocks are
+ * mapped): their segments are all vmm ranges, and their strategy bfc, under
+ * which shard_fit_allowed holds for every block of a vmm segment. */
+static block *first_mapped(shard *sh, int large, size_t rounded, uintptr_t *at) {
+  free_index_iter it;
+  for (block *b = free_index_iter_start(&it, *shard_free_tree(sh, large), rounded); b;
+       b = free_index_iter_next(&it)) {
+    gp_assert_internal(b->seg->pages && shard_fit_allowed(&sh->pool->cfg, b, rounded));
+    gp_assert_internal(pages_longest_mapped(b->seg, b->addr, b->size) <= b->mapped_run);
+    if (b->mapped_run < rounded)
+      continue;
+    if (best_window(sh, b, rounded, 1, at) == 0)
+      return b;
+    b->mapped_run = pages_longest_mapped(b->seg, b->addr, b->size);
+  }
+  return NULL;
+}
+
+/* When no placement over mapped pages only exists: among the free blocks
+ * from fit on, smallest first, the one whose best placement (*at) needs the
+ * fewest unmapped pages (the first on ties). As first_mapped, in expandable
+ * pools only. */
+static block *fewest_missing(shard *sh, block *fit, int large, size_t rounded, uintptr_t *at) {
   block *best = fit;
   size_t best_missing = SIZE_MAX;
-  uintptr_t best_at = fit->addr;
-  for (block *b = fit; b && best_missing; b = free_index_next(*shard_free_tree(sh, large), b)) {
-    if (!fit_allowed(&sh->pool->cfg, b, rounded))
-      break;
-    uintptr_t at = b->addr;
-    size_t m = b->seg->pages ? best_window(sh, b, rounded, mapped_only, &at) : 0;
+  free_index_iter it;
+  *at = fit->addr;
+  for (block *b = free_index_iter_start(&it, *shard_free_tree(sh, large), rounded); b;
+       b = free_index_iter_next(&it)) {
+    gp_assert_internal(b->seg->pages && shard_fit_allowed(&sh->pool->cfg, b, rounded));
+    uintptr_t b_at;
+    size_t m = best_window(sh, b, rounded, 0, &b_at);
     if (m < best_missing) {
       best_missing = m;
       best = b;
-      best_at = at;
+      *at = b_at;
     }
   }
-  if (mapped_only && best_missing)
-    return NULL;
-  if (best_at != best->addr)
-    split_front(sh, best, best_at);
   return best;
+}
+
+block *shard_place_mapped(shard *sh, block *fit, size_t rounded, int mapped_only) {
+  gp_assert_internal(fit && fit == shard_best_fit(sh, fit->seg->large, rounded) &&
+                     !shard_fit_is_mapped(sh, fit, rounded));
+  int large = fit->seg->large;
+  uintptr_t at;
+  block *best = first_mapped(sh, large, rounded, &at);
+  if (!best && !mapped_only)
+    best = fewest_missing(sh, fit, large, rounded, &at);
+  if (best && at != best->addr)
+    split_front(sh, best, at);
+  return best;
+}
+
+block *shard_place(shard *sh, int large, size_t rounded) {
+  block *fit = shard_best_fit(sh, large, rounded);
+  if (fit && !shard_fit_is_mapped(sh, fit, rounded)) /* vmm segments only */
+    return shard_place_mapped(sh, fit, rounded, 0);
+  return fit;
 }
 
 /* Whether a request of rounded bytes taken from free block b leaves the
@@ -279,7 +312,7 @@ static int should_split_rest(const pool_config *c, const block *b, size_t rest, 
   if (!b->seg->large)
     return rest >= MIN_BLOCK;
   if (b->seg->pages) /* an expandable segment's range: the request takes only its own size */
-    return rest > SMALL_SIZE;
+    return rest >= vmm_min_rest(b);
   return rounded < c->max_split_size && rest > SMALL_SIZE; /* PyTorch: the request decides */
 }
 
@@ -353,7 +386,9 @@ static void carve_out(shard *sh, block *b, size_t rounded) {
   if (r) { /* without host memory for the remainder, the whole block is used */
     /* Counted as PyTorch does: an inactive split block that is cut stays one,
      * shrunk by what is taken; an unsplit block leaves one behind. */
-    if (b->seg->pages) { /* not counted (split_counted) */
+    if (b->seg->pages) { /* not counted (split_counted); a bound, as in split_front */
+      size_t rest = b->size - rounded;
+      r->mapped_run = b->mapped_run < rest ? b->mapped_run : rest;
     } else if (b->seg->nblocks > 1) {
       stat_dec(&sh->st.s[STAT_INACTIVE_SPLIT_BYTES], large, (int64_t)rounded);
     } else {
@@ -475,14 +510,20 @@ static void shard_release(shard *sh, block *b) {
    * still split. */
   int64_t blocks = 0, bytes = 0;
   block *slot = NULL; /* an absorbed neighbour whose place in the index b takes */
+  /* A stretch over mapped pages of the merged block is at most b's size
+   * plus those of the neighbours (a bound: b's pages may be loose when it
+   * was claimed, and the neighbours' stretches need not meet b). */
+  size_t run = b->size;
   if (b->prev && b->prev->state == BLOCK_FREE) {
     slot = b->prev;
     blocks--;
+    run += slot->mapped_run;
     bytes -= (int64_t)absorb(b, slot);
   }
   if (b->next && b->next->state == BLOCK_FREE) {
     block *n = b->next;
     blocks--;
+    run += n->mapped_run;
     bytes -= (int64_t)absorb(b, n);
     if (slot) {
       index_remove(sh, n);
@@ -497,7 +538,8 @@ static void shard_release(shard *sh, block *b) {
   if (!b->seg->pages) { /* split_counted */
     stat_add(&sh->st.s[STAT_INACTIVE_SPLIT], b->seg->large, blocks);
     stat_add(&sh->st.s[STAT_INACTIVE_SPLIT_BYTES], b->seg->large, bytes);
-  }
+  } else
+    b->mapped_run = run;
   if (slot) {
     free_index_grow(shard_free_tree(sh, b->seg->large), slot, b); /* b absorbed slot: larger */
     block_recycle(sh, slot);
@@ -580,6 +622,8 @@ void shard_add_segment(shard *sh, segment *seg) {
     sh->segments->prev = seg;
   sh->segments = seg;
   seg->first->free_seq = ++sh->free_seq;
+  if (seg->pages)
+    seg->first->mapped_run = pages_longest_mapped(seg, seg->addr, seg->size);
   index_insert(sh, seg->first);
   count_segment(sh->pool, seg, 1);
 }

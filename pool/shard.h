@@ -2,6 +2,7 @@
 #ifndef GPUPOOL_SHARD_H
 #define GPUPOOL_SHARD_H
 
+#include "free_index.h"
 #include "pages.h"
 #include "pool_internal.h"
 
@@ -12,18 +13,46 @@ shard *shard_get(gpupool *p, void *stream);
  * segment module's segment_free_memory: the shard does not call up into it). */
 void shard_destroy(gpupool *p, shard *sh, void (*free_segment)(gpupool *p, segment *seg));
 
+/* Whether free block b (size >= rounded) may serve a request of rounded. */
+static inline int shard_fit_allowed(const pool_config *c, const block *b, size_t rounded) {
+  if (c->strategy != GPUPOOL_STRATEGY_BFC)
+    return b->size == rounded; /* exact-size buckets */
+  /* A vmm segment (expandable segments) is an address range whose free
+   * blocks hold pages only where mapped: the pool splits them for any
+   * request, as PyTorch does. */
+  if (b->seg->pages)
+    return 1;
+  /* Oversize blocks (>= max_split_size) serve only large requests that waste
+   * less than max_non_split_rounding of them. */
+  if (rounded < c->max_split_size && b->size >= c->max_split_size)
+    return 0;
+  if (rounded >= c->max_split_size && b->size >= rounded + c->max_non_split_rounding)
+    return 0;
+  return 1;
+}
+
 /* The smallest free block of the size kind `large` that may serve a request
- * of `rounded` bytes (the strategy's rules), or NULL. Looks only. */
-block *shard_best_fit(shard *sh, int large, size_t rounded);
+ * of `rounded` bytes (the strategy's rules), or NULL. Looks only. Inline:
+ * every allocation asks it first. */
+static inline block *shard_best_fit(shard *sh, int large, size_t rounded) {
+  block *b = free_index_lower_bound(*shard_free_tree(sh, large), rounded);
+  return b && shard_fit_allowed(&sh->pool->cfg, b, rounded) ? b : NULL;
+}
 /* The free block for a request of rounded bytes that needs the fewest
- * unmapped pages (vmm segments): the best fit when its pages are all mapped;
- * else, among all the free blocks that fit, smallest first, the one whose
- * best placement (its start, its end, or a run of mapped pages inside it)
- * needs the fewest. A block placed past its start is split there: the part
- * below stays free, and the block returned starts at the placement. With
- * mapped_only, NULL (and nothing split) when every placement needs pages:
- * the hot path's question, which the slow path then asks again. */
-block *shard_place_mapped(shard *sh, int large, size_t rounded, int mapped_only);
+ * unmapped pages (vmm segments), when fit, the best fit (shard_best_fit),
+ * has some under the part the request would take (shard_fit_is_mapped):
+ * among all the free blocks that fit, smallest first, the first whose
+ * placement (its start, its end, or a run of mapped pages inside it) needs
+ * none; else the one whose best placement needs the fewest. A block placed
+ * past its start is split there: the part below stays free, and the block
+ * returned starts at the placement. With mapped_only, NULL (and nothing
+ * split) when every placement needs pages: the hot path's question, which
+ * the slow path then asks again. */
+block *shard_place_mapped(shard *sh, block *fit, size_t rounded, int mapped_only);
+/* The slow path's question: the best fit, or where its pages are missing
+ * shard_place_mapped's answer, without mapped_only; NULL when no free block
+ * fits. */
+block *shard_place(shard *sh, int large, size_t rounded);
 /* The bytes a request of `rounded` takes from free block b: rounded when b
  * is split for it, all of b otherwise. */
 size_t shard_carve_size(const shard *sh, const block *b, size_t rounded);

@@ -132,7 +132,17 @@ typedef enum { BLOCK_FREE = 0, BLOCK_ALLOCATED, BLOCK_PENDING, BLOCK_CLAIMED } b
 typedef struct block {
   uintptr_t addr;
   size_t size;
-  size_t requested;
+  union {
+    size_t requested; /* while allocated (and while pending, until its free is recorded) */
+    /* While free: in a vmm segment, at least the longest stretch of the
+     * block over mapped pages, in bytes (exact where pages change under it,
+     * pages.c; an upper bound after a split or a merge, shard.c, tightened
+     * by the search it misleads); unused in a plain segment. A request of
+     * more bytes cannot be placed over mapped pages only here, so the search
+     * for such a placement skips the block in a compare. Next to size and
+     * the index's links: the search reads it on every block it passes. */
+    size_t mapped_run;
+  };
   segment *seg;
   struct block *prev, *next;  /* address neighbours in the segment */
   struct block *left, *right; /* free index (treap) */
@@ -165,7 +175,8 @@ struct segment {
   void **pages;
   uint64_t *mapped; /* a bit per page: mapped for its blocks (page_mapped) */
   size_t page_size, npages, nmapped;
-  size_t top; /* no page at or above this index was ever mapped: scans stop there */
+  unsigned page_shift; /* log2(page_size) when a power of two (always, in practice), else 0 */
+  size_t top;          /* no page at or above this index was ever mapped: scans stop there */
 };
 
 /* Cache hits and frees are not counted apart: they are the allocation

@@ -114,3 +114,59 @@ Test(free_index, random_inserts_removes_and_replaces_keep_the_treap_sorted) {
   cr_assert_gt(replaced, 1000, "the in-place path ran %d times", replaced);
   cr_assert_gt(refused, 1000, "the remove-and-insert path ran %d times", refused);
 }
+
+/* Walks the iterator from the lower bound of size and checks it against
+ * want[] (sorted): the blocks of at least size, in order. */
+static void check_walk(block *root, block **want, size_t n, size_t size) {
+  free_index_iter it;
+  size_t i = 0;
+  while (i < n && want[i]->size < size)
+    i++;
+  for (block *b = free_index_iter_start(&it, root, size); b; b = free_index_iter_next(&it), i++) {
+    cr_assert_lt(i, n, "the walk from size %zu goes past the last block", size);
+    cr_assert_eq(b, want[i], "block %zu of the walk from size %zu is not the expected one", i,
+                 size);
+  }
+  cr_assert_eq(i, n, "the walk from size %zu stopped at block %zu of %zu", size, i, n);
+  cr_assert_null(free_index_iter_next(&it), "a finished walk stays finished");
+}
+
+Test(free_index, iterator_walks_in_order_from_any_lower_bound) {
+  static block nodes[NODES];
+  block *in[NODES];
+  uintptr_t next_addr = 0;
+  block *root = NULL;
+  for (size_t i = 0; i < NODES; i++) {
+    fresh_key(&nodes[i], &next_addr);
+    nodes[i].prio = next_random();
+    nodes[i].state = BLOCK_FREE;
+    free_index_insert(&root, &nodes[i]);
+    in[i] = &nodes[i];
+  }
+  qsort(in, NODES, sizeof *in, cmp_blocks);
+  for (size_t size = 0; size <= 512 * 66; size += 256)
+    check_walk(root, in, NODES, size);
+}
+
+/* A treap deeper than the iterator's stack (priorities falling with the
+ * keys: a chain of left children): the walk goes on with free_index_next. */
+Test(free_index, iterator_walks_a_path_deeper_than_its_stack) {
+  enum { N = FREE_INDEX_ITER_DEPTH * 3 };
+  static block nodes[N];
+  block *in[N], *root = NULL;
+  for (size_t i = 0; i < N; i++) { /* largest key first, each one a left child of the last */
+    nodes[i].size = 512 * (N - i);
+    nodes[i].addr = 4096 * (N - i);
+    nodes[i].prio = (uint32_t)(N - i);
+    nodes[i].state = BLOCK_FREE;
+    free_index_insert(&root, &nodes[i]);
+    in[N - 1 - i] = &nodes[i];
+  }
+  size_t depth = 0;
+  for (const block *t = root; t; t = t->left)
+    depth++;
+  cr_assert_eq(depth, N, "the treap is a chain of %zu left children", depth);
+  check_walk(root, in, N, 0);
+  check_walk(root, in, N, 512 * 10);
+  check_walk(root, in, N, 512 * (N - 10));
+}
