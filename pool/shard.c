@@ -208,9 +208,7 @@ static inline size_t best_window(const shard *sh, const block *b, size_t rounded
 /* Splits free block b at address at, inside it: the part below at stays a
  * free block of its own. Without host memory for it, b stays whole. The
  * part below, smaller, takes b's place in the index where the order allows
- * (free_index_shrink), and b, about to be carved, stays out of it
- * (sh->placed): carve_out then inserts only what remains above the request,
- * one index operation where putting b back and carving it cost two. */
+ * (free_index_shrink), and b enters again: two descents, not three. */
 static void split_front(shard *sh, block *b, uintptr_t at) {
   block *f = block_new(sh);
   if (!f)
@@ -236,7 +234,7 @@ static void split_front(shard *sh, block *b, uintptr_t at) {
   b->size -= f->size;
   b->mapped_run = b->mapped_run < b->size ? b->mapped_run : b->size;
   b->seg->nblocks++;
-  sh->placed = b; /* out of the index; f took b's count */
+  index_insert(sh, b); /* f took b's count */
 }
 
 /* The first free block from the best fit on, in the index's order, with a
@@ -383,9 +381,6 @@ static void count_request(shard *sh, size_t requested) {
 static void carve_out(shard *sh, block *b, size_t rounded) {
   gp_assert_internal(b->state == BLOCK_FREE && b->seg->sh == sh);
   gp_assert_internal(b->size >= rounded);
-  gp_assert_internal(!sh->placed || sh->placed == b);
-  int indexed = b != sh->placed; /* else split_front left it out */
-  sh->placed = NULL;
   int large = b->seg->large;
   block *r = should_split(&sh->pool->cfg, b, rounded) ? block_new(sh) : NULL;
   if (r) { /* without host memory for the remainder, the whole block is used */
@@ -409,18 +404,14 @@ static void carve_out(shard *sh, block *b, size_t rounded) {
     r->next = b->next;
     /* a remainder, smaller: takes b's place where the order allows (before
      * b's key changes: the index finds b by it) */
-    if (indexed)
-      free_index_shrink(shard_free_tree(sh, large), b, r);
-    else
-      index_insert(sh, r);
+    free_index_shrink(shard_free_tree(sh, large), b, r);
     if (b->next)
       b->next->prev = r;
     b->next = r;
     b->size = rounded;
     b->seg->nblocks++;
   } else {
-    if (indexed)
-      index_remove(sh, b);
+    index_remove(sh, b);
     if (b->seg->nblocks > 1 && !b->seg->pages) { /* a split block taken whole */
       stat_dec(&sh->st.s[STAT_INACTIVE_SPLIT], large, 1);
       stat_dec(&sh->st.s[STAT_INACTIVE_SPLIT_BYTES], large, (int64_t)b->size);

@@ -205,10 +205,6 @@ struct shard {
     block *by_kind[2]; /* for shard_free_tree only: a load, no branch */
   } free_tree;
   size_t nfree;
-  /* A block that shard_place_mapped split in front of its placement and left
-   * out of the index: the allocation or claim that follows, under the same
-   * hold of the lock, carves it (carve_out) with one index operation. */
-  block *placed;
   block *pending; /* freed, waiting on events */
   size_t npending;
   segment *segments;
