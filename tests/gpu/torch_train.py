@@ -427,6 +427,8 @@ def run_lockstep(a, model, entries, round_no):
     runs = [Launch(a, model, allocator, env,
                    tag=f"_r{round_no}_c{TIMING_CONFIGS.index((label, allocator, env))}")
             for label, allocator, env in entries]
+    cpus = sorted(os.sched_getaffinity(0))
+    cpus = cpus[-4:] if len(cpus) > 4 else cpus
     for run in runs:
         # One CPU thread each: the runs waiting for their turn would otherwise
         # keep OpenMP workers spinning on the cores the running one needs (the
@@ -443,7 +445,11 @@ def run_lockstep(a, model, entries, round_no):
         procs.append(subprocess.Popen(
             run.cmd + ["--turn-in", str(turn_in), "--turn-out", str(turn_out), "--ready",
                        str(ready_w)], env=run.env, stdout=log, stderr=subprocess.STDOUT,
-            pass_fds=(turn_in, turn_out, ready_w)))
+            pass_fds=(turn_in, turn_out, ready_w),
+            # All on the same few cores (only one runs at a time): no run gets
+            # a faster core, a warmer cache or another memory node than the
+            # others.
+            preexec_fn=lambda: os.sched_setaffinity(0, cpus)))
         if run.outside:
             run.outside.start()
     start = ring[0][1]  # the parent's way into the ring: the first turn
