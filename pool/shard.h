@@ -62,8 +62,10 @@ static inline int shard_fit_is_mapped(const shard *sh, const block *b, size_t ro
   const segment *seg = b->seg;
   if (!seg->pages || seg->nmapped == seg->npages) /* keeps shard_carve_size off the hot path */
     return 1;
-  if (b->mapped_run < rounded) /* no stretch over mapped pages that long: no look at pages */
+  if (b->mapped_run < rounded) { /* no stretch over mapped pages that long: no look at pages */
+    gp_assert_internal(!pages_cover(seg, b->addr, shard_carve_size(sh, b, rounded)));
     return 0;
+  }
   return pages_cover(seg, b->addr, shard_carve_size(sh, b, rounded));
 }
 /* Allocates free block b for a request: carves it out of the index
