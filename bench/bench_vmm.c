@@ -62,16 +62,23 @@ typedef struct vmm_ctx {
   CUmemGenericAllocationHandle *h;
 } vmm_ctx;
 
-/* One batch: create, map, (export), unmap, release `pages` pages; adds each
- * step's mean ns per page to t[op]. */
-static int batch(const vmm_ctx *c, int shareable, double t[N_OPS]) {
+/* The properties of one page on device dev, plain or shareable (a POSIX
+ * file descriptor handle, as gpupool requests for export). */
+static CUmemAllocationProp page_prop(CUdevice dev, int shareable) {
   CUmemAllocationProp prop;
   memset(&prop, 0, sizeof prop);
   prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
   prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
-  prop.location.id = (int)c->dev;
+  prop.location.id = (int)dev;
   prop.requestedHandleTypes =
       shareable ? CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR : CU_MEM_HANDLE_TYPE_NONE;
+  return prop;
+}
+
+/* One batch: create, map, (export), unmap, release `pages` pages; adds each
+ * step's mean ns per page to t[op]. */
+static int batch(const vmm_ctx *c, int shareable, double t[N_OPS]) {
+  CUmemAllocationProp prop = page_prop(c->dev, shareable);
   CUmemAccessDesc access = {.location = prop.location, .flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE};
   double t0 = now_ns();
   for (int i = 0; i < c->pages; i++)
@@ -142,11 +149,7 @@ static int run_of_pages(const vmm_ctx *c, int n, int per_run, double *map_ns, do
 /* The second table: per page against per run, for runs of 1..c->pages pages,
  * the two forms taking turns. */
 static int runs_table(vmm_ctx *c, int rounds) {
-  CUmemAllocationProp prop;
-  memset(&prop, 0, sizeof prop);
-  prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
-  prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
-  prop.location.id = (int)c->dev;
+  CUmemAllocationProp prop = page_prop(c->dev, 0);
   for (int i = 0; i < c->pages; i++)
     CHECK(cuMemCreate(&c->h[i], c->page, &prop, 0));
   double *v = calloc((size_t)rounds * 4, sizeof(double));
@@ -188,11 +191,7 @@ static int runs_table(vmm_ctx *c, int rounds) {
  * on a stream of its own, against the same on an idle device. A call that
  * waits for queued work takes about as long as the memset (printed too). */
 static int busy_table(vmm_ctx *c, int rounds) {
-  CUmemAllocationProp prop;
-  memset(&prop, 0, sizeof prop);
-  prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
-  prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
-  prop.location.id = (int)c->dev;
+  CUmemAllocationProp prop = page_prop(c->dev, 0);
   CUmemAccessDesc access = {.location = prop.location, .flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE};
   const size_t busy_bytes = (size_t)4 << 30;
   CUdeviceptr busy;
@@ -260,11 +259,7 @@ int main(int argc, char **argv) {
       &fd_ok, CU_DEVICE_ATTRIBUTE_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR_SUPPORTED, c.dev));
   char name[256] = "";
   CHECK(cuDeviceGetName(name, sizeof name, c.dev));
-  CUmemAllocationProp prop;
-  memset(&prop, 0, sizeof prop);
-  prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
-  prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
-  prop.location.id = (int)c.dev;
+  CUmemAllocationProp prop = page_prop(c.dev, 0);
   CHECK(cuMemGetAllocationGranularity(&c.page, &prop, CU_MEM_ALLOC_GRANULARITY_MINIMUM));
   CHECK(cuMemAddressReserve(&c.base, c.page * (size_t)c.pages, c.page, 0, 0));
   c.h = calloc((size_t)c.pages, sizeof *c.h);
