@@ -504,7 +504,7 @@ gpupool_status pages_back(gpupool *p, block *b, pages_work *w) {
   segment *seg = b->seg;
   uintptr_t addr = b->addr;
   size_t ps = seg->page_size, len = b->size;
-  size_t first = (addr - seg->addr) / ps, last = (addr + len - 1 - seg->addr) / ps;
+  size_t first = page_of(seg, addr), last = page_of(seg, addr + len - 1);
   stale_flush(p, NULL, 0, 0, 0);
   size_t missing = 0, stale = 0;
   for (size_t i = first; i <= last; i++) {

@@ -130,8 +130,7 @@ static uint64_t unmapped_bytes(const segment *seg, const block *b) {
     return 0; /* pages under allocated and pending blocks are always mapped */
   uint64_t n = 0;
   uintptr_t end = b->addr + b->size;
-  size_t i = (b->addr - seg->addr) / seg->page_size;
-  for (; i < seg->top; i++) {
+  for (size_t i = page_of(seg, b->addr); i < seg->top; i++) {
     uintptr_t lo = seg->addr + i * seg->page_size, hi = lo + seg->page_size;
     if (lo >= end)
       return n;

@@ -19,6 +19,7 @@
 
 #include "core/clock.h"
 #include "core/errors.h"
+#include "pages.h"
 #include "pool_internal.h"
 #include "share.h"
 
@@ -360,8 +361,8 @@ gpupool_status gpupool_share_export(gpupool *p, void *ptr, int sock, gpupool_exp
                      call, p->cfg.name, ptr, b->size);
     else {
       const segment *seg = b->seg;
-      size_t first = (b->addr - seg->addr) / seg->page_size;
-      n = (b->addr + b->size - 1 - seg->addr) / seg->page_size - first + 1;
+      size_t first = page_of(seg, b->addr);
+      n = page_of(seg, b->addr + b->size - 1) - first + 1;
       if (n > SHARE_MAX_PAGES)
         st = pool_fail(GPUPOOL_ERR_INVALID, "%s: %p spans %zu pages, more than %u", call, ptr, n,
                        SHARE_MAX_PAGES);
