@@ -100,6 +100,7 @@ static void add_stats(cJSON *obj, const gpupool_stats *st, build *b) {
   add_num(obj, "pending_free_blocks", (double)st->pending_free_blocks, b);
   add_num(obj, "num_pages_moved", (double)st->num_pages_moved, b);
   add_num(obj, "num_device_syncs", (double)st->num_device_syncs, b);
+  add_num(obj, "num_alloc_unmaps", (double)st->num_alloc_unmaps, b);
 }
 
 static void on_segment(void *arg, const pool_segment_info *s) {

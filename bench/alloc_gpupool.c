@@ -27,6 +27,7 @@ static int gp_stats(void *ctx, bench_alloc_stats *out) {
   out->have_device_calls = 1;
   out->pages_moved = s.num_pages_moved;
   out->device_syncs = s.num_device_syncs;
+  out->alloc_unmaps = s.num_alloc_unmaps;
   out->have_pages = 1;
   return 0;
 }

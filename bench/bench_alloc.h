@@ -19,7 +19,7 @@ typedef struct bench_alloc_stats {
   uint64_t device_frees;
   int have_device_calls;
   /* gpupool with expandable_segments: pages moved, device synchronizations */
-  uint64_t pages_moved, device_syncs;
+  uint64_t pages_moved, device_syncs, alloc_unmaps;
   int have_pages;
 } bench_alloc_stats;
 

@@ -205,14 +205,15 @@ static void print_table(const char *path, const trace *t, const result *res, int
          "end), %d stream%s; peak requested %s, largest allocation %s\n\n",
          path, t->n_allocs, t->n_frees, t->n_unmatched_frees, t->n_live_at_end, t->n_streams,
          t->n_streams == 1 ? "" : "s", b1, b2);
-  printf("| allocator | peak reserved | peak allocated | reserved / allocated | reserved / "
-         "requested | device allocs | device frees | pages moved | syncs | ns per event | "
-         "failed allocs |\n");
-  printf("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
+  printf(
+      "| allocator | peak reserved | peak allocated | reserved / allocated | reserved / "
+      "requested | device allocs | device frees | pages moved | syncs | unmaps while allocating | "
+      "ns per event | failed allocs |\n");
+  printf("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
   for (int i = 0; i < n; i++) {
     const result *r = &res[i];
     if (!r->ok) {
-      printf("| %s | n/a (%s) | | | | | | | | | |\n", r->name, r->why);
+      printf("| %s | n/a (%s) | | | | | | | | | | |\n", r->name, r->why);
       continue;
     }
     if (r->have_stats) {
@@ -231,6 +232,10 @@ static void print_table(const char *path, const trace *t, const result *res, int
                " %llu | %llu |", " n/a | n/a |");
     print_pair(r->have_stats && r->st.have_pages, r->st.pages_moved, r->st.device_syncs,
                " %llu | %llu |", " - | - |");
+    if (r->have_stats && r->st.have_pages)
+      printf(" %llu |", (unsigned long long)r->st.alloc_unmaps);
+    else
+      printf(" - |");
     printf(" %.1f | %zu |\n", r->ns_per_event, r->failed);
   }
 }
@@ -302,7 +307,8 @@ int main(int argc, char **argv) {
            "cudaMallocAsync: the pool's ReservedMemHigh / UsedMemHigh\n");
     printf("- rp2:N = roundup_power2_divisions:N; expandable = expandable_segments:True "
            "(pages moved: idle pages remapped under new blocks; syncs: device synchronizations "
-           "before unmapping)\n");
+           "before unmapping; unmaps while allocating: pages the allocations' slow path "
+           "unmapped, a move's old mapping otherwise staying until a block goes over it)\n");
     const char *torch_conf = getenv("PYTORCH_CUDA_ALLOC_CONF");
     if (torch_conf && *torch_conf)
       printf("- torch row: PYTORCH_CUDA_ALLOC_CONF=%s\n", torch_conf);

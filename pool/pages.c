@@ -107,6 +107,8 @@ static void unmap_list(gpupool *p, page_list *l, int mode, pages_work *w) {
       ;
     segment *seg = l->v[i].seg;
     be->ops->vmm->unmap(be, (void *)(seg->addr + l->v[i].index * seg->page_size), j - i);
+    if (w)
+      w->unmapped += j - i;
     if (w && !w->unmapped_at)
       w->unmapped_at = seg->addr + l->v[i].index * seg->page_size;
   }
@@ -139,10 +141,11 @@ static void advance_fence(gpupool *p, shard *sh);
 
 /* Unmaps the old mappings left by moves (of seg's pages [first, last] only
  * when seg is not NULL) whose stream has passed them; with force, all of
- * them, after a device synchronize if one is not passed yet. */
-static void stale_flush(gpupool *p, segment *seg, size_t first, size_t last, int force) {
+ * them, after a device synchronize if one is not passed yet. Returns how
+ * many it unmapped. */
+static size_t stale_flush(gpupool *p, segment *seg, size_t first, size_t last, int force) {
   if (!p->nstale)
-    return;
+    return 0;
   /* Forced, no fence is touched: pool destruction flushes each segment's
    * old mappings while other shards (and their fences) are already gone. */
   if (!force)
@@ -170,12 +173,14 @@ static void stale_flush(gpupool *p, segment *seg, size_t first, size_t last, int
     l.v[i].seg->pages[l.v[i].index] = NULL;
     spin_unlock(&sh->lock);
   }
+  size_t unmapped = l.n;
   free(l.v);
   if (!p->nstale) {
     free(p->stale);
     p->stale = NULL;
     p->cap_stale = 0;
   }
+  return unmapped;
 }
 
 static int stale_push(gpupool *p, const loose_page *pg) {
@@ -249,18 +254,29 @@ static int interior_pages(const segment *seg, const block *b, size_t *first, siz
   return 1;
 }
 
+/* Where the pages take_idle_under takes go. */
+enum {
+  TAKE_RELEASE,      /* back to the device: unmapped now */
+  TAKE_OTHER_STREAM, /* to a block of another stream */
+  TAKE_SAME_STREAM,  /* to a block of the same stream, whose work runs after the old work */
+};
+
 /* Takes the idle mapped pages under b, if b is still a free block of seg, in
  * [first, last] (at most max of them, none in [keep_first, keep_last]) off
- * the segment into l. With alias (the pages go to a block of the same
- * stream, whose work runs after the work that used them), a page that queued
- * work may still use keeps its old mapping for now (PAGE_STALE). Under seg's
- * shard lock. Returns how many were taken. */
+ * the segment into l. A page moving to another block keeps its old mapping
+ * for now (PAGE_STALE) where that is safe: no queued work uses it any more
+ * (fenced), or the new block's work runs after the work that may (dest
+ * TAKE_SAME_STREAM). The old mapping is unmapped only when a block is placed
+ * over it or idle pages are released (pages_back, stale_flush): most moves
+ * then cost the allocating thread a map and no unmap. Under seg's shard
+ * lock. Returns how many were taken. */
 static size_t take_idle_under(segment *seg, block *b, size_t first, size_t last, size_t keep_first,
-                              size_t keep_last, size_t max, int alias, page_list *l) {
+                              size_t keep_last, size_t max, int dest, page_list *l) {
   size_t lo, hi, taken = 0;
   if (b->state != BLOCK_FREE || b->seg != seg || !interior_pages(seg, b, &lo, &hi))
     return 0;
-  int fenced = b->free_seq <= seg->sh->safe_seq, stale = alias && !fenced;
+  int fenced = b->free_seq <= seg->sh->safe_seq;
+  int stale = dest == TAKE_SAME_STREAM || (dest == TAKE_OTHER_STREAM && fenced);
   lo = lo > first ? lo : first;
   hi = hi < last ? hi : last;
   for (size_t i = lo; i <= hi && taken < max; i++) {
@@ -281,7 +297,7 @@ static size_t take_idle_under(segment *seg, block *b, size_t first, size_t last,
 /* Every idle mapped page of seg into l; under seg's shard lock. */
 static void take_all_idle(segment *seg, page_list *l) {
   for (block *b = seg->first; b; b = b->next)
-    take_idle_under(seg, b, 0, SIZE_MAX, 1, 0, SIZE_MAX, 0, l);
+    take_idle_under(seg, b, 0, SIZE_MAX, 1, 0, SIZE_MAX, TAKE_RELEASE, l);
 }
 
 /* An idle stretch found while looking for pages to move: the pages
@@ -386,8 +402,8 @@ static void gather_idle(gpupool *p, segment *target, size_t keep_first, size_t k
     shard *sh = c[i].seg->sh;
     size_t kf = c[i].seg == target ? keep_first : 1, kl = c[i].seg == target ? keep_last : 0;
     spin_lock(&sh->lock);
-    take_idle_under(c[i].seg, c[i].b, c[i].first, c[i].last, kf, kl, want - l->n, sh == target->sh,
-                    l);
+    take_idle_under(c[i].seg, c[i].b, c[i].first, c[i].last, kf, kl, want - l->n,
+                    sh == target->sh ? TAKE_SAME_STREAM : TAKE_OTHER_STREAM, l);
     spin_unlock(&sh->lock);
   }
   free(c);
@@ -509,14 +525,16 @@ gpupool_status pages_back(gpupool *p, block *b, pages_work *w) {
   uintptr_t addr = b->addr;
   size_t ps = seg->page_size, len = b->size;
   size_t first = page_of(seg, addr), last = page_of(seg, addr + len - 1);
-  stale_flush(p, NULL, 0, 0, 0);
-  size_t missing = 0, stale = 0;
+  size_t missing = 0, stale = 0, unmapped_before = w->unmapped;
   for (size_t i = first; i <= last; i++) {
     missing += !page_mapped(seg, i);
     stale += seg->pages[i] == PAGE_STALE;
   }
-  if (stale) /* old mappings where this block goes: they must go first */
-    stale_flush(p, seg, first, last, 1);
+  if (stale) { /* old mappings where this block goes: they must go first */
+    stale = stale_flush(p, seg, first, last, 0);  /* those their stream passed, no synchronize */
+    stale += stale_flush(p, seg, first, last, 1); /* the others after one */
+    POOL_COUNT(p, p->c.alloc_unmaps += stale);
+  }
   if (!missing)
     return GPUPOOL_OK;
   void **h = malloc(missing * sizeof *h);
@@ -550,7 +568,8 @@ gpupool_status pages_back(gpupool *p, block *b, pages_work *w) {
     w->mapped_at = seg->addr + first * ps;
   w->moved += (used < have ? used : have) * ps;
   p->moves_for_growth += used < have ? used : have;
-  POOL_COUNT(p, p->c.pages_moved += used < have ? used : have);
+  POOL_COUNT(p, p->c.pages_moved += used < have ? used : have;
+             p->c.alloc_unmaps += w->unmapped - unmapped_before);
   /* What was not mapped goes back to the device: moved pages included, which
    * is what an allocation that is about to fail needs. */
   size_t spare = (st == GPUPOOL_OK ? missing : have) - used;
@@ -565,6 +584,7 @@ gpupool_status pages_back(gpupool *p, block *b, pages_work *w) {
 }
 
 void pages_release_idle(gpupool *p, pages_work *w) {
+  stale_flush(p, NULL, 0, 0, 0); /* the old mappings streams passed, without a synchronize */
   stale_flush(p, NULL, 0, 0, 1);
   for (shard *sh = atomic_load(&p->shards); sh; sh = sh->next_shard) {
     page_list l = {0};

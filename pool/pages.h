@@ -85,6 +85,7 @@ typedef struct pages_work {
   size_t created, moved, released;  /* bytes: new pages, idle pages remapped, pages returned */
   uintptr_t mapped_at, unmapped_at; /* the first page mapped, and unmapped */
   uint64_t map_ns, unmap_ns;        /* time in create + map, and in unmap + release */
+  size_t unmapped;                  /* pages unmapped (a move's old mappings, released pages) */
 } pages_work;
 
 /* A vmm segment of size bytes (a multiple of the page size): address space

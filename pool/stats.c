@@ -218,6 +218,7 @@ void stats_collect(gpupool *p, gpupool_stats *out) {
   out->num_device_free = c.device_frees;
   out->num_pages_moved = c.pages_moved;
   out->num_device_syncs = c.device_syncs;
+  out->num_alloc_unmaps = c.alloc_unmaps;
   out->num_gc_runs = c.gc_runs;
 }
 
@@ -270,6 +271,6 @@ void gpupool_reset_accumulated_stats(gpupool *p) {
   POOL_COUNT(p, stat_reset_accumulated(&p->c.segments);
              stat_reset_accumulated(&p->c.reserved_bytes);
              p->c.alloc_retries = p->c.ooms = p->c.device_allocs = p->c.device_frees = 0;
-             p->c.gc_runs = p->c.pages_moved = p->c.device_syncs = 0);
+             p->c.gc_runs = p->c.pages_moved = p->c.device_syncs = p->c.alloc_unmaps = 0);
   pthread_mutex_unlock(&p->slow_lock);
 }

@@ -120,7 +120,8 @@ typedef struct pool_thread_state {
 /* What spans the shards of a pool (see gpupool.counters_lock). */
 typedef struct pool_counters {
   stat_counter segments, reserved_bytes;
-  uint64_t alloc_retries, ooms, device_allocs, device_frees, gc_runs, pages_moved, device_syncs;
+  uint64_t alloc_retries, ooms, device_allocs, device_frees, gc_runs, pages_moved, device_syncs,
+      alloc_unmaps;
   pool_device_timing timing;
   uint64_t seq; /* bumped by every change: a reader that saw it move reads again */
 } pool_counters;

@@ -111,6 +111,11 @@ typedef struct gpupool_stats {
    * a free may still use its memory). */
   uint64_t num_pages_moved;
   uint64_t num_device_syncs;
+  /* expandable_segments: pages unmapped while allocating (an old mapping
+   * under the new block, or a moved page's that could not stay); a move's
+   * old mapping otherwise stays until a block is placed over it or idle pages
+   * are released. */
+  uint64_t num_alloc_unmaps;
 } gpupool_stats;
 
 gpupool_status gpupool_create(const gpupool_options *opt, gpupool **out);

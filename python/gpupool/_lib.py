@@ -39,7 +39,7 @@ STAT_ARRAYS = ("allocation", "segment", "active", "inactive_split", "allocated_b
 STAT_COUNTERS = ("num_alloc_retries", "num_ooms", "num_device_alloc", "num_device_free",
                  "num_cache_hits", "num_device_sourced", "num_frees", "num_gc_runs",
                  "num_sync_events", "largest_free_block", "free_blocks", "pending_free_blocks",
-                 "num_pages_moved", "num_device_syncs")
+                 "num_pages_moved", "num_device_syncs", "num_alloc_unmaps")
 
 
 class Stats(ctypes.Structure):  # gpupool_stats

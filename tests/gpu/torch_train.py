@@ -587,6 +587,35 @@ def timing(a):
     print_pool_work(configs, paired)
     if a.timing_pairs:
         print_pairs(a, configs, paired)
+    return losses_agree(a, configs, paired)
+
+
+def losses_agree(a, configs, paired):
+    """Every run trains the same model on the same batches: its losses must
+    match the first configuration's step by step (within --rtol), whatever the
+    allocator did with the memory (pages moved under live tensors' neighbours,
+    old mappings left in place). False when one does not."""
+    ok = True
+    print()
+    for model, runs in paired.items():
+        ref = next((rs[0]["losses"] for rs in runs.values() if rs), None)
+        if ref is None:
+            continue
+        n = exact = 0
+        model_ok = True
+        for label, _, _ in configs:
+            for r in runs[label]:
+                n += 1
+                la = r["losses"]
+                same = len(la) == len(ref) and all(
+                    x == y or abs(x - y) <= a.rtol * max(abs(x), abs(y)) for x, y in zip(la, ref))
+                exact += la == ref
+                if not same:
+                    model_ok = ok = False
+                    print(f"{model}: {label}: losses DIFFER from the first run's")
+        print(f"{model}: losses of {n} runs checked against the first, step by step: "
+              f"{'agree' if model_ok else 'MISMATCH'} ({exact} bit-identical)")
+    return ok
 
 
 def print_pool_work(configs, paired):
@@ -678,8 +707,7 @@ def driver(a):
     os.makedirs(a.outdir, exist_ok=True)
     a.lib = os.path.realpath(a.lib)
     if a.timing_only:
-        timing(a)
-        return 0
+        return 0 if timing(a) else 1
     results, ok = {}, True
     for model in MODELS:
         for allocator in ALLOCATORS:
@@ -735,7 +763,7 @@ def driver(a):
             print(f"{model} gpupool, last /metrics sample (pool=\"torch\"): "
                   f"{json.dumps(r['metrics']['last'], sort_keys=True)}")
     if a.timing_rounds:
-        timing(a)
+        ok &= timing(a)
     with open(os.path.join(a.outdir, "summary.json"), "w") as f:
         json.dump(results, f)
     print(f"\ntorch_train: {'PASS' if ok else 'FAIL'}")

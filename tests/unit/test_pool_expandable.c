@@ -112,6 +112,7 @@ Test(pool_expandable, moves_idle_pages_instead_of_growing) {
   cr_assert_eq(s.num_device_syncs, 0,
                "work queued on the stream before the free may still use a's pages: their old "
                "mapping stays until the stream passed it, no synchronize");
+  cr_assert_eq(s.num_alloc_unmaps, 0, "the moved pages' old mappings stay: no unmap");
   check_mapped_is_reserved(p);
   check_invariants(p);
   check_and_free(p, b, 50 * MiB, 2);
@@ -124,6 +125,31 @@ Test(pool_expandable, moves_idle_pages_instead_of_growing) {
   check_and_free(plain, b, 50 * MiB, 2);
   check_and_free(plain, pin, 2 * MiB, 3);
   gpupool_destroy(plain);
+}
+
+/* A move costs the allocating thread a map and no unmap: the old mappings
+ * stay (the same physical pages, so no memory) until a block is placed over
+ * them, which unmaps them before mapping its own pages there; the data of
+ * the block that took the pages is untouched by the new block's. */
+Test(pool_expandable, old_mappings_go_when_a_block_is_placed_over_them) {
+  gpupool *p = moving_pool(0);
+  void *pin, *b = pinned_move(p, &pin);
+  cr_assert_eq(pc_stats(p).num_alloc_unmaps, 0);
+  void *c = take(p, 40 * MiB, 4); /* where a was: its 20 old mappings go, 20 new pages */
+  gpupool_stats s = pc_stats(p);
+  cr_assert_eq(c, (char *)pin - 40 * MiB, "c is where a was, in front of pin");
+  cr_assert_eq(s.num_alloc_unmaps, 20);
+  cr_assert_eq(s.num_pages_moved, 20, "nothing idle to move: new pages");
+  cr_assert_eq(s.num_device_syncs, 0, "the default stream passed a's free");
+  cr_assert_eq(s.reserved_bytes[L].current, 92 * MiB);
+  check_mapped_is_reserved(p);
+  check_invariants(p);
+  check_and_free(p, b, 50 * MiB, 2); /* c's pattern did not reach the pages b took */
+  check_and_free(p, c, 40 * MiB, 4);
+  check_and_free(p, pin, 2 * MiB, 3);
+  cr_assert_eq(gpupool_empty_cache(p), 92 * MiB);
+  cr_assert_eq(pc_stats(p).num_alloc_unmaps, 20, "empty_cache's unmaps are not the allocations'");
+  gpupool_destroy(p);
 }
 
 Test(pool_expandable, prefers_a_mapped_block_to_moving_pages) {
@@ -278,9 +304,44 @@ Test(pool_expandable, pages_of_another_busy_stream_move_after_a_synchronize) {
   gpupool_stats st = pc_stats(p);
   cr_assert_eq(st.num_pages_moved, 20);
   cr_assert_eq(st.num_device_syncs, 1);
+  cr_assert_eq(st.num_alloc_unmaps, 20, "their old mappings go now, after the synchronize");
   cr_assert_eq(st.reserved_bytes[L].current, 50 * MiB);
   check_mapped_is_reserved(p);
   check_and_free(p, b, 50 * MiB, 2);
+  gpupool_destroy(p);
+  gpupool_host_stream_destroy(s1);
+  gpupool_host_stream_destroy(s2);
+}
+
+/* Pages freed on another stream whose work is done (its fence completed)
+ * move without a synchronize and keep their old mapping, like those of the
+ * same stream. The first move finds s1's fence only just recorded: that
+ * page moves after a synchronize and is unmapped at once. */
+Test(pool_expandable, pages_of_another_idle_stream_keep_their_old_mapping) {
+  gpupool *p = moving_pool(0);
+  gpupool_host_stream *s1 = gpupool_host_stream_create(), *s2 = gpupool_host_stream_create();
+  void *a = take_on(p, 40 * MiB, s1, 1);
+  check_and_free(p, a, 40 * MiB, 1);
+  void *b0 = take_on(p, 2 * MiB, s2, 2); /* one of a's pages, after a synchronize */
+  gpupool_stats st = pc_stats(p);
+  cr_assert_eq(st.num_pages_moved, 1);
+  cr_assert_eq(st.num_device_syncs, 1);
+  cr_assert_eq(st.num_alloc_unmaps, 1);
+  void *b = take_on(p, 38 * MiB, s2, 3); /* a's other 19 pages: s1's fence has completed */
+  st = pc_stats(p);
+  cr_assert_eq(st.num_pages_moved, 20);
+  cr_assert_eq(st.num_device_syncs, 1);
+  cr_assert_eq(st.num_alloc_unmaps, 1, "the 19 old mappings stay");
+  void *c = take_on(p, 40 * MiB, s1, 4); /* where a was on s1: the old mappings go */
+  st = pc_stats(p);
+  cr_assert_eq(c, a);
+  cr_assert_eq(st.num_alloc_unmaps, 20);
+  cr_assert_eq(st.num_device_syncs, 1);
+  check_mapped_is_reserved(p);
+  check_invariants(p);
+  check_and_free(p, b0, 2 * MiB, 2);
+  check_and_free(p, b, 38 * MiB, 3);
+  check_and_free(p, c, 40 * MiB, 4);
   gpupool_destroy(p);
   gpupool_host_stream_destroy(s1);
   gpupool_host_stream_destroy(s2);
