@@ -362,6 +362,10 @@ static candidate *find_candidates(gpupool *p, const segment *target, size_t *n) 
     for (segment *seg = sh->segments; seg && c; seg = seg->next) {
       if (!seg->pages || !seg->nmapped)
         continue;
+      /* In a segment of one page (a small one), only a block that is all of
+       * it can hold the page idle: with several blocks, none need a look. */
+      if (seg->npages == 1 && seg->nblocks > 1)
+        continue;
       for (block *b = seg->first; b; b = b->next) {
         size_t lo, hi;
         if (b->state != BLOCK_FREE || !interior_pages(seg, b, &lo, &hi) ||
