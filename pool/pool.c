@@ -180,6 +180,8 @@ malloc_block(gpupool *p, size_t size, void *stream, block **out) {
   block *b = shard_best_fit(sh, large, rounded);
   if (b && !shard_fit_is_mapped(sh, b, rounded)) /* vmm segments only */
     b = shard_place_mapped(sh, b, rounded, 1);
+  if (!b && !large && p->cfg.expandable) /* the large range's idle pages, before a device call */
+    b = shard_place_in_range(sh, rounded);
   int lost = b && shard_allocate(sh, b, rounded, size, 0, h->tag) != 0;
   const shard *fresh = NULL; /* read here: note_peaks need not take this lock again */
   if (b && !lost && peaks_tracked_by(p, h)) {

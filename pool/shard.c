@@ -142,10 +142,13 @@ static void index_remove(shard *sh, block *b) {
 
 static int should_split_rest(const pool_config *c, const block *b, size_t rest, size_t rounded);
 
-/* The least rest that a free block of a vmm segment, taken by a request,
- * leaves as a free block of its own (should_split_rest, strategy bfc). */
-static inline size_t vmm_min_rest(const block *b) {
-  return b->seg->large ? SMALL_SIZE + 1 : MIN_BLOCK;
+/* The least rest that a free block of a vmm segment, taken by a request of
+ * rounded bytes, leaves as a free block of its own (should_split_rest,
+ * strategy bfc): in a large range, more than SMALL_SIZE for a large request
+ * (a smaller rest serves only small requests, which would rather take it
+ * whole), MIN_BLOCK for a small one (shard_place_in_range). */
+static inline size_t vmm_min_rest(const block *b, size_t rounded) {
+  return b->seg->large && size_is_large(rounded) ? SMALL_SIZE + 1 : MIN_BLOCK;
 }
 
 /* The unmapped pages that a request of rounded bytes placed at `at` in free
@@ -184,7 +187,7 @@ static inline size_t best_window(const shard *sh, const block *b, size_t rounded
                                  uintptr_t *at) {
   gp_assert_internal(b->seg->pages && sh->pool->cfg.strategy == GPUPOOL_STRATEGY_BFC);
   const segment *seg = b->seg;
-  size_t ps = seg->page_size, min_rest = vmm_min_rest(b);
+  size_t ps = seg->page_size, min_rest = vmm_min_rest(b, rounded);
   size_t best = missing_at(b, b->addr, rounded, min_rest, zero_only);
   uintptr_t end = b->addr + b->size;
   *at = b->addr;
@@ -304,6 +307,14 @@ block *shard_place(shard *sh, int large, size_t rounded) {
   return fit;
 }
 
+block *shard_place_in_range(shard *sh, size_t rounded) {
+  gp_assert_internal(!size_is_large(rounded) && sh->pool->cfg.expandable);
+  block *fit = shard_best_fit(sh, 1, rounded);
+  if (fit && !shard_fit_is_mapped(sh, fit, rounded))
+    fit = shard_place_mapped(sh, fit, rounded, 1);
+  return fit;
+}
+
 /* Whether a request of rounded bytes taken from free block b leaves the
  * rest (rest bytes) as a free block of its own. */
 static int should_split_rest(const pool_config *c, const block *b, size_t rest, size_t rounded) {
@@ -312,7 +323,7 @@ static int should_split_rest(const pool_config *c, const block *b, size_t rest, 
   if (!b->seg->large)
     return rest >= MIN_BLOCK;
   if (b->seg->pages) /* an expandable segment's range: the request takes only its own size */
-    return rest >= vmm_min_rest(b);
+    return rest >= vmm_min_rest(b, rounded);
   return rounded < c->max_split_size && rest > SMALL_SIZE; /* PyTorch: the request decides */
 }
 

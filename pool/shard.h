@@ -53,6 +53,14 @@ block *shard_place_mapped(shard *sh, block *fit, size_t rounded, int mapped_only
  * shard_place_mapped's answer, without mapped_only; NULL when no free block
  * fits. */
 block *shard_place(shard *sh, int large, size_t rounded);
+/* Expandable segments: a small request (rounded <= SMALL_SIZE) that no small
+ * segment can serve over mapped pages takes a placement over mapped pages
+ * in the stream's large range (as shard_place_mapped with mapped_only), so
+ * that an idle page of the range serves it where a small segment would need
+ * a page created or moved. The block is one of the range (its statistics
+ * count as large); freed, it merges with its neighbours there. NULL when
+ * the range has no such placement. */
+block *shard_place_in_range(shard *sh, size_t rounded);
 /* The bytes a request of `rounded` takes from free block b: rounded when b
  * is split for it, all of b otherwise. */
 size_t shard_carve_size(const shard *sh, const block *b, size_t rounded);

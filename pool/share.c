@@ -22,6 +22,7 @@
 #include "pages.h"
 #include "pool_internal.h"
 #include "share.h"
+#include "sizeclass.h"
 
 #define SHARE_MAGIC     0x48535047u /* "GPSH" */
 #define SHARE_VERSION   1
@@ -353,10 +354,10 @@ gpupool_status gpupool_share_export(gpupool *p, void *ptr, int sock, gpupool_exp
                      "(no CU_DEVICE_ATTRIBUTE_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR_SUPPORTED, or the "
                      "driver refused shareable pages)",
                      call, p->cfg.name, p->be->device);
-    else if (!b->seg->pages || !b->seg->large)
+    else if (!b->seg->pages || !b->seg->large || b->size <= SMALL_SIZE) /* or in the range */
       st = pool_fail(GPUPOOL_ERR_INVALID,
                      "%s: pool '%s': %p is a small block (%zu bytes): small blocks share their "
-                     "2 MiB segment with other blocks, which cannot be shared; blocks over 1 MiB "
+                     "2 MiB page with other blocks, which cannot be shared; blocks over 1 MiB "
                      "can",
                      call, p->cfg.name, ptr, b->size);
     else {

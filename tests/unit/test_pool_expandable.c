@@ -579,3 +579,67 @@ Test(pool_expandable, small_segment_pages_move_to_large_blocks) {
   check_invariants(p);
   gpupool_destroy(p);
 }
+
+/* A small request that no small segment can serve over mapped pages takes
+ * idle mapped pages of the large range instead of a page created or moved
+ * for a small segment: there it is a block of the range (counted as large),
+ * split to its size, and freed it merges with its neighbours, so that a
+ * large block takes the same pages again. Only when the range has no mapped
+ * stretch long enough does a small segment get a page. */
+Test(pool_expandable, small_blocks_take_idle_pages_of_the_large_range) {
+  gpupool *p = moving_pool(0);
+  char *a = take(p, 4 * MiB, 1); /* 2 pages of the range */
+  check_and_free(p, a, 4 * MiB, 1);
+  char *s1 = take(p, 512 * 1024, 2); /* the hot path: the range's idle pages */
+  cr_assert_eq(s1, a);
+  gpupool_stats s = pc_stats(p);
+  cr_assert_eq(s.num_device_alloc, 2, "no page created");
+  cr_assert_eq(s.num_pages_moved, 0, "no page moved");
+  cr_assert_eq(s.segment[GPUPOOL_STAT_SMALL].current, 0, "no small segment");
+  cr_assert_eq(s.allocation[L].current, 1);
+  cr_assert_eq(s.allocated_bytes[L].current, 512 * 1024, "split to its size, counted as large");
+  cr_assert_eq(s.allocated_bytes[GPUPOOL_STAT_SMALL].current, 0);
+  cr_assert_eq(s.reserved_bytes[GPUPOOL_STAT_SMALL].current, 0);
+  char *s2 = take(p, 1 * MiB, 3), *s3 = take(p, 1 * MiB, 4), *s4 = take(p, 1 * MiB, 5);
+  cr_assert_eq(s2, a + 512 * 1024);
+  cr_assert_eq(s3, a + 1536 * 1024);
+  cr_assert_eq(s4, a + 2560 * 1024);
+  s = pc_stats(p);
+  cr_assert_eq(s.num_device_alloc, 2);
+  cr_assert_eq(s.allocated_bytes[L].current, 3584 * 1024);
+  check_mapped_is_reserved(p);
+  check_invariants(p);
+  /* 512 KiB left over mapped pages: the next MiB needs a page, a small
+   * segment's (the slow path; no idle page anywhere, so a new one) */
+  char *s5 = take(p, 1 * MiB, 6);
+  s = pc_stats(p);
+  cr_assert_eq(s.num_device_alloc, 3);
+  cr_assert_eq(s.num_pages_moved, 0);
+  cr_assert_eq(s.segment[GPUPOOL_STAT_SMALL].current, 1);
+  cr_assert_eq(s.allocated_bytes[GPUPOOL_STAT_SMALL].current, 1 * MiB);
+  cr_assert_eq(s.reserved_bytes[GPUPOOL_STAT_SMALL].current, PAGE);
+  cr_assert_eq(s.reserved_bytes[L].current, 2 * PAGE);
+  cr_assert(s5 < a || s5 >= a + 4 * MiB, "s5 in a small segment");
+  check_mapped_is_reserved(p);
+  check_invariants(p);
+  /* freed out of order, they merge into the range's free block again */
+  check_and_free(p, s3, 1 * MiB, 4);
+  check_and_free(p, s1, 512 * 1024, 2);
+  check_and_free(p, s4, 1 * MiB, 5);
+  check_and_free(p, s2, 1 * MiB, 3);
+  check_invariants(p);
+  char *b = take(p, 4 * MiB, 7);
+  cr_assert_eq(b, a, "the merged free block's pages, as a had them");
+  s = pc_stats(p);
+  cr_assert_eq(s.num_device_alloc, 3);
+  cr_assert_eq(s.num_pages_moved, 0);
+  cr_assert_eq(s.allocated_bytes[L].current, 4 * MiB);
+  check_and_free(p, b, 4 * MiB, 7);
+  check_and_free(p, s5, 1 * MiB, 6);
+  cr_assert_eq(gpupool_empty_cache(p), 3 * PAGE);
+  s = pc_stats(p);
+  cr_assert_eq(s.reserved_bytes[A].current, 0);
+  cr_assert_eq(s.segment[GPUPOOL_STAT_SMALL].current, 0);
+  check_invariants(p);
+  gpupool_destroy(p);
+}

@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "helpers/pool_check.h"
+#include "pool/pool_view.h"
 
 #define KiB              PC_KiB
 #define MiB              PC_MiB
@@ -184,6 +185,30 @@ static void track_peaks(run *r) {
   }
 }
 
+typedef struct segment_search {
+  uintptr_t addr;
+  int large;
+} segment_search;
+
+static void note_kind(void *arg, const pool_segment_info *s) {
+  segment_search *q = arg;
+  if (q->addr >= s->addr && q->addr < s->addr + s->size)
+    q->large = s->is_large;
+}
+
+/* The size kind the statistics count a new block under: its segment's. With
+ * expandable segments a small request may be served in the large range
+ * (docs/pool.md), and counts as large there. */
+static int counted_large(run *r, void *ptr, size_t rounded) {
+  if (!r->cfg->expandable || pc_is_large(rounded))
+    return pc_is_large(rounded);
+  segment_search q = {(uintptr_t)ptr, -1};
+  pool_walker w = {.segment = note_kind, .arg = &q};
+  pool_walk(r->pool, &w);
+  cr_assert_neq(q.large, -1, "op %zu: %p is in no segment of the pool", r->op, ptr);
+  return q.large;
+}
+
 static void do_malloc(run *r) {
   size_t size = pick_size(r), slack;
   size_t rounded = expected_round(r->cfg, size, &slack);
@@ -199,7 +224,7 @@ static void do_malloc(run *r) {
             ptr);
   iv_insert(r, (uintptr_t)ptr, (uintptr_t)ptr + rounded);
   live *l = &r->lv[r->nlive++];
-  *l = (live){ptr, size, rounded, slack, r->next_id++, pc_is_large(rounded)};
+  *l = (live){ptr, size, rounded, slack, r->next_id++, counted_large(r, ptr, rounded)};
   pc_pattern_fill(l->ptr, l->size, l->id);
   pc_model_update(&r->model, l->large, size, rounded, slack, +1);
   r->mallocs++;
