@@ -140,15 +140,15 @@ static void unmap_list(gpupool *p, page_list *l, int mode, pages_work *w) {
 static void advance_fence(gpupool *p, shard *sh);
 
 /* Unmaps the old mappings left by moves (of seg's pages [first, last] only
- * when seg is not NULL) whose stream has passed them; with force, all of
- * them, after a device synchronize if one is not passed yet. Returns how
- * many it unmapped. */
-static size_t stale_flush(gpupool *p, segment *seg, size_t first, size_t last, int force) {
+ * when seg is not NULL), after a device synchronize if a stream has not
+ * passed one yet. With fences, the streams' fences are advanced first, so
+ * that those their stream passed need none; without, no fence is touched:
+ * pool destruction flushes each segment's old mappings while other shards
+ * (and their fences) are already gone. Returns how many it unmapped. */
+static size_t stale_flush(gpupool *p, segment *seg, size_t first, size_t last, int fences) {
   if (!p->nstale)
     return 0;
-  /* Forced, no fence is touched: pool destruction flushes each segment's
-   * old mappings while other shards (and their fences) are already gone. */
-  if (!force)
+  if (fences)
     for (shard *sh = atomic_load(&p->shards); sh; sh = sh->next_shard)
       advance_fence(p, sh);
   page_list l = {0};
@@ -159,8 +159,7 @@ static size_t stale_flush(gpupool *p, segment *seg, size_t first, size_t last, i
       continue;
     }
     int passed = e.seq <= e.seg->sh->safe_seq;
-    if ((!passed && !force) ||
-        list_push(&l, (loose_page){e.seg, e.index, NULL, passed, 0, 0}) != 0) {
+    if (list_push(&l, (loose_page){e.seg, e.index, NULL, passed, 0, 0}) != 0) {
       i++;
       continue;
     }
@@ -199,7 +198,7 @@ static int stale_push(gpupool *p, const loose_page *pg) {
 size_t pages_segment_destroy(gpupool *p, segment *seg) {
   page_list l = {0};
   size_t bytes = 0;
-  stale_flush(p, seg, 0, SIZE_MAX, 1);
+  stale_flush(p, seg, 0, SIZE_MAX, 0);
   for (size_t i = 0; i < seg->top; i++) {
     if (!seg->pages[i])
       continue;
@@ -531,8 +530,7 @@ gpupool_status pages_back(gpupool *p, block *b, pages_work *w) {
     stale += seg->pages[i] == PAGE_STALE;
   }
   if (stale) { /* old mappings where this block goes: they must go first */
-    stale = stale_flush(p, seg, first, last, 0);  /* those their stream passed, no synchronize */
-    stale += stale_flush(p, seg, first, last, 1); /* the others after one */
+    stale = stale_flush(p, seg, first, last, 1);
     POOL_COUNT(p, p->c.alloc_unmaps += stale);
   }
   if (!missing)
@@ -584,7 +582,6 @@ gpupool_status pages_back(gpupool *p, block *b, pages_work *w) {
 }
 
 void pages_release_idle(gpupool *p, pages_work *w) {
-  stale_flush(p, NULL, 0, 0, 0); /* the old mappings streams passed, without a synchronize */
   stale_flush(p, NULL, 0, 0, 1);
   for (shard *sh = atomic_load(&p->shards); sh; sh = sh->next_shard) {
     page_list l = {0};
