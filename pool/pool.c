@@ -177,11 +177,7 @@ malloc_block(gpupool *p, size_t size, void *stream, block **out) {
   if (sh->pending)
     shard_poll_pending(sh);
   int large = size_is_large(rounded);
-  block *b = shard_best_fit(sh, large, rounded);
-  if (b && !shard_fit_is_mapped(sh, b, rounded)) /* vmm segments only */
-    b = shard_place_mapped(sh, b, rounded, 1);
-  if (!b && !large && p->cfg.expandable) /* the large range's idle pages, before a device call */
-    b = shard_place_in_range(sh, rounded);
+  block *b = shard_place_ready(sh, large, rounded);
   int lost = b && shard_allocate(sh, b, rounded, size, 0, h->tag) != 0;
   const shard *fresh = NULL; /* read here: note_peaks need not take this lock again */
   if (b && !lost && peaks_tracked_by(p, h)) {

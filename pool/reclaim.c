@@ -223,16 +223,11 @@ static gpupool_status attempt(gpupool *p, shard *sh, size_t rounded, size_t requ
   spin_lock(&sh->lock);
   if (sh->pending)
     shard_poll_pending(sh);
-  block *b = NULL;
-  if (!large && p->cfg.expandable) { /* over mapped pages first, the large range's too */
-    b = shard_best_fit(sh, 0, rounded);
-    if (b && !shard_fit_is_mapped(sh, b, rounded))
-      b = shard_place_mapped(sh, b, rounded, 1);
-    if (!b)
-      b = shard_place_in_range(sh, rounded);
-  }
+  /* A small request of an expandable pool: over mapped pages first, the
+   * large range's too, before a page is created or moved. */
+  block *b = !large && p->cfg.expandable ? shard_place_ready(sh, 0, rounded) : NULL;
   if (!b)
-    b = shard_place(sh, large, rounded);
+    b = shard_place(sh, large, rounded, 0);
   int ready = b && shard_fit_is_mapped(sh, b, rounded);
   if (ready && shard_allocate(sh, b, rounded, requested, 0, pool_thread.tag) != 0)
     st = pool_fail(GPUPOOL_ERR_HOST_OOM, "pool '%s': out of host memory", p->cfg.name);

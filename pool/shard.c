@@ -146,7 +146,7 @@ static int should_split_rest(const pool_config *c, const block *b, size_t rest, 
  * rounded bytes, leaves as a free block of its own (should_split_rest,
  * strategy bfc): in a large range, more than SMALL_SIZE for a large request
  * (a smaller rest serves only small requests, which would rather take it
- * whole), MIN_BLOCK for a small one (shard_place_in_range). */
+ * whole), MIN_BLOCK for a small one (shard_place_ready). */
 static inline size_t vmm_min_rest(const block *b, size_t rounded) {
   return b->seg->large && size_is_large(rounded) ? SMALL_SIZE + 1 : MIN_BLOCK;
 }
@@ -298,21 +298,6 @@ block *shard_place_mapped(shard *sh, block *fit, size_t rounded, int mapped_only
   if (best && at != best->addr)
     split_front(sh, best, at);
   return best;
-}
-
-block *shard_place(shard *sh, int large, size_t rounded) {
-  block *fit = shard_best_fit(sh, large, rounded);
-  if (fit && !shard_fit_is_mapped(sh, fit, rounded)) /* vmm segments only */
-    return shard_place_mapped(sh, fit, rounded, 0);
-  return fit;
-}
-
-block *shard_place_in_range(shard *sh, size_t rounded) {
-  gp_assert_internal(!size_is_large(rounded) && sh->pool->cfg.expandable);
-  block *fit = shard_best_fit(sh, 1, rounded);
-  if (fit && !shard_fit_is_mapped(sh, fit, rounded))
-    fit = shard_place_mapped(sh, fit, rounded, 1);
-  return fit;
 }
 
 /* Whether a request of rounded bytes taken from free block b leaves the

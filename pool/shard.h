@@ -49,18 +49,6 @@ static inline block *shard_best_fit(shard *sh, int large, size_t rounded) {
  * split) when every placement needs pages: the hot path's question, which
  * the slow path then asks again. */
 block *shard_place_mapped(shard *sh, block *fit, size_t rounded, int mapped_only);
-/* The slow path's question: the best fit, or where its pages are missing
- * shard_place_mapped's answer, without mapped_only; NULL when no free block
- * fits. */
-block *shard_place(shard *sh, int large, size_t rounded);
-/* Expandable segments: a small request (rounded <= SMALL_SIZE) that no small
- * segment can serve over mapped pages takes a placement over mapped pages
- * in the stream's large range (as shard_place_mapped with mapped_only), so
- * that an idle page of the range serves it where a small segment would need
- * a page created or moved. The block is one of the range (its statistics
- * count as large); freed, it merges with its neighbours there. NULL when
- * the range has no such placement. */
-block *shard_place_in_range(shard *sh, size_t rounded);
 /* The bytes a request of `rounded` takes from free block b: rounded when b
  * is split for it, all of b otherwise. */
 size_t shard_carve_size(const shard *sh, const block *b, size_t rounded);
@@ -75,6 +63,30 @@ static inline int shard_fit_is_mapped(const shard *sh, const block *b, size_t ro
     return 0;
   }
   return pages_cover(seg, b->addr, shard_carve_size(sh, b, rounded));
+}
+/* A free block of the size kind `large` for a request of rounded bytes: the
+ * best fit, or where some of its pages are missing (vmm segments)
+ * shard_place_mapped's answer; NULL when no free block fits (with
+ * mapped_only, also when every placement needs pages). Inline: the hot path
+ * asks it. */
+static inline block *shard_place(shard *sh, int large, size_t rounded, int mapped_only) {
+  block *fit = shard_best_fit(sh, large, rounded);
+  if (fit && !shard_fit_is_mapped(sh, fit, rounded))
+    fit = shard_place_mapped(sh, fit, rounded, mapped_only);
+  return fit;
+}
+/* A free block that can be handed out now (no page to map): shard_place
+ * with mapped_only, and for a small request of an expandable pool that no
+ * small segment serves so, a placement over mapped pages in the stream's
+ * large range, so that an idle page of the range serves it where a small
+ * segment would need a page created or moved. Such a block is one of the
+ * range (its statistics count as large); freed, it merges with its
+ * neighbours there. NULL when there is none. */
+static inline block *shard_place_ready(shard *sh, int large, size_t rounded) {
+  block *b = shard_place(sh, large, rounded, 1);
+  if (!b && !large && sh->pool->cfg.expandable)
+    b = shard_place(sh, 1, rounded, 1);
+  return b;
 }
 /* Allocates free block b for a request: carves it out of the index
  * (splitting it when the strategy allows; statistics and the event), then
