@@ -154,8 +154,7 @@ static void kernels_table(size_t total, int reps_timed, float *sink) {
     if (!kinds[k].handle)
       RT_OK(cudaMalloc((void **)&p, size));
     else
-      p = (char *)map_in_handles(size, kinds[k].handle ? std::min(kinds[k].handle, size) : size,
-                                 kinds[k].shuffle);
+      p = (char *)map_in_handles(size, std::min(kinds[k].handle, size), kinds[k].shuffle);
     size_t n4 = size / 16;
     write_all<<<1320, 256>>>((float4 *)p, n4);
     RT_OK(cudaDeviceSynchronize());
