@@ -543,6 +543,10 @@ TIMING_CONFIGS = [  # (label, allocator, environment): nothing is recorded
     ("gpupool expandable_segments, growth 8, agent (default)", "gpupool",
      {"GPUPOOL_AGENT_CONF": "listen:127.0.0.1:0",
       "GPUPOOL_CONF": "expandable_segments:True,expandable_growth_moves:8"}),
+    # PyTorch's allocator records nothing: this is the like-for-like row
+    # against "torch expandable_segments" (the agent's cost is issue 15's)
+    ("gpupool expandable_segments, no agent", "gpupool",
+     {"GPUPOOL_CONF": "expandable_segments:True"}),
 ]
 
 
