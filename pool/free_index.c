@@ -3,7 +3,7 @@
 #include "core/assert.h"
 
 static inline int less(const block *a, const block *b) {
-  return a->size < b->size || (a->size == b->size && a->addr < b->addr);
+  return free_index_less(a, b);
 }
 
 /* Splits t into blocks ordered before key (*l) and the rest (*r). */

@@ -38,6 +38,11 @@ static inline block **shard_free_tree(shard *sh, int large) {
   return &sh->free_tree.by_kind[large];
 }
 
+/* The root of sh's index of holes (types.h) of a size kind. */
+static inline block **shard_hole_tree(shard *sh, int large) {
+  return &sh->hole_tree.by_kind[large];
+}
+
 /* Runs stmt (an update of p->c) inside counters_lock. Callers hold
  * slow_lock, and may hold a shard lock: counters_lock is a leaf. */
 #define POOL_COUNT(p, stmt)                                                                        \
