@@ -273,17 +273,27 @@ static void split_front(shard *sh, block *b, uintptr_t at) {
  * placement (a free_tree block with none is skipped in its compare). */
 static block *first_mapped(shard *sh, int large, size_t rounded, uintptr_t *at) {
   free_index_iter it;
+  block *found = NULL, *emptied[8]; /* found to have no mapped page: holes, once the walk is done */
+  unsigned nemptied = 0;
   for (block *b = free_index_iter_start(&it, *shard_free_tree(sh, large), rounded); b;
        b = free_index_iter_next(&it)) {
     gp_assert_internal(b->seg->pages && shard_fit_allowed(&sh->pool->cfg, b, rounded));
     gp_assert_internal(pages_longest_mapped(b->seg, b->addr, b->size) <= b->mapped_run);
     if (b->mapped_run < rounded)
       continue;
-    if (best_window(sh, b, rounded, 1, at) == 0)
-      return b;
+    if (best_window(sh, b, rounded, 1, at) == 0) {
+      found = b;
+      break;
+    }
     b->mapped_run = pages_longest_mapped(b->seg, b->addr, b->size);
+    if (!b->mapped_run && nemptied < sizeof emptied / sizeof *emptied)
+      emptied[nemptied++] = b;
   }
-  return NULL;
+  for (unsigned i = 0; i < nemptied; i++) { /* into hole_tree */
+    index_remove(sh, emptied[i]);
+    index_insert(sh, emptied[i]);
+  }
+  return found;
 }
 
 /* When no placement over mapped pages only exists: among the free blocks
