@@ -130,14 +130,14 @@ static void block_recycle(shard *sh, block *b) {
 
 /* The index that holds free block b (its hole flag says which). */
 static inline block **index_of(shard *sh, const block *b) {
-  return b->hole ? shard_hole_tree(sh, b->seg->large) : shard_free_tree(sh, b->seg->large);
+  return &sh->roots[b->hole][b->seg->large];
 }
 
 /* Free block b enters the index: the hole index where mapped_run says that
  * no page under it is mapped (types.h). */
 static void index_insert(shard *sh, block *b) {
   gp_assert_internal(b->state == BLOCK_FREE && b->seg->sh == sh);
-  b->hole = b->seg->pages && b->mapped_run == 0;
+  b->hole = b->mapped_run == 0 && b->seg->pages; /* a plain block's `requested`, mostly not 0 */
   gp_assert_internal(!b->hole || pages_longest_mapped(b->seg, b->addr, b->size) == 0);
   free_index_insert(index_of(sh, b), b);
   sh->nfree++;
@@ -688,12 +688,12 @@ void shard_remove_segment(shard *sh, segment *seg) {
 }
 
 size_t shard_largest_free(const shard *sh) {
-  const block *largest[] = {
-      free_index_largest(sh->free_tree.small), free_index_largest(sh->free_tree.large),
-      free_index_largest(sh->hole_tree.small), free_index_largest(sh->hole_tree.large)};
   size_t best = 0;
-  for (size_t i = 0; i < sizeof largest / sizeof *largest; i++)
-    if (largest[i] && largest[i]->size > best)
-      best = largest[i]->size;
+  for (int hole = 0; hole < 2; hole++)
+    for (int large = 0; large < 2; large++) {
+      const block *b = free_index_largest(sh->roots[hole][large]);
+      if (b && b->size > best)
+        best = b->size;
+    }
   return best;
 }

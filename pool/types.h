@@ -211,12 +211,7 @@ struct shard {
    * mapped page may still be in free_tree (a split's part, a bound
    * tightened by a search); one in hole_tree has none, and its mapped_run
    * is 0. */
-  union {
-    struct {
-      block *small, *large;
-    };
-    block *by_kind[2]; /* for shard_free_tree only: a load, no branch */
-  } free_tree, hole_tree;
+  block *roots[2][2]; /* [hole][large]: picked by an address, no branch */
   size_t nfree;
   block *pending; /* freed, waiting on events */
   size_t npending;
@@ -239,8 +234,6 @@ struct shard {
    * large][id], as last read (stats.c stats_note_peaks; only it touches them). */
   int64_t peak_cur[2][STAT_COUNT];
 } __attribute__((aligned(64)));
-_Static_assert(offsetof(shard, free_tree.large) == offsetof(shard, free_tree.by_kind[1]),
-               "free_tree.by_kind[large] is the tree named by large");
 
 #define SHARD_TABLE 1024 /* distinct streams per pool */
 
