@@ -3,7 +3,7 @@
 #include "core/assert.h"
 
 static inline int less(const block *a, const block *b) {
-  return free_index_less(a, b);
+  return a->size < b->size || (a->size == b->size && a->addr < b->addr);
 }
 
 /* Splits t into blocks ordered before key (*l) and the rest (*r). */

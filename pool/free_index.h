@@ -9,11 +9,6 @@
 
 #include "pool_internal.h"
 
-/* The index's order: whether a sorts before b. */
-static inline int free_index_less(const block *a, const block *b) {
-  return a->size < b->size || (a->size == b->size && a->addr < b->addr);
-}
-
 void free_index_insert(block **root, block *b);
 void free_index_remove(block **root, block *b);
 /* Free block old leaves the index and free block b (not in it) enters, b

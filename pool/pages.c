@@ -6,7 +6,6 @@
 #include "core/clock.h"
 #include "core/errors.h"
 #include "segment_observers.h"
-#include "shard.h"
 
 char pages_stale_marker;
 
@@ -268,8 +267,7 @@ enum {
  * (fenced), or the new block's work runs after the work that may (dest
  * TAKE_SAME_STREAM). The old mapping is unmapped only when a block is placed
  * over it or idle pages are released (pages_back, stale_flush): most moves
- * then cost the allocating thread a map and no unmap. A block left with no
- * mapped page becomes a hole (shard_set_mapped_run). Under seg's shard
+ * then cost the allocating thread a map and no unmap. Under seg's shard
  * lock. Returns how many were taken. */
 static size_t take_idle_under(segment *seg, block *b, size_t first, size_t last, size_t keep_first,
                               size_t keep_last, size_t max, int dest, page_list *l) {
@@ -291,7 +289,7 @@ static size_t take_idle_under(segment *seg, block *b, size_t first, size_t last,
     taken++;
   }
   if (taken) /* the pages were wholly under b: no other block's stretch changed */
-    shard_set_mapped_run(seg->sh, b, pages_longest_mapped(seg, b->addr, b->size));
+    b->mapped_run = pages_longest_mapped(seg, b->addr, b->size);
   return taken;
 }
 
@@ -412,8 +410,7 @@ static void gather_idle(gpupool *p, segment *target, size_t keep_first, size_t k
 
 /* The free blocks other than claimed block b that share its first page or
  * its last (pages first and last of b's segment): pages mapped there add to
- * their stretch over mapped pages (block.mapped_run; a hole that gains one
- * leaves the hole index, shard_set_mapped_run). A page that was not
+ * their stretch over mapped pages (block.mapped_run). A page that was not
  * mapped has no allocated block on it, so walking out over other blocks
  * stops within a page. Under the shard lock. */
 static void neighbours_gained(block *b, size_t first, size_t last) {
@@ -421,10 +418,10 @@ static void neighbours_gained(block *b, size_t first, size_t last) {
   uintptr_t lo = seg->addr + first * seg->page_size, hi = seg->addr + (last + 1) * seg->page_size;
   for (block *n = b->prev; n && n->addr + n->size > lo; n = n->prev)
     if (n->state == BLOCK_FREE)
-      shard_set_mapped_run(seg->sh, n, pages_longest_mapped(seg, n->addr, n->size));
+      n->mapped_run = pages_longest_mapped(seg, n->addr, n->size);
   for (block *n = b->next; n && n->addr < hi; n = n->next)
     if (n->state == BLOCK_FREE)
-      shard_set_mapped_run(seg->sh, n, pages_longest_mapped(seg, n->addr, n->size));
+      n->mapped_run = pages_longest_mapped(seg, n->addr, n->size);
 }
 
 /* Maps handles h (one per missing page of claimed block b's segment in

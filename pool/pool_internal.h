@@ -35,12 +35,7 @@ static inline size_t segment_mapped_bytes(const segment *seg) {
 /* The root of sh's free index for small blocks (large 0) or large ones
  * (large 1; nothing else). */
 static inline block **shard_free_tree(shard *sh, int large) {
-  return &sh->roots[0][large];
-}
-
-/* The root of sh's index of holes (types.h) of a size kind. */
-static inline block **shard_hole_tree(shard *sh, int large) {
-  return &sh->roots[1][large];
+  return &sh->free_tree.by_kind[large];
 }
 
 /* Runs stmt (an update of p->c) inside counters_lock. Callers hold

@@ -128,35 +128,16 @@ static void block_recycle(shard *sh, block *b) {
   sh->spare = b;
 }
 
-/* The index that holds free block b (its hole flag says which). */
-static inline block **index_of(shard *sh, const block *b) {
-  return &sh->roots[b->hole][b->seg->large];
-}
-
-/* Free block b enters the index: the hole index where mapped_run says that
- * no page under it is mapped (types.h). */
 static void index_insert(shard *sh, block *b) {
   gp_assert_internal(b->state == BLOCK_FREE && b->seg->sh == sh);
-  b->hole = b->mapped_run == 0 && b->seg->pages; /* a plain block's `requested`, mostly not 0 */
-  gp_assert_internal(!b->hole || pages_longest_mapped(b->seg, b->addr, b->size) == 0);
-  free_index_insert(index_of(sh, b), b);
+  free_index_insert(shard_free_tree(sh, b->seg->large), b);
   sh->nfree++;
 }
 
 static void index_remove(shard *sh, block *b) {
   gp_assert_internal(b->state == BLOCK_FREE && sh->nfree > 0);
-  free_index_remove(index_of(sh, b), b);
+  free_index_remove(shard_free_tree(sh, b->seg->large), b);
   sh->nfree--;
-}
-
-void shard_set_mapped_run(shard *sh, block *b, size_t run) {
-  gp_assert_internal(b->state == BLOCK_FREE && b->seg->pages && b->seg->sh == sh);
-  gp_assert_internal(run == pages_longest_mapped(b->seg, b->addr, b->size));
-  b->mapped_run = run;
-  if (b->hole != (run == 0)) {
-    index_remove(sh, b);
-    index_insert(sh, b);
-  }
 }
 
 static int should_split_rest(const pool_config *c, const block *b, size_t rest, size_t rounded);
@@ -243,8 +224,7 @@ static void split_front(shard *sh, block *b, uintptr_t at) {
   f->free_seq = b->free_seq;
   /* each part's stretch over mapped pages is at most the whole's */
   f->mapped_run = b->mapped_run < f->size ? b->mapped_run : f->size;
-  f->hole = b->hole; /* f stays in b's index (b enters anew) */
-  if (free_index_shrink(index_of(sh, b), b, f) == 0)
+  if (free_index_shrink(shard_free_tree(sh, b->seg->large), b, f) == 0)
     b->prio = fresh; /* f took b's priority with its place */
   f->prev = b->prev;
   f->next = b;
@@ -268,58 +248,34 @@ static void split_front(shard *sh, block *b, uintptr_t at) {
  * blocks, which is what makes the search cheap). A block found loose is
  * tightened. Only expandable pools search (a plain segment's blocks are
  * mapped): their segments are all vmm ranges, and their strategy bfc, under
- * which shard_fit_allowed holds for every block of a vmm segment. The
- * holes (hole_tree) are not looked at: with no mapped page, none has such a
- * placement (a free_tree block with none is skipped in its compare). */
+ * which shard_fit_allowed holds for every block of a vmm segment. */
 static block *first_mapped(shard *sh, int large, size_t rounded, uintptr_t *at) {
   free_index_iter it;
-  block *found = NULL, *emptied[8]; /* found to have no mapped page: holes, once the walk is done */
-  unsigned nemptied = 0;
   for (block *b = free_index_iter_start(&it, *shard_free_tree(sh, large), rounded); b;
        b = free_index_iter_next(&it)) {
     gp_assert_internal(b->seg->pages && shard_fit_allowed(&sh->pool->cfg, b, rounded));
     gp_assert_internal(pages_longest_mapped(b->seg, b->addr, b->size) <= b->mapped_run);
     if (b->mapped_run < rounded)
       continue;
-    if (best_window(sh, b, rounded, 1, at) == 0) {
-      found = b;
-      break;
-    }
+    if (best_window(sh, b, rounded, 1, at) == 0)
+      return b;
     b->mapped_run = pages_longest_mapped(b->seg, b->addr, b->size);
-    if (!b->mapped_run && nemptied < sizeof emptied / sizeof *emptied)
-      emptied[nemptied++] = b;
   }
-  for (unsigned i = 0; i < nemptied; i++) { /* into hole_tree */
-    index_remove(sh, emptied[i]);
-    index_insert(sh, emptied[i]);
-  }
-  return found;
+  return NULL;
 }
 
 /* When no placement over mapped pages only exists: among the free blocks
- * that fit, holes included, smallest first, the one whose best placement
- * (*at) needs the fewest unmapped pages (the first on ties); NULL when none
- * fits. The two indexes are walked together in their common (size, address)
- * order, so the answer is the one a single index would give. As
- * first_mapped, in expandable pools only. */
-static block *fewest_missing(shard *sh, int large, size_t rounded, uintptr_t *at) {
-  block *best = NULL;
+ * from fit on, smallest first, the one whose best placement (*at) needs the
+ * fewest unmapped pages (the first on ties). As first_mapped, in expandable
+ * pools only. */
+static block *fewest_missing(shard *sh, block *fit, int large, size_t rounded, uintptr_t *at) {
+  block *best = fit;
   size_t best_missing = SIZE_MAX;
-  free_index_iter it, ih;
-  block *f = free_index_iter_start(&it, *shard_free_tree(sh, large), rounded);
-  block *h = free_index_iter_start(&ih, *shard_hole_tree(sh, large), rounded);
-  while (f || h) {
-    block *b;
-    if (!h || (f && free_index_less(f, h))) {
-      b = f;
-      f = free_index_iter_next(&it);
-    } else {
-      b = h;
-      h = free_index_iter_next(&ih);
-    }
+  free_index_iter it;
+  *at = fit->addr;
+  for (block *b = free_index_iter_start(&it, *shard_free_tree(sh, large), rounded); b;
+       b = free_index_iter_next(&it)) {
     gp_assert_internal(b->seg->pages && shard_fit_allowed(&sh->pool->cfg, b, rounded));
-    gp_assert_internal(!b->hole ||
-                       (b->mapped_run == 0 && pages_longest_mapped(b->seg, b->addr, b->size) == 0));
     uintptr_t b_at;
     size_t m = best_window(sh, b, rounded, 0, &b_at);
     if (m < best_missing) {
@@ -331,14 +287,14 @@ static block *fewest_missing(shard *sh, int large, size_t rounded, uintptr_t *at
   return best;
 }
 
-block *shard_place_mapped(shard *sh, block *fit, int large, size_t rounded, int mapped_only) {
-  gp_assert_internal(fit == shard_best_fit(sh, large, rounded));
-  gp_assert_internal(fit ? !shard_fit_is_mapped(sh, fit, rounded)
-                         : !mapped_only && *shard_hole_tree(sh, large));
-  uintptr_t at = 0;
-  block *best = fit ? first_mapped(sh, large, rounded, &at) : NULL;
+block *shard_place_mapped(shard *sh, block *fit, size_t rounded, int mapped_only) {
+  gp_assert_internal(fit && fit == shard_best_fit(sh, fit->seg->large, rounded) &&
+                     !shard_fit_is_mapped(sh, fit, rounded));
+  int large = fit->seg->large;
+  uintptr_t at;
+  block *best = first_mapped(sh, large, rounded, &at);
   if (!best && !mapped_only)
-    best = fewest_missing(sh, large, rounded, &at);
+    best = fewest_missing(sh, fit, large, rounded, &at);
   if (best && at != best->addr)
     split_front(sh, best, at);
   return best;
@@ -442,10 +398,9 @@ static void carve_out(shard *sh, block *b, size_t rounded) {
     r->free_seq = b->free_seq;
     r->prev = b;
     r->next = b->next;
-    r->hole = b->hole; /* a hole's part has no mapped page either */
     /* a remainder, smaller: takes b's place where the order allows (before
      * b's key changes: the index finds b by it) */
-    free_index_shrink(index_of(sh, b), b, r);
+    free_index_shrink(shard_free_tree(sh, large), b, r);
     if (b->next)
       b->next->prev = r;
     b->next = r;
@@ -581,16 +536,11 @@ static void shard_release(shard *sh, block *b) {
     stat_add(&sh->st.s[STAT_INACTIVE_SPLIT_BYTES], b->seg->large, bytes);
   } else
     b->mapped_run = run;
-  if (slot && !slot->hole) {
-    b->hole = 0;
+  if (slot) {
     free_index_grow(shard_free_tree(sh, b->seg->large), slot, b); /* b absorbed slot: larger */
-  } else {
-    if (slot) /* a hole: b, which has pages, belongs in free_tree */
-      index_remove(sh, slot);
-    index_insert(sh, b);
-  }
-  if (slot)
     block_recycle(sh, slot);
+  } else
+    index_insert(sh, b);
 }
 
 void shard_free(shard *sh, block *b, int deferred) {
@@ -689,11 +639,11 @@ void shard_remove_segment(shard *sh, segment *seg) {
 
 size_t shard_largest_free(const shard *sh) {
   size_t best = 0;
-  for (int hole = 0; hole < 2; hole++)
-    for (int large = 0; large < 2; large++) {
-      const block *b = free_index_largest(sh->roots[hole][large]);
-      if (b && b->size > best)
-        best = b->size;
-    }
+  const block *small = free_index_largest(sh->free_tree.small);
+  const block *large = free_index_largest(sh->free_tree.large);
+  if (small)
+    best = small->size;
+  if (large && large->size > best)
+    best = large->size;
   return best;
 }

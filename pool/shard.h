@@ -32,24 +32,23 @@ static inline int shard_fit_allowed(const pool_config *c, const block *b, size_t
 }
 
 /* The smallest free block of the size kind `large` that may serve a request
- * of `rounded` bytes (the strategy's rules), or NULL; holes (types.h) are
- * not looked at. Looks only. Inline: every allocation asks it first. */
+ * of `rounded` bytes (the strategy's rules), or NULL. Looks only. Inline:
+ * every allocation asks it first. */
 static inline block *shard_best_fit(shard *sh, int large, size_t rounded) {
   block *b = free_index_lower_bound(*shard_free_tree(sh, large), rounded);
   return b && shard_fit_allowed(&sh->pool->cfg, b, rounded) ? b : NULL;
 }
 /* The free block for a request of rounded bytes that needs the fewest
  * unmapped pages (vmm segments), when fit, the best fit (shard_best_fit),
- * has some under the part the request would take (shard_fit_is_mapped), or
- * is NULL with holes of the size kind (then not mapped_only): among all the
- * free blocks that fit, smallest first, the first whose placement (its
- * start, its end, or a run of mapped pages inside it) needs none; else the
- * one whose best placement needs the fewest, holes included. A block placed
+ * has some under the part the request would take (shard_fit_is_mapped):
+ * among all the free blocks that fit, smallest first, the first whose
+ * placement (its start, its end, or a run of mapped pages inside it) needs
+ * none; else the one whose best placement needs the fewest. A block placed
  * past its start is split there: the part below stays free, and the block
  * returned starts at the placement. With mapped_only, NULL (and nothing
  * split) when every placement needs pages: the hot path's question, which
  * the slow path then asks again. */
-block *shard_place_mapped(shard *sh, block *fit, int large, size_t rounded, int mapped_only);
+block *shard_place_mapped(shard *sh, block *fit, size_t rounded, int mapped_only);
 /* The bytes a request of `rounded` takes from free block b: rounded when b
  * is split for it, all of b otherwise. */
 size_t shard_carve_size(const shard *sh, const block *b, size_t rounded);
@@ -72,9 +71,8 @@ static inline int shard_fit_is_mapped(const shard *sh, const block *b, size_t ro
  * asks it. */
 static inline block *shard_place(shard *sh, int large, size_t rounded, int mapped_only) {
   block *fit = shard_best_fit(sh, large, rounded);
-  /* without a fit in free_tree, a hole may still take it (not mapped_only) */
-  if (fit ? !shard_fit_is_mapped(sh, fit, rounded) : !mapped_only && *shard_hole_tree(sh, large))
-    fit = shard_place_mapped(sh, fit, large, rounded, mapped_only);
+  if (fit && !shard_fit_is_mapped(sh, fit, rounded))
+    fit = shard_place_mapped(sh, fit, rounded, mapped_only);
   return fit;
 }
 /* A free block that can be handed out now (no page to map): shard_place
@@ -90,10 +88,6 @@ static inline block *shard_place_ready(shard *sh, int large, size_t rounded) {
     b = shard_place(sh, 1, rounded, 1);
   return b;
 }
-/* Sets free block b's mapped_run (of a vmm segment) to run, its exact
- * value, moving it between free_tree and hole_tree where run says it has
- * become a hole or has one no more (pages.c, as pages change under it). */
-void shard_set_mapped_run(shard *sh, block *b, size_t run);
 /* Allocates free block b for a request: carves it out of the index
  * (splitting it when the strategy allows; statistics and the event), then
  * records it as live, counted under tag id `tag` (0: none); -1 (and b back

@@ -151,12 +151,7 @@ typedef struct block {
   uint8_t state;
   uint8_t nstreams; /* other streams it was used on (record_stream) */
   uint8_t cap_streams;
-  union {
-    uint8_t tag; /* the allocating thread's tag id (thread_state.h) while allocated */
-    /* While free: in its shard's hole_tree (no mapped page under it), not
-     * in free_tree. */
-    uint8_t hole;
-  };
+  uint8_t tag;    /* the allocating thread's tag id (thread_state.h) while allocated */
   void **streams; /* then, while pending: the events to wait for */
   struct block *pending_next;
   uint64_t free_seq; /* shard-local free order, for GC */
@@ -203,15 +198,13 @@ struct shard {
   void *stream;
   gpupool *pool;
   /* The free index (free_index.h) of each size kind; shard_free_tree()
-   * picks one by a segment's `large`. The free blocks of vmm segments that
-   * have no mapped page under them (holes: address space whose pages moved
-   * away or were never mapped) are in hole_tree instead, in the same order:
-   * the hot path, which looks for blocks over mapped pages, never meets
-   * them; the slow path looks at both (shard.c). A free block with no
-   * mapped page may still be in free_tree (a split's part, a bound
-   * tightened by a search); one in hole_tree has none, and its mapped_run
-   * is 0. */
-  block *roots[2][2]; /* [hole][large]: picked by an address, no branch */
+   * picks one by a segment's `large`. */
+  union {
+    struct {
+      block *small, *large;
+    };
+    block *by_kind[2]; /* for shard_free_tree only: a load, no branch */
+  } free_tree;
   size_t nfree;
   block *pending; /* freed, waiting on events */
   size_t npending;
@@ -234,6 +227,8 @@ struct shard {
    * large][id], as last read (stats.c stats_note_peaks; only it touches them). */
   int64_t peak_cur[2][STAT_COUNT];
 } __attribute__((aligned(64)));
+_Static_assert(offsetof(shard, free_tree.large) == offsetof(shard, free_tree.by_kind[1]),
+               "free_tree.by_kind[large] is the tree named by large");
 
 #define SHARD_TABLE 1024 /* distinct streams per pool */
 
