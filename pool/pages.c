@@ -107,10 +107,11 @@ static void unmap_list(gpupool *p, page_list *l, int mode, pages_work *w) {
       ;
     segment *seg = l->v[i].seg;
     be->ops->vmm->unmap(be, (void *)(seg->addr + l->v[i].index * seg->page_size), j - i);
-    if (w)
+    if (w) {
       w->unmapped += j - i;
-    if (w && !w->unmapped_at)
-      w->unmapped_at = seg->addr + l->v[i].index * seg->page_size;
+      if (!w->unmapped_at)
+        w->unmapped_at = seg->addr + l->v[i].index * seg->page_size;
+    }
   }
   if (release && l->n) {
     void **h = malloc(l->n * sizeof *h);
@@ -530,8 +531,8 @@ gpupool_status pages_back(gpupool *p, block *b, pages_work *w) {
     stale += seg->pages[i] == PAGE_STALE;
   }
   if (stale) { /* old mappings where this block goes: they must go first */
-    stale = stale_flush(p, seg, first, last, 1);
-    POOL_COUNT(p, p->c.alloc_unmaps += stale);
+    size_t flushed = stale_flush(p, seg, first, last, 1);
+    POOL_COUNT(p, p->c.alloc_unmaps += flushed);
   }
   if (!missing)
     return GPUPOOL_OK;
