@@ -153,10 +153,8 @@ static inline size_t vmm_min_rest(const block *b, size_t rounded) {
 
 /* The unmapped pages that a request of rounded bytes placed at `at` in free
  * block b (of a vmm segment; min_rest: vmm_min_rest(b)) needs, SIZE_MAX
- * where it does not fit there; with zero_only, 1 for any number above 0 (no
- * count: the hot path's question). */
-static inline size_t missing_at(const block *b, uintptr_t at, size_t rounded, size_t min_rest,
-                                int zero_only) {
+ * where it does not fit there. */
+static inline size_t missing_at(const block *b, uintptr_t at, size_t rounded, size_t min_rest) {
   uintptr_t end = b->addr + b->size;
   if (at < b->addr || at > end || end - at < rounded)
     return SIZE_MAX;
@@ -165,13 +163,13 @@ static inline size_t missing_at(const block *b, uintptr_t at, size_t rounded, si
   size_t first = page_of(seg, at), last = page_of(seg, at + len - 1);
   if (pages_find(seg, first, last, 0) > last)
     return 0;
-  return zero_only ? 1 : last - first + 1 - pages_mapped_in(seg, first, last);
+  return last - first + 1 - pages_mapped_in(seg, first, last);
 }
 
 /* Keeps at in *best_at when it needs fewer unmapped pages than *best. */
 static inline void try_at(const block *b, uintptr_t at, size_t rounded, size_t min_rest,
-                          int zero_only, size_t *best, uintptr_t *best_at) {
-  size_t m = missing_at(b, at, rounded, min_rest, zero_only);
+                          size_t *best, uintptr_t *best_at) {
+  size_t m = missing_at(b, at, rounded, min_rest);
   if (m < *best) {
     *best = m;
     *best_at = at;
@@ -181,31 +179,82 @@ static inline void try_at(const block *b, uintptr_t at, size_t rounded, size_t m
 /* Where in free block b (of a vmm segment, in a pool of strategy bfc) a
  * request of rounded bytes needs the fewest unmapped pages, *at: its start,
  * its end, or the start or end of a run of mapped pages inside it (the first
- * of these on ties). Returns how many it needs there (with zero_only: 0, or
- * 1 for some). Inline: the hot path's copy has zero_only constant. */
-static inline size_t best_window(const shard *sh, const block *b, size_t rounded, int zero_only,
-                                 uintptr_t *at) {
+ * of these on ties). Returns how many it needs there. The slow path's
+ * question; the hot path asks mapped_window. */
+static size_t best_window(const shard *sh, const block *b, size_t rounded, uintptr_t *at) {
   gp_assert_internal(b->seg->pages && sh->pool->cfg.strategy == GPUPOOL_STRATEGY_BFC);
   const segment *seg = b->seg;
   size_t ps = seg->page_size, min_rest = vmm_min_rest(b, rounded);
-  size_t best = missing_at(b, b->addr, rounded, min_rest, zero_only);
+  size_t best = missing_at(b, b->addr, rounded, min_rest);
   uintptr_t end = b->addr + b->size;
   *at = b->addr;
   if (!best)
     return 0;
-  try_at(b, end - rounded, rounded, min_rest, zero_only, &best, at);
+  try_at(b, end - rounded, rounded, min_rest, &best, at);
   size_t first = page_of(seg, b->addr), last = page_of(seg, end - 1);
   if (last >= seg->top) /* no page at or above top was ever mapped */
     last = seg->top ? seg->top - 1 : 0;
   for (size_t i = pages_find(seg, first, last, 1); best && i <= last;) {
     size_t j = pages_find(seg, i, last, 0); /* the run of mapped pages [i, j) */
-    if (!zero_only || (j - i) * ps >= rounded) {
-      try_at(b, seg->addr + i * ps, rounded, min_rest, zero_only, &best, at);
-      try_at(b, seg->addr + j * ps - rounded, rounded, min_rest, zero_only, &best, at);
-    }
+    try_at(b, seg->addr + i * ps, rounded, min_rest, &best, at);
+    try_at(b, seg->addr + j * ps - rounded, rounded, min_rest, &best, at);
     i = pages_find(seg, j, last, 1);
   }
   return best;
+}
+
+/* Whether a request of rounded bytes placed at `at` in free block b (as
+ * missing_at) needs no unmapped page. */
+static inline int mapped_at(const block *b, uintptr_t at, size_t rounded, size_t min_rest) {
+  uintptr_t end = b->addr + b->size;
+  if (at < b->addr || at > end || end - at < rounded)
+    return 0;
+  size_t len = end - at - rounded >= min_rest ? rounded : end - at;
+  const segment *seg = b->seg;
+  size_t last = page_of(seg, at + len - 1);
+  return pages_find(seg, page_of(seg, at), last, 0) > last;
+}
+
+/* best_window's answer when it is 0 (the same places, in the same order):
+ * 1 and *at where a request of rounded bytes needs no unmapped page in free
+ * block b; else 0, and b's longest stretch over mapped pages, exact
+ * (pages_longest_mapped: the same runs), in *longest. The hot path's
+ * question: inline, no page counted, and the runs walked once for both. */
+static inline int mapped_window(const block *b, size_t rounded, uintptr_t *at, size_t *longest) {
+  const segment *seg = b->seg;
+  size_t ps = seg->page_size, min_rest = vmm_min_rest(b, rounded);
+  uintptr_t end = b->addr + b->size;
+  if (mapped_at(b, b->addr, rounded, min_rest)) {
+    *at = b->addr;
+    return 1;
+  }
+  if (mapped_at(b, end - rounded, rounded, min_rest)) {
+    *at = end - rounded;
+    return 1;
+  }
+  size_t first = page_of(seg, b->addr), last = page_of(seg, end - 1), run = 0;
+  if (last >= seg->top) /* no page at or above top was ever mapped */
+    last = seg->top ? seg->top - 1 : 0;
+  for (size_t i = pages_find(seg, first, last, 1); i <= last;) {
+    size_t j = pages_find(seg, i, last, 0); /* the run of mapped pages [i, j) */
+    uintptr_t lo = seg->addr + i * ps, hi = seg->addr + j * ps;
+    if ((j - i) * ps >= rounded) {
+      if (mapped_at(b, lo, rounded, min_rest)) {
+        *at = lo;
+        return 1;
+      }
+      if (mapped_at(b, hi - rounded, rounded, min_rest)) {
+        *at = hi - rounded;
+        return 1;
+      }
+    }
+    lo = lo > b->addr ? lo : b->addr;
+    hi = hi < end ? hi : end;
+    run = hi - lo > run ? hi - lo : run;
+    i = pages_find(seg, j, last, 1);
+  }
+  *longest = run;
+  return 0;
 }
 
 /* Splits free block b at address at, inside it: the part below at stays a
@@ -240,6 +289,18 @@ static void split_front(shard *sh, block *b, uintptr_t at) {
   index_insert(sh, b); /* f took b's count */
 }
 
+#ifndef NDEBUG
+/* Whether mapped_window's answer is best_window's and pages_longest_mapped's. */
+static int same_window(const shard *sh, const block *b, size_t rounded, int found, uintptr_t at,
+                       size_t longest) {
+  uintptr_t best_at;
+  size_t m = best_window(sh, b, rounded, &best_at);
+  if (found)
+    return m == 0 && at == best_at;
+  return m != 0 && longest == pages_longest_mapped(b->seg, b->addr, b->size);
+}
+#endif
+
 /* The first free block from the best fit on, in the index's order, with a
  * placement for a request of rounded bytes over mapped pages only (*at:
  * where, as best_window finds it), or NULL. Such a placement lies in one
@@ -257,9 +318,12 @@ static block *first_mapped(shard *sh, int large, size_t rounded, uintptr_t *at) 
     gp_assert_internal(pages_longest_mapped(b->seg, b->addr, b->size) <= b->mapped_run);
     if (b->mapped_run < rounded)
       continue;
-    if (best_window(sh, b, rounded, 1, at) == 0)
+    size_t longest;
+    int found = mapped_window(b, rounded, at, &longest);
+    gp_assert_internal(same_window(sh, b, rounded, found, *at, longest));
+    if (found)
       return b;
-    b->mapped_run = pages_longest_mapped(b->seg, b->addr, b->size);
+    b->mapped_run = longest;
   }
   return NULL;
 }
@@ -277,7 +341,7 @@ static block *fewest_missing(shard *sh, block *fit, int large, size_t rounded, u
        b = free_index_iter_next(&it)) {
     gp_assert_internal(b->seg->pages && shard_fit_allowed(&sh->pool->cfg, b, rounded));
     uintptr_t b_at;
-    size_t m = best_window(sh, b, rounded, 0, &b_at);
+    size_t m = best_window(sh, b, rounded, &b_at);
     if (m < best_missing) {
       best_missing = m;
       best = b;
