@@ -164,6 +164,7 @@ block *free_index_largest(block *t) {
  * subtree. */
 block *free_index_iter_start(free_index_iter *it, block *root, size_t size) {
   it->root = root;
+  it->from = NULL;
   it->n = 0;
   it->deep = 0;
   for (block *t = root; t;) {
@@ -177,4 +178,28 @@ block *free_index_iter_start(free_index_iter *it, block *root, size_t size) {
   if (it->deep) /* the top of the stack is not the lower bound */
     return it->cur = free_index_lower_bound(root, size);
   return it->cur = it->n ? it->stack[it->n - 1] : NULL;
+}
+
+/* The descent to it->from pushes the ancestors that sort after it, as
+ * free_index_iter_start's does; the stack is empty (the walk left from's
+ * subtree), so they are all that follows. from being the lower bound of its
+ * size, a block of that size or more other than from sorts after it: sizes
+ * compared, as free_index_lower_bound does. */
+block *free_index_iter_above(free_index_iter *it) {
+  const block *from = it->from;
+  size_t size = from->size;
+  gp_assert_internal(!it->n && !it->deep && from == free_index_lower_bound(it->root, size));
+  it->from = NULL;
+  for (block *t = it->root; t != from;) {
+    gp_assert_internal(t); /* from is in this index */
+    if (t->size >= size) {
+      free_index_iter_push(it, t);
+      t = t->left;
+    } else {
+      t = t->right;
+    }
+  }
+  if (it->deep) /* the top of the stack is not from's successor */
+    return free_index_next(it->root, it->cur);
+  return it->n ? it->stack[it->n - 1] : NULL;
 }

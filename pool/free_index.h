@@ -34,6 +34,7 @@ block *free_index_largest(block *root);
 #define FREE_INDEX_ITER_DEPTH 64
 typedef struct free_index_iter {
   block *root, *cur;
+  block *from; /* free_index_iter_from's block while its ancestors are not on the stack */
   unsigned n;
   int deep; /* the stack overflowed: free_index_next from here on */
   block *stack[FREE_INDEX_ITER_DEPTH];
@@ -41,6 +42,22 @@ typedef struct free_index_iter {
 
 /* Starts it at free_index_lower_bound(root, size), which it returns. */
 block *free_index_iter_start(free_index_iter *it, block *root, size_t size);
+/* Starts it at b, the lower bound of its own size in the index under root
+ * (free_index_lower_bound(root, b->size), as a best fit is), without a
+ * descent: the walk goes through b's right subtree first, and descends from
+ * the root for b's ancestors (free_index_iter_above) only if it goes on past
+ * that. A caller that found b by a descent saves the second one where the
+ * walk stops early. */
+static inline void free_index_iter_from(free_index_iter *it, block *root, block *b) {
+  it->root = root;
+  it->cur = it->from = b;
+  it->stack[0] = b;
+  it->n = 1;
+  it->deep = 0;
+}
+/* The block after it->from's subtree, with it->from's ancestors that follow
+ * it pushed: free_index_iter_next's step out of that subtree. */
+block *free_index_iter_above(free_index_iter *it);
 
 static inline void free_index_iter_push(free_index_iter *it, block *b) {
   if (it->n < FREE_INDEX_ITER_DEPTH)
@@ -60,8 +77,11 @@ static inline block *free_index_iter_next(free_index_iter *it) {
     it->n--;
     for (block *t = it->cur->right; t; t = t->left)
       free_index_iter_push(it, t);
-    if (!it->deep)
+    if (!it->deep) {
+      if (!it->n && it->from)
+        return it->cur = free_index_iter_above(it);
       return it->cur = it->n ? it->stack[it->n - 1] : NULL;
+    }
   }
   return it->cur = free_index_next(it->root, it->cur);
 }

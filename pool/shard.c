@@ -301,19 +301,20 @@ static int same_window(const shard *sh, const block *b, size_t rounded, int foun
 }
 #endif
 
-/* The first free block from the best fit on, in the index's order, with a
- * placement for a request of rounded bytes over mapped pages only (*at:
- * where, as best_window finds it), or NULL. Such a placement lies in one
+/* The first free block from fit (the best fit) on, in the index's order,
+ * with a placement for a request of rounded bytes over mapped pages only
+ * (*at: where, as best_window finds it), or NULL. The walk starts at fit
+ * without a second descent (free_index_iter_from). Such a placement lies in one
  * stretch of the block over mapped pages: a block whose mapped_run is
  * shorter is skipped in a compare, without looking at its pages (most
  * blocks, which is what makes the search cheap). A block found loose is
  * tightened. Only expandable pools search (a plain segment's blocks are
  * mapped): their segments are all vmm ranges, and their strategy bfc, under
  * which shard_fit_allowed holds for every block of a vmm segment. */
-static block *first_mapped(shard *sh, int large, size_t rounded, uintptr_t *at) {
+static block *first_mapped(shard *sh, block *fit, size_t rounded, uintptr_t *at) {
   free_index_iter it;
-  for (block *b = free_index_iter_start(&it, *shard_free_tree(sh, large), rounded); b;
-       b = free_index_iter_next(&it)) {
+  free_index_iter_from(&it, *shard_free_tree(sh, fit->seg->large), fit);
+  for (block *b = fit; b; b = free_index_iter_next(&it)) {
     gp_assert_internal(b->seg->pages && shard_fit_allowed(&sh->pool->cfg, b, rounded));
     gp_assert_internal(pages_longest_mapped(b->seg, b->addr, b->size) <= b->mapped_run);
     if (b->mapped_run < rounded)
@@ -356,7 +357,7 @@ block *shard_place_mapped(shard *sh, block *fit, size_t rounded, int mapped_only
                      !shard_fit_is_mapped(sh, fit, rounded));
   int large = fit->seg->large;
   uintptr_t at;
-  block *best = first_mapped(sh, large, rounded, &at);
+  block *best = first_mapped(sh, fit, rounded, &at);
   if (!best && !mapped_only)
     best = fewest_missing(sh, fit, large, rounded, &at);
   if (best && at != best->addr)
