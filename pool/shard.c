@@ -142,15 +142,6 @@ static void index_remove(shard *sh, block *b) {
 
 static int should_split_rest(const pool_config *c, const block *b, size_t rest, size_t rounded);
 
-/* The least rest that a free block of a vmm segment, taken by a request of
- * rounded bytes, leaves as a free block of its own (should_split_rest,
- * strategy bfc): in a large range, more than SMALL_SIZE for a large request
- * (a smaller rest serves only small requests, which would rather take it
- * whole), MIN_BLOCK for a small one (shard_place_ready). */
-static inline size_t vmm_min_rest(const block *b, size_t rounded) {
-  return b->seg->large && size_is_large(rounded) ? SMALL_SIZE + 1 : MIN_BLOCK;
-}
-
 /* The unmapped pages that a request of rounded bytes placed at `at` in free
  * block b (of a vmm segment; min_rest: vmm_min_rest(b)) needs, SIZE_MAX
  * where it does not fit there. */

@@ -5,6 +5,7 @@
 #include "free_index.h"
 #include "pages.h"
 #include "pool_internal.h"
+#include "sizeclass.h"
 
 /* The shard for stream, created on first use; NULL when out of host memory
  * or when the pool already has SHARD_TABLE streams. Takes no shard lock. */
@@ -52,17 +53,28 @@ block *shard_place_mapped(shard *sh, block *fit, size_t rounded, int mapped_only
 /* The bytes a request of `rounded` takes from free block b: rounded when b
  * is split for it, all of b otherwise. */
 size_t shard_carve_size(const shard *sh, const block *b, size_t rounded);
+/* The least rest that a free block of a vmm segment, taken by a request of
+ * rounded bytes, leaves as a free block of its own (should_split_rest,
+ * strategy bfc): in a large range, more than SMALL_SIZE for a large request
+ * (a smaller rest serves only small requests, which would rather take it
+ * whole), MIN_BLOCK for a small one (shard_place_ready). */
+static inline size_t vmm_min_rest(const block *b, size_t rounded) {
+  return b->seg->large && size_is_large(rounded) ? SMALL_SIZE + 1 : MIN_BLOCK;
+}
 /* Whether fit b can be handed out now: false when some page it would take
  * is not mapped (vmm segments), which is the slow path's work. */
 static inline int shard_fit_is_mapped(const shard *sh, const block *b, size_t rounded) {
   const segment *seg = b->seg;
-  if (!seg->pages || seg->nmapped == seg->npages) /* keeps shard_carve_size off the hot path */
+  if (!seg->pages || seg->nmapped == seg->npages) /* keeps the rest off plain pools' path */
     return 1;
   if (b->mapped_run < rounded) { /* no stretch over mapped pages that long: no look at pages */
     gp_assert_internal(!pages_cover(seg, b->addr, shard_carve_size(sh, b, rounded)));
     return 0;
   }
-  return pages_cover(seg, b->addr, shard_carve_size(sh, b, rounded));
+  /* shard_carve_size inline: a vmm segment's pool has strategy bfc */
+  size_t len = b->size - rounded >= vmm_min_rest(b, rounded) ? rounded : b->size;
+  gp_assert_internal(len == shard_carve_size(sh, b, rounded));
+  return pages_cover(seg, b->addr, len);
 }
 /* A free block of the size kind `large` for a request of rounded bytes: the
  * best fit, or where some of its pages are missing (vmm segments)
