@@ -206,19 +206,15 @@ static inline int mapped_at(const block *b, uintptr_t at, size_t rounded, size_t
   return pages_find(seg, page_of(seg, at), last, 0) > last;
 }
 
-/* best_window's answer when it is 0 (the same places, in the same order):
- * 1 and *at where a request of rounded bytes needs no unmapped page in free
- * block b; else 0, and b's longest stretch over mapped pages, exact
- * (pages_longest_mapped: the same runs), in *longest. The hot path's
- * question: inline, no page counted, and the runs walked once for both. */
-static inline int mapped_window(const block *b, size_t rounded, uintptr_t *at, size_t *longest) {
+/* mapped_window past b's start: its end, then the runs of mapped pages
+ * inside it. Out of line: most looks end at the start, and the walk around
+ * them keeps fewer values live without this part. */
+static __attribute__((noinline)) int mapped_window_past_start(const block *b, size_t rounded,
+                                                              size_t min_rest, uintptr_t *at,
+                                                              size_t *longest) {
   const segment *seg = b->seg;
-  size_t ps = seg->page_size, min_rest = vmm_min_rest(b, rounded);
+  size_t ps = seg->page_size;
   uintptr_t end = b->addr + b->size;
-  if (mapped_at(b, b->addr, rounded, min_rest)) {
-    *at = b->addr;
-    return 1;
-  }
   if (mapped_at(b, end - rounded, rounded, min_rest)) {
     *at = end - rounded;
     return 1;
@@ -246,6 +242,20 @@ static inline int mapped_window(const block *b, size_t rounded, uintptr_t *at, s
   }
   *longest = run;
   return 0;
+}
+
+/* best_window's answer when it is 0 (the same places, in the same order):
+ * 1 and *at where a request of rounded bytes needs no unmapped page in free
+ * block b; else 0, and b's longest stretch over mapped pages, exact
+ * (pages_longest_mapped: the same runs), in *longest. The hot path's
+ * question: no page counted, and the runs walked once for both. */
+static inline int mapped_window(const block *b, size_t rounded, uintptr_t *at, size_t *longest) {
+  size_t min_rest = vmm_min_rest(b, rounded);
+  if (mapped_at(b, b->addr, rounded, min_rest)) {
+    *at = b->addr;
+    return 1;
+  }
+  return mapped_window_past_start(b, rounded, min_rest, at, longest);
 }
 
 /* Splits free block b at address at, inside it: the part below at stays a
