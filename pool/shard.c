@@ -353,7 +353,10 @@ static block *fewest_missing(shard *sh, block *fit, int large, size_t rounded, u
   return best;
 }
 
-block *shard_place_mapped(shard *sh, block *fit, size_t rounded, int mapped_only) {
+/* Out of line: inlined into shard_place, it made every allocation save
+ * registers that only this search needs, plain pools' included. */
+__attribute__((noinline)) block *shard_place_mapped(shard *sh, block *fit, size_t rounded,
+                                                    int mapped_only) {
   gp_assert_internal(fit && fit == shard_best_fit(sh, fit->seg->large, rounded) &&
                      !shard_fit_is_mapped(sh, fit, rounded));
   int large = fit->seg->large;
