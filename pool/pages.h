@@ -78,6 +78,22 @@ static inline int pages_cover(const segment *seg, uintptr_t addr, size_t len) {
 /* The longest stretch of [addr, addr + len) (in vmm segment seg) over
  * mapped pages, in bytes: block.mapped_run's exact value. */
 size_t pages_longest_mapped(const segment *seg, uintptr_t addr, size_t len);
+/* block.mapped_run for a stretch of longest bytes over mapped pages in a
+ * block of size bytes: bit 0 set unless it is all of the block. */
+static inline size_t mapped_run_of(size_t longest, size_t size) {
+  return longest | (longest != size);
+}
+/* Whether free block b of a vmm segment is known to have every page under
+ * it mapped (block.mapped_run's bit 0 clear). */
+static inline int mapped_run_full(const block *b) {
+  return !(b->mapped_run & 1);
+}
+/* The least of mapped_run value run and size, a part of the block that run
+ * is for: a bound for the part, full only where the whole was. */
+static inline size_t mapped_run_cap(size_t run, size_t size) {
+  size |= run & 1;
+  return run < size ? run : size;
+}
 
 /* What the page operations of one slow-path call did, for the pool's
  * counters and events (emitted by the caller once no shard lock is held). */

@@ -273,7 +273,7 @@ static void split_front(shard *sh, block *b, uintptr_t at) {
   f->state = BLOCK_FREE;
   f->free_seq = b->free_seq;
   /* each part's stretch over mapped pages is at most the whole's */
-  f->mapped_run = b->mapped_run < f->size ? b->mapped_run : f->size;
+  f->mapped_run = mapped_run_cap(b->mapped_run, f->size);
   if (free_index_shrink(shard_free_tree(sh, b->seg->large), b, f) == 0)
     b->prio = fresh; /* f took b's priority with its place */
   f->prev = b->prev;
@@ -285,7 +285,7 @@ static void split_front(shard *sh, block *b, uintptr_t at) {
   b->prev = f;
   b->addr = at;
   b->size -= f->size;
-  b->mapped_run = b->mapped_run < b->size ? b->mapped_run : b->size;
+  b->mapped_run = mapped_run_cap(b->mapped_run, b->size);
   b->seg->nblocks++;
   index_insert(sh, b); /* f took b's count */
 }
@@ -318,6 +318,7 @@ static block *first_mapped(shard *sh, block *fit, size_t rounded, uintptr_t *at)
   for (block *b = fit; b; b = free_index_iter_next(&it)) {
     gp_assert_internal(b->seg->pages && shard_fit_allowed(&sh->pool->cfg, b, rounded));
     gp_assert_internal(pages_longest_mapped(b->seg, b->addr, b->size) <= b->mapped_run);
+    gp_assert_internal(!mapped_run_full(b) || pages_cover(b->seg, b->addr, b->size));
     if (b->mapped_run < rounded)
       continue;
     size_t longest;
@@ -325,7 +326,7 @@ static block *first_mapped(shard *sh, block *fit, size_t rounded, uintptr_t *at)
     gp_assert_internal(same_window(sh, b, rounded, found, *at, longest));
     if (found)
       return b;
-    b->mapped_run = longest;
+    b->mapped_run = longest | 1; /* not all mapped, or its start would have served */
   }
   return NULL;
 }
@@ -452,8 +453,7 @@ static void carve_out(shard *sh, block *b, size_t rounded) {
     /* Counted as PyTorch does: an inactive split block that is cut stays one,
      * shrunk by what is taken; an unsplit block leaves one behind. */
     if (b->seg->pages) { /* not counted (split_counted); a bound, as in split_front */
-      size_t rest = b->size - rounded;
-      r->mapped_run = b->mapped_run < rest ? b->mapped_run : rest;
+      r->mapped_run = mapped_run_cap(b->mapped_run, b->size - rounded);
     } else if (b->seg->nblocks > 1) {
       stat_dec(&sh->st.s[STAT_INACTIVE_SPLIT_BYTES], large, (int64_t)rounded);
     } else {
@@ -537,6 +537,7 @@ int shard_allocate_claimed(shard *sh, block *b, size_t requested, unsigned tag) 
 void shard_unclaim(shard *sh, block *b) {
   gp_assert_internal(b->state == BLOCK_CLAIMED && b->seg->sh == sh);
   shard_release(sh, b);
+  b->mapped_run |= 1; /* some of its pages may have stayed unmapped */
 }
 
 /* Absorbs free neighbour n into b's address range and unlinks it from the
@@ -567,6 +568,8 @@ static size_t absorb(block *b, block *n) {
  * index, merging it with its free neighbours. */
 static void shard_release(shard *sh, block *b) {
   gp_assert_internal(b->state != BLOCK_FREE && b->seg->sh == sh);
+  gp_assert_internal(!b->seg->pages || b->state == BLOCK_CLAIMED ||
+                     pages_cover(b->seg, b->addr, b->size)); /* allocated: all mapped */
   b->state = BLOCK_FREE;
   b->free_seq = ++sh->free_seq;
   b->nstreams = 0;
@@ -577,7 +580,9 @@ static void shard_release(shard *sh, block *b) {
   block *slot = NULL; /* an absorbed neighbour whose place in the index b takes */
   /* A stretch over mapped pages of the merged block is at most b's size
    * plus those of the neighbours (a bound: b's pages may be loose when it
-   * was claimed, and the neighbours' stretches need not meet b). */
+   * was claimed, and the neighbours' stretches need not meet b). The sum
+   * also adds the neighbours' bit 0 (types.h): clear only where b (all
+   * mapped unless claimed: shard_unclaim) and each neighbour are full. */
   size_t run = b->size;
   if (b->prev && b->prev->state == BLOCK_FREE) {
     slot = b->prev;
@@ -603,8 +608,10 @@ static void shard_release(shard *sh, block *b) {
   if (!b->seg->pages) { /* split_counted */
     stat_add(&sh->st.s[STAT_INACTIVE_SPLIT], b->seg->large, blocks);
     stat_add(&sh->st.s[STAT_INACTIVE_SPLIT_BYTES], b->seg->large, bytes);
-  } else
-    b->mapped_run = run;
+  } else {
+    gp_assert_internal(b->size % MIN_BLOCK == 0 && run % MIN_BLOCK <= 2);
+    b->mapped_run = (run & ~(size_t)3) | ((run & 3) != 0); /* two bits 0 summed: one */
+  }
   if (slot) {
     free_index_grow(shard_free_tree(sh, b->seg->large), slot, b); /* b absorbed slot: larger */
     block_recycle(sh, slot);
@@ -688,7 +695,8 @@ void shard_add_segment(shard *sh, segment *seg) {
   sh->segments = seg;
   seg->first->free_seq = ++sh->free_seq;
   if (seg->pages)
-    seg->first->mapped_run = pages_longest_mapped(seg, seg->addr, seg->size);
+    seg->first->mapped_run =
+        mapped_run_of(pages_longest_mapped(seg, seg->addr, seg->size), seg->size);
   index_insert(sh, seg->first);
   count_segment(sh->pool, seg, 1);
 }

@@ -71,6 +71,10 @@ static inline int shard_fit_is_mapped(const shard *sh, const block *b, size_t ro
     gp_assert_internal(!pages_cover(seg, b->addr, shard_carve_size(sh, b, rounded)));
     return 0;
   }
+  if (mapped_run_full(b)) { /* every page under it mapped: no look at pages either */
+    gp_assert_internal(b->mapped_run == b->size && pages_cover(seg, b->addr, b->size));
+    return 1;
+  }
   /* shard_carve_size inline: a vmm segment's pool has strategy bfc */
   size_t len = b->size - rounded >= vmm_min_rest(b, rounded) ? rounded : b->size;
   gp_assert_internal(len == shard_carve_size(sh, b, rounded));

@@ -141,7 +141,13 @@ typedef struct block {
      * by the search it misleads); unused in a plain segment. A request of
      * more bytes cannot be placed over mapped pages only here, so the search
      * for such a placement skips the block in a compare. Next to size and
-     * the index's links: the search reads it on every block it passes. */
+     * the index's links: the search reads it on every block it passes.
+     * Bit 0 (sizes and stretches are multiples of MIN_BLOCK) is clear only
+     * where every page under the block is known to be mapped (the value is
+     * then the block's size), so that the hot path reads no page for such a
+     * block (mapped_run_full); set where that is unknown. A merge's sum of
+     * its parts' values keeps the bit clear only if it is clear in each
+     * (shard_release), so that pools without vmm segments pay nothing. */
     size_t mapped_run;
   };
   segment *seg;

@@ -9,8 +9,9 @@
  * the placement that needs the fewest unmapped pages). The address the pool
  * returns must be that one, every time. It also checks that each free
  * block's mapped_run, which the pool's search trusts to skip blocks, is at
- * least the longest stretch of the block over mapped pages, and the shard's
- * count of free blocks. */
+ * least the longest stretch of the block over mapped pages (and, where its
+ * bit 0 says every page is mapped, that they are), and the shard's count of
+ * free blocks. */
 #include <criterion/criterion.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -107,6 +108,11 @@ static int predict(shard *sh, size_t rounded, uintptr_t *at) {
       cr_assert_geq(b->mapped_run, longest_mapped(b),
                     "block at %#lx: mapped_run %zu, but %zu bytes of it are mapped in a row",
                     (unsigned long)b->addr, b->mapped_run, longest_mapped(b));
+      if (!(b->mapped_run & 1)) /* bit 0 clear: the pool reads no page of it */
+        cr_assert_eq(longest_mapped(b), b->size,
+                     "block at %#lx (%zu bytes): marked all mapped, but %zu bytes of it are "
+                     "mapped in a row",
+                     (unsigned long)b->addr, b->size, longest_mapped(b));
       if (seg->large == large && b->size >= rounded && n < 4096)
         c[n++] = b;
     }
