@@ -194,16 +194,19 @@ static size_t best_window(const shard *sh, const block *b, size_t rounded, uintp
   return best;
 }
 
+/* Whether every page of vmm segment seg under [addr, addr + len) is mapped. */
+static inline int window_mapped(const segment *seg, uintptr_t addr, size_t len) {
+  size_t last = page_of(seg, addr + len - 1);
+  return pages_find(seg, page_of(seg, addr), last, 0) > last;
+}
+
 /* Whether a request of rounded bytes placed at `at` in free block b (as
  * missing_at) needs no unmapped page. */
 static inline int mapped_at(const block *b, uintptr_t at, size_t rounded, size_t min_rest) {
   uintptr_t end = b->addr + b->size;
   if (at < b->addr || at > end || end - at < rounded)
     return 0;
-  size_t len = end - at - rounded >= min_rest ? rounded : end - at;
-  const segment *seg = b->seg;
-  size_t last = page_of(seg, at + len - 1);
-  return pages_find(seg, page_of(seg, at), last, 0) > last;
+  return window_mapped(b->seg, at, end - at - rounded >= min_rest ? rounded : end - at);
 }
 
 /* mapped_window past b's start: its end, then the runs of mapped pages
@@ -215,7 +218,7 @@ static __attribute__((noinline)) int mapped_window_past_start(const block *b, si
   const segment *seg = b->seg;
   size_t ps = seg->page_size;
   uintptr_t end = b->addr + b->size;
-  if (mapped_at(b, end - rounded, rounded, min_rest)) {
+  if (window_mapped(seg, end - rounded, rounded)) { /* mapped_at: no rest past it */
     *at = end - rounded;
     return 1;
   }
@@ -251,7 +254,8 @@ static __attribute__((noinline)) int mapped_window_past_start(const block *b, si
  * question: no page counted, and the runs walked once for both. */
 static inline int mapped_window(const block *b, size_t rounded, uintptr_t *at, size_t *longest) {
   size_t min_rest = vmm_min_rest(b, rounded);
-  if (mapped_at(b, b->addr, rounded, min_rest)) {
+  /* mapped_at(b, b->addr, ...): the block holds the request */
+  if (window_mapped(b->seg, b->addr, b->size - rounded >= min_rest ? rounded : b->size)) {
     *at = b->addr;
     return 1;
   }
