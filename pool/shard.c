@@ -617,7 +617,7 @@ static void shard_release(shard *sh, block *b) {
     stat_add(&sh->st.s[STAT_INACTIVE_SPLIT_BYTES], b->seg->large, bytes);
   } else {
     gp_assert_internal(b->size % MIN_BLOCK == 0 && run % MIN_BLOCK <= 2);
-    b->mapped_run = (run & ~(size_t)3) | ((run & 3) != 0); /* two bits 0 summed: one */
+    b->mapped_run = run - ((run >> 1) & 1); /* two bits 0 summed (bit 1): one */
   }
   if (slot) {
     free_index_grow(shard_free_tree(sh, b->seg->large), slot, b); /* b absorbed slot: larger */
