@@ -253,13 +253,12 @@ static __attribute__((noinline)) int mapped_window_past_start(const block *b, si
  * (pages_longest_mapped: the same runs), in *longest. The hot path's
  * question: no page counted, and the runs walked once for both. */
 static inline int mapped_window(const block *b, size_t rounded, uintptr_t *at, size_t *longest) {
-  size_t min_rest = vmm_min_rest(b, rounded);
   /* mapped_at(b, b->addr, ...): the block holds the request */
-  if (window_mapped(b->seg, b->addr, b->size - rounded >= min_rest ? rounded : b->size)) {
+  if (window_mapped(b->seg, b->addr, vmm_carve_size(b, rounded))) {
     *at = b->addr;
     return 1;
   }
-  return mapped_window_past_start(b, rounded, min_rest, at, longest);
+  return mapped_window_past_start(b, rounded, vmm_min_rest(b, rounded), at, longest);
 }
 
 /* Splits free block b at address at, inside it: the part below at stays a

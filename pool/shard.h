@@ -61,6 +61,11 @@ size_t shard_carve_size(const shard *sh, const block *b, size_t rounded);
 static inline size_t vmm_min_rest(const block *b, size_t rounded) {
   return b->seg->large && size_is_large(rounded) ? SMALL_SIZE + 1 : MIN_BLOCK;
 }
+/* shard_carve_size for free block b of a vmm segment (whose pool has
+ * strategy bfc), without the strategy's tests: the hot path's copy. */
+static inline size_t vmm_carve_size(const block *b, size_t rounded) {
+  return b->size - rounded >= vmm_min_rest(b, rounded) ? rounded : b->size;
+}
 /* Whether fit b can be handed out now: false when some page it would take
  * is not mapped (vmm segments), which is the slow path's work. */
 static inline int shard_fit_is_mapped(const shard *sh, const block *b, size_t rounded) {
@@ -75,8 +80,7 @@ static inline int shard_fit_is_mapped(const shard *sh, const block *b, size_t ro
     gp_assert_internal(b->mapped_run == b->size && pages_cover(seg, b->addr, b->size));
     return 1;
   }
-  /* shard_carve_size inline: a vmm segment's pool has strategy bfc */
-  size_t len = b->size - rounded >= vmm_min_rest(b, rounded) ? rounded : b->size;
+  size_t len = vmm_carve_size(b, rounded);
   gp_assert_internal(len == shard_carve_size(sh, b, rounded));
   return pages_cover(seg, b->addr, len);
 }
