@@ -273,7 +273,7 @@ static int alternate(const bench_alloc *a, size_t size, void *const *streams, in
       double v[2];
       for (int k = 0; k < 2; k++) {
         int events = ph & 1 ? k : !k; /* on first, then off first, in turn */
-        shard_set_events_capacity(events ? o->capacity : 0);
+        pool_events_switch(events ? o->capacity : 0);
         sleep_ns(200000); /* a switch is seen at the next event; this lets it settle */
         uint64_t p0 = alt_total(w, threads), t0 = bench_clock_ns();
         sleep_ns(phase_ns);

@@ -48,18 +48,20 @@ static inline block **shard_free_tree(shard *sh, int large) {
     spin_unlock(&(p)->counters_lock);                                                              \
   } while (0)
 
-extern _Atomic size_t shard_events_cap; /* 0: events off */
-static inline int shard_recording(const shard *sh) {
-  return sh->ring && atomic_load_explicit(&shard_events_cap, memory_order_relaxed);
+/* The ring to record into, NULL while events are off. Callers hold the
+ * shard lock. */
+static inline event_ring *shard_recording(const shard *sh) {
+  return atomic_load_explicit(&sh->recording, memory_order_relaxed);
 }
 
 /* Records ev with a timestamp; callers hold the shard lock. */
 static inline void shard_emit(shard *sh, const pool_event *ev) {
-  if (!shard_recording(sh))
+  event_ring *r = shard_recording(sh);
+  if (!r)
     return;
   pool_event e = *ev;
-  e.ts_ns = event_clock_ring_stamp(sh->ring);
-  event_ring_push(sh->ring, &e);
+  e.ts_ns = event_clock_ring_stamp(r);
+  event_ring_push(r, &e);
 }
 
 /* shard_emit for a caller that does not hold sh's lock. */

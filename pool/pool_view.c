@@ -1,6 +1,7 @@
 /* pool_view.h: what the agent and exporters read of a pool. */
 #include "pool_view.h"
 
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -105,6 +106,10 @@ size_t pool_walk(gpupool *p, const pool_walker *w) {
   return total;
 }
 
+/* Serialises turning events on and off: sh->ring changes (give_rings) only
+ * while no switch_recording reads it. */
+static pthread_mutex_t events_lock = PTHREAD_MUTEX_INITIALIZER;
+
 static void give_rings(gpupool *p, void *arg) {
   size_t cap = *(size_t *)arg;
   for (shard *sh = atomic_load(&p->shards); sh; sh = sh->next_shard) {
@@ -115,6 +120,7 @@ static void give_rings(gpupool *p, void *arg) {
       sh->ring = r;
       r = old;
     }
+    atomic_store_explicit(&sh->recording, sh->ring, memory_order_relaxed);
     spin_unlock(&sh->lock);
     event_ring_unref(r); /* the one not installed */
   }
@@ -135,13 +141,35 @@ uint64_t pool_events_recorded_total(void) {
 void pool_events_enable(size_t capacity) {
   if (!capacity)
     return pool_events_disable();
+  pthread_mutex_lock(&events_lock);
   shard_set_events_capacity(capacity);
   registry_foreach(give_rings, &capacity);
+  pthread_mutex_unlock(&events_lock);
   event_clock_set_event_source(pool_events_recorded_total);
 }
 
+/* Points each shard of p at its ring (*arg, the capacity, > 0) or at none.
+ * Under shard_create_lock: a shard created meanwhile read the capacity
+ * already stored (shard_get), so none is left recording after an off. Not
+ * under the shard locks: a relaxed store, seen by the shard's next event
+ * (events_lock keeps give_rings from changing sh->ring meanwhile). */
+static void switch_recording(gpupool *p, void *arg) {
+  int on = *(size_t *)arg != 0;
+  pthread_mutex_lock(&p->shard_create_lock);
+  for (shard *sh = atomic_load(&p->shards); sh; sh = sh->next_shard)
+    atomic_store_explicit(&sh->recording, on ? sh->ring : NULL, memory_order_relaxed);
+  pthread_mutex_unlock(&p->shard_create_lock);
+}
+
+void pool_events_switch(size_t capacity) {
+  pthread_mutex_lock(&events_lock);
+  shard_set_events_capacity(capacity);
+  registry_foreach(switch_recording, &capacity);
+  pthread_mutex_unlock(&events_lock);
+}
+
 void pool_events_disable(void) {
-  shard_set_events_capacity(0);
+  pool_events_switch(0);
 }
 
 int pool_events_enabled(void) {

@@ -69,6 +69,10 @@ size_t pool_walk(gpupool *p, const pool_walker *w);
  * until replaced). */
 void pool_events_enable(size_t capacity);
 void pool_events_disable(void);
+/* Recording on (capacity > 0: the rings given before, and capacity for
+ * shards created later) or off, without new rings: bench_events flips it
+ * between phases. */
+void pool_events_switch(size_t capacity);
 int pool_events_enabled(void);
 /* Events ever pushed into the rings of all registered pools: the event
  * clock's measure of the event rate (pool_events_enable hands it over). */

@@ -8,7 +8,7 @@
 #include "free_index.h"
 #include "sizeclass.h"
 
-_Atomic size_t shard_events_cap; /* 0: events off */
+static _Atomic size_t shard_events_cap; /* 0: events off */
 
 size_t shard_events_capacity(void) {
   return atomic_load_explicit(&shard_events_cap, memory_order_relaxed);
@@ -59,8 +59,10 @@ shard *shard_get(gpupool *p, void *stream) {
     sh->rng = (uint32_t)(stream_hash(stream) | 1);
     sh->by_block = p->by_block;
     size_t cap = backend_is_sim(p->be) ? 0 : shard_events_capacity(); /* replays: none */
-    if (cap)
+    if (cap) { /* read under shard_create_lock: pool_events_switch relies on it */
       sh->ring = event_ring_create_pool(cap, (uint64_t)(uintptr_t)stream);
+      atomic_init(&sh->recording, sh->ring);
+    }
     sh->next_shard = atomic_load(&p->shards);
     atomic_store(&p->shards, sh);
     atomic_fetch_add(&p->nshards, 1);
@@ -396,29 +398,38 @@ size_t shard_carve_size(const shard *sh, const block *b, size_t rounded) {
   return should_split(&sh->pool->cfg, b, rounded) ? rounded : b->size;
 }
 
+/* record_block_event's rare case: a request too large for a compact
+ * record (never seen: no device has 2^47 bytes), written whole into the
+ * side array. Out of line, so the hot path keeps no registers for it. */
+static __attribute__((noinline, cold)) uint64_t
+record_block_event_whole(shard *sh, uint64_t tf, const block *b, size_t requested) {
+  pool_event ev = {.type = (uint8_t)(tf >> EVENT_REC_TYPE_SHIFT),
+                   .flags = (uint8_t)(tf >> EVENT_REC_FLAGS_SHIFT),
+                   .addr = b->addr,
+                   .size = b->size,
+                   .requested = requested,
+                   .stream = (uint64_t)(uintptr_t)sh->stream};
+  shard_emit(sh, &ev);
+  return shard_recording(sh)->last_stamp;
+}
+
 /* Records an event about block b when events are on: one compact record
- * (event_ring.h). Returns its timestamp, 0 when events are off. The stamp
- * is event_clock_stamp() as it comes (no event_clock_ring_stamp: keeping a
- * ring's stamps from stepping back, by under a tick where the clock mode
- * switches, cost 1.5 ns a pair; the readers that merge rings keep each
- * ring's order instead). */
-static inline uint64_t record_block_event(shard *sh, uint8_t type, uint8_t flags, const block *b,
+ * (event_ring.h); large is 0 or 1 (EVF_LARGE is added here, by a shift). Returns its timestamp, 0
+ * when events are off. The stamp is event_clock_stamp() as it comes (no event_clock_ring_stamp:
+ * keeping a ring's stamps from stepping back, by under a tick where the clock mode switches,
+ * cost 1.5 ns a pair; the readers that merge rings keep each ring's order instead). */
+static inline uint64_t record_block_event(shard *sh, uint8_t type, unsigned flags, const block *b,
                                           int large, size_t requested) {
-  if (!shard_recording(sh))
+  event_ring *r = shard_recording(sh);
+  if (!r)
     return 0;
-  flags = (uint8_t)(flags | (large ? EVF_LARGE : 0));
-  if (__builtin_expect(requested >> EVENT_REC_REQUESTED_BITS != 0, 0)) { /* cannot happen */
-    pool_event ev = {.type = type,
-                     .flags = flags,
-                     .addr = b->addr,
-                     .size = b->size,
-                     .requested = requested,
-                     .stream = (uint64_t)(uintptr_t)sh->stream};
-    shard_emit(sh, &ev);
-    return sh->ring->last_stamp;
-  }
+  gp_assert_internal(large == 0 || large == 1);
+  _Static_assert(EVF_LARGE == 1 << 2, "the shift below sets EVF_LARGE");
+  uint64_t tf = EVENT_REC_TF(type, flags | (unsigned)large << 2);
+  if (__builtin_expect(requested >> EVENT_REC_REQUESTED_BITS != 0, 0))
+    return record_block_event_whole(sh, tf, b, requested);
   uint64_t ts = event_clock_stamp();
-  event_ring_push_block(sh->ring, ts, EVENT_REC_TF(type, flags), b->addr, b->size, requested);
+  event_ring_push_block(r, ts, tf, b->addr, b->size, requested);
   return ts;
 }
 
@@ -505,8 +516,8 @@ static void count_allocation(shard *sh, block *b, size_t requested, int from_dev
     note_active_peak(sh);
   count_request(sh, requested);
   sh->st.device_sourced += from_device != 0;
-  b->alloc_stamp =
-      record_block_event(sh, EV_ALLOC, from_device ? EVF_FROM_DEVICE : 0, b, large, requested);
+  b->alloc_stamp = record_block_event(sh, EV_ALLOC, (unsigned)(from_device != 0) * EVF_FROM_DEVICE,
+                                      b, large, requested);
 }
 
 /* count_allocation, then the tag and the table of live blocks. */

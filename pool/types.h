@@ -222,7 +222,13 @@ struct shard {
   shard_stats st;
   int64_t tag_bytes[POOL_TAG_SLOTS]; /* allocated bytes per tag id ([0] unused) */
   addrmap live;                      /* allocated and not yet freed blocks, by address */
-  event_ring *ring;                  /* NULL when events are off */
+  event_ring *ring;                  /* NULL until events are first turned on */
+  /* ring while events are on, NULL while off: the hot path's one test of
+   * whether to record, read under the shard lock. Stored relaxed by
+   * pool_events_switch without that lock (a thread allocating in a loop
+   * would keep it from a spinning switch); ring and recording change
+   * together only under the lock (pool_events_enable). */
+  _Atomic(event_ring *) recording;
   /* Expandable segments: an event recorded on the stream after the frees up
    * to fence_seq; once it completed, blocks freed up to safe_seq are no
    * longer used by queued work, and their pages move without a synchronize. */

@@ -162,6 +162,48 @@ Test(event_clock, counts_the_events_of_every_pool) {
   pool_events_disable();
 }
 
+/* One malloc+free pair on stream s of p. */
+static void one_pair(gpupool *p, void *s) {
+  void *x;
+  cr_assert_eq(gpupool_malloc(p, &x, 4096, s), GPUPOOL_OK);
+  cr_assert_eq(gpupool_free(p, x), GPUPOOL_OK);
+}
+
+Test(event_clock, switching_events_off_and_on_keeps_the_rings) {
+  pool_events_enable(64);
+  gpupool *p = pc_pool(GPUPOOL_STRATEGY_BFC, 64 * PC_MiB, NULL);
+  gpupool_host_stream *s = gpupool_host_stream_create();
+  cr_assert_not_null(s);
+  one_pair(p, NULL);
+  event_ring *before[4];
+  cr_assert_eq(pool_event_rings(p, before, 4), 1);
+  uint64_t recorded = pool_events_recorded_total();
+
+  pool_events_switch(0);
+  cr_assert_not(pool_events_enabled());
+  one_pair(p, NULL);
+  one_pair(p, s); /* a stream first seen while off: no ring */
+  cr_assert_eq(pool_events_recorded_total(), recorded, "nothing recorded while off");
+
+  pool_events_switch(64);
+  cr_assert(pool_events_enabled());
+  one_pair(p, NULL);
+  cr_assert_eq(pool_events_recorded_total(), recorded + 2, "the first stream records again");
+  event_ring *after[4];
+  cr_assert_eq(pool_event_rings(p, after, 4), 1, "the stream seen while off got none");
+  cr_assert_eq(after[0], before[0], "the same ring, its events kept");
+  cr_assert_eq(event_ring_head(after[0]), 5, "segment, alloc, free; then alloc, free");
+  event_ring_unref(before[0]);
+  event_ring_unref(after[0]);
+
+  pool_events_enable(64); /* rings for every stream now */
+  one_pair(p, s);
+  cr_assert_eq(pool_events_recorded_total(), recorded + 4);
+  gpupool_destroy(p);
+  gpupool_host_stream_destroy(s);
+  pool_events_disable();
+}
+
 Test(event_clock, start_and_stop_are_idempotent) {
   event_clock_stop(); /* nothing running */
   cr_assert_eq(event_clock_tick_us(), 0);

@@ -2,7 +2,8 @@
  * and free on 8 streams and counter samples are taken: every document parses
  * and follows the format, whatever the rings overwrite meanwhile. Once through
  * the stream API directly, once over HTTP from a running agent (with
- * /snapshot too). CI runs this under ThreadSanitizer. */
+ * /snapshot too); and with events switched off and on meanwhile. CI runs this
+ * under ThreadSanitizer. */
 #include <criterion/criterion.h>
 #include <pthread.h>
 #include <sched.h>
@@ -137,6 +138,30 @@ Test(trace_stress_threads, streamed_documents_stay_valid_while_threads_allocate)
   workload_stop(&wl);
   cr_log_info("%d documents, %llu events skipped while streaming", DOCUMENTS,
               (unsigned long long)skipped);
+}
+
+Test(trace_stress_threads, events_switched_off_and_on_while_threads_allocate) {
+  pool_events_enable(256);
+  trace_counters_reset();
+  workload wl;
+  workload_start(&wl, 1);
+  for (int d = 0; d < DOCUMENTS; d++) {
+    pool_events_switch(d % 2 ? 256 : 0); /* the threads see it at their next event */
+    char *doc = trace_read_all(NULL, 1000, NULL);
+    check_document(doc, d);
+    free(doc);
+  }
+  pool_events_switch(0);
+  uint64_t off = pool_events_recorded_total();
+  usleep(20000); /* the workers go on allocating: nothing more is recorded */
+  cr_assert_eq(pool_events_recorded_total(), off, "events recorded after the switch off");
+  pool_events_switch(256);
+  uint64_t on = pool_events_recorded_total();
+  for (int i = 0; i < 2000 && pool_events_recorded_total() == on; i++)
+    usleep(1000);
+  cr_assert_gt(pool_events_recorded_total(), on, "no event recorded after the switch on");
+  workload_stop(&wl);
+  pool_events_disable();
 }
 
 Test(trace_stress_threads, trace_and_snapshot_over_http_while_threads_allocate) {
