@@ -245,8 +245,8 @@ static int cmp_double(const void *x, const void *y) {
 
 /* ns per pair with events off and on (medians over phases) and the ratio
  * on/off per pair of adjacent phases: q[0..2] = 25th, 50th, 75th
- * percentiles. Events are switched by the capacity the pools' shards check
- * on every event (their rings stay installed). */
+ * percentiles. Events are switched by pool_events_switch, which the shards
+ * see at their next event (their rings stay installed). */
 static int alternate(const bench_alloc *a, size_t size, void *const *streams, int threads,
                      const options *o, int phases, uint64_t phase_ns, double *off, double *on,
                      double q[3]) {
