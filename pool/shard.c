@@ -400,24 +400,29 @@ size_t shard_carve_size(const shard *sh, const block *b, size_t rounded) {
 
 /* record_block_event's rare case: a request too large for a compact
  * record (never seen: no device has 2^47 bytes), written whole into the
- * side array. Out of line, so the hot path keeps no registers for it. */
+ * side array of r, the ring the caller read once (a switch may clear the
+ * shard's pointer meanwhile). Out of line, so the hot path keeps no
+ * registers for it. */
 static __attribute__((noinline, cold)) uint64_t
-record_block_event_whole(shard *sh, uint64_t tf, const block *b, size_t requested) {
-  pool_event ev = {.type = (uint8_t)(tf >> EVENT_REC_TYPE_SHIFT),
+record_block_event_whole(shard *sh, event_ring *r, uint64_t tf, const block *b, size_t requested) {
+  pool_event ev = {.ts_ns = event_clock_ring_stamp(r),
+                   .type = (uint8_t)(tf >> EVENT_REC_TYPE_SHIFT),
                    .flags = (uint8_t)(tf >> EVENT_REC_FLAGS_SHIFT),
                    .addr = b->addr,
                    .size = b->size,
                    .requested = requested,
                    .stream = (uint64_t)(uintptr_t)sh->stream};
-  shard_emit(sh, &ev);
-  return shard_recording(sh)->last_stamp;
+  event_ring_push(r, &ev);
+  return ev.ts_ns;
 }
 
 /* Records an event about block b when events are on: one compact record
- * (event_ring.h); large is 0 or 1 (EVF_LARGE is added here, by a shift). Returns its timestamp, 0
- * when events are off. The stamp is event_clock_stamp() as it comes (no event_clock_ring_stamp:
- * keeping a ring's stamps from stepping back, by under a tick where the clock mode switches,
- * cost 1.5 ns a pair; the readers that merge rings keep each ring's order instead). */
+ * (event_ring.h); large is 0 or 1 (EVF_LARGE is added here, by a shift).
+ * Returns its timestamp, 0 when events are off. The stamp is
+ * event_clock_stamp() as it comes (no event_clock_ring_stamp: keeping a
+ * ring's stamps from stepping back, by under a tick where the clock mode
+ * switches, cost 1.5 ns a pair; the readers that merge rings keep each
+ * ring's order instead). */
 static inline uint64_t record_block_event(shard *sh, uint8_t type, unsigned flags, const block *b,
                                           int large, size_t requested) {
   event_ring *r = shard_recording(sh);
@@ -427,7 +432,7 @@ static inline uint64_t record_block_event(shard *sh, uint8_t type, unsigned flag
   _Static_assert(EVF_LARGE == 1 << 2, "the shift below sets EVF_LARGE");
   uint64_t tf = EVENT_REC_TF(type, flags | (unsigned)large << 2);
   if (__builtin_expect(requested >> EVENT_REC_REQUESTED_BITS != 0, 0))
-    return record_block_event_whole(sh, tf, b, requested);
+    return record_block_event_whole(sh, r, tf, b, requested);
   uint64_t ts = event_clock_stamp();
   event_ring_push_block(r, ts, tf, b->addr, b->size, requested);
   return ts;
