@@ -290,7 +290,7 @@ static size_t take_idle_under(segment *seg, block *b, size_t first, size_t last,
     taken++;
   }
   if (taken) /* the pages were wholly under b: no other block's stretch changed */
-    b->mapped_run = mapped_run_of(pages_longest_mapped(seg, b->addr, b->size), b->size);
+    b->mapped_run = mapped_run_exact(b);
   return taken;
 }
 
@@ -419,10 +419,10 @@ static void neighbours_gained(block *b, size_t first, size_t last) {
   uintptr_t lo = seg->addr + first * seg->page_size, hi = seg->addr + (last + 1) * seg->page_size;
   for (block *n = b->prev; n && n->addr + n->size > lo; n = n->prev)
     if (n->state == BLOCK_FREE)
-      n->mapped_run = mapped_run_of(pages_longest_mapped(seg, n->addr, n->size), n->size);
+      n->mapped_run = mapped_run_exact(n);
   for (block *n = b->next; n && n->addr < hi; n = n->next)
     if (n->state == BLOCK_FREE)
-      n->mapped_run = mapped_run_of(pages_longest_mapped(seg, n->addr, n->size), n->size);
+      n->mapped_run = mapped_run_exact(n);
 }
 
 /* Maps handles h (one per missing page of claimed block b's segment in

@@ -76,12 +76,14 @@ static inline int pages_cover(const segment *seg, uintptr_t addr, size_t len) {
 }
 
 /* The longest stretch of [addr, addr + len) (in vmm segment seg) over
- * mapped pages, in bytes: block.mapped_run's exact value. */
+ * mapped pages, in bytes. */
 size_t pages_longest_mapped(const segment *seg, uintptr_t addr, size_t len);
-/* block.mapped_run for a stretch of longest bytes over mapped pages in a
- * block of size bytes: bit 0 set unless it is all of the block. */
-static inline size_t mapped_run_of(size_t longest, size_t size) {
-  return longest | (longest != size);
+/* block.mapped_run's exact value for free block b of a vmm segment: its
+ * longest stretch over mapped pages, with bit 0 set unless that is all of
+ * b. */
+static inline size_t mapped_run_exact(const block *b) {
+  size_t longest = pages_longest_mapped(b->seg, b->addr, b->size);
+  return longest | (longest != b->size);
 }
 /* Whether free block b of a vmm segment is known to have every page under
  * it mapped (block.mapped_run's bit 0 clear). */

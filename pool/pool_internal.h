@@ -54,14 +54,21 @@ static inline event_ring *shard_recording(const shard *sh) {
   return atomic_load_explicit(&sh->recording, memory_order_relaxed);
 }
 
+/* Stamps ev (never older than r's previous such stamp) and pushes it into
+ * r, the ring a caller holding the shard lock read; returns the stamp. */
+static inline uint64_t shard_emit_into(event_ring *r, pool_event *ev) {
+  ev->ts_ns = event_clock_ring_stamp(r);
+  event_ring_push(r, ev);
+  return ev->ts_ns;
+}
+
 /* Records ev with a timestamp; callers hold the shard lock. */
 static inline void shard_emit(shard *sh, const pool_event *ev) {
   event_ring *r = shard_recording(sh);
   if (!r)
     return;
   pool_event e = *ev;
-  e.ts_ns = event_clock_ring_stamp(r);
-  event_ring_push(r, &e);
+  shard_emit_into(r, &e);
 }
 
 /* shard_emit for a caller that does not hold sh's lock. */

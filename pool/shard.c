@@ -405,15 +405,13 @@ size_t shard_carve_size(const shard *sh, const block *b, size_t rounded) {
  * registers for it. */
 static __attribute__((noinline, cold)) uint64_t
 record_block_event_whole(shard *sh, event_ring *r, uint64_t tf, const block *b, size_t requested) {
-  pool_event ev = {.ts_ns = event_clock_ring_stamp(r),
-                   .type = (uint8_t)(tf >> EVENT_REC_TYPE_SHIFT),
+  pool_event ev = {.type = (uint8_t)(tf >> EVENT_REC_TYPE_SHIFT),
                    .flags = (uint8_t)(tf >> EVENT_REC_FLAGS_SHIFT),
                    .addr = b->addr,
                    .size = b->size,
                    .requested = requested,
                    .stream = (uint64_t)(uintptr_t)sh->stream};
-  event_ring_push(r, &ev);
-  return ev.ts_ns;
+  return shard_emit_into(r, &ev);
 }
 
 /* Records an event about block b when events are on: one compact record
@@ -717,8 +715,7 @@ void shard_add_segment(shard *sh, segment *seg) {
   sh->segments = seg;
   seg->first->free_seq = ++sh->free_seq;
   if (seg->pages)
-    seg->first->mapped_run =
-        mapped_run_of(pages_longest_mapped(seg, seg->addr, seg->size), seg->size);
+    seg->first->mapped_run = mapped_run_exact(seg->first);
   index_insert(sh, seg->first);
   count_segment(sh->pool, seg, 1);
 }
