@@ -158,6 +158,21 @@ block *free_index_largest(block *t) {
   return t;
 }
 
+/* The descent from it->root towards the lower bound of size, down to stop
+ * (NULL: to the bottom), pushing the blocks of size or more it passes: the
+ * ancestors whose left subtree it goes into. */
+static void push_descent(free_index_iter *it, size_t size, const block *stop) {
+  for (block *t = it->root; t != stop;) {
+    gp_assert_internal(t); /* stop is in this index */
+    if (t->size >= size) {
+      free_index_iter_push(it, t);
+      t = t->left;
+    } else {
+      t = t->right;
+    }
+  }
+}
+
 /* The stack holds the ancestors of the current block (itself on top) whose
  * left subtree the walk went into: what follows the current block is its
  * right subtree, then the rest of the stack, each followed by its own right
@@ -167,14 +182,7 @@ block *free_index_iter_start(free_index_iter *it, block *root, size_t size) {
   it->from = NULL;
   it->n = 0;
   it->deep = 0;
-  for (block *t = root; t;) {
-    if (t->size >= size) {
-      free_index_iter_push(it, t);
-      t = t->left;
-    } else {
-      t = t->right;
-    }
-  }
+  push_descent(it, size, NULL);
   if (it->deep) /* the top of the stack is not the lower bound */
     return it->cur = free_index_lower_bound(root, size);
   return it->cur = it->n ? it->stack[it->n - 1] : NULL;
@@ -190,15 +198,7 @@ block *free_index_iter_above(free_index_iter *it) {
   size_t size = from->size;
   gp_assert_internal(!it->n && !it->deep && from == free_index_lower_bound(it->root, size));
   it->from = NULL;
-  for (block *t = it->root; t != from;) {
-    gp_assert_internal(t); /* from is in this index */
-    if (t->size >= size) {
-      free_index_iter_push(it, t);
-      t = t->left;
-    } else {
-      t = t->right;
-    }
-  }
+  push_descent(it, size, from);
   if (it->deep) /* the top of the stack is not from's successor */
     return free_index_next(it->root, it->cur);
   return it->n ? it->stack[it->n - 1] : NULL;

@@ -144,18 +144,33 @@ static void index_remove(shard *sh, block *b) {
 
 static int should_split_rest(const pool_config *c, const block *b, size_t rest, size_t rounded);
 
-/* The unmapped pages that a request of rounded bytes placed at `at` in free
- * block b (of a vmm segment; min_rest: vmm_min_rest(b)) needs, SIZE_MAX
+/* The bytes that a request of rounded bytes placed at `at` in free block b
+ * (of a vmm segment; min_rest: vmm_min_rest(b)) takes from there: rounded,
+ * or all up to b's end where the rest would be too small to split off; 0
  * where it does not fit there. */
-static inline size_t missing_at(const block *b, uintptr_t at, size_t rounded, size_t min_rest) {
+static inline size_t window_at(const block *b, uintptr_t at, size_t rounded, size_t min_rest) {
   uintptr_t end = b->addr + b->size;
   if (at < b->addr || at > end || end - at < rounded)
-    return SIZE_MAX;
-  size_t len = end - at - rounded >= min_rest ? rounded : end - at;
-  const segment *seg = b->seg;
-  size_t first = page_of(seg, at), last = page_of(seg, at + len - 1);
-  if (pages_find(seg, first, last, 0) > last)
     return 0;
+  return end - at - rounded >= min_rest ? rounded : end - at;
+}
+
+/* Whether every page of vmm segment seg under [addr, addr + len) is mapped. */
+static inline int window_mapped(const segment *seg, uintptr_t addr, size_t len) {
+  size_t last = page_of(seg, addr + len - 1);
+  return pages_find(seg, page_of(seg, addr), last, 0) > last;
+}
+
+/* The unmapped pages that a request of rounded bytes placed at `at` in free
+ * block b needs (window_at), SIZE_MAX where it does not fit there. */
+static inline size_t missing_at(const block *b, uintptr_t at, size_t rounded, size_t min_rest) {
+  size_t len = window_at(b, at, rounded, min_rest);
+  if (!len)
+    return SIZE_MAX;
+  const segment *seg = b->seg;
+  if (window_mapped(seg, at, len))
+    return 0;
+  size_t first = page_of(seg, at), last = page_of(seg, at + len - 1);
   return last - first + 1 - pages_mapped_in(seg, first, last);
 }
 
@@ -196,19 +211,11 @@ static size_t best_window(const shard *sh, const block *b, size_t rounded, uintp
   return best;
 }
 
-/* Whether every page of vmm segment seg under [addr, addr + len) is mapped. */
-static inline int window_mapped(const segment *seg, uintptr_t addr, size_t len) {
-  size_t last = page_of(seg, addr + len - 1);
-  return pages_find(seg, page_of(seg, addr), last, 0) > last;
-}
-
 /* Whether a request of rounded bytes placed at `at` in free block b (as
  * missing_at) needs no unmapped page. */
 static inline int mapped_at(const block *b, uintptr_t at, size_t rounded, size_t min_rest) {
-  uintptr_t end = b->addr + b->size;
-  if (at < b->addr || at > end || end - at < rounded)
-    return 0;
-  return window_mapped(b->seg, at, end - at - rounded >= min_rest ? rounded : end - at);
+  size_t len = window_at(b, at, rounded, min_rest);
+  return len && window_mapped(b->seg, at, len);
 }
 
 /* mapped_window past b's start: its end, then the runs of mapped pages
