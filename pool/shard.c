@@ -168,8 +168,6 @@ static inline size_t missing_at(const block *b, uintptr_t at, size_t rounded, si
   if (!len)
     return SIZE_MAX;
   const segment *seg = b->seg;
-  if (window_mapped(seg, at, len))
-    return 0;
   size_t first = page_of(seg, at), last = page_of(seg, at + len - 1);
   return last - first + 1 - pages_mapped_in(seg, first, last);
 }
