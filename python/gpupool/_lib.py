@@ -76,8 +76,17 @@ _path = None
 
 
 def library_path():
-    """The libgpupool the package uses: GPUPOOL_LIBRARY when set, else the
-    copy installed with the package, else one the system's loader finds."""
+    """The libgpupool the package uses: once loaded, the one loaded (a later
+    change of GPUPOOL_LIBRARY does not reload it); before, the one it will
+    load: GPUPOOL_LIBRARY when set, else the copy installed with the package,
+    else one the system's loader finds (then a name, libgpupool.so.0, which
+    the loader resolves)."""
+    if _path is not None:
+        return _path
+    return _find_library()
+
+
+def _find_library():
     named = os.environ.get("GPUPOOL_LIBRARY")
     if named:
         if not os.path.isfile(named):
@@ -102,7 +111,7 @@ def lib():
         return _lib
     with _lock:
         if _lib is None:
-            path = library_path()
+            path = _find_library()
             try:
                 handle = ctypes.CDLL(path)
             except OSError as e:

@@ -21,17 +21,32 @@ def _writer():
             "without PyTorch-format snapshots); the agent's /snapshot serves the JSON form")
     fn.restype, fn.argtypes = ctypes.c_int, [ctypes.c_void_p, ctypes.c_char_p]
     if _libc is None:
-        libc = ctypes.CDLL(None)
+        libc = ctypes.CDLL(None, use_errno=True)  # fopen's errno for the OSError
         libc.fopen.restype, libc.fopen.argtypes = ctypes.c_void_p, [ctypes.c_char_p] * 2
         libc.fclose.restype, libc.fclose.argtypes = ctypes.c_int, [ctypes.c_void_p]
         _libc = libc
     return fn
 
 
+# What the library writes when no pool has a block yet, and PyTorch's
+# allocator gives before its first allocation.
+_EMPTY = {"segments": [], "device_traces": []}
+
+
+def _any_torch_pool():
+    lib = _lib.lib()
+    return any(lib.gpupool_torch_pool(d) for d in range(_lib.MAX_DEVICES))
+
+
 def dump_snapshot(filename="dump_snapshot.pickle"):
-    """Writes the torch adapter's pools as PyTorch's memory snapshot pickle,
-    as torch.cuda.memory._dump_snapshot(filename) does."""
+    """Writes the torch adapter's pools (every device) as PyTorch's memory
+    snapshot pickle, as torch.cuda.memory._dump_snapshot(filename) does; an
+    empty snapshot before the first allocation."""
     write = _writer()
+    if not _any_torch_pool():  # the library's writer wants a pool named "torch"
+        with open(filename, "wb") as f:
+            pickle.dump(_EMPTY, f, protocol=4)
+        return
     f = _libc.fopen(os.fsencode(filename), b"wb")
     if not f:
         err = ctypes.get_errno()

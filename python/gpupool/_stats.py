@@ -16,11 +16,13 @@ def device_index(device=None):
         index = device
     elif isinstance(device, str):
         kind, _, index = device.partition(":")
-        if kind != "cuda" or not index.isdigit():
+        if kind != "cuda" or not (index.isascii() and index.isdigit()):
             raise ValueError(f"gpupool: {device!r} is not a CUDA device (expected 'cuda:N')")
         index = int(index)
     elif getattr(device, "type", None) == "cuda":  # torch.device
-        return _current_device() if device.index is None else device.index
+        if device.index is None:
+            return _current_device()
+        index = device.index
     else:
         raise ValueError(f"gpupool: {device!r} is not a CUDA device")
     if not 0 <= index < _lib.MAX_DEVICES:
@@ -61,7 +63,7 @@ def _max_split_size():
         if key.strip() == "max_split_size_mb" and value.strip() != "inf":
             try:
                 return int(float(value)) * (1 << 20)
-            except ValueError:
+            except (ValueError, OverflowError):  # not a number the library takes either
                 return -1
     return -1
 
@@ -92,28 +94,41 @@ def memory_stats(device=None):
 
 
 def memory_allocated(device=None):
+    """torch.cuda.memory_allocated: the bytes of the device's live blocks
+    (allocated_bytes.all.current)."""
     return raw_stats(device).allocated_bytes[0].current
 
 
 def max_memory_allocated(device=None):
+    """torch.cuda.max_memory_allocated: the peak of memory_allocated since
+    the pool began or reset_peak_memory_stats (allocated_bytes.all.peak)."""
     return raw_stats(device).allocated_bytes[0].peak
 
 
 def memory_reserved(device=None):
+    """torch.cuda.memory_reserved: the bytes the device's pool holds from
+    the device (reserved_bytes.all.current)."""
     return raw_stats(device).reserved_bytes[0].current
 
 
 def max_memory_reserved(device=None):
+    """torch.cuda.max_memory_reserved: the peak of memory_reserved
+    (reserved_bytes.all.peak)."""
     return raw_stats(device).reserved_bytes[0].peak
 
 
 def reset_peak_memory_stats(device=None):
+    """torch.cuda.reset_peak_memory_stats: every peak of the device's pool
+    is set to its current value (gpupool_reset_peak_stats)."""
     p = pool(device)
     if p:
         _lib.lib().gpupool_reset_peak_stats(p)
 
 
 def reset_accumulated_memory_stats(device=None):
+    """torch.cuda.reset_accumulated_memory_stats: the device's
+    allocated/freed totals and its counters (num_alloc_retries, num_ooms,
+    ...) start again from zero (gpupool_reset_accumulated_stats)."""
     p = pool(device)
     if p:
         _lib.lib().gpupool_reset_accumulated_stats(p)
@@ -171,7 +186,7 @@ def memory_summary(device=None, abbreviated=False):
             ("GPU reserved segments", "segment", _count),
             ("Non-releasable allocs", "inactive_split", _count)]
     for i, (label, field, fmt) in enumerate(rows):
-        if i in (1, 5):
+        if i:  # PyTorch draws a rule between every two groups
             lines.append(rule)
         kinds = ((0, label),) if abbreviated else ((0, label), (2, "      from large pool"),
                                                    (1, "      from small pool"))

@@ -17,6 +17,9 @@ class tag(contextlib.ContextDecorator):
 
     def __enter__(self):
         lib = _lib.lib()
+        if "\0" in self.name:  # C would read the name up to it: say no, as for any bad name
+            raise ValueError(f"gpupool.tag: {self.name!r}: a tag is 1 to 63 characters of "
+                             "A-Z a-z 0-9 _ . : / -")
         if lib.gpupool_tag_push(self.name.encode("utf-8")) != 0:
             raise ValueError(_lib.last_error())
         return self
@@ -34,7 +37,10 @@ def current_tag():
 
 def memory_allocated_by_tag(device=None):
     """{tag: allocated bytes} of the device's pool for every tag the process
-    has used, plus "untagged" (the pool's allocated bytes less the tags')."""
+    has used, plus "untagged" (the pool's allocated bytes less the tags').
+    The tags' bytes and the pool's are two reads: while other threads
+    allocate, "untagged" can be off by what they did in between (it is
+    never reported below 0)."""
     p = _stats.pool(device)
     out = {}
     if p:
@@ -44,5 +50,5 @@ def memory_allocated_by_tag(device=None):
             raise _lib.GpupoolError(f"gpupool_get_tag_stats: {_lib.last_error()}")
         out = {arr[i].tag.decode(): arr[i].allocated_bytes for i in range(n)}
     allocated = _stats.raw_stats(device).allocated_bytes[0].current
-    out["untagged"] = allocated - sum(out.values())
+    out["untagged"] = max(0, allocated - sum(out.values()))
     return out

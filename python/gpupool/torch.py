@@ -70,7 +70,8 @@ def enable(conf=None, agent=None):
     allocation of the process. conf: a GPUPOOL_CONF string for the pools
     ("strategy:round,max_split_size_mb:512", ...), None to keep the
     environment's. agent: None starts the agent only when GPUPOOL_AGENT_CONF
-    is set; True starts it (default address 127.0.0.1:9477 + LOCAL_RANK); a
+    is set; True starts it, with GPUPOOL_AGENT_CONF's settings when that is
+    set, else the defaults (127.0.0.1:9477 + LOCAL_RANK); a
     string is its GPUPOOL_AGENT_CONF ("listen:0.0.0.0:9477"); False keeps it
     off. Under torchrun the agent's metrics carry a rank label (RANK).
     Returns the torch.cuda.memory.CUDAPluggableAllocator; a second call

@@ -144,6 +144,17 @@ class Stats(unittest.TestCase):
         self.assertEqual(rows[0].split("|")[2].strip(), "5120 KiB")
         self.assertEqual(len({len(line) for line in text.splitlines()}), 1)  # a straight table
         self.assertNotIn("from small pool", gpupool.memory_summary(d, abbreviated=True))
+        # PyTorch's layout: a rule above every group's first row
+        lines = text.splitlines()
+        groups = [i for i, line in enumerate(lines)
+                  if line.startswith("| ") and not line.startswith("|      ") and "|" in line[2:]
+                  and line.split("|")[1].strip() in (
+                      "Allocated memory", "Active memory", "Requested memory",
+                      "GPU reserved memory", "Non-releasable memory", "Allocations",
+                      "Active allocs", "GPU reserved segments", "Non-releasable allocs")]
+        self.assertEqual(len(groups), 9)
+        for i in groups:
+            self.assertTrue(set(lines[i - 1]) == {"|", "-"}, lines[i - 1])
         free(p, d)
 
     def test_devices(self):
@@ -152,6 +163,20 @@ class Stats(unittest.TestCase):
         for bad in ("cpu", "cuda:x", -1, 64, 1.5):
             with self.assertRaises(ValueError):
                 gpupool.memory_stats(bad)
+        with self.assertRaisesRegex(ValueError, "is not a CUDA device"):
+            gpupool.memory_stats("cuda:\u00b2")  # a digit to str.isdigit, not to int()
+        for index in (100, -5, 1 << 40):  # a torch.device-like object is range-checked too
+            with self.assertRaisesRegex(ValueError, "is not an ordinal"):
+                gpupool.memory_allocated(types.SimpleNamespace(type="cuda", index=index))
+        self.assertEqual(gpupool._stats.device_index(types.SimpleNamespace(type="cuda", index=5)), 5)
+
+    def test_unlimited_split_spelt_in_capitals(self):
+        saved = os.environ.get("GPUPOOL_CONF", "")
+        os.environ["GPUPOOL_CONF"] = saved + ",max_split_size_mb:INF"
+        try:
+            self.assertEqual(gpupool.memory_stats(11)["max_split_size"], -1)
+        finally:
+            os.environ["GPUPOOL_CONF"] = saved
 
 
 class Tags(unittest.TestCase):
@@ -188,7 +213,23 @@ class Tags(unittest.TestCase):
                 pass
         with self.assertRaises(TypeError):
             gpupool.tag(3)
+        with self.assertRaisesRegex(ValueError, "a tag is 1 to 63"):
+            with gpupool.tag("kv\0x"):  # C would stop at the NUL and count "kv"
+                pass
         self.assertIsNone(gpupool.current_tag())
+
+    def test_untagged_never_below_zero(self):
+        d = 12
+        with gpupool.tag("weights"):
+            p = malloc(MiB, d)
+        real = gpupool._stats.raw_stats
+        try:  # the pool's figure read after another thread freed tagged bytes
+            gpupool._stats.raw_stats = lambda device=None: _lib.Stats()
+            self.assertEqual(gpupool.memory_allocated_by_tag(d)["untagged"], 0)
+        finally:
+            gpupool._stats.raw_stats = real
+        self.assertEqual(gpupool.memory_allocated_by_tag(d)["untagged"], 0)
+        free(p, d)
 
     def test_tag_exits_on_exception(self):
         with self.assertRaises(KeyError):
@@ -213,7 +254,7 @@ class Snapshot(unittest.TestCase):
             gpupool.dump_snapshot(path)
             with open(path, "rb") as f:
                 snap = pickle.load(f)
-            with self.assertRaises(OSError):
+            with self.assertRaises(FileNotFoundError):  # fopen's errno, ENOENT
                 gpupool.dump_snapshot(os.path.join(tmp, "no", "such", "dir.pickle"))
         segments = [s for s in snap["segments"] if s["device"] == d]
         self.assertEqual(sum(s["total_size"] for s in segments), gpupool.memory_reserved(d))
@@ -434,6 +475,32 @@ class Ranks(unittest.TestCase):
             self.assertIn(f'rank="{rank}"', lines[0])
             self.assertIn('pool="torch"', lines[0])
             self.assertTrue(lines[0].endswith(" 4096"), lines[0])
+
+
+class FreshProcess(unittest.TestCase):
+    def run_code(self, code, **env):
+        return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                              env=dict(os.environ, **env), check=True).stdout
+
+    def test_snapshot_before_the_first_allocation(self):
+        if not hasattr(L, _lib.SNAPSHOT_SYMBOL):
+            self.skipTest(f"the library has no {_lib.SNAPSHOT_SYMBOL}")
+        code = ("import gpupool, os, pickle, tempfile\n"
+                "print(gpupool.memory_snapshot(), gpupool.snapshot())\n"
+                "path = os.path.join(tempfile.mkdtemp(), 'empty.pickle')\n"
+                "gpupool.dump_snapshot(path)\n"
+                "print(pickle.load(open(path, 'rb')))\n")
+        self.assertEqual(self.run_code(code).splitlines(),
+                         ["[] {'segments': [], 'device_traces': []}",
+                          "{'segments': [], 'device_traces': []}"])
+
+    def test_library_path_is_the_one_loaded(self):
+        code = ("import gpupool, os\n"
+                "gpupool.memory_allocated(0)\n"
+                "before = gpupool.library_path()\n"
+                "os.environ['GPUPOOL_LIBRARY'] = '/nonexistent/libgpupool.so'\n"
+                "print(gpupool.library_path() == before, os.path.isfile(before))\n")
+        self.assertEqual(self.run_code(code).split(), ["True", "True"])
 
 
 class Import(unittest.TestCase):
