@@ -267,13 +267,16 @@ static void fill_prices(gpupool_advice_prices *p, const gpupool_advice_prices *i
 
 gpupool_status gpupool_advise(const gpupool_history *h, const gpupool_advice_options *opt,
                               gpupool_advice **out) {
-  static const gpupool_advice_options none;
+  static const gpupool_advice_options none = {.max_added_ms = NAN}; /* every default */
   char err[320];
   if (!h || !out)
     return pool_fail(GPUPOOL_ERR_INVALID, "gpupool_advise: %s is NULL", h ? "out" : "history");
   *out = NULL;
   if (!opt)
     opt = &none;
+  if (opt->n_extra && !opt->extra)
+    return pool_fail(GPUPOOL_ERR_INVALID, "gpupool_advise: extra is NULL, n_extra %zu",
+                     opt->n_extra);
   const char *current = opt->current ? opt->current : "";
   if (replay_conf_check(current, err, sizeof err))
     return pool_fail(GPUPOOL_ERR_INVALID, "current %s", err);

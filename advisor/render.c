@@ -115,14 +115,21 @@ static void render_table(const gpupool_advice *a, sbuf *b) {
       a->max_added_ms);
   put(b, "Current:     %s: peak reserved %.1f MiB, device calls %.2f ms\n", conf_name(cur->conf),
       mib(cur->r.peak_reserved), cur->device_ms);
-  put(b, "Recommended: peak reserved %.1f MiB (%.1f MiB less), %+.2f ms of device calls\n",
-      mib(rec->r.peak_reserved), mib(cur->r.peak_reserved) - mib(rec->r.peak_reserved),
-      rec->added_ms);
-  put(b, "  GPUPOOL_CONF=%s\n", *rec->conf ? rec->conf : "(unset: the defaults)");
-  if (rec->has_torch)
-    put(b, "  PYTORCH_CUDA_ALLOC_CONF=%s\n", *rec->torch_conf ? rec->torch_conf : "(unset)");
-  else
-    put(b, "  (PyTorch's allocator has no equivalent of this configuration)\n");
+  if (!rec->done)
+    put(b, "Recommended: none: the deadline came before any configuration was replayed\n");
+  else if (rec->r.ooms)
+    put(b, "Recommended: none: every configuration replayed ran out of memory on the simulated "
+           "device\n");
+  else {
+    put(b, "Recommended: peak reserved %.1f MiB (%.1f MiB less), %+.2f ms of device calls\n",
+        mib(rec->r.peak_reserved), mib(cur->r.peak_reserved) - mib(rec->r.peak_reserved),
+        rec->added_ms);
+    put(b, "  GPUPOOL_CONF=%s\n", *rec->conf ? rec->conf : "(unset: the defaults)");
+    if (rec->has_torch)
+      put(b, "  PYTORCH_CUDA_ALLOC_CONF=%s\n", *rec->torch_conf ? rec->torch_conf : "(unset)");
+    else
+      put(b, "  (PyTorch's allocator has no equivalent of this configuration)\n");
+  }
   put(b, "Smallest device without an OOM (granularity %.0f MiB): current %s, recommended %s\n",
       mib(a->capacity_step), cc, rc);
 }

@@ -159,20 +159,22 @@ static void entry(pbuf *b, const char *action, const pool_event *e, uint64_t add
 }
 
 /* One ring event as trace entries (a free that did not wait on other
- * streams is requested and completed at once, as PyTorch records it). */
+ * streams is requested and completed at once, as PyTorch records it). An
+ * allocation's entries carry the bytes requested, as PyTorch's do (its
+ * blocks' size is in segments). */
 static void trace_event(pbuf *b, const pool_event *e) {
   int pages = (e->flags & EVF_PAGES) != 0;
   switch (e->type) {
   case EV_ALLOC:
-    entry(b, "alloc", e, e->addr, e->size, e->stream);
+    entry(b, "alloc", e, e->addr, e->requested, e->stream);
     break;
   case EV_FREE:
-    entry(b, "free_requested", e, e->addr, e->size, e->stream);
+    entry(b, "free_requested", e, e->addr, e->requested, e->stream);
     if (!(e->flags & EVF_DEFERRED))
-      entry(b, "free_completed", e, e->addr, e->size, e->stream);
+      entry(b, "free_completed", e, e->addr, e->requested, e->stream);
     break;
   case EV_FREE_COMPLETED:
-    entry(b, "free_completed", e, e->addr, e->size, e->stream);
+    entry(b, "free_completed", e, e->addr, e->requested, e->stream);
     break;
   case EV_SEGMENT_ALLOC:
     entry(b, pages ? "segment_map" : "segment_alloc", e, e->addr, e->size, e->stream);

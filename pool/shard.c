@@ -684,7 +684,7 @@ void shard_poll_pending(shard *sh) {
     gp_assert_internal(b->state == BLOCK_PENDING && sh->npending > 0);
     *link = b->pending_next;
     sh->npending--;
-    record_block_event(sh, EV_FREE_COMPLETED, 0, b, b->seg->large, 0);
+    record_block_event(sh, EV_FREE_COMPLETED, 0, b, b->seg->large, b->requested);
     stat_dec(&sh->st.s[STAT_PENDING], b->seg->large, 1);
     stat_dec(&sh->st.s[STAT_PENDING_BYTES], b->seg->large, (int64_t)b->size);
     shard_release(sh, b);

@@ -26,7 +26,8 @@ typedef struct gpupool_history_info {
   char format[16];  /* "record", "trace", "torch", "live" */
   uint64_t events;  /* operations replayed: allocations, frees, record_stream, empty_cache */
   uint64_t allocations, frees, record_streams, empty_caches;
-  uint64_t unmatched_frees; /* frees of allocations older than the history: skipped */
+  uint64_t unmatched_frees; /* frees of no live allocation (one older than the history,
+                               or freed already): skipped */
   uint64_t live_at_end;     /* allocations never freed */
   uint64_t dropped;         /* events the source had lost (overwritten ring slots) */
   uint64_t streams;
@@ -39,10 +40,13 @@ typedef struct gpupool_history_info {
 /* format: NULL or "auto" (by content), "record" (GPUPOOL_RECORD files),
  * "trace" (a /trace document), "torch" (torch.cuda.memory._dump_snapshot()).
  * pool: for traces and snapshots with several pools or devices, which one
- * (a trace pool name, a snapshot device ordinal); NULL: the busiest. */
+ * (a trace pool name, a snapshot device ordinal); NULL: the busiest. A path
+ * that cannot be opened or read, a malformed document and one without a
+ * single allocation are GPUPOOL_ERR_INVALID (the caller's input). */
 gpupool_status gpupool_history_load(const char *path, const char *format, const char *pool,
                                     gpupool_history **out);
-/* The events pool p's rings hold (the agent records them while it runs). */
+/* The events pool p's rings hold (the agent records them while it runs;
+ * without it, an empty history, whose replays give zeros). */
 gpupool_status gpupool_history_from_pool(gpupool *p, gpupool_history **out);
 void gpupool_history_free(gpupool_history *h);
 const gpupool_history_info *gpupool_history_get_info(const gpupool_history *h);
@@ -80,7 +84,7 @@ typedef struct gpupool_advice_prices {
 
 typedef struct gpupool_advice_options {
   uint64_t capacity;        /* simulated device bytes; 0: 80 GiB */
-  uint64_t capacity_step;   /* granularity of the smallest-capacity search; 0: 64 MiB */
+  uint64_t capacity_step;   /* granularity of the smallest-capacity search; 0: 2 MiB */
   double max_added_ms;      /* device-call time allowed above the current config's;
                                < 0 or NaN: the default (docs/advisor.md) */
   const char *current;      /* the configuration in use (NULL: default bfc) */
@@ -108,7 +112,9 @@ typedef struct gpupool_advice {
   gpupool_advice_candidate *c;
   size_t n;
   size_t current;     /* index of the current configuration */
-  size_t recommended; /* index of the recommendation */
+  size_t recommended; /* index of the recommendation: the current configuration's
+                         when no other qualifies; none at all when c[recommended] was
+                         not replayed (the deadline came first) or ran out of memory */
   uint64_t capacity, capacity_step;
   double max_added_ms;
   gpupool_advice_prices prices;
@@ -120,6 +126,8 @@ typedef struct gpupool_advice {
   int truncated; /* the deadline stopped the search early */
 } gpupool_advice;
 
+/* opt NULL: every default. GPUPOOL_ERR_INVALID for a bad configuration in
+ * current or extra, or extra NULL with n_extra above 0. */
 gpupool_status gpupool_advise(const gpupool_history *h, const gpupool_advice_options *opt,
                               gpupool_advice **out);
 void gpupool_advice_free(gpupool_advice *a);

@@ -169,7 +169,50 @@ Test(advisor_search, bad_options) {
   gpupool_advice_options o4 = {.capacity = MiB, .capacity_step = 2 * MiB, .max_added_ms = NAN};
   cr_expect_eq(gpupool_advise(hist, &o4, &a), GPUPOOL_ERR_INVALID);
   cr_expect_eq(gpupool_advise(NULL, NULL, &a), GPUPOOL_ERR_INVALID);
+  gpupool_advice_options o5 = {.n_extra = 1, .max_added_ms = NAN}; /* extra left NULL */
+  a = (gpupool_advice *)&o5;
+  cr_expect_eq(gpupool_advise(hist, &o5, &a), GPUPOOL_ERR_INVALID);
+  cr_expect(strstr(gpupool_last_error(), "extra is NULL"), "%s", gpupool_last_error());
+  cr_expect_null(a);
   gpupool_replay_result r;
   cr_expect_eq(gpupool_replay(hist, "", 0, &r), GPUPOOL_ERR_INVALID);
   cr_expect_eq(gpupool_replay(hist, "strategy:nope", MiB, &r), GPUPOOL_ERR_INVALID);
+}
+
+Test(advisor_search, null_options_are_the_defaults) {
+  gpupool_advice *a, *d;
+  gpupool_advice_options o = {.max_added_ms = NAN, .no_capacity = 1};
+  cr_assert_eq(gpupool_advise(hist, NULL, &a), GPUPOOL_OK, "%s", gpupool_last_error());
+  cr_assert_eq(gpupool_advise(hist, &o, &d), GPUPOOL_OK, "%s", gpupool_last_error());
+  cr_expect_eq(a->max_added_ms, d->max_added_ms); /* the default bound, not 0 ms */
+  cr_expect_gt(a->max_added_ms, 0);
+  cr_expect_eq(a->capacity_step, 2 * MiB);
+  cr_expect_eq(a->n, d->n);
+  gpupool_advice_free(a);
+  gpupool_advice_free(d);
+}
+
+/* With nothing replayed (or every replay out of memory) there is no
+ * recommendation, and the table says so instead of naming one. */
+Test(advisor_search, no_recommendation) {
+  gpupool_advice *a;
+  gpupool_advice_options late = {.max_added_ms = NAN, .threads = 1, .deadline_s = 1e-9};
+  cr_assert_eq(gpupool_advise(hist, &late, &a), GPUPOOL_OK, "%s", gpupool_last_error());
+  cr_expect(a->truncated);
+  cr_expect_not(a->c[a->recommended].done);
+  char *t = gpupool_advice_render(a, "table");
+  cr_assert(t);
+  cr_expect(strstr(t, "Recommended: none: the deadline came"), "%s", t);
+  cr_expect_null(strstr(t, "GPUPOOL_CONF="), "%s", t);
+  free(t);
+  gpupool_advice_free(a);
+  gpupool_advice_options tiny = {.max_added_ms = NAN, .no_capacity = 1, .capacity = 8 * MiB};
+  cr_assert_eq(gpupool_advise(hist, &tiny, &a), GPUPOOL_OK, "%s", gpupool_last_error());
+  cr_expect_gt(a->c[a->recommended].r.ooms, 0);
+  t = gpupool_advice_render(a, "table");
+  cr_assert(t);
+  cr_expect(strstr(t, "Recommended: none: every configuration replayed ran out of memory"), "%s",
+            t);
+  free(t);
+  gpupool_advice_free(a);
 }

@@ -78,15 +78,17 @@ def inside(segs, addr, size):
 
 
 def replay(device, segments, trace):
-    """Backwards from the snapshot: every live block stays inside a segment."""
+    """Backwards from the snapshot: every live block stays inside a segment,
+    and an allocation's entries carry its requested bytes (PyTorch's
+    meaning: the block's requested_size, not its size)."""
     segs = {s["address"]: s["total_size"] for s in segments if s["device"] == device}
-    live = {}
+    live = {}  # address: requested bytes
     for s in segments:
         if s["device"] != device:
             continue
         for b in s["blocks"]:
             if b["state"] != "inactive":
-                live[b["address"]] = b["size"]
+                live[b["address"]] = b["requested_size"]
     last = None
     for n, e in enumerate(trace):
         need(isinstance(e, dict) and not (ENTRY_KEYS - e.keys()),
@@ -104,7 +106,8 @@ def replay(device, segments, trace):
         a, size, act = e["addr"], e["size"], e["action"]
         where = f"device {device} entry {n} ({act} {a:#x} {size})"
         if act == "alloc":
-            need(live.get(a) == size, f"{where}: undoing it finds no live block there")
+            need(live.get(a) == size,
+                 f"{where}: undoing it finds no live block of {size} requested bytes there")
             need(inside(segs, a, size), f"{where}: the block is outside every segment")
             del live[a]
         elif act == "free_completed":
