@@ -36,11 +36,18 @@ _Static_assert(sizeof((taken_pool *)0)->name == sizeof((cached_pool *)0)->name &
                    sizeof((cached_pool *)0)->name == sizeof((advice_pool_summary *)0)->pool,
                "pool names are copied whole between these");
 
+/* One computation's answer: every pool's, or one pool's. */
+typedef struct advice_result {
+  cached_pool pool[ADVICE_MAX_POOLS];
+  size_t n;
+  double computed_at, compute_s, capacity_gib;
+} advice_result;
+
 static pthread_mutex_t g_compute = PTHREAD_MUTEX_INITIALIZER; /* one computation at a time */
 static pthread_mutex_t g_cache_lock = PTHREAD_MUTEX_INITIALIZER;
-static cached_pool g_cache[ADVICE_MAX_POOLS];
-static size_t g_ncache;
-static double g_computed_at, g_compute_s, g_capacity_gib;
+/* Every pool's answer, shared by all unfiltered requests and the metrics; a
+ * request for one pool computes its own and leaves this alone. */
+static advice_result g_cache;
 static uint64_t g_runs;
 static int g_valid;
 
@@ -52,12 +59,16 @@ typedef struct take_ctx {
   taken_pool *t;
   size_t n;
   const char *only;
+  size_t named; /* pools of that name, with events or not */
 } take_ctx;
 
 /* Under the registry lock: copies only (names, the conf line, ring refs). */
 static void take_pool(gpupool *p, void *arg) {
   take_ctx *c = arg;
-  if (c->n == ADVICE_MAX_POOLS || (c->only && strcmp(c->only, gpupool_name(p))))
+  if (c->only && strcmp(c->only, gpupool_name(p)))
+    return;
+  c->named++;
+  if (c->n == ADVICE_MAX_POOLS)
     return;
   taken_pool *t = &c->t[c->n];
   t->rings = malloc(MAX_RINGS * sizeof *t->rings);
@@ -74,18 +85,20 @@ static void take_pool(gpupool *p, void *arg) {
   c->n++;
 }
 
-static void clear_cache_locked(void) {
-  for (size_t i = 0; i < g_ncache; i++)
-    gpupool_advice_free(g_cache[i].advice);
-  g_ncache = 0;
+static void result_clear(advice_result *r) {
+  for (size_t i = 0; i < r->n; i++)
+    gpupool_advice_free(r->pool[i].advice);
+  r->n = 0;
 }
 
-static void compute(double capacity_gib, const char *only) {
+/* The advice of the pools named only (NULL: every pool) into r; returns how
+ * many live pools have that name (0: none, whatever their events). */
+static size_t compute(advice_result *r, double capacity_gib, const char *only) {
   taken_pool taken[ADVICE_MAX_POOLS] = {0}; /* names copied whole (memcpy) below */
-  take_ctx c = {taken, 0, only};
+  take_ctx c = {taken, 0, only, 0};
   registry_foreach(take_pool, &c);
   double t0 = now_s();
-  cached_pool fresh[ADVICE_MAX_POOLS];
+  cached_pool *fresh = r->pool;
   for (size_t i = 0; i < c.n; i++) {
     cached_pool *f = &fresh[i];
     memset(f, 0, sizeof *f);
@@ -107,13 +120,21 @@ static void compute(double capacity_gib, const char *only) {
     if (st != GPUPOOL_OK)
       snprintf(f->error, sizeof f->error, "%s", gpupool_last_error());
   }
+  r->n = c.n;
+  r->computed_at = now_s();
+  r->compute_s = r->computed_at - t0;
+  r->capacity_gib = capacity_gib;
+  return c.named;
+}
+
+/* Every pool's advice into the shared cache. Under g_compute. */
+static void compute_shared(double capacity_gib) {
+  static advice_result fresh; /* under g_compute: too large for an HTTP thread's stack twice */
+  compute(&fresh, capacity_gib, NULL);
   pthread_mutex_lock(&g_cache_lock);
-  clear_cache_locked();
-  memcpy(g_cache, fresh, c.n * sizeof *fresh);
-  g_ncache = c.n;
-  g_computed_at = now_s();
-  g_compute_s = g_computed_at - t0;
-  g_capacity_gib = capacity_gib;
+  result_clear(&g_cache);
+  g_cache = fresh;
+  fresh.n = 0; /* the advice moved to g_cache */
   g_runs++;
   g_valid = 1;
   pthread_mutex_unlock(&g_cache_lock);
@@ -135,18 +156,19 @@ static int number_arg(const endpoint_args *args, const char *key, double lo, dou
   return 0;
 }
 
-/* Under g_cache_lock. */
-static char *render_locked(int json, double age) {
+/* r's document; the caller keeps r from changing meanwhile. */
+static char *render(const advice_result *r, int json) {
+  double age = now_s() - r->computed_at;
   if (json) {
     cJSON *root = cJSON_CreateObject();
-    cJSON_AddNumberToObject(root, "computed_at", g_computed_at);
+    cJSON_AddNumberToObject(root, "computed_at", r->computed_at);
     cJSON_AddNumberToObject(root, "age_s", age);
-    cJSON_AddNumberToObject(root, "compute_s", g_compute_s);
+    cJSON_AddNumberToObject(root, "compute_s", r->compute_s);
     cJSON_AddNumberToObject(root, "deadline_s", DEADLINE_S);
-    cJSON_AddNumberToObject(root, "capacity_gib", g_capacity_gib);
+    cJSON_AddNumberToObject(root, "capacity_gib", r->capacity_gib);
     cJSON *pools = cJSON_AddArrayToObject(root, "pools");
-    for (size_t i = 0; i < g_ncache; i++) {
-      const cached_pool *c = &g_cache[i];
+    for (size_t i = 0; i < r->n; i++) {
+      const cached_pool *c = &r->pool[i];
       char *s = c->advice ? gpupool_advice_render(c->advice, "json") : NULL;
       cJSON *o = s ? cJSON_Parse(s) : cJSON_CreateObject();
       free(s);
@@ -170,16 +192,16 @@ static char *render_locked(int json, double age) {
   }
   size_t cap = 4096, n = 0;
   char *out = malloc(cap);
-  for (size_t i = 0; out && i <= g_ncache; i++) {
+  for (size_t i = 0; out && i <= r->n; i++) {
     char *s = NULL, head[512];
-    if (i == g_ncache) {
-      snprintf(head, sizeof head, "%s", g_ncache ? "" : "no pool has recorded events yet\n");
+    if (i == r->n) {
+      snprintf(head, sizeof head, "%s", r->n ? "" : "no pool has recorded events yet\n");
     } else {
-      const cached_pool *c = &g_cache[i];
-      /* the precisions: each field's own size (GCC 13 cannot see it through g_cache[i]) */
+      const cached_pool *c = &r->pool[i];
+      /* the precisions: each field's own size (GCC 13 cannot see it through r->pool[i]) */
       snprintf(head, sizeof head,
                "== pool %.127s (device %d), computed %.1f s ago in %.3f s%s%.255s\n", c->name,
-               c->device, age, g_compute_s, c->advice ? "" : ": ", c->error);
+               c->device, age, r->compute_s, c->advice ? "" : ": ", c->error);
       s = c->advice ? gpupool_advice_render(c->advice, "table") : NULL;
     }
     size_t need = n + strlen(head) + (s ? strlen(s) : 0) + 2;
@@ -203,12 +225,14 @@ void advice_endpoint(const endpoint_args *args, endpoint_body *out) {
   static const char *const known[] = {"format", "max_age", "capacity_gib", "pool", NULL};
   endpoint_params p;
   endpoint_count_params(args, known, &p);
-  const char *bad = p.unknown;
-  if (bad) {
+  char shown[80];
+  if (p.unknown || p.repeated) {
+    endpoint_printable(shown, sizeof shown, p.unknown ? p.unknown : p.repeated);
     endpoint_bad_request(out,
-                         "/advice: unknown parameter '%s' (format, max_age, capacity_gib, "
-                         "pool)",
-                         bad);
+                         p.unknown ? "/advice: unknown parameter '%s' (format, max_age, "
+                                     "capacity_gib, pool)"
+                                   : "/advice: parameter '%s' given more than once",
+                         shown);
     return;
   }
   const char *format = args->get(args->ctx, "format");
@@ -221,22 +245,49 @@ void advice_endpoint(const endpoint_args *args, endpoint_body *out) {
       number_arg(args, "capacity_gib", 0.01, 1 << 20, DEFAULT_CAPACITY_GB, &cap, out))
     return;
   const char *only = args->get(args->ctx, "pool");
+  if (only && !*only) {
+    endpoint_bad_request(out, "/advice: bad pool '': expected a pool name");
+    return;
+  }
+  int json = !format || !strcmp(format, "json");
+  char *body = NULL;
+  int valid;
   /* One computation at a time; a request that finds one running serves the
    * cache (or 503 before the first result) instead of holding a second
-   * HTTP thread. A pool filter is not cached apart: it recomputes. */
-  if (pthread_mutex_trylock(&g_compute) == 0) {
-    pthread_mutex_lock(&g_cache_lock);
-    int stale = !g_valid || now_s() - g_computed_at > max_age || g_capacity_gib != cap || only;
-    pthread_mutex_unlock(&g_cache_lock);
-    if (stale)
-      compute(cap, only);
+   * HTTP thread. A request for one pool computes its own answer (the
+   * cache, every pool's, stays as it is) and waits for no one: 503 while
+   * another computation runs. */
+  if (only) {
+    static advice_result one; /* under g_compute */
+    if (pthread_mutex_trylock(&g_compute) != 0) {
+      endpoint_text(out, 503, "/advice is being computed by another request: retry\n");
+      return;
+    }
+    size_t named = compute(&one, cap, only);
+    body = named ? render(&one, json) : NULL;
+    result_clear(&one);
     pthread_mutex_unlock(&g_compute);
+    if (!named) {
+      endpoint_printable(shown, sizeof shown, only);
+      endpoint_bad_request(out, "/advice: bad pool '%s': no live pool has this name", shown);
+      return;
+    }
+    valid = 1;
+  } else {
+    if (pthread_mutex_trylock(&g_compute) == 0) {
+      pthread_mutex_lock(&g_cache_lock);
+      int stale =
+          !g_valid || now_s() - g_cache.computed_at > max_age || g_cache.capacity_gib != cap;
+      pthread_mutex_unlock(&g_cache_lock);
+      if (stale)
+        compute_shared(cap);
+      pthread_mutex_unlock(&g_compute);
+    }
+    pthread_mutex_lock(&g_cache_lock);
+    body = g_valid ? render(&g_cache, json) : NULL;
+    valid = g_valid;
+    pthread_mutex_unlock(&g_cache_lock);
   }
-  pthread_mutex_lock(&g_cache_lock);
-  char *body =
-      g_valid ? render_locked(!format || !strcmp(format, "json"), now_s() - g_computed_at) : NULL;
-  int valid = g_valid;
-  pthread_mutex_unlock(&g_cache_lock);
   if (!body) {
     if (valid)
       endpoint_out_of_memory(out, "rendering /advice");
@@ -245,8 +296,7 @@ void advice_endpoint(const endpoint_args *args, endpoint_body *out) {
     return;
   }
   out->status = 200;
-  out->content_type =
-      !format || !strcmp(format, "json") ? "application/json" : "text/plain; charset=utf-8";
+  out->content_type = json ? "application/json" : "text/plain; charset=utf-8";
   out->data = body;
   out->len = strlen(body);
 }
@@ -255,16 +305,16 @@ void advice_summary_get(advice_summary *out) {
   memset(out, 0, sizeof *out);
   pthread_mutex_lock(&g_cache_lock);
   out->valid = g_valid;
-  out->computed_at_s = g_computed_at;
-  out->compute_s = g_compute_s;
+  out->computed_at_s = g_cache.computed_at;
+  out->compute_s = g_cache.compute_s;
   out->runs = g_runs;
-  for (size_t i = 0; i < g_ncache; i++) {
-    const gpupool_advice *a = g_cache[i].advice;
+  for (size_t i = 0; i < g_cache.n; i++) {
+    const gpupool_advice *a = g_cache.pool[i].advice;
     if (!a)
       continue;
     advice_pool_summary *s = &out->pool[out->npools++];
-    memcpy(s->pool, g_cache[i].name, sizeof s->pool); /* same size, NUL-terminated */
-    s->device = g_cache[i].device;
+    memcpy(s->pool, g_cache.pool[i].name, sizeof s->pool); /* same size, NUL-terminated */
+    s->device = g_cache.pool[i].device;
     s->events = a->input.events;
     s->current_peak_reserved = a->c[a->current].r.peak_reserved;
     s->recommended_peak_reserved = a->c[a->recommended].r.peak_reserved;
@@ -278,7 +328,7 @@ void advice_summary_get(advice_summary *out) {
 void advice_reset(void) {
   pthread_mutex_lock(&g_compute);
   pthread_mutex_lock(&g_cache_lock);
-  clear_cache_locked();
+  result_clear(&g_cache);
   g_valid = 0;
   pthread_mutex_unlock(&g_cache_lock);
   pthread_mutex_unlock(&g_compute);

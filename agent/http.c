@@ -332,6 +332,34 @@ static enum MHD_Result serve(struct MHD_Connection *c, const char *url, int head
   return queue(c, &body, head, NULL, wc, old);
 }
 
+static int hex_value(char c) {
+  return c >= '0' && c <= '9'   ? c - '0'
+         : c >= 'a' && c <= 'f' ? c - 'a' + 10
+         : c >= 'A' && c <= 'F' ? c - 'A' + 10
+                                : -1;
+}
+
+/* libmicrohttpd's unescaping of the path and the query (%HH), but %00 stays
+ * as written: decoded, its NUL would end the C string the handlers read, so
+ * "/metrics%00x" would serve /metrics and "limit=5%00x" read 5; kept, the
+ * path is unknown and the value bad, as they are. */
+static size_t unescape_but_nul(void *cls, struct MHD_Connection *c, char *s) {
+  (void)cls;
+  (void)c;
+  char *w = s;
+  for (const char *r = s; *r;) {
+    int hi, lo;
+    if (r[0] == '%' && (hi = hex_value(r[1])) >= 0 && (lo = hex_value(r[2])) >= 0 && (hi | lo)) {
+      *w++ = (char)(hi << 4 | lo);
+      r += 3;
+    } else {
+      *w++ = *r++;
+    }
+  }
+  *w = '\0';
+  return (size_t)(w - s);
+}
+
 /* A daemon on the listening socket fd, with cfg's TLS (cfg may be NULL), of
  * the current generation. */
 static struct MHD_Daemon *start_daemon(int fd, const web_config *cfg) {
@@ -346,12 +374,12 @@ static struct MHD_Daemon *start_daemon(int fd, const web_config *cfg) {
     flags |= MHD_USE_IPv6;
   struct MHD_OptionItem tls[HTTP_TLS_MAX_OPTIONS];
   http_tls_options(cfg, tls, &flags);
-  return MHD_start_daemon(flags, 0, NULL, NULL, on_request, generation, MHD_OPTION_LISTEN_SOCKET,
-                          (MHD_socket)fd, MHD_OPTION_THREAD_POOL_SIZE, (unsigned)HTTP_THREADS,
-                          MHD_OPTION_CONNECTION_LIMIT, (unsigned)HTTP_CONNECTION_LIMIT,
-                          MHD_OPTION_PER_IP_CONNECTION_LIMIT, (unsigned)HTTP_PER_IP_LIMIT,
-                          MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)HTTP_TIMEOUT_S, MHD_OPTION_ARRAY,
-                          tls, MHD_OPTION_END);
+  return MHD_start_daemon(
+      flags, 0, NULL, NULL, on_request, generation, MHD_OPTION_LISTEN_SOCKET, (MHD_socket)fd,
+      MHD_OPTION_THREAD_POOL_SIZE, (unsigned)HTTP_THREADS, MHD_OPTION_CONNECTION_LIMIT,
+      (unsigned)HTTP_CONNECTION_LIMIT, MHD_OPTION_PER_IP_CONNECTION_LIMIT,
+      (unsigned)HTTP_PER_IP_LIMIT, MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)HTTP_TIMEOUT_S,
+      MHD_OPTION_UNESCAPE_CALLBACK, unescape_but_nul, NULL, MHD_OPTION_ARRAY, tls, MHD_OPTION_END);
 }
 
 int http_start(http_listener *l, web_config *cfg, char *err, size_t errlen) {

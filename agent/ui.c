@@ -52,19 +52,39 @@ static int etag_matches(const char *header, const char *etag) {
   return 0;
 }
 
+/* Whether v names asset a's content: its ETag's hex digits. */
+static int names_content(const char *v, const ui_asset *a) {
+  size_t n = strlen(a->etag) - 2; /* the ETag is quoted */
+  return v && strlen(v) == n && strncmp(v, a->etag + 1, n) == 0;
+}
+
 static void serve_asset(const endpoint_args *args, endpoint_body *out, const ui_asset *a) {
-  const char *param = endpoint_first_param(args);
   /* Scripts and styles are named by their hash (?v=) in the page: a changed
-   * file is a new URL, so they may be kept for good. The page is revalidated
-   * every time. */
+   * file is a new URL, so they may be kept for good; fetched without it, or
+   * with another file's hash (a stale page), they are revalidated like the
+   * page. */
   int is_page = strcmp(a->name, "index.html") == 0;
   const char *allowed = is_page ? "pool" : "v"; /* the page's pool is read by its script */
-  if (param && strcmp(param, allowed) != 0) {
+  const char *const names[] = {allowed, NULL};
+  endpoint_params p;
+  endpoint_count_params(args, names, &p);
+  if (p.unknown) {
     endpoint_bad_request(out, "%s takes no query parameter but %s", args->path, allowed);
     return;
   }
+  if (p.repeated) {
+    endpoint_bad_request(out, "%s: parameter '%s' given more than once", args->path, allowed);
+    return;
+  }
+  const char *v = args->get(args->ctx, allowed);
+  if (v && !*v) {
+    endpoint_bad_request(out, "%s: bad %s '': expected %s", args->path, allowed,
+                         is_page ? "a pool name" : "the file's hash");
+    return;
+  }
   pthread_once(&headers_once, make_headers);
-  out->cache_control = is_page ? "no-cache" : "public, max-age=31536000, immutable";
+  out->cache_control =
+      !is_page && names_content(v, a) ? "public, max-age=31536000, immutable" : "no-cache";
   out->headers = asset_headers[a - ui_assets];
   if (etag_matches(args->if_none_match, a->etag)) {
     out->status = 304;

@@ -149,8 +149,17 @@ Test(advisor_agent, saved_trace_replays_exactly) {
 }
 
 Test(advisor_agent, bad_parameters) {
-  const char *bad[] = {"/advice?format=xml", "/advice?max_age=-1", "/advice?capacity_gib=abc",
-                       "/advice?nope=1"};
+  const char *bad[] = {"/advice?format=xml",
+                       "/advice?max_age=-1",
+                       "/advice?capacity_gib=abc",
+                       "/advice?nope=1",
+                       "/advice?pool",
+                       "/advice?pool=",
+                       "/advice?pool=train&pool=train",
+                       "/advice?format=json&format=json",
+                       "/advice?pool=nope",
+                       "/advice?pool=train%00x",
+                       "/advice?max_age=5%00"};
   for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
     http_response r;
     cr_assert_eq(http_request("127.0.0.1", gpupool_agent_port(), "GET", bad[i], NULL, &r), 0);
@@ -158,4 +167,29 @@ Test(advisor_agent, bad_parameters) {
     cr_expect(strstr(r.body, "/advice"), "%s", r.body);
     http_response_free(&r);
   }
+}
+
+/* A request for one pool answers for it alone and leaves the shared answer
+ * (every pool's: /advice, /ui, the gauges) as it was. */
+Test(advisor_agent, one_pool_leaves_the_shared_answer) {
+  gpupool *other;
+  gpupool_options po = {.name = "other", .backend = GPUPOOL_BACKEND_HOST, .ignore_env = 1};
+  cr_assert_eq(gpupool_create(&po, &other), GPUPOOL_OK, "%s", gpupool_last_error());
+  void *p;
+  cr_assert_eq(gpupool_malloc(other, &p, 3 * MiB, NULL), GPUPOOL_OK);
+  cr_assert_eq(gpupool_free(other, p), GPUPOOL_OK);
+  cJSON *all = get_json("/advice?max_age=0");
+  cr_expect_eq(cJSON_GetArraySize(cJSON_GetObjectItem(all, "pools")), 2);
+  double computed = cJSON_GetObjectItem(all, "computed_at")->valuedouble;
+  cJSON_Delete(all);
+  cJSON *one = get_json("/advice?pool=other");
+  cr_expect_eq(cJSON_GetArraySize(cJSON_GetObjectItem(one, "pools")), 1);
+  pool_of(one, "other");
+  cJSON_Delete(one);
+  all = get_json("/advice?max_age=3600");
+  cr_expect_eq(cJSON_GetArraySize(cJSON_GetObjectItem(all, "pools")), 2);
+  cr_expect_eq(cJSON_GetObjectItem(all, "computed_at")->valuedouble, computed);
+  pool_of(all, "train");
+  cJSON_Delete(all);
+  gpupool_destroy(other);
 }

@@ -109,7 +109,9 @@ Test(agent_http, only_get_and_head) {
 
 Test(agent_http, unknown_paths_are_404) {
   int port = start_local(NULL);
-  const char *paths[] = {"/nope", "/metrics/", "/metricsx", "//metrics", "/healthz/x"};
+  /* the last two: a %00 does not cut the path short */
+  const char *paths[] = {"/nope",      "/metrics/",    "/metricsx",  "//metrics",
+                         "/healthz/x", "/metrics%00x", "/healthz%00"};
   for (size_t i = 0; i < sizeof paths / sizeof paths[0]; i++) {
     http_response r = get(port, "GET", paths[i], NULL);
     cr_assert_eq(r.status, 404, "%s gave %d", paths[i], r.status);
@@ -122,7 +124,8 @@ Test(agent_http, bad_parameters_are_400_with_one_line) {
   const char *targets[] = {
       "/metrics?x=1",     "/metrics?format",        "/healthz?verbose=1", "/?a=b",
       "/trace?limit=abc", "/trace?since=yesterday", "/snapshot?bogus=1",  "/trace?limit",
-      "/trace?device",    "/snapshot?pool"};
+      "/trace?device",    "/snapshot?pool",         "/trace?limit=5%00x", "/snapshot?pool=a%00b",
+      "/oom/1%00"};
   for (size_t i = 0; i < sizeof targets / sizeof targets[0]; i++) {
     http_response r = get(port, "GET", targets[i], NULL);
     cr_assert_eq(r.status, 400, "%s gave %d", targets[i], r.status);
@@ -482,4 +485,23 @@ Test(agent_http, cupti_force_that_fails_starts_nothing) {
   cr_assert(strstr(gpupool_last_error(), "cupti"), "%s", gpupool_last_error());
   cr_assert_eq(gpupool_agent_port(), 0);
   start_local(NULL); /* cupti:off starts: nothing was left running */
+}
+
+/* Escapes in the path and the query still decode (%HH, and '+' as a space
+ * in the query); only %00 is kept as written. */
+Test(agent_http, escapes_decode) {
+  int port = start_local(NULL);
+  gpupool *named;
+  gpupool_options o = {.name = "a b/c", .backend = GPUPOOL_BACKEND_HOST, .ignore_env = 1};
+  cr_assert_eq(gpupool_create(&o, &named), GPUPOOL_OK, "%s", gpupool_last_error());
+  const char *targets[] = {"/snapshot?pool=a%20b%2Fc", "/snapshot?pool=a+b%2fc", "/%6Detrics",
+                           "/trace?limit=%35"};
+  for (size_t i = 0; i < sizeof targets / sizeof targets[0]; i++) {
+    http_response r = get(port, "GET", targets[i], NULL);
+    cr_expect_eq(r.status, 200, "%s gave %d: %s", targets[i], r.status, r.body);
+    if (i < 2)
+      cr_expect(strstr(r.body, "\"a b/c\""), "%s: %s", targets[i], r.body);
+    http_response_free(&r);
+  }
+  gpupool_destroy(named);
 }

@@ -121,6 +121,14 @@ Test(agent_ui, page_and_assets) {
     cr_assert_eq(r.status, 404, "%s gave %d", missing[i], r.status);
     http_response_free(&r);
   }
+  /* Without the hash, or with another (a stale page's), no keeping for good. */
+  const char *unnamed[] = {"/ui/ui.js", "/ui/ui.js?v=0000000000000000"};
+  for (size_t i = 0; i < sizeof unnamed / sizeof unnamed[0]; i++) {
+    r = get(port, unnamed[i], NULL);
+    cr_assert_eq(r.status, 200, "%s: %d", unnamed[i], r.status);
+    cr_assert_str_eq(header(&r, "Cache-Control"), "no-cache", "%s", unnamed[i]);
+    http_response_free(&r);
+  }
   r = get(port, "/ui/ui.css?x=1", NULL);
   cr_assert_eq(r.status, 400);
   http_response_free(&r);
@@ -271,7 +279,14 @@ Test(agent_ui, bad_parameters) {
                        "/ui/blocks.json?pool=1&pool=1",
                        "/ui/blocks.json?pool=1&tag=x",
                        "/ui/state.json?window=3601",
-                       "/ui/state.json?window=60&tags=1"};
+                       "/ui/state.json?window=60&tags=1",
+                       "/ui?pool",
+                       "/ui?pool=",
+                       "/ui?pool=a&pool=a",
+                       "/ui/favicon.svg?v",
+                       "/ui/favicon.svg?v=1&v=2",
+                       "/ui/state.json?window=60%00",
+                       "/ui/blocks.json?pool=1%00"};
   for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
     http_response r = get(port, bad[i], NULL);
     cr_assert_eq(r.status, 400, "%s gave %d", bad[i], r.status);
