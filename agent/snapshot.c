@@ -72,6 +72,14 @@ static void add_num(cJSON *obj, const char *key, double v, build *b) {
     b->failed = 1;
 }
 
+/* Microseconds since 1970 as digits (cJSON would print 1.795e+15). */
+static void add_time_us(cJSON *obj, const char *key, uint64_t us, build *b) {
+  char s[24];
+  snprintf(s, sizeof s, "%" PRIu64, us);
+  if (!cJSON_AddRawToObject(obj, key, s))
+    b->failed = 1;
+}
+
 static void add_stats(cJSON *obj, const gpupool_stats *st, build *b) {
   static const char *const parts[] = {"current", "peak", "allocated", "freed"};
   stat_family stats[STAT_FAMILIES];
@@ -194,7 +202,7 @@ static void add_segment(cJSON *segments, const collected *c, const snap_segment 
     if (bi->unmapped)
       add_num(blk, "unmapped", (double)bi->unmapped, b);
     if (bi->alloc_ns)
-      add_num(blk, "alloc_time_us", (double)(bi->alloc_ns / 1000), b);
+      add_time_us(blk, "alloc_time_us", bi->alloc_ns / 1000, b);
     if (bi->tag && !cJSON_AddStringToObject(blk, "tag", bi->tag))
       b->failed = 1;
   }

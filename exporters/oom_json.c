@@ -20,6 +20,15 @@ static void num(jb *j, cJSON *o, const char *k, double v) {
     j->ok = 0;
 }
 
+/* A time since 1970 as its digits: in nanoseconds beyond a double's 2^53,
+ * in microseconds printed by cJSON in exponent form (1.795e+15). */
+static void integer(jb *j, cJSON *o, const char *k, uint64_t v) {
+  char s[24];
+  snprintf(s, sizeof s, "%" PRIu64, v);
+  if (!cJSON_AddRawToObject(o, k, s))
+    j->ok = 0;
+}
+
 static void text(jb *j, cJSON *o, const char *k, const char *v) {
   if (!cJSON_AddStringToObject(o, k, v))
     j->ok = 0;
@@ -88,7 +97,7 @@ static void summary(jb *j, cJSON *o, const pool_oom_report *r) {
   num(j, o, "id", (double)r->id);
   iso_time(r->time_ns, t, sizeof t);
   text(j, o, "time", t);
-  num(j, o, "time_unix_ns", (double)r->time_ns);
+  integer(j, o, "time_unix_ns", r->time_ns);
   text(j, o, "pool", r->cap.name);
   num(j, o, "pool_id", r->cap.pool_id);
   num(j, o, "device", r->cap.device);
@@ -212,7 +221,7 @@ static void events(jb *j, cJSON *root, const pool_capture *c) {
     cJSON *o = push(j, a);
     if (!o)
       return;
-    num(j, o, "time_us", (double)(e->ts_ns / 1000));
+    integer(j, o, "time_us", e->ts_ns / 1000);
     text(j, o, "type", event_name(e->type));
     if (e->flags & EVF_PAGES)
       flag(j, o, "pages", 1);

@@ -89,6 +89,19 @@ static void check_pickle(const char *path, const char *json) {
   cr_expect_eq(run_checker(path, json), 0, "%s: the checker failed", path);
 }
 
+/* Every value of key in the JSON text is written as digits (no exponent, no
+ * fraction: a time since 1970 in ns or us, exact) and is at least least. */
+static void expect_integer_times(const char *json, const char *key, double least) {
+  int seen = 0;
+  for (const char *p = json; (p = strstr(p, key)) != NULL; seen++) {
+    p += strlen(key);
+    size_t n = strspn(p, "0123456789");
+    cr_expect(n > 0 && (p[n] == ',' || p[n] == '}'), "%s %.30s is not an integer", key, p);
+    cr_expect_geq(strtod(p, NULL), least, "%s %.30s", key, p);
+  }
+  cr_expect_gt(seen, 0, "no %s in %s", key, json);
+}
+
 /* Some history: splits, deferred frees on another stream, an expandable
  * pool whose pages move. The requests are not multiples of 512 bytes, so
  * the trace's sizes (requested bytes, as PyTorch's) differ from the
@@ -128,6 +141,7 @@ Test(oom_agent, serves_reports_and_torch_snapshots) {
 
   http_response r = get(port, "/oom");
   cr_assert_eq(r.status, 200, "%s", r.body);
+  expect_integer_times(r.body, "\"time_unix_ns\":", 1e18);
   cJSON *list = cJSON_Parse(r.body);
   cr_assert(cJSON_IsArray(list) && cJSON_GetArraySize(list) == 1, "%s", r.body);
   int id = cJSON_GetObjectItem(cJSON_GetArrayItem(list, 0), "id")->valueint;
@@ -140,6 +154,8 @@ Test(oom_agent, serves_reports_and_torch_snapshots) {
 
   r = get(port, want);
   cr_assert_eq(r.status, 200);
+  expect_integer_times(r.body, "\"time_unix_ns\":", 1e18);
+  expect_integer_times(r.body, "\"time_us\":", 1e15);
   cJSON *rep = cJSON_Parse(r.body);
   cr_assert_not_null(rep);
   cr_expect_eq(strncmp(cJSON_GetObjectItem(rep, "message")->valuestring, "CUDA out of memory.", 19),
@@ -194,6 +210,7 @@ Test(oom_agent, serves_reports_and_torch_snapshots) {
   http_response_free(&r);
   r = get(port, "/snapshot?format=json");
   cr_assert_eq(r.status, 200);
+  expect_integer_times(r.body, "\"alloc_time_us\":", 1e15);
   snprintf(json, sizeof json, "%s/live.json", dir);
   save(json, r.body, r.body_len);
   http_response_free(&r);
