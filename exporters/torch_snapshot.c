@@ -198,6 +198,16 @@ static void device_trace(pbuf *b, const pool_capture *const *caps, size_t n, int
     b->failed = 1;
     return;
   }
+  /* From the time every pool of the device has all its events: pools share
+   * the device's addresses, so one pool's older events could meet another's
+   * missing ones. */
+  uint64_t since = 0;
+  for (size_t i = 0; i < n; i++)
+    if (caps[i]->device == device && !caps[i]->truncated && caps[i]->events_since_ns > since)
+      since = caps[i]->events_since_ns;
+  for (size_t i = 0; i < n; i++)
+    while (pos[i] < caps[i]->nevents && caps[i]->events[pos[i]].ts_ns < since)
+      pos[i]++;
   op(b, OP_EMPTY_LIST);
   op(b, OP_MARK);
   for (;;) {

@@ -14,6 +14,7 @@
 typedef struct ring_part {
   pool_event *ev;
   size_t n;
+  int partial; /* the stream had older events than ev[0] */
 } ring_part;
 
 static void add_totals(pool_capture_totals *t, const segment *seg, uint64_t split_limit) {
@@ -79,27 +80,39 @@ static int copy_shard(shard *sh, pool_capture *c, size_t max_blocks, size_t max_
   if (want > max_events)
     want = max_events;
   uint64_t cursor = head > want ? head - want : 0, lost = 0;
+  part->partial = cursor > 0;
   part->ev = malloc((size_t)(head - cursor + 1) * sizeof *part->ev);
   if (part->ev)
     part->n = event_ring_read(ring, &cursor, part->ev, (size_t)(head - cursor), &lost);
   c->events_lost += lost;
+  part->partial |= lost > 0;
   event_ring_unref(ring);
   return part->ev ? 0 : -1;
 }
 
 /* The streams' events in time order (a stable merge: each stream keeps its
- * own order), the newest max_events of them. */
+ * own order) from the time on which every stream's are here
+ * (events_since_ns), the newest max_events of them. */
 static int merge_events(pool_capture *c, ring_part *parts, size_t nparts, size_t max_events) {
-  size_t total = 0;
+  uint64_t since = 0;
   for (size_t i = 0; i < nparts; i++)
-    total += parts[i].n;
-  size_t skip = total > max_events ? total - max_events : 0;
-  c->events = malloc((total - skip + 1) * sizeof *c->events);
-  if (!c->events)
-    return -1;
+    if (parts[i].partial && parts[i].n && parts[i].ev[0].ts_ns > since)
+      since = parts[i].ev[0].ts_ns;
   size_t *pos = calloc(nparts + 1, sizeof *pos);
   if (!pos)
     return -1;
+  size_t total = 0;
+  for (size_t i = 0; i < nparts; i++) {
+    while (pos[i] < parts[i].n && parts[i].ev[pos[i]].ts_ns < since)
+      pos[i]++;
+    total += parts[i].n - pos[i];
+  }
+  size_t skip = total > max_events ? total - max_events : 0;
+  c->events = malloc((total - skip + 1) * sizeof *c->events);
+  if (!c->events) {
+    free(pos);
+    return -1;
+  }
   for (size_t k = 0; k < total; k++) {
     size_t best = nparts;
     for (size_t i = 0; i < nparts; i++)
@@ -111,6 +124,7 @@ static int merge_events(pool_capture *c, ring_part *parts, size_t nparts, size_t
       c->events[c->nevents++] = e;
   }
   free(pos);
+  c->events_since_ns = skip && c->nevents ? c->events[0].ts_ns : since;
   return 0;
 }
 

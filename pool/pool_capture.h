@@ -51,6 +51,12 @@ typedef struct pool_capture {
   pool_event *events; /* oldest first; CLOCK_REALTIME ns stamps */
   size_t nevents;
   uint64_t events_lost; /* events of the window overwritten before the copy */
+  /* The events from this time on (CLOCK_REALTIME ns) are all here, every
+   * stream's; 0: all since the pool began. The streams' rings reach back
+   * differently far: a stream's older events, where another's ring no
+   * longer holds its own, are left out, so that the events replay the pool
+   * consistently (backwards from the blocks copied). */
+  uint64_t events_since_ns;
   pool_capture_totals t;
 } pool_capture;
 

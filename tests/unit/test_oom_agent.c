@@ -15,6 +15,7 @@
 #include "gpupool/host.h"
 #include "helpers/http_client.h"
 #include "pool/oom_report.h"
+#include "pool/pool_capture.h"
 
 #define MiB ((size_t)1 << 20)
 
@@ -323,5 +324,41 @@ Test(oom_agent, memory_stays_bounded_under_many_ooms, .timeout = 300) {
   cr_expect_eq(s.num_ooms, 100000);
   for (int i = 0; i < 20; i++)
     cr_assert_eq(gpupool_free(p, live[i]), GPUPOOL_OK);
+  gpupool_destroy(p);
+}
+
+/* Streams whose rings reach back differently far: a copy keeps only the
+ * events from the time every stream's are all there (events_since_ns), so
+ * an old event of a quiet stream does not meet the busy stream's missing
+ * ones; and the pickles built from it pass the checker. */
+Test(oom_agent, capture_keeps_the_window_every_stream_has) {
+  start("trace_events:16");
+  gpupool *p = host_pool("streams", NULL);
+  gpupool_host_stream *quiet = gpupool_host_stream_create();
+  void *a;
+  cr_assert_eq(gpupool_malloc(p, &a, 4 * MiB, quiet), GPUPOOL_OK);
+  cr_assert_eq(gpupool_free(p, a), GPUPOOL_OK); /* two events on the quiet stream */
+  usleep(2000);
+  for (int i = 0; i < 100; i++) { /* 200 on the default stream: its ring keeps 15 */
+    cr_assert_eq(gpupool_malloc(p, &a, (size_t)(i % 7 + 1) * MiB, NULL), GPUPOOL_OK);
+    cr_assert_eq(gpupool_free(p, a), GPUPOOL_OK);
+  }
+  pool_capture c;
+  cr_assert_eq(pool_capture_take(p, 0, SIZE_MAX, SIZE_MAX, 0, &c), 0);
+  cr_expect_gt(c.events_since_ns, 0);
+  cr_expect_gt(c.nevents, 0);
+  cr_expect_leq(c.nevents, 15);
+  for (size_t i = 0; i < c.nevents; i++) {
+    cr_expect_geq(c.events[i].ts_ns, c.events_since_ns);
+    cr_expect_neq(c.events[i].stream, (uint64_t)(uintptr_t)quiet, "the quiet stream's old event");
+  }
+  pool_capture_free(&c);
+  char path[128];
+  snprintf(path, sizeof path, "%s/streams.pickle", dir);
+  FILE *f = fopen(path, "wb");
+  cr_assert_eq(gpupool_snapshot_write_torch(f, "streams"), GPUPOOL_OK, "%s", gpupool_last_error());
+  fclose(f);
+  check_pickle(path, NULL);
+  gpupool_host_stream_destroy(quiet);
   gpupool_destroy(p);
 }
