@@ -48,6 +48,9 @@ static pthread_mutex_t g_cache_lock = PTHREAD_MUTEX_INITIALIZER;
 /* Every pool's answer, shared by all unfiltered requests and the metrics; a
  * request for one pool computes its own and leaves this alone. */
 static advice_result g_cache;
+/* Each computation's result as it is made, under g_compute (too large for
+ * an HTTP thread's stack). */
+static advice_result g_fresh;
 static uint64_t g_runs;
 static int g_valid;
 
@@ -129,12 +132,11 @@ static size_t compute(advice_result *r, double capacity_gib, const char *only) {
 
 /* Every pool's advice into the shared cache. Under g_compute. */
 static void compute_shared(double capacity_gib) {
-  static advice_result fresh; /* under g_compute: too large for an HTTP thread's stack twice */
-  compute(&fresh, capacity_gib, NULL);
+  compute(&g_fresh, capacity_gib, NULL);
   pthread_mutex_lock(&g_cache_lock);
   result_clear(&g_cache);
-  g_cache = fresh;
-  fresh.n = 0; /* the advice moved to g_cache */
+  g_cache = g_fresh;
+  g_fresh.n = 0; /* the advice moved to g_cache */
   g_runs++;
   g_valid = 1;
   pthread_mutex_unlock(&g_cache_lock);
@@ -258,14 +260,13 @@ void advice_endpoint(const endpoint_args *args, endpoint_body *out) {
    * cache, every pool's, stays as it is) and waits for no one: 503 while
    * another computation runs. */
   if (only) {
-    static advice_result one; /* under g_compute */
     if (pthread_mutex_trylock(&g_compute) != 0) {
       endpoint_text(out, 503, "/advice is being computed by another request: retry\n");
       return;
     }
-    size_t named = compute(&one, cap, only);
-    body = named ? render(&one, json) : NULL;
-    result_clear(&one);
+    size_t named = compute(&g_fresh, cap, only);
+    body = named ? render(&g_fresh, json) : NULL;
+    result_clear(&g_fresh);
     pthread_mutex_unlock(&g_compute);
     if (!named) {
       endpoint_printable(shown, sizeof shown, only);

@@ -10,6 +10,7 @@
 #include <cjson/cJSON.h>
 
 #include "endpoint.h"
+#include "exporters/json_u64.h"
 #include "exporters/stat_families.h"
 #include "metrics.h"
 #include "pool/pool_view.h"
@@ -72,11 +73,9 @@ static void add_num(cJSON *obj, const char *key, double v, build *b) {
     b->failed = 1;
 }
 
-/* Microseconds since 1970 as digits (cJSON would print 1.795e+15). */
+/* Microseconds since 1970 as digits (json_u64.h). */
 static void add_time_us(cJSON *obj, const char *key, uint64_t us, build *b) {
-  char s[24];
-  snprintf(s, sizeof s, "%" PRIu64, us);
-  if (!cJSON_AddRawToObject(obj, key, s))
+  if (!json_add_u64(obj, key, us))
     b->failed = 1;
 }
 

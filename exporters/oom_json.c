@@ -8,6 +8,7 @@
 
 #include <cjson/cJSON.h>
 
+#include "json_u64.h"
 #include "stat_families.h"
 
 /* cJSON reports failures through NULL returns: `ok` collects them. */
@@ -20,12 +21,9 @@ static void num(jb *j, cJSON *o, const char *k, double v) {
     j->ok = 0;
 }
 
-/* A time since 1970 as its digits: in nanoseconds beyond a double's 2^53,
- * in microseconds printed by cJSON in exponent form (1.795e+15). */
+/* A time since 1970 (ns or us) as its digits (json_u64.h). */
 static void integer(jb *j, cJSON *o, const char *k, uint64_t v) {
-  char s[24];
-  snprintf(s, sizeof s, "%" PRIu64, v);
-  if (!cJSON_AddRawToObject(o, k, s))
+  if (!json_add_u64(o, k, v))
     j->ok = 0;
 }
 
