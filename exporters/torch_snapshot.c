@@ -115,6 +115,12 @@ static void block(pbuf *b, const pool_block_info *bl) {
 }
 
 static void segment(pbuf *b, const pool_capture *c, const pool_capture_segment *s) {
+  /* PyTorch's requested_size of a segment: its active blocks', pending frees
+   * included (the segment info's is the allocated blocks'). */
+  uint64_t requested = 0;
+  for (size_t i = 0; i < s->info.nblocks; i++)
+    if (strcmp(c->blocks[s->first_block + i].state, "inactive") != 0)
+      requested += c->blocks[s->first_block + i].requested;
   op(b, OP_EMPTY_DICT);
   op(b, OP_MARK);
   key_num(b, "device", (uint64_t)(c->device < 0 ? 0 : c->device));
@@ -122,7 +128,7 @@ static void segment(pbuf *b, const pool_capture *c, const pool_capture_segment *
   key_num(b, "total_size", s->info.size);
   key_num(b, "allocated_size", s->info.allocated);
   key_num(b, "active_size", s->info.active);
-  key_num(b, "requested_size", s->info.requested);
+  key_num(b, "requested_size", requested);
   key_num(b, "stream", s->info.stream);
   key_str(b, "segment_type", s->info.is_large ? "large" : "small");
   str(b, "segment_pool_id");

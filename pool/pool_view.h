@@ -36,14 +36,16 @@ void pool_get_backend_info(gpupool *p, pool_backend_info *out);
  * its blocks in address order. States: "active_allocated",
  * "active_pending_free" (freed, waiting on other streams), "inactive". */
 typedef struct pool_segment_info {
-  uint64_t addr, size, allocated, active, requested;
-  uint64_t mapped; /* bytes of device memory behind it: size, less unmapped vmm pages */
+  uint64_t addr, size, allocated, active;
+  uint64_t requested; /* of its allocated blocks */
+  uint64_t mapped;    /* bytes of device memory behind it: size, less unmapped vmm pages */
   uint64_t stream;
   int is_large;
   size_t nblocks;
 } pool_segment_info;
 typedef struct pool_block_info {
-  uint64_t addr, size, requested;
+  uint64_t addr, size;
+  uint64_t requested; /* allocated and pending blocks (what the allocation asked); free: 0 */
   uint64_t stream;
   const char *state;
   uint64_t unmapped; /* bytes of its pages not mapped (free blocks of vmm segments) */

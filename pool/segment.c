@@ -55,7 +55,9 @@ gpupool_status segment_create(gpupool *p, shard *sh, size_t size, int large, seg
   segment *seg = NULL;
   uint64_t dur = 0;
   if (p->cfg.expandable) { /* a small segment: a range of one page */
+    uint64_t t0 = clock_monotonic_ns();
     gpupool_status st = pages_segment_create(p, large ? vmm_range(p, size) : size, large, &seg);
+    dur = clock_monotonic_ns() - t0;
     if (st != GPUPOOL_OK)
       return st;
   } else {
@@ -90,8 +92,12 @@ gpupool_status segment_create(gpupool *p, shard *sh, size_t size, int large, seg
   b->seg = seg;
   b->state = BLOCK_FREE;
   b->prev = b->next = NULL;
-  if (!seg->pages)
-    segment_emit_event(p, sh, EV_SEGMENT_ALLOC, large ? EVF_LARGE : 0, seg->addr, seg->size, dur);
+  /* A vmm range too: segment_destroy reports its release as a segment free,
+   * and a trace replayed backwards (torch snapshots) needs the range's
+   * creation to undo it (a range created again at a released one's address
+   * would otherwise appear out of nowhere). Its pages' maps follow as
+   * EVF_PAGES events. */
+  segment_emit_event(p, sh, EV_SEGMENT_ALLOC, large ? EVF_LARGE : 0, seg->addr, seg->size, dur);
   *out = seg;
   return GPUPOOL_OK;
 }
@@ -153,7 +159,7 @@ void segment_describe(const segment *seg, pool_segment_info *info, pool_block_in
   for (const block *b = seg->first; b; b = b->next) {
     blocks[i++] = (pool_block_info){b->addr,
                                     b->size,
-                                    b->state == BLOCK_ALLOCATED ? b->requested : 0,
+                                    b->state == BLOCK_FREE ? 0 : b->requested,
                                     (uint64_t)(uintptr_t)stream,
                                     block_state_name(b),
                                     unmapped_bytes(seg, b),

@@ -362,3 +362,67 @@ Test(oom_agent, capture_keeps_the_window_every_stream_has) {
   gpupool_host_stream_destroy(quiet);
   gpupool_destroy(p);
 }
+
+/* An expandable pool releases an empty address range and reserves a new one,
+ * usually at the same address (the host backend's mmap hands it back, as
+ * the driver may): the trace has the first range's segment_free and the
+ * second's segment_alloc, so replaying it backwards from the segments works
+ * (without the alloc, the free found the segment there already). */
+Test(oom_agent, expandable_range_released_and_reserved_again) {
+  start("trace_events:1024");
+  gpupool *p = host_pool("again", "expandable_segments:True");
+  void *a;
+  cr_assert_eq(gpupool_malloc(p, &a, 10 * MiB, NULL), GPUPOOL_OK);
+  cr_assert_eq(gpupool_free(p, a), GPUPOOL_OK);
+  cr_assert_eq(gpupool_empty_cache(p), 10 * MiB, "the range's pages");
+  void *b;
+  cr_assert_eq(gpupool_malloc(p, &b, 10 * MiB, NULL), GPUPOOL_OK);
+  /* Usually at a's address (mmap hands it back), but another thread's
+   * mapping can take it first: the events and the pickle hold either way. */
+  pool_capture c;
+  cr_assert_eq(pool_capture_take(p, 0, SIZE_MAX, SIZE_MAX, 0, &c), 0);
+  int allocs = 0, frees = 0;
+  for (size_t i = 0; i < c.nevents; i++)
+    if (!(c.events[i].flags & EVF_PAGES) && c.events[i].size >= 64 * MiB) {
+      allocs += c.events[i].type == EV_SEGMENT_ALLOC;
+      frees += c.events[i].type == EV_SEGMENT_FREE;
+    }
+  cr_expect_eq(allocs, 2, "each range's reservation is a segment alloc");
+  cr_expect_eq(frees, 1, "the first range's release is a segment free");
+  pool_capture_free(&c);
+  char path[128];
+  snprintf(path, sizeof path, "%s/again.pickle", dir);
+  FILE *f = fopen(path, "wb");
+  cr_assert_eq(gpupool_snapshot_write_torch(f, "again"), GPUPOOL_OK, "%s", gpupool_last_error());
+  fclose(f);
+  check_pickle(path, NULL);
+  cr_assert_eq(gpupool_free(p, b), GPUPOOL_OK);
+  gpupool_destroy(p);
+}
+
+/* A block freed while another stream still uses it is active_pending_free:
+ * in the pickle it keeps its requested bytes, and its segment's
+ * requested_size counts them, as PyTorch's do, so undoing its allocation
+ * entry finds them (it found 0 before). */
+Test(oom_agent, pending_block_keeps_its_requested_bytes) {
+  start("trace_events:1024");
+  gpupool *p = host_pool("pending", NULL);
+  gpupool_host_stream *s = gpupool_host_stream_create();
+  void *a;
+  cr_assert_eq(gpupool_malloc(p, &a, 3 * MiB + 100, NULL), GPUPOOL_OK);
+  cr_assert_eq(gpupool_record_stream(p, a, s), GPUPOOL_OK);
+  gpupool_host_stream_enqueue(s);
+  cr_assert_eq(gpupool_free(p, a), GPUPOOL_OK);
+  gpupool_stats st;
+  cr_assert_eq(gpupool_get_stats(p, &st), GPUPOOL_OK);
+  cr_assert_eq(st.pending_free_blocks, 1);
+  char path[128];
+  snprintf(path, sizeof path, "%s/pending.pickle", dir);
+  FILE *f = fopen(path, "wb");
+  cr_assert_eq(gpupool_snapshot_write_torch(f, "pending"), GPUPOOL_OK, "%s", gpupool_last_error());
+  fclose(f);
+  check_pickle(path, NULL);
+  gpupool_host_stream_complete(s);
+  gpupool_host_stream_destroy(s);
+  gpupool_destroy(p);
+}

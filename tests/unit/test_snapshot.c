@@ -115,6 +115,8 @@ static void check_pool_kind(const cJSON *pool, gpupool *p, int expandable) {
       } else if (strcmp(state, "active_pending_free") == 0) {
         pending_n++;
         seg_active += bsize;
+        cr_expect_gt(num(blk, "requested"), 0, "a pending block keeps what its allocation asked");
+        cr_expect_leq(num(blk, "requested"), (double)bsize);
       } else {
         cr_expect_str_eq(state, "inactive");
         free_n++;

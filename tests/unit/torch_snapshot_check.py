@@ -62,10 +62,10 @@ def check_segment(i, seg):
         addr += b["size"]
         if b["state"] == "active_allocated":
             allocated += b["size"]
+        if b["state"] != "inactive":  # PyTorch's rule: pending frees count too
+            active += b["size"]
             requested += b["requested_size"]
             need(b["requested_size"] <= b["size"], f"segment {i} block {j}: requested > size")
-        if b["state"] != "inactive":
-            active += b["size"]
     need(addr == seg["address"] + seg["total_size"],
          f"segment {i}: blocks cover {addr - seg['address']} of {seg['total_size']} bytes")
     need(allocated == seg["allocated_size"], f"segment {i}: allocated_size {seg['allocated_size']} != {allocated}")
