@@ -126,6 +126,12 @@ int hist_alloc(gpupool_history *h, uint64_t id, uint64_t size, uint64_t stream, 
              (unsigned long long)id);
     return -1;
   }
+  if (size > GPUPOOL_MAX_REQUEST) { /* no pool accepts it: no run can have recorded it */
+    snprintf(err, errlen,
+             "allocation 0x%llx of %llu bytes is larger than 2^48, which no pool accepts",
+             (unsigned long long)id, (unsigned long long)size);
+    return -1;
+  }
   if (h->n_slots >= UINT32_MAX - 2) {
     snprintf(err, errlen, "more than %u allocations", UINT32_MAX - 2);
     return -1;
@@ -186,8 +192,10 @@ int hist_free(gpupool_history *h, uint64_t id) {
 int hist_record_stream(gpupool_history *h, uint64_t id, uint64_t stream) {
   size_t i;
   uint32_t slot = lookup(h, id, &i);
-  if (slot == MAP_EMPTY)
+  if (slot == MAP_EMPTY) {
+    h->info.unmatched_record_streams++;
     return 1;
+  }
   int si = stream_index(h, stream);
   if (si < 0 || push(h, (hist_op){slot, (uint16_t)si, HOP_RECORD_STREAM, 0}))
     return -1;

@@ -40,13 +40,14 @@ struct gpupool_history {
 };
 
 gpupool_history *hist_new(const char *source, const char *format);
-/* 0 on success; -1: out of memory, or (alloc) the id is live already, or too
- * many streams: err says which. */
+/* 0 on success; -1: out of memory, or (alloc) the id is live already, size is
+ * above GPUPOOL_MAX_REQUEST, or too many streams: err says which. */
 int hist_alloc(gpupool_history *h, uint64_t id, uint64_t size, uint64_t stream, char *err,
                size_t errlen);
 /* 0: freed; 1: the id was not live (counted in info.unmatched_frees, skipped). */
 int hist_free(gpupool_history *h, uint64_t id);
-/* 0; 1: the id was not live (skipped); -1: out of memory / too many streams. */
+/* 0; 1: the id was not live (counted in info.unmatched_record_streams, skipped);
+ * -1: out of memory / too many streams. */
 int hist_record_stream(gpupool_history *h, uint64_t id, uint64_t stream);
 int hist_empty_cache(gpupool_history *h);
 int hist_is_live(gpupool_history *h, uint64_t id);

@@ -75,9 +75,11 @@ static void render_table(const gpupool_advice *a, sbuf *b) {
   put(b, "history: %s (%s): %llu events, %llu allocations, peak requested %.1f MiB", in->source,
       in->format, (unsigned long long)in->events, (unsigned long long)in->allocations,
       mib(in->peak_requested));
-  if (in->unmatched_frees || in->dropped)
-    put(b, " (incomplete: %llu frees of older allocations, %llu events lost)",
-        (unsigned long long)in->unmatched_frees, (unsigned long long)in->dropped);
+  if (in->unmatched_frees || in->unmatched_record_streams || in->dropped)
+    put(b,
+        " (incomplete: %llu frees and %llu record_streams of older allocations, %llu events lost)",
+        (unsigned long long)in->unmatched_frees, (unsigned long long)in->unmatched_record_streams,
+        (unsigned long long)in->dropped);
   put(b, "\nsimulated device: %.1f GiB; %zu configurations replayed on %u threads in %.3f s%s\n\n",
       (double)a->capacity / (1 << 30), a->n, a->threads, a->wall_s,
       a->truncated ? " (deadline reached: some not replayed)" : "");
@@ -207,6 +209,7 @@ static cJSON *advice_json(const gpupool_advice *a) {
   num(i, "record_streams", (double)in->record_streams);
   num(i, "empty_caches", (double)in->empty_caches);
   num(i, "unmatched_frees", (double)in->unmatched_frees);
+  num(i, "unmatched_record_streams", (double)in->unmatched_record_streams);
   num(i, "live_at_end", (double)in->live_at_end);
   num(i, "dropped_events", (double)in->dropped);
   num(i, "streams", (double)in->streams);

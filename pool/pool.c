@@ -16,8 +16,6 @@
 #include "share.h"
 #include "sizeclass.h"
 
-#define MAX_REQUEST ((size_t)1 << 48)
-
 static _Atomic uint32_t next_pool_id = 1;
 
 static gpupool_status create_backend(pool_config *c, backend **out) {
@@ -210,7 +208,7 @@ static gpupool_status bad_size(const gpupool *p, size_t size) {
 gpupool_status gpupool_malloc(gpupool *p, void **ptr, size_t size, void *stream) {
   if (!p || !ptr)
     return pool_fail(GPUPOOL_ERR_INVALID, "gpupool_malloc: %s is NULL", p ? "ptr" : "pool");
-  if (size == 0 || size > MAX_REQUEST)
+  if (size == 0 || size > GPUPOOL_MAX_REQUEST)
     return bad_size(p, size);
   block *b = NULL; /* set when malloc_block succeeds (some compilers cannot tell) */
   gpupool_status st = malloc_block(p, size, stream, &b);
@@ -225,7 +223,7 @@ void pool_serve_blocks(gpupool *p) {
 }
 
 gpupool_status pool_malloc_block(gpupool *p, size_t size, void *stream, block **out) {
-  if (size == 0 || size > MAX_REQUEST)
+  if (size == 0 || size > GPUPOOL_MAX_REQUEST)
     return bad_size(p, size);
   return malloc_block(p, size, stream, out);
 }

@@ -26,10 +26,11 @@ typedef struct gpupool_history_info {
   char format[16];  /* "record", "trace", "torch", "live" */
   uint64_t events;  /* operations replayed: allocations, frees, record_stream, empty_cache */
   uint64_t allocations, frees, record_streams, empty_caches;
-  uint64_t unmatched_frees; /* frees of no live allocation (one older than the history,
-                               or freed already): skipped */
-  uint64_t live_at_end;     /* allocations never freed */
-  uint64_t dropped;         /* events the source had lost (overwritten ring slots) */
+  uint64_t unmatched_frees;          /* frees of no live allocation (one older than the history,
+                                        or freed already): skipped */
+  uint64_t unmatched_record_streams; /* record_streams of no live allocation: skipped */
+  uint64_t live_at_end;              /* allocations never freed */
+  uint64_t dropped;                  /* events the source had lost (overwritten ring slots) */
   uint64_t streams;
   uint64_t peak_requested;  /* the most requested bytes live at once */
   uint64_t requested_bytes; /* summed over all allocations */

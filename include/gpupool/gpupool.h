@@ -121,7 +121,11 @@ typedef struct gpupool_stats {
 gpupool_status gpupool_create(const gpupool_options *opt, gpupool **out);
 void gpupool_destroy(gpupool *p);
 
-/* size > 0; stream is a cudaStream_t (NULL = legacy default stream). */
+/* The largest request a pool accepts (256 TiB, beyond any device). */
+#define GPUPOOL_MAX_REQUEST ((size_t)1 << 48)
+
+/* 0 < size <= GPUPOOL_MAX_REQUEST (else GPUPOOL_ERR_INVALID); stream is a
+ * cudaStream_t (NULL = legacy default stream). */
 gpupool_status gpupool_malloc(gpupool *p, void **ptr, size_t size, void *stream);
 gpupool_status gpupool_free(gpupool *p, void *ptr);
 /* Mark ptr as used on another stream: its reuse waits for that stream's work. */

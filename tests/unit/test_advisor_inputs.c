@@ -194,6 +194,8 @@ Test(advisor_inputs, record_file_errors) {
       {"f 1 2\n", ":1: expected"},
       {"r 1\n", ":1: expected"},
       {"a 99999999999999999999999 1 0\n", ":1: expected"},
+      {"a 1 281474976710657 0\n",
+       ":1: allocation 0x1 of 281474976710657 bytes is larger than 2^48"},
       {"", "no allocation events"},
       {"# only a comment\n", "no allocation events"},
   };
@@ -205,16 +207,19 @@ Test(advisor_inputs, record_file_errors) {
   }
   write_file(p, "a 1 10 0\n\0f 1\n", 14);
   expect_bad(p, "record", ":2: a NUL byte");
-  /* frees of unknown ids (older than the history) are skipped and counted */
-  const char *ok = "f 0x99\na 0x10 100 0x0\nr 0x10 0x5\nf 0x10\na (nil) 7 0\n";
+  /* frees and record_streams of unknown ids (older than the history) are
+   * skipped and counted; a request of 2^48 bytes, the largest, is read */
+  const char *ok = "f 0x99\na 0x10 100 0x0\nr 0x10 0x5\nr 0x98 0x5\nf 0x10\na (nil) 7 0\n"
+                   "a 0x20 281474976710656 0\n";
   write_file(p, ok, strlen(ok));
   gpupool_history *h;
   cr_assert_eq(gpupool_history_load(p, NULL, NULL, &h), GPUPOOL_OK, "%s", gpupool_last_error());
   const gpupool_history_info *in = gpupool_history_get_info(h);
   cr_expect_eq(in->unmatched_frees, 1);
-  cr_expect_eq(in->allocations, 2);
+  cr_expect_eq(in->unmatched_record_streams, 1);
+  cr_expect_eq(in->allocations, 3);
   cr_expect_eq(in->record_streams, 1);
-  cr_expect_eq(in->live_at_end, 1);
+  cr_expect_eq(in->live_at_end, 2);
   cr_expect_eq(in->streams, 2);
   gpupool_history_free(h);
 }
