@@ -90,6 +90,18 @@ static void check_pickle(const char *path, const char *json) {
   cr_expect_eq(run_checker(path, json), 0, "%s: the checker failed", path);
 }
 
+/* Writes pool's pickle with gpupool_snapshot_write_torch into the test's
+ * directory and runs the checker on it. */
+static void write_and_check_pickle(const char *pool) {
+  char path[128];
+  snprintf(path, sizeof path, "%s/%s.pickle", dir, pool);
+  FILE *f = fopen(path, "wb");
+  cr_assert_not_null(f);
+  cr_assert_eq(gpupool_snapshot_write_torch(f, pool), GPUPOOL_OK, "%s", gpupool_last_error());
+  cr_assert_eq(fclose(f), 0);
+  check_pickle(path, NULL);
+}
+
 /* Every value of key in the JSON text is written as digits (no exponent, no
  * fraction: a time since 1970 in ns or us, exact) and is at least least. */
 static void expect_integer_times(const char *json, const char *key, double least) {
@@ -353,12 +365,7 @@ Test(oom_agent, capture_keeps_the_window_every_stream_has) {
     cr_expect_neq(c.events[i].stream, (uint64_t)(uintptr_t)quiet, "the quiet stream's old event");
   }
   pool_capture_free(&c);
-  char path[128];
-  snprintf(path, sizeof path, "%s/streams.pickle", dir);
-  FILE *f = fopen(path, "wb");
-  cr_assert_eq(gpupool_snapshot_write_torch(f, "streams"), GPUPOOL_OK, "%s", gpupool_last_error());
-  fclose(f);
-  check_pickle(path, NULL);
+  write_and_check_pickle("streams");
   gpupool_host_stream_destroy(quiet);
   gpupool_destroy(p);
 }
@@ -390,12 +397,7 @@ Test(oom_agent, expandable_range_released_and_reserved_again) {
   cr_expect_eq(allocs, 2, "each range's reservation is a segment alloc");
   cr_expect_eq(frees, 1, "the first range's release is a segment free");
   pool_capture_free(&c);
-  char path[128];
-  snprintf(path, sizeof path, "%s/again.pickle", dir);
-  FILE *f = fopen(path, "wb");
-  cr_assert_eq(gpupool_snapshot_write_torch(f, "again"), GPUPOOL_OK, "%s", gpupool_last_error());
-  fclose(f);
-  check_pickle(path, NULL);
+  write_and_check_pickle("again");
   cr_assert_eq(gpupool_free(p, b), GPUPOOL_OK);
   gpupool_destroy(p);
 }
@@ -416,12 +418,7 @@ Test(oom_agent, pending_block_keeps_its_requested_bytes) {
   gpupool_stats st;
   cr_assert_eq(gpupool_get_stats(p, &st), GPUPOOL_OK);
   cr_assert_eq(st.pending_free_blocks, 1);
-  char path[128];
-  snprintf(path, sizeof path, "%s/pending.pickle", dir);
-  FILE *f = fopen(path, "wb");
-  cr_assert_eq(gpupool_snapshot_write_torch(f, "pending"), GPUPOOL_OK, "%s", gpupool_last_error());
-  fclose(f);
-  check_pickle(path, NULL);
+  write_and_check_pickle("pending");
   gpupool_host_stream_complete(s);
   gpupool_host_stream_destroy(s);
   gpupool_destroy(p);
