@@ -306,7 +306,14 @@ gpupool_status gpupool_advise(const gpupool_history *h, const gpupool_advice_opt
   else
     a->max_added_ms = fmax(DEFAULT_BOUND_MS, h->info.duration_s * 1000.0 * 0.01);
   fill_prices(&a->prices, &opt->prices);
-  a->current = (size_t)add_candidate(a, current);
+  int cur = add_candidate(a, current);
+  if (cur < 0) { /* the first candidate: only its length can refuse it */
+    gpupool_advice_free(a);
+    return pool_fail(GPUPOOL_ERR_INVALID,
+                     "current configuration '%.60s...': too long (at most %zu bytes)", current,
+                     sizeof a->c[0].conf - 1);
+  }
+  a->current = (size_t)cur;
   for (size_t i = 0; i < opt->n_extra; i++)
     if (add_candidate(a, opt->extra[i]) < 0) {
       gpupool_advice_free(a);

@@ -174,6 +174,14 @@ Test(advisor_search, bad_options) {
   cr_expect_eq(gpupool_advise(hist, &o5, &a), GPUPOOL_ERR_INVALID);
   cr_expect(strstr(gpupool_last_error(), "extra is NULL"), "%s", gpupool_last_error());
   cr_expect_null(a);
+  char longer[400] = "max_split_size_mb:128"; /* valid, but longer than a candidate holds */
+  while (strlen(longer) < 300)
+    strcat(longer, ",max_split_size_mb:128");
+  gpupool_advice_options o6 = {.current = longer, .max_added_ms = NAN};
+  a = (gpupool_advice *)&o6;
+  cr_expect_eq(gpupool_advise(hist, &o6, &a), GPUPOOL_ERR_INVALID); /* read out of bounds */
+  cr_expect(strstr(gpupool_last_error(), "too long"), "%s", gpupool_last_error());
+  cr_expect_null(a);
   gpupool_replay_result r;
   cr_expect_eq(gpupool_replay(hist, "", 0, &r), GPUPOOL_ERR_INVALID);
   cr_expect_eq(gpupool_replay(hist, "strategy:nope", MiB, &r), GPUPOOL_ERR_INVALID);
