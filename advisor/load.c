@@ -155,9 +155,13 @@ gpupool_status history_from_rings(event_ring **rings, size_t nr, const char *nam
   if (ev && h && ring_start) {
     for (size_t i = 0; i < nr; i++) {
       ring_start[i] = n;
-      uint64_t cursor = 0, skipped = 0;
+      /* Up to the head seen now: a ring still being written keeps no more
+       * than its capacity, the others' room. */
+      uint64_t head = event_ring_head(rings[i]), cap = event_ring_capacity(rings[i]);
+      uint64_t cursor = head > cap ? head - cap : 0, skipped = cursor;
       size_t got;
-      while (n < total && (got = event_ring_read(rings[i], &cursor, ev + n, total - n, &skipped)))
+      while (n < total &&
+             (got = event_ring_read_before(rings[i], &cursor, head, ev + n, total - n, &skipped)))
         n += got;
       dropped += skipped;
     }

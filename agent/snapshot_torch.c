@@ -16,43 +16,63 @@
 typedef struct collection {
   const char *pool; /* NULL: every pool */
   pool_capture *caps;
+  gpupool **held; /* the pools whose slow locks are held, caps[i]'s */
   size_t n, cap;
   int matched, failed;
 } collection;
 
-/* Under the registry lock (then each pool's slow lock): copies only. */
+/* Under the registry lock: copies only. Each pool is copied under its slow
+ * lock, held until every pool is copied (let_go_all): the pools of a device
+ * share its addresses, and their segments must be of one moment for the
+ * trace to replay (a segment one pool released after its copy could be
+ * another's, copied later). */
 static void collect_pool(gpupool *p, void *arg) {
   collection *c = arg;
   const char *name = gpupool_name(p);
   if (c->pool && strcmp(c->pool, name ? name : "") != 0)
     return;
   c->matched++;
+  if (c->failed)
+    return;
   if (c->n == c->cap) {
     size_t cap = c->cap ? 2 * c->cap : 8;
     pool_capture *caps = realloc(c->caps, cap * sizeof *caps);
-    if (!caps) {
+    gpupool **held = caps ? realloc(c->held, cap * sizeof *held) : NULL;
+    if (caps)
+      c->caps = caps;
+    if (!held) {
       c->failed = 1;
       return;
     }
-    c->caps = caps;
+    c->held = held;
     c->cap = cap;
   }
+  pool_capture_hold(p);
   /* Every block and the events the rings still hold. */
-  if (pool_capture_take(p, 0, SIZE_MAX, SIZE_MAX, 0, &c->caps[c->n]) == 0)
-    c->n++;
-  else
+  if (pool_capture_take(p, 1, SIZE_MAX, SIZE_MAX, 0, &c->caps[c->n]) == 0) {
+    c->held[c->n++] = p;
+  } else {
+    pool_capture_let_go(p);
     c->failed = 1;
+  }
+}
+
+static void let_go_all(void *arg) {
+  collection *c = arg;
+  for (size_t i = 0; i < c->n; i++)
+    pool_capture_let_go(c->held[i]);
 }
 
 static void collection_free(collection *c) {
   for (size_t i = 0; i < c->n; i++)
     pool_capture_free(&c->caps[i]);
   free(c->caps);
+  free(c->held);
 }
 
 /* The pickle of the pools named (NULL: all); NULL when out of memory. */
 static char *render(collection *c, size_t *len) {
-  registry_foreach(collect_pool, c);
+  registry_foreach_then(collect_pool, let_go_all, c);
   if (c->failed)
     return NULL;
   const pool_capture **list = malloc((c->n + 1) * sizeof *list);

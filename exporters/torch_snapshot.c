@@ -222,7 +222,7 @@ static void device_trace(pbuf *b, const pool_capture *const *caps, size_t n, int
       const pool_capture *c = caps[i];
       if (c->device != device || c->truncated || pos[i] >= c->nevents)
         continue;
-      if (best == n || c->events[pos[i]].ts_ns < caps[best]->events[pos[best]].ts_ns)
+      if (best == n || pool_capture_goes_first(&c->events[pos[i]], &caps[best]->events[pos[best]]))
         best = i;
     }
     if (best == n)

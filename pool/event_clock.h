@@ -62,12 +62,15 @@ static inline uint64_t event_clock_stamp(void) {
  * previous one taken this way for r, so these stamps never decrease when
  * the mode switches (a coarse stamp can be up to a tick older than an exact
  * one taken just before). The pool's rare events use it; block events do
- * not (shard.c: the hot path). */
-static inline uint64_t event_clock_ring_stamp(event_ring *r) {
-  uint64_t t = event_clock_stamp();
+ * not (shard.c: the hot path). _at: with stamp t taken earlier by the
+ * caller (an event_clock_stamp() from before its device call). */
+static inline uint64_t event_clock_ring_stamp_at(event_ring *r, uint64_t t) {
   t = t < r->last_stamp ? r->last_stamp : t;
   r->last_stamp = t;
   return t;
+}
+static inline uint64_t event_clock_ring_stamp(event_ring *r) {
+  return event_clock_ring_stamp_at(r, event_clock_stamp());
 }
 
 /* Starts the ticker thread with a tick of tick_us microseconds (at most

@@ -147,11 +147,18 @@ static void copy_record(const event_ring *r, uint64_t m, pool_event *out) {
 
 size_t event_ring_read(event_ring *r, uint64_t *cursor, pool_event *out, size_t max,
                        uint64_t *skipped) {
+  return event_ring_read_before(r, cursor, UINT64_MAX, out, max, skipped);
+}
+
+size_t event_ring_read_before(event_ring *r, uint64_t *cursor, uint64_t before, pool_event *out,
+                              size_t max, uint64_t *skipped) {
   const uint64_t cap = r->mask; /* events kept: one slot fewer than the ring has */
   size_t got = 0;
   while (got < max) {
     uint64_t h1 = atomic_load_explicit(&r->head, memory_order_acquire);
     uint64_t n = *cursor;
+    if (h1 > before) /* events from `before` on are not wanted, however far the cursor skipped */
+      h1 = before;
     if (n >= h1)
       break;
     if (h1 - n > cap) { /* overwritten before we got there */

@@ -250,6 +250,12 @@ static inline void event_ring_push(event_ring *r, const pool_event *ev) {
  * (at most max). */
 size_t event_ring_read(event_ring *r, uint64_t *cursor, pool_event *out, size_t max,
                        uint64_t *skipped);
+/* event_ring_read, of the events numbered below `before` only: a reader
+ * that saw head = before (with the state those events describe) gets no
+ * later one, even where the writer overwrote events it had not copied yet
+ * and the cursor skipped ahead. */
+size_t event_ring_read_before(event_ring *r, uint64_t *cursor, uint64_t before, pool_event *out,
+                              size_t max, uint64_t *skipped);
 uint64_t event_ring_head(const event_ring *r);    /* events ever pushed */
 uint64_t event_ring_dropped(const event_ring *r); /* events overwritten: head - capacity */
 size_t event_ring_capacity(const event_ring *r);  /* events kept: slots - 1 */

@@ -83,7 +83,7 @@ static int copy_shard(shard *sh, pool_capture *c, size_t max_blocks, size_t max_
   part->partial = cursor > 0;
   part->ev = malloc((size_t)(head - cursor + 1) * sizeof *part->ev);
   if (part->ev)
-    part->n = event_ring_read(ring, &cursor, part->ev, (size_t)(head - cursor), &lost);
+    part->n = event_ring_read_before(ring, &cursor, head, part->ev, (size_t)(head - cursor), &lost);
   c->events_lost += lost;
   part->partial |= lost > 0;
   event_ring_unref(ring);
@@ -117,7 +117,8 @@ static int merge_events(pool_capture *c, ring_part *parts, size_t nparts, size_t
     size_t best = nparts;
     for (size_t i = 0; i < nparts; i++)
       if (pos[i] < parts[i].n &&
-          (best == nparts || parts[i].ev[pos[i]].ts_ns < parts[best].ev[pos[best]].ts_ns))
+          (best == nparts ||
+           pool_capture_goes_first(&parts[i].ev[pos[i]], &parts[best].ev[pos[best]])))
         best = i;
     pool_event e = parts[best].ev[pos[best]++];
     if (k >= skip)
@@ -134,6 +135,14 @@ static void stamps_to_ns(pool_capture *c) {
   for (size_t i = 0; i < c->nblocks; i++)
     if (c->blocks[i].alloc_ns)
       c->blocks[i].alloc_ns = clock_stamp_to_ns(c->blocks[i].alloc_ns);
+}
+
+void pool_capture_hold(gpupool *p) {
+  pthread_mutex_lock(&p->slow_lock);
+}
+
+void pool_capture_let_go(gpupool *p) {
+  pthread_mutex_unlock(&p->slow_lock);
 }
 
 int pool_capture_take(gpupool *p, int slow_locked, size_t max_blocks, size_t max_events,

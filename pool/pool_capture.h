@@ -60,11 +60,48 @@ typedef struct pool_capture {
   pool_capture_totals t;
 } pool_capture;
 
+/* Where an event goes among events of other rings with the same stamp
+ * (pool_capture_goes_first): releases first, then takings. */
+static inline int pool_capture_tie_rank(const pool_event *e) {
+  switch (e->type) {
+  case EV_FREE:
+  case EV_FREE_COMPLETED:
+    return 0; /* a block's release, before its segment's */
+  case EV_SEGMENT_FREE:
+    return 1;
+  case EV_SEGMENT_ALLOC:
+    return 3;
+  case EV_ALLOC:
+    return 4; /* after the segment it lies in */
+  default:
+    return 2;
+  }
+}
+
+/* Whether event a, the head of one ring, goes before b, another's, when
+ * rings are merged by time: the earlier, and on a tie (stamps taken within
+ * one tick of the coarse clock are equal) releases before takings. An
+ * address released by one stream or pool can be taken by another within
+ * the tick, never the other way round, so this order replays consistently
+ * (each ring keeps its own order: only heads are compared). */
+static inline int pool_capture_goes_first(const pool_event *a, const pool_event *b) {
+  if (a->ts_ns != b->ts_ns)
+    return a->ts_ns < b->ts_ns;
+  return pool_capture_tie_rank(a) < pool_capture_tie_rank(b);
+}
+
 /* Copies p (taking its slow lock unless slow_locked) into out. split_limit:
  * see split_free_at_least (0: not wanted). 0, or -1 when out of host memory
  * (out is then empty). */
 int pool_capture_take(gpupool *p, int slow_locked, size_t max_blocks, size_t max_events,
                       uint64_t split_limit, pool_capture *out);
 void pool_capture_free(pool_capture *c);
+/* Takes and lets go of p's slow lock, for pool_capture_take(p, 1, ...):
+ * while it is held, p's segments do not change. Pools captured each under
+ * its lock, every lock held until the last is captured, show their
+ * segments at one moment (the pools of a device share its addresses: one
+ * pool's released segment can be another's new one). */
+void pool_capture_hold(gpupool *p);
+void pool_capture_let_go(gpupool *p);
 
 #endif

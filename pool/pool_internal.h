@@ -55,9 +55,11 @@ static inline event_ring *shard_recording(const shard *sh) {
 }
 
 /* Stamps ev (never older than r's previous such stamp) and pushes it into
- * r, the ring a caller holding the shard lock read; returns the stamp. */
+ * r, the ring a caller holding the shard lock read; returns the stamp.
+ * ev->ts_ns: 0, now; else an event_clock_stamp() the caller took before
+ * what the event reports. */
 static inline uint64_t shard_emit_into(event_ring *r, pool_event *ev) {
-  ev->ts_ns = event_clock_ring_stamp(r);
+  ev->ts_ns = ev->ts_ns ? event_clock_ring_stamp_at(r, ev->ts_ns) : event_clock_ring_stamp(r);
   event_ring_push(r, ev);
   return ev->ts_ns;
 }

@@ -16,10 +16,10 @@
 static void emit_page_events(gpupool *p, shard *sh, const pages_work *w) {
   if (w->unmapped_at)
     segment_emit_event(p, sh, EV_SEGMENT_FREE, EVF_LARGE | EVF_PAGES, w->unmapped_at,
-                       w->moved + w->released, w->unmap_ns);
+                       w->moved + w->released, w->unmap_ns, 0);
   if (w->mapped_at)
     segment_emit_event(p, sh, EV_SEGMENT_ALLOC, EVF_LARGE | EVF_PAGES, w->mapped_at,
-                       w->moved + w->created, w->map_ns);
+                       w->moved + w->created, w->map_ns, 0);
 }
 
 /* Returns the idle pages of every vmm segment to the device, with their

@@ -38,13 +38,19 @@ void registry_remove(gpupool *p) {
   pthread_mutex_unlock(&lock);
 }
 
-int registry_foreach(void (*fn)(gpupool *p, void *arg), void *arg) {
+int registry_foreach_then(void (*fn)(gpupool *p, void *arg), void (*done)(void *arg), void *arg) {
   pthread_mutex_lock(&lock);
   int n = npools;
   for (int i = 0; i < n; i++)
     fn(pools[i], arg);
+  if (done)
+    done(arg);
   pthread_mutex_unlock(&lock);
   return n;
+}
+
+int registry_foreach(void (*fn)(gpupool *p, void *arg), void *arg) {
+  return registry_foreach_then(fn, NULL, arg);
 }
 
 void registry_set_segment_listener(void (*fn)(gpupool *p)) {

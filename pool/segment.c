@@ -15,8 +15,9 @@
 #include "shard.h"
 
 void segment_emit_event(gpupool *p, shard *sh, int type, int flags, uintptr_t addr, size_t size,
-                        uint64_t dur) {
-  pool_event ev = {.type = (uint8_t)type,
+                        uint64_t dur, uint64_t stamp) {
+  pool_event ev = {.ts_ns = stamp,
+                   .type = (uint8_t)type,
                    .flags = (uint8_t)flags,
                    .dur_ns = dur > UINT32_MAX ? UINT32_MAX : (uint32_t)dur,
                    .addr = addr,
@@ -97,7 +98,7 @@ gpupool_status segment_create(gpupool *p, shard *sh, size_t size, int large, seg
    * creation to undo it (a range created again at a released one's address
    * would otherwise appear out of nowhere). Its pages' maps follow as
    * EVF_PAGES events. */
-  segment_emit_event(p, sh, EV_SEGMENT_ALLOC, large ? EVF_LARGE : 0, seg->addr, seg->size, dur);
+  segment_emit_event(p, sh, EV_SEGMENT_ALLOC, large ? EVF_LARGE : 0, seg->addr, seg->size, dur, 0);
   *out = seg;
   return GPUPOOL_OK;
 }
@@ -122,10 +123,15 @@ void segment_destroy(gpupool *p, segment *seg) {
   uintptr_t addr = seg->addr;
   size_t size = seg->size;
   block *first = seg->first;
+  /* Stamped before the device call: once it returns, another pool (or
+   * stream) can take the address and stamp its segment alloc before this
+   * event is written, and readers merging their rings by time would put
+   * that alloc first. */
+  uint64_t stamp = event_clock_stamp();
   uint64_t t0 = clock_monotonic_ns();
   segment_free_memory(p, seg);
   uint64_t dur = clock_monotonic_ns() - t0;
-  segment_emit_event(p, sh, EV_SEGMENT_FREE, large ? EVF_LARGE : 0, addr, size, dur);
+  segment_emit_event(p, sh, EV_SEGMENT_FREE, large ? EVF_LARGE : 0, addr, size, dur, stamp);
   free(first->streams);
   free(first);
 }

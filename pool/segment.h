@@ -23,9 +23,10 @@ void segment_free_memory(gpupool *p, segment *seg);
  * with its event, and frees its block. */
 void segment_destroy(gpupool *p, segment *seg);
 /* A segment event (EV_SEGMENT_*) on sh's track, with the pool's reserved and
- * allocated bytes after it; takes sh's lock. */
+ * allocated bytes after it; takes sh's lock. stamp: 0, now; else an
+ * event_clock_stamp() taken before the device call. */
 void segment_emit_event(gpupool *p, shard *sh, int type, int flags, uintptr_t addr, size_t size,
-                        uint64_t dur);
+                        uint64_t dur, uint64_t stamp);
 /* seg as readers see it (pool_view.h): its info, and its seg->nblocks
  * blocks in address order into blocks. A block's alloc_ns is still the raw
  * clock_stamp() (0: unknown), for the caller to convert with

@@ -212,6 +212,33 @@ Test(event_ring_threads, a_full_ring_at_rest_gives_back_all_it_keeps) {
   event_ring_unref(r);
 }
 
+/* A reader that saw head = 50 (and copied the state those 50 events
+ * describe) gets none of the later events, even where the writer has since
+ * overwritten the ones it wanted and the cursor skips: pool_capture's
+ * events once matched blocks copied earlier this way. */
+Test(event_ring_threads, reading_before_a_head_seen_gives_nothing_later) {
+  event_ring *r = event_ring_create(16);
+  for (uint64_t n = 0; n < 100; n++) {
+    pool_event ev = event_of(n);
+    event_ring_push(r, &ev);
+  }
+  pool_event out[32];
+  uint64_t cursor = 0, skipped = 0;
+  size_t n = event_ring_read_before(r, &cursor, 50, out, 50, &skipped);
+  cr_assert_eq(n, 0, "events 0-49 were all overwritten; 85-99 come after 50");
+  cr_assert_eq(skipped, 50);
+  cr_assert_eq(cursor, 50);
+  cursor = 40;
+  skipped = 0;
+  n = event_ring_read_before(r, &cursor, 95, out, 32, &skipped);
+  cr_assert_eq(n, 10, "85-94: kept, and below 95");
+  cr_assert_eq(skipped, 45);
+  cr_assert_eq(cursor, 95);
+  for (size_t i = 0; i < n; i++)
+    cr_assert_eq(number_of(&out[i]), 85 + i);
+  event_ring_unref(r);
+}
+
 Test(event_ring_threads, slots_are_cache_lines) {
   event_ring *r = event_ring_create(100);
   cr_assert_eq(event_ring_capacity(r), 127, "100 rounds up to 128 slots");

@@ -423,3 +423,20 @@ Test(oom_agent, pending_block_keeps_its_requested_bytes) {
   gpupool_host_stream_destroy(s);
   gpupool_destroy(p);
 }
+
+/* Rings merged by time: on equal stamps (one tick of the coarse clock) a
+ * release goes before a taking, so an address one pool released and
+ * another took within the tick replays in that order. */
+Test(oom_agent, merged_rings_put_releases_first_on_a_tie) {
+  pool_event free_seg = {.ts_ns = 5, .type = EV_SEGMENT_FREE};
+  pool_event alloc_seg = {.ts_ns = 5, .type = EV_SEGMENT_ALLOC};
+  pool_event free_block = {.ts_ns = 5, .type = EV_FREE};
+  pool_event alloc_block = {.ts_ns = 5, .type = EV_ALLOC};
+  pool_event earlier = {.ts_ns = 4, .type = EV_ALLOC};
+  cr_expect(pool_capture_goes_first(&free_seg, &alloc_seg));
+  cr_expect(!pool_capture_goes_first(&alloc_seg, &free_seg));
+  cr_expect(pool_capture_goes_first(&free_block, &free_seg));
+  cr_expect(pool_capture_goes_first(&alloc_seg, &alloc_block));
+  cr_expect(pool_capture_goes_first(&earlier, &free_seg), "time first");
+  cr_expect(!pool_capture_goes_first(&free_seg, &free_seg), "a tie of equals keeps ring order");
+}
