@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "advice.h"
@@ -402,6 +403,16 @@ int http_start(http_listener *l, web_config *cfg, char *err, size_t errlen) {
   return 0;
 }
 
+/* Closes copy, a dup of fd that a daemon failed to start on, unless
+ * libmicrohttpd closed it already (the number then names no file, or
+ * another thread's). */
+static void close_if_same_socket(int copy, int fd) {
+  struct stat a, b;
+  if (copy >= 0 && fstat(copy, &a) == 0 && fstat(fd, &b) == 0 && a.st_dev == b.st_dev &&
+      a.st_ino == b.st_ino)
+    close(copy);
+}
+
 int http_restart(web_config *cfg, char *err, size_t errlen) {
   if (!g_daemon) {
     snprintf(err, errlen, "the HTTP server is not running");
@@ -418,10 +429,17 @@ int http_restart(web_config *cfg, char *err, size_t errlen) {
   web_config *old_cfg = g_daemon_cfg;
   int rc = 0;
   atomic_fetch_add(&g_generation, 1);
-  g_daemon = start_daemon((int)fd, cfg);
+  /* The new daemon gets a copy of the socket: libmicrohttpd closes the one
+   * it was given when it fails to start, and the previous configuration
+   * needs the socket still open (a second start on a closed one made
+   * libmicrohttpd abort the host program). */
+  int copy = dup((int)fd);
+  g_daemon = copy >= 0 ? start_daemon(copy, cfg) : NULL;
   if (g_daemon) {
+    close((int)fd);
     g_daemon_cfg = cfg ? web_state_ref(cfg) : NULL;
   } else {
+    close_if_same_socket(copy, (int)fd);
     snprintf(err, errlen,
              "libmicrohttpd could not start a server with the new configuration; "
              "serving with the previous one");
@@ -431,8 +449,7 @@ int http_restart(web_config *cfg, char *err, size_t errlen) {
       snprintf(err, errlen,
                "libmicrohttpd could not start a server with the new configuration "
                "nor the previous one: the agent no longer serves HTTP");
-      close((int)fd);
-      atomic_store(&g_port, 0);
+      atomic_store(&g_port, 0); /* (the socket: libmicrohttpd closed it) */
       g_address[0] = '\0';
       g_daemon_cfg = NULL;
     } else if (old_cfg) {

@@ -559,6 +559,12 @@ static int load_pem(loader *l, const char *what, const char *file, const char *i
   *out = read_file(path, len, why, sizeof why);
   if (!*out)
     return fail(l, NULL, "tls_server_config.%s_file: %s", what, why);
+  if (strlen(*out) != *len) { /* libmicrohttpd reads PEM text up to the first NUL */
+    free(*out);
+    *out = NULL;
+    return fail(l, NULL, "tls_server_config.%s_file: %s holds a NUL byte (not PEM text)", what,
+                path);
+  }
   return 0;
 }
 

@@ -38,7 +38,10 @@ static void reload(void) {
   int restart = memcmp(c->tls_digest, g_tls, sizeof g_tls) != 0;
   unsigned char tls[32];
   memcpy(tls, c->tls_digest, sizeof tls);
-  if (web_state_set(c, g_healthz_open) != 0) { /* c freed */
+  web_config *prev = restart ? web_state_acquire() : NULL; /* back if the restart fails */
+  if (web_state_set(c, g_healthz_open) != 0) {             /* c freed */
+    if (prev)
+      web_state_release(prev);
     agent_health_web_config(0, now);
     fprintf(stderr,
             "gpupool agent: web_config %s: too many configurations still in use; "
@@ -49,10 +52,19 @@ static void reload(void) {
   if (restart) {
     /* c stays alive: web_state holds it until the next reload. */
     if (http_restart(c, err, sizeof err) != 0) {
+      /* Users, headers and limits go back with the TLS server: no half of
+       * the new file applies. */
+      if (web_state_set(prev, g_healthz_open) != 0)
+        fprintf(stderr,
+                "gpupool agent: web_config %s: the previous users and headers could "
+                "not be put back (too many configurations still in use)\n",
+                g_path);
       agent_health_web_config(0, now);
       fprintf(stderr, "gpupool agent: web_config %s: %s\n", g_path, err);
       return;
     }
+    if (prev)
+      web_state_release(prev);
     memcpy(g_tls, tls, sizeof g_tls);
   }
   agent_health_web_config(1, now);

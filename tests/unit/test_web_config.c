@@ -116,6 +116,13 @@ Test(web_config, bad_files_are_refused_with_a_reason) {
           "does not belong");
   refused("tls_server_config:\n  cert_file: server.key\n  key_file: server.key\n",
           "not a PEM certificate");
+  /* a NUL before the PEM text: GnuTLS's checks read the whole file, but
+   * libmicrohttpd reads up to the NUL (an empty certificate, and a reload
+   * that then failed to start aborted the host program) */
+  char cmd[512];
+  snprintf(cmd, sizeof cmd, "cd %s && { printf '\\0'; cat server.crt; } > nul.crt", dir);
+  cr_assert_eq(system(cmd), 0);
+  refused("tls_server_config:\n  cert_file: nul.crt\n  key_file: server.key\n", "NUL byte");
   refused(TLS "  min_version: TLS11\n", "weaker than TLS12");
   refused(TLS "  min_version: TLS10\n", "weaker than TLS12");
   refused(TLS "  min_version: SSL3\n", "unknown TLS version");
