@@ -84,6 +84,12 @@ gpupool_status pages_segment_create(gpupool *p, size_t size, int large, segment 
 /* How unmap_list treats the pages it unmaps. */
 enum { PAGES_KEEP, PAGES_RELEASE, PAGES_RELEASE_DETACHED };
 
+/* Tells w's listener of a run of pages mapped or unmapped. */
+static void pages_tell(const pages_work *w, int mapped, uintptr_t addr, size_t bytes, uint64_t ns) {
+  if (w->pages_changed)
+    w->pages_changed(w->ctx, mapped, addr, bytes, ns);
+}
+
 /* Unmaps the pages of l (grouping neighbours of one segment into one call)
  * and, unless mode is PAGES_KEEP, returns them to the device; the reserved
  * bytes drop with them, except for a segment already out of its shard
@@ -106,11 +112,12 @@ static void unmap_list(gpupool *p, page_list *l, int mode, pages_work *w) {
          j < l->n && l->v[j].seg == l->v[i].seg && l->v[j].index == l->v[j - 1].index + 1; j++)
       ;
     segment *seg = l->v[i].seg;
-    be->ops->vmm->unmap(be, (void *)(seg->addr + l->v[i].index * seg->page_size), j - i);
+    uintptr_t at = seg->addr + l->v[i].index * seg->page_size;
+    uint64_t t_run = clock_monotonic_ns();
+    be->ops->vmm->unmap(be, (void *)at, j - i);
     if (w) {
       w->unmapped += j - i;
-      if (!w->unmapped_at)
-        w->unmapped_at = seg->addr + l->v[i].index * seg->page_size;
+      pages_tell(w, 0, at, (j - i) * seg->page_size, clock_monotonic_ns() - t_run);
     }
   }
   if (release && l->n) {
@@ -134,8 +141,6 @@ static void unmap_list(gpupool *p, page_list *l, int mode, pages_work *w) {
   if (release) {
     POOL_COUNT(p, p->c.timing.free_count++; p->c.timing.free_ns_total += dur);
   }
-  if (w)
-    w->unmap_ns += dur;
 }
 
 static void advance_fence(gpupool *p, shard *sh);
@@ -430,7 +435,7 @@ static void neighbours_gained(block *b, size_t first, size_t last) {
  * many were used. The device maps with no lock held; the pages are recorded
  * under the shard lock (the hot path reads them there). */
 static size_t map_missing(gpupool *p, block *b, size_t first, size_t last, void **h,
-                          gpupool_status *st) {
+                          gpupool_status *st, pages_work *w) {
   backend *be = p->be;
   segment *seg = b->seg;
   size_t used = 0;
@@ -442,9 +447,11 @@ static size_t map_missing(gpupool *p, block *b, size_t first, size_t last, void 
     }
     for (j = i + 1; j <= last && !page_mapped(seg, j); j++)
       ;
+    uint64_t t_run = clock_monotonic_ns();
     *st = be->ops->vmm->map(be, (void *)(seg->addr + i * seg->page_size), h + used, j - i);
     if (*st != GPUPOOL_OK)
       return used;
+    uint64_t ns = clock_monotonic_ns() - t_run;
     spin_lock(&seg->sh->lock);
     for (size_t k = i; k < j; k++) {
       seg->pages[k] = h[used++];
@@ -456,6 +463,7 @@ static size_t map_missing(gpupool *p, block *b, size_t first, size_t last, void 
     if (i == first || j - 1 == last) /* pages b may share with other blocks */
       neighbours_gained(b, first, last);
     spin_unlock(&seg->sh->lock);
+    pages_tell(w, 1, seg->addr + i * seg->page_size, (j - i) * seg->page_size, ns);
   }
   return used;
 }
@@ -478,8 +486,8 @@ static size_t move_idle(gpupool *p, segment *seg, size_t first, size_t last, siz
     if (pg->stale && stale_push(p, pg) == 0) {
       /* its old mapping goes once the stream passed it: no synchronize; the
        * trace shows the page leaving now */
-      if (w && !w->unmapped_at)
-        w->unmapped_at = pg->seg->addr + pg->index * pg->seg->page_size;
+      if (w)
+        pages_tell(w, 0, pg->seg->addr + pg->index * pg->seg->page_size, pg->seg->page_size, 0);
       continue;
     }
     if (pg->stale) { /* without host memory to remember it: unmapped now */
@@ -559,12 +567,9 @@ gpupool_status pages_back(gpupool *p, block *b, pages_work *w) {
   }
   size_t used = 0;
   if (st == GPUPOOL_OK)
-    used = map_missing(p, b, first, last, h, &st);
+    used = map_missing(p, b, first, last, h, &st, w);
   uint64_t dur = clock_monotonic_ns() - t0;
   POOL_COUNT(p, p->c.timing.alloc_count++; p->c.timing.alloc_ns_total += dur);
-  w->map_ns += dur;
-  if (used && !w->mapped_at)
-    w->mapped_at = seg->addr + first * ps;
   w->moved += (used < have ? used : have) * ps;
   p->moves_for_growth += used < have ? used : have;
   POOL_COUNT(p, p->c.pages_moved += used < have ? used : have;

@@ -98,12 +98,17 @@ static inline size_t mapped_run_cap(size_t run, size_t size) {
 }
 
 /* What the page operations of one slow-path call did, for the pool's
- * counters and events (emitted by the caller once no shard lock is held). */
+ * counters, and whom to tell of each run of pages mapped or unmapped (the
+ * caller's events). */
 typedef struct pages_work {
-  size_t created, moved, released;  /* bytes: new pages, idle pages remapped, pages returned */
-  uintptr_t mapped_at, unmapped_at; /* the first page mapped, and unmapped */
-  uint64_t map_ns, unmap_ns;        /* time in create + map, and in unmap + release */
-  size_t unmapped;                  /* pages unmapped (a move's old mappings, released pages) */
+  size_t created, moved, released; /* bytes: new pages, idle pages remapped, pages returned */
+  size_t unmapped;                 /* pages unmapped (a move's old mappings, released pages) */
+  /* Called for each run of neighbouring pages of one segment unmapped
+   * (mapped 0) or mapped (1), right after its device call (ns: its time; 0
+   * for a page whose old mapping goes once the streams pass it), with no
+   * shard lock held; NULL: nobody is told. */
+  void (*pages_changed)(void *ctx, int mapped, uintptr_t addr, size_t bytes, uint64_t ns);
+  void *ctx;
 } pages_work;
 
 /* A vmm segment of size bytes (a multiple of the page size): address space

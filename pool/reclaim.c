@@ -11,23 +11,27 @@
 #include "shard.h"
 #include "sizeclass.h"
 
-/* Pages unmapped (moved away or released), then pages mapped, as segment
- * events: the trace shows memory changing hands inside vmm segments. */
-static void emit_page_events(gpupool *p, shard *sh, const pages_work *w) {
-  if (w->unmapped_at)
-    segment_emit_event(p, sh, EV_SEGMENT_FREE, EVF_LARGE | EVF_PAGES, w->unmapped_at,
-                       w->moved + w->released, w->unmap_ns, 0);
-  if (w->mapped_at)
-    segment_emit_event(p, sh, EV_SEGMENT_ALLOC, EVF_LARGE | EVF_PAGES, w->mapped_at,
-                       w->moved + w->created, w->map_ns, 0);
+/* Each run of pages unmapped (moved away or released) or mapped as a
+ * segment event on the track of the shard whose call moved them (ctx): the
+ * trace shows memory changing hands inside vmm segments, run by run, each
+ * inside its segment. */
+typedef struct page_events {
+  gpupool *p;
+  shard *sh;
+} page_events;
+
+static void emit_pages(void *ctx, int mapped, uintptr_t addr, size_t bytes, uint64_t ns) {
+  const page_events *e = ctx;
+  segment_emit_event(e->p, e->sh, mapped ? EV_SEGMENT_ALLOC : EV_SEGMENT_FREE,
+                     EVF_LARGE | EVF_PAGES, addr, bytes, ns, 0);
 }
 
 /* Returns the idle pages of every vmm segment to the device, with their
  * events on sh's track; the bytes released. */
 static size_t release_idle_pages(gpupool *p, shard *sh) {
-  pages_work w = {0};
+  page_events e = {p, sh};
+  pages_work w = {.pages_changed = emit_pages, .ctx = &e};
   pages_release_idle(p, &w);
-  emit_page_events(p, sh, &w);
   return w.released;
 }
 
@@ -201,7 +205,8 @@ static gpupool_status out_of_memory(gpupool *p, shard *sh, size_t rounded, size_
  * sh's lock, which is not held here: no device call happens under it. Then
  * hands b out, or returns it to the free blocks when that failed. */
 static gpupool_status back_claimed(gpupool *p, shard *sh, block *b, size_t requested, block **out) {
-  pages_work w = {0};
+  page_events e = {p, sh};
+  pages_work w = {.pages_changed = emit_pages, .ctx = &e};
   gpupool_status st = pages_back(p, b, &w);
   spin_lock(&sh->lock);
   if (st != GPUPOOL_OK)
@@ -209,7 +214,6 @@ static gpupool_status back_claimed(gpupool *p, shard *sh, block *b, size_t reque
   else if (shard_allocate_claimed(sh, b, requested, pool_thread.tag) != 0)
     st = pool_fail(GPUPOOL_ERR_HOST_OOM, "pool '%s': out of host memory", p->cfg.name);
   spin_unlock(&sh->lock);
-  emit_page_events(p, sh, &w);
   *out = st == GPUPOOL_OK ? b : NULL;
   return st;
 }

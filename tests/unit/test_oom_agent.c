@@ -440,3 +440,37 @@ Test(oom_agent, merged_rings_put_releases_first_on_a_tie) {
   cr_expect(pool_capture_goes_first(&earlier, &free_seg), "time first");
   cr_expect(!pool_capture_goes_first(&free_seg, &free_seg), "a tie of equals keeps ring order");
 }
+
+/* Idle pages moved from two places (two streams' small segments) under one
+ * new block: each run of pages is its own unmap event, at its own address
+ * (one event from the first page with every page's bytes covered addresses
+ * outside every segment), and the pickle replays. */
+Test(oom_agent, pages_moved_from_two_places_are_two_unmaps) {
+  start("trace_events:1024");
+  gpupool *p = host_pool("moves", "expandable_segments:True,expandable_slack_percent:0");
+  gpupool_host_stream *s1 = gpupool_host_stream_create(), *s2 = gpupool_host_stream_create();
+  void *a, *b, *c;
+  cr_assert_eq(gpupool_malloc(p, &a, 1000, s1), GPUPOOL_OK);
+  cr_assert_eq(gpupool_malloc(p, &b, 1000, s2), GPUPOOL_OK);
+  cr_assert_eq(gpupool_free(p, a), GPUPOOL_OK);
+  cr_assert_eq(gpupool_free(p, b), GPUPOOL_OK);
+  cr_assert_eq(gpupool_malloc(p, &c, 4 * MiB, NULL), GPUPOOL_OK);
+  gpupool_stats st;
+  cr_assert_eq(gpupool_get_stats(p, &st), GPUPOOL_OK);
+  cr_assert_eq(st.num_pages_moved, 2, "both idle pages move under c");
+  pool_capture cap;
+  cr_assert_eq(pool_capture_take(p, 0, SIZE_MAX, SIZE_MAX, 0, &cap), 0);
+  int unmaps = 0;
+  for (size_t i = 0; i < cap.nevents; i++)
+    if (cap.events[i].type == EV_SEGMENT_FREE && (cap.events[i].flags & EVF_PAGES)) {
+      unmaps++;
+      cr_expect_eq(cap.events[i].size, 2 * MiB, "one page each");
+    }
+  cr_expect_eq(unmaps, 2);
+  pool_capture_free(&cap);
+  write_and_check_pickle("moves");
+  cr_assert_eq(gpupool_free(p, c), GPUPOOL_OK);
+  gpupool_host_stream_destroy(s1);
+  gpupool_host_stream_destroy(s2);
+  gpupool_destroy(p);
+}
