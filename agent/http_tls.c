@@ -71,8 +71,13 @@ static int verify_client(gnutls_session_t s) {
     return mode == WEB_CLIENT_REQUIRE_ANY || mode == WEB_CLIENT_REQUIRE_AND_VERIFY ? -1 : 0;
   if (mode < WEB_CLIENT_VERIFY_IF_GIVEN)
     return 0;
+  /* The chain, and the key purpose as Go checks it: a certificate whose
+   * extended key usage names purposes must name TLS client authentication
+   * (a server's certificate from the same CA is no client's). */
+  gnutls_typed_vdata_st purpose = {.type = GNUTLS_DT_KEY_PURPOSE_OID,
+                                   .data = (unsigned char *)GNUTLS_KP_TLS_WWW_CLIENT};
   unsigned status = 0;
-  if (gnutls_certificate_verify_peers2(s, &status) < 0 || status != 0)
+  if (gnutls_certificate_verify_peers(s, &purpose, 1, &status) < 0 || status != 0)
     return -1;
   if (t->c->allowed_sans && !san_allowed(t->c, &peers[0]))
     return -1;

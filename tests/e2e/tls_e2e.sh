@@ -130,12 +130,15 @@ curl -s -o /dev/null --max-time 10 --cacert "$work/ca.crt" -u prometheus:scrape-
 curl -s -o /dev/null --max-time 10 --cacert "$work/ca.crt" --cert "$work/other-client.crt" \
   --key "$work/other-client.key" -u prometheus:scrape-secret "$agent/metrics" &&
   fail "served a client certificate from another CA"
+curl -s -o /dev/null --max-time 10 --cacert "$work/ca.crt" --cert "$work/server.crt" \
+  --key "$work/server.key" -u prometheus:scrape-secret "$agent/metrics" &&
+  fail "served a certificate of the CA whose key usage is TLS server only"
 plain=$(curl -s -o /dev/null -w '%{http_code}' --max-time 10 "http://127.0.0.1:$agent_port/metrics")
 [[ $plain == 000 ]] || fail "plain HTTP to the TLS port got an HTTP answer ($plain)"
 [[ $(code prometheus:scrape-secret /metrics) == 200 ]] || fail "not serving after refused clients"
 failures=$(metric gpupool_agent_tls_handshake_failures_total)
-((${failures:-0} >= 3)) || fail "failed handshakes counted: ${failures:-none}, want >= 3"
-echo "ok   no client certificate, another CA's, plain HTTP: refused ($failures failed handshakes); still serving"
+((${failures:-0} >= 4)) || fail "failed handshakes counted: ${failures:-none}, want >= 4"
+echo "ok   no client certificate, another CA's, a server-only one, plain HTTP: refused ($failures failed handshakes); still serving"
 
 # A real Prometheus: one good job and three that must fail.
 prom_port=$(free_port) || fail "no free port"
