@@ -229,6 +229,8 @@ static enum MHD_Result queue(struct MHD_Connection *c, endpoint_body *b, int hea
 
 static enum MHD_Result serve(struct MHD_Connection *c, const char *url, int head,
                              const web_config *wc, int old);
+static int admit(struct MHD_Connection *c, const char *url, const web_config *wc,
+                 endpoint_body *body);
 
 static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const char *url,
                                   const char *method, const char *version, const char *upload_data,
@@ -238,11 +240,14 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
   endpoint_body body = {0};
   int old = (unsigned)(uintptr_t)cls != atomic_load(&g_generation);
   if (strcmp(method, MHD_HTTP_METHOD_GET) != 0 && strcmp(method, MHD_HTTP_METHOD_HEAD) != 0) {
-    /* Answered at once, without reading a body: the connection closes. */
-    char line[160];
-    snprintf(line, sizeof line, "method %.64s not allowed: use GET or HEAD\n", method);
-    endpoint_text(&body, 405, line);
+    /* Answered at once, without reading a body: the connection closes.
+     * Basic auth and the rate limit come first, as for any request. */
     web_config *wc = web_state_acquire();
+    if (admit(c, url, wc, &body) == 0) {
+      char line[160];
+      snprintf(line, sizeof line, "method %.64s not allowed: use GET or HEAD\n", method);
+      endpoint_text(&body, 405, line);
+    }
     enum MHD_Result ok = queue(c, &body, 0, "GET, HEAD", wc, old);
     web_state_release(wc);
     return ok;

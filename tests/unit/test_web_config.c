@@ -15,6 +15,7 @@
 #include "agent/web_auth.h"
 #include "agent/web_config.h"
 #include "gpupool/agent.h"
+#include "helpers/http_client.h"
 
 static char dir[64];
 
@@ -224,6 +225,28 @@ Test(web_config, headers_users_and_rate_limit_are_read) {
   cr_assert_eq(c->rate_interval_s, 90.0);
   cr_assert_eq(c->rate_burst, 5);
   web_config_free(c);
+}
+
+/* Every request goes through basic auth and the rate limit, whatever its
+ * method: a POST without credentials is a 401, not a 405 (the 405 came
+ * first and took no token from the bucket). */
+Test(web_config, other_methods_need_credentials_and_tokens_too) {
+  char yml[512];
+  snprintf(yml, sizeof yml,
+           "basic_auth_users:\n  alice: '%s'\nrate_limit:\n  interval: 60s\n  burst: 2\n",
+           hash_of("right"));
+  cr_assert_eq(start(write_yml(yml)), GPUPOOL_OK, "%s", gpupool_last_error());
+  int port = gpupool_agent_port();
+  http_response r;
+  cr_assert_eq(http_request("127.0.0.1", port, "POST", "/metrics", NULL, &r), 0);
+  cr_expect_eq(r.status, 401, "POST without credentials: %d", r.status);
+  http_response_free(&r);
+  cr_assert_eq(http_request("127.0.0.1", port, "DELETE", "/metrics", NULL, &r), 0);
+  cr_expect_eq(r.status, 401, "the second token");
+  http_response_free(&r);
+  cr_assert_eq(http_request("127.0.0.1", port, "POST", "/metrics", NULL, &r), 0);
+  cr_expect_eq(r.status, 429, "the bucket is empty: %d", r.status);
+  http_response_free(&r);
 }
 
 Test(web_config, basic_auth_checks_bcrypt_caches_and_bounds_its_cost) {
