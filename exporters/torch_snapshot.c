@@ -116,11 +116,11 @@ static void block(pbuf *b, const pool_block_info *bl) {
 
 static void segment(pbuf *b, const pool_capture *c, const pool_capture_segment *s) {
   /* PyTorch's requested_size of a segment: its active blocks', pending frees
-   * included (the segment info's is the allocated blocks'). */
+   * included (the segment info's is the allocated blocks'); a free block's
+   * requested is 0 (pool_view.h), so the sum over all blocks is that. */
   uint64_t requested = 0;
   for (size_t i = 0; i < s->info.nblocks; i++)
-    if (strcmp(c->blocks[s->first_block + i].state, "inactive") != 0)
-      requested += c->blocks[s->first_block + i].requested;
+    requested += c->blocks[s->first_block + i].requested;
   op(b, OP_EMPTY_DICT);
   op(b, OP_MARK);
   key_num(b, "device", (uint64_t)(c->device < 0 ? 0 : c->device));

@@ -84,9 +84,10 @@ gpupool_status pages_segment_create(gpupool *p, size_t size, int large, segment 
 /* How unmap_list treats the pages it unmaps. */
 enum { PAGES_KEEP, PAGES_RELEASE, PAGES_RELEASE_DETACHED };
 
-/* Tells w's listener of a run of pages mapped or unmapped. */
+/* Tells w's listener (if any; w may be NULL) of a run of pages mapped or
+ * unmapped. */
 static void pages_tell(const pages_work *w, int mapped, uintptr_t addr, size_t bytes, uint64_t ns) {
-  if (w->pages_changed)
+  if (w && w->pages_changed)
     w->pages_changed(w->ctx, mapped, addr, bytes, ns);
 }
 
@@ -486,8 +487,7 @@ static size_t move_idle(gpupool *p, segment *seg, size_t first, size_t last, siz
     if (pg->stale && stale_push(p, pg) == 0) {
       /* its old mapping goes once the stream passed it: no synchronize; the
        * trace shows the page leaving now */
-      if (w)
-        pages_tell(w, 0, pg->seg->addr + pg->index * pg->seg->page_size, pg->seg->page_size, 0);
+      pages_tell(w, 0, pg->seg->addr + pg->index * pg->seg->page_size, pg->seg->page_size, 0);
       continue;
     }
     if (pg->stale) { /* without host memory to remember it: unmapped now */
