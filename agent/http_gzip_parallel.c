@@ -75,7 +75,6 @@ static void compress_part(gz_part *w) {
 static void *worker_main(void *arg) {
   gz_part *w = arg;
   http_gzip_par *p = w->owner;
-  pthread_setname_np(pthread_self(), "gpupool-gzip");
   pthread_mutex_lock(&p->lock);
   for (;;) {
     while (w->state != PART_QUEUED && !p->stop)
@@ -145,9 +144,14 @@ static int start_worker(gz_part *w) {
   pthread_sigmask(SIG_SETMASK, &all, &old);
   int rc = pthread_create(&w->thread, NULL, worker_main, w);
   pthread_sigmask(SIG_SETMASK, &old, NULL);
-  if (rc != 0)
+  if (rc != 0) {
     pthread_cond_destroy(&w->go);
-  return rc == 0 ? 0 : -1;
+    return -1;
+  }
+  /* Named here, not by the worker: a worker the caller never needed may
+   * not have run yet, and tools listing threads should see it named. */
+  pthread_setname_np(w->thread, "gpupool-gzip");
+  return 0;
 }
 
 http_gzip_par *http_gzip_par_new(unsigned threads) {

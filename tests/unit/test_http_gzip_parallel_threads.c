@@ -182,7 +182,10 @@ Test(http_gzip_parallel_threads, concurrent_gzip_scrapes, .timeout = 300) {
   cr_assert_eq(gzip_workers(), 0, "the workers start with the first gzip'd scrape");
   scrape_loop(NULL); /* 15 scrapes alone */
   cr_assert_eq(atomic_load(&failures), 0);
-  cr_assert_eq(gzip_workers(), 2, "gzip_threads:3: the scraping thread and 2 workers");
+  /* The workers are named as they are made: one the caller never needed
+   * may not have run yet (a loaded CI machine), and still counts. */
+  int workers = gzip_workers();
+  cr_assert_eq(workers, 2, "gzip_threads:3: the scraping thread and 2 workers, not %d", workers);
   g_scrapes = g_scrapers_done = 0; /* no other thread yet */
   pthread_t t[4];
   for (int i = 0; i < 4; i++)
