@@ -283,15 +283,11 @@ static int admit(struct MHD_Connection *c, const char *url, const web_config *wc
   }
   if (!wc->nusers || (web_state_healthz_open() && strcmp(url, "/healthz") == 0))
     return 0;
-  char *pass = NULL;
-  char *user = MHD_basic_auth_get_username_password(c, &pass);
+  char *user, *pass;
+  web_auth_parse_basic(
+      MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_AUTHORIZATION), &user, &pass);
   web_auth_result a = web_auth_check(wc, user, pass, now);
-  if (pass) {
-    explicit_bzero(pass, strlen(pass));
-    MHD_free(pass);
-  }
-  if (user)
-    MHD_free(user);
+  web_auth_free_credentials(user, pass);
   if (a == WEB_AUTH_OK)
     return 0;
   if (a == WEB_AUTH_BUSY)

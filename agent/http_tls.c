@@ -84,11 +84,31 @@ static int verify_client(gnutls_session_t s) {
   return 0;
 }
 
-static int on_finished(gnutls_session_t s, unsigned htype, unsigned when, unsigned incoming,
-                       const gnutls_datum_t *msg) {
-  (void)htype, (void)when, (void)msg;
+/* Whether the suite of a TLS 1.2 ServerHello (legacy version, random, session
+ * id, then the suite: RFC 5246 7.4.1.3) is one cipher_suites lists. */
+static int chosen_suite_listed(const web_config *c, const gnutls_datum_t *hello) {
+  size_t at = 2 + 32;
+  if (!hello || hello->size <= at || hello->size < at + 1 + hello->data[at] + 2)
+    return 0;
+  at += 1 + hello->data[at];
+  return web_config_tls12_suite_allowed(c, hello->data + at);
+}
+
+/* The handshake's hook (GnuTLS keeps one per session). The server's hello,
+ * as written, carries the suite chosen (the session names none before the
+ * handshake ends): for TLS 1.2 it must be one cipher_suites lists, else the
+ * negative answer ends the handshake. After the client's Finished the
+ * handshake is done. A connection without its record (out of memory) has
+ * no policy: refused, as in verify_client. */
+static int on_handshake(gnutls_session_t s, unsigned htype, unsigned when, unsigned incoming,
+                        const gnutls_datum_t *msg) {
   tls_conn *t = conn_of(s);
-  if (t && incoming)
+  if (!t)
+    return GNUTLS_E_MEMORY_ERROR;
+  if (htype == GNUTLS_HANDSHAKE_SERVER_HELLO && when == GNUTLS_HOOK_POST && !incoming &&
+      gnutls_protocol_get_version(s) == GNUTLS_TLS1_2 && !chosen_suite_listed(t->c, msg))
+    return GNUTLS_E_NO_CIPHER_SUITES;
+  if (htype == GNUTLS_HANDSHAKE_FINISHED && when == GNUTLS_HOOK_POST && incoming)
     t->done = 1;
   return 0;
 }
@@ -122,7 +142,7 @@ static void on_connection(void *cls, struct MHD_Connection *conn, void **socket_
   gnutls_session_t s = ci ? ci->tls_session : NULL;
   if (!s)
     return;
-  gnutls_handshake_set_hook_function(s, GNUTLS_HANDSHAKE_FINISHED, GNUTLS_HOOK_POST, on_finished);
+  gnutls_handshake_set_hook_function(s, GNUTLS_HANDSHAKE_ANY, GNUTLS_HOOK_BOTH, on_handshake);
   switch (c->client_auth) {
   case WEB_CLIENT_NONE:
     break;

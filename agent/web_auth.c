@@ -4,7 +4,9 @@
 #include <gnutls/crypto.h>
 #include <gnutls/gnutls.h>
 #include <pthread.h>
+#include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 typedef struct entry {
   unsigned char key[32];
@@ -77,6 +79,38 @@ void web_auth_reset(void) {
   g_bcrypt_tokens = WEB_AUTH_BCRYPT_BURST;
   g_bcrypt_last_s = 0;
   pthread_mutex_unlock(&g_bcrypt_lock);
+}
+
+int web_auth_parse_basic(const char *authorization, char **user, char **pass) {
+  *user = *pass = NULL;
+  if (!authorization || strncasecmp(authorization, "Basic ", 6) != 0)
+    return -1;
+  const char *b64 = authorization + 6;
+  gnutls_datum_t in = {(unsigned char *)b64, (unsigned)strlen(b64)}, out = {NULL, 0};
+  if (in.size == 0 || gnutls_base64_decode2(&in, &out) != 0)
+    return -1;
+  const char *colon = memchr(out.data, ':', out.size);
+  int rc = -1;
+  if (colon && !memchr(out.data, '\0', out.size)) {
+    size_t ulen = (size_t)(colon - (const char *)out.data), plen = out.size - ulen - 1;
+    *user = strndup((const char *)out.data, ulen);
+    *pass = strndup(colon + 1, plen);
+    rc = *user && *pass ? 0 : -1;
+    if (rc != 0) {
+      web_auth_free_credentials(*user, *pass);
+      *user = *pass = NULL;
+    }
+  }
+  explicit_bzero(out.data, out.size);
+  gnutls_free(out.data);
+  return rc;
+}
+
+void web_auth_free_credentials(char *user, char *pass) {
+  if (pass)
+    explicit_bzero(pass, strlen(pass));
+  free(pass);
+  free(user);
 }
 
 web_auth_result web_auth_check(const web_config *c, const char *user, const char *pass,

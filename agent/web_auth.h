@@ -24,6 +24,14 @@ typedef enum {
   WEB_AUTH_BUSY,   /* not cached, and bcrypt is busy or over its rate: 429 */
 } web_auth_result;
 
+/* The credentials of an Authorization header value (NULL: none): the Basic
+ * scheme in any case (RFC 9110 11.1, as Go's net/http), then base64 of
+ * "user:password" (RFC 7617). 0 and *user, *pass (free both with
+ * web_auth_free_credentials), or -1 where it holds none: another scheme,
+ * bad base64, no colon, or a NUL byte (which no C string can compare). */
+int web_auth_parse_basic(const char *authorization, char **user, char **pass);
+void web_auth_free_credentials(char *user, char *pass);
+
 /* user/pass as the request gave them (NULL when it sent no credentials);
  * now_s: a monotonic clock in seconds. */
 web_auth_result web_auth_check(const web_config *c, const char *user, const char *pass,

@@ -12,6 +12,8 @@
 #include <sys/stat.h>
 #include <yaml.h>
 
+#include "core/assert.h"
+
 #define MAX_FILE_BYTES (1u << 20) /* a configuration, certificate or key file */
 #define MAX_LIST       64
 
@@ -436,6 +438,34 @@ static const struct {
     {"TLS_CHACHA20_POLY1305_SHA256", NULL, NULL, NULL},
 };
 
+/* The two-byte IANA number of suites[j] as GnuTLS knows it: 0, or -1 when
+ * GnuTLS has no such TLS 1.2 suite. */
+static int suite_number(size_t j, unsigned char id[2]) {
+  unsigned char cs[2];
+  gnutls_kx_algorithm_t kx;
+  gnutls_cipher_algorithm_t cipher;
+  gnutls_mac_algorithm_t mac;
+  gnutls_protocol_t min;
+  for (size_t i = 0; gnutls_cipher_suite_info(i, cs, &kx, &cipher, &mac, &min); i++)
+    if (min <= GNUTLS_TLS1_2 &&
+        !strcmp(gnutls_kx_get_name(kx) ? gnutls_kx_get_name(kx) : "", suites[j].kx) &&
+        !strcmp(gnutls_cipher_get_name(cipher), suites[j].cipher) &&
+        !strcmp(gnutls_mac_get_name(mac), suites[j].mac)) {
+      memcpy(id, cs, 2);
+      return 0;
+    }
+  return -1;
+}
+
+int web_config_tls12_suite_allowed(const web_config *c, const unsigned char id[2]) {
+  if (!c->ntls12_suites)
+    return 1;
+  for (size_t i = 0; i < c->ntls12_suites; i++)
+    if (!memcmp(c->tls12_suites[i], id, 2))
+      return 1;
+  return 0;
+}
+
 static const struct {
   const char *go, *gnutls;
 } curves[] = {
@@ -490,6 +520,15 @@ static int build_priorities(loader *l) {
                     t->cipher_suites.item[i]);
       if (!suites[j].kx)
         continue;
+      unsigned char id[2];
+      if (suite_number(j, id) != 0)
+        return fail(l, NULL, "tls_server_config.cipher_suites: GnuTLS does not offer '%s'",
+                    t->cipher_suites.item[i]);
+      web_config *c = l->cfg;
+      if (web_config_tls12_suite_allowed(c, id) && c->ntls12_suites) /* listed twice */
+        continue;
+      gp_assert_internal(c->ntls12_suites < WEB_MAX_TLS12_SUITES); /* distinct suites[] rows */
+      memcpy(c->tls12_suites[c->ntls12_suites++], id, 2);
       add_item(kx, sizeof kx, suites[j].kx);
       add_item(ciphers, sizeof ciphers, suites[j].cipher);
       add_item(macs, sizeof macs, suites[j].mac);
@@ -689,8 +728,9 @@ static void digest_tls(web_config *c) {
   memset(c->tls_digest, 0, sizeof c->tls_digest);
   if (gnutls_hash_init(&h, GNUTLS_DIG_SHA256) != 0)
     return;
-  int parts[] = {c->tls, (int)c->client_auth, (int)c->nsans};
+  int parts[] = {c->tls, (int)c->client_auth, (int)c->nsans, (int)c->ntls12_suites};
   gnutls_hash(h, parts, sizeof parts);
+  gnutls_hash(h, c->tls12_suites, sizeof c->tls12_suites);
   const char *strs[] = {c->cert_pem, c->key_pem, c->ca_pem, c->priorities};
   for (size_t i = 0; i < 4; i++) {
     size_t n = strs[i] ? strlen(strs[i]) + 1 : 0;

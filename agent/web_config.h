@@ -20,8 +20,9 @@ typedef enum {
   WEB_CLIENT_REQUIRE_AND_VERIFY, /* RequireAndVerifyClientCert */
 } web_client_auth;
 
-#define WEB_MAX_HEADERS 5
-#define WEB_MAX_FILES   4 /* the configuration file, cert_file, key_file, client_ca_file */
+#define WEB_MAX_HEADERS      5
+#define WEB_MAX_TLS12_SUITES 16 /* Go's TLS 1.2 suites, aliases as one */
+#define WEB_MAX_FILES        4  /* the configuration file, cert_file, key_file, client_ca_file */
 
 typedef struct web_header {
   const char *name; /* static */
@@ -40,7 +41,13 @@ typedef struct web_config {
   web_client_auth client_auth;
   char **allowed_sans; /* client_allowed_sans; NULL = not checked */
   size_t nsans;
-  char *priorities;       /* GnuTLS priority string: versions, ciphers, curves */
+  char *priorities; /* GnuTLS priority string: versions, ciphers, curves */
+  /* The IANA numbers of the TLS 1.2 suites cipher_suites lists (none: not
+   * given). GnuTLS's priority string allows every key exchange x cipher x
+   * MAC it names, and TLS 1.3's ciphers with them: the handshake refuses a
+   * TLS 1.2 suite outside the list (http_tls.c), as Go offers only those. */
+  unsigned char tls12_suites[WEB_MAX_TLS12_SUITES][2];
+  size_t ntls12_suites;
   int64_t cert_not_after; /* the server certificate's expiry (seconds since the epoch) */
   web_header headers[WEB_MAX_HEADERS];
   size_t nheaders;
@@ -65,6 +72,10 @@ typedef struct web_files {
 int web_config_load(const char *path, int64_t now, web_config **out, web_files *files, char *err,
                     size_t errlen);
 void web_config_free(web_config *c);
+
+/* Whether a TLS 1.2 connection may use the suite of this IANA number (as a
+ * ServerHello carries it): one cipher_suites lists, any when none is. */
+int web_config_tls12_suite_allowed(const web_config *c, const unsigned char id[2]);
 
 /* SHA-256 over the contents (or absence) of each file: a change in any of
  * them changes it. */

@@ -81,6 +81,7 @@ write_config() { # extra user lines...
     echo "  client_ca_file: ca.crt"
     echo "  client_auth_type: RequireAndVerifyClientCert"
     echo "  min_version: TLS12"
+    [[ -z ${tls_extra:-} ]] || echo "$tls_extra"
     echo "http_server_config:"
     echo "  headers:"
     echo "    X-Content-Type-Options: nosniff"
@@ -274,6 +275,22 @@ wait_for 20 "the reload metric to turn 0" reload_failed
 [[ $(code second:second-secret /metrics) == 200 ]] || fail "the last good configuration was dropped"
 grep -q "keeping the last good configuration" "$work/demo.log" || fail "no stderr line for the bad file"
 echo "ok   a malformed file: last good configuration kept, reload metric 0, a line on stderr"
+
+# cipher_suites: a TLS 1.2 handshake gets a listed suite or none, though
+# GnuTLS's priority string also allows the key exchange with TLS 1.3's
+# ciphers (AES-GCM); TLS 1.3 is served as before.
+tls_extra="  cipher_suites: [TLS_ECDHE_ECDSA_WITH_AES_128_CBC_SHA]" write_config
+tls12() { # OpenSSL cipher names -> HTTP status over TLS 1.2 ("000": no handshake)
+  curl -s -o /dev/null -w '%{http_code}' --max-time 10 --tls-max 1.2 --ciphers "$1" \
+    "${client[@]}" -u prometheus:scrape-secret "$agent/metrics"
+}
+gcm_refused() { [[ $(tls12 ECDHE-ECDSA-AES128-GCM-SHA256) == 000 ]]; }
+wait_for 20 "a TLS 1.2 suite outside cipher_suites to be refused" gcm_refused
+[[ $(tls12 ECDHE-ECDSA-AES128-SHA) == 200 ]] || fail "the listed TLS 1.2 suite was refused"
+[[ $(tls12 ECDHE-ECDSA-AES128-GCM-SHA256:ECDHE-ECDSA-AES128-SHA) == 200 ]] ||
+  fail "a client offering the listed suite after an unlisted one was refused"
+[[ $(code prometheus:scrape-secret /metrics) == 200 ]] || fail "TLS 1.3 refused with cipher_suites"
+echo "ok   cipher_suites: TLS 1.2 gets only the listed suite (AES-GCM refused); TLS 1.3 served"
 
 # Certificate rotation: a new server certificate is served, on the same port.
 write_config

@@ -181,6 +181,34 @@ Test(web_config, go_names_become_a_gnutls_priority_string) {
                    "NORMAL:-VERS-ALL:+VERS-TLS1.2:-KX-ALL:-CIPHER-ALL:-MAC-ALL:+ECDHE-RSA:+"
                    "ECDHE-ECDSA:+AES-256-GCM:+CHACHA20-POLY1305:+AEAD:-GROUP-ALL:+GROUP-"
                    "SECP384R1");
+  /* The string also allows ECDHE-ECDSA with AES-256-GCM and ECDHE-RSA with
+   * ChaCha20: the handshake takes only the listed two (IANA numbers). */
+  static const unsigned char rsa_aes256[2] = {0xc0, 0x30}, ecdsa_chacha[2] = {0xcc, 0xa9},
+                             ecdsa_aes256[2] = {0xc0, 0x2c}, rsa_chacha[2] = {0xcc, 0xa8};
+  cr_expect_eq(c->ntls12_suites, 2);
+  cr_expect(web_config_tls12_suite_allowed(c, rsa_aes256));
+  cr_expect(web_config_tls12_suite_allowed(c, ecdsa_chacha));
+  cr_expect_not(web_config_tls12_suite_allowed(c, ecdsa_aes256));
+  cr_expect_not(web_config_tls12_suite_allowed(c, rsa_chacha));
+  web_config_free(c);
+  /* Go's short alias is the same suite; TLS 1.3's suites are not TLS 1.2's. */
+  c = load(TLS "  cipher_suites: [TLS_ECDHE_RSA_WITH_CHACHA20_POLY1305, "
+               "TLS_ECDHE_RSA_WITH_CHACHA20_POLY1305_SHA256, TLS_AES_128_GCM_SHA256]\n");
+  cr_expect_eq(c->ntls12_suites, 1);
+  cr_expect(web_config_tls12_suite_allowed(c, rsa_chacha));
+  cr_expect_not(web_config_tls12_suite_allowed(c, rsa_aes256));
+  web_config_free(c);
+  /* An empty client_allowed_sans is a list that names no one (exporter-
+   * toolkit checks whenever the key is given): not the same as no key. */
+  c = load(TLS "  client_ca_file: ca.crt\n  client_auth_type: RequireAndVerifyClientCert\n"
+               "  client_allowed_sans: []\n");
+  cr_expect_not_null(c->allowed_sans);
+  cr_expect_eq(c->nsans, 0);
+  web_config_free(c);
+  c = load(TLS);
+  cr_expect_null(c->allowed_sans);
+  cr_expect_eq(c->ntls12_suites, 0);
+  cr_expect(web_config_tls12_suite_allowed(c, ecdsa_aes256), "no list: GnuTLS's choice");
   web_config_free(c);
   c = load(TLS);
   cr_assert_str_eq(c->priorities, "NORMAL:-VERS-ALL:+VERS-TLS1.3:+VERS-TLS1.2:%SERVER_PRECEDENCE");
@@ -247,6 +275,69 @@ Test(web_config, other_methods_need_credentials_and_tokens_too) {
   cr_assert_eq(http_request("127.0.0.1", port, "POST", "/metrics", NULL, &r), 0);
   cr_expect_eq(r.status, 429, "the bucket is empty: %d", r.status);
   http_response_free(&r);
+}
+
+Test(web_config, basic_credentials_are_read_as_go_reads_them) {
+  struct {
+    const char *header, *user, *pass; /* user NULL: none */
+  } cases[] = {
+      {"Basic %s", "alice", "right"},
+      {"basic %s", "alice", "right"}, /* the scheme in any case */
+      {"BASIC %s", "alice", "right"},
+      {"Basic %s", "u", "p:q"}, /* the first colon splits */
+      {"Basic %s", "", ""},
+      {"Bearer %s", NULL, NULL},
+      {"Basic  %s", "alice", "right"}, /* GnuTLS's base64 skips spaces */
+      {"Basic %s!", NULL, NULL},
+      {"Basic %s", NULL, NULL}, /* no colon */
+      {"Basic %s", NULL, NULL}, /* a NUL in the password */
+      {"Basic %s", NULL, NULL}, /* nothing */
+  };
+  const char *b64[] = {"YWxpY2U6cmlnaHQ=",
+                       "YWxpY2U6cmlnaHQ=",
+                       "YWxpY2U6cmlnaHQ=",
+                       "dTpwOnE=",
+                       "Og==",
+                       "YWxpY2U6cmlnaHQ=",
+                       "YWxpY2U6cmlnaHQ=",
+                       "YWxpY2U6cmlnaHQ=",
+                       "bm9jb2xvbg==",
+                       "YWxpY2U6cmkAZ2h0",
+                       ""};
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    char header[128], *user = (char *)"x", *pass = (char *)"x";
+    snprintf(header, sizeof header, cases[i].header, b64[i]);
+    int rc = web_auth_parse_basic(header, &user, &pass);
+    if (!cases[i].user) {
+      cr_expect_eq(rc, -1, "'%s' was read", header);
+      cr_expect(!user && !pass);
+      continue;
+    }
+    cr_assert_eq(rc, 0, "'%s' was not read", header);
+    cr_expect_str_eq(user, cases[i].user);
+    cr_expect_str_eq(pass, cases[i].pass);
+    web_auth_free_credentials(user, pass);
+  }
+  char *user, *pass;
+  cr_expect_eq(web_auth_parse_basic(NULL, &user, &pass), -1);
+}
+
+/* The scheme's name in any case (RFC 9110), as Go's net/http reads it. */
+Test(web_config, the_basic_scheme_is_case_insensitive_over_http) {
+  char yml[512];
+  snprintf(yml, sizeof yml, "basic_auth_users:\n  alice: '%s'\n", hash_of("right"));
+  cr_assert_eq(start(write_yml(yml)), GPUPOOL_OK, "%s", gpupool_last_error());
+  int port = gpupool_agent_port();
+  const char *headers[] = {"Authorization: basic YWxpY2U6cmlnaHQ=\r\n",
+                           "Authorization: BASIC YWxpY2U6cmlnaHQ=\r\n",
+                           "Authorization: Basic YWxpY2U6d3Jvbmc=\r\n"}; /* alice:wrong */
+  int want[] = {200, 200, 401};
+  for (int i = 0; i < 3; i++) {
+    http_response r;
+    cr_assert_eq(http_request("127.0.0.1", port, "GET", "/metrics", headers[i], &r), 0);
+    cr_expect_eq(r.status, want[i], "%s: %d", headers[i], r.status);
+    http_response_free(&r);
+  }
 }
 
 Test(web_config, basic_auth_checks_bcrypt_caches_and_bounds_its_cost) {
