@@ -1,5 +1,6 @@
 #include "trace_query.h"
 
+#include <stdint.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -49,6 +50,10 @@ int trace_time_parse(const char *s, uint64_t now_ns, uint64_t *out_ns) {
   if (whole > (UINT64_MAX - frac) / unit)
     return -1;
   uint64_t ns = whole * unit + frac;
+  /* The trace writes times as signed 64-bit ns (year 2262): later is out of
+   * range, not a time to wrap around. */
+  if (ns > INT64_MAX)
+    return -1;
   *out_ns = negative ? (ns < now_ns ? now_ns - ns : 0) : ns;
   return 0;
 }

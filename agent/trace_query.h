@@ -36,7 +36,7 @@ int trace_query_parse_at(trace_query *q, const endpoint_args *args, uint64_t now
 int trace_query_parse(trace_query *q, const endpoint_args *args, char *err, size_t errlen);
 
 /* The time syntax above, to nanoseconds since the epoch (clamped at 0).
- * 0 on success, -1 on a malformed value. */
+ * 0 on success, -1 on a malformed value or one past 2^63 - 1 ns. */
 int trace_time_parse(const char *s, uint64_t now_ns, uint64_t *out_ns);
 
 #endif

@@ -180,7 +180,10 @@ static void memory_counter(trace_format *f, const trace_pool *p, uint64_t ts, ui
   arg_u64(o, ",\"args\":{\"allocated\":", allocated);
   arg_u64(o, ",\"reserved\":", reserved);
   arg_u64(o, ",\"free_in_pool\":", reserved > allocated ? reserved - allocated : 0);
-  arg_u64(o, ",\"requested\":", requested);
+  /* Requested bytes are bytes of allocated blocks. The running figure of a
+   * segment event's sample exceeds them where a free it depends on was
+   * overwritten before the trace read it, or fell outside the window. */
+  arg_u64(o, ",\"requested\":", requested < allocated ? requested : allocated);
   json_putc(o, '}');
   end_event(f);
 }

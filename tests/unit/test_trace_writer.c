@@ -249,6 +249,29 @@ Test(trace_writer, overwritten_events_are_counted_and_the_trace_stays_valid) {
   gpupool_destroy(p);
 }
 
+Test(trace_writer, requested_bytes_stay_within_allocated_when_a_free_was_overwritten) {
+  init_events(16);
+  gpupool *p = host_pool("lapped", 0, 64 * MiB);
+  void *kept = pc_must_malloc(p, 4096, NULL);
+  sample_apart(); /* requested: the 4096 bytes of `kept` */
+  pc_must_free(p, kept);
+  for (int i = 0; i < 40; i++) /* the ring laps kept's free */
+    pc_must_free(p, pc_must_malloc(p, 4096, NULL));
+  /* The 15 events kept: 6 whole pairs, then these three. */
+  void *small = pc_must_malloc(p, 4096, NULL);
+  void *big = pc_must_malloc(p, 32 * MiB, NULL); /* a new segment */
+  cJSON *root = parse_checked(trace_read_all(NULL, 100, NULL));
+  const cJSON *seg = find_event(root, "X", "segment alloc");
+  cr_assert_not_null(seg);
+  cr_expect_eq(arg_number(seg, "allocated_after"), 4096);
+  cr_expect_eq(trace_count(root, "C", "pool lapped memory"), 2,
+               "the regular sample, the segment's");
+  cJSON_Delete(root);
+  pc_must_free(p, big);
+  pc_must_free(p, small);
+  gpupool_destroy(p);
+}
+
 Test(trace_writer, events_overwritten_while_streaming_are_skipped_and_counted) {
   init_events(4096);
   gpupool *p = host_pool("busy", 0, 64 * MiB);
@@ -440,6 +463,7 @@ Test(trace_writer, bad_parameters_are_refused_with_a_reason) {
       {"since= 5", NULL, "bad since"},
       {"until=99999999999999999999", NULL, "bad until"},
       {"until=-1.0000000001", NULL, "bad until"},
+      {"since=9300000000000000", NULL, "bad since"},
       {"since=2000", "until=1000", "since is later than until"},
       {"pool=", NULL, "bad pool"},
       {"pool=nosuchpool", NULL, "no pool has this name"},
@@ -492,6 +516,8 @@ Test(trace_writer, time_values_parse_exactly) {
   cr_expect_eq(ns, now - 1);
   cr_expect_eq(trace_time_parse("-1000", now, &ns), 0);
   cr_expect_eq(ns, 0, "clamped at the epoch");
+  cr_expect_eq(trace_time_parse("9223372036854775.807", now, &ns), 0);
+  cr_expect_eq(ns, (uint64_t)INT64_MAX);
   const char *bad[] = {"",
                        "-",
                        "1.",
@@ -505,7 +531,9 @@ Test(trace_writer, time_values_parse_exactly) {
                        "--1",
                        "1.-5",
                        "-1.0000000001",
-                       "99999999999999999999"};
+                       "99999999999999999999",
+                       "9223372036854775.808", /* 2^63 ns: the trace's times are signed */
+                       "18446744073709551.615"};
   for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
     cr_expect_eq(trace_time_parse(bad[i], now, &ns), -1, "'%s' accepted", bad[i]);
 }

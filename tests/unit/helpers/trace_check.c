@@ -171,6 +171,12 @@ static int check_counter(checker *c, const cJSON *ev, double pid, const char *na
     strncat(keys, a->string, sizeof keys - strlen(keys) - 2);
     strcat(keys, ",");
   }
+  /* A memory counter's requested bytes are bytes of allocated blocks. */
+  const cJSON *requested = cJSON_GetObjectItemCaseSensitive(args, "requested");
+  const cJSON *allocated = cJSON_GetObjectItemCaseSensitive(args, "allocated");
+  if (requested && allocated && requested->valuedouble > allocated->valuedouble)
+    return fail(why, whylen, "counter %s: requested %.0f above allocated %.0f", name,
+                requested->valuedouble, allocated->valuedouble);
   for (size_t i = 0; i < c->ncounters; i++)
     if (c->counters[i].pid == pid && strcmp(c->counters[i].name, name) == 0) {
       if (strcmp(c->counters[i].keys, keys) != 0)
