@@ -10,6 +10,7 @@
 #include <stdint.h>
 
 #include "gpupool/advisor.h"
+#include "pool/types.h"
 
 enum { HOP_ALLOC = 0, HOP_FREE, HOP_RECORD_STREAM, HOP_EMPTY_CACHE };
 
@@ -20,7 +21,7 @@ typedef struct hist_op {
   uint8_t pad;
 } hist_op;
 
-#define HIST_MAX_STREAMS 1000 /* a pool keeps at most 1024 streams */
+#define HIST_MAX_STREAMS SHARD_TABLE /* as many as a pool keeps */
 
 struct gpupool_history {
   hist_op *ops;

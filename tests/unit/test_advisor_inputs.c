@@ -224,6 +224,33 @@ Test(advisor_inputs, record_file_errors) {
   gpupool_history_free(h);
 }
 
+/* A history may use as many streams as a pool serves (1024), not one more. */
+Test(advisor_inputs, record_files_use_as_many_streams_as_a_pool) {
+  char p[256];
+  path_of(p, sizeof p, "streams.record");
+  for (int n = 1024; n <= 1025; n++) {
+    FILE *f = fopen(p, "w");
+    cr_assert_not_null(f);
+    for (int i = 0; i < n; i++)
+      fprintf(f, "a 0x%x 512 0x%x\nf 0x%x\n", i + 1, i + 1, i + 1);
+    fclose(f);
+    gpupool_history *h = NULL;
+    gpupool_status st = gpupool_history_load(p, NULL, NULL, &h);
+    if (n == 1024) {
+      cr_assert_eq(st, GPUPOOL_OK, "%s", gpupool_last_error());
+      cr_expect_eq(gpupool_history_get_info(h)->streams, 1024);
+      gpupool_advice_options o = {.no_defaults = 1, .current = "strategy:bfc", .no_capacity = 1};
+      gpupool_advice *adv = NULL;
+      cr_expect_eq(gpupool_advise(h, &o, &adv), GPUPOOL_OK, "%s", gpupool_last_error());
+      gpupool_advice_free(adv);
+      gpupool_history_free(h);
+    } else {
+      cr_expect_neq(st, GPUPOOL_OK);
+      cr_expect(strstr(gpupool_last_error(), "more than 1024 streams"), "%s", gpupool_last_error());
+    }
+  }
+}
+
 static const char trace_doc[] =
     "{\"traceEvents\":[\n"
     "{\"ph\":\"M\",\"name\":\"thread_name\",\"pid\":1,\"tid\":1000002,\"args\":{\"name\":\"pool "

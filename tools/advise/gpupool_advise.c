@@ -27,7 +27,7 @@ static void usage(FILE *f) {
           "                     least 100 ms)\n"
           "  --current CONF     the configuration in use, GPUPOOL_CONF grammar (default: bfc)\n"
           "  --conf CONF        another configuration to try (repeatable)\n"
-          "  --only             try only --current and --conf, not the default grid\n"
+          "  --only             try only --current and --conf (one needed), not the grid\n"
           "  --no-capacity      skip the smallest-capacity search\n"
           "  --threads N        replay workers (default: one per core)\n"
           "  --json | --csv     machine-readable output instead of the table\n"
@@ -64,6 +64,10 @@ int main(int argc, char **argv) {
       usage(stdout);
       return 0;
     } else if (!strcmp(a, "--json") || !strcmp(a, "--csv")) {
+      if (strcmp(format, "table") && strcmp(format, a + 2)) {
+        fprintf(stderr, "gpupool-advise: --json or --csv, not both\n");
+        return 2;
+      }
       format = a + 2;
     } else if (!strcmp(a, "--only")) {
       o.no_defaults = 1;
@@ -120,8 +124,10 @@ int main(int argc, char **argv) {
     usage(stderr);
     return 2;
   }
-  if (o.no_defaults && !o.current && !o.n_extra)
-    o.no_defaults = 0;
+  if (o.no_defaults && !o.current && !o.n_extra) {
+    fprintf(stderr, "gpupool-advise: --only tries --current and --conf: give one of them\n");
+    return 2;
+  }
   gpupool_history *h;
   if (gpupool_history_load(path, in_format, pool, &h) != GPUPOOL_OK) {
     fprintf(stderr, "gpupool-advise: %s\n", gpupool_last_error());
