@@ -32,8 +32,8 @@ typedef enum {
   EV_ALLOC = 1,      /* addr, size (block), requested, stream; flags: EVF_FROM_DEVICE */
   EV_FREE,           /* addr, size, requested, stream; flags: EVF_DEFERRED if waiting on events */
   EV_FREE_COMPLETED, /* a deferred free whose events completed: addr, size */
-  EV_SEGMENT_ALLOC,  /* addr, size, stream; a = reserved after, b = allocated after, dur_ns */
-  EV_SEGMENT_FREE,   /* addr, size, stream; a = reserved after, b = allocated after, dur_ns */
+  EV_SEGMENT_ALLOC,  /* addr, size, stream, seq; a = reserved after, b = allocated after, dur_ns */
+  EV_SEGMENT_FREE,   /* addr, size, stream, seq; a = reserved after, b = allocated after, dur_ns */
   EV_EMPTY_CACHE,    /* size = bytes released; a = reserved after, b = allocated after */
   EV_GC,             /* size = bytes released by garbage collection; a, b as above */
   EV_OOM,            /* the fields of .oom (below) */
@@ -53,7 +53,12 @@ typedef struct pool_event {
     struct { /* every type but EV_OOM */
       uint64_t addr;
       uint64_t size;
-      uint64_t requested;
+      union {
+        uint64_t requested; /* block events */
+        /* Segment events: a number across all pools, in the order their
+         * stamps were taken (segment.c), which orders them within a tick. */
+        uint64_t seq;
+      };
       uint64_t stream;
       uint64_t a, b; /* meaning by type, above */
     };

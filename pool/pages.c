@@ -229,9 +229,10 @@ size_t pages_segment_destroy(gpupool *p, segment *seg) {
   return bytes;
 }
 
-size_t pages_longest_mapped(const segment *seg, uintptr_t addr, size_t len) {
+size_t pages_mapped_stretches(const segment *seg, uintptr_t addr, size_t len, size_t *longest) {
   size_t ps = seg->page_size, first = page_of(seg, addr), last = page_of(seg, addr + len - 1);
-  size_t best = 0;
+  size_t sum = 0;
+  *longest = 0;
   if (!seg->top) /* no page was ever mapped */
     return 0;
   if (last >= seg->top)
@@ -241,9 +242,16 @@ size_t pages_longest_mapped(const segment *seg, uintptr_t addr, size_t len) {
     uintptr_t lo = seg->addr + i * ps, hi = seg->addr + j * ps;
     lo = lo > addr ? lo : addr;
     hi = hi < addr + len ? hi : addr + len;
-    best = hi - lo > best ? hi - lo : best;
+    sum += hi - lo;
+    *longest = hi - lo > *longest ? hi - lo : *longest;
   }
-  return best;
+  return sum;
+}
+
+size_t pages_longest_mapped(const segment *seg, uintptr_t addr, size_t len) {
+  size_t longest;
+  pages_mapped_stretches(seg, addr, len, &longest);
+  return longest;
 }
 
 /* The pages of seg wholly under free block b that may be mapped (below

@@ -78,6 +78,19 @@ static inline int pages_cover(const segment *seg, uintptr_t addr, size_t len) {
 /* The longest stretch of [addr, addr + len) (in vmm segment seg) over
  * mapped pages, in bytes. */
 size_t pages_longest_mapped(const segment *seg, uintptr_t addr, size_t len);
+/* The stretches of [addr, addr + len) (in vmm segment seg) over mapped
+ * pages: their total bytes, and the longest's in *longest. */
+size_t pages_mapped_stretches(const segment *seg, uintptr_t addr, size_t len, size_t *longest);
+/* What a free block b holds ready for a request: all of it in a plain
+ * segment; in a vmm segment only its bytes over mapped pages (returned; the
+ * longest stretch in *longest). An expandable segment's free block spans
+ * address range no page backs, which is neither reserved nor usable without
+ * a device call. */
+static inline size_t free_block_mapped(const block *b, size_t *longest) {
+  if (!b->seg->pages)
+    return *longest = b->size;
+  return pages_mapped_stretches(b->seg, b->addr, b->size, longest);
+}
 /* block.mapped_run's exact value for free block b of a vmm segment: its
  * longest stretch over mapped pages, with bit 0 set unless that is all of
  * b. */

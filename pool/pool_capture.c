@@ -31,14 +31,15 @@ static void add_totals(pool_capture_totals *t, const segment *seg, uint64_t spli
     t->cached_bytes += mapped;
   for (const block *b = seg->first; b; b = b->next) {
     if (b->state == BLOCK_FREE) {
+      size_t longest, mapped = free_block_mapped(b, &longest);
       t->free_blocks++;
-      t->free_bytes += b->size;
-      if (b->size > t->largest_free)
-        t->largest_free = b->size;
+      t->free_bytes += mapped;
+      if (longest > t->largest_free)
+        t->largest_free = longest;
       if (live) {
-        t->split_free_bytes += b->size;
+        t->split_free_bytes += mapped;
         if (split_limit && seg->size >= split_limit)
-          t->split_free_at_least += b->size;
+          t->split_free_at_least += mapped;
       }
     } else if (seg->large) {
       t->large_live_bytes += b->size;
@@ -92,12 +93,15 @@ static int copy_shard(shard *sh, pool_capture *c, size_t max_blocks, size_t max_
 
 /* The streams' events in time order (a stable merge: each stream keeps its
  * own order) from the time on which every stream's are here
- * (events_since_ns), the newest max_events of them. */
+ * (events_since_ns), the newest max_events of them. A window starts after
+ * the stamp of the newest event left out: events of one tick of the coarse
+ * clock share a stamp, and a tick some of whose events are gone is left
+ * out whole (its kept events could need the lost ones to replay). */
 static int merge_events(pool_capture *c, ring_part *parts, size_t nparts, size_t max_events) {
   uint64_t since = 0;
   for (size_t i = 0; i < nparts; i++)
-    if (parts[i].partial && parts[i].n && parts[i].ev[0].ts_ns > since)
-      since = parts[i].ev[0].ts_ns;
+    if (parts[i].partial && parts[i].n && parts[i].ev[0].ts_ns + 1 > since)
+      since = parts[i].ev[0].ts_ns + 1; /* older events of its tick may be gone */
   size_t *pos = calloc(nparts + 1, sizeof *pos);
   if (!pos)
     return -1;
@@ -123,9 +127,16 @@ static int merge_events(pool_capture *c, ring_part *parts, size_t nparts, size_t
     pool_event e = parts[best].ev[pos[best]++];
     if (k >= skip)
       c->events[c->nevents++] = e;
+    else if (k + 1 == skip)
+      since = e.ts_ns + 1; /* the newest left out */
   }
   free(pos);
-  c->events_since_ns = skip && c->nevents ? c->events[0].ts_ns : since;
+  size_t first = 0;
+  while (first < c->nevents && c->events[first].ts_ns < since)
+    first++;
+  c->nevents -= first;
+  memmove(c->events, c->events + first, c->nevents * sizeof *c->events);
+  c->events_since_ns = since;
   return 0;
 }
 

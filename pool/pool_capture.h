@@ -26,6 +26,8 @@ typedef struct pool_capture_totals {
   uint64_t segments, blocks;
   uint64_t reserved;       /* device memory held: mapped bytes of every segment */
   uint64_t small_reserved; /* of small segments */
+  /* Free blocks; in vmm segments their bytes over mapped pages only, and the
+   * longest such stretch (free_block_mapped). */
   uint64_t free_bytes, free_blocks, largest_free;
   uint64_t cached_bytes;        /* device memory of segments with no live block:
                                    what an empty_cache would return now */
@@ -52,7 +54,7 @@ typedef struct pool_capture {
   size_t nevents;
   uint64_t events_lost; /* events of the window overwritten before the copy */
   /* The events from this time on (CLOCK_REALTIME ns) are all here, every
-   * stream's; 0: all since the pool began. The streams' rings reach back
+   * stream's, and none before it; 0: all since the pool began. The streams' rings reach back
    * differently far: a stream's older events, where another's ring no
    * longer holds its own, are left out, so that the events replay the pool
    * consistently (backwards from the blocks copied). */
@@ -61,33 +63,39 @@ typedef struct pool_capture {
 } pool_capture;
 
 /* Where an event goes among events of other rings with the same stamp
- * (pool_capture_goes_first): releases first, then takings. */
+ * (pool_capture_goes_first): block releases, block takings, the rest, and
+ * segment events last, in the order of their numbers. */
 static inline int pool_capture_tie_rank(const pool_event *e) {
   switch (e->type) {
   case EV_FREE:
   case EV_FREE_COMPLETED:
-    return 0; /* a block's release, before its segment's */
-  case EV_SEGMENT_FREE:
+    return 0;
+  case EV_ALLOC:
     return 1;
   case EV_SEGMENT_ALLOC:
+  case EV_SEGMENT_FREE:
     return 3;
-  case EV_ALLOC:
-    return 4; /* after the segment it lies in */
   default:
     return 2;
   }
 }
 
 /* Whether event a, the head of one ring, goes before b, another's, when
- * rings are merged by time: the earlier, and on a tie (stamps taken within
- * one tick of the coarse clock are equal) releases before takings. An
- * address released by one stream or pool can be taken by another within
- * the tick, never the other way round, so this order replays consistently
- * (each ring keeps its own order: only heads are compared). */
+ * rings are merged by time: the earlier; on a tie (stamps taken within one
+ * tick of the coarse clock are equal), by pool_capture_tie_rank, and segment
+ * events by their numbers. Each ring keeps its own order (only heads are
+ * compared), and a block event waits on no other ring's: its segment's (or
+ * pages') event is in its own ring, before it. Across rings an address
+ * changes hands only by segment events (one pool's or stream's segment free,
+ * then another's alloc), whose numbers follow that order, so the merge
+ * replays consistently however many events share the tick. */
 static inline int pool_capture_goes_first(const pool_event *a, const pool_event *b) {
   if (a->ts_ns != b->ts_ns)
     return a->ts_ns < b->ts_ns;
-  return pool_capture_tie_rank(a) < pool_capture_tie_rank(b);
+  int ra = pool_capture_tie_rank(a), rb = pool_capture_tie_rank(b);
+  if (ra != rb)
+    return ra < rb;
+  return ra == 3 && a->seq < b->seq; /* two segment events; else ring order */
 }
 
 /* Copies p (taking its slow lock unless slow_locked) into out. split_limit:

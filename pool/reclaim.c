@@ -23,7 +23,7 @@ typedef struct page_events {
 static void emit_pages(void *ctx, int mapped, uintptr_t addr, size_t bytes, uint64_t ns) {
   const page_events *e = ctx;
   segment_emit_event(e->p, e->sh, mapped ? EV_SEGMENT_ALLOC : EV_SEGMENT_FREE,
-                     EVF_LARGE | EVF_PAGES, addr, bytes, ns, 0);
+                     EVF_LARGE | EVF_PAGES, addr, bytes, ns, NULL);
 }
 
 /* Returns the idle pages of every vmm segment to the device, with their

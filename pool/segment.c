@@ -5,6 +5,7 @@
  * the shard's bookkeeping (shard.c) are elsewhere. */
 #include "segment.h"
 
+#include <stdatomic.h>
 #include <stdlib.h>
 
 #include "core/clock.h"
@@ -14,9 +15,22 @@
 #include "segment_observers.h"
 #include "shard.h"
 
+/* Segment events ever marked, in every pool. A free's number is taken
+ * before its device call and the next alloc of that address after its own,
+ * so their numbers follow that order (the driver orders the calls, and one
+ * atomic's values follow every order between the threads that take them). */
+static _Atomic uint64_t segment_events_marked;
+
+segment_event_mark segment_event_mark_now(void) {
+  uint64_t seq = atomic_fetch_add_explicit(&segment_events_marked, 1, memory_order_relaxed) + 1;
+  return (segment_event_mark){.stamp = event_clock_stamp(), .seq = seq};
+}
+
 void segment_emit_event(gpupool *p, shard *sh, int type, int flags, uintptr_t addr, size_t size,
-                        uint64_t dur, uint64_t stamp) {
-  pool_event ev = {.ts_ns = stamp,
+                        uint64_t dur, const segment_event_mark *mark) {
+  segment_event_mark now = mark ? *mark : segment_event_mark_now();
+  pool_event ev = {.ts_ns = now.stamp,
+                   .seq = now.seq,
                    .type = (uint8_t)type,
                    .flags = (uint8_t)flags,
                    .dur_ns = dur > UINT32_MAX ? UINT32_MAX : (uint32_t)dur,
@@ -98,7 +112,8 @@ gpupool_status segment_create(gpupool *p, shard *sh, size_t size, int large, seg
    * creation to undo it (a range created again at a released one's address
    * would otherwise appear out of nowhere). Its pages' maps follow as
    * EVF_PAGES events. */
-  segment_emit_event(p, sh, EV_SEGMENT_ALLOC, large ? EVF_LARGE : 0, seg->addr, seg->size, dur, 0);
+  segment_emit_event(p, sh, EV_SEGMENT_ALLOC, large ? EVF_LARGE : 0, seg->addr, seg->size, dur,
+                     NULL);
   *out = seg;
   return GPUPOOL_OK;
 }
@@ -123,15 +138,11 @@ void segment_destroy(gpupool *p, segment *seg) {
   uintptr_t addr = seg->addr;
   size_t size = seg->size;
   block *first = seg->first;
-  /* Stamped before the device call: once it returns, another pool (or
-   * stream) can take the address and stamp its segment alloc before this
-   * event is written, and readers merging their rings by time would put
-   * that alloc first. */
-  uint64_t stamp = event_clock_stamp();
+  segment_event_mark mark = segment_event_mark_now(); /* before the call: see there */
   uint64_t t0 = clock_monotonic_ns();
   segment_free_memory(p, seg);
   uint64_t dur = clock_monotonic_ns() - t0;
-  segment_emit_event(p, sh, EV_SEGMENT_FREE, large ? EVF_LARGE : 0, addr, size, dur, stamp);
+  segment_emit_event(p, sh, EV_SEGMENT_FREE, large ? EVF_LARGE : 0, addr, size, dur, &mark);
   free(first->streams);
   free(first);
 }

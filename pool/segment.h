@@ -22,11 +22,18 @@ void segment_free_memory(gpupool *p, segment *seg);
 /* Returns seg (fully free, already detached from its shard) to the device
  * with its event, and frees its block. */
 void segment_destroy(gpupool *p, segment *seg);
+/* When a segment event happened: its stamp and its number (pool_event.seq),
+ * taken together. A segment free's is taken before its device call: once the
+ * call returns, another pool (or stream) can take the address and write its
+ * segment alloc first, and readers must still put the free first. */
+typedef struct segment_event_mark {
+  uint64_t stamp, seq;
+} segment_event_mark;
+segment_event_mark segment_event_mark_now(void);
 /* A segment event (EV_SEGMENT_*) on sh's track, with the pool's reserved and
- * allocated bytes after it; takes sh's lock. stamp: 0, now; else an
- * event_clock_stamp() taken before the device call. */
+ * allocated bytes after it; takes sh's lock. mark: NULL, now. */
 void segment_emit_event(gpupool *p, shard *sh, int type, int flags, uintptr_t addr, size_t size,
-                        uint64_t dur, uint64_t stamp);
+                        uint64_t dur, const segment_event_mark *mark);
 /* seg as readers see it (pool_view.h): its info, and its seg->nblocks
  * blocks in address order into blocks. A block's alloc_ns is still the raw
  * clock_stamp() (0: unknown), for the caller to convert with

@@ -738,13 +738,29 @@ void shard_remove_segment(shard *sh, segment *seg) {
   seg->prev = seg->next = NULL;
 }
 
+/* The longest stretch over mapped pages among the free blocks of one tree,
+ * by a walk of every block (for statistics and OOM reports, not requests). */
+static size_t largest_mapped_free(block *root) {
+  size_t best = 0;
+  free_index_iter it;
+  for (block *b = free_index_iter_start(&it, root, 0); b; b = free_index_iter_next(&it))
+    if (b->size > best) {
+      size_t run;
+      free_block_mapped(b, &run);
+      best = run > best ? run : best;
+    }
+  return best;
+}
+
+/* A plain segment's largest free block is the answer as it stands: no
+ * block of the tree holds more. */
 size_t shard_largest_free(const shard *sh) {
   size_t best = 0;
-  const block *small = free_index_largest(sh->free_tree.small);
-  const block *large = free_index_largest(sh->free_tree.large);
-  if (small)
-    best = small->size;
-  if (large && large->size > best)
-    best = large->size;
+  block *trees[2] = {sh->free_tree.small, sh->free_tree.large};
+  for (int i = 0; i < 2; i++) {
+    const block *largest = free_index_largest(trees[i]);
+    size_t run = !largest ? 0 : largest->seg->pages ? largest_mapped_free(trees[i]) : largest->size;
+    best = run > best ? run : best;
+  }
   return best;
 }

@@ -137,7 +137,8 @@ static inline int segment_is_free(const segment *seg) {
   return seg->nblocks == 1 && seg->first->state == BLOCK_FREE;
 }
 
-/* The size of sh's largest free block, 0 when none. */
+/* The size of sh's largest free block, 0 when none; in a vmm segment, the
+ * longest stretch of a free block over mapped pages (free_block_mapped). */
 size_t shard_largest_free(const shard *sh);
 
 /* Event ring capacity for new shards; 0 when events are off. */

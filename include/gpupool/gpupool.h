@@ -103,7 +103,7 @@ typedef struct gpupool_stats {
   uint64_t num_frees;           /* successful gpupool_free calls */
   uint64_t num_gc_runs;         /* garbage_collection_threshold passes */
   uint64_t num_sync_events;     /* cross-stream events recorded by record_stream frees */
-  uint64_t largest_free_block;  /* largest cached block, bytes */
+  uint64_t largest_free_block;  /* largest cached block, bytes (expandable: over mapped pages) */
   uint64_t free_blocks;         /* cached (free) blocks */
   uint64_t pending_free_blocks; /* freed, waiting on events of other streams */
   /* expandable_segments: idle pages moved to back another block, and the

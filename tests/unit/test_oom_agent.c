@@ -11,11 +11,14 @@
 #include <unistd.h>
 
 #include "agent/oom_store.h"
+#include "core/clock.h"
 #include "gpupool/agent.h"
 #include "gpupool/host.h"
 #include "helpers/http_client.h"
 #include "pool/oom_report.h"
+#include "pool/event_clock.h"
 #include "pool/pool_capture.h"
+#include "pool/pool_view.h"
 
 #define MiB ((size_t)1 << 20)
 
@@ -339,6 +342,44 @@ Test(oom_agent, memory_stays_bounded_under_many_ooms, .timeout = 300) {
   gpupool_destroy(p);
 }
 
+/* A tick of the coarse clock some of whose events were overwritten is left
+ * out whole: its kept events could need the lost ones (another pool's
+ * segment free of an address this one took within the tick). */
+Test(oom_agent, capture_leaves_out_a_tick_with_lost_events) {
+  pool_events_enable(16); /* a ring keeps 15 events */
+  gpupool *p = host_pool("ticks", NULL);
+  clock_stamp_init();
+  event_clock_publish(clock_stamp()); /* ticked: every event gets this stamp */
+  for (int i = 0; i < 20; i++) {
+    void *a;
+    cr_assert_eq(gpupool_malloc(p, &a, 4096, NULL), GPUPOOL_OK);
+    cr_assert_eq(gpupool_free(p, a), GPUPOOL_OK);
+  }
+  pool_capture c;
+  cr_assert_eq(pool_capture_take(p, 0, SIZE_MAX, SIZE_MAX, 0, &c), 0);
+  cr_expect_eq(c.nevents, 0, "the tick lost events: none of it is kept");
+  cr_expect_gt(c.events_since_ns, 0);
+  pool_capture_free(&c);
+  usleep(1000);
+  event_clock_publish(clock_stamp()); /* the next tick */
+  for (int i = 0; i < 5; i++) {
+    void *a;
+    cr_assert_eq(gpupool_malloc(p, &a, 4096, NULL), GPUPOOL_OK);
+    cr_assert_eq(gpupool_free(p, a), GPUPOOL_OK);
+  }
+  cr_assert_eq(pool_capture_take(p, 0, SIZE_MAX, SIZE_MAX, 0, &c), 0);
+  cr_expect_eq(c.nevents, 10, "the new tick, whole; the old one's 5 left out");
+  for (size_t i = 0; i < c.nevents; i++)
+    cr_expect_geq(c.events[i].ts_ns, c.events_since_ns);
+  pool_capture_free(&c);
+  /* At most 4 newest events: the tick they share is cut, so none. */
+  cr_assert_eq(pool_capture_take(p, 0, SIZE_MAX, 4, 0, &c), 0);
+  cr_expect_eq(c.nevents, 0);
+  pool_capture_free(&c);
+  event_clock_publish(0);
+  gpupool_destroy(p);
+}
+
 /* Streams whose rings reach back differently far: a copy keeps only the
  * events from the time every stream's are all there (events_since_ns), so
  * an old event of a quiet stream does not meet the busy stream's missing
@@ -424,21 +465,68 @@ Test(oom_agent, pending_block_keeps_its_requested_bytes) {
   gpupool_destroy(p);
 }
 
-/* Rings merged by time: on equal stamps (one tick of the coarse clock) a
- * release goes before a taking, so an address one pool released and
- * another took within the tick replays in that order. */
-Test(oom_agent, merged_rings_put_releases_first_on_a_tie) {
-  pool_event free_seg = {.ts_ns = 5, .type = EV_SEGMENT_FREE};
-  pool_event alloc_seg = {.ts_ns = 5, .type = EV_SEGMENT_ALLOC};
+/* Rings merged by time: on equal stamps (one tick of the coarse clock)
+ * block events go first, releases before takings, and segment events after
+ * them in the order of their numbers. An address one pool released and
+ * another took within the tick replays in that order even where the first
+ * pool's ring holds block events of the tick before its segment free. */
+Test(oom_agent, merged_rings_order_a_tie_by_kind_and_segment_number) {
+  pool_event free_seg = {.ts_ns = 5, .type = EV_SEGMENT_FREE, .seq = 7};
+  pool_event alloc_seg = {.ts_ns = 5, .type = EV_SEGMENT_ALLOC, .seq = 8};
+  pool_event alloc_seg_before = {.ts_ns = 5, .type = EV_SEGMENT_ALLOC, .seq = 6};
   pool_event free_block = {.ts_ns = 5, .type = EV_FREE};
   pool_event alloc_block = {.ts_ns = 5, .type = EV_ALLOC};
-  pool_event earlier = {.ts_ns = 4, .type = EV_ALLOC};
-  cr_expect(pool_capture_goes_first(&free_seg, &alloc_seg));
+  pool_event earlier = {.ts_ns = 4, .type = EV_SEGMENT_ALLOC, .seq = 9};
+  cr_expect(pool_capture_goes_first(&free_seg, &alloc_seg), "by number");
   cr_expect(!pool_capture_goes_first(&alloc_seg, &free_seg));
+  cr_expect(pool_capture_goes_first(&alloc_seg_before, &free_seg),
+            "by number, not by kind: the alloc came first");
+  cr_expect(pool_capture_goes_first(&free_block, &alloc_block));
   cr_expect(pool_capture_goes_first(&free_block, &free_seg));
-  cr_expect(pool_capture_goes_first(&alloc_seg, &alloc_block));
-  cr_expect(pool_capture_goes_first(&earlier, &free_seg), "time first");
+  /* A's ring: alloc_block, then (its free and) its segment free; B's ring:
+   * alloc_seg at the address A frees. B's head must wait. */
+  cr_expect(pool_capture_goes_first(&alloc_block, &alloc_seg));
+  cr_expect(!pool_capture_goes_first(&alloc_seg, &alloc_block));
+  cr_expect(pool_capture_goes_first(&earlier, &free_block), "time first");
   cr_expect(!pool_capture_goes_first(&free_seg, &free_seg), "a tie of equals keeps ring order");
+}
+
+/* Segment events are numbered across pools in the order they happen. */
+Test(oom_agent, segment_events_are_numbered_across_pools) {
+  pool_events_enable(1024);
+  gpupool *a = host_pool("numbered_a", NULL), *b = host_pool("numbered_b", NULL);
+  gpupool *pools[] = {a, b, a, b};
+  for (int i = 0; i < 4; i++) { /* each a segment alloc, then a segment free */
+    void *x = NULL;
+    cr_assert_eq(gpupool_malloc(pools[i], &x, 8 << 20, NULL), GPUPOOL_OK);
+    cr_assert_eq(gpupool_free(pools[i], x), GPUPOOL_OK);
+    gpupool_empty_cache(pools[i]);
+  }
+  uint64_t seqs[2][8];
+  size_t n[2] = {0, 0};
+  for (int k = 0; k < 2; k++) {
+    event_ring *rings[4];
+    size_t nr = pool_event_rings(k ? b : a, rings, 4);
+    cr_assert_eq(nr, 1);
+    pool_event ev[64];
+    uint64_t cursor = 0, skipped = 0;
+    size_t got = event_ring_read(rings[0], &cursor, ev, 64, &skipped);
+    for (size_t i = 0; i < got; i++)
+      if (ev[i].type == EV_SEGMENT_ALLOC || ev[i].type == EV_SEGMENT_FREE)
+        seqs[k][n[k]++] = ev[i].seq;
+    event_ring_unref(rings[0]);
+  }
+  cr_assert_eq(n[0], 4);
+  cr_assert_eq(n[1], 4);
+  /* a's alloc, free; b's alloc, free; a's; b's: consecutive numbers. */
+  for (int i = 0; i < 4; i++) {
+    int k = i % 2;
+    uint64_t base = seqs[0][0] + 4 * (uint64_t)(i / 2) + 2 * (uint64_t)k;
+    cr_expect_eq(seqs[k][2 * (i / 2)], base, "pool %c, round %d: alloc", 'a' + k, i / 2);
+    cr_expect_eq(seqs[k][2 * (i / 2) + 1], base + 1, "pool %c, round %d: free", 'a' + k, i / 2);
+  }
+  gpupool_destroy(a);
+  gpupool_destroy(b);
 }
 
 /* Idle pages moved from two places (two streams' small segments) under one

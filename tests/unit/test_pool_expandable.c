@@ -181,6 +181,8 @@ Test(pool_expandable, empty_cache_returns_idle_pages_of_used_segments) {
   gpupool_stats s = pc_stats(p);
   cr_assert_eq(s.reserved_bytes[L].current, 2 * PAGE);
   cr_assert_eq(s.segment[L].current, 1, "the segment stays: a lives in it");
+  cr_assert_eq(s.largest_free_block, 1 * MiB,
+               "the free block [3, 20) MiB holds only the mapped rest of page 1");
   check_mapped_is_reserved(p);
   check_invariants(p);
   void *c = take(p, 14 * MiB, 3); /* maps them again */

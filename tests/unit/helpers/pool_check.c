@@ -258,6 +258,12 @@ static int expandable_check(const gpupool_stats *s, int flags, char *msg, size_t
   if (!(flags & PC_ACCUMULATED_RESET) && s->num_pages_moved && !s->num_device_alloc)
     return fail(msg, len, "expandable: %llu pages moved but none was ever created",
                 U64(s->num_pages_moved));
+  /* Free blocks span unmapped address range; what they hold is mapped. */
+  int64_t free_bytes =
+      s->reserved_bytes[GPUPOOL_STAT_ALL].current - s->active_bytes[GPUPOOL_STAT_ALL].current;
+  if ((int64_t)s->largest_free_block > free_bytes)
+    return fail(msg, len, "expandable: largest_free_block %llu > reserved - active %lld",
+                U64(s->largest_free_block), I64(free_bytes));
   return 0;
 }
 
