@@ -177,8 +177,15 @@ static void compute(pool_oom_report *r) {
   } else {
     e->split_limit_mb = 0;
   }
-  if (r->device_known && e->shortfall > e->empty_cache_frees && e->outside_pool)
-    e->free_outside_to_fit = e->shortfall - e->empty_cache_frees;
+  /* Freeing outside the pool is a remedy only where what is held there
+   * covers the rest of the shortfall. */
+  if (r->device_known && e->shortfall > e->empty_cache_frees && e->outside_pool) {
+    uint64_t rest = e->shortfall - e->empty_cache_frees;
+    if (rest <= e->outside_pool)
+      e->free_outside_to_fit = rest;
+    else
+      e->outside_not_enough = 1;
+  }
 }
 
 static const char *answer(oom_answer a, const char *yes, const char *no, const char *maybe) {
@@ -260,6 +267,9 @@ static void write_message(pool_oom_report *r) {
     if (e->free_outside_to_fit)
       add(&m, " it fits if %s held outside this pool is freed;",
           bytes(a, sizeof a, e->free_outside_to_fit));
+    else if (e->outside_not_enough)
+      add(&m, " freeing all %s held outside this pool would not be enough;",
+          bytes(a, sizeof a, e->outside_pool));
   }
   if (m.len && r->message[m.len - 1] == ';') /* the last remedy ends the sentence */
     r->message[m.len - 1] = '.';

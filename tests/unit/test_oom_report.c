@@ -267,6 +267,7 @@ Test(oom_report, other_cuda_memory) {
     uint64_t fit = last->ex.free_outside_to_fit;
     cr_assert_gt(fit, 0, "%s: freeing outside the pool is the remedy", sname(s));
     cr_assert_leq(fit, other);
+    cr_expect_not(last->ex.outside_not_enough);
     check_expandable(s, other, &l, 4 * MiB);
     check_empty_cache(p, s, 4 * MiB);
     /* Applied: one byte less than said does not fit; what it said does. */
@@ -276,6 +277,38 @@ Test(oom_report, other_cuda_memory) {
     cr_assert_eq(gpupool_host_hold_other(p, other - fit), GPUPOOL_OK);
     cr_expect_eq(gpupool_malloc(p, &x, 4 * MiB, NULL), GPUPOOL_OK, "%s: %s", sname(s),
                  gpupool_last_error());
+    gpupool_destroy(p);
+    unobserve();
+  }
+}
+
+/* Memory outside the pool too small to cover the shortfall: freeing it is
+ * no remedy, and the message says so; applied, the request still fails.
+ * The strategies that take a 20 MiB request as 20 MiB (round takes 32 MiB,
+ * and its shortfall is then 4 MiB: other_cuda_memory's case). */
+Test(oom_report, other_cuda_memory_too_small_to_free) {
+  const size_t other = 4 * MiB;
+  const gpupool_strategy exact[] = {GPUPOOL_STRATEGY_BFC, GPUPOOL_STRATEGY_NAIVE};
+  for (size_t i = 0; i < 2; i++) {
+    gpupool_strategy s = exact[i];
+    observe();
+    gpupool *p = pc_pool(s, CAP, NULL);
+    cr_assert_eq(gpupool_host_hold_other(p, other), GPUPOOL_OK);
+    oplog l = {0};
+    while (log_malloc(p, &l, 20 * MiB) == 0)
+      cr_assert_lt(l.n, 8);
+    check_report(p, s, 20 * MiB, other);
+    cr_expect_gt(last->ex.shortfall, other, "%s: short by more than is held outside", sname(s));
+    cr_expect_eq(last->ex.free_outside_to_fit, 0, "%s: not a remedy", sname(s));
+    cr_expect(last->ex.outside_not_enough, "%s", sname(s));
+    cr_expect_null(strstr(last->message, "it fits if"), "%s", last->message);
+    cr_expect(strstr(last->message, "freeing all 4.00 MiB held outside this pool would not be "
+                                    "enough."),
+              "%s", last->message);
+    /* Applied: with nothing held outside it still does not fit. */
+    void *x = NULL;
+    cr_assert_eq(gpupool_host_hold_other(p, 0), GPUPOOL_OK);
+    cr_expect_eq(gpupool_malloc(p, &x, 20 * MiB, NULL), GPUPOOL_ERR_OOM, "%s", sname(s));
     gpupool_destroy(p);
     unobserve();
   }
