@@ -55,7 +55,11 @@ static enum MHD_Result each_value(void *cls, enum MHD_ValueKind kind, const char
                                   const char *value) {
   (void)kind;
   each_ctx *e = cls;
-  e->fn(e->arg, key, value);
+  /* An empty piece of the query ("?&limit=3", "a=1&&b=2") names nothing:
+   * skipped wherever it lies, as libmicrohttpd skips a trailing one and Go's
+   * url.ParseQuery skips them all. "?=3" names the empty key: refused. */
+  if (key[0] != '\0' || value)
+    e->fn(e->arg, key, value);
   return MHD_YES;
 }
 

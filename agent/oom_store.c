@@ -283,7 +283,8 @@ void oom_endpoint(const endpoint_args *args, endpoint_body *out) {
   char shown[80];
   if (p.unknown) {
     endpoint_printable(shown, sizeof shown, p.unknown);
-    endpoint_bad_request(out, "unknown parameter '%s' (expected format on /oom/<id>)", shown);
+    endpoint_bad_request(out, "unknown parameter '%s' (%s)", shown,
+                         rest ? "expected format" : "/oom takes none");
     return;
   }
   if (!rest) {

@@ -2,9 +2,10 @@
  * (/metrics), a Chrome trace (/trace), a block snapshot (/snapshot), /healthz
  * and an index page (/), from an embedded HTTP server.
  *
- * The agent never stops the host program: every failure (port in use, bad
- * configuration, no GPU, no CUPTI) is a status, a line on stderr and, where
- * the agent runs, a metric. */
+ * The agent never stops the host program. A failure to start (port in use,
+ * bad configuration) is a status with the reason in gpupool_last_error()
+ * (the library prints nothing of it); one while it runs (no GPU, no CUPTI,
+ * a configuration reload that fails) is a line on stderr and a metric. */
 #ifndef GPUPOOL_AGENT_H
 #define GPUPOOL_AGENT_H
 
@@ -39,7 +40,7 @@ typedef struct gpupool_agent_options {
   int ignore_env;         /* nonzero: do not read GPUPOOL_AGENT_CONF (nor LOCAL_RANK) */
   const char *hostname;   /* the `hostname` label; default gethostname() */
   unsigned trace_tick_us; /* event timestamps: a shared stamp every this many us while events
-                             are frequent (100,000/s or more), else exact; default 1000, at
+                             are frequent (1,000,000/s or more), else exact; default 1000, at
                              most 100000 */
   int trace_tick_off;     /* nonzero: every event stamped exactly (as trace_tick_us:0) */
   const char *web_config; /* TLS and basic auth: a web configuration file in the format of

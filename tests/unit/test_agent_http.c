@@ -136,6 +136,38 @@ Test(agent_http, bad_parameters_are_400_with_one_line) {
   }
 }
 
+/* Empty pieces of a query name nothing wherever they lie (a trailing one
+ * was skipped, a leading or doubled one was an unknown parameter ''); the
+ * empty name with a value is still refused. */
+Test(agent_http, empty_query_pieces_are_skipped_anywhere) {
+  int port = start_local(NULL);
+  const char *ok[] = {"/metrics?&",         "/metrics?&&",     "/healthz?&",
+                      "/trace?&limit=3",    "/trace?limit=3&", "/trace?limit=3&&device=0",
+                      "/snapshot?&pool=no", "/ui/state.json?&"};
+  for (size_t i = 0; i < sizeof ok / sizeof ok[0]; i++) {
+    http_response r = get(port, "GET", ok[i], NULL);
+    int want = strstr(ok[i], "pool=no") ? 400 : 200; /* a pool no pool has: 400 for its name */
+    cr_expect_eq(r.status, want, "%s gave %d: %.*s", ok[i], r.status, (int)r.body_len, r.body);
+    char body[512];
+    snprintf(body, sizeof body, "%.*s", (int)r.body_len, r.body);
+    cr_expect_null(strstr(body, "''"), "%s: %s", ok[i], body);
+    http_response_free(&r);
+  }
+  const char *bad[] = {"/trace?=3", "/metrics?=", "/trace?limit=3&=1"};
+  for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+    http_response r = get(port, "GET", bad[i], NULL);
+    cr_expect_eq(r.status, 400, "%s gave %d", bad[i], r.status);
+    http_response_free(&r);
+  }
+  /* /oom's reason names what /oom takes, not what /oom/<id> takes. */
+  http_response r = get(port, "GET", "/oom?x=1", NULL);
+  char body[512];
+  snprintf(body, sizeof body, "%.*s", (int)r.body_len, r.body);
+  cr_expect_eq(r.status, 400);
+  cr_expect(strstr(body, "/oom takes none"), "%s", body);
+  http_response_free(&r);
+}
+
 Test(agent_http, head_has_headers_and_no_body) {
   int port = start_local(NULL);
   const char *paths[] = {"/metrics", "/healthz", "/", "/trace", "/snapshot"};
