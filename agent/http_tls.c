@@ -12,9 +12,14 @@
 
 #include "agent_health.h"
 
+#define TLS_MAX_OFFERED 128 /* a client's suites kept for the choice; more are not read */
+
 typedef struct tls_conn {
   const web_config *c;
   int done; /* the handshake completed */
+  /* The suites of the client's hello, in its order (cipher_suites given). */
+  unsigned char offered[TLS_MAX_OFFERED][2];
+  unsigned noffered;
 } tls_conn;
 
 static tls_conn *conn_of(gnutls_session_t s) {
@@ -67,18 +72,23 @@ static int verify_client(gnutls_session_t s) {
   web_client_auth mode = t->c->client_auth;
   unsigned n = 0;
   const gnutls_datum_t *peers = gnutls_certificate_get_peers(s, &n);
-  if (!peers || n == 0)
-    return mode == WEB_CLIENT_REQUIRE_ANY || mode == WEB_CLIENT_REQUIRE_AND_VERIFY ? -1 : 0;
-  if (mode < WEB_CLIENT_VERIFY_IF_GIVEN)
-    return 0;
+  if (!peers || n == 0) /* with client_allowed_sans, no certificate names none */
+    return mode == WEB_CLIENT_REQUIRE_ANY || mode == WEB_CLIENT_REQUIRE_AND_VERIFY ||
+                   t->c->allowed_sans
+               ? -1
+               : 0;
   /* The chain, and the key purpose as Go checks it: a certificate whose
    * extended key usage names purposes must name TLS client authentication
    * (a server's certificate from the same CA is no client's). */
-  gnutls_typed_vdata_st purpose = {.type = GNUTLS_DT_KEY_PURPOSE_OID,
-                                   .data = (unsigned char *)GNUTLS_KP_TLS_WWW_CLIENT};
-  unsigned status = 0;
-  if (gnutls_certificate_verify_peers(s, &purpose, 1, &status) < 0 || status != 0)
-    return -1;
+  if (mode >= WEB_CLIENT_VERIFY_IF_GIVEN) {
+    gnutls_typed_vdata_st purpose = {.type = GNUTLS_DT_KEY_PURPOSE_OID,
+                                     .data = (unsigned char *)GNUTLS_KP_TLS_WWW_CLIENT};
+    unsigned status = 0;
+    if (gnutls_certificate_verify_peers(s, &purpose, 1, &status) < 0 || status != 0)
+      return -1;
+  }
+  /* The names, as exporter-toolkit checks them: on the certificate given,
+   * verified or not. */
   if (t->c->allowed_sans && !san_allowed(t->c, &peers[0]))
     return -1;
   return 0;
@@ -94,6 +104,64 @@ static int chosen_suite_listed(const web_config *c, const gnutls_datum_t *hello)
   return web_config_tls12_suite_allowed(c, hello->data + at);
 }
 
+/* Keeps the suites a ClientHello offers (legacy version, random, session id,
+ * then the suites: RFC 5246 7.4.1.2); a malformed hello keeps none. */
+static void keep_offered(tls_conn *t, const gnutls_datum_t *hello) {
+  t->noffered = 0;
+  size_t at = 2 + 32;
+  if (!hello || hello->size <= at)
+    return;
+  at += 1 + hello->data[at];
+  if (hello->size < at + 2)
+    return;
+  size_t len = (size_t)hello->data[at] << 8 | hello->data[at + 1];
+  at += 2;
+  if (len % 2 || hello->size < at + len)
+    return;
+  for (size_t i = 0; i < len && t->noffered < TLS_MAX_OFFERED; i += 2)
+    memcpy(t->offered[t->noffered++], hello->data + at + i, 2);
+}
+
+static int offered(const tls_conn *t, const unsigned char id[2]) {
+  for (unsigned i = 0; i < t->noffered; i++)
+    if (!memcmp(t->offered[i], id, 2))
+      return 1;
+  return 0;
+}
+
+/* After the client's hello, before GnuTLS picks a suite: over TLS 1.2 with
+ * cipher_suites given, the session gets the priority of one listed suite
+ * the client offers and the key serves, the list's first with
+ * prefer_server_cipher_suites, else the client's first. GnuTLS's own pick
+ * from the cross product (web_config.h) could land on an unlisted
+ * combination while a listed one was offered. None: the handshake fails, as
+ * Go's does. */
+static int choose_tls12_suite(gnutls_session_t s) {
+  tls_conn *t = conn_of(s);
+  if (!t)
+    return GNUTLS_E_MEMORY_ERROR;
+  const web_config *c = t->c;
+  if (!c->ntls12_suites || gnutls_protocol_get_version(s) != GNUTLS_TLS1_2)
+    return 0;
+  size_t pick = c->ntls12_suites;
+  if (c->prefer_server) {
+    for (size_t i = 0; i < c->ntls12_suites && pick == c->ntls12_suites; i++)
+      if (c->tls12_priority[i] && offered(t, c->tls12_suites[i]))
+        pick = i;
+  } else {
+    for (unsigned k = 0; k < t->noffered && pick == c->ntls12_suites; k++)
+      for (size_t i = 0; i < c->ntls12_suites; i++)
+        if (c->tls12_priority[i] && !memcmp(t->offered[k], c->tls12_suites[i], 2)) {
+          pick = i;
+          break;
+        }
+  }
+  if (pick == c->ntls12_suites)
+    return GNUTLS_E_NO_CIPHER_SUITES;
+  int rc = gnutls_priority_set_direct(s, c->tls12_priority[pick], NULL);
+  return rc < 0 ? rc : 0;
+}
+
 /* The handshake's hook (GnuTLS keeps one per session). The server's hello,
  * as written, carries the suite chosen (the session names none before the
  * handshake ends): for TLS 1.2 it must be one cipher_suites lists, else the
@@ -105,11 +173,20 @@ static int on_handshake(gnutls_session_t s, unsigned htype, unsigned when, unsig
   tls_conn *t = conn_of(s);
   if (!t)
     return GNUTLS_E_MEMORY_ERROR;
+  if (htype == GNUTLS_HANDSHAKE_CLIENT_HELLO && when == GNUTLS_HOOK_PRE && incoming &&
+      t->c->ntls12_suites)
+    keep_offered(t, msg);
   if (htype == GNUTLS_HANDSHAKE_SERVER_HELLO && when == GNUTLS_HOOK_POST && !incoming &&
       gnutls_protocol_get_version(s) == GNUTLS_TLS1_2 && !chosen_suite_listed(t->c, msg))
     return GNUTLS_E_NO_CIPHER_SUITES;
-  if (htype == GNUTLS_HANDSHAKE_FINISHED && when == GNUTLS_HOOK_POST && incoming)
+  if (htype == GNUTLS_HANDSHAKE_FINISHED && when == GNUTLS_HOOK_POST && incoming) {
+    /* A client that sends no certificate where one is only asked for may
+     * never reach verify_client: client_allowed_sans refuses it here. */
+    unsigned n = 0;
+    if (t->c->allowed_sans && (!gnutls_certificate_get_peers(s, &n) || n == 0))
+      return GNUTLS_E_CERTIFICATE_REQUIRED;
     t->done = 1;
+  }
   return 0;
 }
 
@@ -143,6 +220,8 @@ static void on_connection(void *cls, struct MHD_Connection *conn, void **socket_
   if (!s)
     return;
   gnutls_handshake_set_hook_function(s, GNUTLS_HANDSHAKE_ANY, GNUTLS_HOOK_BOTH, on_handshake);
+  if (c->ntls12_suites)
+    gnutls_handshake_set_post_client_hello_function(s, choose_tls12_suite);
   switch (c->client_auth) {
   case WEB_CLIENT_NONE:
     break;

@@ -86,6 +86,12 @@ int web_auth_parse_basic(const char *authorization, char **user, char **pass) {
   if (!authorization || strncasecmp(authorization, "Basic ", 6) != 0)
     return -1;
   const char *b64 = authorization + 6;
+  /* Only the base64 alphabet, as Go's decoder takes it: GnuTLS's would skip
+   * a space ("Basic  <b64>"), which Go's net/http answers with a 401. */
+  static const char alphabet[] =
+      "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/=";
+  if (b64[strspn(b64, alphabet)] != '\0')
+    return -1;
   gnutls_datum_t in = {(unsigned char *)b64, (unsigned)strlen(b64)}, out = {NULL, 0};
   if (in.size == 0 || gnutls_base64_decode2(&in, &out) != 0)
     return -1;

@@ -487,6 +487,45 @@ static void add_item(char *s, size_t len, const char *item) {
   snprintf(s + n, len - n, ":+%s", item);
 }
 
+/* Whether the server certificate's key can sign for a TLS 1.2 key exchange
+ * of suites[]: ECDSA suites want an elliptic-curve key, the others RSA. */
+static int key_serves(const web_config *c, const char *kx) {
+  gnutls_x509_crt_t crt;
+  gnutls_datum_t d = {(unsigned char *)c->cert_pem, (unsigned)c->cert_len};
+  if (gnutls_x509_crt_init(&crt) != 0)
+    return 0;
+  int pk = gnutls_x509_crt_import(crt, &d, GNUTLS_X509_FMT_PEM) == 0
+               ? gnutls_x509_crt_get_pk_algorithm(crt, NULL)
+               : GNUTLS_PK_UNKNOWN;
+  gnutls_x509_crt_deinit(crt);
+  int ec = pk == GNUTLS_PK_ECDSA || pk == GNUTLS_PK_EDDSA_ED25519 || pk == GNUTLS_PK_EDDSA_ED448;
+  return strstr(kx, "ECDSA") ? ec : pk == GNUTLS_PK_RSA;
+}
+
+/* The priority string of each listed TLS 1.2 suite alone (tls12_priority),
+ * row[i] its suites[] row. */
+static int suite_priorities(loader *l, const size_t *row, const char *groups) {
+  web_config *c = l->cfg;
+  for (size_t i = 0; i < c->ntls12_suites; i++) {
+    if (!key_serves(c, suites[row[i]].kx))
+      continue;
+    char p[512];
+    snprintf(p, sizeof p,
+             "NORMAL:-VERS-ALL:+VERS-TLS1.2:-KX-ALL:-CIPHER-ALL:-MAC-ALL:+%s:+%s:+%s%s",
+             suites[row[i]].kx, suites[row[i]].cipher, suites[row[i]].mac, groups);
+    gnutls_priority_t prio;
+    const char *pos = NULL;
+    int rc = gnutls_priority_init(&prio, p, &pos);
+    if (rc != GNUTLS_E_SUCCESS)
+      return fail(l, NULL, "tls_server_config: GnuTLS refuses the priority string '%s' at '%s': %s",
+                  p, pos ? pos : "?", gnutls_strerror(rc));
+    gnutls_priority_deinit(prio);
+    if (!(c->tls12_priority[i] = strdup(p)))
+      return fail(l, NULL, "out of memory");
+  }
+  return 0;
+}
+
 static int build_priorities(loader *l) {
   raw_tls *t = &l->tls;
   int min = tls_version(l, "min_version", t->min_version, 12);
@@ -506,6 +545,7 @@ static int build_priorities(loader *l) {
     add_item(p, sizeof p, "VERS-TLS1.3");
   if (min <= 12)
     add_item(p, sizeof p, "VERS-TLS1.2");
+  size_t row[WEB_MAX_TLS12_SUITES]; /* each listed TLS 1.2 suite's suites[] row */
   if (t->cipher_suites.n) {
     char kx[256] = "", ciphers[256] = "", macs[256] = "";
     for (size_t i = 0; i < t->cipher_suites.n; i++) {
@@ -528,6 +568,7 @@ static int build_priorities(loader *l) {
       if (web_config_tls12_suite_allowed(c, id) && c->ntls12_suites) /* listed twice */
         continue;
       gp_assert_internal(c->ntls12_suites < WEB_MAX_TLS12_SUITES); /* distinct suites[] rows */
+      row[c->ntls12_suites] = j;
       memcpy(c->tls12_suites[c->ntls12_suites++], id, 2);
       add_item(kx, sizeof kx, suites[j].kx);
       add_item(ciphers, sizeof ciphers, suites[j].cipher);
@@ -544,9 +585,9 @@ static int build_priorities(loader *l) {
     size_t n = strlen(p);
     snprintf(p + n, sizeof p - n, ":-KX-ALL:-CIPHER-ALL:-MAC-ALL%s%s%s", kx, ciphers, macs);
   }
+  char groups[256] = "";
   if (t->curves.n) {
-    size_t n = strlen(p);
-    snprintf(p + n, sizeof p - n, ":-GROUP-ALL");
+    snprintf(groups, sizeof groups, ":-GROUP-ALL");
     for (size_t i = 0; i < t->curves.n; i++) {
       size_t j;
       for (j = 0; j < sizeof curves / sizeof curves[0]; j++)
@@ -557,9 +598,14 @@ static int build_priorities(loader *l) {
                     "tls_server_config.curve_preferences: unknown curve '%s' (CurveP256, "
                     "CurveP384, CurveP521, X25519)",
                     t->curves.item[i]);
-      add_item(p, sizeof p, curves[j].gnutls);
+      add_item(groups, sizeof groups, curves[j].gnutls);
     }
+    size_t n = strlen(p);
+    snprintf(p + n, sizeof p - n, "%s", groups);
   }
+  l->cfg->prefer_server = t->prefer_server;
+  if (suite_priorities(l, row, groups) != 0)
+    return -1;
   if (t->prefer_server)
     add_item(p, sizeof p, "%SERVER_PRECEDENCE");
   /* add_item wrote ":+%SERVER_PRECEDENCE": GnuTLS wants it without '+'. */
@@ -715,10 +761,10 @@ static int load_tls(loader *l, int64_t now) {
     for (size_t i = 0; i < t->sans.n; i++)
       if (!(c->allowed_sans[c->nsans++] = strdup(t->sans.item[i])))
         return fail(l, NULL, "out of memory");
-    if (c->client_auth < WEB_CLIENT_VERIFY_IF_GIVEN)
+    if (c->client_auth == WEB_CLIENT_NONE)
       return fail(l, NULL,
-                  "tls_server_config: client_allowed_sans needs client_auth_type "
-                  "RequireAndVerifyClientCert (or VerifyClientCertIfGiven)");
+                  "tls_server_config: client_allowed_sans needs a client_auth_type that asks "
+                  "for a certificate (RequireAndVerifyClientCert, ...)");
   }
   return build_priorities(l);
 }
@@ -847,6 +893,8 @@ void web_config_free(web_config *c) {
     free(c->allowed_sans[i]);
   free(c->allowed_sans);
   free(c->priorities);
+  for (size_t i = 0; i < c->ntls12_suites; i++)
+    free(c->tls12_priority[i]);
   for (size_t i = 0; i < c->nheaders; i++)
     free(c->headers[i].value);
   for (size_t i = 0; i < c->nusers; i++) {

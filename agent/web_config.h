@@ -48,6 +48,12 @@ typedef struct web_config {
    * TLS 1.2 suite outside the list (http_tls.c), as Go offers only those. */
   unsigned char tls12_suites[WEB_MAX_TLS12_SUITES][2];
   size_t ntls12_suites;
+  /* For each of those suites, a GnuTLS priority string that allows it alone
+   * over TLS 1.2 (with the curves), which the handshake sets once it knows
+   * the client's suites (http_tls.c); NULL for a suite the certificate's key
+   * cannot serve (an ECDSA suite with an RSA key, and the reverse). */
+  char *tls12_priority[WEB_MAX_TLS12_SUITES];
+  int prefer_server;      /* prefer_server_cipher_suites: the list's order, else the client's */
   int64_t cert_not_after; /* the server certificate's expiry (seconds since the epoch) */
   web_header headers[WEB_MAX_HEADERS];
   size_t nheaders;

@@ -292,6 +292,42 @@ wait_for 20 "a TLS 1.2 suite outside cipher_suites to be refused" gcm_refused
 [[ $(code prometheus:scrape-secret /metrics) == 200 ]] || fail "TLS 1.3 refused with cipher_suites"
 echo "ok   cipher_suites: TLS 1.2 gets only the listed suite (AES-GCM refused); TLS 1.3 served"
 
+# The client's order (prefer_server_cipher_suites: false): a client whose
+# first choice is unlisted gets the listed suite it offers after it, and
+# among two listed suites its own first.
+tls_extra="  cipher_suites: [TLS_ECDHE_ECDSA_WITH_AES_128_CBC_SHA, TLS_ECDHE_ECDSA_WITH_AES_256_CBC_SHA]
+  prefer_server_cipher_suites: false" write_config
+tls12_suite() { # OpenSSL cipher names -> the suite curl reports, over TLS 1.2
+  curl -sv -o /dev/null --max-time 10 --tls-max 1.2 --ciphers "$1" "${client[@]}" \
+    -u prometheus:scrape-secret "$agent/metrics" 2>&1 | sed -n 's/.*SSL connection using TLSv1.2 \/ //p'
+}
+client_order() { [[ $(tls12_suite ECDHE-ECDSA-AES256-SHA:ECDHE-ECDSA-AES128-SHA) == ECDHE-ECDSA-AES256-SHA ]]; }
+wait_for 20 "the client's order among listed suites" client_order
+[[ $(tls12 ECDHE-ECDSA-AES128-GCM-SHA256:ECDHE-ECDSA-AES128-SHA) == 200 ]] ||
+  fail "client order: an unlisted first choice refused the listed suite offered after it"
+[[ $(tls12_suite ECDHE-ECDSA-AES128-GCM-SHA256:ECDHE-ECDSA-AES128-SHA) == ECDHE-ECDSA-AES128-SHA ]] ||
+  fail "client order: not the listed suite"
+[[ $(tls12 ECDHE-ECDSA-AES128-GCM-SHA256) == 000 ]] || fail "client order: an unlisted suite served"
+# The server's order (the default): the list's first the client offers.
+tls_extra="  cipher_suites: [TLS_ECDHE_ECDSA_WITH_AES_128_CBC_SHA, TLS_ECDHE_ECDSA_WITH_AES_256_CBC_SHA]" write_config
+server_order() { [[ $(tls12_suite ECDHE-ECDSA-AES256-SHA:ECDHE-ECDSA-AES128-SHA) == ECDHE-ECDSA-AES128-SHA ]]; }
+wait_for 20 "the list's order with prefer_server_cipher_suites" server_order
+echo "ok   cipher_suites: the client's or the list's order picks among the listed suites offered"
+
+# client_allowed_sans where a certificate is only verified if given: a
+# client that gives none names none and is refused (as exporter-toolkit);
+# one with an allowed name is served.
+tls_extra="  client_allowed_sans: [prometheus.example]" write_config
+sed -i 's/RequireAndVerifyClientCert/VerifyClientCertIfGiven/' "$work/web.yml"
+no_cert() { # HTTP status of a client without a certificate
+  curl -s -o /dev/null -w '%{http_code}' --max-time 10 --cacert "$work/ca.crt" \
+    -u prometheus:scrape-secret "$agent/metrics"
+}
+no_cert_refused() { [[ $(no_cert) == 000 ]]; }
+wait_for 20 "a client without a certificate to be refused under client_allowed_sans" no_cert_refused
+[[ $(code prometheus:scrape-secret /metrics) == 200 ]] || fail "the allowed client was refused"
+echo "ok   client_allowed_sans with VerifyClientCertIfGiven: no certificate, no entry"
+
 # Certificate rotation: a new server certificate is served, on the same port.
 write_config
 reload_ok() { [[ $(metric gpupool_agent_web_config_last_reload_successful) == 1 ]]; }
