@@ -192,6 +192,8 @@ static uint64_t min_capacity(job *j, size_t idx) {
   uint64_t hi = (c->r.peak_reserved + step - 1) / step;
   if (hi <= lo)
     hi = lo + 1;
+  if (hi > kmax) /* more is requested at once than the device holds: nothing fits */
+    return UINT64_MAX;
   int f;
   while ((f = fits(j, c->conf, hi)) == 0) { /* GC thresholds scale with capacity */
     if (hi >= kmax)

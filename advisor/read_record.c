@@ -4,7 +4,10 @@
  *   f <id>                   its free
  *   r <id> <stream>          record_stream of the live allocation <id>
  * numbers decimal or 0x-hex ("(nil)" is 0, as glibc prints a NULL %p);
- * blank lines and lines starting with '#' are skipped. */
+ * blank lines and lines starting with '#' are skipped. A line is read into a
+ * buffer of MAX_LINE bytes, never grown: an input that is no record file
+ * (one without newlines, /dev/zero) is an error at its first line, not a
+ * buffer as large as the input. */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -12,6 +15,44 @@
 
 #include "core/errors.h"
 #include "readers.h"
+
+/* The longest line kept, whitespace runs counted as one byte. A data line
+ * holds at most four fields of a 64-bit number each ("a 0x... <size>
+ * 0x..." is under 64 bytes): this is a thousand times that. A comment may
+ * be longer: it is read to its end and not kept. */
+#define MAX_LINE 65536
+
+enum { LINE_OK, LINE_EOF, LINE_NUL, LINE_LONG };
+
+static int is_space(int c) {
+  return c == ' ' || c == '\t' || c == '\r'; /* the tokenizer's separators, less '\n' */
+}
+
+/* Reads the next line of f (its lock held) into buf (MAX_LINE + 1 bytes) without
+ * its newline, NUL-terminated, a run of separators kept as one. A NUL byte
+ * or a line over MAX_LINE that is no comment stops at once. */
+static int next_line(FILE *f, char *buf) {
+  size_t n = 0;
+  int c, any = 0;
+  while ((c = getc_unlocked(f)) != EOF && c != '\n') {
+    any = 1;
+    if (c == 0)
+      return LINE_NUL;
+    if (is_space(c) && (n == 0 || is_space((unsigned char)buf[n - 1])))
+      continue;
+    if (n == MAX_LINE) {
+      if (buf[0] != '#') /* leading separators are not kept */
+        return LINE_LONG;
+      while ((c = getc_unlocked(f)) != EOF && c != '\n') /* the rest of a long comment */
+        if (c == 0)
+          return LINE_NUL;
+      break;
+    }
+    buf[n++] = (char)c;
+  }
+  buf[n] = 0;
+  return c == EOF && (!any || ferror(f)) ? LINE_EOF : LINE_OK; /* ferror: read_record says so */
+}
 
 static int parse_u64(const char *s, uint64_t *out) {
   if (!s)
@@ -35,14 +76,25 @@ gpupool_status read_record(FILE *f, const char *path, gpupool_history **out) {
   gpupool_history *h = hist_new(path, "record");
   if (!h)
     return pool_fail(GPUPOOL_ERR_HOST_OOM, "%s: out of host memory", path);
-  char *line = NULL, err[160];
-  size_t cap = 0, lineno = 0;
-  ssize_t len;
+  char *line = malloc(MAX_LINE + 1), err[160];
+  if (!line) {
+    gpupool_history_free(h);
+    return pool_fail(GPUPOOL_ERR_HOST_OOM, "%s: out of host memory", path);
+  }
+  size_t lineno = 0;
+  int got;
   gpupool_status st = GPUPOOL_OK;
-  while ((len = getline(&line, &cap, f)) >= 0) {
+  flockfile(f);
+  while ((got = next_line(f, line)) != LINE_EOF) {
     lineno++;
-    if ((size_t)len != strlen(line)) {
+    if (got == LINE_NUL) {
       st = pool_fail(GPUPOOL_ERR_INVALID, "%s:%zu: a NUL byte in the line", path, lineno);
+      break;
+    }
+    if (got == LINE_LONG) {
+      st = pool_fail(GPUPOOL_ERR_INVALID,
+                     "%s:%zu: a line longer than %d bytes: not a GPUPOOL_RECORD line", path, lineno,
+                     MAX_LINE);
       break;
     }
     char *save, *tok[5] = {0};
@@ -85,6 +137,7 @@ gpupool_status read_record(FILE *f, const char *path, gpupool_history **out) {
       break;
     }
   }
+  funlockfile(f);
   if (st == GPUPOOL_OK && ferror(f))
     st = pool_fail(GPUPOOL_ERR_INVALID, "%s:%zu: read error", path, lineno + 1);
   if (st == GPUPOOL_OK && h->n_ops == 0)
@@ -98,6 +151,7 @@ gpupool_status read_record(FILE *f, const char *path, gpupool_history **out) {
   *out = h;
   return GPUPOOL_OK;
 oom:
+  funlockfile(f);
   free(line);
   gpupool_history_free(h);
   return pool_fail(GPUPOOL_ERR_HOST_OOM, "%s:%zu: out of host memory", path, lineno);

@@ -1,10 +1,13 @@
 /* /trace documents (Chrome trace JSON, docs/trace.md): the allocation bars
  * ("b"/"e", cat "alloc", id = address), frees of allocations older than the
  * document ("i" "free"), and "empty_cache" instants, of one pool track
- * (tid 1000000 + 2 x pool id, named by its thread_name metadata). The
+ * (tid 1000000 + 2 x pool id, named by its thread_name metadata, on the
+ * process of its device: pid = device ordinal + 1; pool names repeat across
+ * devices, so NAME@DEVICE names one pool of a multi-device trace). The
  * document is parsed whole with cJSON: traces from /trace are bounded by the
  * agent's rings (docs/trace.md), so they stay moderate. */
 #include <cjson/cJSON.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -12,6 +15,7 @@
 #include "readers.h"
 
 #define POOL_TID_BASE 1000000
+#define HOST_PID      65536 /* docs/trace.md: records of no device */
 
 typedef struct track {
   double pid, tid;
@@ -41,6 +45,46 @@ static int is_pool_track(const cJSON *e, double *pid, double *tid) {
   *pid = p->valuedouble;
   *tid = t->valuedouble;
   return *tid >= POOL_TID_BASE && ((long long)*tid - POOL_TID_BASE) % 2 == 0;
+}
+
+/* The device of a track's process as --pool writes it: the ordinal (pid - 1),
+ * or "host" for the process of no device. */
+static void device_of(double pid, char *out, size_t n) {
+  if (pid == HOST_PID)
+    snprintf(out, n, "host");
+  else
+    snprintf(out, n, "%.0f", pid - 1);
+}
+
+/* Whether track t is the one sel names: "NAME@DEVICE" (the pool NAME on
+ * that device) when split is set, else "NAME" on any device. */
+static int selects(const track *t, const char *sel, int split) {
+  if (!split)
+    return !strcmp(t->name, sel);
+  const char *at = strrchr(sel, '@');
+  char dev[32];
+  device_of(t->pid, dev, sizeof dev);
+  return strlen(t->name) == (size_t)(at - sel) && !strncmp(t->name, sel, (size_t)(at - sel)) &&
+         !strcmp(at + 1, dev);
+}
+
+/* "NAME@DEVICE (N allocations), ..." of the tracks sel selects (all: sel NULL). */
+static void list_tracks(const track *tracks, size_t nt, const char *sel, int split, char *list,
+                        size_t n) {
+  size_t o = 0, shown = 0;
+  list[0] = 0;
+  for (size_t i = 0; i < nt && o < n; i++) {
+    if (sel && !selects(&tracks[i], sel, split))
+      continue;
+    char dev[32];
+    device_of(tracks[i].pid, dev, sizeof dev);
+    if (shown++ == 8) {
+      snprintf(list + o, n - o, ", ...");
+      break;
+    }
+    o += (size_t)snprintf(list + o, n - o, "%s%s@%s (%zu allocation%s)", shown > 1 ? ", " : "",
+                          tracks[i].name, dev, tracks[i].allocs, tracks[i].allocs == 1 ? "" : "s");
+  }
 }
 
 static const char *str_item(const cJSON *o, const char *key) {
@@ -85,7 +129,9 @@ gpupool_status read_trace(const char *buf, size_t len, const char *path, const c
       const char *n = str_item(cJSON_GetObjectItemCaseSensitive(e, "args"), "name");
       if (!strncmp(n, "pool ", 5))
         n += 5;
-      size_t l = strcspn(n, "(");
+      size_t l = strlen(n); /* up to the last " (": names may hold parentheses */
+      for (const char *q = n; (q = strstr(q, " (")); q++)
+        l = (size_t)(q - n);
       while (l && n[l - 1] == ' ')
         l--;
       snprintf(tracks[i].name, sizeof tracks[i].name, "%.*s", (int)l, n);
@@ -93,22 +139,49 @@ gpupool_status read_trace(const char *buf, size_t len, const char *path, const c
       tracks[i].allocs++;
     }
   }
-  size_t pick = nt;
-  for (size_t i = 0; i < nt; i++) {
-    if (pool ? !strcmp(tracks[i].name, pool)
-             : (pick == nt || tracks[i].allocs > tracks[pick].allocs))
-      pick = i;
-    if (pool && pick == i)
-      break;
+  size_t pick = nt, matches = 0;
+  int split = pool && strrchr(pool, '@');
+  if (pool) {
+    /* NAME@DEVICE first, then the whole selector as a name (which may
+     * itself hold an '@'): a name on several devices must be chosen. */
+    for (; split >= 0 && !matches; split--)
+      for (size_t i = 0; i < nt; i++)
+        if (selects(&tracks[i], pool, split) && matches++ == 0)
+          pick = i;
+    split++; /* the way that matched */
+  } else {
+    for (size_t i = 0; i < nt; i++)
+      if (pick == nt || tracks[i].allocs > tracks[pick].allocs)
+        pick = i;
+  }
+  if (matches > 1) {
+    char list[640], dev[32];
+    list_tracks(tracks, nt, pool, split, list, sizeof list);
+    device_of(tracks[pick].pid, dev, sizeof dev);
+    cJSON_Delete(doc);
+    return pool_fail(GPUPOOL_ERR_INVALID,
+                     "%s: %zu pools match '%s': %s; choose one as NAME@DEVICE (gpupool-advise "
+                     "--pool %s@%s)",
+                     path, matches, pool, list, tracks[pick].name, dev);
   }
   if (pick == nt || (!pool && tracks[pick].allocs == 0)) {
+    char list[640];
+    list_tracks(tracks, nt, NULL, 0, list, sizeof list);
     cJSON_Delete(doc);
     return pool
-               ? pool_fail(GPUPOOL_ERR_INVALID, "%s: no pool named '%s' in the trace", path, pool)
+               ? pool_fail(GPUPOOL_ERR_INVALID, "%s: no pool named '%s' in the trace (pools: %s)",
+                           path, pool, nt ? list : "none")
                : pool_fail(GPUPOOL_ERR_INVALID, "%s: no pool allocation events in the trace", path);
   }
-  char src[320];
-  snprintf(src, sizeof src, "%s (pool %s)", path, tracks[pick].name);
+  int devices = 0; /* pools of more than one device: the source names the device */
+  for (size_t i = 0; i < nt; i++)
+    devices |= tracks[i].pid != tracks[pick].pid;
+  char src[320], dev[32];
+  device_of(tracks[pick].pid, dev, sizeof dev);
+  if (devices)
+    snprintf(src, sizeof src, "%s (pool %s@%s)", path, tracks[pick].name, dev);
+  else
+    snprintf(src, sizeof src, "%s (pool %s)", path, tracks[pick].name);
   gpupool_history *h = hist_new(src, "trace");
   if (!h) {
     cJSON_Delete(doc);

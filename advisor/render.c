@@ -57,6 +57,24 @@ static void capacity_text(char *out, size_t n, uint64_t c) {
     snprintf(out, n, "%.0f MiB (%.2f GiB)", mib(c), (double)c / (1 << 30));
 }
 
+/* Whether there is a recommendation: c[recommended] is the current
+ * configuration's entry when no candidate qualifies, replayed or not, with
+ * its OOMs. Every renderer asks this, so that the table's marks, the summary,
+ * the CSV's roles and the JSON agree. */
+static int has_recommendation(const gpupool_advice *a) {
+  const gpupool_advice_candidate *rec = &a->c[a->recommended];
+  return rec->done && rec->r.ooms == 0;
+}
+
+/* Candidate i's role: 1 current, 2 recommended, 3 both (the current
+ * configuration is the recommendation), 0 neither; named by these. */
+static const char *const role_csv[] = {"", "current", "recommended", "current+recommended"};
+static const char *const role_tag[] = {"", "CUR", "REC", "CUR+REC"};
+
+static int role(const gpupool_advice *a, size_t i) {
+  return (i == a->current) | (i == a->recommended && has_recommendation(a)) << 1;
+}
+
 static int by_peak(const void *x, const void *y, void *arg) {
   const gpupool_advice *a = arg;
   const gpupool_advice_candidate *p = &a->c[*(const size_t *)x], *q = &a->c[*(const size_t *)y];
@@ -91,17 +109,17 @@ static void render_table(const gpupool_advice *a, sbuf *b) {
   for (size_t i = 0; i < a->n; i++)
     order[i] = i;
   qsort_r(order, a->n, sizeof *order, by_peak, (void *)a);
-  put(b, "%-4s %12s %7s %9s %11s %11s %5s %6s  %s\n", "", "peak_res_MiB", "res/alc", "dev_calls",
+  put(b, "%-7s %12s %7s %9s %11s %11s %5s %6s  %s\n", "", "peak_res_MiB", "res/alc", "dev_calls",
       "device_ms", "added_ms", "OOMs", "frag", "configuration (GPUPOOL_CONF)");
   for (size_t k = 0; k < a->n; k++) {
     const gpupool_advice_candidate *c = &a->c[order[k]];
-    const char *tag = order[k] == a->recommended ? "REC" : order[k] == a->current ? "CUR" : "";
+    const char *tag = role_tag[role(a, order[k])];
     if (!c->done) {
-      put(b, "%-4s %12s %7s %9s %11s %11s %5s %6s  %s\n", tag, "-", "-", "-", "-", "-", "-", "-",
+      put(b, "%-7s %12s %7s %9s %11s %11s %5s %6s  %s\n", tag, "-", "-", "-", "-", "-", "-", "-",
           conf_name(c->conf));
       continue;
     }
-    put(b, "%-4s %12.1f %7.3f %9llu %11.2f %+11.2f %5llu %6.3f  %s%s\n", tag,
+    put(b, "%-7s %12.1f %7.3f %9llu %11.2f %+11.2f %5llu %6.3f  %s%s\n", tag,
         mib(c->r.peak_reserved), c->r.ratio,
         (unsigned long long)(c->r.device_allocs + c->r.device_frees), c->device_ms, c->added_ms,
         (unsigned long long)c->r.ooms, c->r.fragmentation_at_peak, conf_name(c->conf),
@@ -132,8 +150,12 @@ static void render_table(const gpupool_advice *a, sbuf *b) {
     else
       put(b, "  (PyTorch's allocator has no equivalent of this configuration)\n");
   }
-  put(b, "Smallest device without an OOM (granularity %.0f MiB): current %s, recommended %s\n",
-      mib(a->capacity_step), cc, rc);
+  if (has_recommendation(a))
+    put(b, "Smallest device without an OOM (granularity %.0f MiB): current %s, recommended %s\n",
+        mib(a->capacity_step), cc, rc);
+  else
+    put(b, "Smallest device without an OOM (granularity %.0f MiB): current %s\n",
+        mib(a->capacity_step), cc);
 }
 
 static void render_csv(const gpupool_advice *a, sbuf *b) {
@@ -143,14 +165,10 @@ static void render_csv(const gpupool_advice *a, sbuf *b) {
          "replay_s\n");
   for (size_t i = 0; i < a->n; i++) {
     const gpupool_advice_candidate *c = &a->c[i];
-    const char *role = i == a->recommended
-                           ? (i == a->current ? "current+recommended" : "recommended")
-                       : i == a->current ? "current"
-                                         : "";
     put(b,
         "%s,\"%s\",\"%s\",%d,%llu,%llu,%.4f,%llu,%llu,%llu,%llu,%llu,%llu,%.4f,%llu,%llu,%.3f,%.3f,"
         "%.6f\n",
-        role, c->conf, c->has_torch ? c->torch_conf : "", c->done,
+        role_csv[role(a, i)], c->conf, c->has_torch ? c->torch_conf : "", c->done,
         (unsigned long long)c->r.peak_reserved, (unsigned long long)c->r.peak_allocated, c->r.ratio,
         (unsigned long long)c->r.device_allocs, (unsigned long long)c->r.device_frees,
         (unsigned long long)c->r.cache_flushes, (unsigned long long)c->r.alloc_retries,
@@ -221,6 +239,7 @@ static cJSON *advice_json(const gpupool_advice *a) {
   num(root, "threads", a->threads);
   num(root, "wall_s", a->wall_s);
   cJSON_AddBoolToObject(root, "truncated", a->truncated);
+  cJSON_AddBoolToObject(root, "has_recommendation", has_recommendation(a));
   cJSON *p = cJSON_AddObjectToObject(root, "prices_us");
   num(p, "malloc", a->prices.malloc_us);
   num(p, "free", a->prices.free_us);

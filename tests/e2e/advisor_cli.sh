@@ -16,10 +16,18 @@ python3 "$src/tests/unit/advisor_snapshot.py" "$work/snap.pickle" "$work/snap.re
 
 failures=0
 # expect STATUS PATTERN (stdout+stderr) -- args...
+# (--limits SECONDS KB first: under timeout and ulimit -v, for inputs that must
+# end quickly in bounded memory)
 expect() {
   local want=$1 pattern=$2 out rc
   shift 2
-  out=$("$bin" "$@" 2>&1)
+  if [ "${1-}" = --limits ]; then
+    local secs=$2 kb=$3
+    shift 3
+    out=$(ulimit -v "$kb" && timeout "$secs" "$bin" "$@" 2>&1)
+  else
+    out=$("$bin" "$@" 2>&1)
+  fi
   rc=$?
   if [ "$rc" = "$want" ] && grep -qE -- "$pattern" <<< "$out"; then
     echo "ok   gpupool-advise $*"
@@ -48,7 +56,8 @@ expect 2 'one HISTORY only' "$work/lm.trace" "$work/lm.trace"
 expect 2 '--json or --csv, not both' --json --csv "$work/lm.trace"
 expect 2 '--only tries --current and --conf' --only "$work/lm.trace"
 expect 1 'cannot open' "$work/missing"
-expect 1 "unknown history format 'xml'" --format xml "$work/lm.trace"
+expect 2 "--format 'xml': unknown history format" --format xml "$work/lm.trace"
+expect 2 "--format 'xyz': unknown history format" --format xyz "$work/missing"
 expect 1 'key backend' --conf backend:cuda "$work/lm.trace"
 expect 1 'garbage_collection_threshold' --current garbage_collection_threshold:2 \
   "$work/lm.trace"
@@ -56,6 +65,57 @@ printf 'a 1 100 0\nq\n' > "$work/bad.record"
 expect 1 'bad.record:2: expected' "$work/bad.record"
 head -c 1000 "$work/snap.pickle" > "$work/cut.pickle"
 expect 1 'cut.pickle: byte [0-9]+: truncated' "$work/cut.pickle"
+# an input without a newline: an error at line 1 at once, in bounded memory
+# (a NUL byte at the first; other bytes at 64 KiB), not the whole input read
+head -c 8000000 /dev/zero | tr '\0' 1 > "$work/long.record"
+expect 1 'long.record:1: a line longer than 65536 bytes' "$work/long.record"
+expect 1 '^gpupool-advise: /dev/zero:1: a NUL byte in the line$' \
+  --limits 10 2000000 --threads 2 /dev/zero
+# a process of two devices, a pool named bfc on each (docs/trace.md: pid is
+# the device ordinal + 1): --pool bfc is ambiguous, bfc@DEVICE chooses one
+cat > "$work/two.json" << 'EOF'
+{"traceEvents":[
+{"ph":"M","name":"process_name","pid":1,"tid":1,"args":{"name":"GPU 0"}},
+{"ph":"M","name":"process_name","pid":2,"tid":2,"args":{"name":"GPU 1"}},
+{"ph":"M","name":"thread_name","pid":1,"tid":1000002,"args":{"name":"pool bfc (host, bfc)"}},
+{"ph":"M","name":"thread_name","pid":2,"tid":1000004,"args":{"name":"pool bfc (host, bfc)"}},
+{"ph":"b","cat":"alloc","pid":1,"tid":1000002,"ts":1,"id":"0x1000","args":{"requested":1000000,"stream":"0x0"}},
+{"ph":"b","cat":"alloc","pid":2,"tid":1000004,"ts":2,"id":"0x1000","args":{"requested":4000000,"stream":"0x0"}},
+{"ph":"b","cat":"alloc","pid":2,"tid":1000004,"ts":3,"id":"0x9000","args":{"requested":4000000,"stream":"0x0"}},
+{"ph":"e","cat":"alloc","pid":1,"tid":1000002,"ts":4,"id":"0x1000","args":{}}
+]}
+EOF
+expect 1 "two.json: 2 pools match 'bfc': bfc@0 \(1 allocation\), bfc@1 \(2 allocations\); choose one as NAME@DEVICE \(gpupool-advise --pool bfc@0\)" \
+  --pool bfc "$work/two.json"
+expect 0 'two.json \(pool bfc@1\) \(trace\): 2 events, 2 allocations' --pool bfc@1 \
+  --no-capacity "$work/two.json"
+expect 0 'two.json \(pool bfc@0\) \(trace\): 2 events, 1 allocations' --pool bfc@0 \
+  --no-capacity "$work/two.json"
+expect 1 "no pool named 'bfc@2' in the trace \(pools: bfc@0" --pool bfc@2 "$work/two.json"
+# a device too small for the one allocation: every replay runs out of memory
+# and nothing is recommended; the table, the CSV and the JSON say so alike
+printf 'a 1 1073741824 0\nf 1\n' > "$work/big.record"
+expect 0 '^current,' --csv --capacity 0.5 "$work/big.record"
+expect 0 '^CUR ' --capacity 0.5 "$work/big.record"
+expect 0 'Recommended: none: every configuration replayed ran out of memory' \
+  --capacity 0.5 "$work/big.record"
+expect 0 'Smallest device without an OOM \(granularity 2 MiB\): current does not fit the simulated device$' \
+  --capacity 0.5 "$work/big.record"
+expect 0 '"has_recommendation":false' --json --capacity 0.5 "$work/big.record"
+for format in --csv --json ''; do # '': the table
+  if "$bin" ${format:+"$format"} --capacity 0.5 "$work/big.record" 2>&1 |
+    grep -qE '^(current\+recommended|recommended|REC|CUR\+REC)[ ,]|"has_recommendation":true'; then
+    echo "FAIL gpupool-advise $format --capacity 0.5: a row is marked recommended"
+    failures=$((failures + 1))
+  else
+    echo "ok   gpupool-advise $format --capacity 0.5: no row marked recommended"
+  fi
+done
+# the current configuration can be the recommendation: both roles, one row
+expect 0 '^current\+recommended,"strategy:naive"' --csv --only --current strategy:naive \
+  --no-capacity "$work/lm.trace"
+expect 0 '^CUR\+REC .* strategy:naive$' --only --current strategy:naive --no-capacity \
+  "$work/lm.trace"
 # the json is a document programs can read
 "$bin" --json --no-capacity "$work/lm.trace" | python3 -c '
 import json, sys

@@ -224,6 +224,50 @@ Test(advisor_inputs, record_file_errors) {
   gpupool_history_free(h);
 }
 
+/* A line is read into a bounded buffer: an input without newlines is an
+ * error at its first line once the limit is passed (not a buffer as large
+ * as the input), a NUL byte at once; separators and comments of any length
+ * are still read. */
+Test(advisor_inputs, record_lines_are_bounded) {
+  char p[256];
+  path_of(p, sizeof p, "long.record");
+  size_t n = (size_t)64 << 20; /* 64 MiB of digits, no newline */
+  char *big = malloc(n);
+  cr_assert(big);
+  memset(big, '1', n);
+  memcpy(big, "a 1 ", 4);
+  write_file(p, big, n);
+  expect_bad(p, "record", "long.record:1: a line longer than 65536 bytes");
+  /* a line at the limit (separator runs count as one byte) is read */
+  FILE *f = fopen(p, "w");
+  cr_assert(f);
+  fprintf(f, "a 0x10 100 0\n#");
+  fwrite(big, 1, (size_t)1 << 20, f); /* a comment of 1 MiB */
+  fprintf(f, "\n  \t a 0x20 ");
+  for (int i = 0; i < 100000; i++)
+    fputs(" \t", f);
+  fprintf(f, "0x%0*x 0\r\nf 0x20\n", 65536 - 12, 200); /* "a 0x20 0x..c8 0\r": 65536 */
+  fclose(f);
+  gpupool_history *h;
+  cr_assert_eq(gpupool_history_load(p, NULL, NULL, &h), GPUPOOL_OK, "%s", gpupool_last_error());
+  const gpupool_history_info *in = gpupool_history_get_info(h);
+  cr_expect_eq(in->allocations, 2);
+  cr_expect_eq(in->frees, 1);
+  cr_expect_eq(in->peak_requested, 300);
+  gpupool_history_free(h);
+  /* one byte more is refused, on its line */
+  f = fopen(p, "w");
+  cr_assert(f);
+  fprintf(f, "a 0x10 100 0\na 0x20 0x%0*x 0\n", 65536 - 10, 200);
+  fclose(f);
+  expect_bad(p, "record", "long.record:2: a line longer than 65536 bytes");
+  /* NUL bytes without a newline: refused at the first */
+  memset(big, 0, n);
+  write_file(p, big, n);
+  expect_bad(p, NULL, "long.record:1: a NUL byte");
+  free(big);
+}
+
 /* A history may use as many streams as a pool serves (1024), not one more. */
 Test(advisor_inputs, record_files_use_as_many_streams_as_a_pool) {
   char p[256];
@@ -321,6 +365,69 @@ Test(advisor_inputs, trace_documents) {
     write_file(p, bad[i][0], strlen(bad[i][0]));
     expect_bad(p, NULL, bad[i][1]);
   }
+}
+
+/* A process of two devices (the demo's --device-count 2): a pool named bfc
+ * on each, as docs/trace.md lays them out (pid = device ordinal + 1), and
+ * a pool whose name holds an '@' and parentheses. */
+static const char two_devices_doc[] =
+    "{\"traceEvents\":[\n"
+    "{\"ph\":\"M\",\"name\":\"process_name\",\"pid\":1,\"tid\":1,\"args\":{\"name\":\"GPU 0\"}},\n"
+    "{\"ph\":\"M\",\"name\":\"process_name\",\"pid\":2,\"tid\":2,\"args\":{\"name\":\"GPU 1\"}},\n"
+    "{\"ph\":\"M\",\"name\":\"thread_name\",\"pid\":1,\"tid\":1000002,\"args\":{\"name\":"
+    "\"pool bfc (host, bfc)\"}},\n"
+    "{\"ph\":\"M\",\"name\":\"thread_name\",\"pid\":2,\"tid\":1000004,\"args\":{\"name\":"
+    "\"pool bfc (host, bfc)\"}},\n"
+    "{\"ph\":\"M\",\"name\":\"thread_name\",\"pid\":2,\"tid\":1000006,\"args\":{\"name\":"
+    "\"pool kv@0 (x) (host, round)\"}},\n"
+    "{\"ph\":\"b\",\"cat\":\"alloc\",\"pid\":1,\"tid\":1000002,\"ts\":1,\"id\":\"0x1000\","
+    "\"args\":{\"size\":1048576,\"requested\":1000000,\"stream\":\"0x0\"}},\n"
+    "{\"ph\":\"b\",\"cat\":\"alloc\",\"pid\":2,\"tid\":1000004,\"ts\":2,\"id\":\"0x1000\","
+    "\"args\":{\"size\":4194304,\"requested\":4000000,\"stream\":\"0x0\"}},\n"
+    "{\"ph\":\"b\",\"cat\":\"alloc\",\"pid\":2,\"tid\":1000004,\"ts\":3,\"id\":\"0x9000\","
+    "\"args\":{\"size\":4194304,\"requested\":4000000,\"stream\":\"0x0\"}},\n"
+    "{\"ph\":\"b\",\"cat\":\"alloc\",\"pid\":2,\"tid\":1000006,\"ts\":3,\"id\":\"0x9000\","
+    "\"args\":{\"size\":512,\"requested\":7,\"stream\":\"0x0\"}},\n"
+    "{\"ph\":\"e\",\"cat\":\"alloc\",\"pid\":1,\"tid\":1000002,\"ts\":4,\"id\":\"0x1000\","
+    "\"args\":{}}\n"
+    "]}\n";
+
+/* --pool NAME names one pool; a name on several devices is an error that
+ * lists them and says how to choose: NAME@DEVICE. */
+Test(advisor_inputs, trace_pools_of_several_devices) {
+  char p[256];
+  path_of(p, sizeof p, "two.json");
+  write_file(p, two_devices_doc, strlen(two_devices_doc));
+  gpupool_history *h = (gpupool_history *)1;
+  cr_expect_eq(gpupool_history_load(p, NULL, "bfc", &h), GPUPOOL_ERR_INVALID);
+  cr_expect_null(h);
+  cr_expect(strstr(gpupool_last_error(),
+                   "two.json: 2 pools match 'bfc': bfc@0 (1 allocation), bfc@1 (2 allocations); "
+                   "choose one as NAME@DEVICE (gpupool-advise --pool bfc@0)"),
+            "%s", gpupool_last_error());
+  const struct {
+    const char *sel, *source;
+    uint64_t allocations, peak;
+  } ok[] = {
+      {"bfc@0", "two.json (pool bfc@0)", 1, 1000000},
+      {"bfc@1", "two.json (pool bfc@1)", 2, 8000000},
+      {NULL, "two.json (pool bfc@1)", 2, 8000000}, /* the busiest */
+      {"kv@0 (x)", "two.json (pool kv@0 (x)@1)", 1, 7},
+      {"kv@0 (x)@1", "two.json (pool kv@0 (x)@1)", 1, 7},
+  };
+  for (size_t i = 0; i < sizeof ok / sizeof *ok; i++) {
+    cr_assert_eq(gpupool_history_load(p, NULL, ok[i].sel, &h), GPUPOOL_OK, "%s: %s", ok[i].sel,
+                 gpupool_last_error());
+    const gpupool_history_info *in = gpupool_history_get_info(h);
+    cr_expect(strstr(in->source, ok[i].source), "%s: source %s", ok[i].sel, in->source);
+    cr_expect_eq(in->allocations, ok[i].allocations, "%s", ok[i].sel);
+    cr_expect_eq(in->peak_requested, ok[i].peak, "%s", ok[i].sel);
+    gpupool_history_free(h);
+  }
+  cr_expect_neq(gpupool_history_load(p, NULL, "bfc@2", &h), GPUPOOL_OK);
+  cr_expect(strstr(gpupool_last_error(), "no pool named 'bfc@2' in the trace (pools: bfc@0 (1 "
+                                         "allocation), bfc@1 (2 allocations), kv@0 (x)@1"),
+            "%s", gpupool_last_error());
 }
 
 Test(advisor_inputs, load_arguments) {

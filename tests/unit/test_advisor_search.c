@@ -144,6 +144,7 @@ Test(advisor_search, renderers) {
   cr_assert(doc, "not JSON: %s", j);
   cr_expect_eq(cJSON_GetArraySize(cJSON_GetObjectItem(doc, "candidates")), (int)a->n);
   cJSON *rec = cJSON_GetObjectItem(doc, "recommended");
+  cr_expect(cJSON_IsTrue(cJSON_GetObjectItem(doc, "has_recommendation")));
   cr_expect(cJSON_IsString(cJSON_GetObjectItem(rec, "gpupool_conf")));
   cr_expect(cJSON_IsNumber(cJSON_GetObjectItem(rec, "min_capacity_bytes")));
   cr_expect(cJSON_IsNumber(cJSON_GetObjectItem(cJSON_GetObjectItem(doc, "input"), "events")));
@@ -200,6 +201,95 @@ Test(advisor_search, null_options_are_the_defaults) {
   gpupool_advice_free(d);
 }
 
+/* The roles of the CSV rows (role, line) and the marks of the table's rows
+ * (mark: the first word of a line that begins with one). */
+static int csv_rows(const char *csv, const char *role) {
+  int n = 0;
+  size_t l = strlen(role);
+  for (const char *q = csv; q; q = strchr(q, '\n'), q = q ? q + 1 : NULL)
+    n += !strncmp(q, role, l) && q[l] == ',';
+  return n;
+}
+
+static int table_rows(const char *table, const char *mark) {
+  int n = 0;
+  size_t l = strlen(mark);
+  for (const char *q = table; q; q = strchr(q, '\n'), q = q ? q + 1 : NULL)
+    n += !strncmp(q, mark, l) && q[l] == ' ';
+  return n;
+}
+
+/* Where nothing is recommended, no row is marked recommended: the table,
+ * the CSV, the JSON and the summary agree. */
+static void expect_no_recommendation_marked(const gpupool_advice *a) {
+  char *t = gpupool_advice_render(a, "table");
+  char *c = gpupool_advice_render(a, "csv");
+  char *j = gpupool_advice_render(a, "json");
+  cr_assert(t && c && j);
+  cr_expect(strstr(t, "Recommended: none: "), "%s", t);
+  cr_expect_eq(table_rows(t, "REC") + table_rows(t, "CUR+REC"), 0, "%s", t);
+  cr_expect_eq(table_rows(t, "CUR"), 1, "%s", t);
+  cr_expect_null(strstr(c, "recommended"), "%s", c);
+  cr_expect_eq(csv_rows(c, "current"), 1, "%s", c);
+  cJSON *doc = cJSON_Parse(j);
+  cr_assert(doc, "not JSON: %s", j);
+  cr_expect(cJSON_IsFalse(cJSON_GetObjectItem(doc, "has_recommendation")), "%s", j);
+  cJSON_Delete(doc);
+  free(t);
+  free(c);
+  free(j);
+}
+
+/* A request larger than the simulated device: every replay runs out of
+ * memory, nothing is recommended, and no capacity up to the device's fits
+ * (the search never answers a capacity above it). */
+Test(advisor_search, request_above_the_capacity) {
+  char p[] = "/tmp/gpupool_advisor_bigXXXXXX";
+  int fd = mkstemp(p);
+  cr_assert(fd >= 0);
+  FILE *f = fdopen(fd, "w");
+  fprintf(f, "a 1 %llu 0\nf 1\n", (unsigned long long)(1024 * MiB));
+  fclose(f);
+  gpupool_history *h;
+  cr_assert_eq(gpupool_history_load(p, NULL, NULL, &h), GPUPOOL_OK, "%s", gpupool_last_error());
+  unlink(p);
+  gpupool_advice_options o = {.max_added_ms = NAN, .threads = 2, .capacity = 512 * MiB};
+  gpupool_advice *a;
+  cr_assert_eq(gpupool_advise(h, &o, &a), GPUPOOL_OK, "%s", gpupool_last_error());
+  for (size_t i = 0; i < a->n; i++)
+    cr_expect_gt(a->c[i].r.ooms, 0, "%s", a->c[i].conf);
+  cr_expect_eq(a->min_capacity_current, UINT64_MAX, "%llu",
+               (unsigned long long)a->min_capacity_current);
+  expect_no_recommendation_marked(a);
+  char *t = gpupool_advice_render(a, "table");
+  cr_assert(t);
+  cr_expect(strstr(t, "Smallest device without an OOM (granularity 2 MiB): current does not fit "
+                      "the simulated device\n"),
+            "%s", t);
+  free(t);
+  gpupool_advice_free(a);
+  gpupool_history_free(h);
+}
+
+/* The current configuration can be the recommendation: the row is both. */
+Test(advisor_search, current_is_the_recommendation) {
+  gpupool_advice_options o = {
+      .current = "strategy:round", .no_defaults = 1, .no_capacity = 1, .max_added_ms = NAN};
+  gpupool_advice *a;
+  cr_assert_eq(gpupool_advise(hist, &o, &a), GPUPOOL_OK, "%s", gpupool_last_error());
+  cr_assert_eq(a->recommended, a->current);
+  cr_assert_eq(a->c[a->current].r.ooms, 0);
+  char *t = gpupool_advice_render(a, "table"), *c = gpupool_advice_render(a, "csv");
+  cr_assert(t && c);
+  cr_expect_eq(table_rows(t, "CUR+REC"), 1, "%s", t);
+  cr_expect(strstr(t, "  GPUPOOL_CONF=strategy:round\n"), "%s", t);
+  cr_expect_eq(csv_rows(c, "current+recommended"), 1, "%s", c);
+  cr_expect_eq(csv_rows(c, "current") + csv_rows(c, "recommended"), 0, "%s", c);
+  free(t);
+  free(c);
+  gpupool_advice_free(a);
+}
+
 /* With nothing replayed (or every replay out of memory) there is no
  * recommendation, and the table says so instead of naming one. */
 Test(advisor_search, no_recommendation) {
@@ -213,6 +303,7 @@ Test(advisor_search, no_recommendation) {
   cr_expect(strstr(t, "Recommended: none: the deadline came"), "%s", t);
   cr_expect_null(strstr(t, "GPUPOOL_CONF="), "%s", t);
   free(t);
+  expect_no_recommendation_marked(a);
   gpupool_advice_free(a);
   gpupool_advice_options tiny = {.max_added_ms = NAN, .no_capacity = 1, .capacity = 8 * MiB};
   cr_assert_eq(gpupool_advise(hist, &tiny, &a), GPUPOOL_OK, "%s", gpupool_last_error());
@@ -222,5 +313,6 @@ Test(advisor_search, no_recommendation) {
   cr_expect(strstr(t, "Recommended: none: every configuration replayed ran out of memory"), "%s",
             t);
   free(t);
+  expect_no_recommendation_marked(a);
   gpupool_advice_free(a);
 }

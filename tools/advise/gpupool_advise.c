@@ -18,8 +18,9 @@ static void usage(FILE *f) {
           "HISTORY: a GPUPOOL_RECORD file, a /trace document saved from the agent, or a PyTorch\n"
           "memory snapshot (torch.cuda.memory._dump_snapshot()); '-' reads standard input.\n"
           "  --format auto|record|trace|torch   how to read HISTORY (default: by content)\n"
-          "  --pool NAME        trace: the pool to advise on; snapshot: the device ordinal\n"
-          "                     (default: the one with the most events)\n"
+          "  --pool NAME        trace: the pool to advise on, NAME@DEVICE where pools of\n"
+          "                     that name are on several devices; snapshot: the device\n"
+          "                     ordinal (default: the one with the most events)\n"
           "  --capacity GIB     simulated device size in GiB (default 80)\n"
           "  --step MIB         granularity of the smallest-capacity search (default 2)\n"
           "  --max-added-ms MS  device-call time a recommendation may add over the current\n"
@@ -74,6 +75,13 @@ int main(int argc, char **argv) {
     } else if (!strcmp(a, "--no-capacity")) {
       o.no_capacity = 1;
     } else if (!strcmp(a, "--format")) {
+      if (strcmp(v, "auto") && strcmp(v, "record") && strcmp(v, "trace") && strcmp(v, "torch")) {
+        fprintf(stderr,
+                "gpupool-advise: --format '%s': unknown history format (auto, record, trace or "
+                "torch)\n",
+                v);
+        return 2;
+      }
       in_format = v;
     } else if (!strcmp(a, "--pool")) {
       pool = v;
