@@ -48,9 +48,9 @@ FIELD_SETTER(set_expandable, c->expandable = (int)v.u)
 FIELD_SETTER(set_expandable_slack, c->expandable_slack = v.d / 100)
 FIELD_SETTER(set_expandable_growth, c->expandable_growth_moves = (unsigned)v.u)
 FIELD_SETTER(set_round_linear_cutoff, c->round_linear_cutoff = (unsigned)v.u)
-FIELD_SETTER(set_fault_every_n, c->fault_every_n = (unsigned)v.u)
-FIELD_SETTER(set_fault_rate, c->fault_rate = v.d)
-FIELD_SETTER(set_fault_seed, c->fault_seed = v.u)
+FIELD_SETTER(set_fault_every_n, c->fault_every_n = (unsigned)v.u; c->fault_key = o->key)
+FIELD_SETTER(set_fault_rate, c->fault_rate = v.d; c->fault_key = o->key)
+FIELD_SETTER(set_fault_seed, c->fault_seed = v.u; c->fault_key = o->key)
 
 static int set_name_opt(void *ctx, const kvopt *o, kvopt_value v, char *err, size_t errlen) {
   return set_name(ctx, v.s, err, errlen);

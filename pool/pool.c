@@ -57,9 +57,11 @@ gpupool_status gpupool_create(const gpupool_options *opt, gpupool **out) {
     return st;
   if (cfg.backend == GPUPOOL_BACKEND_DEFAULT)
     cfg.backend = backend_cuda_device_count() > 0 ? GPUPOOL_BACKEND_CUDA : GPUPOOL_BACKEND_HOST;
-  if ((cfg.fault_every_n || cfg.fault_rate > 0) && cfg.backend != GPUPOOL_BACKEND_HOST)
-    return pool_fail(GPUPOOL_ERR_INVALID, "pool '%s': fault injection needs backend host",
-                     cfg.name);
+  /* Any fault_* key given, even one that injects nothing: ignoring it would
+   * hide a configuration meant for another backend. */
+  if (cfg.fault_key && cfg.backend != GPUPOOL_BACKEND_HOST)
+    return pool_fail(GPUPOOL_ERR_INVALID, "pool '%s': %s: fault injection needs backend host",
+                     cfg.name, cfg.fault_key);
   if (cfg.expandable && cfg.strategy != GPUPOOL_STRATEGY_BFC)
     return pool_fail(GPUPOOL_ERR_INVALID, "pool '%s': expandable_segments needs strategy bfc",
                      cfg.name);
@@ -166,10 +168,15 @@ malloc_block(gpupool *p, size_t size, void *stream, block **out) {
   thread_hint *h = &pool_thread; /* one TLS address lookup per call: hint and tag */
   shard *hinted = hinted_shard(h, p), *sh = hinted;
   if (!sh || sh->stream != stream) {
-    if (!(sh = shard_get(p, stream)))
-      return pool_fail(GPUPOOL_ERR_UNSUPPORTED,
-                       "gpupool_malloc: pool '%s': more than %d streams, or out of host memory",
-                       p->cfg.name, SHARD_TABLE);
+    gpupool_status st = shard_get(p, stream, &sh);
+    if (st == GPUPOOL_ERR_UNSUPPORTED)
+      return pool_fail(st,
+                       "gpupool_malloc: pool '%s': stream %p would be its %dth: a pool serves at "
+                       "most %d streams over its lifetime (create pools per set of streams)",
+                       p->cfg.name, stream, SHARD_TABLE + 1, SHARD_TABLE);
+    if (st != GPUPOOL_OK)
+      return pool_fail(st, "gpupool_malloc: pool '%s': out of host memory for stream %p",
+                       p->cfg.name, stream);
   }
   spin_lock(&sh->lock);
   if (sh->pending)
@@ -252,18 +259,9 @@ static shard *lock_owner(gpupool *p, uintptr_t addr, addrmap_entry **out) {
 
 /* Records an event on every other stream the block was used on; the block
  * returns to the pool when they complete. */
-static int defer_free(gpupool *p, shard *sh, block *b) {
-  unsigned pending = 0;
-  for (unsigned i = 0; i < b->nstreams; i++) {
-    void *ev = NULL;
-    if (p->be->ops->event_record(p->be, b->streams[i], &ev) != GPUPOOL_OK)
-      ev = NULL; /* cannot wait on it: treat that stream as done */
-    b->streams[i] = ev;
-    pending += ev != NULL;
-  }
-  if (!pending)
+static int defer_free(shard *sh, block *b) {
+  if (!shard_record_uses(sh, b))
     return 0;
-  sh->st.sync_events += pending;
   gp_assert_internal(b->state == BLOCK_ALLOCATED);
   b->state = BLOCK_PENDING;
   b->pending_next = sh->pending;
@@ -289,7 +287,7 @@ gpupool_status gpupool_free(gpupool *p, void *ptr) {
                      p->cfg.name, ptr);
   block *b = e->val;
   addrmap_erase(&sh->live, e);
-  shard_free(sh, b, b->nstreams && defer_free(p, sh, b));
+  shard_free(sh, b, b->nstreams && defer_free(sh, b));
   spin_unlock(&sh->lock);
   return GPUPOOL_OK;
 }
@@ -339,7 +337,7 @@ gpupool_status gpupool_record_stream(gpupool *p, void *ptr, void *stream) {
 void pool_free_block(gpupool *p, block *b) {
   shard *sh = b->seg->sh; /* blocks stay in their segment's shard */
   spin_lock(&sh->lock);
-  shard_free(sh, b, b->nstreams && defer_free(p, sh, b));
+  shard_free(sh, b, b->nstreams && defer_free(sh, b));
   spin_unlock(&sh->lock);
 }
 
@@ -355,8 +353,10 @@ gpupool_status pool_record_stream_block(block *b, void *stream) {
 }
 
 size_t gpupool_empty_cache(gpupool *p) {
-  if (!p)
+  if (!p) { /* no status to return: the reason replaces any older one */
+    pool_fail(GPUPOOL_ERR_INVALID, "gpupool_empty_cache: pool is NULL");
     return 0;
+  }
   pthread_mutex_lock(&p->slow_lock);
   reclaim_poll_all(p);
   size_t released = reclaim_release_cached(p, 0);

@@ -45,14 +45,15 @@ static shard *shard_lookup(gpupool *p, void *stream, size_t *free_slot) {
   return NULL;
 }
 
-shard *shard_get(gpupool *p, void *stream) {
+gpupool_status shard_get(gpupool *p, void *stream, shard **out) {
   size_t slot;
   shard *sh = shard_lookup(p, stream, &slot);
-  if (sh)
-    return sh;
+  if ((*out = sh))
+    return GPUPOOL_OK;
   pthread_mutex_lock(&p->shard_create_lock);
   sh = shard_lookup(p, stream, &slot); /* another thread may have won */
-  if (!sh && slot < SHARD_TABLE && (sh = aligned_alloc(64, sizeof *sh))) {
+  int full = !sh && slot == SHARD_TABLE;
+  if (!sh && !full && (sh = aligned_alloc(64, sizeof *sh))) {
     memset(sh, 0, sizeof *sh);
     sh->stream = stream;
     sh->pool = p;
@@ -69,7 +70,8 @@ shard *shard_get(gpupool *p, void *stream) {
     atomic_store_explicit(&p->shard_table[slot], sh, memory_order_release);
   }
   pthread_mutex_unlock(&p->shard_create_lock);
-  return sh;
+  *out = sh;
+  return sh ? GPUPOOL_OK : full ? GPUPOOL_ERR_UNSUPPORTED : GPUPOOL_ERR_HOST_OOM;
 }
 
 static void free_block_list(block *b) {
@@ -673,6 +675,31 @@ static int events_complete(gpupool *p, block *b) {
   return 1;
 }
 
+unsigned shard_record_uses(shard *sh, block *b) {
+  backend *be = sh->pool->be;
+  unsigned pending = 0;
+  for (unsigned i = 0; i < b->nstreams; i++) {
+    void *ev = NULL;
+    if (be->ops->event_record(be, b->streams[i], &ev) != GPUPOOL_OK)
+      ev = NULL; /* cannot wait on it: treat that stream as done */
+    b->streams[i] = ev;
+    pending += ev != NULL;
+  }
+  sh->st.sync_events += pending;
+  return pending;
+}
+
+/* Pending block b (off the pending list) is no longer used: it returns to
+ * the index. */
+static void complete_free(shard *sh, block *b) {
+  gp_assert_internal(b->state == BLOCK_PENDING && sh->npending > 0);
+  sh->npending--;
+  record_block_event(sh, EV_FREE_COMPLETED, 0, b, b->seg->large, b->requested);
+  stat_dec(&sh->st.s[STAT_PENDING], b->seg->large, 1);
+  stat_dec(&sh->st.s[STAT_PENDING_BYTES], b->seg->large, (int64_t)b->size);
+  shard_release(sh, b);
+}
+
 void shard_poll_pending(shard *sh) {
   block **link = &sh->pending;
   while (*link) {
@@ -681,14 +708,28 @@ void shard_poll_pending(shard *sh) {
       link = &b->pending_next;
       continue;
     }
-    gp_assert_internal(b->state == BLOCK_PENDING && sh->npending > 0);
     *link = b->pending_next;
-    sh->npending--;
-    record_block_event(sh, EV_FREE_COMPLETED, 0, b, b->seg->large, b->requested);
-    stat_dec(&sh->st.s[STAT_PENDING], b->seg->large, 1);
-    stat_dec(&sh->st.s[STAT_PENDING_BYTES], b->seg->large, (int64_t)b->size);
-    shard_release(sh, b);
+    complete_free(sh, b);
   }
+}
+
+void shard_free_held(shard *sh, block *b) {
+  gp_assert_internal(b->state == BLOCK_ALLOCATED);
+  b->state = BLOCK_PENDING;
+  sh->npending++; /* pending_free_blocks counts it; allocations keep the active peak */
+  shard_free(sh, b, 1);
+}
+
+void shard_end_held_free(shard *sh, block *b) {
+  /* The streams' events are recorded now rather than at the free: none is
+   * left behind if the pool is destroyed during the export, and waiting for
+   * later work as well is only safer. */
+  if (b->nstreams && shard_record_uses(sh, b)) {
+    b->pending_next = sh->pending; /* npending counts it already */
+    sh->pending = b;
+    return;
+  }
+  complete_free(sh, b);
 }
 
 /* A segment counts (its bytes reserved, a plain one as a device

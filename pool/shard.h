@@ -7,9 +7,11 @@
 #include "pool_internal.h"
 #include "sizeclass.h"
 
-/* The shard for stream, created on first use; NULL when out of host memory
- * or when the pool already has SHARD_TABLE streams. Takes no shard lock. */
-shard *shard_get(gpupool *p, void *stream);
+/* The shard for stream into *out, created on first use. Fails, *out NULL,
+ * with GPUPOOL_ERR_UNSUPPORTED when the pool already has SHARD_TABLE streams
+ * and GPUPOOL_ERR_HOST_OOM when out of host memory; sets no last error.
+ * Takes no shard lock. */
+gpupool_status shard_get(gpupool *p, void *stream, shard **out);
 /* Frees sh, its blocks and events; each segment goes to free_segment (the
  * segment module's segment_free_memory: the shard does not call up into it). */
 void shard_destroy(gpupool *p, shard *sh, void (*free_segment)(gpupool *p, segment *seg));
@@ -127,8 +129,19 @@ void shard_unclaim(shard *sh, block *b);
 /* The caller's free of allocated block b: statistics and event; the block
  * returns to the index unless deferred (then it is on the pending list). */
 void shard_free(shard *sh, block *b, int deferred);
+/* Records an event on each other stream that allocated block b was used
+ * on (record_stream), in place of the stream; the number recorded, which
+ * the block must wait for before it is free. */
+unsigned shard_record_uses(shard *sh, block *b);
 /* Returns pending blocks whose events have completed. */
 void shard_poll_pending(shard *sh);
+/* The caller's free of allocated block b while another process still maps
+ * it (an export, share.c): counted as freed now, as a free deferred by
+ * record_stream is, and pending, off the pending list, until
+ * shard_end_held_free returns it to the index, or, if streams were recorded
+ * on it, puts it on the pending list to wait for their events. */
+void shard_free_held(shard *sh, block *b);
+void shard_end_held_free(shard *sh, block *b);
 /* Adds segment seg (one free block, not yet indexed) to the shard. */
 void shard_add_segment(shard *sh, segment *seg);
 /* Detaches seg (fully free) from the shard: its block leaves the index. */

@@ -22,6 +22,7 @@
 #include "pages.h"
 #include "pool_internal.h"
 #include "share.h"
+#include "shard.h"
 #include "sizeclass.h"
 
 #define SHARE_MAGIC     0x48535047u /* "GPSH" */
@@ -75,12 +76,16 @@ static uint64_t new_id(void) {
   return ((uint64_t)getpid() << 40) ^ (clock_monotonic_ns() << 8) ^ ++g_next_id;
 }
 
-/* A socket error as a status: the caller's socket is bad or its peer gone
- * (INVALID), or the system failed (BACKEND). */
+/* A socket error as a status: the caller's socket is bad, never connected
+ * or its peer gone (INVALID), or the system failed (BACKEND). */
 static gpupool_status socket_fail(const char *call, int sock, const char *what, int err) {
-  if (err == EPIPE || err == ECONNRESET || err == ENOTCONN)
+  if (err == EPIPE || err == ECONNRESET)
     return pool_fail(GPUPOOL_ERR_INVALID, "%s: socket %d: %s failed: the peer closed the socket",
                      call, sock, what);
+  if (err == ENOTCONN)
+    return pool_fail(GPUPOOL_ERR_INVALID,
+                     "%s: socket %d is not connected (connect or accept it, or use socketpair)",
+                     call, sock);
   if (err == EBADF || err == ENOTSOCK)
     return pool_fail(GPUPOOL_ERR_INVALID, "%s: %d is not %s", call, sock,
                      err == EBADF ? "an open descriptor" : "a socket");
@@ -103,6 +108,12 @@ static gpupool_status check_socket(const char *call, int sock, int *seqpacket) {
                      "%s: socket %d is not a Unix stream or seqpacket socket (file descriptors "
                      "travel only over AF_UNIX)",
                      call, sock);
+  /* Never connected (or a listening socket): said so here, where a receive
+   * would fail with EINVAL. A peer that closed its end still has a name. */
+  struct sockaddr_storage peer;
+  len = sizeof peer;
+  if (getpeername(sock, (struct sockaddr *)&peer, &len) != 0)
+    return socket_fail(call, sock, "getpeername", errno);
   *seqpacket = type == SOCK_SEQPACKET;
   return GPUPOOL_OK;
 }
@@ -424,7 +435,11 @@ int share_claims(gpupool *p, void *ptr, int freeing, void *stream, gpupool_statu
                       "%s: pool '%s': %p was freed already (a double free); it is exported, and "
                       "returns to the pool when its importer releases it",
                       call, p->cfg.name, ptr);
-    else {
+    else { /* counted as a free now; the block returns when the export ends */
+      shard *sh = ex->b->seg->sh;
+      spin_lock(&sh->lock);
+      shard_free_held(sh, ex->b);
+      spin_unlock(&sh->lock);
       ex->freed = 1;
       *st = GPUPOOL_OK;
     }
@@ -456,9 +471,9 @@ static void unlist_export(gpupool_export *ex) {
     }
 }
 
-/* The importer is done: the block goes back to its shard's live map, then,
- * if it was freed meanwhile, through gpupool_free. An orphaned export (its
- * pool destroyed) just ends. */
+/* The importer is done: the block goes back to its shard's live map or, if
+ * it was freed meanwhile (counted then), to the pool. An orphaned export
+ * (its pool destroyed) just ends. */
 static gpupool_status end_export(gpupool_export *ex, int *ended) {
   pthread_mutex_lock(&g_lock);
   block *b = ex->b;
@@ -470,8 +485,12 @@ static gpupool_status end_export(gpupool_export *ex, int *ended) {
     return GPUPOOL_OK;
   }
   shard *sh = b->seg->sh;
+  int r = 0;
   spin_lock(&sh->lock);
-  int r = addrmap_insert(&sh->live, b->addr, b);
+  if (ex->freed)
+    shard_end_held_free(sh, b);
+  else
+    r = addrmap_insert(&sh->live, b->addr, b);
   spin_unlock(&sh->lock);
   if (r != 0) {
     pthread_mutex_unlock(&g_lock);
@@ -481,10 +500,9 @@ static gpupool_status end_export(gpupool_export *ex, int *ended) {
   }
   unlist_export(ex);
   pthread_mutex_unlock(&g_lock);
-  gpupool_status st = ex->freed ? gpupool_free(ex->p, (void *)b->addr) : GPUPOOL_OK;
   free(ex);
   *ended = 1;
-  return st;
+  return GPUPOOL_OK;
 }
 
 gpupool_status gpupool_share_wait(gpupool_export *ex, int timeout_ms, int *ended) {

@@ -10,8 +10,9 @@
 /* For gpupool_free (freeing 1) and gpupool_record_stream (freeing 0, and
  * its stream), which did not find ptr live in p: whether ptr is a block of p exported to
  * another process, or one whose export ended while they looked. If so *st is
- * the outcome of the call: a free is deferred to the end of the export (OK; a
- * second one is GPUPOOL_ERR_INVALID), recording a stream is refused
+ * the outcome of the call: a free is counted now (shard_free_held) and the
+ * block returns to the pool when the export ends (OK; a second free is
+ * GPUPOOL_ERR_INVALID), recording a stream is refused
  * (GPUPOOL_ERR_INVALID); a block back from an export gets the call again. */
 int share_claims(gpupool *p, void *ptr, int freeing, void *stream, gpupool_status *st);
 

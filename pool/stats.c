@@ -230,8 +230,10 @@ gpupool_status gpupool_get_stats(gpupool *p, gpupool_stats *out) {
 }
 
 void gpupool_reset_peak_stats(gpupool *p) {
-  if (!p)
+  if (!p) {
+    pool_fail(GPUPOOL_ERR_INVALID, "gpupool_reset_peak_stats: pool is NULL");
     return;
+  }
   pthread_mutex_lock(&p->slow_lock);
   pthread_mutex_lock(&p->peak_lock);
   int64_t sum[VIEW_COUNT][GPUPOOL_STAT_TYPES] = {{0}};
@@ -258,8 +260,10 @@ void gpupool_reset_peak_stats(gpupool *p) {
 }
 
 void gpupool_reset_accumulated_stats(gpupool *p) {
-  if (!p)
+  if (!p) {
+    pool_fail(GPUPOOL_ERR_INVALID, "gpupool_reset_accumulated_stats: pool is NULL");
     return;
+  }
   for (shard *sh = atomic_load(&p->shards); sh; sh = sh->next_shard) {
     spin_lock(&sh->lock);
     for (int id = 0; id < STAT_COUNT; id++)

@@ -49,6 +49,9 @@ typedef struct pool_config {
   unsigned fault_every_n;
   double fault_rate;
   uint64_t fault_seed;
+  /* The last fault_* key given, whatever its value (NULL: none): only
+   * backend host takes them, so gpupool_create refuses them on another. */
+  const char *fault_key;
 } pool_config;
 
 /* What each shard counts. "active" (allocated, or freed and waiting on other

@@ -87,7 +87,7 @@ enum {
 typedef struct gpupool_stats {
   gpupool_stat allocation[GPUPOOL_STAT_TYPES];     /* live allocations */
   gpupool_stat segment[GPUPOOL_STAT_TYPES];        /* device allocations held */
-  gpupool_stat active[GPUPOOL_STAT_TYPES];         /* allocated or pending stream release */
+  gpupool_stat active[GPUPOOL_STAT_TYPES];         /* allocated, or freed and pending release */
   gpupool_stat inactive_split[GPUPOOL_STAT_TYPES]; /* free blocks inside split segments */
   gpupool_stat allocated_bytes[GPUPOOL_STAT_TYPES];
   gpupool_stat reserved_bytes[GPUPOOL_STAT_TYPES];
@@ -100,12 +100,13 @@ typedef struct gpupool_stats {
   uint64_t num_device_free;     /* segments returned to the device (pages: expandable) */
   uint64_t num_cache_hits;      /* allocations served without a device call */
   uint64_t num_device_sourced;  /* allocations that needed a new segment */
-  uint64_t num_frees;           /* successful gpupool_free calls */
+  uint64_t num_frees;           /* successful gpupool_free calls, counted when made (also
+                                   those deferred by record_stream or an export) */
   uint64_t num_gc_runs;         /* garbage_collection_threshold passes */
   uint64_t num_sync_events;     /* cross-stream events recorded by record_stream frees */
   uint64_t largest_free_block;  /* largest cached block, bytes (expandable: over mapped pages) */
   uint64_t free_blocks;         /* cached (free) blocks */
-  uint64_t pending_free_blocks; /* freed, waiting on events of other streams */
+  uint64_t pending_free_blocks; /* freed, waiting on other streams' events or an export's end */
   /* expandable_segments: idle pages moved to back another block, and the
    * device synchronizations made before unmapping pages (work queued before
    * a free may still use its memory). */
@@ -125,7 +126,8 @@ void gpupool_destroy(gpupool *p);
 #define GPUPOOL_MAX_REQUEST ((size_t)1 << 48)
 
 /* 0 < size <= GPUPOOL_MAX_REQUEST (else GPUPOOL_ERR_INVALID); stream is a
- * cudaStream_t (NULL = legacy default stream). */
+ * cudaStream_t (NULL = legacy default stream). A pool serves at most 1024
+ * distinct streams over its lifetime: a 1025th is GPUPOOL_ERR_UNSUPPORTED. */
 gpupool_status gpupool_malloc(gpupool *p, void **ptr, size_t size, void *stream);
 gpupool_status gpupool_free(gpupool *p, void *ptr);
 /* Mark ptr as used on another stream: its reuse waits for that stream's work. */
@@ -133,12 +135,15 @@ gpupool_status gpupool_record_stream(gpupool *p, void *ptr, void *stream);
 /* Return every cached segment that holds no live block to the device;
  * returns the bytes released. Unlike PyTorch's empty_cache it does not wait
  * for other streams: a block freed after record_stream whose streams have not
- * finished stays until a later call finds them done. */
+ * finished stays until a later call finds them done. With p NULL it does
+ * nothing and returns 0; having no status, it sets gpupool_last_error(). */
 size_t gpupool_empty_cache(gpupool *p);
 gpupool_status gpupool_get_stats(gpupool *p, gpupool_stats *out);
-/* peak = current for every stat. */
+/* peak = current for every stat. With p NULL: nothing, and
+ * gpupool_last_error() says so (no status to return). */
 void gpupool_reset_peak_stats(gpupool *p);
-/* allocated/freed accumulations and the counters to zero. */
+/* allocated/freed accumulations and the counters to zero. With p NULL:
+ * nothing, and gpupool_last_error() says so (no status to return). */
 void gpupool_reset_accumulated_stats(gpupool *p);
 
 const char *gpupool_status_string(gpupool_status s);

@@ -24,7 +24,9 @@ void gpupool_host_stream_complete(gpupool_host_stream *s); /* everything enqueue
  * (every_n > 0) and/or a random fraction (0 <= rate <= 1, seeded).
  * every_n = 0 and rate = 0 turn injection off. GPUPOOL_ERR_UNSUPPORTED on a
  * pool of another backend. The same is settable in GPUPOOL_CONF with
- * fault_every_n, fault_rate and fault_seed. */
+ * fault_every_n, fault_rate and fault_seed; any of these keys given, whatever
+ * its value, makes gpupool_create of a pool of another backend fail with
+ * GPUPOOL_ERR_INVALID. */
 gpupool_status gpupool_host_inject_faults(gpupool *p, unsigned every_n, double rate, uint64_t seed);
 
 /* Simulate memory held on the device by other CUDA allocations (a cuBLAS

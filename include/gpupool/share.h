@@ -10,8 +10,11 @@
  *
  * - While exported, the block's pages stay mapped where they are: they never
  *   move to other blocks and are never released.
- * - gpupool_free of an exported block succeeds and is deferred: the block
- *   returns to the pool when the export ends. A second free is an error.
+ * - gpupool_free of an exported block succeeds and is deferred: it counts as
+ *   a free at once, as a free after record_stream does (num_frees; the block
+ *   leaves allocated_bytes and stays in active_bytes, a pending free), and
+ *   the block returns to the pool when the export ends (after the work of
+ *   streams recorded on it before the export). A second free is an error.
  * - The export ends when the importer releases it (a message on the socket)
  *   or closes its end of the socket (or exits); the exporter learns it in
  *   gpupool_share_wait. End every export before gpupool_destroy: destroying
@@ -24,8 +27,9 @@
  * memory as file descriptors (or gpupool was built without CUDA and the
  * export came from a cuda pool); GPUPOOL_ERR_INVALID for a pool without
  * expandable segments, a small block (small blocks share a 2 MiB segment), a
- * foreign or freed pointer, a socket that is not a connected Unix socket or
- * whose peer closed it, a second export or import, and anything on the
+ * foreign or freed pointer, a socket that is not a Unix stream or seqpacket
+ * socket, one that is not connected, one whose peer closed it (each with
+ * its own reason), a second export or import, and anything on the
  * socket that is not the expected message; GPUPOOL_ERR_BACKEND when the
  * driver or the system fails. gpupool_last_error() says which, in one line. */
 #ifndef GPUPOOL_SHARE_H

@@ -54,6 +54,28 @@ Test(pool_badinput, null_pool_and_null_out_pointers) {
   gpupool_destroy(p);
 }
 
+/* Calls that return no status still say why they did nothing: an older,
+ * unrelated reason must not stay in gpupool_last_error(). */
+Test(pool_badinput, null_pool_calls_without_a_status_set_the_last_error) {
+  gpupool *p = pc_pool(GPUPOOL_STRATEGY_BFC, 0, NULL);
+  void *ptr = NULL;
+  static const char *const calls[] = {"gpupool_empty_cache", "gpupool_reset_peak_stats",
+                                      "gpupool_reset_accumulated_stats"};
+  for (int i = 0; i < 3; i++) {
+    cr_assert_eq(gpupool_malloc(p, &ptr, 0, NULL), GPUPOOL_ERR_INVALID); /* an older reason */
+    if (i == 0)
+      cr_expect_eq(gpupool_empty_cache(NULL), 0);
+    else if (i == 1)
+      gpupool_reset_peak_stats(NULL);
+    else
+      gpupool_reset_accumulated_stats(NULL);
+    char want[64];
+    snprintf(want, sizeof want, "%s: pool is NULL", calls[i]);
+    cr_expect_str_eq(gpupool_last_error(), want);
+  }
+  gpupool_destroy(p);
+}
+
 Test(pool_badinput, free_of_null_is_a_no_op) {
   gpupool *p = pc_pool(GPUPOOL_STRATEGY_BFC, 0, NULL);
   void *x;
@@ -368,6 +390,47 @@ Test(pool_badinput, a_cuda_pool_without_a_gpu_is_unsupported_not_invalid) {
   cr_expect_eq(gpupool_create(&o, &p), GPUPOOL_ERR_INVALID);
 }
 
+/* The fault_* keys belong to the host backend: on any other, even with
+ * values that inject nothing, they are refused (as documented) rather than
+ * ignored, from the tunables and from GPUPOOL_CONF alike. */
+Test(pool_badinput, fault_keys_on_another_backend_are_refused) {
+  static const char *const keys[] = {"fault_seed:3", "fault_every_n:0", "fault_rate:0",
+                                     "fault_every_n:2", "fault_rate:0.5"};
+  static const gpupool_backend others[] = {GPUPOOL_BACKEND_SIM, GPUPOOL_BACKEND_CUDA,
+                                           GPUPOOL_BACKEND_CUDA_ASYNC};
+  for (size_t b = 0; b < sizeof others / sizeof others[0]; b++)
+    for (size_t k = 0; k < sizeof keys / sizeof keys[0]; k++) {
+      for (int env = 0; env < 2; env++) {
+        gpupool_options o = {.backend = others[b], .host_capacity = 64 * MiB};
+        if (env) {
+          setenv("GPUPOOL_CONF", keys[k], 1);
+        } else {
+          o.tunables = keys[k];
+          o.ignore_env = 1;
+        }
+        gpupool *p = (gpupool *)0x1;
+        gpupool_status st = gpupool_create(&o, &p);
+        unsetenv("GPUPOOL_CONF");
+        cr_expect_eq(st, GPUPOOL_ERR_INVALID, "backend %d, %s \"%s\": %s", others[b],
+                     env ? "GPUPOOL_CONF" : "tunables", keys[k], gpupool_status_string(st));
+        cr_expect_null(p);
+        cr_expect(strstr(gpupool_last_error(), "needs backend host"), "reason: %s",
+                  gpupool_last_error());
+        if (st == GPUPOOL_OK)
+          gpupool_destroy(p);
+      }
+    }
+  /* backend sim from GPUPOOL_CONF over a host pool's fault_seed tunable */
+  setenv("GPUPOOL_CONF", "backend:sim", 1);
+  gpupool_options o = {.backend = GPUPOOL_BACKEND_HOST, .tunables = "fault_seed:3"};
+  gpupool *p = NULL;
+  cr_expect_eq(gpupool_create(&o, &p), GPUPOOL_ERR_INVALID, "%s", gpupool_last_error());
+  unsetenv("GPUPOOL_CONF");
+  cr_expect_null(p);
+  if (p)
+    gpupool_destroy(p);
+}
+
 /* --- environment over options --------------------------------------------- */
 
 Test(pool_badinput, gpupool_conf_applies_over_options_and_tunables) {
@@ -400,6 +463,27 @@ Test(pool_badinput, gpupool_conf_applies_over_options_and_tunables) {
   cr_expect_str_eq(gpupool_name(p), "opt");
   gpupool_destroy(p);
   unsetenv("GPUPOOL_CONF");
+}
+
+/* A key given twice in one string: the last one wins, as in PyTorch's
+ * parser (each key overwrites its setting); across strings, GPUPOOL_CONF
+ * wins over the tunables. */
+Test(pool_badinput, a_key_given_twice_takes_the_last_value) {
+  gpupool_options o = {.backend = GPUPOOL_BACKEND_HOST,
+                       .tunables = "strategy:bfc,name:first,strategy:round,name:last",
+                       .ignore_env = 1};
+  gpupool *p = NULL;
+  cr_assert_eq(gpupool_create(&o, &p), GPUPOOL_OK, "%s", gpupool_last_error());
+  cr_expect_str_eq(gpupool_strategy_name(p), "round");
+  cr_expect_str_eq(gpupool_name(p), "last");
+  gpupool_destroy(p);
+  o.tunables = NULL;
+  o.ignore_env = 0;
+  setenv("GPUPOOL_CONF", "strategy:round,strategy:naive", 1);
+  cr_assert_eq(gpupool_create(&o, &p), GPUPOOL_OK, "%s", gpupool_last_error());
+  unsetenv("GPUPOOL_CONF");
+  cr_expect_str_eq(gpupool_strategy_name(p), "naive");
+  gpupool_destroy(p);
 }
 
 Test(pool_badinput, gpupool_conf_alone_configures_a_host_pool) {

@@ -193,9 +193,9 @@ Test(share, large_block_in_several_messages) {
   gpupool_destroy(p);
 }
 
-/* A free while exported succeeds and is deferred: the block stays allocated
+/* A free while exported succeeds and is deferred: the block stays active
  * and its pages stay under it, whatever else the pool does, until the
- * importer releases it; then it is freed. */
+ * importer releases it; then it is back in the pool. */
 Test(share, free_while_exported_is_deferred) {
   gpupool *p = share_pool();
   size_t size = 8 * MiB;
@@ -215,8 +215,8 @@ Test(share, free_while_exported_is_deferred) {
   expect_fail(gpupool_free(p, x), GPUPOOL_ERR_INVALID, "double free");
   expect_fail(gpupool_record_stream(p, x, (void *)0x10), GPUPOOL_ERR_INVALID, "exported");
   gpupool_stats s = pc_stats(p);
-  cr_assert_eq(s.allocated_bytes[A].current, (int64_t)size, "the exported block must stay");
-  cr_assert_eq(s.num_frees, 0);
+  cr_assert_eq(s.active_bytes[A].current, (int64_t)size, "the exported block must stay");
+  cr_assert_eq(s.num_frees, 1);
 
   /* Pressure: with no slack every idle page moves before a new one is made;
    * the exported block's pages are not idle. */
@@ -240,6 +240,104 @@ Test(share, free_while_exported_is_deferred) {
   cr_assert_eq(s.num_frees, 5);
   expect_fail(gpupool_free(p, x), GPUPOOL_ERR_INVALID, "not a live allocation");
   cr_assert_eq(gpupool_free(p, z[0]), GPUPOOL_OK);
+  close(sv[0]);
+  close(sv[1]);
+  gpupool_destroy(p);
+}
+
+/* A free while exported counts as a free when it is called, as one
+ * deferred by record_stream does (and as PyTorch counts frees): num_frees,
+ * allocation and allocated bytes drop at once, and the block stays active,
+ * a pending free, until the export ends, which counts nothing again. */
+Test(share, free_while_exported_counts_when_called) {
+  gpupool *p = share_pool();
+  size_t size = 8 * MiB;
+  void *x = take(p, size);
+  int sv[2];
+  sockets(sv);
+  gpupool_export *ex = NULL;
+  cr_assert_eq(gpupool_share_export(p, x, sv[0], &ex), GPUPOOL_OK, "%s", gpupool_last_error());
+  void *y = NULL;
+  size_t got = 0;
+  gpupool_import *im = NULL;
+  cr_assert_eq(gpupool_share_import(sv[1], 0, &y, &got, &im), GPUPOOL_OK, "%s",
+               gpupool_last_error());
+
+  cr_assert_eq(gpupool_free(p, x), GPUPOOL_OK, "%s", gpupool_last_error());
+  gpupool_stats s = pc_stats(p);
+  cr_expect_eq(s.num_frees, 1, "a successful gpupool_free is counted when called");
+  cr_expect_eq(s.allocation[A].current, 0);
+  cr_expect_eq(s.allocated_bytes[A].current, 0);
+  cr_expect_eq(s.requested_bytes[A].current, 0);
+  cr_expect_eq(s.active[A].current, 1, "the importer still uses it");
+  cr_expect_eq(s.active_bytes[A].current, (int64_t)size);
+  cr_expect_eq(s.pending_free_blocks, 1);
+  char msg[256];
+  cr_expect_eq(pc_check_invariants(&s, GPUPOOL_STRATEGY_BFC, PC_EXPANDABLE, msg, sizeof msg), 0,
+               "%s", msg);
+
+  /* After a reset the end of the export adds no free. */
+  gpupool_reset_accumulated_stats(p);
+  cr_assert_eq(gpupool_share_release(im), GPUPOOL_OK);
+  wait_ended(ex);
+  s = pc_stats(p);
+  cr_expect_eq(s.num_frees, 0, "the end of the export counted the free again");
+  cr_expect_eq(s.active[A].current, 0);
+  cr_expect_eq(s.active_bytes[A].current, 0);
+  cr_expect_eq(s.pending_free_blocks, 0);
+  cr_expect_eq(pc_check_invariants(&s, GPUPOOL_STRATEGY_BFC, PC_EXPANDABLE | PC_ACCUMULATED_RESET,
+                                   msg, sizeof msg),
+               0, "%s", msg);
+  void *again = take(p, size);
+  cr_expect_eq(again, x, "the block is back in the pool");
+  cr_assert_eq(gpupool_free(p, again), GPUPOOL_OK);
+  close(sv[0]);
+  close(sv[1]);
+  gpupool_destroy(p);
+}
+
+/* Streams recorded before the export still hold the block freed while
+ * exported: after the export ends it waits for their work, as any free after
+ * record_stream does, and counts as a free once. */
+Test(share, streams_recorded_before_the_export_hold_the_freed_block) {
+  gpupool *p = share_pool();
+  size_t size = 4 * MiB;
+  void *x = take(p, size);
+  gpupool_host_stream *other = gpupool_host_stream_create();
+  cr_assert_eq(gpupool_record_stream(p, x, other), GPUPOOL_OK, "%s", gpupool_last_error());
+  int sv[2];
+  sockets(sv);
+  gpupool_export *ex = NULL;
+  cr_assert_eq(gpupool_share_export(p, x, sv[0], &ex), GPUPOOL_OK, "%s", gpupool_last_error());
+  void *y = NULL;
+  size_t got = 0;
+  gpupool_import *im = NULL;
+  cr_assert_eq(gpupool_share_import(sv[1], 0, &y, &got, &im), GPUPOOL_OK, "%s",
+               gpupool_last_error());
+  cr_assert_eq(gpupool_free(p, x), GPUPOOL_OK, "%s", gpupool_last_error());
+  gpupool_host_stream_enqueue(other); /* work queued after the free: waited for too */
+  cr_assert_eq(gpupool_share_release(im), GPUPOOL_OK);
+  wait_ended(ex);
+
+  gpupool_stats s = pc_stats(p);
+  cr_expect_eq(s.num_frees, 1);
+  cr_expect_eq(s.pending_free_blocks, 1, "the other stream's work is not done");
+  cr_expect_eq(s.active_bytes[A].current, (int64_t)size);
+  cr_expect_eq(s.num_sync_events, 1);
+  void *z = take(p, size);
+  cr_expect_neq(z, x, "the block was reused before its stream's work completed");
+  cr_assert_eq(gpupool_free(p, z), GPUPOOL_OK);
+  gpupool_host_stream_complete(other);
+  z = take(p, size); /* polls the pending block */
+  s = pc_stats(p);
+  cr_expect_eq(s.pending_free_blocks, 0);
+  cr_expect_eq(s.num_frees, 2);
+  cr_assert_eq(gpupool_free(p, z), GPUPOOL_OK);
+  char msg[256];
+  s = pc_stats(p);
+  cr_expect_eq(pc_check_invariants(&s, GPUPOOL_STRATEGY_BFC, PC_EXPANDABLE, msg, sizeof msg), 0,
+               "%s", msg);
+  gpupool_host_stream_destroy(other);
   close(sv[0]);
   close(sv[1]);
   gpupool_destroy(p);
@@ -371,6 +469,31 @@ Test(share, closed_socket) {
   gpupool_destroy(p);
 }
 
+/* A Unix socket that was never connected is not one whose peer closed it. */
+Test(share, unconnected_socket) {
+  gpupool *p = share_pool();
+  void *x = take(p, 4 * MiB);
+  static const int types[] = {SOCK_STREAM, SOCK_SEQPACKET};
+  for (int i = 0; i < 2; i++) {
+    int s = socket(AF_UNIX, types[i], 0);
+    cr_assert_geq(s, 0);
+    gpupool_export *ex = NULL;
+    expect_fail(gpupool_share_export(p, x, s, &ex), GPUPOOL_ERR_INVALID, "is not connected");
+    cr_expect_null(strstr(gpupool_last_error(), "peer closed"), "%s", gpupool_last_error());
+    cr_assert_null(ex);
+    void *y = NULL;
+    size_t size = 0;
+    gpupool_import *im = NULL;
+    expect_fail(gpupool_share_import(s, 0, &y, &size, &im), GPUPOOL_ERR_INVALID,
+                "is not connected");
+    cr_assert_null(im);
+    close(s);
+  }
+  cr_assert_eq(gpupool_free(p, x), GPUPOOL_OK, "a failed export kept the block: %s",
+               gpupool_last_error());
+  gpupool_destroy(p);
+}
+
 Test(share, second_export_and_second_import_are_refused) {
   gpupool *p = share_pool();
   void *x = take(p, 4 * MiB), *w = take(p, 4 * MiB);
@@ -462,11 +585,11 @@ Test(share, garbage_on_the_socket) {
   expect_fail(gpupool_share_wait(ex, WAIT_MS, &ended), GPUPOOL_ERR_INVALID,
               "not the release of this export");
   cr_assert_eq(ended, 0);
-  cr_assert_eq(gpupool_free(p, x), GPUPOOL_OK); /* deferred */
-  cr_assert_eq(pc_stats(p).allocated_bytes[A].current, 4 * (int64_t)MiB);
+  cr_assert_eq(gpupool_free(p, x), GPUPOOL_OK); /* deferred: active until the end */
+  cr_assert_eq(pc_stats(p).active_bytes[A].current, 4 * (int64_t)MiB);
   close(sv[1]);
   wait_ended(ex);
-  cr_assert_eq(pc_stats(p).allocated_bytes[A].current, 0);
+  cr_assert_eq(pc_stats(p).active_bytes[A].current, 0);
   close(sv[0]);
   gpupool_destroy(p);
 }

@@ -49,7 +49,10 @@ Test(share_threads, free_races_with_the_end_of_the_export) {
     cr_assert_eq(st, GPUPOOL_OK, "round %zu: %s", round, gpupool_last_error());
     cr_assert_eq(ended, 1, "round %zu: the export did not end", round);
     cr_assert_eq(f.st, GPUPOOL_OK, "round %zu: the free failed: %s", round, f.error);
-    cr_assert_eq(pc_stats(p).allocated_bytes[GPUPOOL_STAT_ALL].current, 0, "round %zu", round);
+    gpupool_stats s = pc_stats(p);
+    cr_assert_eq(s.allocated_bytes[GPUPOOL_STAT_ALL].current, 0, "round %zu", round);
+    cr_assert_eq(s.active_bytes[GPUPOOL_STAT_ALL].current, 0, "round %zu: not back", round);
+    cr_assert_eq(s.num_frees, round + 1, "round %zu: one free, counted once", round);
     close(sv[0]);
     close(sv[1]);
   }
