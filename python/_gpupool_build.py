@@ -4,7 +4,8 @@
 package index, so it works offline and with pip's default build isolation.
 The wheel holds the gpupool package and a copy of libgpupool.so: the file
 named by GPUPOOL_LIBRARY at install time, else the repository's release
-build, build/release/libgpupool.so. Without either, the wheel holds the
+build, build/release/libgpupool.so; a file that is not an ELF shared object
+exporting gpupool's C API is refused. Without either, the wheel holds the
 Python code only and the package looks for the library at run time
 (GPUPOOL_LIBRARY, then the system's loader path); see docs/python.md.
 """
@@ -30,13 +31,33 @@ def _project():
     return name, version
 
 
+ET_DYN = 3  # an ELF file's e_type for a shared object
+
+
+def _check_library(path, what):
+    """Refuses (RuntimeError) a file that is not an ELF shared object, or one
+    that is but not libgpupool (every version exports gpupool_last_error),
+    rather than installing it for the first call to fail on."""
+    with open(path, "rb") as fh:
+        data = fh.read()
+    order = {1: "little", 2: "big"}.get(data[5]) if len(data) >= 18 else None
+    if data[:4] != b"\x7fELF" or not order or int.from_bytes(data[16:18], order) != ET_DYN:
+        raise RuntimeError(f"{what}: not an ELF shared object; name the libgpupool.so that cmake "
+                           "built (build/release/libgpupool.so)")
+    if b"gpupool_last_error\0" not in data:  # in the dynamic symbol names, even when stripped
+        raise RuntimeError(f"{what}: not a gpupool library (it has no gpupool_last_error); name "
+                           "the libgpupool.so that cmake built (build/release/libgpupool.so)")
+
+
 def _library():
     named = os.environ.get("GPUPOOL_LIBRARY")
     if named:
         if not os.path.isfile(named):
             raise RuntimeError(f"GPUPOOL_LIBRARY={named}: no such file")
+        _check_library(named, f"GPUPOOL_LIBRARY={named}")
         return os.path.realpath(named)
     if os.path.isfile(RELEASE_BUILD):
+        _check_library(RELEASE_BUILD, os.path.realpath(RELEASE_BUILD))
         return os.path.realpath(RELEASE_BUILD)
     sys.stderr.write("gpupool: no build/release/libgpupool.so and no GPUPOOL_LIBRARY: the wheel "
                      "holds no library; the package will look for one at run time\n")

@@ -120,6 +120,9 @@ def lib():
                 try:
                     fn = getattr(handle, name)
                 except AttributeError:
+                    if name == "gpupool_last_error":  # every gpupool library has it
+                        raise GpupoolError(f"gpupool: {path} is not a gpupool library (it has "
+                                           f"no {name})") from None
                     raise GpupoolError(f"gpupool: {path} has no {name}: a library older than "
                                        "this package") from None
                 fn.restype, fn.argtypes = restype, argtypes

@@ -2,6 +2,7 @@
 (pool "torch", one per device) through the C API."""
 import collections
 import os
+import re
 import sys
 
 from . import _lib
@@ -55,17 +56,28 @@ def raw_stats(device=None):
     return st
 
 
+# The white space the library's GPUPOOL_CONF parser trims around keys and
+# values (C's isspace); str.strip() would trim more (Unicode spaces, \x1c-\x1f).
+_C_SPACE = " \t\n\v\f\r"
+
+
 def _max_split_size():
     """max_split_size_mb from GPUPOOL_CONF in bytes, -1 when unlimited (the
-    torch adapter's pools take their tunables from there)."""
+    torch adapter's pools take their tunables from there), read as the
+    library reads it (core/kvconf.c, pool/conf.c): "key:value" entries
+    separated by ',', the key and the value trimmed of C's white space, the
+    last entry of a key the one that counts; "inf" and "unlimited" mean no
+    limit; any other value is a whole number of MiB from 21 to 2^30. With a
+    value the library refuses it creates no pool, and -1 is what is left."""
+    value = None
     for item in os.environ.get("GPUPOOL_CONF", "").split(","):
-        key, _, value = item.partition(":")
-        if key.strip() == "max_split_size_mb" and value.strip() != "inf":
-            try:
-                return int(float(value)) * (1 << 20)
-            except (ValueError, OverflowError):  # not a number the library takes either
-                return -1
-    return -1
+        key, colon, rest = item.partition(":")
+        if colon and key.strip(_C_SPACE) == "max_split_size_mb":
+            value = rest.strip(_C_SPACE)  # a later entry overrides, as in the library
+    if value is None or not re.fullmatch(r"[0-9]{1,20}", value):  # inf, unlimited or refused
+        return -1
+    mb = int(value)
+    return mb << 20 if 21 <= mb <= 1 << 30 else -1
 
 
 def memory_stats(device=None):
@@ -74,7 +86,11 @@ def memory_stats(device=None):
     the pool's device synchronizations (expandable segments); the oversize_*
     keys are present (as zeros, which they are) only when max_split_size_mb
     is unlimited, since the pool does not count blocks above the limit."""
-    st = raw_stats(device)
+    return _stats_dict(raw_stats(device))
+
+
+def _stats_dict(st):
+    """memory_stats' OrderedDict of a gpupool_stats."""
     out = []
     for name in _lib.STAT_ARRAYS:
         for i, kind in enumerate(_lib.STAT_TYPES):
@@ -147,57 +163,96 @@ def empty_cache():
     return released
 
 
-def _bytes(n):
-    for unit in ("B  ", "KiB", "MiB", "GiB"):
-        if abs(n) < 10240:
-            return f"{n} {unit}"
-        n //= 1024
-    return f"{n} TiB"
+# memory_summary's cells, formatted as torch.cuda.memory_summary formats
+# them: every cell of a column is in the unit its first ("all") row picks, the
+# value truncated to it, so a column's figures read against each other.
+_SIZE_UNITS = ("B  ", "KiB", "MiB", "GiB", "TiB", "PiB")
+_COUNT_UNITS = (" ", "K", "M")
 
 
-def _count(n):
-    return str(n)
+def _size_cell(n, ref):
+    """n bytes in the unit of ref (the column's "all" figure): the next unit
+    up while ref is still 768 or more of it ("  5120 KiB")."""
+    unit = 0
+    while unit + 1 < len(_SIZE_UNITS) and ref >= 768 * 1024:
+        unit, n, ref = unit + 1, n // 1024, ref / 1024
+    return f"{n:6d} {_SIZE_UNITS[unit]}"
+
+
+def _count_cell(n, ref):
+    """A count in the unit of ref: thousands (K), then millions (M), while ref
+    is still 750 thousand or more of the unit ("     12   ")."""
+    unit = 0
+    while unit + 1 < len(_COUNT_UNITS) and ref >= 750 * 1000:
+        unit, n, ref = unit + 1, n // 1000, ref / 1000
+    return f"{n:7d} {_COUNT_UNITS[unit]} "
+
+
+_SUMMARY_ROWS = (("Allocated memory", "allocated_bytes", _size_cell),
+                 ("Active memory", "active_bytes", _size_cell),
+                 ("Requested memory", "requested_bytes", _size_cell),
+                 ("GPU reserved memory", "reserved_bytes", _size_cell),
+                 ("Non-releasable memory", "inactive_split_bytes", _size_cell),
+                 ("Allocations", "allocation", _count_cell),
+                 ("Active allocs", "active", _count_cell),
+                 ("GPU reserved segments", "segment", _count_cell),
+                 ("Non-releasable allocs", "inactive_split", _count_cell))
+_OVERSIZE_ROWS = (("Oversize allocations", "oversize_allocations"),
+                  ("Oversize GPU segments", "oversize_segments"))
+_FIELDS = ("current", "peak", "allocated", "freed")
+_WIDTH = 75  # between the side bars
+
+
+def _summary_table(stats, index, abbreviated=False):
+    """The lines of torch.cuda.memory_summary's table (side bars included)
+    for stats, a memory_stats() dict: its rows, labels, units and widths, so
+    that the two allocators' tables diff line by line. The Oversize rows come
+    only when stats has them (max_split_size_mb unlimited)."""
+    def row(label, cells):
+        return f" {label:<21} | " + " | ".join(cells) + " "
+
+    rule, double = "-" * _WIDTH, "=" * _WIDTH
+    lines = [double, f"{'gpupool memory summary, device ID':>56} {index:<17d} ", rule,
+             f"{'CUDA OOMs:':>22} {stats['num_ooms']:<12d} | {'cudaMalloc retries:':>26} "
+             f"{stats['num_alloc_retries']:<8d}  ", double,
+             row("       Metric", ("Cur Usage ", "Peak Usage", "Tot Alloc ", "Tot Freed "))]
+    for label, name, cell in _SUMMARY_ROWS:
+        lines.append(rule)  # PyTorch draws a rule above every group
+        refs = [stats[f"{name}.all.{f}"] for f in _FIELDS]  # each column's unit
+        kinds = (("all", label),) if abbreviated else (
+            ("all", label), ("large_pool", "      from large pool"),
+            ("small_pool", "      from small pool"))
+        for kind, text in kinds:
+            lines.append(row(text, [cell(stats[f"{name}.{kind}.{f}"], ref)
+                                    for f, ref in zip(_FIELDS, refs)]))
+    for label, name in _OVERSIZE_ROWS:
+        if f"{name}.current" in stats:
+            values = [stats[f"{name}.{f}"] for f in _FIELDS]
+            lines += [rule, row(label, [_count_cell(v, v) for v in values])]
+    lines.append(double)
+    return ["|" + line + "|" for line in lines]
 
 
 def memory_summary(device=None, abbreviated=False):
-    """A table of the device's pool statistics laid out as
-    torch.cuda.memory_summary lays out PyTorch's."""
+    """torch.cuda.memory_summary for gpupool: PyTorch's table, line for line
+    (its rows, labels, units and widths; the Oversize rows only when
+    max_split_size_mb is unlimited, where they are exact zeros), then
+    gpupool's own lines: the pool, its cache hits, device calls and largest
+    free block."""
     index = device_index(device)
     st = raw_stats(index)
     p = pool(index)
     lib = _lib.lib()
     pool_desc = (f"pool {lib.gpupool_name(p).decode()}, {lib.gpupool_backend_name(p).decode()}, "
                  f"{lib.gpupool_strategy_name(p).decode()}" if p else "no pool yet")
-    width = 75
-    rule, double = "|" + "-" * width + "|", "|" + "=" * width + "|"
-    lines = [double, "|" + f"gpupool memory summary, device ID {index}".center(width) + "|",
-             "|" + f"({pool_desc})".center(width) + "|", rule,
-             "|" + f"CUDA OOMs: {st.num_ooms}".center(37) + "|" +
-             f"device alloc retries: {st.num_alloc_retries}".center(37) + "|", double,
-             "|" + "Metric".center(23) + "|" +
-             "|".join(h.center(12) for h in ("Cur Usage", "Peak Usage", "Tot Alloc",
-                                              "Tot Freed")) + "|", rule]
-    rows = [("Allocated memory", "allocated_bytes", _bytes),
-            ("Active memory", "active_bytes", _bytes),
-            ("Requested memory", "requested_bytes", _bytes),
-            ("GPU reserved memory", "reserved_bytes", _bytes),
-            ("Non-releasable memory", "inactive_split_bytes", _bytes),
-            ("Allocations", "allocation", _count), ("Active allocs", "active", _count),
-            ("GPU reserved segments", "segment", _count),
-            ("Non-releasable allocs", "inactive_split", _count)]
-    for i, (label, field, fmt) in enumerate(rows):
-        if i:  # PyTorch draws a rule between every two groups
-            lines.append(rule)
-        kinds = ((0, label),) if abbreviated else ((0, label), (2, "      from large pool"),
-                                                   (1, "      from small pool"))
-        for k, text in kinds:
-            s = getattr(st, field)[k]
-            cells = [fmt(v).rjust(10) + "  " for v in (s.current, s.peak, s.allocated, s.freed)]
-            lines.append("| " + text.ljust(22) + "|" + "|".join(cells) + "|")
-    lines += [rule,
-              "| " + f"Cache hits: {st.num_cache_hits}".ljust(37) +
-              f"From the device: {st.num_device_sourced}".ljust(37) + "|",
-              "| " + f"Largest free block: {_bytes(st.largest_free_block)}".ljust(37) +
-              f"Device allocs/frees: {st.num_device_alloc}/{st.num_device_free}".ljust(37) + "|",
-              double]
+    largest = _size_cell(st.largest_free_block, st.largest_free_block).strip()
+    half = (_WIDTH - 1) // 2
+    lines = _summary_table(_stats_dict(st), index, abbreviated)  # one read: the lines agree
+    lines += ["| " + f"gpupool ({pool_desc})".ljust(_WIDTH - 1) + "|",
+              "| " + f"Cache hits: {st.num_cache_hits}".ljust(half) +
+              f"From the device: {st.num_device_sourced}".ljust(_WIDTH - 1 - half) + "|",
+              "| " + f"Largest free block: {largest}".ljust(half) +
+              f"Device allocs/frees: {st.num_device_alloc}/{st.num_device_free}".ljust(
+                  _WIDTH - 1 - half) + "|",
+              "|" + "=" * _WIDTH + "|"]
     return "\n".join(lines) + "\n"

@@ -4,15 +4,24 @@ import contextlib
 from . import _lib, _stats
 
 
+UNTAGGED = "untagged"  # memory_allocated_by_tag's key for the bytes of no tag
+
+
 class tag(contextlib.ContextDecorator):
     """Attributes the pool allocations this thread makes inside the block (or
     the decorated function) to `name`. Tags nest; a tag is 1 to 63
-    characters of A-Z a-z 0-9 _ . : / -. The first 15 distinct names of the
-    process are counted apart, later ones as "other"."""
+    characters of A-Z a-z 0-9 _ . : / -, other than "untagged" (refused with
+    ValueError: memory_allocated_by_tag reports the bytes of no tag under
+    that name). The first 15 distinct names of the process are counted
+    apart, later ones as "other"; the name "other" itself is that bucket (it
+    takes none of the 15, and its bytes are added up with the later names')."""
 
     def __init__(self, name):
         if not isinstance(name, str):
             raise TypeError(f"gpupool.tag: the name must be a str, not {type(name).__name__}")
+        if name == UNTAGGED:
+            raise ValueError(f"gpupool.tag: {name!r} is reserved: memory_allocated_by_tag() "
+                             "reports the bytes allocated under no tag by that name")
         self.name = name
 
     def __enter__(self):
@@ -37,7 +46,9 @@ def current_tag():
 
 def memory_allocated_by_tag(device=None):
     """{tag: allocated bytes} of the device's pool for every tag the process
-    has used, plus "untagged" (the pool's allocated bytes less the tags').
+    has used, plus "untagged" (the pool's allocated bytes less the tags';
+    gpupool.tag refuses that name, and bytes a C caller tagged "untagged"
+    are counted in it).
     The tags' bytes and the pool's are two reads: while other threads
     allocate, "untagged" can be off by what they did in between (it is
     never reported below 0)."""
@@ -50,5 +61,7 @@ def memory_allocated_by_tag(device=None):
             raise _lib.GpupoolError(f"gpupool_get_tag_stats: {_lib.last_error()}")
         out = {arr[i].tag.decode(): arr[i].allocated_bytes for i in range(n)}
     allocated = _stats.raw_stats(device).allocated_bytes[0].current
-    out["untagged"] = max(0, allocated - sum(out.values()))
+    # A tag named "untagged" can only come from C (gpupool_tag_push): its
+    # bytes are added to the computed figure, not overwritten by it.
+    out[UNTAGGED] = out.get(UNTAGGED, 0) + max(0, allocated - sum(out.values()))
     return out

@@ -11,6 +11,7 @@ import contextlib
 import ctypes
 import os
 import pickle
+import shutil
 import socket
 import subprocess
 import sys
@@ -18,7 +19,9 @@ import tempfile
 import types
 import unittest
 import urllib.request
+import zipfile
 
+import _gpupool_build
 import gpupool
 import gpupool.torch
 from gpupool import _lib
@@ -51,6 +54,37 @@ def captured_stderr():
             f.seek(0)
             out.append(f.read().decode("utf-8", "replace"))
 
+
+
+@contextlib.contextmanager
+def environ(**env):
+    """os.environ with env set (None: unset) inside the block."""
+    saved = {k: os.environ.get(k) for k in env}
+    try:
+        for k, v in env.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+        yield
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
+def loaded_libc():
+    """The path of the C library this process has loaded: an ELF shared
+    object that is not gpupool."""
+    with open("/proc/self/maps") as f:
+        for line in f:
+            path = line.split()[-1]
+            name = os.path.basename(path)
+            if name.startswith("libc.so") or (name.startswith("libc-") and ".so" in name):
+                return path
+    raise unittest.SkipTest("no libc.so in /proc/self/maps")
 
 # torch.cuda.memory_stats' keys with PyTorch's default allocator settings.
 TORCH_KEYS = sorted(
@@ -178,6 +212,130 @@ class Stats(unittest.TestCase):
         finally:
             os.environ["GPUPOOL_CONF"] = saved
 
+    def test_max_split_size_read_as_the_library_reads_it(self):
+        base = os.environ.get("GPUPOOL_CONF", "")
+        cases = [  # GPUPOOL_CONF's end: the last entry of a key counts, C's white space trimmed
+            ("max_split_size_mb:100,max_split_size_mb:inf", -1),
+            ("max_split_size_mb:100, max_split_size_mb : unlimited", -1),
+            ("max_split_size_mb:inf,max_split_size_mb:100", 100 * MiB),
+            (" max_split_size_mb\t:\v64 \n", 64 * MiB),
+            ("max_split_size_mb:64.5", -1),  # refused by the library (no pool): the default
+        ]
+        for conf, expected in cases:
+            with environ(GPUPOOL_CONF=f"{base},{conf}"):
+                s = gpupool.memory_stats(13)
+            self.assertEqual(s["max_split_size"], expected, conf)
+            self.assertEqual("oversize_segments.current" in s, expected == -1, conf)
+
+    def test_max_split_size_is_what_the_pool_does(self):
+        """In a fresh process per GPUPOOL_CONF: a cached 50 MiB block serves a
+        10 MiB request only when max_split_size_mb (the library's reading)
+        is unlimited; memory_stats' max_split_size must say the same."""
+        code = ("import gpupool\nfrom gpupool import _lib\nL = _lib.lib()\n"
+                "p = L.gpupool_torch_malloc(50 << 20, 0, None)\n"
+                "L.gpupool_torch_free(p, 0, 0, None)\n"
+                "assert L.gpupool_torch_malloc(10 << 20, 0, None)\n"
+                "s = gpupool.memory_stats(0)\n"
+                "print(s['num_device_alloc'], s['max_split_size'])\n")
+        for conf in ("max_split_size_mb:40,max_split_size_mb:inf",
+                     "max_split_size_mb:inf, max_split_size_mb :\t40"):
+            env = dict(os.environ, GPUPOOL_CONF=f"backend:host,host_capacity_mb:128,{conf}")
+            out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                                 env=env, check=True).stdout.split()
+            device_allocs, max_split = int(out[0]), int(out[1])
+            self.assertEqual(max_split == -1, device_allocs == 1, (conf, out))
+
+
+def summary_stats(**values):
+    """A memory_stats() dict of zeros with PyTorch's keys, values set from
+    name=(all, large_pool, small_pool) tuples of (current, peak, allocated,
+    freed)."""
+    stats = dict.fromkeys(TORCH_KEYS, 0)
+    stats["max_split_size"] = -1
+    for name, kinds in values.items():
+        if isinstance(kinds, int):
+            stats[name] = kinds
+            continue
+        for kind, fields in zip(("all", "large_pool", "small_pool"), kinds):
+            for field, v in zip(("current", "peak", "allocated", "freed"), fields):
+                stats[f"{name}.{kind}.{field}"] = v
+    return stats
+
+
+class Summary(unittest.TestCase):
+    """memory_summary's table is torch.cuda.memory_summary's for the same
+    stats: every cell of a column in the unit its "all" row picks (up a unit
+    from 768 of it; counts from 750 thousand), values truncated, PyTorch's
+    labels and widths."""
+    GiB = 1 << 30
+    STATS = summary_stats(
+        num_ooms=2, num_alloc_retries=7,
+        allocated_bytes=((3 * MiB + 3072, 3 * MiB + 3072, 5 * GiB + 3072, 5 * GiB - 3 * MiB),
+                         (3 * MiB, 3 * MiB, 5 * GiB, 5 * GiB - 3 * MiB), (3072, 3072, 3072, 0)),
+        reserved_bytes=((22 * MiB, 22 * MiB, 22 * MiB, 0), (20 * MiB, 20 * MiB, 20 * MiB, 0),
+                        (2 * MiB, 2 * MiB, 2 * MiB, 0)),
+        allocation=((4, 1000004, 1234567, 1234563), (1, 1000001, 1000000, 999999),
+                    (3, 3, 234567, 234564)))
+
+    def test_table_of_fixed_stats(self):
+        lines = gpupool._stats._summary_table(self.STATS, 5)
+        expected = [
+            "|            CUDA OOMs: 2            |        cudaMalloc retries: 7         |",
+            "|        Metric         | Cur Usage  | Peak Usage | Tot Alloc  | Tot Freed  |",
+            "| Allocated memory      |   3075 KiB |   3075 KiB |   5120 MiB |   5117 MiB |",
+            "|       from large pool |   3072 KiB |   3072 KiB |   5120 MiB |   5117 MiB |",
+            "|       from small pool |      3 KiB |      3 KiB |      0 MiB |      0 MiB |",
+            "| Active memory         |      0 B   |      0 B   |      0 B   |      0 B   |",
+            "| GPU reserved memory   |  22528 KiB |  22528 KiB |  22528 KiB |      0 B   |",
+            "|       from small pool |   2048 KiB |   2048 KiB |   2048 KiB |      0 B   |",
+            "| Allocations           |       4    |    1000 K  |    1234 K  |    1234 K  |",
+            "|       from large pool |       1    |    1000 K  |    1000 K  |     999 K  |",
+            "|       from small pool |       3    |       0 K  |     234 K  |     234 K  |",
+            "| GPU reserved segments |       0    |       0    |       0    |       0    |",
+            "| Oversize allocations  |       0    |       0    |       0    |       0    |",
+            "| Oversize GPU segments |       0    |       0    |       0    |       0    |",
+        ]
+        for line in expected:
+            self.assertIn(line, lines)
+        self.assertEqual(lines[0], "|" + "=" * 75 + "|")
+        self.assertEqual(lines[-1], "|" + "=" * 75 + "|")
+        self.assertEqual(lines[1], "|" + " " * 23 + "gpupool memory summary, device ID 5" +
+                         " " * 17 + "|")  # the device ID where PyTorch has it
+        self.assertEqual({len(line) for line in lines}, {77})
+        self.assertEqual(len(lines), 6 + 9 * 4 + 2 * 2 + 1)  # PyTorch's line count
+        # The groups in PyTorch's order, each under a rule.
+        labels = [i for i, line in enumerate(lines) if line.startswith("| ") and line[2] != " "]
+        self.assertTrue(all(set(lines[i - 1]) == {"|", "-"} for i in labels))
+        self.assertEqual([lines[i][2:23].rstrip() for i in labels], [
+            "Allocated memory", "Active memory", "Requested memory", "GPU reserved memory",
+            "Non-releasable memory", "Allocations", "Active allocs", "GPU reserved segments",
+            "Non-releasable allocs", "Oversize allocations", "Oversize GPU segments"])
+
+    def test_abbreviated_and_without_oversize(self):
+        stats = {k: v for k, v in self.STATS.items() if not k.startswith("oversize_")}
+        stats["max_split_size"] = 512 * MiB  # the pool does not count oversize blocks then
+        lines = gpupool._stats._summary_table(stats, 0, abbreviated=True)
+        self.assertNotIn("from large pool", "".join(lines))
+        self.assertNotIn("Oversize", "".join(lines))
+        self.assertIn(
+            "| Allocated memory      |   3075 KiB |   3075 KiB |   5120 MiB |   5117 MiB |", lines)
+        self.assertEqual(len(lines), 6 + 9 * 2 + 1)
+
+    def test_live_pool(self):
+        d = 15
+        small = [malloc(1000, d) for _ in range(3)]  # 1024 each
+        big = malloc(3 * MiB, d)
+        text = gpupool.memory_summary(d)
+        lines = text.splitlines()
+        self.assertIn(
+            "|       from small pool |      3 KiB |      3 KiB |      3 KiB |      0 B   |", lines)
+        self.assertIn("cudaMalloc retries: 0", text)
+        self.assertIn("| gpupool (pool torch, host, bfc)", text)
+        self.assertEqual(lines[:len(lines) - 4],
+                         gpupool._stats._summary_table(gpupool.memory_stats(d), d))
+        for p in small + [big]:
+            free(p, d)
+
 
 class Tags(unittest.TestCase):
     def test_tags(self):
@@ -230,6 +388,27 @@ class Tags(unittest.TestCase):
             gpupool._stats.raw_stats = real
         self.assertEqual(gpupool.memory_allocated_by_tag(d)["untagged"], 0)
         free(p, d)
+
+    def test_untagged_is_reserved(self):
+        d = 14
+        with self.assertRaisesRegex(ValueError, "'untagged' is reserved"):
+            with gpupool.tag("untagged"):
+                malloc(MiB, d)  # never reached: its bytes would vanish from the table
+        with self.assertRaisesRegex(ValueError, "reserved"):
+            gpupool.tag("untagged")(lambda: None)  # as a decorator too
+        self.assertIsNone(gpupool.current_tag())
+        # Pushed from C, the name cannot be refused: its bytes count in "untagged".
+        self.assertEqual(L.gpupool_tag_push(b"untagged"), 0)
+        try:
+            p = malloc(MiB, d)
+        finally:
+            L.gpupool_tag_pop()
+        u = malloc(512, d)
+        by_tag = gpupool.memory_allocated_by_tag(d)
+        self.assertEqual(by_tag["untagged"], MiB + 512)
+        self.assertEqual(by_tag["untagged"], gpupool.memory_allocated(d))
+        free(p, d)
+        free(u, d)
 
     def test_tag_exits_on_exception(self):
         with self.assertRaises(KeyError):
@@ -494,6 +673,50 @@ class FreshProcess(unittest.TestCase):
                          ["[] {'segments': [], 'device_traces': []}",
                           "{'segments': [], 'device_traces': []}"])
 
+    def test_other_is_the_overflow_bucket(self):
+        """docs/python.md: the name "other" is the bucket of the names past the
+        15th (it takes none of the 15), and current_tag() inside a 16th name
+        says "other". A fresh process: the tag table is the process's."""
+        code = ("import gpupool\nfrom gpupool import _lib\nL = _lib.lib()\n"
+                "with gpupool.tag('other'):\n"
+                "    a = L.gpupool_torch_malloc(1 << 20, 0, None)\n"
+                "for i in range(15):\n"
+                "    with gpupool.tag(f't{i}'):\n"
+                "        pass\n"
+                "with gpupool.tag('t15'):\n"
+                "    print(gpupool.current_tag())\n"
+                "    b = L.gpupool_torch_malloc(2 << 20, 0, None)\n"
+                "by_tag = gpupool.memory_allocated_by_tag(0)\n"
+                "print(by_tag['other'], 't14' in by_tag, 't15' in by_tag)\n")
+        self.assertEqual(self.run_code(code).split(), ["other", str(3 * MiB), "True", "False"])
+
+    def test_a_named_library_that_cannot_load_is_an_error(self):
+        """GPUPOOL_LIBRARY that cannot be loaded is an error, not skipped for
+        the copy the package was installed with; a shared object that is not
+        gpupool is said to be one."""
+        code = ("import gpupool\ntry:\n    gpupool.memory_stats(0)\n"
+                "except gpupool.GpupoolError as e:\n    print(e)\n"
+                "else:\n    print('loaded', gpupool.library_path())\n")
+        with tempfile.TemporaryDirectory() as tmp:
+            installed = os.path.join(tmp, "gpupool")  # the package as pip installs it
+            shutil.copytree(os.path.dirname(gpupool.__file__), installed,
+                            ignore=shutil.ignore_patterns("__pycache__"))
+            shutil.copy(_lib.loaded_path(), os.path.join(installed, "libgpupool.so"))
+            text = os.path.join(tmp, "hostname")
+            with open(text, "w") as f:
+                f.write("localhost\n")
+            libc = loaded_libc()
+            out = self.run_code(code, PYTHONPATH=tmp, GPUPOOL_LIBRARY=text)
+            self.assertTrue(out.startswith(f"gpupool: cannot load {text}: "), out)
+            self.assertEqual(self.run_code(code, PYTHONPATH=tmp, GPUPOOL_LIBRARY=libc).strip(),
+                             f"gpupool: {libc} is not a gpupool library (it has no "
+                             "gpupool_last_error)")
+            env = dict(os.environ, PYTHONPATH=tmp)
+            env.pop("GPUPOOL_LIBRARY")
+            out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                                 env=env, check=True).stdout.strip()
+            self.assertEqual(out, f"loaded {os.path.join(installed, 'libgpupool.so')}")
+
     def test_library_path_is_the_one_loaded(self):
         code = ("import gpupool, os\n"
                 "gpupool.memory_allocated(0)\n"
@@ -501,6 +724,43 @@ class FreshProcess(unittest.TestCase):
                 "os.environ['GPUPOOL_LIBRARY'] = '/nonexistent/libgpupool.so'\n"
                 "print(gpupool.library_path() == before, os.path.isfile(before))\n")
         self.assertEqual(self.run_code(code).split(), ["True", "True"])
+
+
+class BuildBackend(unittest.TestCase):
+    """python/_gpupool_build.py, what `pip install ./python` runs: it copies
+    GPUPOOL_LIBRARY into the wheel, and refuses a file that is not an ELF
+    shared object exporting gpupool's C API."""
+
+    def build(self, library):
+        with tempfile.TemporaryDirectory() as out, environ(GPUPOOL_LIBRARY=library):
+            name = _gpupool_build.build_wheel(out)
+            with zipfile.ZipFile(os.path.join(out, name)) as wheel:
+                return wheel.namelist()
+
+    def test_refuses_what_is_not_a_gpupool_library(self):
+        with tempfile.TemporaryDirectory() as tmp:
+            text = os.path.join(tmp, "hostname")
+            with open(text, "w") as f:
+                f.write("localhost\n")
+            executable = os.path.join(tmp, "exec")  # an ELF header of e_type ET_EXEC
+            with open(executable, "wb") as f:
+                f.write(b"\x7fELF\x02\x01\x01" + bytes(9) + b"\x02\x00" + bytes(46) +
+                        b"gpupool_last_error\0")
+            empty = os.path.join(tmp, "empty.so")
+            open(empty, "wb").close()
+            for path in (text, executable, empty):
+                with self.assertRaisesRegex(RuntimeError, f"GPUPOOL_LIBRARY={path}: not an ELF "
+                                            "shared object"):
+                    self.build(path)
+        libc = loaded_libc()
+        with self.assertRaisesRegex(RuntimeError, f"GPUPOOL_LIBRARY={libc}: not a gpupool "
+                                    r"library \(it has no gpupool_last_error\)"):
+            self.build(libc)
+        with self.assertRaisesRegex(RuntimeError, "no such file"):
+            self.build("/nonexistent/libgpupool.so")
+
+    def test_takes_the_library(self):
+        self.assertIn("gpupool/libgpupool.so", self.build(_lib.loaded_path()))
 
 
 class Import(unittest.TestCase):
