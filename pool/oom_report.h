@@ -39,8 +39,8 @@ typedef struct oom_explanation {
   uint64_t expandable_low, expandable_high; /* bytes the pool would hold with it (bounds) */
   uint64_t expandable_room;                 /* device memory it could have used */
   uint64_t split_limit_mb;                  /* the max_split_size_mb suggested (0: none) */
-  uint64_t split_at_most;       /* bytes left in splits with it: free in smaller split segments */
-  uint64_t split_unstranded;    /* free bytes now inside split segments of that size or more */
+  uint64_t split_at_most;    /* bytes left in splits with it: free in smaller split segments */
+  uint64_t split_unstranded; /* free bytes now inside split segments of that size or more */
   /* bytes others must free for it to fit (0: none needed, or, with
    * outside_not_enough, all they hold would not do) */
   uint64_t free_outside_to_fit;
