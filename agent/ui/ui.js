@@ -430,7 +430,11 @@ function adviceFind(data) {
     } else if (Array.isArray(v)) v.slice(0, 50).forEach((x, i) => walk(x, path.concat(String(i)), depth + 1));
     else if (typeof v === "object") {
       // the advisor's "recommended" before its "current" and "candidates"
-      const keys = Object.keys(v).slice(0, 100);
+      // has_recommendation false: "recommended" is the current configuration's
+      // entry, nothing to copy
+      const keys = Object.keys(v)
+        .slice(0, 100)
+        .filter((k) => !(v.has_recommendation === false && k === "recommended"));
       keys.sort((x, y) => /^recommend/i.test(y) - /^recommend/i.test(x));
       for (const k of keys) walk(v[k], path.concat(k), depth + 1);
     }
