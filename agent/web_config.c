@@ -487,6 +487,18 @@ static void add_item(char *s, size_t len, const char *item) {
   snprintf(s + n, len - n, ":+%s", item);
 }
 
+/* Nonzero, with the loader's error, when GnuTLS refuses priority string p. */
+static int priority_refused(loader *l, const char *p) {
+  gnutls_priority_t prio;
+  const char *pos = NULL;
+  int rc = gnutls_priority_init(&prio, p, &pos);
+  if (rc != GNUTLS_E_SUCCESS)
+    return fail(l, NULL, "tls_server_config: GnuTLS refuses the priority string '%s' at '%s': %s",
+                p, pos ? pos : "?", gnutls_strerror(rc));
+  gnutls_priority_deinit(prio);
+  return 0;
+}
+
 /* Whether the server certificate's key can sign for a TLS 1.2 key exchange
  * of suites[]: ECDSA suites want an elliptic-curve key, the others RSA. */
 static int key_serves(const web_config *c, const char *kx) {
@@ -513,13 +525,8 @@ static int suite_priorities(loader *l, const size_t *row, const char *groups) {
     snprintf(p, sizeof p,
              "NORMAL:-VERS-ALL:+VERS-TLS1.2:-KX-ALL:-CIPHER-ALL:-MAC-ALL:+%s:+%s:+%s%s",
              suites[row[i]].kx, suites[row[i]].cipher, suites[row[i]].mac, groups);
-    gnutls_priority_t prio;
-    const char *pos = NULL;
-    int rc = gnutls_priority_init(&prio, p, &pos);
-    if (rc != GNUTLS_E_SUCCESS)
-      return fail(l, NULL, "tls_server_config: GnuTLS refuses the priority string '%s' at '%s': %s",
-                  p, pos ? pos : "?", gnutls_strerror(rc));
-    gnutls_priority_deinit(prio);
+    if (priority_refused(l, p))
+      return -1;
     if (!(c->tls12_priority[i] = strdup(p)))
       return fail(l, NULL, "out of memory");
   }
@@ -612,13 +619,8 @@ static int build_priorities(loader *l) {
   char *sp = strstr(p, ":+%");
   if (sp)
     memmove(sp + 1, sp + 2, strlen(sp + 2) + 1);
-  gnutls_priority_t prio;
-  const char *pos = NULL;
-  int rc = gnutls_priority_init(&prio, p, &pos);
-  if (rc != GNUTLS_E_SUCCESS)
-    return fail(l, NULL, "tls_server_config: GnuTLS refuses the priority string '%s' at '%s': %s",
-                p, pos ? pos : "?", gnutls_strerror(rc));
-  gnutls_priority_deinit(prio);
+  if (priority_refused(l, p))
+    return -1;
   l->cfg->priorities = strdup(p);
   return l->cfg->priorities ? 0 : fail(l, NULL, "out of memory");
 }

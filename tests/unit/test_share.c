@@ -42,6 +42,21 @@ static void sockets(int sv[2]) {
   sockets_of(SOCK_STREAM, sv);
 }
 
+/* Exports x over a new socket pair (sv) and imports it at the other end:
+ * the importer's address. */
+static void *export_import(gpupool *p, void *x, int sv[2], gpupool_export **ex,
+                           gpupool_import **im) {
+  sockets(sv);
+  *ex = NULL;
+  cr_assert_eq(gpupool_share_export(p, x, sv[0], ex), GPUPOOL_OK, "%s", gpupool_last_error());
+  void *y = NULL;
+  size_t got = 0;
+  *im = NULL;
+  cr_assert_eq(gpupool_share_import(sv[1], 0, &y, &got, im), GPUPOOL_OK, "%s",
+               gpupool_last_error());
+  return y;
+}
+
 static uint32_t word(size_t i, uint32_t seed) {
   return (uint32_t)(i * 2654435761u) ^ seed;
 }
@@ -201,14 +216,9 @@ Test(share, free_while_exported_is_deferred) {
   size_t size = 8 * MiB;
   void *x = take(p, size);
   int sv[2];
-  sockets(sv);
-  gpupool_export *ex = NULL;
-  cr_assert_eq(gpupool_share_export(p, x, sv[0], &ex), GPUPOOL_OK, "%s", gpupool_last_error());
-  void *y = NULL;
-  size_t got = 0;
-  gpupool_import *im = NULL;
-  cr_assert_eq(gpupool_share_import(sv[1], 0, &y, &got, &im), GPUPOOL_OK, "%s",
-               gpupool_last_error());
+  gpupool_export *ex;
+  gpupool_import *im;
+  void *y = export_import(p, x, sv, &ex, &im);
   fill(y, size, 0xabc);
 
   cr_assert_eq(gpupool_free(p, x), GPUPOOL_OK, "%s", gpupool_last_error());
@@ -254,14 +264,9 @@ Test(share, free_while_exported_counts_when_called) {
   size_t size = 8 * MiB;
   void *x = take(p, size);
   int sv[2];
-  sockets(sv);
-  gpupool_export *ex = NULL;
-  cr_assert_eq(gpupool_share_export(p, x, sv[0], &ex), GPUPOOL_OK, "%s", gpupool_last_error());
-  void *y = NULL;
-  size_t got = 0;
-  gpupool_import *im = NULL;
-  cr_assert_eq(gpupool_share_import(sv[1], 0, &y, &got, &im), GPUPOOL_OK, "%s",
-               gpupool_last_error());
+  gpupool_export *ex;
+  gpupool_import *im;
+  export_import(p, x, sv, &ex, &im);
 
   cr_assert_eq(gpupool_free(p, x), GPUPOOL_OK, "%s", gpupool_last_error());
   gpupool_stats s = pc_stats(p);
@@ -306,14 +311,9 @@ Test(share, streams_recorded_before_the_export_hold_the_freed_block) {
   gpupool_host_stream *other = gpupool_host_stream_create();
   cr_assert_eq(gpupool_record_stream(p, x, other), GPUPOOL_OK, "%s", gpupool_last_error());
   int sv[2];
-  sockets(sv);
-  gpupool_export *ex = NULL;
-  cr_assert_eq(gpupool_share_export(p, x, sv[0], &ex), GPUPOOL_OK, "%s", gpupool_last_error());
-  void *y = NULL;
-  size_t got = 0;
-  gpupool_import *im = NULL;
-  cr_assert_eq(gpupool_share_import(sv[1], 0, &y, &got, &im), GPUPOOL_OK, "%s",
-               gpupool_last_error());
+  gpupool_export *ex;
+  gpupool_import *im;
+  export_import(p, x, sv, &ex, &im);
   cr_assert_eq(gpupool_free(p, x), GPUPOOL_OK, "%s", gpupool_last_error());
   gpupool_host_stream_enqueue(other); /* work queued after the free: waited for too */
   cr_assert_eq(gpupool_share_release(im), GPUPOOL_OK);
@@ -348,14 +348,9 @@ Test(share, destroy_orphans_the_export) {
   gpupool *p = share_pool();
   void *x = take(p, 4 * MiB);
   int sv[2];
-  sockets(sv);
-  gpupool_export *ex = NULL;
-  cr_assert_eq(gpupool_share_export(p, x, sv[0], &ex), GPUPOOL_OK, "%s", gpupool_last_error());
-  void *y = NULL;
-  size_t got = 0;
-  gpupool_import *im = NULL;
-  cr_assert_eq(gpupool_share_import(sv[1], 0, &y, &got, &im), GPUPOOL_OK, "%s",
-               gpupool_last_error());
+  gpupool_export *ex;
+  gpupool_import *im;
+  export_import(p, x, sv, &ex, &im);
   gpupool_destroy(p);
   int ended = 0;
   cr_assert_eq(gpupool_share_wait(ex, 0, &ended), GPUPOOL_OK, "%s", gpupool_last_error());
