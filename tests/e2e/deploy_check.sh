@@ -199,6 +199,20 @@ df = open(os.path.join(d, "Dockerfile")).read()
 expect(re.search(rf"^EXPOSE {PORT}$", df, re.M), "Dockerfile: no EXPOSE 9477")
 expect(f"GPUPOOL_AGENT_CONF=listen:0.0.0.0:{PORT}" in df, "Dockerfile: agent not on 0.0.0.0:9477")
 expect("examples/gpupool-demo" in df, "Dockerfile: does not install examples/gpupool-demo")
+# Every library CMakeLists.txt requires (pkg_check_modules ... REQUIRED) is
+# installed in the build stage, and its runtime package in the final one.
+debian = {"libmicrohttpd": ("libmicrohttpd-dev", "libmicrohttpd12"),
+          "libcjson": ("libcjson-dev", "libcjson1"), "gnutls": ("libgnutls28-dev", "libgnutls30"),
+          "yaml-0.1": ("libyaml-dev", "libyaml-0-2"), "libcrypt": ("libcrypt-dev", "libcrypt1")}
+cmake = open(os.path.join(root, "CMakeLists.txt")).read()
+_, build_stage, final_stage = re.split(r"^FROM ", df, maxsplit=2, flags=re.M)
+for module in re.findall(r"pkg_check_modules\(\w+ REQUIRED IMPORTED_TARGET ([\w.-]+)\)", cmake):
+    expect(module in debian, f"Dockerfile check: no Debian packages known for {module}")
+    dev, run = debian.get(module, ("?", "?"))
+    expect(re.search(rf"\b{re.escape(dev)}\b", build_stage),
+           f"Dockerfile: the build stage does not install {dev} ({module})")
+    expect(re.search(rf"\b{re.escape(run)}\b", final_stage),
+           f"Dockerfile: the final stage does not install {run} ({module})")
 
 if bad:
     sys.exit("\n".join(bad))
