@@ -416,14 +416,35 @@ function remedies(r, detail) {
 // shown to copy; otherwise the top-level scalars as a table. Never throws.
 const ADVICE_KEYS = /^(recommended|recommendation|gpupool_conf|pytorch_conf|pytorch_cuda_alloc_conf|conf)$/i;
 
+// The agent's own /advice: {pools: [{pool, device, has_recommendation,
+// recommended: {gpupool_conf, saved_bytes}, ...}]}. One line per pool, named;
+// a pool without a recommendation, or whose recommendation is the defaults
+// (an empty GPUPOOL_CONF), gets a line of text and nothing to copy.
+function advicePools(data) {
+  if (!data || !Array.isArray(data.pools) || !data.pools.length) return null;
+  if (!data.pools.every((p) => p && typeof p === "object" && typeof p.pool === "string")) return null;
+  return data.pools.slice(0, 64).map((p) => {
+    const label = p.pool + " (device " + p.device + ")";
+    const rec = p.recommended && typeof p.recommended === "object" ? p.recommended : null;
+    if (p.error) return { label, note: "no advice: " + p.error };
+    if (p.has_recommendation === false || !rec) return { label, note: "no recommendation" };
+    const saved = rec.saved_bytes > 0 ? "saves " + fmtBytes(rec.saved_bytes) + " of peak reserved" : "";
+    if (typeof rec.gpupool_conf !== "string" || rec.gpupool_conf === "")
+      return { label, note: "the defaults (an empty GPUPOOL_CONF)" + (saved ? ": " + saved : "") };
+    return { label, text: rec.gpupool_conf, note: saved };
+  });
+}
+
 function adviceFind(data) {
+  const pools = advicePools(data);
+  if (pools) return pools;
   const found = [];
   const seen = new Set();
   const walk = (v, path, depth) => {
     if (found.length >= 4 || depth > 5 || v === null) return;
     if (typeof v === "string") {
       const key = path.length ? path[path.length - 1] : "";
-      if ((ADVICE_KEYS.test(key) || v.includes("GPUPOOL_CONF")) && !seen.has(v)) {
+      if ((ADVICE_KEYS.test(key) || v.includes("GPUPOOL_CONF")) && v !== "" && !seen.has(v)) {
         seen.add(v);
         found.push({ label: path.join("."), text: v });
       }
@@ -448,6 +469,11 @@ function adviceView(data) {
   try {
     for (const r of adviceFind(data)) {
       const row = el("div", { class: "advice-rec" });
+      if (r.text === undefined) {
+        row.append(el("span", { class: "advice-key" }, r.label), el("span", { class: "advice-note" }, r.note));
+        box.append(row);
+        continue;
+      }
       const code = el("code", {}, r.text);
       const copy = el("button", { type: "button", title: "copy to the clipboard" }, "copy");
       copy.addEventListener("click", () => {
@@ -457,6 +483,7 @@ function adviceView(data) {
         else sel();
       });
       row.append(el("span", { class: "advice-key" }, r.label || "recommendation"), code, copy);
+      if (r.note) row.append(el("span", { class: "advice-note" }, r.note));
       box.append(row);
     }
     const top = Array.isArray(data) ? data[data.length - 1] : data;
@@ -465,7 +492,7 @@ function adviceView(data) {
       for (const k of Object.keys(top).slice(0, 40)) {
         const v = top[k];
         if (v !== null && typeof v === "object") continue;
-        const text = String(v);
+        const text = typeof v === "number" && !Number.isInteger(v) ? v.toFixed(2) : String(v);
         const tr = el("tr");
         tr.append(el("th", {}, k), el("td", {}, text.length > 300 ? text.slice(0, 300) + "…" : text));
         table.append(tr);

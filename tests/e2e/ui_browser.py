@@ -276,6 +276,23 @@ def check_advice_view(b):
         else:
             check(got["text"] != "", "advice view: %s renders without a recommendation (%d rows)"
                   % (json.dumps(doc)[:60], got["rows"]))
+    # The agent's own /advice: a line per pool, named; nothing to copy where
+    # there is no recommendation or it is the defaults (an empty GPUPOOL_CONF).
+    agent_doc = {"computed_at": 1.5, "pools": [
+        {"pool": "a", "device": 0, "has_recommendation": True,
+         "recommended": {"gpupool_conf": "expandable_segments:True", "saved_bytes": 1048576}},
+        {"pool": "b", "device": 1, "has_recommendation": False, "recommended": {"gpupool_conf": "x"}},
+        {"pool": "c", "device": 0, "has_recommendation": True, "recommended": {"gpupool_conf": ""}}]}
+    got = b.eval("(() => { const v = gpupoolUI.adviceView(%s);"
+                 " return {codes: [...v.querySelectorAll('code')].map((c) => c.textContent),"
+                 " copies: v.querySelectorAll('button').length, text: v.textContent}; })()"
+                 % json.dumps(agent_doc))
+    check(got["codes"] == ["expandable_segments:True"] and got["copies"] == 1,
+          "advice view, the agent's shape: one line to copy, pool a's (%s)" % got["codes"])
+    for want in ("a (device 0)", "b (device 1)", "no recommendation", "c (device 0)",
+                 "the defaults", "saves 1.00 MiB"):
+        check(want in got["text"], "advice view, the agent's shape: '%s' not shown (%s)"
+              % (want, got["text"][:200]))
 
 
 TAG_PIXELS_JS = """(() => {
