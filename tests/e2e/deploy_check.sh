@@ -131,9 +131,19 @@ for name, m in (("servicemonitor", sm), ("podmonitor", pm)):
     expect(m["metadata"]["labels"].get("release") == release,
            f"{name}: release label differs from the PrometheusRule's")
 
-kust = load("k8s/kustomization.yaml")
-for r in kust["resources"]:
-    expect(os.path.exists(os.path.join(d, "k8s", r)), f"kustomization: no {r}")
+# Every kustomization: its resources and patches exist, and no resource is a
+# folder that holds the kustomization itself (kustomize refuses that as a
+# cycle: an overlay must sit beside its base, not inside it).
+for kdir, _, files in os.walk(d):
+    if "kustomization.yaml" not in files:
+        continue
+    kust = yaml.safe_load(open(os.path.join(kdir, "kustomization.yaml")))
+    name = os.path.relpath(kdir, d)
+    for r in kust.get("resources", []) + [p["path"] for p in kust.get("patches", [])]:
+        target = os.path.normpath(os.path.join(kdir, r))
+        expect(os.path.exists(target), f"{name}/kustomization.yaml: no {r}")
+        expect(not (os.path.isdir(target) and (kdir + os.sep).startswith(target + os.sep)),
+               f"{name}/kustomization.yaml: resource {r} holds the overlay itself (a cycle)")
 
 # Plain Prometheus on Kubernetes: the annotations it keeps and rewrites.
 pk = load("prometheus/prometheus-kubernetes.yml")
