@@ -12,6 +12,7 @@
 #include "core/clock.h"
 #include "pool/pool_view.h"
 #include "pool/registry.h"
+#include "pool/segment.h"
 
 #define DEFAULT_MAX_AGE_S   60.0
 #define DEADLINE_S          5.0 /* the whole request: all pools */
@@ -22,6 +23,7 @@ typedef struct taken_pool {
   char name[128];
   int device;
   char conf[256];
+  uint64_t device_bytes; /* the pool's device, 0 when it has not asked */
   event_ring **rings;
   size_t nrings;
 } taken_pool;
@@ -84,6 +86,7 @@ static void take_pool(gpupool *p, void *arg) {
   }
   snprintf(t->name, sizeof t->name, "%s", gpupool_name(p));
   t->device = gpupool_device(p);
+  t->device_bytes = segment_device_total_known(p);
   advisor_conf_of_pool(p, t->conf, sizeof t->conf);
   c->n++;
 }
@@ -95,7 +98,9 @@ static void result_clear(advice_result *r) {
 }
 
 /* The advice of the pools named only (NULL: every pool) into r; returns how
- * many live pools have that name (0: none, whatever their events). */
+ * many live pools have that name (0: none, whatever their events). Replays
+ * simulate a device of capacity_gib, or with 0 each pool's own device (80 GiB
+ * where the pool has not asked its size yet). */
 static size_t compute(advice_result *r, double capacity_gib, const char *only) {
   taken_pool taken[ADVICE_MAX_POOLS] = {0}; /* names copied whole (memcpy) below */
   take_ctx c = {taken, 0, only, 0};
@@ -112,7 +117,10 @@ static size_t compute(advice_result *r, double capacity_gib, const char *only) {
     free(taken[i].rings);
     if (st == GPUPOOL_OK) {
       double left = DEADLINE_S - (now_s() - t0);
-      gpupool_advice_options o = {.capacity = (uint64_t)(capacity_gib * (1 << 30)),
+      uint64_t own = taken[i].device_bytes ? taken[i].device_bytes
+                                           : (uint64_t)(DEFAULT_CAPACITY_GB * (1 << 30));
+      gpupool_advice_options o = {.capacity =
+                                      capacity_gib > 0 ? (uint64_t)(capacity_gib * (1 << 30)) : own,
                                   .current = taken[i].conf,
                                   .threads = 1, /* leave the job's cores alone */
                                   .max_added_ms = NAN,
@@ -167,7 +175,10 @@ static char *render(const advice_result *r, int json) {
     cJSON_AddNumberToObject(root, "age_s", age);
     cJSON_AddNumberToObject(root, "compute_s", r->compute_s);
     cJSON_AddNumberToObject(root, "deadline_s", DEADLINE_S);
-    cJSON_AddNumberToObject(root, "capacity_gib", r->capacity_gib);
+    if (r->capacity_gib > 0)
+      cJSON_AddNumberToObject(root, "capacity_gib", r->capacity_gib);
+    else /* each pool's own: its capacity_bytes */
+      cJSON_AddNullToObject(root, "capacity_gib");
     cJSON *pools = cJSON_AddArrayToObject(root, "pools");
     for (size_t i = 0; i < r->n; i++) {
       const cached_pool *c = &r->pool[i];
@@ -244,7 +255,7 @@ void advice_endpoint(const endpoint_args *args, endpoint_body *out) {
   }
   double max_age, cap;
   if (number_arg(args, "max_age", 0, 1e9, DEFAULT_MAX_AGE_S, &max_age, out) ||
-      number_arg(args, "capacity_gib", 0.01, 1 << 20, DEFAULT_CAPACITY_GB, &cap, out))
+      number_arg(args, "capacity_gib", 0.01, 1 << 20, 0 /* each pool's device */, &cap, out))
     return;
   const char *only = args->get(args->ctx, "pool");
   if (only && !*only) {

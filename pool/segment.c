@@ -43,10 +43,16 @@ void segment_emit_event(gpupool *p, shard *sh, int type, int flags, uintptr_t ad
 }
 
 size_t segment_device_total(gpupool *p) {
-  size_t free_b, total_b;
-  if (!p->device_total && p->be->ops->mem_info(p->be, &free_b, &total_b) == GPUPOOL_OK)
-    p->device_total = total_b;
-  return p->device_total;
+  size_t free_b, total_b, total = segment_device_total_known(p);
+  if (!total && p->be->ops->mem_info(p->be, &free_b, &total_b) == GPUPOOL_OK) {
+    total = total_b;
+    __atomic_store_n(&p->device_total, total, __ATOMIC_RELAXED); /* the agent reads it */
+  }
+  return total;
+}
+
+size_t segment_device_total_known(const gpupool *p) {
+  return __atomic_load_n(&p->device_total, __ATOMIC_RELAXED);
 }
 
 /* The address range of a large segment of an expandable pool: as much as the

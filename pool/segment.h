@@ -13,6 +13,9 @@
  * backend cannot say). Not remembered as a device reading for OOM reports:
  * asked at the first slow path, it would be a stale one by then. */
 size_t segment_device_total(gpupool *p);
+/* The device's memory if the pool has asked already, else 0: no device
+ * call, from any thread (the agent's advice sizes its replays with it). */
+size_t segment_device_total_known(const gpupool *p);
 /* A new segment of size bytes for shard sh, as one free block; not yet in
  * the shard (shard_add_segment). */
 gpupool_status segment_create(gpupool *p, shard *sh, size_t size, int large, segment **out);

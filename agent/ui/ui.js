@@ -491,7 +491,7 @@ function adviceView(data) {
     if (top && typeof top === "object" && !Array.isArray(top))
       for (const k of Object.keys(top).slice(0, 40)) {
         const v = top[k];
-        if (v !== null && typeof v === "object") continue;
+        if (v === null || typeof v === "object") continue;
         const text = typeof v === "number" && !Number.isInteger(v) ? v.toFixed(2) : String(v);
         const tr = el("tr");
         tr.append(el("th", {}, k), el("td", {}, text.length > 300 ? text.slice(0, 300) + "…" : text));

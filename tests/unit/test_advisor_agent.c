@@ -148,6 +148,33 @@ Test(advisor_agent, saved_trace_replays_exactly) {
   gpupool_history_free(h);
 }
 
+/* Without capacity_gib each pool's replays simulate its own device (here the
+ * host backend's 256 MiB), not a fixed 80 GiB; capacity_gib sets one size. */
+Test(advisor_agent, replays_on_the_pools_own_device) {
+  gpupool *small;
+  gpupool_options po = {.name = "small",
+                        .backend = GPUPOOL_BACKEND_HOST,
+                        .host_capacity = 256 * MiB,
+                        .ignore_env = 1};
+  cr_assert_eq(gpupool_create(&po, &small), GPUPOOL_OK, "%s", gpupool_last_error());
+  for (int i = 0; i < 20; i++) {
+    void *x;
+    cr_assert_eq(gpupool_malloc(small, &x, (size_t)(i + 1) * MiB, NULL), GPUPOOL_OK);
+    cr_assert_eq(gpupool_free(small, x), GPUPOOL_OK);
+  }
+  cJSON *doc = get_json("/advice?pool=small");
+  cr_expect(cJSON_IsNull(cJSON_GetObjectItem(doc, "capacity_gib")), "each pool's own device");
+  cr_expect_eq(cJSON_GetObjectItem(pool_of(doc, "small"), "capacity_bytes")->valuedouble,
+               (double)(256 * MiB));
+  cJSON_Delete(doc);
+  doc = get_json("/advice?pool=small&capacity_gib=1");
+  cr_expect_eq(cJSON_GetObjectItem(doc, "capacity_gib")->valuedouble, 1.0);
+  cr_expect_eq(cJSON_GetObjectItem(pool_of(doc, "small"), "capacity_bytes")->valuedouble,
+               (double)(1024 * MiB));
+  cJSON_Delete(doc);
+  gpupool_destroy(small);
+}
+
 Test(advisor_agent, bad_parameters) {
   const char *bad[] = {"/advice?format=xml",
                        "/advice?max_age=-1",
