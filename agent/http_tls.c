@@ -94,25 +94,29 @@ static int verify_client(gnutls_session_t s) {
   return 0;
 }
 
-/* Whether the suite of a TLS 1.2 ServerHello (legacy version, random, session
- * id, then the suite: RFC 5246 7.4.1.3) is one cipher_suites lists. */
-static int chosen_suite_listed(const web_config *c, const gnutls_datum_t *hello) {
-  size_t at = 2 + 32;
-  if (!hello || hello->size <= at || hello->size < at + 1 + hello->data[at] + 2)
-    return 0;
-  at += 1 + hello->data[at];
-  return web_config_tls12_suite_allowed(c, hello->data + at);
-}
-
-/* Keeps the suites a ClientHello offers (legacy version, random, session id,
- * then the suites: RFC 5246 7.4.1.2); a malformed hello keeps none. */
-static void keep_offered(tls_conn *t, const gnutls_datum_t *hello) {
-  t->noffered = 0;
+/* Where a hello's suites begin: after its legacy version, random and session
+ * id (RFC 5246 7.4.1.2, 7.4.1.3), with at least two bytes there; 0 when the
+ * hello is too short. */
+static size_t suites_at(const gnutls_datum_t *hello) {
   size_t at = 2 + 32;
   if (!hello || hello->size <= at)
-    return;
+    return 0;
   at += 1 + hello->data[at];
-  if (hello->size < at + 2)
+  return hello->size >= at + 2 ? at : 0;
+}
+
+/* Whether the suite of a TLS 1.2 ServerHello is one cipher_suites lists. */
+static int chosen_suite_listed(const web_config *c, const gnutls_datum_t *hello) {
+  size_t at = suites_at(hello);
+  return at && web_config_tls12_suite_allowed(c, hello->data + at);
+}
+
+/* Keeps the suites a ClientHello offers (their length, then the list); a
+ * malformed hello keeps none. */
+static void keep_offered(tls_conn *t, const gnutls_datum_t *hello) {
+  t->noffered = 0;
+  size_t at = suites_at(hello);
+  if (!at)
     return;
   size_t len = (size_t)hello->data[at] << 8 | hello->data[at + 1];
   at += 2;
@@ -127,6 +131,15 @@ static int offered(const tls_conn *t, const unsigned char id[2]) {
     if (!memcmp(t->offered[i], id, 2))
       return 1;
   return 0;
+}
+
+/* The index in cipher_suites of suite id where the key serves it, else
+ * ntls12_suites. */
+static size_t servable(const web_config *c, const unsigned char id[2]) {
+  for (size_t i = 0; i < c->ntls12_suites; i++)
+    if (c->tls12_priority[i] && !memcmp(c->tls12_suites[i], id, 2))
+      return i;
+  return c->ntls12_suites;
 }
 
 /* After the client's hello, before GnuTLS picks a suite: over TLS 1.2 with
@@ -150,11 +163,7 @@ static int choose_tls12_suite(gnutls_session_t s) {
         pick = i;
   } else {
     for (unsigned k = 0; k < t->noffered && pick == c->ntls12_suites; k++)
-      for (size_t i = 0; i < c->ntls12_suites; i++)
-        if (c->tls12_priority[i] && !memcmp(t->offered[k], c->tls12_suites[i], 2)) {
-          pick = i;
-          break;
-        }
+      pick = servable(c, t->offered[k]);
   }
   if (pick == c->ntls12_suites)
     return GNUTLS_E_NO_CIPHER_SUITES;

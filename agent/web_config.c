@@ -499,17 +499,23 @@ static int priority_refused(loader *l, const char *p) {
   return 0;
 }
 
-/* Whether the server certificate's key can sign for a TLS 1.2 key exchange
- * of suites[]: ECDSA suites want an elliptic-curve key, the others RSA. */
-static int key_serves(const web_config *c, const char *kx) {
+/* The public-key algorithm of the server certificate (GNUTLS_PK_UNKNOWN
+ * when it cannot be read). */
+static int cert_pk(const web_config *c) {
   gnutls_x509_crt_t crt;
   gnutls_datum_t d = {(unsigned char *)c->cert_pem, (unsigned)c->cert_len};
   if (gnutls_x509_crt_init(&crt) != 0)
-    return 0;
+    return GNUTLS_PK_UNKNOWN;
   int pk = gnutls_x509_crt_import(crt, &d, GNUTLS_X509_FMT_PEM) == 0
                ? gnutls_x509_crt_get_pk_algorithm(crt, NULL)
                : GNUTLS_PK_UNKNOWN;
   gnutls_x509_crt_deinit(crt);
+  return pk;
+}
+
+/* Whether a key of algorithm pk can sign for a TLS 1.2 key exchange of
+ * suites[]: ECDSA suites want an elliptic-curve key, the others RSA. */
+static int key_serves(int pk, const char *kx) {
   int ec = pk == GNUTLS_PK_ECDSA || pk == GNUTLS_PK_EDDSA_ED25519 || pk == GNUTLS_PK_EDDSA_ED448;
   return strstr(kx, "ECDSA") ? ec : pk == GNUTLS_PK_RSA;
 }
@@ -518,8 +524,9 @@ static int key_serves(const web_config *c, const char *kx) {
  * row[i] its suites[] row. */
 static int suite_priorities(loader *l, const size_t *row, const char *groups) {
   web_config *c = l->cfg;
+  int pk = c->ntls12_suites ? cert_pk(c) : GNUTLS_PK_UNKNOWN; /* read once, not per suite */
   for (size_t i = 0; i < c->ntls12_suites; i++) {
-    if (!key_serves(c, suites[row[i]].kx))
+    if (!key_serves(pk, suites[row[i]].kx))
       continue;
     char p[512];
     snprintf(p, sizeof p,
