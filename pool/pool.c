@@ -257,19 +257,6 @@ static shard *lock_owner(gpupool *p, uintptr_t addr, addrmap_entry **out) {
   return NULL;
 }
 
-/* Records an event on every other stream the block was used on; the block
- * returns to the pool when they complete. */
-static int defer_free(shard *sh, block *b) {
-  if (!shard_record_uses(sh, b))
-    return 0;
-  gp_assert_internal(b->state == BLOCK_ALLOCATED);
-  b->state = BLOCK_PENDING;
-  b->pending_next = sh->pending;
-  sh->pending = b;
-  sh->npending++;
-  return 1;
-}
-
 gpupool_status gpupool_free(gpupool *p, void *ptr) {
   if (!p)
     return pool_fail(GPUPOOL_ERR_INVALID, "gpupool_free: pool is NULL");
@@ -287,7 +274,7 @@ gpupool_status gpupool_free(gpupool *p, void *ptr) {
                      p->cfg.name, ptr);
   block *b = e->val;
   addrmap_erase(&sh->live, e);
-  shard_free(sh, b, b->nstreams && defer_free(sh, b));
+  shard_free(sh, b, b->nstreams && shard_defer_free(sh, b));
   spin_unlock(&sh->lock);
   return GPUPOOL_OK;
 }
@@ -337,7 +324,7 @@ gpupool_status gpupool_record_stream(gpupool *p, void *ptr, void *stream) {
 void pool_free_block(gpupool *p, block *b) {
   shard *sh = b->seg->sh; /* blocks stay in their segment's shard */
   spin_lock(&sh->lock);
-  shard_free(sh, b, b->nstreams && defer_free(sh, b));
+  shard_free(sh, b, b->nstreams && shard_defer_free(sh, b));
   spin_unlock(&sh->lock);
 }
 

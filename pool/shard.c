@@ -675,7 +675,10 @@ static int events_complete(gpupool *p, block *b) {
   return 1;
 }
 
-unsigned shard_record_uses(shard *sh, block *b) {
+/* Records an event on each other stream that allocated block b was used
+ * on (record_stream), in place of the stream; the number recorded, which
+ * the block must wait for before it is free. */
+static unsigned record_uses(shard *sh, block *b) {
   backend *be = sh->pool->be;
   unsigned pending = 0;
   for (unsigned i = 0; i < b->nstreams; i++) {
@@ -713,10 +716,32 @@ void shard_poll_pending(shard *sh) {
   }
 }
 
-void shard_free_held(shard *sh, block *b) {
+/* Allocated block b becomes a pending free (pending_free_blocks counts it;
+ * allocations keep the active peak). */
+static void make_pending(shard *sh, block *b) {
   gp_assert_internal(b->state == BLOCK_ALLOCATED);
   b->state = BLOCK_PENDING;
-  sh->npending++; /* pending_free_blocks counts it; allocations keep the active peak */
+  sh->npending++;
+}
+
+/* Pending block b waits on the pending list for its streams' events. */
+static void wait_on_events(shard *sh, block *b) {
+  gp_assert_internal(b->state == BLOCK_PENDING);
+  b->pending_next = sh->pending;
+  sh->pending = b;
+}
+
+int shard_defer_free(shard *sh, block *b) {
+  gp_assert_internal(b->nstreams);
+  if (!record_uses(sh, b))
+    return 0;
+  make_pending(sh, b);
+  wait_on_events(sh, b);
+  return 1;
+}
+
+void shard_free_held(shard *sh, block *b) {
+  make_pending(sh, b);
   shard_free(sh, b, 1);
 }
 
@@ -724,12 +749,10 @@ void shard_end_held_free(shard *sh, block *b) {
   /* The streams' events are recorded now rather than at the free: none is
    * left behind if the pool is destroyed during the export, and waiting for
    * later work as well is only safer. */
-  if (b->nstreams && shard_record_uses(sh, b)) {
-    b->pending_next = sh->pending; /* npending counts it already */
-    sh->pending = b;
-    return;
-  }
-  complete_free(sh, b);
+  if (b->nstreams && record_uses(sh, b))
+    wait_on_events(sh, b);
+  else
+    complete_free(sh, b);
 }
 
 /* A segment counts (its bytes reserved, a plain one as a device

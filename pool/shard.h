@@ -129,10 +129,12 @@ void shard_unclaim(shard *sh, block *b);
 /* The caller's free of allocated block b: statistics and event; the block
  * returns to the index unless deferred (then it is on the pending list). */
 void shard_free(shard *sh, block *b, int deferred);
-/* Records an event on each other stream that allocated block b was used
- * on (record_stream), in place of the stream; the number recorded, which
- * the block must wait for before it is free. */
-unsigned shard_record_uses(shard *sh, block *b);
+/* Whether the free of allocated block b, used on other streams (nstreams:
+ * callers test it first, keeping the call off the common free), is
+ * deferred: with events recorded on those streams (record_stream) it
+ * becomes pending, on the pending list, and returns to the pool when they
+ * complete (1); with none it is free now (0). */
+int shard_defer_free(shard *sh, block *b);
 /* Returns pending blocks whose events have completed. */
 void shard_poll_pending(shard *sh);
 /* The caller's free of allocated block b while another process still maps
