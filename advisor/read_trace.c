@@ -68,6 +68,16 @@ static int selects(const track *t, const char *sel, int split) {
          !strcmp(at + 1, dev);
 }
 
+/* How many tracks sel selects (selects), the first in *first. */
+static size_t select_tracks(const track *tracks, size_t nt, const char *sel, int split,
+                            size_t *first) {
+  size_t n = 0;
+  for (size_t i = 0; i < nt; i++)
+    if (selects(&tracks[i], sel, split) && n++ == 0)
+      *first = i;
+  return n;
+}
+
 /* "NAME@DEVICE (N allocations), ..." of the tracks sel selects (all: sel NULL). */
 static void list_tracks(const track *tracks, size_t nt, const char *sel, int split, char *list,
                         size_t n) {
@@ -144,11 +154,9 @@ gpupool_status read_trace(const char *buf, size_t len, const char *path, const c
   if (pool) {
     /* NAME@DEVICE first, then the whole selector as a name (which may
      * itself hold an '@'): a name on several devices must be chosen. */
-    for (; split >= 0 && !matches; split--)
-      for (size_t i = 0; i < nt; i++)
-        if (selects(&tracks[i], pool, split) && matches++ == 0)
-          pick = i;
-    split++; /* the way that matched */
+    matches = select_tracks(tracks, nt, pool, split, &pick);
+    if (!matches && split)
+      matches = select_tracks(tracks, nt, pool, split = 0, &pick);
   } else {
     for (size_t i = 0; i < nt; i++)
       if (pick == nt || tracks[i].allocs > tracks[pick].allocs)
