@@ -280,7 +280,7 @@ static gpupool_status send_pages(gpupool *p, const block *b, void *const *h, siz
   if (!fds || !offs) {
     free(fds);
     free(offs);
-    return pool_fail(GPUPOOL_ERR_OOM, "%s: out of host memory", call);
+    return pool_fail(GPUPOOL_ERR_HOST_OOM, "%s: out of host memory", call);
   }
   gpupool_status st = GPUPOOL_OK;
   size_t made = 0;
@@ -333,7 +333,7 @@ gpupool_status gpupool_share_export(gpupool *p, void *ptr, int sock, gpupool_exp
     return st;
   gpupool_export *ex = calloc(1, sizeof *ex);
   if (!ex)
-    return pool_fail(GPUPOOL_ERR_OOM, "%s: out of host memory", call);
+    return pool_fail(GPUPOOL_ERR_HOST_OOM, "%s: out of host memory", call);
 
   pthread_mutex_lock(&g_lock);
   for (gpupool_export *e = g_exports; e && st == GPUPOOL_OK; e = e->next) {
@@ -379,7 +379,7 @@ gpupool_status gpupool_share_export(gpupool *p, void *ptr, int sock, gpupool_exp
         st = pool_fail(GPUPOOL_ERR_INVALID, "%s: %p spans %zu pages, more than %u", call, ptr, n,
                        SHARE_MAX_PAGES);
       else if (!(h = malloc(n * sizeof *h)))
-        st = pool_fail(GPUPOOL_ERR_OOM, "%s: out of host memory", call);
+        st = pool_fail(GPUPOOL_ERR_HOST_OOM, "%s: out of host memory", call);
       else
         memcpy(h, seg->pages + first, n * sizeof *h);
     }
@@ -494,7 +494,7 @@ static gpupool_status end_export(gpupool_export *ex, int *ended) {
   spin_unlock(&sh->lock);
   if (r != 0) {
     pthread_mutex_unlock(&g_lock);
-    return pool_fail(GPUPOOL_ERR_OOM,
+    return pool_fail(GPUPOOL_ERR_HOST_OOM,
                      "gpupool_share_wait: the export ended, but the block cannot return to the "
                      "pool: out of host memory (call again)");
   }
@@ -663,7 +663,7 @@ gpupool_status gpupool_share_import(int sock, int device, void **ptr, size_t *si
     return st;
   gpupool_import *im = calloc(1, sizeof *im);
   if (!im)
-    return pool_fail(GPUPOOL_ERR_OOM, "%s: out of host memory", call);
+    return pool_fail(GPUPOOL_ERR_HOST_OOM, "%s: out of host memory", call);
   /* Listed before receiving, so that a second import on this socket is
    * refused even while the first one waits for its message. */
   pthread_mutex_lock(&g_lock);
@@ -707,7 +707,7 @@ gpupool_status gpupool_share_import(int sock, int device, void **ptr, size_t *si
   uint64_t *offs = malloc(m.npages * sizeof *offs);
   if (!fds || !offs) {
     close_fds(first_fds, nfds);
-    st = pool_fail(GPUPOOL_ERR_OOM, "%s: out of host memory", call);
+    st = pool_fail(GPUPOOL_ERR_HOST_OOM, "%s: out of host memory", call);
   } else {
     memcpy(fds, first_fds, nfds * sizeof *fds);
     st = recv_pages(sock, seqpacket, &m, fds, offs);

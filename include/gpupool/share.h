@@ -30,8 +30,10 @@
  * foreign or freed pointer, a socket that is not a Unix stream or seqpacket
  * socket, one that is not connected, one whose peer closed it (each with
  * its own reason), a second export or import, and anything on the
- * socket that is not the expected message; GPUPOOL_ERR_BACKEND when the
- * driver or the system fails. gpupool_last_error() says which, in one line. */
+ * socket that is not the expected message; GPUPOOL_ERR_HOST_OOM when host
+ * memory runs out (nothing sent, the block still the caller's);
+ * GPUPOOL_ERR_BACKEND when the driver or the system fails.
+ * gpupool_last_error() says which, in one line. */
 #ifndef GPUPOOL_SHARE_H
 #define GPUPOOL_SHARE_H
 
