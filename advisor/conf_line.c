@@ -3,11 +3,11 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include "core/c_numeric.h"
 #include "live.h"
 #include "pool/pool_internal.h"
 
-void advisor_conf_of_pool(const gpupool *p, char *out, size_t len) {
-  const pool_config *c = &p->cfg;
+static void conf_text(const pool_config *c, char *out, size_t len) {
   size_t n = 0;
 #define ADD(...) n += (size_t)snprintf(out + n, n < len ? len - n : 0, __VA_ARGS__)
   out[0] = 0;
@@ -37,4 +37,10 @@ void advisor_conf_of_pool(const gpupool *p, char *out, size_t len) {
   else if (out[0] == ',')
     for (size_t i = 0; i <= n; i++)
       out[i] = out[i + 1];
+}
+
+void advisor_conf_of_pool(const gpupool *p, char *out, size_t len) {
+  locale_t old = c_numeric_enter(); /* "garbage_collection_threshold:0.7", as the parser reads */
+  conf_text(&p->cfg, out, len);
+  c_numeric_leave(old);
 }

@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/c_numeric.h"
 #include "gpupool/advisor.h"
 
 typedef struct sbuf {
@@ -276,13 +277,15 @@ char *gpupool_advice_render(const gpupool_advice *a, const char *format) {
     cJSON_free(s);
     return out;
   }
+  if (strcmp(format, "table") && strcmp(format, "csv"))
+    return NULL;
   sbuf b = {0};
+  locale_t old = c_numeric_enter(); /* "7.96 GiB" whatever the program's locale */
   if (!strcmp(format, "table"))
     render_table(a, &b);
-  else if (!strcmp(format, "csv"))
-    render_csv(a, &b);
   else
-    return NULL;
+    render_csv(a, &b);
+  c_numeric_leave(old);
   if (b.failed || !b.s) {
     free(b.s);
     return NULL;

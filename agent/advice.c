@@ -13,6 +13,7 @@
 #include "pool/pool_view.h"
 #include "pool/registry.h"
 #include "pool/segment.h"
+#include "core/c_numeric.h"
 
 #define DEFAULT_MAX_AGE_S   60.0
 #define DEADLINE_S          5.0 /* the whole request: all pools */
@@ -157,7 +158,7 @@ static int number_arg(const endpoint_args *args, const char *key, double lo, dou
   if (!v)
     return 0;
   char *end;
-  double d = strtod(v, &end);
+  double d = c_strtod(v, &end);
   if (end == v || *end || !(d >= lo && d <= hi)) {
     endpoint_bad_request(body, "/advice: %s '%s' is not a number from %g to %g", key, v, lo, hi);
     return -1;
@@ -212,9 +213,11 @@ static char *render(const advice_result *r, int json) {
     } else {
       const cached_pool *c = &r->pool[i];
       /* the precisions: each field's own size (GCC 13 cannot see it through r->pool[i]) */
+      locale_t old = c_numeric_enter();
       snprintf(head, sizeof head,
                "== pool %.127s (device %d), computed %.1f s ago in %.3f s%s%.255s\n", c->name,
                c->device, age, r->compute_s, c->advice ? "" : ": ", c->error);
+      c_numeric_leave(old);
       s = c->advice ? gpupool_advice_render(c->advice, "table") : NULL;
     }
     size_t need = n + strlen(head) + (s ? strlen(s) : 0) + 2;

@@ -4,12 +4,15 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include "core/c_numeric.h"
 
 void endpoint_bad_request(endpoint_body *out, const char *fmt, ...) {
   char line[512];
   va_list ap;
   va_start(ap, fmt);
+  locale_t old = c_numeric_enter();
   vsnprintf(line, sizeof line, fmt, ap);
+  c_numeric_leave(old);
   va_end(ap);
   for (char *p = line; *p; p++) /* one line, whatever went into it */
     if (*p == '\n' || *p == '\r')

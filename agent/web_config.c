@@ -13,6 +13,7 @@
 #include <yaml.h>
 
 #include "core/assert.h"
+#include "core/c_numeric.h"
 
 #define MAX_FILE_BYTES (1u << 20) /* a configuration, certificate or key file */
 #define MAX_LIST       64
@@ -95,7 +96,9 @@ __attribute__((format(printf, 3, 4))) static int fail(loader *l, const yaml_node
   char msg[400];
   va_list ap;
   va_start(ap, fmt);
+  locale_t old = c_numeric_enter();
   vsnprintf(msg, sizeof msg, fmt, ap);
+  c_numeric_leave(old);
   va_end(ap);
   if (n)
     snprintf(l->err, l->errlen, "line %lu: %s", (unsigned long)n->start_mark.line + 1, msg);
@@ -338,7 +341,7 @@ static double parse_duration(const char *s) {
     char *end;
     if (!(*s >= '0' && *s <= '9') && *s != '.')
       return -1;
-    double v = strtod(s, &end);
+    double v = c_strtod(s, &end);
     if (end == s)
       return -1;
     s = end;

@@ -3,6 +3,7 @@
 
 #include <stdarg.h>
 #include <stdio.h>
+#include "core/c_numeric.h"
 
 static _Thread_local char last_error[1280]; /* an OOM explains itself at length */
 
@@ -31,7 +32,9 @@ const char *gpupool_last_error(void) {
 gpupool_status pool_fail(gpupool_status s, const char *fmt, ...) {
   va_list ap;
   va_start(ap, fmt);
+  locale_t old = c_numeric_enter();
   vsnprintf(last_error, sizeof last_error, fmt, ap);
+  c_numeric_leave(old);
   va_end(ap);
   return s;
 }

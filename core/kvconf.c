@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include "core/c_numeric.h"
 
 /* Copies [b, e) into out (size outlen) without surrounding white space. */
 static int copy_trimmed(const char *b, const char *e, char *out, size_t outlen) {
@@ -149,7 +150,9 @@ static void append(char *err, size_t errlen, const char *fmt, ...) {
     return;
   va_list ap;
   va_start(ap, fmt);
+  locale_t old = c_numeric_enter();
   vsnprintf(err + used, errlen - used, fmt, ap);
+  c_numeric_leave(old);
   va_end(ap);
 }
 

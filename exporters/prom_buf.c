@@ -1,6 +1,5 @@
 #include "prom_buf.h"
 
-#include <locale.h>
 #include <math.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -8,6 +7,7 @@
 #include <string.h>
 
 #include "buf_grow.h"
+#include "core/c_numeric.h"
 
 void prom_buf_init(prom_buf *b, size_t initial_cap) {
   b->data = NULL;
@@ -107,32 +107,17 @@ void prom_buf_i64(prom_buf *b, int64_t v) {
   }
 }
 
-/* The "C" locale for printf/strtod of doubles, made once: the program may
- * have called setlocale() with a locale whose decimal point is a comma. */
-static locale_t c_locale;
-static pthread_once_t c_locale_once = PTHREAD_ONCE_INIT;
-
-static void make_c_locale(void) {
-  c_locale = newlocale(LC_NUMERIC_MASK, "C", (locale_t)0);
-}
-
 /* printf of a double with the '.' decimal point, whatever the locale. */
 static int format_double(char *out, size_t outlen, int precision, double v) {
-  pthread_once(&c_locale_once, make_c_locale);
-  locale_t old = c_locale ? uselocale(c_locale) : (locale_t)0;
+  locale_t old = c_numeric_enter();
   int n = snprintf(out, outlen, "%.*g", precision, v);
-  if (old)
-    uselocale(old);
-  if (!c_locale) { /* no C locale object: repair the decimal point by hand */
+  c_numeric_leave(old);
+  if (!old) { /* no C locale object: repair the decimal point by hand */
     for (char *p = out; *p; p++)
       if (*p == ',')
         *p = '.';
   }
   return n;
-}
-
-static double read_double(const char *s) {
-  return c_locale ? strtod_l(s, NULL, c_locale) : strtod(s, NULL);
 }
 
 /* The text of recent non-integral doubles by their bits: one value always
@@ -163,7 +148,7 @@ void prom_buf_double(prom_buf *b, double v) {
     }
     char tmp[40];
     int n = format_double(tmp, sizeof tmp, 15, v);
-    if (read_double(tmp) != v)
+    if (c_strtod(tmp, NULL) != v)
       n = format_double(tmp, sizeof tmp, 17, v);
     if (n <= 0)
       return;

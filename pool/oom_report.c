@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/c_numeric.h"
 #include "core/clock.h"
 #include "core/errors.h"
 #include "pool_internal.h"
@@ -209,7 +210,8 @@ __attribute__((format(printf, 2, 3))) static void add(msg *m, const char *fmt, .
     m->len = m->len + (size_t)w < m->n ? m->len + (size_t)w : m->n - 1;
 }
 
-static void write_message(pool_oom_report *r) {
+/* write_message's text, in the program's locale. */
+static void write_message_text(pool_oom_report *r) {
   const oom_explanation *e = &r->ex;
   char a[32], b[32], c[32];
   msg m = {r->message, sizeof r->message, 0};
@@ -275,6 +277,13 @@ static void write_message(pool_oom_report *r) {
     r->message[m.len - 1] = '.';
   if (r->observed)
     add(&m, " Report: /oom/%" PRIu64 ", advice: /advice on the gpupool agent.", r->id);
+}
+
+/* The message reads the same in every locale ("20.00 MiB", as PyTorch's). */
+static void write_message(pool_oom_report *r) {
+  locale_t old = c_numeric_enter();
+  write_message_text(r);
+  c_numeric_leave(old);
 }
 
 void pool_oom_explain(pool_oom_report *r) {
