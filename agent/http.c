@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -191,6 +192,15 @@ static struct MHD_Response *make_response(endpoint_body *b, int head) {
   return r;
 }
 
+/* Whether the web configuration sets header `name` (names are
+ * case-insensitive). */
+static int configured_header(const web_config *wc, const char *name) {
+  for (size_t i = 0; wc && i < wc->nheaders; i++)
+    if (!strcasecmp(wc->headers[i].name, name))
+      return 1;
+  return 0;
+}
+
 /* wc: the web configuration of the request (its headers go on every
  * response), or NULL. old: the request's server is being replaced by a
  * reload: its kept-alive connection closes after this answer, so that the
@@ -220,7 +230,8 @@ static enum MHD_Result queue(struct MHD_Connection *c, endpoint_body *b, int hea
   if (allow)
     MHD_add_response_header(r, MHD_HTTP_HEADER_ALLOW, allow);
   for (const char *const *h = b->headers; h && h[0]; h += 2)
-    MHD_add_response_header(r, h[0], h[1]);
+    if (!configured_header(wc, h[0])) /* the operator's value replaces the endpoint's */
+      MHD_add_response_header(r, h[0], h[1]);
   MHD_add_response_header(r, MHD_HTTP_HEADER_CACHE_CONTROL,
                           b->cache_control ? b->cache_control : "no-store");
   MHD_add_response_header(r, MHD_HTTP_HEADER_VARY, "Accept, Accept-Encoding");

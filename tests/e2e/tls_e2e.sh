@@ -85,6 +85,7 @@ write_config() { # extra user lines...
     echo "http_server_config:"
     echo "  headers:"
     echo "    X-Content-Type-Options: nosniff"
+    echo "    Content-Security-Policy: \"default-src 'self'\""
     echo "basic_auth_users:"
     echo "  prometheus: '$hash'"
     printf '%s\n' "$@"
@@ -123,7 +124,15 @@ www=$(curl -s -D - -o /dev/null "${client[@]}" "$agent/metrics" | tr -d '\r' |
 hdr=$(curl -s -D - -o /dev/null "${client[@]}" "$agent/nope" | tr -d '\r' |
   grep -i '^X-Content-Type-Options:')
 [[ $hdr == 'X-Content-Type-Options: nosniff' ]] || fail "the configured header is missing: $hdr"
-echo "ok   401 with WWW-Authenticate; /healthz open; configured header on a 404"
+# /ui sends these two headers of its own: the configured values replace them, once each.
+ui_headers=$(curl -s -D - -o /dev/null "${client[@]}" -u prometheus:scrape-secret "$agent/ui" |
+  tr -d '\r')
+[[ $(grep -ci '^X-Content-Type-Options:' <<< "$ui_headers") == 1 ]] ||
+  fail "/ui: X-Content-Type-Options not sent once: $ui_headers"
+csp=$(grep -i '^Content-Security-Policy:' <<< "$ui_headers")
+[[ $csp == "Content-Security-Policy: default-src 'self'" ]] ||
+  fail "/ui: not the configured Content-Security-Policy alone: $csp"
+echo "ok   401 with WWW-Authenticate; /healthz open; configured headers on a 404 and on /ui, once"
 
 # No client certificate, one from another CA, plain HTTP: refused; still serving.
 curl -s -o /dev/null --max-time 10 --cacert "$work/ca.crt" -u prometheus:scrape-secret \
