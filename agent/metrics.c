@@ -177,23 +177,31 @@ static int render_gzip(prom_format format, char **body, size_t *len) {
   return *body ? 0 : -1;
 }
 
-/* OpenMetrics only when the client names it, at a quality no lower than the
- * text format's. */
-static prom_format choose_format(const char *accept) {
+/* OpenMetrics only when the client names it, in a version we write (1.0.0,
+ * 0.0.1 or none, as client_golang serves it), at a quality no lower than the
+ * text format's; *content_type: what to answer it with. */
+static prom_format choose_format(const char *accept, const char **content_type) {
+  static const char *const om_versions[] = {"1.0.0", "0.0.1", NULL};
+  *content_type = PROM_CONTENT_TYPE_TEXT;
   if (!accept || !strcasestr(accept, "application/openmetrics-text"))
     return PROM_FORMAT_TEXT;
-  double om = http_accept_q(accept, "application/openmetrics-text", 0);
+  char version[16];
+  double om = http_accept_q_version(accept, "application/openmetrics-text", om_versions, version,
+                                    sizeof version);
   double text = http_accept_q(accept, "text/plain", 0);
-  return om > 0 && om >= text ? PROM_FORMAT_OPENMETRICS : PROM_FORMAT_TEXT;
+  if (!(om > 0 && om >= text))
+    return PROM_FORMAT_TEXT;
+  /* The same text either way; a client that asked for 0.0.1 only is told 0.0.1. */
+  *content_type = strcmp(version, "0.0.1") ? PROM_CONTENT_TYPE_OPENMETRICS
+                                           : PROM_CONTENT_TYPE_OPENMETRICS_0_0_1;
+  return PROM_FORMAT_OPENMETRICS;
 }
 
 void metrics_endpoint(const endpoint_args *args, endpoint_body *out) {
   if (endpoint_no_params(args, "/metrics", out) != 0)
     return;
   uint64_t t0 = clock_monotonic_ns();
-  prom_format format = choose_format(args->accept);
-  out->content_type =
-      format == PROM_FORMAT_OPENMETRICS ? PROM_CONTENT_TYPE_OPENMETRICS : PROM_CONTENT_TYPE_TEXT;
+  prom_format format = choose_format(args->accept, &out->content_type);
   if (http_accepts_gzip(args->accept_encoding) && http_gzip_available() &&
       render_gzip(format, &out->data, &out->len) == 0) {
     out->status = 200;

@@ -26,6 +26,8 @@ typedef enum { PROM_FORMAT_TEXT, PROM_FORMAT_OPENMETRICS } prom_format;
 
 #define PROM_CONTENT_TYPE_TEXT        "text/plain; version=0.0.4; charset=utf-8"
 #define PROM_CONTENT_TYPE_OPENMETRICS "application/openmetrics-text; version=1.0.0; charset=utf-8"
+#define PROM_CONTENT_TYPE_OPENMETRICS_0_0_1                                                        \
+  "application/openmetrics-text; version=0.0.1; charset=utf-8"
 
 typedef enum {
   PROM_GAUGE,

@@ -257,6 +257,16 @@ Test(agent_http, openmetrics_when_asked) {
   r = get(port, "GET", "/metrics", "Accept: text/plain;version=0.0.4\r\n");
   cr_assert_str_eq(header(&r, "Content-Type"), "text/plain; version=0.0.4; charset=utf-8");
   http_response_free(&r);
+
+  /* A version the agent does not write is not served as OpenMetrics. */
+  r = get(port, "GET", "/metrics",
+          "Accept: application/openmetrics-text;version=2.0.0,*/*;q=0.1\r\n");
+  cr_assert_str_eq(header(&r, "Content-Type"), "text/plain; version=0.0.4; charset=utf-8");
+  http_response_free(&r);
+  r = get(port, "GET", "/metrics", "Accept: application/openmetrics-text;version=0.0.1\r\n");
+  cr_assert_str_eq(header(&r, "Content-Type"),
+                   "application/openmetrics-text; version=0.0.1; charset=utf-8");
+  http_response_free(&r);
 }
 
 Test(agent_http, gzip_when_allowed) {

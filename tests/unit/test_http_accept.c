@@ -22,6 +22,28 @@ Test(http_accept, wildcards_and_specificity) {
   cr_assert_eq(http_accept_q(" TEXT/PLAIN ; q=1 ", "text/plain", 0), 1.0);
 }
 
+/* OpenMetrics as client_golang negotiates it: only versions 1.0.0, 0.0.1
+ * or none; another version's element does not match at all. */
+Test(http_accept, openmetrics_versions) {
+  static const char *const versions[] = {"1.0.0", "0.0.1", NULL};
+  const char *om = "application/openmetrics-text";
+  char v[16];
+  cr_assert_eq(http_accept_q_version(PROMETHEUS_ACCEPT, om, versions, v, sizeof v), 1.0);
+  cr_assert_str_eq(v, "1.0.0");
+  cr_assert_eq(http_accept_q_version("application/openmetrics-text;version=2.0.0", om, versions, v,
+                                     sizeof v),
+               0.0);
+  cr_assert_float_eq(http_accept_q_version("application/openmetrics-text;version=2.0.0,"
+                                           "application/openmetrics-text; version=\"0.0.1\";q=0.4",
+                                           om, versions, v, sizeof v),
+                     0.4, 1e-12);
+  cr_assert_str_eq(v, "0.0.1");
+  cr_assert_eq(http_accept_q_version("application/openmetrics-text", om, versions, v, sizeof v),
+               1.0);
+  cr_assert_str_eq(v, "");
+  cr_assert_eq(http_accept_q_version("*/*", om, versions, v, sizeof v), 0.0, "not by a wildcard");
+}
+
 Test(http_accept, gzip) {
   cr_assert(http_accepts_gzip("gzip"));
   cr_assert(http_accepts_gzip("deflate, gzip;q=0.5"));
