@@ -37,7 +37,9 @@ void agent_health_scrape(uint64_t duration_ns) {
   atomic_fetch_add_explicit(&g_scrapes, 1, memory_order_relaxed);
 }
 
-void agent_health_http_error(int code) {
+/* The slot of code, claimed if it has none (the last slot takes the rest
+ * when the table is full). */
+static int code_slot(int code) {
   int i;
   for (i = 0; i < AGENT_HEALTH_CODES - 1; i++) {
     int seen = atomic_load(&g_code[i]);
@@ -53,7 +55,11 @@ void agent_health_http_error(int code) {
     int expected = 0;
     atomic_compare_exchange_strong(&g_code[i], &expected, code);
   }
-  atomic_fetch_add_explicit(&g_errors[i], 1, memory_order_relaxed);
+  return i;
+}
+
+void agent_health_http_error(int code) {
+  atomic_fetch_add_explicit(&g_errors[code_slot(code)], 1, memory_order_relaxed);
 }
 
 void agent_health_get(agent_health *out) {
@@ -81,6 +87,10 @@ void agent_health_tls_handshake_failed(void) {
 }
 
 void agent_health_web_config(int ok, double when_s) {
+  /* Basic auth and the rate limit (a reload may add them) answer these: their
+   * series are there from the start, at 0, like 400, 404 and 405's. */
+  code_slot(401);
+  code_slot(429);
   atomic_store(&g_web_config, 1);
   atomic_store(&g_web_ok, ok);
   if (ok)

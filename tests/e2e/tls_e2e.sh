@@ -115,6 +115,11 @@ agent_ready() {
 }
 wait_for 30 "the agent to serve HTTPS" agent_ready
 echo "ok   HTTPS with a client certificate and basic auth: 200"
+scrape=$(curl -fsS --max-time 10 "${client[@]}" -u prometheus:scrape-secret "$agent/metrics")
+for c in 401 429; do # their series exist before the first such answer, at 0
+  grep -Eq "^gpupool_agent_http_errors_total\{(.*,)?code=\"$c\"(,.*)?\} 0\$" <<< "$scrape" ||
+    fail "no gpupool_agent_http_errors_total{code=\"$c\"} 0 before the first $c"
+done
 
 [[ $(code prometheus:wrong /metrics) == 401 ]] || fail "a wrong password was not answered 401"
 www=$(curl -s -D - -o /dev/null "${client[@]}" "$agent/metrics" | tr -d '\r' |
