@@ -140,8 +140,8 @@ static size_t compute(advice_result *r, double capacity_gib, const char *only) {
 }
 
 /* Every pool's advice into the shared cache. Under g_compute. */
-static void compute_shared(double capacity_gib) {
-  compute(&g_fresh, capacity_gib, NULL);
+static void compute_shared(void) {
+  compute(&g_fresh, 0, NULL);
   pthread_mutex_lock(&g_cache_lock);
   result_clear(&g_cache);
   g_cache = g_fresh;
@@ -270,19 +270,20 @@ void advice_endpoint(const endpoint_args *args, endpoint_body *out) {
   int valid;
   /* One computation at a time; a request that finds one running serves the
    * cache (or 503 before the first result) instead of holding a second
-   * HTTP thread. A request for one pool computes its own answer (the
-   * cache, every pool's, stays as it is) and waits for no one: 503 while
-   * another computation runs. */
-  if (only) {
+   * HTTP thread. A request for one pool or for another device size (a
+   * what-if) computes its own answer (the cache, every pool's on its own
+   * device, which /ui and the gauges show, stays as it is) and waits for no
+   * one: 503 while another computation runs. */
+  if (only || cap > 0) {
     if (pthread_mutex_trylock(&g_compute) != 0) {
       endpoint_text(out, 503, "/advice is being computed by another request: retry\n");
       return;
     }
     size_t named = compute(&g_fresh, cap, only);
-    body = named ? render(&g_fresh, json) : NULL;
+    body = named || !only ? render(&g_fresh, json) : NULL;
     result_clear(&g_fresh);
     pthread_mutex_unlock(&g_compute);
-    if (!named) {
+    if (only && !named) {
       endpoint_printable(shown, sizeof shown, only);
       endpoint_bad_request(out, "/advice: bad pool '%s': no live pool has this name", shown);
       return;
@@ -291,11 +292,10 @@ void advice_endpoint(const endpoint_args *args, endpoint_body *out) {
   } else {
     if (pthread_mutex_trylock(&g_compute) == 0) {
       pthread_mutex_lock(&g_cache_lock);
-      int stale =
-          !g_valid || now_s() - g_cache.computed_at > max_age || g_cache.capacity_gib != cap;
+      int stale = !g_valid || now_s() - g_cache.computed_at > max_age;
       pthread_mutex_unlock(&g_cache_lock);
       if (stale)
-        compute_shared(cap);
+        compute_shared();
       pthread_mutex_unlock(&g_compute);
     }
     pthread_mutex_lock(&g_cache_lock);

@@ -175,6 +175,26 @@ Test(advisor_agent, replays_on_the_pools_own_device) {
   gpupool_destroy(small);
 }
 
+/* A what-if query (capacity_gib) is answered alone: the cached answer on
+ * each pool's own device, which /ui and the gauges show, stays as it was. */
+Test(advisor_agent, capacity_query_leaves_the_cache) {
+  cJSON *doc = get_json("/advice?max_age=0");
+  double computed_at = cJSON_GetObjectItem(doc, "computed_at")->valuedouble;
+  cr_assert(cJSON_IsNull(cJSON_GetObjectItem(doc, "capacity_gib")));
+  cJSON_Delete(doc);
+  doc = get_json("/advice?capacity_gib=1000");
+  cr_expect_eq(cJSON_GetObjectItem(doc, "capacity_gib")->valuedouble, 1000.0);
+  cr_expect_eq(cJSON_GetObjectItem(pool_of(doc, "train"), "capacity_bytes")->valuedouble,
+               1000.0 * (1 << 30));
+  cJSON_Delete(doc);
+  doc = get_json("/advice");
+  cr_expect(cJSON_IsNull(cJSON_GetObjectItem(doc, "capacity_gib")),
+            "the what-if query replaced the cached answer");
+  cr_expect_eq(cJSON_GetObjectItem(doc, "computed_at")->valuedouble, computed_at,
+               "the cached answer was recomputed");
+  cJSON_Delete(doc);
+}
+
 Test(advisor_agent, bad_parameters) {
   const char *bad[] = {"/advice?format=xml",
                        "/advice?max_age=-1",
