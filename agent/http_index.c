@@ -76,6 +76,8 @@ void index_endpoint(const endpoint_args *args, endpoint_body *out, const char *h
                     "<li><a href=\"/ui\">/ui</a>: live view of the pools in the browser</li>\n"
                     "<li><a href=\"/advice?format=table\">/advice</a>: which pool settings to "
                     "use, from the pools' own histories (<a href=\"/advice\">JSON</a>)</li>\n"
+                    "<li><a href=\"/oom\">/oom</a>: the recent out-of-memory reports, each "
+                    "explained (JSON; each one's <code>url</code> has it whole)</li>\n"
                     "<li><a href=\"/healthz\">/healthz</a>: liveness</li>\n"
                     "</ul>\n<h2>Pools</h2>\n<table border=\"1\">\n"
                     "<tr><th>pool</th><th>device</th><th>backend</th><th>strategy</th>"

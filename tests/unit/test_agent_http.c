@@ -76,9 +76,15 @@ Test(agent_http, serves_every_endpoint) {
   r = get(port, "GET", "/", NULL);
   cr_assert_eq(r.status, 200);
   cr_assert_str_eq(header(&r, "Content-Type"), "text/html; charset=utf-8");
-  const char *links[] = {"href=\"/metrics\"",  "href=\"/trace?since=-30\"",
-                         "href=\"/snapshot\"", "href=\"/healthz\"",
-                         GPUPOOL_VERSION,      "<td>web</td>"};
+  const char *links[] = {"href=\"/metrics\"",
+                         "href=\"/trace?since=-30\"",
+                         "href=\"/snapshot\"",
+                         "href=\"/healthz\"",
+                         "href=\"/oom\"",
+                         "href=\"/ui\"",
+                         "href=\"/advice?format=table\"",
+                         GPUPOOL_VERSION,
+                         "<td>web</td>"};
   for (size_t i = 0; i < sizeof links / sizeof links[0]; i++)
     cr_assert(strstr(r.body, links[i]), "the index page lacks %s", links[i]);
   http_response_free(&r);
