@@ -10,6 +10,7 @@
 #include <time.h>
 
 #include "core/errors.h"
+#include "core/kvconf.h"
 #include "pool/pool_blocks.h"
 #include "pool/shard.h"
 #include "pool/pool_internal.h"
@@ -20,27 +21,29 @@ static double clock_s(clockid_t id) {
   return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
-int replay_conf_check(const char *conf, char *err, size_t errlen) {
+/* kvconf_parse's callback: refuses the keys that would leave the simulation.
+ * The keys come from the parser the pool itself uses (trimmed, split at the
+ * same ',' and ':'), so no spelling reaches the pool unchecked. */
+static int refuse_key(void *ctx, const char *key, const char *value, char *err, size_t errlen) {
   static const char *const refused[] = {
       "backend", "device", "name", "host_capacity_mb", "fault_rate", "fault_every_n", "fault_seed"};
-  if (!conf)
-    return 0;
-  const char *s = conf;
-  while (*s) {
-    while (*s == ' ' || *s == ',')
-      s++;
-    size_t n = strcspn(s, ":,");
-    for (size_t i = 0; i < sizeof refused / sizeof *refused; i++)
-      if (n == strlen(refused[i]) && !strncmp(s, refused[i], n)) {
-        snprintf(err, errlen,
-                 "configuration '%s': key %s is not a pool setting the advisor tries (the "
-                 "simulated device and its capacity are the advisor's own)",
-                 conf, refused[i]);
-        return -1;
-      }
-    s += strcspn(s, ",");
-  }
+  for (size_t i = 0; i < sizeof refused / sizeof *refused; i++)
+    if (!strcmp(key, refused[i])) {
+      snprintf(err, errlen,
+               "key %s is not a pool setting the advisor tries (the simulated device and its "
+               "capacity are the advisor's own)",
+               key);
+      return -1;
+    }
   return 0;
+}
+
+int replay_conf_check(const char *conf, char *err, size_t errlen) {
+  char why[256];
+  if (kvconf_parse(conf, refuse_key, NULL, why, sizeof why) == 0)
+    return 0;
+  snprintf(err, errlen, "configuration '%s': %s", conf, why);
+  return -1;
 }
 
 /* Allocated bytes and the largest free block, summed over p's shards. */

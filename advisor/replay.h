@@ -5,8 +5,9 @@
 
 #include "history.h"
 
-/* Checks conf for keys a replay must not take (backend, device, capacity,
- * faults, name); 0, or -1 with err set. */
+/* Checks conf, read with the pool's own parser (core/kvconf.h), for keys a
+ * replay must not take (backend, device, capacity, faults, name) and for a
+ * malformed string; 0, or -1 with err set. */
 int replay_conf_check(const char *conf, char *err, size_t errlen);
 gpupool_status replay_run(const gpupool_history *h, const char *conf, uint64_t capacity,
                           int stop_at_oom, gpupool_replay_result *out);

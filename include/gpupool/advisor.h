@@ -69,7 +69,9 @@ typedef struct gpupool_replay_result {
 
 /* Replays h on a simulated device of capacity bytes under conf (the
  * GPUPOOL_CONF grammar; NULL or "" is the default bfc; keys that choose a
- * backend, device, capacity or fault injection are refused). */
+ * backend, device, capacity, name or fault injection are refused, however
+ * they are spelt: the keys are read as the pool reads them, white space
+ * around them trimmed). */
 gpupool_status gpupool_replay(const gpupool_history *h, const char *conf, uint64_t capacity,
                               gpupool_replay_result *out);
 

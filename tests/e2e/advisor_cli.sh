@@ -59,6 +59,8 @@ expect 1 'cannot open' "$work/missing"
 expect 2 "--format 'xml': unknown history format" --format xml "$work/lm.trace"
 expect 2 "--format 'xyz': unknown history format" --format xyz "$work/missing"
 expect 1 'key backend' --conf backend:cuda "$work/lm.trace"
+expect 1 'key backend' --conf 'backend :cuda' "$work/lm.trace"
+expect 1 'key host_capacity_mb' --conf $'strategy:bfc,\thost_capacity_mb\t:1' "$work/lm.trace"
 expect 1 'garbage_collection_threshold' --current garbage_collection_threshold:2 \
   "$work/lm.trace"
 printf 'a 1 100 0\nq\n' > "$work/bad.record"
