@@ -12,6 +12,8 @@
 #include <unistd.h>
 
 #include "core/errors.h"
+#include "core/kvconf.h"
+#include "pool/conf.h"
 #include "replay.h"
 
 #define GiB              ((uint64_t)1 << 30)
@@ -35,45 +37,62 @@ static double now_s(void) {
   return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
-/* The keys PyTorch's PYTORCH_CUDA_ALLOC_CONF also has, with the same meaning. */
-static int torch_key(const char *k, size_t n) {
-  static const char *const keys[] = {"max_split_size_mb", "max_non_split_rounding_mb",
+/* kvconf_parse's callback: 0 for the keys PyTorch's PYTORCH_CUDA_ALLOC_CONF
+ * also has, with the same meaning, and for strategy (bfc is PyTorch's; the
+ * others are refused below); -1 for a key that PyTorch lacks. */
+static int torch_key(void *ctx, const char *key, const char *value, char *err, size_t errlen) {
+  static const char *const keys[] = {"max_split_size_mb",        "max_non_split_rounding_mb",
                                      "roundup_power2_divisions", "garbage_collection_threshold",
-                                     "expandable_segments"};
+                                     "expandable_segments",      "strategy"};
   for (size_t i = 0; i < sizeof keys / sizeof *keys; i++)
-    if (n == strlen(keys[i]) && !strncmp(k, keys[i], n))
-      return 1;
-  return 0;
+    if (!strcmp(key, keys[i]))
+      return 0;
+  return -1;
 }
 
-/* The PYTORCH_CUDA_ALLOC_CONF line of conf, or has_torch = 0 when a setting
- * has no PyTorch equivalent (strategy round/naive, slack, reserve). */
+/* The PYTORCH_CUDA_ALLOC_CONF line of c->conf: the settings, as the pool reads
+ * them, that differ from the defaults both allocators share, in the spelling
+ * PyTorch's parser takes (True, not true; no inf, and no 0 divisions, which
+ * are its defaults). has_torch = 0 when a setting has no PyTorch equivalent:
+ * a gpupool-only key (strategy round or naive, slack, reserve), or
+ * max_non_split_rounding_mb below PyTorch's minimum of 20 where it matters
+ * (with a max_split_size_mb; without one neither allocator uses it). */
 static void torch_line(gpupool_advice_candidate *c) {
-  char out[256] = "";
-  size_t o = 0;
-  c->has_torch = 1;
-  for (const char *s = c->conf; *s;) {
-    while (*s == ',' || *s == ' ')
-      s++;
-    if (!*s)
-      break;
-    size_t n = strcspn(s, ","), k = strcspn(s, ":");
-    if (k > n)
-      k = n;
-    if (k == 8 && !strncmp(s, "strategy", 8) && n == 12 && !strncmp(s + 9, "bfc", 3)) {
-      s += n;
-      continue;
-    }
-    if (!torch_key(s, k)) {
-      c->has_torch = 0;
-      c->torch_conf[0] = 0;
-      return;
-    }
-    o += (size_t)snprintf(out + o, o < sizeof out ? sizeof out - o : 0, "%s%.*s", o ? "," : "",
-                          (int)n, s);
-    s += n;
+  char why[256], num[64];
+  gpupool_options o = {.backend = GPUPOOL_BACKEND_SIM, .tunables = c->conf, .ignore_env = 1};
+  pool_config cfg;
+  c->has_torch = 0;
+  c->torch_conf[0] = 0;
+  if (kvconf_parse(c->conf, torch_key, NULL, why, sizeof why) ||
+      pool_config_build(&o, &cfg) != GPUPOOL_OK || cfg.strategy != GPUPOOL_STRATEGY_BFC)
+    return; /* a bad configuration has no line either: its replay fails */
+  int split = cfg.max_split_size != SIZE_MAX;
+  if (split && cfg.max_non_split_rounding < 20 * MiB)
+    return;
+  size_t n = 0, len = sizeof c->torch_conf;
+  char *out = c->torch_conf;
+#define ADD(...) n += (size_t)snprintf(out + n, n < len ? len - n : 0, __VA_ARGS__)
+  if (split)
+    ADD(",max_split_size_mb:%zu", cfg.max_split_size / MiB);
+  if (split && cfg.max_non_split_rounding > 20 * MiB)
+    ADD(",max_non_split_rounding_mb:%zu", cfg.max_non_split_rounding / MiB);
+  if (cfg.roundup_power2_divisions > 1)
+    ADD(",roundup_power2_divisions:%u", cfg.roundup_power2_divisions);
+  if (cfg.gc_threshold > 0) {
+    if (kvconf_format_double(cfg.gc_threshold, num, sizeof num))
+      n = len;
+    ADD(",garbage_collection_threshold:%s", num);
   }
-  snprintf(c->torch_conf, sizeof c->torch_conf, "%s", out);
+  if (cfg.expandable)
+    ADD(",expandable_segments:True");
+#undef ADD
+  if (n >= len) { /* not with 256 bytes: the five settings at their longest take 211 */
+    out[0] = 0;
+    return;
+  }
+  if (out[0] == ',')
+    memmove(out, out + 1, n);
+  c->has_torch = 1;
 }
 
 static int add_candidate(gpupool_advice *a, const char *conf) {

@@ -1,11 +1,21 @@
 /* The GPUPOOL_CONF line of a live pool's settings (live.h): the current
- * configuration /advice compares the candidates with. */
+ * configuration /advice compares the candidates with. Every value is written
+ * so that the pool's parser takes it back. */
 #include <stdint.h>
 #include <stdio.h>
 
-#include "core/c_numeric.h"
+#include "core/kvconf.h"
 #include "live.h"
 #include "pool/pool_internal.h"
+
+/* Appends ",key:v" to out[0..n) with v as the parser reads it; past len
+ * when v cannot be written, so that the line is dropped, never cut. */
+static size_t add_double(char *out, size_t len, size_t n, const char *key, double v) {
+  char num[64];
+  if (kvconf_format_double(v, num, sizeof num))
+    return len;
+  return n + (size_t)snprintf(out + n, n < len ? len - n : 0, ",%s:%s", key, num);
+}
 
 static void conf_text(const pool_config *c, char *out, size_t len) {
   size_t n = 0;
@@ -22,17 +32,17 @@ static void conf_text(const pool_config *c, char *out, size_t len) {
   if (c->roundup_power2_divisions > 1)
     ADD(",roundup_power2_divisions:%u", c->roundup_power2_divisions);
   if (c->gc_threshold > 0)
-    ADD(",garbage_collection_threshold:%g", c->gc_threshold);
+    n = add_double(out, len, n, "garbage_collection_threshold", c->gc_threshold);
   if (c->reserve_percent > 0)
-    ADD(",reserve_percent:%g", c->reserve_percent);
+    n = add_double(out, len, n, "reserve_percent", c->reserve_percent);
   if (c->expandable)
     ADD(",expandable_segments:True");
   if (c->expandable && c->expandable_slack != 0.05)
-    ADD(",expandable_slack_percent:%g", c->expandable_slack * 100);
+    n = add_double(out, len, n, "expandable_slack_percent", c->expandable_slack * 100);
   if (c->expandable && c->expandable_growth_moves != 0)
     ADD(",expandable_growth_moves:%u", c->expandable_growth_moves);
 #undef ADD
-  if (n >= len) /* cannot happen with the 256 bytes /advice gives; never a cut line */
+  if (n >= len) /* not with the 256 bytes /advice gives, short of a value of 60 digits */
     out[0] = 0;
   else if (out[0] == ',')
     for (size_t i = 0; i <= n; i++)
@@ -40,7 +50,5 @@ static void conf_text(const pool_config *c, char *out, size_t len) {
 }
 
 void advisor_conf_of_pool(const gpupool *p, char *out, size_t len) {
-  locale_t old = c_numeric_enter(); /* "garbage_collection_threshold:0.7", as the parser reads */
   conf_text(&p->cfg, out, len);
-  c_numeric_leave(old);
 }

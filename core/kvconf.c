@@ -102,6 +102,31 @@ int kvconf_double(const char *s, double min, double max, double *out) {
   return 0;
 }
 
+int kvconf_format_double(double v, char *out, size_t len) {
+  if (!isfinite(v) || len == 0)
+    return -1;
+  int lead = 0; /* zeros after the point before the first digit of a v below 0.1 */
+  for (double t = fabs(v); t > 0 && t < 0.1 && lead < 400; t *= 10)
+    lead++;
+  locale_t old = c_numeric_enter();
+  int n = 0;
+  /* %g could write an exponent, which kvconf_double refuses, or round 0.9999999 to 1 */
+  for (int p = 0; p <= lead + 17; p++) {
+    double back;
+    n = snprintf(out, len, "%.*f", p, v);
+    if (n < 0 || (size_t)n >= len)
+      break;
+    if (kvconf_double(out, -HUGE_VAL, HUGE_VAL, &back) == 0 && back == v)
+      break;
+  }
+  c_numeric_leave(old);
+  if (n < 0 || (size_t)n >= len) {
+    out[0] = '\0';
+    return -1;
+  }
+  return 0;
+}
+
 /* Levenshtein distance, case-insensitive, of two short words (capped). */
 static size_t edit_distance(const char *a, const char *b) {
   size_t la = strlen(a), lb = strlen(b);

@@ -22,6 +22,12 @@ int kvconf_parse(const char *text, kvconf_fn fn, void *ctx, char *err, size_t er
 int kvconf_u64(const char *s, uint64_t min, uint64_t max, uint64_t *out);
 int kvconf_double(const char *s, double min, double max, double *out);
 
+/* v written as kvconf_double reads it (no exponent, '.' whatever the locale):
+ * with the fewest decimals that read back as exactly v, else with 17 past its
+ * leading zeros. 0, or -1 (out "") when v is not finite or the text does not
+ * fit in len bytes. */
+int kvconf_format_double(double v, char *out, size_t len);
+
 /* Option tables: one row per key, so that parsing, range checks and the
  * wording of every error live here once. A row's kind says how its value is
  * read; the generic code checks it and hands the typed value to set(). */

@@ -102,8 +102,10 @@ typedef struct gpupool_advice_options {
 
 typedef struct gpupool_advice_candidate {
   char conf[256];       /* GPUPOOL_CONF line ("" = defaults) */
-  char torch_conf[256]; /* PYTORCH_CUDA_ALLOC_CONF line, "" when PyTorch has no such setting */
-  int has_torch;        /* 1: torch_conf is the equivalent PyTorch setting */
+  char torch_conf[256]; /* PYTORCH_CUDA_ALLOC_CONF line, in the spelling PyTorch's parser
+                           takes ("": its defaults); "" when has_torch is 0 */
+  int has_torch;        /* 1: torch_conf is the equivalent PyTorch setting; 0: PyTorch has
+                           no such setting (docs/advisor.md) */
   int done;             /* 0: not replayed (the deadline came first) */
   gpupool_replay_result r;
   double device_ms; /* predicted time in device calls */

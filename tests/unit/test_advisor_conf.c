@@ -1,7 +1,9 @@
-/* The configurations the advisor takes: the keys a replay refuses (backend,
- * device, capacity, name, fault injection) are refused in every spelling the
- * pool's parser reads, through gpupool_replay, both kinds of gpupool_advise
- * candidate and gpupool-advise --conf. */
+/* The configurations the advisor takes and writes: the keys a replay refuses
+ * (backend, device, capacity, name, fault injection) are refused in every
+ * spelling the pool's parser reads, through gpupool_replay, both kinds of
+ * gpupool_advise candidate and gpupool-advise --conf; the PyTorch lines are
+ * in the spelling PyTorch's parser takes; the live pool's line is one the
+ * pool's parser takes back. */
 #include <criterion/criterion.h>
 #include <fcntl.h>
 #include <stdio.h>
@@ -10,9 +12,9 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "advisor/live.h"
 #include "gpupool/advisor.h"
-
-#define MiB ((uint64_t)1 << 20)
+#include "pool/pool_internal.h"
 
 static char path[] = "/tmp/gpupool_advisor_confXXXXXX";
 static gpupool_history *hist;
@@ -169,4 +171,171 @@ Test(advisor_conf, refused_keys_in_every_spelling_cli) {
       snprintf(want, sizeof want, "key %s ", refused[k][0]);
       cr_expect(strstr(err, want), "--conf \"%s\": %s", conf, err);
     }
+}
+
+/* PyTorch's checks of PYTORCH_CUDA_ALLOC_CONF (c10/core/AllocatorConfig.h and
+ * .cpp, ConfigTokenizer and AcceleratorAllocatorConfig::parseArgs) for the
+ * keys the advisor writes: "key:value" pairs; max_split_size_mb and
+ * max_non_split_rounding_mb whole numbers above 20 (the newest releases take
+ * 20 too); roundup_power2_divisions a power of two (not 0);
+ * garbage_collection_threshold in (0, 1); expandable_segments True or False,
+ * exactly. 1 when PyTorch takes line. */
+static int torch_accepts(const char *line) {
+  char buf[256];
+  snprintf(buf, sizeof buf, "%s", line);
+  for (char *save, *pair = strtok_r(buf, ",", &save); pair; pair = strtok_r(NULL, ",", &save)) {
+    char *value = strchr(pair, ':');
+    if (!value || strchr(value + 1, ':'))
+      return 0;
+    *value++ = '\0';
+    char *end;
+    unsigned long long u = strtoull(value, &end, 10);
+    int whole = *value >= '0' && *value <= '9' && !*end;
+    if (!strcmp(pair, "max_split_size_mb")) {
+      if (!whole || u <= 20)
+        return 0;
+    } else if (!strcmp(pair, "max_non_split_rounding_mb")) {
+      if (!whole || u <= 20)
+        return 0;
+    } else if (!strcmp(pair, "roundup_power2_divisions")) {
+      if (!whole || u == 0 || (u & (u - 1)))
+        return 0;
+    } else if (!strcmp(pair, "garbage_collection_threshold")) {
+      double d = strtod(value, &end);
+      if (*end || !(d > 0 && d < 1))
+        return 0;
+    } else if (!strcmp(pair, "expandable_segments")) {
+      if (strcmp(value, "True") && strcmp(value, "False"))
+        return 0;
+    } else {
+      return 0;
+    }
+  }
+  return 1;
+}
+
+/* GPUPOOL_CONF -> the PYTORCH_CUDA_ALLOC_CONF line (NULL: none). */
+static const char *const torch_lines[][2] = {
+    {"expandable_segments:true", "expandable_segments:True"},
+    {"expandable_segments:1", "expandable_segments:True"},
+    {"expandable_segments:False", ""},
+    {"max_split_size_mb:inf", ""},
+    {"max_split_size_mb:unlimited", ""},
+    {"max_split_size_mb:100,max_split_size_mb:inf", ""}, /* the last one counts */
+    {"max_split_size_mb:inf,max_split_size_mb:100", "max_split_size_mb:100"},
+    {"max_split_size_mb :100", "max_split_size_mb:100"},
+    {"\tmax_split_size_mb\t:\t0128 ", "max_split_size_mb:128"},
+    {"roundup_power2_divisions:0", ""},
+    {"roundup_power2_divisions:1", ""},
+    {"max_non_split_rounding_mb:0", ""}, /* used only beside a max_split_size_mb */
+    {"max_split_size_mb:100,max_non_split_rounding_mb:1", NULL},
+    {"max_split_size_mb:100,max_non_split_rounding_mb:20", "max_split_size_mb:100"},
+    {"max_split_size_mb:100,max_non_split_rounding_mb:21",
+     "max_split_size_mb:100,max_non_split_rounding_mb:21"},
+    {" garbage_collection_threshold : .5 ", "garbage_collection_threshold:0.5"},
+    {"garbage_collection_threshold:0.00001", "garbage_collection_threshold:0.00001"},
+    {"expandable_segments:True,roundup_power2_divisions:4,max_split_size_mb:"
+     "512,strategy:bfc",
+     "max_split_size_mb:512,roundup_power2_divisions:4,expandable_segments:"
+     "True"},
+    {"strategy:round", NULL},
+    {"strategy : naive", NULL},
+    {"round_linear_cutoff:24", NULL},
+    {"reserve_percent:0", NULL},
+    {"expandable_segments:True,expandable_slack_percent:5", NULL},
+};
+#define N_TORCH_LINES (sizeof torch_lines / sizeof torch_lines[0])
+
+static void expect_same_replay(const char *a, const char *b) {
+  gpupool_replay_result ra, rb;
+  cr_assert_eq(gpupool_replay(hist, a, 80 * 1024 * MiB, &ra), GPUPOOL_OK, "%s",
+               gpupool_last_error());
+  cr_assert_eq(gpupool_replay(hist, b, 80 * 1024 * MiB, &rb), GPUPOOL_OK, "%s",
+               gpupool_last_error());
+  cr_expect_eq(ra.peak_reserved, rb.peak_reserved, "'%s' and '%s'", a, b);
+  cr_expect_eq(ra.device_allocs, rb.device_allocs, "'%s' and '%s'", a, b);
+}
+
+Test(advisor_conf, pytorch_lines_in_pytorchs_spelling) {
+  const char *extra[N_TORCH_LINES];
+  for (size_t i = 0; i < N_TORCH_LINES; i++)
+    extra[i] = torch_lines[i][0];
+  gpupool_advice_options o = {.current = "strategy:naive,round_linear_cutoff:20",
+                              .extra = extra,
+                              .n_extra = N_TORCH_LINES,
+                              .no_defaults = 1,
+                              .no_capacity = 1,
+                              .threads = 1,
+                              .max_added_ms = -1};
+  gpupool_advice *a;
+  cr_assert_eq(gpupool_advise(hist, &o, &a), GPUPOOL_OK, "%s", gpupool_last_error());
+  cr_assert_eq(a->n, N_TORCH_LINES + 1);
+  for (size_t i = 0; i < N_TORCH_LINES; i++) {
+    const gpupool_advice_candidate *c = &a->c[i + 1];
+    const char *want = torch_lines[i][1];
+    cr_assert_str_eq(c->conf, torch_lines[i][0]);
+    cr_expect_eq(c->has_torch, want != NULL, "'%s': has_torch %d", c->conf, c->has_torch);
+    cr_expect_str_eq(c->torch_conf, want ? want : "", "'%s'", c->conf);
+    if (c->has_torch) {
+      cr_expect(torch_accepts(c->torch_conf), "PyTorch refuses '%s' (of '%s')", c->torch_conf,
+                c->conf);
+      expect_same_replay(c->conf, c->torch_conf); /* the same settings */
+    }
+  }
+  gpupool_advice_free(a);
+}
+
+/* Every line of the default grid is one PyTorch takes. */
+Test(advisor_conf, default_grid_lines_are_pytorchs) {
+  gpupool_advice_options o = {.no_capacity = 1, .threads = 2, .max_added_ms = -1};
+  gpupool_advice *a;
+  cr_assert_eq(gpupool_advise(hist, &o, &a), GPUPOOL_OK, "%s", gpupool_last_error());
+  size_t with = 0;
+  for (size_t i = 0; i < a->n; i++)
+    if (a->c[i].has_torch) {
+      with++;
+      cr_expect(torch_accepts(a->c[i].torch_conf), "PyTorch refuses '%s'", a->c[i].torch_conf);
+    }
+  cr_expect_eq(with, 48, "the 48 of bfc, the defaults among them (%zu)", with);
+  gpupool_advice_free(a);
+}
+
+/* The live pool's line (/advice's current configuration) is read back by the
+ * pool's parser as the same settings: decimals without an exponent, never
+ * rounded onto a bound. */
+Test(advisor_conf, live_line_reads_back) {
+  static const char *const confs[] = {
+      "garbage_collection_threshold:0.00001",
+      "garbage_collection_threshold:0.9999999",
+      "garbage_collection_threshold:0.7,reserve_percent:12.5",
+      "reserve_percent:0.000001",
+      "reserve_percent:49.99999999",
+      "expandable_segments:True,expandable_slack_percent:0.0000001",
+      "expandable_segments:True,expandable_slack_percent:99.9999999",
+      "expandable_segments:True,expandable_slack_percent:33.3",
+      "strategy:round,round_linear_cutoff:20,max_split_size_mb:100,max_non_"
+      "split_rounding_mb:0",
+  };
+  for (size_t i = 0; i < sizeof confs / sizeof *confs; i++) {
+    gpupool_options o = {.backend = GPUPOOL_BACKEND_HOST, .tunables = confs[i], .ignore_env = 1};
+    gpupool *p, *q = NULL;
+    cr_assert_eq(gpupool_create(&o, &p), GPUPOOL_OK, "%s", gpupool_last_error());
+    char line[256];
+    advisor_conf_of_pool(p, line, sizeof line);
+    o.tunables = line;
+    cr_expect_eq(gpupool_create(&o, &q), GPUPOOL_OK, "'%s' (of '%s'): %s", line, confs[i],
+                 gpupool_last_error());
+    if (q) {
+      const pool_config *a = &p->cfg, *b = &q->cfg;
+      cr_expect_eq(a->strategy, b->strategy, "'%s'", line);
+      cr_expect_eq(a->max_split_size, b->max_split_size, "'%s'", line);
+      cr_expect_eq(a->max_non_split_rounding, b->max_non_split_rounding, "'%s'", line);
+      cr_expect_eq(a->gc_threshold, b->gc_threshold, "'%s'", line);
+      cr_expect_eq(a->reserve_percent, b->reserve_percent, "'%s'", line);
+      cr_expect_eq(a->expandable, b->expandable, "'%s'", line);
+      cr_expect_eq(a->expandable_slack, b->expandable_slack, "'%s'", line);
+      gpupool_destroy(q);
+    }
+    gpupool_destroy(p);
+  }
 }
