@@ -64,6 +64,11 @@ int kvconf_parse(const char *text, kvconf_fn fn, void *ctx, char *err, size_t er
     if (*end == '\0')
       return 0;
     p = end + 1;
+    const char *rest = p;
+    while (isspace((unsigned char)*rest))
+      rest++;
+    if (*rest == '\0') /* one trailing ',': PyTorch's parser takes it too */
+      return 0;
   }
 }
 

@@ -13,9 +13,10 @@
 typedef int (*kvconf_fn)(void *ctx, const char *key, const char *value, char *err, size_t errlen);
 
 /* 0 on success; -1 with a reason ("GPUPOOL_CONF: ..." is the caller's prefix)
- * on a malformed string (empty key, missing ':', empty value) or when fn
- * refuses a pair. An empty or NULL string is valid and has no pairs.
- * Values may contain ':' (only the first ':' separates). */
+ * on a malformed string (empty key, missing ':', empty value, an empty entry:
+ * a leading ',' or ",,") or when fn refuses a pair. An empty or NULL string
+ * is valid and has no pairs; one trailing ',' is allowed, as PyTorch's parser
+ * allows it. Values may contain ':' (only the first ':' separates). */
 int kvconf_parse(const char *text, kvconf_fn fn, void *ctx, char *err, size_t errlen);
 
 /* Strict value parsers: the whole string must be consumed; 0 ok, -1 bad. */

@@ -61,6 +61,14 @@ Test(agent_conf, every_key) {
   cr_assert_str_eq(cfg.hostname, "node-1");
 }
 
+/* The grammar is GPUPOOL_CONF's: one trailing ',' is allowed, two are not. */
+Test(agent_conf, a_trailing_comma_is_allowed) {
+  cr_assert_eq(resolve_env("sample_interval_ms:250,"), 0, "%s", err);
+  cr_expect_eq(cfg.sample_interval_ms, 250);
+  cr_expect_eq(resolve_env("sample_interval_ms:250,,"), -1);
+  cr_expect(strstr(err, "stray ','"), "%s", err);
+}
+
 Test(agent_conf, listen_forms) {
   cr_assert_eq(resolve_env("listen:[::1]:9600"), 0, "%s", err);
   cr_assert_str_eq(cfg.listen_host, "::1");

@@ -255,7 +255,8 @@ static const bad_conf bad_confs[] = {
     {"strategy:", "strategy"},
     {":1", NULL},
     {"strategy:bfc,,name:x", "stray ','"},
-    {"strategy:bfc,", "stray ','"},
+    {"strategy:bfc,,", "stray ','"}, /* one trailing ',' is allowed (below), not two */
+    {"strategy:bfc, ,", "stray ','"},
     {",strategy:bfc", "stray ','"},
     {" , ", "stray ','"},
     {"strategy:bfc,bogus", "bogus"},
@@ -484,6 +485,32 @@ Test(pool_badinput, a_key_given_twice_takes_the_last_value) {
   unsetenv("GPUPOOL_CONF");
   cr_expect_str_eq(gpupool_strategy_name(p), "naive");
   gpupool_destroy(p);
+}
+
+/* One trailing ',' (white space may follow) ends the list, as PyTorch's
+ * parser reads PYTORCH_CUDA_ALLOC_CONF; in the tunables and in GPUPOOL_CONF. */
+Test(pool_badinput, a_trailing_comma_is_allowed) {
+  static const char *const confs[] = {"expandable_segments:True,", "strategy:round,",
+                                      "max_split_size_mb:128,strategy:round, \t"};
+  for (size_t i = 0; i < sizeof confs / sizeof *confs; i++) {
+    gpupool_options o = {.backend = GPUPOOL_BACKEND_HOST, .tunables = confs[i], .ignore_env = 1};
+    gpupool *p = NULL;
+    cr_expect_eq(gpupool_create(&o, &p), GPUPOOL_OK, "tunables \"%s\": %s", confs[i],
+                 gpupool_last_error());
+    if (p && i)
+      cr_expect_str_eq(gpupool_strategy_name(p), "round", "the pair before the ',' applies");
+    gpupool_destroy(p);
+    setenv("GPUPOOL_CONF", confs[i], 1);
+    p = NULL;
+    o.tunables = NULL;
+    o.ignore_env = 0;
+    cr_expect_eq(gpupool_create(&o, &p), GPUPOOL_OK, "GPUPOOL_CONF \"%s\": %s", confs[i],
+                 gpupool_last_error());
+    unsetenv("GPUPOOL_CONF");
+    if (p && i)
+      cr_expect_str_eq(gpupool_strategy_name(p), "round");
+    gpupool_destroy(p);
+  }
 }
 
 Test(pool_badinput, gpupool_conf_alone_configures_a_host_pool) {
