@@ -22,6 +22,10 @@
 #define DEFAULT_BOUND_MS 100.0
 #define MAX_CANDIDATES   512
 #define MAX_THREADS      64
+/* 1 PiB, host_capacity_mb's most: an answer stays far from UINT64_MAX ("does not fit") */
+#define MAX_CAPACITY ((uint64_t)1 << 50)
+/* 1000 s a call (10^9 us): any count of calls prices to a finite time */
+#define MAX_PRICE_US 1e9
 
 /* docs/advisor.md: the price table and where each number comes from. */
 static const gpupool_advice_prices default_prices = {.malloc_us = 33.6,
@@ -268,22 +272,49 @@ static void recommend(gpupool_advice *a) {
   a->recommended = best;
 }
 
-static void fill_prices(gpupool_advice_prices *p, const gpupool_advice_prices *in) {
+/* The prices of in, the defaults where in has 0; GPUPOOL_ERR_INVALID when
+ * one is out of range (negative, NaN, infinite or above MAX_PRICE_US). */
+static gpupool_status fill_prices(gpupool_advice_prices *p, const gpupool_advice_prices *in) {
+  static const char *const names[] = {"malloc_us",     "free_us",      "page_map_us",
+                                      "page_unmap_us", "page_move_us", "sync_us"};
+  const double given[] = {in->malloc_us,     in->free_us,      in->page_map_us,
+                          in->page_unmap_us, in->page_move_us, in->sync_us};
   *p = default_prices;
-  if (!in)
-    return;
-  if (in->malloc_us > 0)
-    p->malloc_us = in->malloc_us;
-  if (in->free_us > 0)
-    p->free_us = in->free_us;
-  if (in->page_map_us > 0)
-    p->page_map_us = in->page_map_us;
-  if (in->page_unmap_us > 0)
-    p->page_unmap_us = in->page_unmap_us;
-  if (in->page_move_us > 0)
-    p->page_move_us = in->page_move_us;
-  if (in->sync_us > 0)
-    p->sync_us = in->sync_us;
+  double *out[] = {&p->malloc_us,     &p->free_us,      &p->page_map_us,
+                   &p->page_unmap_us, &p->page_move_us, &p->sync_us};
+  for (size_t i = 0; i < sizeof names / sizeof *names; i++) {
+    if (!(given[i] >= 0 && given[i] <= MAX_PRICE_US))
+      return pool_fail(GPUPOOL_ERR_INVALID,
+                       "gpupool_advise: prices.%s %g is out of range (0: the default; up to "
+                       "10^9 us)",
+                       names[i], given[i]);
+    if (given[i] > 0)
+      *out[i] = given[i];
+  }
+  return GPUPOOL_OK;
+}
+
+/* The ranges of include/gpupool/advisor.h for the capacity, the step, the
+ * bound and the deadline: GPUPOOL_ERR_INVALID, with the reason, outside. */
+static gpupool_status check_options(const gpupool_advice_options *o, uint64_t cap, uint64_t step) {
+  unsigned long long c = cap, s = step;
+  if (step % ((uint64_t)1 << 20))
+    return pool_fail(GPUPOOL_ERR_INVALID,
+                     "gpupool_advise: capacity_step %llu bytes is not a whole number of MiB", s);
+  if (cap > MAX_CAPACITY)
+    return pool_fail(GPUPOOL_ERR_INVALID,
+                     "gpupool_advise: capacity %llu bytes is above 1 PiB (2^50 bytes)", c);
+  if (cap < step)
+    return pool_fail(GPUPOOL_ERR_INVALID, "gpupool_advise: capacity %llu below the step %llu", c,
+                     s);
+  if (isinf(o->max_added_ms) && o->max_added_ms > 0)
+    return pool_fail(GPUPOOL_ERR_INVALID, "gpupool_advise: max_added_ms inf is not a time in ms "
+                                          "(NaN or below 0: the default)");
+  if (!(o->deadline_s >= 0))
+    return pool_fail(GPUPOOL_ERR_INVALID,
+                     "gpupool_advise: deadline_s %g is not a time in seconds (0: none)",
+                     o->deadline_s);
+  return GPUPOOL_OK;
 }
 
 gpupool_status gpupool_advise(const gpupool_history *h, const gpupool_advice_options *opt,
@@ -304,6 +335,14 @@ gpupool_status gpupool_advise(const gpupool_history *h, const gpupool_advice_opt
   for (size_t i = 0; i < opt->n_extra; i++)
     if (!opt->extra[i] || replay_conf_check(opt->extra[i], err, sizeof err))
       return pool_fail(GPUPOOL_ERR_INVALID, "%s", opt->extra[i] ? err : "a NULL configuration");
+  uint64_t cap = opt->capacity ? opt->capacity : DEFAULT_CAPACITY;
+  uint64_t step = opt->capacity_step ? opt->capacity_step : DEFAULT_STEP;
+  gpupool_advice_prices prices;
+  gpupool_status bad = check_options(opt, cap, step);
+  if (bad == GPUPOOL_OK)
+    bad = fill_prices(&prices, &opt->prices);
+  if (bad != GPUPOOL_OK)
+    return bad;
   gpupool_advice *a = calloc(1, sizeof *a);
   if (a)
     a->c = calloc(MAX_CANDIDATES, sizeof *a->c);
@@ -313,20 +352,13 @@ gpupool_status gpupool_advise(const gpupool_history *h, const gpupool_advice_opt
   }
   double t0 = now_s();
   a->input = h->info;
-  a->capacity = opt->capacity ? opt->capacity : DEFAULT_CAPACITY;
-  a->capacity_step = opt->capacity_step ? opt->capacity_step : DEFAULT_STEP;
-  if (a->capacity < a->capacity_step) {
-    unsigned long long cap = a->capacity, step = a->capacity_step;
-    gpupool_advice_free(a);
-    return pool_fail(GPUPOOL_ERR_INVALID, "gpupool_advise: capacity %llu below the step %llu", cap,
-                     step);
-  }
-  a->capacity -= a->capacity % a->capacity_step;
-  if (opt->max_added_ms >= 0 && !isnan(opt->max_added_ms))
+  a->capacity = cap - cap % step;
+  a->capacity_step = step;
+  if (opt->max_added_ms >= 0)
     a->max_added_ms = opt->max_added_ms;
-  else
+  else /* below 0 or NaN */
     a->max_added_ms = fmax(DEFAULT_BOUND_MS, h->info.duration_s * 1000.0 * 0.01);
-  fill_prices(&a->prices, &opt->prices);
+  a->prices = prices;
   int cur = add_candidate(a, current);
   if (cur < 0) { /* the first candidate: only its length can refuse it */
     gpupool_advice_free(a);

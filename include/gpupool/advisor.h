@@ -76,7 +76,8 @@ gpupool_status gpupool_replay(const gpupool_history *h, const char *conf, uint64
                               gpupool_replay_result *out);
 
 /* Prices of device calls in microseconds (docs/advisor.md gives the measured
- * defaults, chosen where a field is 0). */
+ * defaults, chosen where a field is 0). Each is 0 or a price up to 1e9 us;
+ * a negative, NaN or infinite one is GPUPOOL_ERR_INVALID. */
 typedef struct gpupool_advice_prices {
   double malloc_us, free_us; /* cudaMalloc, cudaFree of a segment */
   double page_map_us;        /* cuMemCreate + cuMemMap + cuMemSetAccess of a page */
@@ -85,18 +86,22 @@ typedef struct gpupool_advice_prices {
   double sync_us;            /* cudaDeviceSynchronize */
 } gpupool_advice_prices;
 
+/* Out of the ranges given here, gpupool_advise returns GPUPOOL_ERR_INVALID. */
 typedef struct gpupool_advice_options {
-  uint64_t capacity;        /* simulated device bytes; 0: 80 GiB */
-  uint64_t capacity_step;   /* granularity of the smallest-capacity search; 0: 2 MiB */
+  uint64_t capacity;        /* simulated device bytes; 0: 80 GiB; else from capacity_step
+                               to 1 PiB (2^50), rounded down to a multiple of the step */
+  uint64_t capacity_step;   /* granularity of the smallest-capacity search; 0: 2 MiB; else
+                               a whole number of MiB up to the capacity */
   double max_added_ms;      /* device-call time allowed above the current config's;
-                               < 0 or NaN: the default (docs/advisor.md) */
+                               < 0 or NaN: the default (docs/advisor.md); not infinite */
   const char *current;      /* the configuration in use (NULL: default bfc) */
   const char *const *extra; /* more configurations to try */
   size_t n_extra;
   int no_defaults;   /* nonzero: only current and extra */
   int no_capacity;   /* nonzero: skip the smallest-capacity search */
-  unsigned threads;  /* workers; 0: one per online core */
-  double deadline_s; /* stop starting replays after this much wall time; 0: none */
+  unsigned threads;  /* workers; 0: one per online core; at most 64 are started */
+  double deadline_s; /* stop starting replays after this much wall time; 0 (or
+                        infinite): none; not negative or NaN */
   gpupool_advice_prices prices;
 } gpupool_advice_options;
 
@@ -132,7 +137,8 @@ typedef struct gpupool_advice {
 } gpupool_advice;
 
 /* opt NULL: every default. GPUPOOL_ERR_INVALID for a bad configuration in
- * current or extra, or extra NULL with n_extra above 0. */
+ * current or extra, extra NULL with n_extra above 0, or an option out of
+ * its range (above). */
 gpupool_status gpupool_advise(const gpupool_history *h, const gpupool_advice_options *opt,
                               gpupool_advice **out);
 void gpupool_advice_free(gpupool_advice *a);

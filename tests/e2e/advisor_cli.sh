@@ -51,6 +51,7 @@ expect 2 'unknown option --bogus' --bogus "$work/lm.trace"
 expect 2 '--capacity needs a value' "$work/lm.trace" --capacity
 expect 2 "--capacity 'x' is not a size in GiB" --capacity x "$work/lm.trace"
 expect 2 "--threads '0' is not a number from 1 to 64" --threads 0 "$work/lm.trace"
+expect 2 '--capacity 0.001 GiB is less than the --step of 2 MiB' --capacity 0.001 "$work/lm.trace"
 expect 2 "--max-added-ms '-1' is not a time" --max-added-ms -1 "$work/lm.trace"
 expect 2 'one HISTORY only' "$work/lm.trace" "$work/lm.trace"
 expect 2 '--json or --csv, not both' --json --csv "$work/lm.trace"

@@ -173,6 +173,22 @@ Test(advisor_conf, refused_keys_in_every_spelling_cli) {
     }
 }
 
+/* A --capacity smaller than the --step is a usage error (exit 2), found
+ * before the history is read. */
+Test(advisor_conf, cli_capacity_below_the_step) {
+  char err[1024];
+  const char *tiny[] = {"gpupool-advise", "--capacity", "0.001", path, NULL};
+  cr_expect_eq(run_advise(err, sizeof err, tiny), 2, "%s", err);
+  cr_expect(strstr(err, "--capacity 0.001 GiB is less than the --step of 2 MiB"), "%s", err);
+  const char *step[] = {"gpupool-advise", "--capacity", "0.004", "--step", "8",
+                        "/nonexistent",   NULL};
+  cr_expect_eq(run_advise(err, sizeof err, step), 2, "%s", err);
+  cr_expect(strstr(err, "less than the --step of 8 MiB"), "%s", err);
+  const char *fits[] = {"gpupool-advise", "--capacity", "0.002", "--only", "--current", "",
+                        "--no-capacity",  path,         NULL};
+  cr_expect_eq(run_advise(err, sizeof err, fits), 0, "%s", err);
+}
+
 /* PyTorch's checks of PYTORCH_CUDA_ALLOC_CONF (c10/core/AllocatorConfig.h and
  * .cpp, ConfigTokenizer and AcceleratorAllocatorConfig::parseArgs) for the
  * keys the advisor writes: "key:value" pairs; max_split_size_mb and
@@ -234,10 +250,8 @@ static const char *const torch_lines[][2] = {
      "max_split_size_mb:100,max_non_split_rounding_mb:21"},
     {" garbage_collection_threshold : .5 ", "garbage_collection_threshold:0.5"},
     {"garbage_collection_threshold:0.00001", "garbage_collection_threshold:0.00001"},
-    {"expandable_segments:True,roundup_power2_divisions:4,max_split_size_mb:"
-     "512,strategy:bfc",
-     "max_split_size_mb:512,roundup_power2_divisions:4,expandable_segments:"
-     "True"},
+    {"expandable_segments:True,roundup_power2_divisions:4,max_split_size_mb:512,strategy:bfc",
+     "max_split_size_mb:512,roundup_power2_divisions:4,expandable_segments:True"},
     {"strategy:round", NULL},
     {"strategy : naive", NULL},
     {"round_linear_cutoff:24", NULL},
@@ -313,8 +327,7 @@ Test(advisor_conf, live_line_reads_back) {
       "expandable_segments:True,expandable_slack_percent:0.0000001",
       "expandable_segments:True,expandable_slack_percent:99.9999999",
       "expandable_segments:True,expandable_slack_percent:33.3",
-      "strategy:round,round_linear_cutoff:20,max_split_size_mb:100,max_non_"
-      "split_rounding_mb:0",
+      "strategy:round,round_linear_cutoff:20,max_split_size_mb:100,max_non_split_rounding_mb:0",
   };
   for (size_t i = 0; i < sizeof confs / sizeof *confs; i++) {
     gpupool_options o = {.backend = GPUPOOL_BACKEND_HOST, .tunables = confs[i], .ignore_env = 1};

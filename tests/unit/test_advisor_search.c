@@ -188,6 +188,58 @@ Test(advisor_search, bad_options) {
   cr_expect_eq(gpupool_replay(hist, "strategy:nope", MiB, &r), GPUPOOL_ERR_INVALID);
 }
 
+/* Options out of the ranges include/gpupool/advisor.h gives are refused with
+ * a reason that names them, never answered with a capacity that reads as
+ * "does not fit" (UINT64_MAX), NaN times or a granularity of 0 MiB. */
+Test(advisor_search, options_out_of_range) {
+  static const struct {
+    gpupool_advice_options o;
+    const char *says;
+  } bad[] = {
+      {{.capacity = UINT64_MAX, .capacity_step = (uint64_t)1 << 63}, "above 1 PiB"},
+      {{.capacity = ((uint64_t)1 << 50) + 2 * MiB}, "above 1 PiB"},
+      {{.capacity_step = 1}, "capacity_step 1 bytes is not a whole number of MiB"},
+      {{.capacity_step = UINT64_MAX}, "not a whole number of MiB"},
+      {{.capacity_step = MiB + 512}, "not a whole number of MiB"},
+      {{.capacity = 64 * MiB, .capacity_step = 128 * MiB}, "below the step"},
+      {{.max_added_ms = INFINITY}, "max_added_ms inf"},
+      {{.deadline_s = NAN}, "deadline_s"},
+      {{.deadline_s = -1}, "deadline_s -1"},
+      {{.prices.malloc_us = INFINITY}, "prices.malloc_us inf"},
+      {{.prices.free_us = NAN}, "prices.free_us"},
+      {{.prices.page_map_us = 1e308}, "prices.page_map_us"},
+      {{.prices.page_unmap_us = -1}, "prices.page_unmap_us -1"},
+      {{.prices.page_move_us = -INFINITY}, "prices.page_move_us"},
+      {{.prices.sync_us = 1e9 + 1}, "prices.sync_us"},
+  };
+  for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+    gpupool_advice_options o = bad[i].o;
+    o.current = "";
+    o.no_defaults = 1;
+    o.threads = 1;
+    gpupool_advice *a = (gpupool_advice *)&o;
+    cr_expect_eq(gpupool_advise(hist, &o, &a), GPUPOOL_ERR_INVALID, "case %zu accepted", i);
+    cr_expect_null(a);
+    cr_expect(strstr(gpupool_last_error(), bad[i].says), "case %zu: %s", i, gpupool_last_error());
+  }
+  /* the ends of the ranges */
+  gpupool_advice_options ok = {.capacity = (uint64_t)1 << 50,
+                               .capacity_step = (uint64_t)1 << 40,
+                               .max_added_ms = -INFINITY,
+                               .deadline_s = INFINITY,
+                               .prices = {.malloc_us = 1e9, .sync_us = 1e-9},
+                               .current = "",
+                               .no_defaults = 1,
+                               .threads = 1};
+  gpupool_advice *a;
+  cr_assert_eq(gpupool_advise(hist, &ok, &a), GPUPOOL_OK, "%s", gpupool_last_error());
+  cr_expect_eq(a->min_capacity_current, (uint64_t)1 << 40, "one step fits");
+  cr_expect(isfinite(a->c[0].device_ms));
+  cr_expect_eq(a->prices.malloc_us, 1e9);
+  cr_expect_eq(a->prices.free_us, 33.6, "0 is the default");
+  gpupool_advice_free(a);
+}
+
 Test(advisor_search, null_options_are_the_defaults) {
   gpupool_advice *a, *d;
   gpupool_advice_options o = {.max_added_ms = NAN, .no_capacity = 1};

@@ -48,7 +48,10 @@ static int parse_double(const char *s, double lo, double hi, double *out) {
 int main(int argc, char **argv) {
   const char *format = "table", *in_format = NULL, *pool = NULL, *path = NULL;
   const char *extra[MAX_EXTRA];
-  gpupool_advice_options o = {.max_added_ms = NAN};
+  /* the documented defaults, set here so that --capacity is checked against --step */
+  gpupool_advice_options o = {
+      .capacity = (uint64_t)80 << 30, .capacity_step = (uint64_t)2 << 20, .max_added_ms = NAN};
+  const char *capacity = NULL;
   o.extra = extra;
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i];
@@ -99,6 +102,7 @@ int main(int argc, char **argv) {
         return 2;
       }
       o.capacity = (uint64_t)(d * (1 << 30));
+      capacity = v;
     } else if (!strcmp(a, "--step")) {
       if (parse_double(v, 1, 1 << 20, &d) || d != floor(d)) {
         fprintf(stderr, "gpupool-advise: --step '%s' is not a whole number of MiB\n", v);
@@ -130,6 +134,11 @@ int main(int argc, char **argv) {
   }
   if (!path) {
     usage(stderr);
+    return 2;
+  }
+  if (o.capacity < o.capacity_step) {
+    fprintf(stderr, "gpupool-advise: --capacity %s GiB is less than the --step of %llu MiB\n",
+            capacity ? capacity : "80", (unsigned long long)(o.capacity_step >> 20));
     return 2;
   }
   if (o.no_defaults && !o.current && !o.n_extra) {
