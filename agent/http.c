@@ -247,10 +247,62 @@ static enum MHD_Result serve(struct MHD_Connection *c, const char *url, int head
 static int admit(struct MHD_Connection *c, const char *url, const web_config *wc,
                  endpoint_body *body);
 
+typedef struct header_counts {
+  unsigned host, content_length;
+  const char *first_length;
+  int lengths_differ;
+} header_counts;
+
+static enum MHD_Result count_header(void *cls, enum MHD_ValueKind kind, const char *key,
+                                    const char *value) {
+  (void)kind;
+  header_counts *n = cls;
+  if (!strcasecmp(key, MHD_HTTP_HEADER_HOST))
+    n->host++;
+  if (!strcasecmp(key, MHD_HTTP_HEADER_CONTENT_LENGTH)) {
+    if (n->content_length++ == 0)
+      n->first_length = value;
+    else if (strcmp(value ? value : "", n->first_length ? n->first_length : ""))
+      n->lengths_differ = 1;
+  }
+  return MHD_YES;
+}
+
+/* Why a request is malformed as Go's server refuses it (RFC 9112 3.2,
+ * 6.3), or NULL: an HTTP/1.1 request without a Host header or with two, or
+ * Content-Length headers that disagree (a proxy and the agent could then
+ * split the bytes into requests differently). libmicrohttpd's own strict
+ * mode answers a missing Host twice, hence this. */
+static const char *framing_error(struct MHD_Connection *c, const char *version) {
+  header_counts n = {0};
+  MHD_get_connection_values(c, MHD_HEADER_KIND, count_header, &n);
+  if (n.host == 0 && !strcmp(version, MHD_HTTP_VERSION_1_1))
+    return "bad request: an HTTP/1.1 request needs a Host header\n";
+  if (n.host > 1)
+    return "bad request: more than one Host header\n";
+  if (n.lengths_differ)
+    return "bad request: Content-Length headers that disagree\n";
+  return NULL;
+}
+
+/* The path of a request target in absolute form ("http://host:port/path",
+ * which RFC 9112 3.2.2 asks servers to accept): what follows the authority. */
+static const char *origin_form(const char *url) {
+  const char *rest = NULL;
+  if (!strncasecmp(url, "http://", 7))
+    rest = url + 7;
+  else if (!strncasecmp(url, "https://", 8))
+    rest = url + 8;
+  if (!rest)
+    return url;
+  const char *path = strchr(rest, '/');
+  return path ? path : "/";
+}
+
 static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const char *url,
                                   const char *method, const char *version, const char *upload_data,
                                   size_t *upload_data_size, void **con_cls) {
-  (void)version, (void)upload_data;
+  (void)upload_data;
   static int headers_seen;
   endpoint_body body = {0};
   int old = (unsigned)(uintptr_t)cls != atomic_load(&g_generation);
@@ -269,8 +321,18 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
   }
   /* A response queued in the first call (headers only) makes libmicrohttpd
    * close the connection after it: answer in the next call, once the request
-   * is read (a body, which GET and HEAD should not have, is discarded). */
+   * is read (a body, which GET and HEAD should not have, is discarded). A
+   * request whose framing is ambiguous is answered at once, so the
+   * connection closes before any of its bytes are read as another request. */
   if (!*con_cls) {
+    const char *why = framing_error(c, version);
+    if (why) {
+      endpoint_text(&body, 400, why);
+      web_config *wc = web_state_acquire();
+      enum MHD_Result ok = queue(c, &body, 0, NULL, wc, old);
+      web_state_release(wc);
+      return ok;
+    }
     *con_cls = &headers_seen;
     return MHD_YES;
   }
@@ -280,7 +342,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
   }
   int head = strcmp(method, MHD_HTTP_METHOD_HEAD) == 0;
   web_config *wc = web_state_acquire();
-  enum MHD_Result ok = serve(c, url, head, wc, old);
+  enum MHD_Result ok = serve(c, origin_form(url), head, wc, old);
   web_state_release(wc);
   return ok;
 }

@@ -553,3 +553,39 @@ Test(agent_http, escapes_decode) {
   }
   gpupool_destroy(named);
 }
+
+/* Sends raw bytes on a new connection; what comes back until the close. */
+static char *exchange(int port, const char *bytes) {
+  int fd = http_connect("127.0.0.1", port);
+  cr_assert_geq(fd, 0);
+  cr_assert_eq(send(fd, bytes, strlen(bytes), MSG_NOSIGNAL), (ssize_t)strlen(bytes));
+  shutdown(fd, SHUT_WR);
+  size_t len;
+  char *got = read_until_close(fd, &len);
+  close(fd);
+  return got;
+}
+
+/* Requests whose framing is ambiguous are refused, as Go's server refuses
+ * them (RFC 9112), and their leftover bytes are never read as a request; a
+ * target in absolute form is served (RFC 9112 3.2.2). */
+Test(agent_http, strict_framing_and_absolute_form) {
+  int port = start_local(NULL);
+  static const char *const refused[] = {
+      "GET /healthz HTTP/1.1\r\n\r\n", /* no Host */
+      "GET /healthz HTTP/1.1\r\nHost: a\r\nHost: b\r\n\r\n",
+      "GET /healthz HTTP/1.1\r\nHost: a\r\nContent-Length: 5\r\nContent-Length: 6\r\n\r\n"
+      "hello!GET /healthz HTTP/1.1\r\nHost: a\r\n\r\n",
+  };
+  for (size_t i = 0; i < sizeof refused / sizeof *refused; i++) {
+    char *got = exchange(port, refused[i]);
+    cr_assert_eq(strncmp(got, "HTTP/1.1 400 ", 13), 0, "request %zu: %.80s", i, got);
+    cr_assert_null(strstr(got, "\nHTTP/1."), "request %zu: a second answer: %s", i, got);
+    free(got);
+  }
+  char *got = exchange(port, "GET http://127.0.0.1/healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+                             "Connection: close\r\n\r\n");
+  cr_assert_eq(strncmp(got, "HTTP/1.1 200 ", 13), 0, "%.80s", got);
+  cr_assert(strstr(got, "\r\n\r\nok\n"), "%s", got);
+  free(got);
+}
