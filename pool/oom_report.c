@@ -169,9 +169,10 @@ static void compute(pool_oom_report *r) {
   }
   /* max_split_size_mb:N, N the request in MiB (at least 21): blocks of
    * segments that large are not split, so only the free blocks of smaller
-   * split segments stay stranded. */
+   * split segments stay stranded. Not a remedy in an expandable pool: its
+   * range blocks ignore the setting (docs/pool.md). */
   uint64_t limit = e->split_limit_mb * (uint64_t)MiB;
-  if (t->split_free_bytes &&
+  if (t->split_free_bytes && !r->cap.expandable &&
       (r->cap.max_split_size == UINT64_MAX || r->cap.max_split_size > limit)) {
     e->split_unstranded = t->split_free_at_least;
     e->split_at_most = t->split_free_bytes - t->split_free_at_least;
