@@ -103,6 +103,43 @@ int free_index_shrink(block **root, block *old, block *b) {
   return 0;
 }
 
+/* Whether a sorts before a block of key (size, addr). */
+static inline int less_key(const block *a, size_t size, uintptr_t addr) {
+  return a->size < size || (a->size == size && a->addr < addr);
+}
+
+void free_index_shrink_size(block **root, block *b, size_t size, const block *pred) {
+  gp_assert_internal(size > 0 && size < b->size);
+  gp_assert_internal(!pred || b == free_index_next(*root, pred));
+  if (!pred && b->left)
+    for (pred = b->left; pred->right;)
+      pred = pred->right;
+  if (!pred) { /* none, or an ancestor: the descent to b passes it */
+    position pos = {root, NULL};
+    while (*pos.link != b) {
+      gp_assert_internal(*pos.link); /* b is in this index */
+      if (less(b, *pos.link)) {
+        pos.link = &(*pos.link)->left;
+      } else {
+        pos.lo = *pos.link;
+        pos.link = &(*pos.link)->right;
+      }
+    }
+    if (pos.lo && !less_key(pos.lo, size, b->addr)) {
+      remove_at(pos.link, b);
+      b->size = size;
+      free_index_insert(root, b);
+      return;
+    }
+  } else if (!less_key(pred, size, b->addr)) {
+    free_index_remove(root, b);
+    b->size = size;
+    free_index_insert(root, b);
+    return;
+  }
+  b->size = size;
+}
+
 int free_index_grow(block **root, block *old, block *b) {
   block **link = root, *hi = NULL; /* old's successor among its ancestors */
   while (*link != old) {
@@ -139,6 +176,21 @@ block *free_index_lower_bound(block *t, size_t size) {
   return best;
 }
 
+block *free_index_lower_bound_up(block *t, size_t size, block **up) {
+  block *best = NULL, *above = NULL;
+  while (t) {
+    if (t->size >= size) {
+      above = best;
+      best = t;
+      t = t->left;
+    } else {
+      t = t->right;
+    }
+  }
+  *up = above;
+  return best;
+}
+
 block *free_index_next(block *t, const block *b) {
   block *best = NULL;
   while (t) {
@@ -165,7 +217,11 @@ static void push_descent(free_index_iter *it, size_t size, const block *stop) {
   for (block *t = it->root; t != stop;) {
     gp_assert_internal(t); /* stop is in this index */
     if (t->size >= size) {
-      free_index_iter_push(it, t);
+      if (it->n == FREE_INDEX_ITER_DEPTH) {
+        it->deep = 1;
+        return;
+      }
+      it->stack[it->n++] = t;
       t = t->left;
     } else {
       t = t->right;
@@ -173,33 +229,43 @@ static void push_descent(free_index_iter *it, size_t size, const block *stop) {
   }
 }
 
-/* The stack holds the ancestors of the current block (itself on top) whose
- * left subtree the walk went into: what follows the current block is its
- * right subtree, then the rest of the stack, each followed by its own right
- * subtree. */
+/* The descent pushes the lower bound last: it comes off the stack as the
+ * first block. */
 block *free_index_iter_start(free_index_iter *it, block *root, size_t size) {
   it->root = root;
   it->from = NULL;
+  it->up_known = 0;
   it->n = 0;
   it->deep = 0;
   push_descent(it, size, NULL);
-  if (it->deep) /* the top of the stack is not the lower bound */
+  if (it->deep) /* the stack does not reach the lower bound */
     return it->cur = free_index_lower_bound(root, size);
-  return it->cur = it->n ? it->stack[it->n - 1] : NULL;
+  return it->cur = it->n ? it->stack[--it->n] : NULL;
 }
 
-/* The descent to it->from pushes the ancestors that sort after it, as
- * free_index_iter_start's does; the stack is empty (the walk left from's
- * subtree), so they are all that follows. from being the lower bound of its
- * size, a block of that size or more other than from sorts after it: sizes
- * compared, as free_index_lower_bound does. */
+/* The stack is empty (the walk left from's subtree). Where up is known, it
+ * follows, and from's ancestors after it are up's: up takes from's place.
+ * Else the descent to from pushes the ancestors that sort after it, as
+ * free_index_iter_start's does: they are all that follows. Sizes compared,
+ * as free_index_lower_bound does: from is the lower bound of some size, or
+ * the up of one (an ancestor of it whose left subtree holds it), and a block
+ * of its size that sorts before it then lies in its left subtree, not on
+ * the path. */
 block *free_index_iter_above(free_index_iter *it) {
-  const block *from = it->from;
-  size_t size = from->size;
-  gp_assert_internal(!it->n && !it->deep && from == free_index_lower_bound(it->root, size));
-  it->from = NULL;
-  push_descent(it, size, from);
-  if (it->deep) /* the top of the stack is not from's successor */
-    return free_index_next(it->root, it->cur);
-  return it->n ? it->stack[it->n - 1] : NULL;
+  gp_assert_internal(!it->n && !it->deep && it->from);
+  block *next;
+  if (it->up_known) {
+    it->up_known = 0;
+    next = it->from = it->up;
+  } else {
+    const block *from = it->from;
+    it->from = NULL;
+    push_descent(it, from->size, from);
+    if (it->deep) /* the stack does not reach from's successor */
+      next = free_index_next(it->root, it->cur);
+    else
+      next = it->n ? it->stack[--it->n] : NULL;
+  }
+  gp_assert_internal(next == free_index_next(it->root, it->cur));
+  return next;
 }

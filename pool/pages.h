@@ -66,13 +66,28 @@ static inline size_t pages_find(const segment *seg, size_t i, size_t last, int w
   return last + 1;
 }
 
+/* Whether every page of seg in [first, last] is mapped: pages_find(seg,
+ * first, last, 0) > last, a mask per word where that asks for the first
+ * page not mapped (most windows lie in one word). */
+static inline int pages_all_mapped(const segment *seg, size_t first, size_t last) {
+  size_t w = first / 64, end = last / 64;
+  uint64_t from = ~(uint64_t)0 << (first % 64);
+  for (; w < end; w++, from = ~(uint64_t)0)
+    if (~seg->mapped[w] & from)
+      return 0;
+  return !(~seg->mapped[end] & from & (~(uint64_t)0 >> (63 - last % 64)));
+}
+
+/* Whether every page of vmm segment seg under [addr, addr + len) is
+ * mapped. */
+static inline int pages_window_mapped(const segment *seg, uintptr_t addr, size_t len) {
+  return pages_all_mapped(seg, page_of(seg, addr), page_of(seg, addr + len - 1));
+}
+
 /* Whether every page of seg under [addr, addr + len) is mapped (always true
  * for a plain segment). Under the segment's shard lock. */
 static inline int pages_cover(const segment *seg, uintptr_t addr, size_t len) {
-  if (!seg->pages || seg->nmapped == seg->npages)
-    return 1;
-  size_t last = page_of(seg, addr + len - 1);
-  return pages_find(seg, page_of(seg, addr), last, 0) > last;
+  return !seg->pages || seg->nmapped == seg->npages || pages_window_mapped(seg, addr, len);
 }
 
 /* The longest stretch of [addr, addr + len) (in vmm segment seg) over

@@ -157,12 +157,6 @@ static inline size_t window_at(const block *b, uintptr_t at, size_t rounded, siz
   return end - at - rounded >= min_rest ? rounded : end - at;
 }
 
-/* Whether every page of vmm segment seg under [addr, addr + len) is mapped. */
-static inline int window_mapped(const segment *seg, uintptr_t addr, size_t len) {
-  size_t last = page_of(seg, addr + len - 1);
-  return pages_find(seg, page_of(seg, addr), last, 0) > last;
-}
-
 /* The unmapped pages that a request of rounded bytes placed at `at` in free
  * block b needs (window_at), SIZE_MAX where it does not fit there. */
 static inline size_t missing_at(const block *b, uintptr_t at, size_t rounded, size_t min_rest) {
@@ -188,7 +182,8 @@ static inline void try_at(const block *b, uintptr_t at, size_t rounded, size_t m
  * request of rounded bytes needs the fewest unmapped pages, *at: its start,
  * its end, or the start or end of a run of mapped pages inside it (the first
  * of these on ties). Returns how many it needs there. The slow path's
- * question; the hot path asks mapped_window. */
+ * question; the hot path asks mapped_at_start and
+ * mapped_window_past_start. */
 static size_t best_window(const shard *sh, const block *b, size_t rounded, uintptr_t *at) {
   gp_assert_internal(b->seg->pages && sh->pool->cfg.strategy == GPUPOOL_STRATEGY_BFC);
   const segment *seg = b->seg;
@@ -215,19 +210,23 @@ static size_t best_window(const shard *sh, const block *b, size_t rounded, uintp
  * missing_at) needs no unmapped page. */
 static inline int mapped_at(const block *b, uintptr_t at, size_t rounded, size_t min_rest) {
   size_t len = window_at(b, at, rounded, min_rest);
-  return len && window_mapped(b->seg, at, len);
+  return len && pages_window_mapped(b->seg, at, len);
 }
 
-/* mapped_window past b's start: its end, then the runs of mapped pages
- * inside it. Out of line: most looks end at the start, and the walk around
- * them keeps fewer values live without this part. */
+/* best_window's answer when it is 0, past b's start (mapped_at_start asks
+ * that): 1 and *at where a request of rounded bytes needs no unmapped page
+ * at b's end or at a run of mapped pages inside it (the same places, in the
+ * same order); else 0, and b's longest stretch over mapped pages, exact
+ * (pages_longest_mapped: the same runs), in *longest: no page counted, and
+ * the runs walked once for both. Out of line: most looks end at the start,
+ * and the walk around them keeps fewer values live without this part. */
 static __attribute__((noinline)) int mapped_window_past_start(const block *b, size_t rounded,
                                                               size_t min_rest, uintptr_t *at,
                                                               size_t *longest) {
   const segment *seg = b->seg;
   size_t ps = seg->page_size;
   uintptr_t end = b->addr + b->size;
-  if (window_mapped(seg, end - rounded, rounded)) { /* mapped_at: no rest past it */
+  if (pages_window_mapped(seg, end - rounded, rounded)) { /* mapped_at: no rest past it */
     *at = end - rounded;
     return 1;
   }
@@ -256,54 +255,47 @@ static __attribute__((noinline)) int mapped_window_past_start(const block *b, si
   return 0;
 }
 
-/* best_window's answer when it is 0 (the same places, in the same order):
- * 1 and *at where a request of rounded bytes needs no unmapped page in free
- * block b; else 0, and b's longest stretch over mapped pages, exact
- * (pages_longest_mapped: the same runs), in *longest. The hot path's
- * question: no page counted, and the runs walked once for both. */
-static inline int mapped_window(const block *b, size_t rounded, uintptr_t *at, size_t *longest) {
-  /* mapped_at(b, b->addr, ...): the block holds the request */
-  if (window_mapped(b->seg, b->addr, vmm_carve_size(b, rounded))) {
-    *at = b->addr;
-    return 1;
-  }
-  return mapped_window_past_start(b, rounded, vmm_min_rest(b, rounded), at, longest);
+/* Whether a request of rounded bytes placed at free block b's start needs
+ * no unmapped page: mapped_at(b, b->addr, ...), the block holding it. */
+static inline int mapped_at_start(const block *b, size_t rounded) {
+  return pages_window_mapped(b->seg, b->addr, vmm_carve_size(b, rounded));
 }
 
-/* Splits free block b at address at, inside it: the part below at stays a
- * free block of its own. Without host memory for it, b stays whole. The
- * part below, smaller, takes b's place in the index where the order allows
- * (free_index_shrink), and b enters again: two descents, not three. */
-static void split_front(shard *sh, block *b, uintptr_t at) {
-  block *f = block_new(sh);
-  if (!f)
-    return;
-  uint32_t fresh = f->prio;
-  f->addr = b->addr;
-  f->size = at - b->addr;
-  f->seg = b->seg;
-  f->state = BLOCK_FREE;
-  f->free_seq = b->free_seq;
+/* Splits free block b at address at, inside it: b keeps the part below at,
+ * a free block still, and a new block, returned, takes the part from at,
+ * out of the index (BLOCK_PLACED: the caller carves it next, which then
+ * costs an index operation only where a remainder stays free). Before, the
+ * part below took b's place and b entered again, and the carve removed it
+ * or gave its place to the remainder. b's key only shrinks: where it still sorts
+ * after its predecessor (pred, the search's previous block, NULL where
+ * unknown), it keeps its place in the index, no descent. Without host
+ * memory for the new block, b is returned whole. */
+static block *split_front(shard *sh, block *b, uintptr_t at, const block *pred) {
+  block *p = block_new(sh);
+  if (!p)
+    return b;
+  size_t front = at - b->addr;
+  p->addr = at;
+  p->size = b->size - front;
+  p->seg = b->seg;
+  p->state = BLOCK_PLACED; /* never in the index: b keeps its count */
+  p->free_seq = b->free_seq;
   /* each part's stretch over mapped pages is at most the whole's */
-  f->mapped_run = mapped_run_cap(b->mapped_run, f->size);
-  if (free_index_shrink(shard_free_tree(sh, b->seg->large), b, f) == 0)
-    b->prio = fresh; /* f took b's priority with its place */
-  f->prev = b->prev;
-  f->next = b;
-  if (b->prev)
-    b->prev->next = f;
-  else
-    b->seg->first = f;
-  b->prev = f;
-  b->addr = at;
-  b->size -= f->size;
-  b->mapped_run = mapped_run_cap(b->mapped_run, b->size);
+  p->mapped_run = mapped_run_cap(b->mapped_run, p->size);
+  p->prev = b;
+  p->next = b->next;
+  if (b->next)
+    b->next->prev = p;
+  b->next = p;
   b->seg->nblocks++;
-  index_insert(sh, b); /* f took b's count */
+  free_index_shrink_size(shard_free_tree(sh, b->seg->large), b, front, pred);
+  b->mapped_run = mapped_run_cap(b->mapped_run, front);
+  return p;
 }
 
 #ifndef NDEBUG
-/* Whether mapped_window's answer is best_window's and pages_longest_mapped's. */
+/* Whether the search's answer for b (mapped_at_start, then
+ * mapped_window_past_start) is best_window's and pages_longest_mapped's. */
 static int same_window(const shard *sh, const block *b, size_t rounded, int found, uintptr_t at,
                        size_t longest) {
   uintptr_t best_at;
@@ -314,34 +306,52 @@ static int same_window(const shard *sh, const block *b, size_t rounded, int foun
 }
 #endif
 
+/* Whether free block b, whose start does not hold a request of rounded
+ * bytes, holds it over mapped pages further in (mapped_window_past_start:
+ * *at); where it does not, b found loose is tightened. */
+static inline int mapped_past_start(const shard *sh, block *b, size_t rounded, uintptr_t *at) {
+  size_t longest;
+  int found = mapped_window_past_start(b, rounded, vmm_min_rest(b, rounded), at, &longest);
+  gp_assert_internal(same_window(sh, b, rounded, found, *at, longest));
+  if (!found)
+    b->mapped_run = longest | 1; /* not all mapped, or its start would have served */
+  return found;
+}
+
 /* The first free block from fit (the best fit) on, in the index's order,
  * with a placement for a request of rounded bytes over mapped pages only
- * (*at: where, as best_window finds it), or NULL. The walk starts at fit
- * without a second descent (free_index_iter_from). Such a placement lies in one
+ * (*at: where, as best_window finds it; *pred: the block before it, NULL
+ * where that is unknown), or NULL. The walk starts at fit without a second
+ * descent (free_index_iter_from, with up). Such a placement lies in one
  * stretch of the block over mapped pages: a block whose mapped_run is
  * shorter is skipped in a compare, without looking at its pages (most
- * blocks, which is what makes the search cheap). A block found loose is
- * tightened. Only expandable pools search (a plain segment's blocks are
- * mapped): their segments are all vmm ranges, and their strategy bfc, under
- * which shard_fit_allowed holds for every block of a vmm segment. Inline
- * in shard_place_mapped, its one caller: one call and one prologue per
- * search, not two. */
-static inline __attribute__((always_inline)) block *first_mapped(shard *sh, block *fit,
-                                                                 size_t rounded, uintptr_t *at) {
+ * blocks, which is what makes the search cheap), and one known to be all
+ * mapped serves at its start. fit's start was looked at already
+ * (shard_fit_is_mapped). Only expandable pools search (a plain segment's
+ * blocks are mapped): their segments are all vmm ranges, and their strategy
+ * bfc, under which shard_fit_allowed holds for every block of a vmm
+ * segment. Inline in shard_place_mapped, its one caller: one call and one
+ * prologue per search, not two. */
+static inline __attribute__((always_inline)) block *
+first_mapped(shard *sh, block *fit, block *up, size_t rounded, uintptr_t *at, block **pred) {
   free_index_iter it;
-  free_index_iter_from(&it, *shard_free_tree(sh, fit->seg->large), fit);
-  for (block *b = fit; b; b = free_index_iter_next(&it)) {
+  free_index_iter_from(&it, *shard_free_tree(sh, fit->seg->large), fit, up);
+  *pred = NULL; /* fit's is not known */
+  if (fit->mapped_run >= rounded && mapped_past_start(sh, fit, rounded, at))
+    return fit;
+  for (block *b = fit; (*pred = b, b = free_index_iter_next(&it));) {
     gp_assert_internal(b->seg->pages && shard_fit_allowed(&sh->pool->cfg, b, rounded));
     gp_assert_internal(pages_longest_mapped(b->seg, b->addr, b->size) <= b->mapped_run);
     gp_assert_internal(!mapped_run_full(b) || pages_cover(b->seg, b->addr, b->size));
     if (b->mapped_run < rounded)
       continue;
-    size_t longest;
-    int found = mapped_window(b, rounded, at, &longest);
-    gp_assert_internal(same_window(sh, b, rounded, found, *at, longest));
-    if (found)
+    if (mapped_run_full(b) || mapped_at_start(b, rounded)) {
+      gp_assert_internal(same_window(sh, b, rounded, 1, b->addr, 0));
+      *at = b->addr;
       return b;
-    b->mapped_run = longest | 1; /* not all mapped, or its start would have served */
+    }
+    if (mapped_past_start(sh, b, rounded, at))
+      return b;
   }
   return NULL;
 }
@@ -371,17 +381,20 @@ static block *fewest_missing(shard *sh, block *fit, int large, size_t rounded, u
 
 /* Out of line: inlined into shard_place, it made every allocation save
  * registers that only this search needs, plain pools' included. */
-__attribute__((noinline)) block *shard_place_mapped(shard *sh, block *fit, size_t rounded,
-                                                    int mapped_only) {
+__attribute__((noinline)) block *shard_place_mapped(shard *sh, block *fit, block *up,
+                                                    size_t rounded, int mapped_only) {
   gp_assert_internal(fit && fit == shard_best_fit(sh, fit->seg->large, rounded) &&
                      !shard_fit_is_mapped(sh, fit, rounded));
   int large = fit->seg->large;
   uintptr_t at;
-  block *best = first_mapped(sh, fit, rounded, &at);
-  if (!best && !mapped_only)
+  block *pred;
+  block *best = first_mapped(sh, fit, up, rounded, &at, &pred);
+  if (!best && !mapped_only) {
     best = fewest_missing(sh, fit, large, rounded, &at);
+    pred = NULL;
+  }
   if (best && at != best->addr)
-    split_front(sh, best, at);
+    best = split_front(sh, best, at, pred);
   return best;
 }
 
@@ -470,17 +483,21 @@ static void count_request(shard *sh, size_t requested) {
  * spans address space as large as the device. */
 
 /* Takes free block b out of the index for a request of rounded bytes,
- * splitting it when the strategy allows (the remainder stays free). */
+ * splitting it when the strategy allows (the remainder stays free). A block
+ * the search placed (BLOCK_PLACED, split_front) is out of it already: its
+ * remainder enters anew. */
 static void carve_out(shard *sh, block *b, size_t rounded) {
-  gp_assert_internal(b->state == BLOCK_FREE && b->seg->sh == sh);
+  gp_assert_internal((b->state == BLOCK_FREE || b->state == BLOCK_PLACED) && b->seg->sh == sh);
   gp_assert_internal(b->size >= rounded);
   int large = b->seg->large;
   block *r = should_split(&sh->pool->cfg, b, rounded) ? block_new(sh) : NULL;
   if (r) { /* without host memory for the remainder, the whole block is used */
     /* Counted as PyTorch does: an inactive split block that is cut stays one,
      * shrunk by what is taken; an unsplit block leaves one behind. */
+    int placed = 0;
     if (b->seg->pages) { /* not counted (split_counted); a bound, as in split_front */
       r->mapped_run = mapped_run_cap(b->mapped_run, b->size - rounded);
+      placed = b->state == BLOCK_PLACED;
     } else if (b->seg->nblocks > 1) {
       stat_dec(&sh->st.s[STAT_INACTIVE_SPLIT_BYTES], large, (int64_t)rounded);
     } else {
@@ -495,19 +512,24 @@ static void carve_out(shard *sh, block *b, size_t rounded) {
     r->prev = b;
     r->next = b->next;
     /* a remainder, smaller: takes b's place where the order allows (before
-     * b's key changes: the index finds b by it) */
-    free_index_shrink(shard_free_tree(sh, large), b, r);
+     * b's key changes: the index finds b by it); a placed b has none */
+    if (placed)
+      index_insert(sh, r);
+    else
+      free_index_shrink(shard_free_tree(sh, large), b, r);
     if (b->next)
       b->next->prev = r;
     b->next = r;
     b->size = rounded;
     b->seg->nblocks++;
-  } else {
+  } else if (!b->seg->pages) {
     index_remove(sh, b);
-    if (b->seg->nblocks > 1 && !b->seg->pages) { /* a split block taken whole */
+    if (b->seg->nblocks > 1) { /* a split block taken whole */
       stat_dec(&sh->st.s[STAT_INACTIVE_SPLIT], large, 1);
       stat_dec(&sh->st.s[STAT_INACTIVE_SPLIT_BYTES], large, (int64_t)b->size);
     }
+  } else if (b->state != BLOCK_PLACED) {
+    index_remove(sh, b);
   }
   gp_assert_internal(b->size >= rounded && (!b->next || b->next->addr == b->addr + b->size));
 }

@@ -16,15 +16,11 @@ gpupool_status shard_get(gpupool *p, void *stream, shard **out);
  * segment module's segment_free_memory: the shard does not call up into it). */
 void shard_destroy(gpupool *p, shard *sh, void (*free_segment)(gpupool *p, segment *seg));
 
-/* Whether free block b (size >= rounded) may serve a request of rounded. */
-static inline int shard_fit_allowed(const pool_config *c, const block *b, size_t rounded) {
+/* Whether free block b (size >= rounded) of a plain segment may serve a
+ * request of rounded: the strategy's rules. */
+static inline int plain_fit_allowed(const pool_config *c, const block *b, size_t rounded) {
   if (c->strategy != GPUPOOL_STRATEGY_BFC)
     return b->size == rounded; /* exact-size buckets */
-  /* A vmm segment (expandable segments) is an address range whose free
-   * blocks hold pages only where mapped: the pool splits them for any
-   * request, as PyTorch does. */
-  if (b->seg->pages)
-    return 1;
   /* Oversize blocks (>= max_split_size) serve only large requests that waste
    * less than max_non_split_rounding of them. */
   if (rounded < c->max_split_size && b->size >= c->max_split_size)
@@ -33,10 +29,16 @@ static inline int shard_fit_allowed(const pool_config *c, const block *b, size_t
     return 0;
   return 1;
 }
+/* Whether free block b (size >= rounded) may serve a request of rounded. A
+ * vmm segment (expandable segments, whose pools have strategy bfc) is an
+ * address range whose free blocks hold pages only where mapped: the pool
+ * splits them for any request, as PyTorch does. */
+static inline int shard_fit_allowed(const pool_config *c, const block *b, size_t rounded) {
+  return b->seg->pages || plain_fit_allowed(c, b, rounded);
+}
 
 /* The smallest free block of the size kind `large` that may serve a request
- * of `rounded` bytes (the strategy's rules), or NULL. Looks only. Inline:
- * every allocation asks it first. */
+ * of `rounded` bytes (the strategy's rules), or NULL. Looks only. */
 static inline block *shard_best_fit(shard *sh, int large, size_t rounded) {
   block *b = free_index_lower_bound(*shard_free_tree(sh, large), rounded);
   return b && shard_fit_allowed(&sh->pool->cfg, b, rounded) ? b : NULL;
@@ -46,12 +48,14 @@ static inline block *shard_best_fit(shard *sh, int large, size_t rounded) {
  * has some under the part the request would take (shard_fit_is_mapped):
  * among all the free blocks that fit, smallest first, the first whose
  * placement (its start, its end, or a run of mapped pages inside it) needs
- * none; else the one whose best placement needs the fewest. A block placed
- * past its start is split there: the part below stays free, and the block
- * returned starts at the placement. With mapped_only, NULL (and nothing
- * split) when every placement needs pages: the hot path's question, which
- * the slow path then asks again. */
-block *shard_place_mapped(shard *sh, block *fit, size_t rounded, int mapped_only);
+ * none; else the one whose best placement needs the fewest. up is what
+ * follows fit's subtree in the index (free_index_lower_bound_up). A block
+ * placed past its start is split there: the part below stays free, and the
+ * block returned starts at the placement, out of the index (BLOCK_PLACED:
+ * the caller carves it next, shard_allocate or shard_claim). With
+ * mapped_only, NULL (and nothing split) when every placement needs pages:
+ * the hot path's question, which the slow path then asks again. */
+block *shard_place_mapped(shard *sh, block *fit, block *up, size_t rounded, int mapped_only);
 /* The bytes a request of `rounded` takes from free block b: rounded when b
  * is split for it, all of b otherwise. */
 size_t shard_carve_size(const shard *sh, const block *b, size_t rounded);
@@ -68,34 +72,57 @@ static inline size_t vmm_min_rest(const block *b, size_t rounded) {
 static inline size_t vmm_carve_size(const block *b, size_t rounded) {
   return b->size - rounded >= vmm_min_rest(b, rounded) ? rounded : b->size;
 }
-/* Whether fit b can be handed out now: false when some page it would take
- * is not mapped (vmm segments), which is the slow path's work. */
-static inline int shard_fit_is_mapped(const shard *sh, const block *b, size_t rounded) {
+/* shard_fit_is_mapped for fit b of a vmm segment, whose pool has strategy
+ * bfc (no test of either). */
+static inline int vmm_fit_is_mapped(const block *b, size_t rounded) {
   const segment *seg = b->seg;
-  if (!seg->pages || seg->nmapped == seg->npages) /* keeps the rest off plain pools' path */
+  if (seg->nmapped == seg->npages)
     return 1;
   if (b->mapped_run < rounded) { /* no stretch over mapped pages that long: no look at pages */
-    gp_assert_internal(!pages_cover(seg, b->addr, shard_carve_size(sh, b, rounded)));
+    gp_assert_internal(!pages_cover(seg, b->addr, vmm_carve_size(b, rounded)));
     return 0;
   }
   if (mapped_run_full(b)) { /* every page under it mapped: no look at pages either */
     gp_assert_internal(b->mapped_run == b->size && pages_cover(seg, b->addr, b->size));
     return 1;
   }
-  size_t len = vmm_carve_size(b, rounded);
-  gp_assert_internal(len == shard_carve_size(sh, b, rounded));
-  return pages_cover(seg, b->addr, len);
+  return pages_window_mapped(seg, b->addr, vmm_carve_size(b, rounded));
+}
+/* Whether fit b can be handed out now: false when some page it would take
+ * is not mapped (vmm segments), which is the slow path's work. */
+static inline int shard_fit_is_mapped(const shard *sh, const block *b, size_t rounded) {
+  gp_assert_internal(!b->seg->pages ||
+                     vmm_carve_size(b, rounded) == shard_carve_size(sh, b, rounded));
+  return !b->seg->pages || vmm_fit_is_mapped(b, rounded);
+}
+/* shard_place in an expandable pool, whose segments are all vmm ranges
+ * (strategy bfc: every block that fits may serve): the best fit, or
+ * shard_place_mapped's answer where it needs pages. The descent notes what
+ * follows the fit's subtree (up), where that search's walk goes on. */
+static inline block *vmm_place(shard *sh, int large, size_t rounded, int mapped_only) {
+  block *up;
+  block *fit = free_index_lower_bound_up(*shard_free_tree(sh, large), rounded, &up);
+  if (fit && !vmm_fit_is_mapped(fit, rounded))
+    fit = shard_place_mapped(sh, fit, up, rounded, mapped_only);
+  return fit;
+}
+/* shard_place in a pool without expandable segments, whose segments are all
+ * plain (mapped): the best fit. */
+static inline block *plain_place(shard *sh, int large, size_t rounded) {
+  block *b = free_index_lower_bound(*shard_free_tree(sh, large), rounded);
+  return b && plain_fit_allowed(&sh->pool->cfg, b, rounded) ? b : NULL;
 }
 /* A free block of the size kind `large` for a request of rounded bytes: the
  * best fit, or where some of its pages are missing (vmm segments)
  * shard_place_mapped's answer; NULL when no free block fits (with
- * mapped_only, also when every placement needs pages). Inline: the hot path
- * asks it. */
+ * mapped_only, also when every placement needs pages). Pools with and
+ * without expandable segments part at once: a plain pool's blocks need no
+ * look at pages, and an expandable pool's no test of the strategy's rules.
+ * Inline: the hot path asks it. */
 static inline block *shard_place(shard *sh, int large, size_t rounded, int mapped_only) {
-  block *fit = shard_best_fit(sh, large, rounded);
-  if (fit && !shard_fit_is_mapped(sh, fit, rounded))
-    fit = shard_place_mapped(sh, fit, rounded, mapped_only);
-  return fit;
+  if (sh->pool->cfg.expandable)
+    return vmm_place(sh, large, rounded, mapped_only);
+  return plain_place(sh, large, rounded);
 }
 /* A free block that can be handed out now (no page to map): shard_place
  * with mapped_only, and for a small request of an expandable pool that no
@@ -105,9 +132,11 @@ static inline block *shard_place(shard *sh, int large, size_t rounded, int mappe
  * range (its statistics count as large); freed, it merges with its
  * neighbours there. NULL when there is none. */
 static inline block *shard_place_ready(shard *sh, int large, size_t rounded) {
-  block *b = shard_place(sh, large, rounded, 1);
-  if (!b && !large && sh->pool->cfg.expandable)
-    b = shard_place(sh, 1, rounded, 1);
+  if (!sh->pool->cfg.expandable)
+    return plain_place(sh, large, rounded);
+  block *b = vmm_place(sh, large, rounded, 1);
+  if (!b && !large)
+    b = vmm_place(sh, 1, rounded, 1);
   return b;
 }
 /* Allocates free block b for a request: carves it out of the index

@@ -130,8 +130,17 @@ typedef struct pool_counters {
 } pool_counters;
 
 /* BLOCK_CLAIMED: taken by the slow path while it maps the block's pages
- * (shard_claim), neither free nor handed out yet. */
-typedef enum { BLOCK_FREE = 0, BLOCK_ALLOCATED, BLOCK_PENDING, BLOCK_CLAIMED } block_state;
+ * (shard_claim), neither free nor handed out yet. BLOCK_PLACED: split off a
+ * free block by the search over mapped pages for the request its caller
+ * carves next (shard_place_mapped), never in the index; nothing else sees
+ * it, as that happens under the shard lock the search held. */
+typedef enum {
+  BLOCK_FREE = 0,
+  BLOCK_ALLOCATED,
+  BLOCK_PENDING,
+  BLOCK_CLAIMED,
+  BLOCK_PLACED
+} block_state;
 
 typedef struct block {
   uintptr_t addr;

@@ -170,3 +170,119 @@ Test(free_index, iterator_walks_a_path_deeper_than_its_stack) {
   check_walk(root, in, N, 512 * 10);
   check_walk(root, in, N, 512 * (N - 10));
 }
+
+/* Walks from the lower bound of size as the search over mapped pages does
+ * (free_index_lower_bound_up, then free_index_iter_from) and checks it
+ * against want[] (sorted), as check_walk does. */
+static void check_walk_from(block *root, block **want, size_t n, size_t size) {
+  free_index_iter it;
+  size_t i = 0;
+  while (i < n && want[i]->size < size)
+    i++;
+  block *up, *b = free_index_lower_bound_up(root, size, &up);
+  cr_assert_eq(b, free_index_lower_bound(root, size));
+  if (!b) {
+    cr_assert_eq(i, n, "no lower bound of size %zu, yet block %zu fits", size, i);
+    return;
+  }
+  free_index_iter_from(&it, root, b, up);
+  for (; b; b = free_index_iter_next(&it), i++) {
+    cr_assert_lt(i, n, "the walk from size %zu goes past the last block", size);
+    cr_assert_eq(b, want[i], "block %zu of the walk from size %zu is not the expected one", i,
+                 size);
+  }
+  cr_assert_eq(i, n, "the walk from size %zu stopped at block %zu of %zu", size, i, n);
+  cr_assert_null(free_index_iter_next(&it), "a finished walk stays finished");
+}
+
+/* up is the lower bound's nearest ancestor whose left subtree holds it:
+ * after the lower bound's subtree, the walk goes on there. */
+Test(free_index, lower_bound_up_and_a_walk_from_it_in_order) {
+  static block nodes[NODES];
+  block *in[NODES];
+  uintptr_t next_addr = 0;
+  block *root = NULL;
+  for (size_t i = 0; i < NODES; i++) {
+    fresh_key(&nodes[i], &next_addr);
+    nodes[i].prio = next_random();
+    nodes[i].state = BLOCK_FREE;
+    free_index_insert(&root, &nodes[i]);
+    in[i] = &nodes[i];
+  }
+  qsort(in, NODES, sizeof *in, cmp_blocks);
+  for (size_t size = 0; size <= 512 * 66; size += 256) {
+    block *up, *b = free_index_lower_bound_up(root, size, &up);
+    if (b) { /* up: the first block after b's subtree */
+      const block *last = b;
+      while (last->right)
+        last = last->right;
+      cr_assert_eq(up, free_index_next(root, last), "size %zu: up is not after b's subtree", size);
+    }
+    check_walk_from(root, in, NODES, size);
+  }
+}
+
+/* Treaps deeper than the walk's stack: a chain of left children, whose
+ * ancestors above the lower bound overflow it (free_index_iter_above), and
+ * the same chain as the right subtree of the smallest block, whose left
+ * spine overflows it (free_index_iter_next): the walk goes on with
+ * free_index_next. */
+Test(free_index, a_walk_from_a_lower_bound_deeper_than_the_stack) {
+  enum { N = FREE_INDEX_ITER_DEPTH * 3 };
+  static block nodes[N + 1];
+  block *in[N + 1], *root = NULL;
+  for (size_t i = 0; i < N; i++) { /* largest key first, each one a left child of the last */
+    nodes[i].size = 512 * (N - i + 1);
+    nodes[i].addr = 4096 * (N - i + 1);
+    nodes[i].prio = (uint32_t)(N - i);
+    nodes[i].state = BLOCK_FREE;
+    free_index_insert(&root, &nodes[i]);
+    in[N - i] = &nodes[i];
+  }
+  check_walk_from(root, in + 1, N, 0);
+  check_walk_from(root, in + 1, N, 512 * 10);
+  check_walk_from(root, in + 1, N, 512 * (N - 10));
+  nodes[N].size = 512; /* the smallest, above them all */
+  nodes[N].addr = 4096;
+  nodes[N].prio = UINT32_MAX;
+  nodes[N].state = BLOCK_FREE;
+  free_index_insert(&root, &nodes[N]);
+  in[0] = &nodes[N];
+  cr_assert_eq(root, &nodes[N]);
+  check_walk_from(root, in, N + 1, 0);
+}
+
+/* free_index_shrink_size, with the predecessor given, found in the left
+ * subtree or by the descent: the treap stays sorted either way. */
+Test(free_index, shrinking_a_size_in_place_or_anew_keeps_the_treap_sorted) {
+  static block nodes[NODES];
+  block *in[NODES];
+  uintptr_t next_addr = 0;
+  block *root = NULL;
+  for (size_t i = 0; i < NODES; i++) {
+    fresh_key(&nodes[i], &next_addr);
+    nodes[i].size += 512 * 64; /* room to shrink */
+    nodes[i].prio = next_random();
+    nodes[i].state = BLOCK_FREE;
+    free_index_insert(&root, &nodes[i]);
+    in[i] = &nodes[i];
+  }
+  for (int op = 0; op < 20000; op++) {
+    qsort(in, NODES, sizeof *in, cmp_blocks);
+    size_t k = next_random() % NODES;
+    block *b = in[k];
+    if (b->size <= 512)
+      continue;
+    size_t size =
+        next_random() % 2 ? b->size - 512 : 512 * (1 + next_random() % (b->size / 512 - 1));
+    const block *pred = k && next_random() % 2 ? in[k - 1] : NULL;
+    free_index_shrink_size(&root, b, size, pred);
+    cr_assert_eq(b->size, size);
+    check(root, in, NODES);
+    if (b->size < 512 * 8) { /* keep sizes from running out */
+      free_index_remove(&root, b);
+      b->size += 512 * 64;
+      free_index_insert(&root, b);
+    }
+  }
+}
