@@ -123,12 +123,18 @@ void *gpupool_torch_malloc(size_t size, int device, void *stream) {
   if (!p && !(p = create_pool(device)))
     return fail(size, device, GPUPOOL_ERR_BACKEND, gpupool_last_error());
   void *ptr = NULL;
-  gpupool_status st = gpupool_malloc(p, &ptr, size, stream);
-  if (st != GPUPOOL_OK)
-    return fail(size, device, st, gpupool_last_error());
+  /* Recording, the file's lock is held over the call and its line, so that
+   * the lines follow the pool's order (gpupool_torch_free). */
   if (record)
+    flockfile(record);
+  gpupool_status st = gpupool_malloc(p, &ptr, size, stream);
+  if (record && st == GPUPOOL_OK)
     fprintf(record, "a 0x%" PRIxPTR " %zu 0x%" PRIxPTR "\n", (uintptr_t)ptr, size,
             (uintptr_t)stream);
+  if (record)
+    funlockfile(record);
+  if (st != GPUPOOL_OK)
+    return fail(size, device, st, gpupool_last_error());
   return ptr;
 }
 
@@ -140,11 +146,18 @@ void gpupool_torch_free(void *ptr, size_t size, int device, void *stream) {
     fprintf(stderr, "gpupool_torch: free of %p on device %d, which has no pool\n", ptr, device);
     return;
   }
-  /* Written before the free: once freed, another thread may be handed the
-   * same address and write its "a" line. */
+  /* The line is written only for a free the pool took (a refused one, a
+   * double or foreign free, must not end a recorded allocation of that
+   * address), under the file's lock with the free: another thread handed
+   * the same address cannot write its "a" line before this "f". */
   if (record)
+    flockfile(record);
+  gpupool_status st = gpupool_free(p, ptr);
+  if (record && st == GPUPOOL_OK)
     fprintf(record, "f 0x%" PRIxPTR "\n", (uintptr_t)ptr);
-  if (gpupool_free(p, ptr) != GPUPOOL_OK)
+  if (record)
+    funlockfile(record);
+  if (st != GPUPOOL_OK)
     fprintf(stderr, "gpupool_torch: free of %p on device %d: %s\n", ptr, device,
             gpupool_last_error());
 }

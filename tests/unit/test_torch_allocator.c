@@ -134,7 +134,8 @@ Test(torch_allocator, a_failing_agent_does_not_stop_allocations, .init = host_po
 }
 
 /* GPUPOOL_RECORD: the child allocates and exits (exit flushes the file); the
- * parent reads what it wrote. */
+ * parent reads what it wrote: the allocations and frees the pool took, and
+ * nothing of the frees it refused. */
 Test(torch_allocator, record_writes_the_trace, .init = host_pools) {
   char path[] = "/tmp/gpupool_torch_record_XXXXXX";
   int fd = mkstemp(path);
@@ -150,6 +151,11 @@ Test(torch_allocator, record_writes_the_trace, .init = host_pools) {
     gpupool_torch_malloc(0, 0, NULL); /* not recorded */
     gpupool_torch_free(a, 1000, 0, s);
     gpupool_torch_free(b, 2048, 0, NULL);
+    /* refused frees (a double free, a foreign pointer) write no line: a
+     * replay must not end an allocation of that address with them */
+    gpupool_torch_free(a, 1000, 0, s);
+    static char foreign[64];
+    gpupool_torch_free(foreign, sizeof foreign, 0, NULL);
     exit(a && b ? 0 : 1);
   }
   int status = 0;
