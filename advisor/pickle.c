@@ -8,7 +8,6 @@
 
 #define CHUNK     4096
 #define MAX_STACK (1u << 20)
-#define MAX_MEMO  (1u << 28)
 #define MAX_ITEMS UINT32_MAX / 2
 
 typedef struct chunk {
@@ -32,6 +31,7 @@ typedef struct parser {
   size_t nmarks, cap_marks;
   pv **memo;
   size_t cap_memo, memo_next;
+  pv *free_nodes; /* recycled nodes (drop), linked through next_free */
   char *err;
   size_t errlen;
 } parser;
@@ -42,16 +42,21 @@ static int fail(parser *p, const char *what) {
 }
 
 static pv *node(parser *p, pv_type t) {
-  chunk *c = p->doc->chunks;
-  if (!c || c->used == CHUNK) {
-    c = malloc(sizeof *c);
-    if (!c)
-      return NULL;
-    c->used = 0;
-    c->next = p->doc->chunks;
-    p->doc->chunks = c;
+  pv *v = p->free_nodes;
+  if (v) {
+    p->free_nodes = v->next_free;
+  } else {
+    chunk *c = p->doc->chunks;
+    if (!c || c->used == CHUNK) {
+      c = malloc(sizeof *c);
+      if (!c)
+        return NULL;
+      c->used = 0;
+      c->next = p->doc->chunks;
+      p->doc->chunks = c;
+    }
+    v = &c->node[c->used++];
   }
-  pv *v = &c->node[c->used++];
   memset(v, 0, sizeof *v);
   v->type = (uint8_t)t;
   v->offset = p->op_at;
@@ -99,6 +104,47 @@ static pv *pop(parser *p) {
   return p->stack[--p->sp];
 }
 
+/* Recycles v, dropped from the stack, unless something else refers to it
+ * (held), and with it those of its items nothing else refers to: an item
+ * not held was moved into one container from the stack, so it is in no
+ * other. A document that pushes and drops values ("N0N0...") thus keeps no
+ * more nodes than values it holds. The work list, not recursion: a nesting
+ * may be as deep as the stack. */
+static void drop(parser *p, pv *v) {
+  if (v->held)
+    return;
+  v->next_free = NULL;
+  for (pv *work = v; work;) {
+    pv *n = work;
+    work = n->next_free;
+    for (uint32_t i = 0; i < n->nitems; i++)
+      if (!n->items[i]->held) {
+        n->items[i]->next_free = work;
+        work = n->items[i];
+      }
+    free(n->items);
+    n->items = NULL;
+    n->nitems = n->cap = 0;
+    n->next_free = p->free_nodes;
+    p->free_nodes = n;
+  }
+}
+
+/* Pops the top value and drops it (drop). */
+static int pop_drop(parser *p) {
+  pv *v = pop(p);
+  if (!v)
+    return -1;
+  drop(p, v);
+  return 0;
+}
+
+/* Drops the n values of the stack from base (the stack already ends at base). */
+static void drop_range(parser *p, size_t base, size_t n) {
+  for (size_t i = 0; i < n; i++)
+    drop(p, p->stack[base + i]);
+}
+
 static pv *top(parser *p) {
   size_t floor = p->nmarks ? p->marks[p->nmarks - 1] : 0;
   if (p->sp <= floor) {
@@ -136,13 +182,18 @@ static int pop_mark(parser *p, size_t *base, size_t *n) {
   return 0;
 }
 
+/* A pickler numbers the memo from 0, one index per PUT or MEMOIZE opcode,
+ * so every index it writes is below the input's length: a larger one is no
+ * pickler's, and would cost a memo as large as the index, not the input. */
 static int memo_put(parser *p, size_t idx, pv *v) {
-  if (idx >= MAX_MEMO)
-    return fail(p, "memo index too large");
+  if (idx >= p->len)
+    return fail(p, "memo index beyond the input's length (no pickler writes one)");
   if (idx >= p->cap_memo) {
     size_t cap = p->cap_memo ? p->cap_memo : 256;
     while (cap <= idx)
       cap *= 2;
+    if (cap > p->len)
+      cap = p->len;
     pv **m = realloc(p->memo, cap * sizeof *m);
     if (!m)
       return fail(p, "out of host memory");
@@ -151,6 +202,7 @@ static int memo_put(parser *p, size_t idx, pv *v) {
     p->cap_memo = cap;
   }
   p->memo[idx] = v;
+  v->held = 1;
   return 0;
 }
 
@@ -210,7 +262,7 @@ static int long_op(parser *p, size_t lenbytes) {
 
 static int opaque(parser *p, int pops) {
   for (int i = 0; i < pops; i++)
-    if (!pop(p))
+    if (pop_drop(p))
       return -1;
   return push(p, node(p, PV_OBJECT));
 }
@@ -258,8 +310,11 @@ static int step(parser *p, int *stop) {
     pv *d;
     if (!(v = pop(p)) || !(k = pop(p)) || !(d = top(p)))
       return -1;
-    if (d->type == PV_OBJECT)
+    if (d->type == PV_OBJECT) {
+      drop(p, k);
+      drop(p, v);
       return 0;
+    }
     if (d->type != PV_DICT)
       return fail(p, "SETITEM on something not a dict");
     return add_item(p, d, k) || add_item(p, d, v);
@@ -269,8 +324,10 @@ static int step(parser *p, int *stop) {
   case 0x90: /* ADDITEMS */
     if (pop_mark(p, &base, &n) || !(v = top(p)))
       return -1;
-    if (v->type == PV_OBJECT) /* items of an object we do not model */
+    if (v->type == PV_OBJECT) { /* items of an object we do not model */
+      drop_range(p, base, n);
       return 0;
+    }
     if (v->type != (op == 'u' ? PV_DICT : PV_LIST))
       return fail(p, op == 'u' ? "SETITEMS on something not a dict"
                                : "APPENDS on something not a list or set");
@@ -278,8 +335,10 @@ static int step(parser *p, int *stop) {
   case 'a': /* APPEND */
     if (!(k = pop(p)) || !(v = top(p)))
       return -1;
-    if (v->type == PV_OBJECT)
+    if (v->type == PV_OBJECT) {
+      drop(p, k);
       return 0;
+    }
     if (v->type != PV_LIST)
       return fail(p, "APPEND on something not a list");
     return add_item(p, v, k);
@@ -368,11 +427,17 @@ static int step(parser *p, int *stop) {
       return -1;
     return memo_get(p, (size_t)le(a, op == 'h' ? 1 : 4));
   case '0':
-    return pop(p) ? 0 : -1;
+    return pop_drop(p);
   case '1':
-    return pop_mark(p, &base, &n);
+    if (pop_mark(p, &base, &n))
+      return -1;
+    drop_range(p, base, n);
+    return 0;
   case '2':
-    return (v = top(p)) ? push(p, v) : -1;
+    if (!(v = top(p)))
+      return -1;
+    v->held = 1;
+    return push(p, v);
   case 'c': { /* GLOBAL module\nname\n: an object we do not model */
     for (int line = 0; line < 2; line++) {
       const void *nl = memchr(p->b + p->pos, '\n', p->len - p->pos);
@@ -391,7 +456,7 @@ static int step(parser *p, int *stop) {
   case 'Q': /* BINPERSID */
     return opaque(p, 1);
   case 'b': /* BUILD: the state is dropped, the object stays */
-    return pop(p) && top(p) ? 0 : -1;
+    return pop_drop(p) || !top(p) ? -1 : 0;
   case 0x82:
   case 0x83:
   case 0x84: /* EXT1/2/4 */

@@ -3,7 +3,10 @@
  * 64 bits marked big), float, bool and None, with the memo and frames.
  * Other objects (a class instance, a global) become PV_OBJECT values, so a
  * document that holds some still reads. Never executes anything. Every node
- * records the byte offset of the opcode that made it, for error messages. */
+ * records the byte offset of the opcode that made it, for error messages.
+ * Memory follows what the document holds, not how it is written: a value
+ * dropped from the stack is recycled, and the memo is an array no longer
+ * than the input (a pickler's memo indexes count its PUT opcodes). */
 #ifndef GPUPOOL_ADVISOR_PICKLE_H
 #define GPUPOOL_ADVISOR_PICKLE_H
 
@@ -25,12 +28,14 @@ typedef enum {
 typedef struct pv {
   uint8_t type;
   uint8_t big;  /* PV_INT: did not fit in int64 (i holds 0) */
+  uint8_t held; /* while parsing: in the memo or twice on the stack, so never recycled */
   uint32_t len; /* PV_STR/PV_BYTES bytes; PV_LIST items; PV_DICT pairs (items holds 2 x len) */
   uint64_t offset;
   union {
     int64_t i;
     double f;
-    const char *s; /* into the input buffer, not NUL-terminated */
+    const char *s;        /* into the input buffer, not NUL-terminated */
+    struct pv *next_free; /* while parsing: a recycled node, on the free list */
   };
   struct pv **items;
   uint32_t nitems, cap; /* entries of items used and allocated */
