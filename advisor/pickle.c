@@ -527,7 +527,7 @@ int pv_is_str(const pv *v, const char *s) {
 const pv *pv_get(const pv *d, const char *key) {
   if (!d || d->type != PV_DICT)
     return NULL;
-  for (uint32_t i = 0; i < d->len; i++)
+  for (uint32_t i = d->len; i-- > 0;) /* a key given twice: the last, as Python keeps it */
     if (pv_is_str(d->items[2 * i], key))
       return d->items[2 * i + 1];
   return NULL;

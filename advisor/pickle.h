@@ -48,7 +48,7 @@ pickle_doc *pickle_load(const unsigned char *buf, size_t len, char *err, size_t 
 const pv *pickle_root(const pickle_doc *d);
 void pickle_free(pickle_doc *d);
 
-/* The value of key in dict d, or NULL. */
+/* The value of key in dict d (of a key given twice, the last), or NULL. */
 const pv *pv_get(const pv *d, const char *key);
 int pv_is_str(const pv *v, const char *s);
 

@@ -5,13 +5,47 @@
  * "free_completed" is not the next entry waited on other streams' events
  * (record_stream): it is replayed as a record_stream and a free. Segment,
  * OOM and snapshot entries are the allocator's own doing, not the job's
- * requests, and are skipped. */
+ * requests, and are skipped. An entry's fields are read in one pass over
+ * its keys, and an entry of more than MAX_ENTRY_KEYS keys is refused: the
+ * memo lets a document name one entry millions of times, 2 bytes each, so
+ * the work per entry must not grow with the entry. */
 #include <stdlib.h>
 #include <string.h>
 
 #include "pickle.h"
 #include "core/errors.h"
 #include "readers.h"
+
+/* A trace entry holds about ten keys (action, addr, size, stream, time_us,
+ * frames, and a few optional ones). */
+#define MAX_ENTRY_KEYS 64
+
+/* The fields of a trace entry the reader uses; NULL where absent. */
+typedef struct entry {
+  const pv *action, *addr, *size, *stream, *time_us;
+} entry;
+
+/* The fields of e, read in one pass; of a key given twice, the last (as
+ * Python keeps it). -1: e is no dict of at most MAX_ENTRY_KEYS keys. */
+static int read_entry(const pv *e, entry *out) {
+  *out = (entry){0};
+  if (!e || e->type != PV_DICT || e->len > MAX_ENTRY_KEYS)
+    return -1;
+  for (uint32_t i = 0; i < e->len; i++) {
+    const pv *k = e->items[2 * i], *v = e->items[2 * i + 1];
+    if (pv_is_str(k, "action"))
+      out->action = v;
+    else if (pv_is_str(k, "addr"))
+      out->addr = v;
+    else if (pv_is_str(k, "size"))
+      out->size = v;
+    else if (pv_is_str(k, "stream"))
+      out->stream = v;
+    else if (pv_is_str(k, "time_us"))
+      out->time_us = v;
+  }
+  return 0;
+}
 
 static int int_of(const pv *v, uint64_t *out) {
   if (!v || v->type != PV_INT || v->big || v->i < 0)
@@ -65,20 +99,24 @@ gpupool_status read_torch(const unsigned char *buf, size_t len, const char *path
   }
   for (uint32_t i = 0; i < tr->len; i++) {
     const pv *e = tr->items[i];
-    const pv *action = pv_get(e, "action");
-    if (!action || action->type != PV_STR) {
+    entry f;
+    if (read_entry(e, &f) || !f.action || f.action->type != PV_STR) {
+      char why[64] = "no action";
+      if (e->type == PV_DICT && e->len > MAX_ENTRY_KEYS)
+        snprintf(why, sizeof why, "%u keys, more than %d", e->len, MAX_ENTRY_KEYS);
       st = pool_fail(GPUPOOL_ERR_INVALID,
-                     "%s: byte %llu: device_traces[%zu][%u] is not a trace entry (no action)", path,
-                     (unsigned long long)e->offset, pick, i);
+                     "%s: byte %llu: device_traces[%zu][%u] is not a trace entry (%s)", path,
+                     (unsigned long long)e->offset, pick, i, why);
       goto out;
     }
+    const pv *action = f.action;
     int is_alloc = pv_is_str(action, "alloc"), is_free = pv_is_str(action, "free_requested");
     if (!is_alloc && !is_free)
       continue; /* free_completed, segment_*, oom, snapshot, ... */
     uint64_t addr, size = 0, stream = 0, t;
-    const pv *sv = pv_get(e, "stream");
-    if (int_of(pv_get(e, "addr"), &addr) || (is_alloc && int_of(pv_get(e, "size"), &size)) ||
-        (is_alloc && size == 0) || (sv && sv->type != PV_NONE && int_of(sv, &stream))) {
+    const pv *sv = f.stream;
+    if (int_of(f.addr, &addr) || (is_alloc && int_of(f.size, &size)) || (is_alloc && size == 0) ||
+        (sv && sv->type != PV_NONE && int_of(sv, &stream))) {
       st = pool_fail(GPUPOOL_ERR_INVALID,
                      "%s: byte %llu: device_traces[%zu][%u] (%.*s): addr, size or stream is not "
                      "a non-negative integer",
@@ -89,10 +127,11 @@ gpupool_status read_torch(const unsigned char *buf, size_t len, const char *path
     if (is_alloc) {
       r = hist_alloc(h, addr, size, stream, err, sizeof err);
     } else {
-      const pv *next = i + 1 < tr->len ? tr->items[i + 1] : NULL;
+      entry next;
       uint64_t next_addr;
-      int completed_now = next && pv_is_str(pv_get(next, "action"), "free_completed") &&
-                          !int_of(pv_get(next, "addr"), &next_addr) && next_addr == addr;
+      int completed_now = i + 1 < tr->len && !read_entry(tr->items[i + 1], &next) &&
+                          pv_is_str(next.action, "free_completed") &&
+                          !int_of(next.addr, &next_addr) && next_addr == addr;
       r = 0;
       if (!completed_now && i + 1 < tr->len) /* waited on another stream's work */
         r = hist_record_stream(h, addr, HIST_OTHER_STREAM) < 0;
@@ -106,7 +145,7 @@ gpupool_status read_torch(const unsigned char *buf, size_t len, const char *path
                      (unsigned long long)e->offset, pick, i, err);
       goto out;
     }
-    if (!int_of(pv_get(e, "time_us"), &t))
+    if (!int_of(f.time_us, &t))
       hist_note_time(h, (double)t * 1e-6);
   }
   if (h->n_ops == 0)

@@ -181,6 +181,132 @@ Test(advisor_inputs, torch_snapshot_bad_documents) {
   expect_bad(p, "torch", "addr, size or stream is not a non-negative integer");
 }
 
+/* A pickle written opcode by opcode (protocol 4). */
+typedef struct pickle_out {
+  unsigned char *b;
+  size_t n, cap;
+} pickle_out;
+
+static void put(pickle_out *o, const void *s, size_t n) {
+  if (o->n + n > o->cap) {
+    o->cap = 2 * (o->n + n);
+    o->b = realloc(o->b, o->cap);
+    cr_assert_not_null(o->b);
+  }
+  memcpy(o->b + o->n, s, n);
+  o->n += n;
+}
+
+static void put_str(pickle_out *o, const char *s) { /* SHORT_BINUNICODE */
+  unsigned char head[2] = {0x8c, (unsigned char)strlen(s)};
+  put(o, head, 2);
+  put(o, s, strlen(s));
+}
+
+/* {"device_traces": [[ENTRIES]]}: begin_snapshot, the entries, end_snapshot. */
+static void begin_snapshot(pickle_out *o) {
+  put(o, "\x80\x04}", 3);
+  put_str(o, "device_traces");
+  put(o, "]](", 3);
+}
+
+static void end_snapshot(pickle_out *o, const char *path) {
+  put(o, "eas.", 4);
+  write_file(path, o->b, o->n);
+  free(o->b);
+  *o = (pickle_out){0};
+}
+
+/* An entry freeing address 9 of nkeys keys (decoys but for action and
+ * addr), memoized as 0, then named refs - 1 more times. */
+static void put_entry_named_often(pickle_out *o, int nkeys, int refs) {
+  put(o, "}q\x00(", 4);
+  for (int i = 0; i < nkeys - 2; i++) {
+    char key[16];
+    snprintf(key, sizeof key, "x%d", i);
+    put_str(o, key);
+    put(o, "N", 1);
+  }
+  put_str(o, "action");
+  put_str(o, "free_requested");
+  put_str(o, "addr");
+  put(o, "K\x09u", 3);
+  for (int i = 1; i < refs; i++)
+    put(o, "h\x00", 2);
+}
+
+/* The memo lets a document name one entry many times, 2 bytes each: the
+ * work per entry must not grow with the entry. An entry of 100,001 keys
+ * (one key given 100,000 times) named 100,000 times is refused at once (the
+ * old reader looked each field up along all its keys, at each name: 10^10
+ * steps); one of 64 keys, the most, reads. */
+Test(advisor_inputs, torch_entries_named_many_times) {
+  char p[256];
+  path_of(p, sizeof p, "many.pickle");
+  pickle_out o = {0};
+  begin_snapshot(&o);
+  put(&o, "}q\x00(", 4);
+  put_str(&o, "k");
+  put(&o, "q\x01Nq\x02", 5);
+  for (int i = 1; i < 100000; i++)
+    put(&o, "h\x01h\x02", 4);
+  put_str(&o, "action");
+  put_str(&o, "segment_alloc");
+  put(&o, "u", 1);
+  for (int i = 1; i < 100000; i++)
+    put(&o, "h\x00", 2);
+  end_snapshot(&o, p);
+  expect_bad(p, "torch", "device_traces[0][0] is not a trace entry (100001 keys, more than 64)");
+  for (int nkeys = 64; nkeys <= 65; nkeys++) {
+    begin_snapshot(&o);
+    put(&o, "}(", 2);
+    put_str(&o, "action");
+    put_str(&o, "alloc");
+    put_str(&o, "addr");
+    put(&o, "K\x01", 2);
+    put_str(&o, "size");
+    put(&o, "M\x00\x02u", 4); /* 512 */
+    put_entry_named_often(&o, nkeys, 10000);
+    end_snapshot(&o, p);
+    gpupool_history *h = NULL;
+    if (nkeys == 65) {
+      expect_bad(p, "torch", "device_traces[0][1] is not a trace entry (65 keys, more than 64)");
+      continue;
+    }
+    cr_assert_eq(gpupool_history_load(p, NULL, NULL, &h), GPUPOOL_OK, "%s", gpupool_last_error());
+    const gpupool_history_info *in = gpupool_history_get_info(h);
+    cr_expect_eq(in->allocations, 1);
+    cr_expect_eq(in->unmatched_frees, 10000);
+    gpupool_history_free(h);
+  }
+}
+
+/* A key given twice in an entry: the last value, as Python reads it. */
+Test(advisor_inputs, torch_entry_key_given_twice) {
+  char p[256];
+  path_of(p, sizeof p, "twice.pickle");
+  pickle_out o = {0};
+  begin_snapshot(&o);
+  put(&o, "}(", 2);
+  put_str(&o, "action");
+  put_str(&o, "segment_alloc");
+  put_str(&o, "addr");
+  put(&o, "K\x07", 2);
+  put_str(&o, "size");
+  put(&o, "K\x01", 2);
+  put_str(&o, "action");
+  put_str(&o, "alloc");
+  put_str(&o, "size");
+  put(&o, "M\x00\x02u", 4); /* 512 */
+  end_snapshot(&o, p);
+  gpupool_history *h = NULL;
+  cr_assert_eq(gpupool_history_load(p, NULL, NULL, &h), GPUPOOL_OK, "%s", gpupool_last_error());
+  const gpupool_history_info *in = gpupool_history_get_info(h);
+  cr_expect_eq(in->allocations, 1);
+  cr_expect_eq(in->peak_requested, 512);
+  gpupool_history_free(h);
+}
+
 Test(advisor_inputs, record_file_errors) {
   static const struct {
     const char *text, *want;
