@@ -48,6 +48,10 @@ static int grow(void **p, size_t *cap, size_t need, size_t elem) {
   return 0;
 }
 
+gpupool_status hist_status(int r) {
+  return r == HIST_HOST_OOM ? GPUPOOL_ERR_HOST_OOM : GPUPOOL_ERR_INVALID;
+}
+
 static int push(gpupool_history *h, hist_op op) {
   if (h->n_ops == h->cap_ops && grow((void **)&h->ops, &h->cap_ops, h->n_ops + 1, sizeof op))
     return -1;
@@ -55,13 +59,16 @@ static int push(gpupool_history *h, hist_op op) {
   return 0;
 }
 
-/* Index of stream value s, added if new; -1 when the table is full. */
-static int stream_index(gpupool_history *h, uint64_t s) {
+/* Index of stream value s, added if new; -1 when the table is full (err
+ * says so). */
+static int stream_index(gpupool_history *h, uint64_t s, char *err, size_t errlen) {
   for (unsigned i = 0; i < h->n_streams; i++)
     if (h->streams[i] == s)
       return (int)i;
-  if (h->n_streams == HIST_MAX_STREAMS)
+  if (h->n_streams == HIST_MAX_STREAMS) {
+    snprintf(err, errlen, "more than %d streams", HIST_MAX_STREAMS);
     return -1;
+  }
   h->streams[h->n_streams] = s;
   return (int)h->n_streams++;
 }
@@ -124,23 +131,21 @@ int hist_alloc(gpupool_history *h, uint64_t id, uint64_t size, uint64_t stream, 
   if (found) {
     snprintf(err, errlen, "allocation 0x%llx is already live (allocated twice without a free)",
              (unsigned long long)id);
-    return -1;
+    return HIST_REFUSED;
   }
   if (size > GPUPOOL_MAX_REQUEST) { /* no pool accepts it: no run can have recorded it */
     snprintf(err, errlen,
              "allocation 0x%llx of %llu bytes is larger than 2^48, which no pool accepts",
              (unsigned long long)id, (unsigned long long)size);
-    return -1;
+    return HIST_REFUSED;
   }
   if (h->n_slots >= UINT32_MAX - 2) {
     snprintf(err, errlen, "more than %u allocations", UINT32_MAX - 2);
-    return -1;
+    return HIST_REFUSED;
   }
-  int si = stream_index(h, stream);
-  if (si < 0) {
-    snprintf(err, errlen, "more than %d streams", HIST_MAX_STREAMS);
-    return -1;
-  }
+  int si = stream_index(h, stream, err, errlen);
+  if (si < 0)
+    return HIST_REFUSED;
   if (h->n_slots == h->cap_slots &&
       grow((void **)&h->size, &h->cap_slots, h->n_slots + 1, sizeof *h->size))
     goto oom;
@@ -162,7 +167,7 @@ int hist_alloc(gpupool_history *h, uint64_t id, uint64_t size, uint64_t stream, 
   return 0;
 oom:
   snprintf(err, errlen, "out of host memory");
-  return -1;
+  return HIST_HOST_OOM;
 }
 
 static uint32_t lookup(gpupool_history *h, uint64_t id, size_t *where) {
@@ -182,23 +187,27 @@ int hist_free(gpupool_history *h, uint64_t id) {
     return 1;
   }
   if (push(h, (hist_op){slot, 0, HOP_FREE, 0}))
-    return -1;
+    return HIST_HOST_OOM;
   h->map_slot[i] = MAP_DELETED;
   h->live_bytes -= h->size[slot];
   h->info.frees++;
   return 0;
 }
 
-int hist_record_stream(gpupool_history *h, uint64_t id, uint64_t stream) {
+int hist_record_stream(gpupool_history *h, uint64_t id, uint64_t stream, char *err, size_t errlen) {
   size_t i;
   uint32_t slot = lookup(h, id, &i);
   if (slot == MAP_EMPTY) {
     h->info.unmatched_record_streams++;
     return 1;
   }
-  int si = stream_index(h, stream);
-  if (si < 0 || push(h, (hist_op){slot, (uint16_t)si, HOP_RECORD_STREAM, 0}))
-    return -1;
+  int si = stream_index(h, stream, err, errlen);
+  if (si < 0)
+    return HIST_REFUSED;
+  if (push(h, (hist_op){slot, (uint16_t)si, HOP_RECORD_STREAM, 0})) {
+    snprintf(err, errlen, "out of host memory");
+    return HIST_HOST_OOM;
+  }
   h->info.record_streams++;
   return 0;
 }
@@ -218,7 +227,7 @@ void hist_note_time(gpupool_history *h, double t) {
 
 int hist_empty_cache(gpupool_history *h) {
   if (push(h, (hist_op){0, 0, HOP_EMPTY_CACHE, 0}))
-    return -1;
+    return HIST_HOST_OOM;
   h->info.empty_caches++;
   return 0;
 }

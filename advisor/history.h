@@ -41,15 +41,24 @@ struct gpupool_history {
 };
 
 gpupool_history *hist_new(const char *source, const char *format);
-/* 0 on success; -1: out of memory, or (alloc) the id is live already, size is
- * above GPUPOOL_MAX_REQUEST, or too many streams: err says which. */
+/* How the hist_* calls fail: the host is out of memory, or the input is
+ * malformed or more than a history holds (err, where the call takes one,
+ * says how). */
+enum { HIST_HOST_OOM = -1, HIST_REFUSED = -2 };
+/* The status of failure r: GPUPOOL_ERR_HOST_OOM or GPUPOOL_ERR_INVALID. */
+gpupool_status hist_status(int r);
+/* 0 on success; HIST_REFUSED: the id is live already, size is above
+ * GPUPOOL_MAX_REQUEST, or too many allocations or streams; HIST_HOST_OOM.
+ * err says which. */
 int hist_alloc(gpupool_history *h, uint64_t id, uint64_t size, uint64_t stream, char *err,
                size_t errlen);
-/* 0: freed; 1: the id was not live (counted in info.unmatched_frees, skipped). */
+/* 0: freed; 1: the id was not live (counted in info.unmatched_frees,
+ * skipped); HIST_HOST_OOM. */
 int hist_free(gpupool_history *h, uint64_t id);
-/* 0; 1: the id was not live (counted in info.unmatched_record_streams, skipped);
- * -1: out of memory / too many streams. */
-int hist_record_stream(gpupool_history *h, uint64_t id, uint64_t stream);
+/* 0; 1: the id was not live (counted in info.unmatched_record_streams,
+ * skipped); HIST_REFUSED: too many streams; HIST_HOST_OOM. err says which. */
+int hist_record_stream(gpupool_history *h, uint64_t id, uint64_t stream, char *err, size_t errlen);
+/* 0; HIST_HOST_OOM. */
 int hist_empty_cache(gpupool_history *h);
 int hist_is_live(gpupool_history *h, uint64_t id);
 /* A time stamp of an event in seconds (any origin), for info.duration_s. */

@@ -181,19 +181,19 @@ gpupool_status history_from_rings(event_ring **rings, size_t nr, const char *nam
   for (size_t i = 0; i < n && st == GPUPOOL_OK; i++) {
     const pool_event *e = &ev[i];
     int r = 0;
-    const char *why = "out of host memory";
     switch (e->type) {
     case EV_ALLOC:
       if (hist_is_live(h, e->addr)) /* its free was overwritten while read */
-        hist_free(h, e->addr);
-      r = hist_alloc(h, e->addr, e->requested ? e->requested : e->size, e->stream, err, sizeof err);
-      why = err;
+        r = hist_free(h, e->addr);
+      if (r >= 0)
+        r = hist_alloc(h, e->addr, e->requested ? e->requested : e->size, e->stream, err,
+                       sizeof err);
       break;
     case EV_FREE:
       if (e->flags & EVF_DEFERRED)
-        r = hist_record_stream(h, e->addr, HIST_OTHER_STREAM) < 0;
-      if (!r)
-        r = hist_free(h, e->addr) < 0;
+        r = hist_record_stream(h, e->addr, HIST_OTHER_STREAM, err, sizeof err);
+      if (r >= 0)
+        r = hist_free(h, e->addr);
       break;
     case EV_EMPTY_CACHE:
       r = hist_empty_cache(h);
@@ -202,8 +202,9 @@ gpupool_status history_from_rings(event_ring **rings, size_t nr, const char *nam
       continue;
     }
     hist_note_time(h, (double)e->ts_ns * 1e-9);
-    if (r)
-      st = pool_fail(GPUPOOL_ERR_OOM, "history of pool %s: %s", name, why);
+    if (r < 0)
+      st = pool_fail(hist_status(r), "history of pool %s: %s", name,
+                     r == HIST_HOST_OOM ? "out of host memory" : err);
   }
   free(ev);
   if (st != GPUPOOL_OK) {

@@ -107,27 +107,30 @@ gpupool_status read_record(FILE *f, const char *path, gpupool_history **out) {
     if (n == 0 || tok[0][0] == '#')
       continue;
     uint64_t id, size, stream;
-    int bad = 0;
+    int bad = 0, r = 0;
     if (!strcmp(tok[0], "a")) {
       if (n != 4 || parse_u64(tok[1], &id) || parse_u64(tok[2], &size) ||
           parse_u64(tok[3], &stream) || size == 0)
         bad = 1;
-      else if (hist_alloc(h, id, size, stream, err, sizeof err)) {
-        st = pool_fail(GPUPOOL_ERR_INVALID, "%s:%zu: %s", path, lineno, err);
-        break;
-      }
+      else
+        r = hist_alloc(h, id, size, stream, err, sizeof err);
     } else if (!strcmp(tok[0], "f")) {
       if (n != 2 || parse_u64(tok[1], &id))
         bad = 1;
-      else if (hist_free(h, id) < 0)
-        goto oom;
+      else
+        r = hist_free(h, id);
     } else if (!strcmp(tok[0], "r")) {
       if (n != 3 || parse_u64(tok[1], &id) || parse_u64(tok[2], &stream))
         bad = 1;
-      else if (hist_record_stream(h, id, stream) < 0)
-        goto oom;
+      else
+        r = hist_record_stream(h, id, stream, err, sizeof err);
     } else {
       bad = 1;
+    }
+    if (r < 0) {
+      st = pool_fail(hist_status(r), "%s:%zu: %s", path, lineno,
+                     r == HIST_HOST_OOM ? "out of host memory" : err);
+      break;
     }
     if (bad) {
       st = pool_fail(GPUPOOL_ERR_INVALID,
@@ -150,9 +153,4 @@ gpupool_status read_record(FILE *f, const char *path, gpupool_history **out) {
   hist_finish(h);
   *out = h;
   return GPUPOOL_OK;
-oom:
-  funlockfile(f);
-  free(line);
-  gpupool_history_free(h);
-  return pool_fail(GPUPOOL_ERR_HOST_OOM, "%s:%zu: out of host memory", path, lineno);
 }

@@ -123,7 +123,7 @@ gpupool_status read_torch(const unsigned char *buf, size_t len, const char *path
                      path, (unsigned long long)e->offset, pick, i, (int)action->len, action->s);
       goto out;
     }
-    int r;
+    int r = 0;
     if (is_alloc) {
       r = hist_alloc(h, addr, size, stream, err, sizeof err);
     } else {
@@ -132,17 +132,15 @@ gpupool_status read_torch(const unsigned char *buf, size_t len, const char *path
       int completed_now = i + 1 < tr->len && !read_entry(tr->items[i + 1], &next) &&
                           pv_is_str(next.action, "free_completed") &&
                           !int_of(next.addr, &next_addr) && next_addr == addr;
-      r = 0;
       if (!completed_now && i + 1 < tr->len) /* waited on another stream's work */
-        r = hist_record_stream(h, addr, HIST_OTHER_STREAM) < 0;
-      if (!r)
-        r = hist_free(h, addr) < 0;
-      if (r)
-        snprintf(err, sizeof err, "out of host memory");
+        r = hist_record_stream(h, addr, HIST_OTHER_STREAM, err, sizeof err);
+      if (r >= 0)
+        r = hist_free(h, addr);
     }
-    if (r) {
-      st = pool_fail(GPUPOOL_ERR_INVALID, "%s: byte %llu: device_traces[%zu][%u]: %s", path,
-                     (unsigned long long)e->offset, pick, i, err);
+    if (r < 0) {
+      st = pool_fail(hist_status(r), "%s: byte %llu: device_traces[%zu][%u]: %s", path,
+                     (unsigned long long)e->offset, pick, i,
+                     r == HIST_HOST_OOM ? "out of host memory" : err);
       goto out;
     }
     if (!int_of(f.time_us, &t))

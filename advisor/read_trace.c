@@ -208,26 +208,21 @@ gpupool_status read_trace(const char *buf, size_t len, const char *path, const c
     const cJSON *args = cJSON_GetObjectItemCaseSensitive(e, "args");
     const cJSON *ts = cJSON_GetObjectItemCaseSensitive(e, "ts");
     int ok = 1, r = 0;
-    const char *why = "out of host memory";
     if (!strcmp(cat, "alloc") && !strcmp(ph, "b")) {
       uint64_t id = hex_arg(e, "id", &ok), req = hex_arg(args, "requested", &ok);
       uint64_t stream = hex_arg(args, "stream", &ok);
       if (ok && req == 0)
         req = hex_arg(args, "size", &ok);
-      if (ok && req) {
+      if (ok && req)
         r = hist_alloc(h, id, req, stream, err, sizeof err);
-        why = err;
-      } else {
+      else
         ok = 0;
-      }
     } else if (!strcmp(cat, "alloc") && !strcmp(ph, "e")) {
       uint64_t id = hex_arg(e, "id", &ok);
-      if (ok) {
-        if (cJSON_GetObjectItemCaseSensitive(args, "deferred"))
-          r = hist_record_stream(h, id, HIST_OTHER_STREAM) < 0;
-        if (!r)
-          r = hist_free(h, id) < 0;
-      }
+      if (ok && cJSON_GetObjectItemCaseSensitive(args, "deferred"))
+        r = hist_record_stream(h, id, HIST_OTHER_STREAM, err, sizeof err);
+      if (ok && r >= 0)
+        r = hist_free(h, id);
     } else if (!strcmp(cat, "alloc") && !strcmp(ph, "i") && !strcmp(name, "free")) {
       h->info.unmatched_frees++; /* allocated before the document's window */
       continue;
@@ -242,8 +237,9 @@ gpupool_status read_trace(const char *buf, size_t len, const char *path, const c
                      path, index - 1);
       break;
     }
-    if (r) {
-      st = pool_fail(GPUPOOL_ERR_INVALID, "%s: traceEvents[%zu]: %s", path, index - 1, why);
+    if (r < 0) {
+      st = pool_fail(hist_status(r), "%s: traceEvents[%zu]: %s", path, index - 1,
+                     r == HIST_HOST_OOM ? "out of host memory" : err);
       break;
     }
     if (cJSON_IsNumber(ts))

@@ -42,12 +42,15 @@ typedef struct gpupool_history_info {
  * "trace" (a /trace document), "torch" (torch.cuda.memory._dump_snapshot()).
  * pool: for traces and snapshots with several pools or devices, which one
  * (a trace pool name, a snapshot device ordinal); NULL: the busiest. A path
- * that cannot be opened or read, a malformed document and one without a
- * single allocation are GPUPOOL_ERR_INVALID (the caller's input). */
+ * that cannot be opened or read, a malformed document, one without a
+ * single allocation and one of more streams than a pool serves (1024) are
+ * GPUPOOL_ERR_INVALID (the caller's input); the host out of memory for the
+ * history (its events, its map of live allocations) is GPUPOOL_ERR_HOST_OOM. */
 gpupool_status gpupool_history_load(const char *path, const char *format, const char *pool,
                                     gpupool_history **out);
 /* The events pool p's rings hold (the agent records them while it runs;
- * without it, an empty history, whose replays give zeros). */
+ * without it, an empty history, whose replays give zeros). Statuses as
+ * gpupool_history_load's. */
 gpupool_status gpupool_history_from_pool(gpupool *p, gpupool_history **out);
 void gpupool_history_free(gpupool_history *h);
 const gpupool_history_info *gpupool_history_get_info(const gpupool_history *h);

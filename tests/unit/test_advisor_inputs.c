@@ -9,6 +9,9 @@
 #include <unistd.h>
 
 #include "gpupool/advisor.h"
+#include "gpupool/gpupool.h"
+#include "gpupool/host.h"
+#include "pool/pool_view.h"
 
 static char dir[] = "/tmp/gpupool_advisor_inXXXXXX";
 
@@ -419,6 +422,113 @@ Test(advisor_inputs, record_files_use_as_many_streams_as_a_pool) {
       cr_expect(strstr(gpupool_last_error(), "more than 1024 streams"), "%s", gpupool_last_error());
     }
   }
+}
+
+/* Fails with status want_st and a message holding want. */
+static void expect_status(gpupool_status st, gpupool_status want_st, const char *want) {
+  cr_expect_eq(st, want_st, "status %d (%s), not %d: %s", st, gpupool_status_string(st), want_st,
+               gpupool_last_error());
+  cr_expect(strstr(gpupool_last_error(), want), "error '%s' lacks '%s'", gpupool_last_error(),
+            want);
+}
+
+static void put_int(pickle_out *o, uint32_t v) { /* BININT */
+  unsigned char b[5] = {'J', (unsigned char)v, (unsigned char)(v >> 8), (unsigned char)(v >> 16),
+                        (unsigned char)(v >> 24)};
+  put(o, b, 5);
+}
+
+/* A history of more streams than a pool serves is malformed input
+ * (GPUPOOL_ERR_INVALID, "more than 1024 streams"), whichever reader finds
+ * it and wherever the stream comes from (an allocation, a record_stream, or
+ * the "other stream" of a free that waited on events); it is not the host
+ * out of memory, nor the device's GPUPOOL_ERR_OOM. Here each has 1024
+ * streams already. */
+Test(advisor_inputs, streams_beyond_a_pools_are_invalid_input) {
+  gpupool_history *h = NULL;
+  char p[256];
+  path_of(p, sizeof p, "streams.record");
+  FILE *f = fopen(p, "w");
+  cr_assert_not_null(f);
+  fprintf(f, "a 1 4096 0\n");
+  for (int i = 1; i <= 1024; i++)
+    fprintf(f, "r 1 %d\n", i);
+  fclose(f);
+  expect_status(gpupool_history_load(p, NULL, NULL, &h), GPUPOOL_ERR_INVALID,
+                "streams.record:1025: more than 1024 streams");
+
+  path_of(p, sizeof p, "streams.json");
+  f = fopen(p, "w");
+  cr_assert_not_null(f);
+  fprintf(f, "{\"traceEvents\":[{\"ph\":\"M\",\"name\":\"thread_name\",\"pid\":1,\"tid\":1000002,"
+             "\"args\":{\"name\":\"pool p (host, bfc)\"}}");
+  for (int i = 0; i < 1024; i++)
+    fprintf(f,
+            ",{\"ph\":\"b\",\"cat\":\"alloc\",\"pid\":1,\"tid\":1000002,\"ts\":%d,\"id\":\"0x%x\","
+            "\"args\":{\"requested\":4096,\"stream\":\"0x%x\"}}",
+            i, 0x1000 + i, i);
+  fprintf(f, ",{\"ph\":\"e\",\"cat\":\"alloc\",\"pid\":1,\"tid\":1000002,\"ts\":2000,\"id\":"
+             "\"0x1000\",\"args\":{\"deferred\":1}}]}");
+  fclose(f);
+  expect_status(gpupool_history_load(p, NULL, NULL, &h), GPUPOOL_ERR_INVALID,
+                "streams.json: traceEvents[1025]: more than 1024 streams");
+
+  path_of(p, sizeof p, "streams.pickle");
+  pickle_out o = {0};
+  begin_snapshot(&o);
+  for (uint32_t i = 0; i < 1024; i++) {
+    put(&o, "}(", 2);
+    put_str(&o, "action");
+    put_str(&o, "alloc");
+    put_str(&o, "addr");
+    put_int(&o, 0x1000 + i);
+    put_str(&o, "size");
+    put_int(&o, 4096);
+    put_str(&o, "stream");
+    put_int(&o, i);
+    put(&o, "u", 1);
+  }
+  put(&o, "}(", 2); /* a free whose free_completed is not next: it waited */
+  put_str(&o, "action");
+  put_str(&o, "free_requested");
+  put_str(&o, "addr");
+  put_int(&o, 0x1000);
+  put(&o, "u}(", 3);
+  put_str(&o, "action");
+  put_str(&o, "free_completed");
+  put_str(&o, "addr");
+  put_int(&o, 0x1001);
+  put(&o, "u", 1);
+  end_snapshot(&o, p);
+  expect_status(gpupool_history_load(p, NULL, NULL, &h), GPUPOOL_ERR_INVALID,
+                "device_traces[0][1024]: more than 1024 streams");
+
+  /* a pool that serves 1024 streams, one block's free deferred by a
+   * record_stream: its rings' history needs a 1025th */
+  pool_events_enable(64);
+  gpupool_options opt = {
+      .backend = GPUPOOL_BACKEND_HOST, .host_capacity = (size_t)4 << 30, .ignore_env = 1};
+  gpupool *pool;
+  cr_assert_eq(gpupool_create(&opt, &pool), GPUPOOL_OK, "%s", gpupool_last_error());
+  static gpupool_host_stream *streams[1024];
+  void *first = NULL;
+  for (int i = 0; i < 1024; i++) {
+    streams[i] = i ? gpupool_host_stream_create() : NULL;
+    void *b;
+    cr_assert_eq(gpupool_malloc(pool, &b, 4096, streams[i]), GPUPOOL_OK, "%d: %s", i,
+                 gpupool_last_error());
+    if (!first)
+      first = b;
+  }
+  gpupool_host_stream_enqueue(streams[1]);
+  cr_assert_eq(gpupool_record_stream(pool, first, streams[1]), GPUPOOL_OK);
+  cr_assert_eq(gpupool_free(pool, first), GPUPOOL_OK);
+  expect_status(gpupool_history_from_pool(pool, &h), GPUPOOL_ERR_INVALID, "more than 1024 streams");
+  gpupool_host_stream_complete(streams[1]);
+  gpupool_destroy(pool);
+  pool_events_disable();
+  for (int i = 1; i < 1024; i++)
+    gpupool_host_stream_destroy(streams[i]);
 }
 
 static const char trace_doc[] =
