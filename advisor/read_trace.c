@@ -5,7 +5,8 @@
  * process of its device: pid = device ordinal + 1; pool names repeat across
  * devices, so NAME@DEVICE names one pool of a multi-device trace). The
  * document is parsed whole with cJSON: traces from /trace are bounded by the
- * agent's rings (docs/trace.md), so they stay moderate. */
+ * agent's rings (docs/trace.md), so they stay moderate. JSON numbers are
+ * doubles: each is range-checked before it is converted to an integer. */
 #include <cjson/cJSON.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -18,11 +19,13 @@
 #define HOST_PID      65536 /* docs/trace.md: records of no device */
 
 typedef struct track {
-  double pid, tid;
+  int64_t pid, tid;
   char name[128];
   size_t allocs;
 } track;
 
+/* An id, size or stream: a string ("0x..." as the agent writes them) or a
+ * number that is an integer in [0, 2^64); else *ok is cleared. */
 static uint64_t hex_arg(const cJSON *args, const char *key, int *ok) {
   const cJSON *v = cJSON_GetObjectItemCaseSensitive(args, key);
   if (cJSON_IsString(v)) {
@@ -30,30 +33,39 @@ static uint64_t hex_arg(const cJSON *args, const char *key, int *ok) {
     uint64_t x = strtoull(v->valuestring, &end, 0);
     if (end != v->valuestring && !*end)
       return x;
-  } else if (cJSON_IsNumber(v) && v->valuedouble >= 0) {
+  } else if (cJSON_IsNumber(v) && v->valuedouble >= 0 && v->valuedouble < 0x1p64 &&
+             v->valuedouble == (double)(uint64_t)v->valuedouble) {
     return (uint64_t)v->valuedouble;
   }
   *ok = 0;
   return 0;
 }
 
-static int is_pool_track(const cJSON *e, double *pid, double *tid) {
-  const cJSON *p = cJSON_GetObjectItemCaseSensitive(e, "pid");
-  const cJSON *t = cJSON_GetObjectItemCaseSensitive(e, "tid");
-  if (!cJSON_IsNumber(p) || !cJSON_IsNumber(t))
+/* The integer JSON number v holds, where it is one of at most 2^53 in
+ * magnitude (which a double holds exactly). */
+static int exact_integer(const cJSON *v, int64_t *out) {
+  if (!cJSON_IsNumber(v) || !(v->valuedouble >= -0x1p53 && v->valuedouble <= 0x1p53) ||
+      v->valuedouble != (double)(int64_t)v->valuedouble)
     return 0;
-  *pid = p->valuedouble;
-  *tid = t->valuedouble;
-  return *tid >= POOL_TID_BASE && ((long long)*tid - POOL_TID_BASE) % 2 == 0;
+  *out = (int64_t)v->valuedouble;
+  return 1;
+}
+
+/* Whether e is on a pool track (tid POOL_TID_BASE + 2 x pool id), and
+ * which. A pid or tid that is no integer names no track the agent writes. */
+static int is_pool_track(const cJSON *e, int64_t *pid, int64_t *tid) {
+  return exact_integer(cJSON_GetObjectItemCaseSensitive(e, "pid"), pid) &&
+         exact_integer(cJSON_GetObjectItemCaseSensitive(e, "tid"), tid) && *tid >= POOL_TID_BASE &&
+         (*tid - POOL_TID_BASE) % 2 == 0;
 }
 
 /* The device of a track's process as --pool writes it: the ordinal (pid - 1),
  * or "host" for the process of no device. */
-static void device_of(double pid, char *out, size_t n) {
+static void device_of(int64_t pid, char *out, size_t n) {
   if (pid == HOST_PID)
     snprintf(out, n, "host");
   else
-    snprintf(out, n, "%.0f", pid - 1);
+    snprintf(out, n, "%lld", (long long)pid - 1);
 }
 
 /* Whether track t is the one sel names: "NAME@DEVICE" (the pool NAME on
@@ -122,7 +134,7 @@ gpupool_status read_trace(const char *buf, size_t len, const char *path, const c
   size_t nt = 0;
   const cJSON *e;
   cJSON_ArrayForEach(e, events) {
-    double pid, tid;
+    int64_t pid, tid;
     if (!cJSON_IsObject(e) || !is_pool_track(e, &pid, &tid))
       continue;
     size_t i = 0;
@@ -200,7 +212,7 @@ gpupool_status read_trace(const char *buf, size_t len, const char *path, const c
   char err[160];
   cJSON_ArrayForEach(e, events) {
     index++;
-    double pid, tid;
+    int64_t pid, tid;
     if (!cJSON_IsObject(e) || !is_pool_track(e, &pid, &tid) || pid != tracks[pick].pid ||
         tid != tracks[pick].tid)
       continue;

@@ -603,6 +603,63 @@ Test(advisor_inputs, trace_documents) {
   }
 }
 
+/* JSON numbers are doubles: an id, size or stream is read only if it is an
+ * integer in [0, 2^64), and an event is on a pool track only if its pid and
+ * tid are integers of at most 2^53 (those the agent writes). The old reader
+ * cast any double to an integer (undefined behaviour beyond the range: on
+ * x86, 2^63), so these loaded or failed for another reason. */
+Test(advisor_inputs, trace_numbers_out_of_range) {
+  static const char head[] = "{\"traceEvents\":[{\"ph\":\"M\",\"name\":\"thread_name\",\"pid\":1,"
+                             "\"tid\":1000002,\"args\":{\"name\":\"pool p (host, bfc)\"}},";
+  static const struct {
+    const char *event, *want;
+  } cases[] = {
+      {"\"pid\":1,\"tid\":1000002,\"id\":\"0x10\",\"args\":{\"requested\":1e300,\"stream\":0}",
+       "traceEvents[1]: allocation event without a valid id, size or stream"},
+      {"\"pid\":1,\"tid\":1000002,\"id\":\"0x10\",\"args\":{\"requested\":1e400,\"stream\":0}",
+       "traceEvents[1]: allocation event without a valid id, size or stream"},
+      {"\"pid\":1,\"tid\":1000002,\"id\":\"0x10\",\"args\":{\"requested\":4096.5,\"stream\":0}",
+       "traceEvents[1]: allocation event without a valid id, size or stream"},
+      {"\"pid\":1,\"tid\":1000002,\"id\":1e300,\"args\":{\"requested\":4096,\"stream\":0}",
+       "traceEvents[1]: allocation event without a valid id, size or stream"},
+      {"\"pid\":1,\"tid\":1000002,\"id\":18446744073709551616,\"args\":{\"requested\":4096,"
+       "\"stream\":0}",
+       "traceEvents[1]: allocation event without a valid id, size or stream"},
+      {"\"pid\":1,\"tid\":1000002,\"id\":16,\"args\":{\"requested\":4096,\"stream\":-1e300}",
+       "traceEvents[1]: allocation event without a valid id, size or stream"},
+      {"\"pid\":1,\"tid\":1e300,\"id\":16,\"args\":{\"requested\":4096,\"stream\":0}",
+       "no pool allocation events in the trace"},
+      {"\"pid\":1,\"tid\":1000002.5,\"id\":16,\"args\":{\"requested\":4096,\"stream\":0}",
+       "no pool allocation events in the trace"},
+      {"\"pid\":-1e300,\"tid\":1000002,\"id\":16,\"args\":{\"requested\":4096,\"stream\":0}",
+       "no pool allocation events in the trace"},
+  };
+  char p[256], doc[1024];
+  path_of(p, sizeof p, "range.json");
+  for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+    snprintf(doc, sizeof doc, "%s{\"ph\":\"b\",\"cat\":\"alloc\",\"ts\":1,%s}]}", head,
+             cases[i].event);
+    write_file(p, doc, strlen(doc));
+    expect_bad(p, NULL, cases[i].want);
+  }
+  /* the largest of each still reads */
+  snprintf(doc, sizeof doc,
+           "%s{\"ph\":\"b\",\"cat\":\"alloc\",\"ts\":1,\"pid\":1,\"tid\":1000002,"
+           "\"id\":18446744073709549568,\"args\":{\"requested\":281474976710656,"
+           "\"stream\":18446744073709549568}},"
+           "{\"ph\":\"M\",\"name\":\"thread_name\",\"pid\":9007199254740992,"
+           "\"tid\":9007199254740992,\"args\":{\"name\":\"pool q (host, bfc)\"}}]}",
+           head);
+  write_file(p, doc, strlen(doc));
+  gpupool_history *h = NULL;
+  cr_assert_eq(gpupool_history_load(p, NULL, NULL, &h), GPUPOOL_OK, "%s", gpupool_last_error());
+  cr_expect_eq(gpupool_history_get_info(h)->peak_requested, (uint64_t)1 << 48);
+  gpupool_history_free(h);
+  cr_assert_eq(gpupool_history_load(p, NULL, "q@9007199254740991", &h), GPUPOOL_ERR_INVALID);
+  cr_expect(strstr(gpupool_last_error(), "no allocation events for pool q"), "%s",
+            gpupool_last_error());
+}
+
 /* A process of two devices (the demo's --device-count 2): a pool named bfc
  * on each, as docs/trace.md lays them out (pid = device ordinal + 1), and
  * a pool whose name holds an '@' and parentheses. */
