@@ -109,6 +109,66 @@ static void list_tracks(const track *tracks, size_t nt, const char *sel, int spl
   }
 }
 
+/* The pool tracks in the order the document first names them, and an index
+ * of them by (pid, tid), open addressing over track number + 1 (0: empty),
+ * its size a power of two over twice the tracks: an agent of 1024 pools on
+ * each of several devices writes thousands, and each event looks its up. */
+typedef struct track_set {
+  track *tracks;
+  size_t n, cap;
+  size_t *index;
+  size_t index_cap;
+} track_set;
+
+static size_t track_hash(int64_t pid, int64_t tid) {
+  uint64_t x = (uint64_t)pid * 0x9e3779b97f4a7c15ULL ^ (uint64_t)tid;
+  x ^= x >> 33;
+  x *= 0xff51afd7ed558ccdULL;
+  x ^= x >> 33;
+  return (size_t)x;
+}
+
+static void index_track(track_set *s, size_t t) {
+  size_t mask = s->index_cap - 1, i = track_hash(s->tracks[t].pid, s->tracks[t].tid) & mask;
+  while (s->index[i])
+    i = (i + 1) & mask;
+  s->index[i] = t + 1;
+}
+
+/* The track (pid, tid), added (unnamed, no allocations) if new; NULL when
+ * the host is out of memory. */
+static track *track_of(track_set *s, int64_t pid, int64_t tid) {
+  if (s->index_cap)
+    for (size_t mask = s->index_cap - 1, i = track_hash(pid, tid) & mask; s->index[i];
+         i = (i + 1) & mask) {
+      track *t = &s->tracks[s->index[i] - 1];
+      if (t->pid == pid && t->tid == tid)
+        return t;
+    }
+  if (s->n == s->cap) {
+    size_t cap = s->cap ? 2 * s->cap : 16;
+    track *tracks = realloc(s->tracks, cap * sizeof *tracks);
+    if (!tracks)
+      return NULL;
+    s->tracks = tracks;
+    s->cap = cap;
+  }
+  if (2 * (s->n + 1) > s->index_cap) {
+    size_t cap = s->index_cap ? 2 * s->index_cap : 64;
+    size_t *index = calloc(cap, sizeof *index);
+    if (!index)
+      return NULL;
+    free(s->index);
+    s->index = index;
+    s->index_cap = cap;
+    for (size_t t = 0; t < s->n; t++)
+      index_track(s, t);
+  }
+  s->tracks[s->n] = (track){pid, tid, "", 0};
+  index_track(s, s->n);
+  return &s->tracks[s->n++];
+}
+
 static const char *str_item(const cJSON *o, const char *key) {
   const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
   return cJSON_IsString(v) ? v->valuestring : "";
@@ -130,20 +190,18 @@ gpupool_status read_trace(const char *buf, size_t len, const char *path, const c
     return pool_fail(GPUPOOL_ERR_INVALID, "%s: not a trace: no traceEvents array", path);
   }
   /* Pass 1: the pool tracks, their names and allocation counts. */
-  track tracks[64];
-  size_t nt = 0;
+  track_set set = {0};
+  gpupool_status st = GPUPOOL_OK;
+  gpupool_history *h = NULL;
   const cJSON *e;
   cJSON_ArrayForEach(e, events) {
     int64_t pid, tid;
     if (!cJSON_IsObject(e) || !is_pool_track(e, &pid, &tid))
       continue;
-    size_t i = 0;
-    while (i < nt && !(tracks[i].pid == pid && tracks[i].tid == tid))
-      i++;
-    if (i == nt) {
-      if (nt == sizeof tracks / sizeof *tracks)
-        continue;
-      tracks[nt++] = (track){pid, tid, "", 0};
+    track *t = track_of(&set, pid, tid);
+    if (!t) {
+      st = pool_fail(GPUPOOL_ERR_HOST_OOM, "%s: out of host memory", path);
+      goto done;
     }
     const char *ph = str_item(e, "ph"), *name = str_item(e, "name");
     if (!strcmp(ph, "M") && !strcmp(name, "thread_name")) {
@@ -156,12 +214,13 @@ gpupool_status read_trace(const char *buf, size_t len, const char *path, const c
         l = (size_t)(q - n);
       while (l && n[l - 1] == ' ')
         l--;
-      snprintf(tracks[i].name, sizeof tracks[i].name, "%.*s", (int)l, n);
+      snprintf(t->name, sizeof t->name, "%.*s", (int)l, n);
     } else if (!strcmp(ph, "b") && !strcmp(str_item(e, "cat"), "alloc")) {
-      tracks[i].allocs++;
+      t->allocs++;
     }
   }
-  size_t pick = nt, matches = 0;
+  const track *tracks = set.tracks;
+  size_t nt = set.n, pick = nt, matches = 0;
   int split = pool && strrchr(pool, '@');
   if (pool) {
     /* NAME@DEVICE first, then the whole selector as a name (which may
@@ -178,20 +237,19 @@ gpupool_status read_trace(const char *buf, size_t len, const char *path, const c
     char list[640], dev[32];
     list_tracks(tracks, nt, pool, split, list, sizeof list);
     device_of(tracks[pick].pid, dev, sizeof dev);
-    cJSON_Delete(doc);
-    return pool_fail(GPUPOOL_ERR_INVALID,
-                     "%s: %zu pools match '%s': %s; choose one as NAME@DEVICE (gpupool-advise "
-                     "--pool %s@%s)",
-                     path, matches, pool, list, tracks[pick].name, dev);
+    st = pool_fail(GPUPOOL_ERR_INVALID,
+                   "%s: %zu pools match '%s': %s; choose one as NAME@DEVICE (gpupool-advise "
+                   "--pool %s@%s)",
+                   path, matches, pool, list, tracks[pick].name, dev);
+    goto done;
   }
   if (pick == nt || (!pool && tracks[pick].allocs == 0)) {
     char list[640];
     list_tracks(tracks, nt, NULL, 0, list, sizeof list);
-    cJSON_Delete(doc);
-    return pool
-               ? pool_fail(GPUPOOL_ERR_INVALID, "%s: no pool named '%s' in the trace (pools: %s)",
-                           path, pool, nt ? list : "none")
-               : pool_fail(GPUPOOL_ERR_INVALID, "%s: no pool allocation events in the trace", path);
+    st = pool ? pool_fail(GPUPOOL_ERR_INVALID, "%s: no pool named '%s' in the trace (pools: %s)",
+                          path, pool, nt ? list : "none")
+              : pool_fail(GPUPOOL_ERR_INVALID, "%s: no pool allocation events in the trace", path);
+    goto done;
   }
   int devices = 0; /* pools of more than one device: the source names the device */
   for (size_t i = 0; i < nt; i++)
@@ -202,12 +260,10 @@ gpupool_status read_trace(const char *buf, size_t len, const char *path, const c
     snprintf(src, sizeof src, "%s (pool %s@%s)", path, tracks[pick].name, dev);
   else
     snprintf(src, sizeof src, "%s (pool %s)", path, tracks[pick].name);
-  gpupool_history *h = hist_new(src, "trace");
-  if (!h) {
-    cJSON_Delete(doc);
-    return pool_fail(GPUPOOL_ERR_HOST_OOM, "%s: out of host memory", path);
+  if (!(h = hist_new(src, "trace"))) {
+    st = pool_fail(GPUPOOL_ERR_HOST_OOM, "%s: out of host memory", path);
+    goto done;
   }
-  gpupool_status st = GPUPOOL_OK;
   size_t index = 0;
   char err[160];
   cJSON_ArrayForEach(e, events) {
@@ -257,10 +313,13 @@ gpupool_status read_trace(const char *buf, size_t len, const char *path, const c
     if (cJSON_IsNumber(ts))
       hist_note_time(h, ts->valuedouble * 1e-6);
   }
-  cJSON_Delete(doc);
   if (st == GPUPOOL_OK && h->n_ops == 0)
     st = pool_fail(GPUPOOL_ERR_INVALID, "%s: no allocation events for pool %s", path,
                    tracks[pick].name);
+done:
+  cJSON_Delete(doc);
+  free(set.tracks);
+  free(set.index);
   if (st != GPUPOOL_OK) {
     gpupool_history_free(h);
     return st;

@@ -723,6 +723,56 @@ Test(advisor_inputs, trace_pools_of_several_devices) {
             "%s", gpupool_last_error());
 }
 
+/* An agent may trace up to 1024 pools on each device: every track counts.
+ * 5000 pools on two devices, the last the busiest; the old reader kept the
+ * first 64 tracks and dropped the others' events. */
+Test(advisor_inputs, trace_of_thousands_of_pools) {
+  char p[256];
+  path_of(p, sizeof p, "many.json");
+  FILE *f = fopen(p, "w");
+  cr_assert_not_null(f);
+  fprintf(f, "{\"traceEvents\":[{}");
+  enum { POOLS = 5000 };
+  for (int k = 0; k < POOLS; k++) {
+    int pid = 1 + k % 2, tid = 1000002 + 2 * k;
+    fprintf(f,
+            ",{\"ph\":\"M\",\"name\":\"thread_name\",\"pid\":%d,\"tid\":%d,\"args\":{\"name\":"
+            "\"pool p%d (host, bfc)\"}}",
+            pid, tid, k);
+    for (int i = 0; i < (k == POOLS - 1 ? 10 : 3); i++)
+      fprintf(f,
+              ",{\"ph\":\"b\",\"cat\":\"alloc\",\"pid\":%d,\"tid\":%d,\"ts\":%d,\"id\":\"0x%x\","
+              "\"args\":{\"requested\":%d,\"stream\":\"0x0\"}}",
+              pid, tid, i, 0x1000 * (i + 1), 512 * (k + 1));
+  }
+  fprintf(f, "]}");
+  fclose(f);
+  const struct {
+    const char *sel, *source;
+    uint64_t allocations, peak;
+  } ok[] = {
+      {NULL, "many.json (pool p4999@1)", 10, 10 * 512 * 5000}, /* the busiest */
+      {"p4999", "many.json (pool p4999@1)", 10, 10 * 512 * 5000},
+      {"p64@0", "many.json (pool p64@0)", 3, 3 * 512 * 65},
+      {"p0", "many.json (pool p0@0)", 3, 3 * 512},
+  };
+  for (size_t i = 0; i < sizeof ok / sizeof *ok; i++) {
+    gpupool_history *h = NULL;
+    cr_assert_eq(gpupool_history_load(p, NULL, ok[i].sel, &h), GPUPOOL_OK, "%s: %s", ok[i].sel,
+                 gpupool_last_error());
+    const gpupool_history_info *in = gpupool_history_get_info(h);
+    cr_expect(strstr(in->source, ok[i].source), "%s: source %s", ok[i].sel, in->source);
+    cr_expect_eq(in->allocations, ok[i].allocations, "%s", ok[i].sel);
+    cr_expect_eq(in->peak_requested, ok[i].peak, "%s", ok[i].sel);
+    gpupool_history_free(h);
+  }
+  gpupool_history *h = NULL;
+  cr_expect_eq(gpupool_history_load(p, NULL, "p5000", &h), GPUPOOL_ERR_INVALID);
+  cr_expect(strstr(gpupool_last_error(), "no pool named 'p5000' in the trace (pools: p0@0 (3 "
+                                         "allocations), p1@1 (3 allocations)"),
+            "%s", gpupool_last_error());
+}
+
 Test(advisor_inputs, load_arguments) {
   gpupool_history *h;
   cr_expect_eq(gpupool_history_load(NULL, NULL, NULL, &h), GPUPOOL_ERR_INVALID);
