@@ -3,12 +3,13 @@
  *   a <id> <size> <stream>   an allocation of <size> requested bytes
  *   f <id>                   its free
  *   r <id> <stream>          record_stream of the live allocation <id>
- * numbers decimal or 0x-hex ("(nil)" is 0, as glibc prints a NULL %p);
- * blank lines and lines starting with '#' are skipped. A line is read into a
+ * numbers decimal or 0x-hex ("(nil)" is 0, as glibc prints a NULL %p; a
+ * leading 0 is no octal: 010 is ten); blank lines and lines starting with
+ * '#' are skipped. Writers end every line with a newline: a last line
+ * without one is a file cut short, an error. A line is read into a
  * buffer of MAX_LINE bytes, never grown: an input that is no record file
  * (one without newlines, /dev/zero) is an error at its first line, not a
  * buffer as large as the input. */
-#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -22,7 +23,7 @@
  * be longer: it is read to its end and not kept. */
 #define MAX_LINE 65536
 
-enum { LINE_OK, LINE_EOF, LINE_NUL, LINE_LONG };
+enum { LINE_OK, LINE_EOF, LINE_NUL, LINE_LONG, LINE_CUT };
 
 static int is_space(int c) {
   return c == ' ' || c == '\t' || c == '\r'; /* the tokenizer's separators, less '\n' */
@@ -30,7 +31,8 @@ static int is_space(int c) {
 
 /* Reads the next line of f (its lock held) into buf (MAX_LINE + 1 bytes) without
  * its newline, NUL-terminated, a run of separators kept as one. A NUL byte
- * or a line over MAX_LINE that is no comment stops at once. */
+ * or a line over MAX_LINE that is no comment stops at once; a line the end
+ * of the file cuts (no newline) is LINE_CUT. */
 static int next_line(FILE *f, char *buf) {
   size_t n = 0;
   int c, any = 0;
@@ -51,23 +53,37 @@ static int next_line(FILE *f, char *buf) {
     buf[n++] = (char)c;
   }
   buf[n] = 0;
-  return c == EOF && (!any || ferror(f)) ? LINE_EOF : LINE_OK; /* ferror: read_record says so */
+  if (c == EOF && (!any || ferror(f)))
+    return LINE_EOF; /* ferror: read_record says so */
+  return c == EOF ? LINE_CUT : LINE_OK;
 }
 
+/* A number as the writers print one: decimal, or hex after "0x" (what %p
+ * and PRIxPTR give), or "(nil)"; -1 for anything else (a sign, spaces, a
+ * digit of another base) and beyond 64 bits. strtoull's base 0 would read
+ * a leading 0 as octal. */
 static int parse_u64(const char *s, uint64_t *out) {
-  if (!s)
-    return -1;
   if (!strcmp(s, "(nil)")) {
     *out = 0;
     return 0;
   }
-  char *end;
-  errno = 0;
-  if (*s == '-' || *s == '+')
+  unsigned base = 10;
+  if (s[0] == '0' && (s[1] == 'x' || s[1] == 'X')) {
+    base = 16;
+    s += 2;
+  }
+  if (!*s)
     return -1;
-  unsigned long long v = strtoull(s, &end, 0);
-  if (errno || end == s || *end)
-    return -1;
+  uint64_t v = 0;
+  for (; *s; s++) {
+    unsigned d = *s >= '0' && *s <= '9'   ? (unsigned)(*s - '0')
+                 : *s >= 'a' && *s <= 'f' ? (unsigned)(*s - 'a' + 10)
+                 : *s >= 'A' && *s <= 'F' ? (unsigned)(*s - 'A' + 10)
+                                          : 16;
+    if (d >= base || v > (UINT64_MAX - d) / base)
+      return -1;
+    v = v * base + d;
+  }
   *out = v;
   return 0;
 }
@@ -89,6 +105,13 @@ gpupool_status read_record(FILE *f, const char *path, gpupool_history **out) {
     lineno++;
     if (got == LINE_NUL) {
       st = pool_fail(GPUPOOL_ERR_INVALID, "%s:%zu: a NUL byte in the line", path, lineno);
+      break;
+    }
+    if (got == LINE_CUT) {
+      st = pool_fail(GPUPOOL_ERR_INVALID,
+                     "%s:%zu: the file ends inside this line (no newline after it): truncated "
+                     "input (delete the line to read the rest)",
+                     path, lineno);
       break;
     }
     if (got == LINE_LONG) {

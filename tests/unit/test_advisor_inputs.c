@@ -353,6 +353,87 @@ Test(advisor_inputs, record_file_errors) {
   gpupool_history_free(h);
 }
 
+/* Numbers are decimal or 0x-hex, as docs/advisor.md says and the writers
+ * print them: a leading 0 is no octal (the old reader took 010 for 8 and
+ * refused 0009), and anything else is an error naming the line. */
+Test(advisor_inputs, record_numbers_are_decimal_or_hex) {
+  static const struct {
+    const char *size;
+    uint64_t bytes;
+  } ok[] = {
+      {"010", 10},
+      {"0009", 9},
+      {"0x10", 16},
+      {"0X1f", 31},
+      {"0x0001", 1},
+      {"281474976710656", (uint64_t)1 << 48},
+      {"0x00000000000000000000000000000100", 256},
+  };
+  char p[256], text[128];
+  path_of(p, sizeof p, "numbers.record");
+  for (size_t i = 0; i < sizeof ok / sizeof *ok; i++) {
+    snprintf(text, sizeof text, "a 010 %s 0x0\nf 10\n", ok[i].size);
+    write_file(p, text, strlen(text));
+    gpupool_history *h = NULL;
+    cr_assert_eq(gpupool_history_load(p, NULL, NULL, &h), GPUPOOL_OK, "%s: %s", ok[i].size,
+                 gpupool_last_error());
+    const gpupool_history_info *in = gpupool_history_get_info(h);
+    cr_expect_eq(in->peak_requested, ok[i].bytes, "%s: %llu bytes", ok[i].size,
+                 (unsigned long long)in->peak_requested);
+    cr_expect_eq(in->frees, 1, "%s: the free of id 10 (written 010) did not match", ok[i].size);
+    gpupool_history_free(h);
+  }
+  static const char *bad[] = {"1e3",
+                              "0x",
+                              "0b1",
+                              "0o7",
+                              "0x1g",
+                              "12a",
+                              "+5",
+                              "0x-1",
+                              "18446744073709551616",
+                              "0x10000000000000000"};
+  for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+    snprintf(text, sizeof text, "a 1 4096 0\na 2 %s 0\n", bad[i]);
+    write_file(p, text, strlen(text));
+    expect_bad(p, "record", "numbers.record:2: expected");
+  }
+  /* the largest id */
+  const char *max = "a 18446744073709551615 1 0xffffffffffffffff\nf 0xFFFFFFFFFFFFFFFF\n";
+  write_file(p, max, strlen(max));
+  gpupool_history *h = NULL;
+  cr_assert_eq(gpupool_history_load(p, NULL, NULL, &h), GPUPOOL_OK, "%s", gpupool_last_error());
+  cr_expect_eq(gpupool_history_get_info(h)->frees, 1);
+  gpupool_history_free(h);
+}
+
+/* Writers end every line with a newline: a file whose last line has none
+ * was cut short, and is refused on that line (the old reader read the cut
+ * number: "a 2 1073741824 0" cut after "a 2 10" was an allocation of 10
+ * bytes). Every file the project ships still loads. */
+Test(advisor_inputs, record_cut_short_is_refused) {
+  char p[256];
+  path_of(p, sizeof p, "cut.record");
+  static const char *cut[] = {"a 1 4096 0\na 2 10", "a 1 4096 0\nf 1", "a 1 4096 0\n# a comm",
+                              "a 1 4096 0\n  "};
+  for (size_t i = 0; i < sizeof cut / sizeof *cut; i++) {
+    write_file(p, cut[i], strlen(cut[i]));
+    expect_bad(p, NULL,
+               "cut.record:2: the file ends inside this line (no newline after it): truncated");
+  }
+  const char *src = getenv("GPUPOOL_SOURCE_DIR");
+  static const char *shipped[] = {"cnn_train_60steps.trace", "lm_train_24steps.trace"};
+  for (size_t i = 0; i < sizeof shipped / sizeof *shipped; i++) {
+    char data[512];
+    snprintf(data, sizeof data, "%s/tests/data/%s", src ? src : ".", shipped[i]);
+    gpupool_history *h = NULL;
+    cr_assert_eq(gpupool_history_load(data, NULL, NULL, &h), GPUPOOL_OK, "%s",
+                 gpupool_last_error());
+    cr_expect_gt(gpupool_history_get_info(h)->allocations, 1000);
+    gpupool_history_free(h);
+  }
+}
+
 /* A line is read into a bounded buffer: an input without newlines is an
  * error at its first line once the limit is passed (not a buffer as large
  * as the input), a NUL byte at once; separators and comments of any length
