@@ -2,10 +2,9 @@
  * a record file's reader or the live rings' reader makes fails in turn, and
  * the call says GPUPOOL_ERR_HOST_OOM, "out of host memory" (not
  * GPUPOOL_ERR_INVALID, nor the device's GPUPOOL_ERR_OOM), until the one
- * past the last allocation goes through. This executable is linked with
- * -Wl,--wrap=malloc,--wrap=calloc,--wrap=realloc (tests/CMakeLists.txt), so
- * the library's allocations, linked in statically, go through the counter
- * below. */
+ * past the last allocation goes through. Allocations fail through
+ * helpers/alloc_fail.h: the executable is linked so that the library's
+ * allocations, linked in statically, fail on demand. */
 #include <criterion/criterion.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -14,43 +13,8 @@
 #include "advisor/readers.h"
 #include "gpupool/advisor.h"
 #include "gpupool/gpupool.h"
+#include "helpers/alloc_fail.h"
 #include "pool/pool_view.h"
-
-void *__real_malloc(size_t size);
-void *__real_calloc(size_t n, size_t size);
-void *__real_realloc(void *p, size_t size);
-
-/* The allocation that fails: the n-th from when it is armed (1 = the next),
- * 0 when none is armed; allocs_seen counts the allocations since. */
-static long fail_at, allocs_seen;
-
-static int should_fail(void) {
-  return fail_at && ++allocs_seen == fail_at;
-}
-
-void *__wrap_malloc(size_t size) {
-  return should_fail() ? NULL : __real_malloc(size);
-}
-
-void *__wrap_calloc(size_t n, size_t size) {
-  return should_fail() ? NULL : __real_calloc(n, size);
-}
-
-void *__wrap_realloc(void *p, size_t size) {
-  return should_fail() ? NULL : __real_realloc(p, size);
-}
-
-static void arm(long n) {
-  allocs_seen = 0;
-  fail_at = n;
-}
-
-/* Whether the n-th allocation since arm() was reached (and so failed). */
-static int disarm(void) {
-  int hit = fail_at && allocs_seen >= fail_at;
-  fail_at = 0;
-  return hit;
-}
 
 /* Events enough that the history's arrays and id map grow several times. */
 #define PAIRS 3000
@@ -76,9 +40,9 @@ Test(advisor_host_oom, record_file) {
     static char iobuf[BUFSIZ]; /* the stream allocates nothing while armed */
     cr_assert_eq(setvbuf(f, iobuf, _IOFBF, sizeof iobuf), 0);
     gpupool_history *h = NULL;
-    arm(n);
+    alloc_fail_arm(n);
     gpupool_status st = read_record(f, "oom.record", &h);
-    int failed_here = disarm();
+    int failed_here = alloc_fail_disarm();
     fclose(f);
     if (!failed_here) {
       cr_assert_eq(st, GPUPOOL_OK, "%s", gpupool_last_error());
@@ -106,9 +70,9 @@ Test(advisor_host_oom, live_rings) {
   long failures = 0;
   for (long n = 1;; n++) {
     gpupool_history *h = NULL;
-    arm(n);
+    alloc_fail_arm(n);
     gpupool_status st = gpupool_history_from_pool(p, &h);
-    if (!disarm()) {
+    if (!alloc_fail_disarm()) {
       cr_assert_eq(st, GPUPOOL_OK, "%s", gpupool_last_error());
       cr_expect_eq(gpupool_history_get_info(h)->events, 2 * PAIRS);
       gpupool_history_free(h);

@@ -2,9 +2,9 @@
  * allocation an export or an import makes fails in turn, and the call says
  * GPUPOOL_ERR_HOST_OOM (not the device's GPUPOOL_ERR_OOM), sends nothing,
  * and leaves the pool as it was: the block is still the caller's, and the
- * same export then succeeds. This executable is linked with
- * -Wl,--wrap=malloc,--wrap=calloc (tests/CMakeLists.txt), so the library's
- * allocations, linked in statically, go through the counters below. */
+ * same export then succeeds. Allocations fail through
+ * helpers/alloc_fail.h: the executable is linked so that the library's
+ * allocations, linked in statically, fail on demand. */
 #include <criterion/criterion.h>
 #include <errno.h>
 #include <poll.h>
@@ -15,38 +15,8 @@
 
 #include "gpupool/share.h"
 #include "helpers/pool_check.h"
+#include "helpers/alloc_fail.h"
 #include "pool/pool_internal.h"
-
-void *__real_malloc(size_t size);
-void *__real_calloc(size_t n, size_t size);
-
-/* The allocation that fails: the n-th from when it is armed (1 = the next),
- * 0 when none is armed; allocs_seen counts the allocations since. */
-static long fail_at, allocs_seen;
-
-static int should_fail(void) {
-  return fail_at && ++allocs_seen == fail_at;
-}
-
-void *__wrap_malloc(size_t size) {
-  return should_fail() ? NULL : __real_malloc(size);
-}
-
-void *__wrap_calloc(size_t n, size_t size) {
-  return should_fail() ? NULL : __real_calloc(n, size);
-}
-
-static void arm(long n) {
-  allocs_seen = 0;
-  fail_at = n;
-}
-
-/* Whether the n-th allocation since arm() was reached (and so failed). */
-static int disarm(void) {
-  int hit = fail_at && allocs_seen >= fail_at;
-  fail_at = 0;
-  return hit;
-}
 
 static gpupool *share_pool(void) {
   return pc_pool(GPUPOOL_STRATEGY_BFC, 1024 * MiB,
@@ -67,9 +37,9 @@ Test(share_host_oom, export_fails_cleanly_at_each_allocation) {
     int sv[2];
     cr_assert_eq(socketpair(AF_UNIX, SOCK_STREAM, 0, sv), 0, "%s", strerror(errno));
     gpupool_export *ex = NULL;
-    arm(n);
+    alloc_fail_arm(n);
     gpupool_status st = gpupool_share_export(p, x, sv[0], &ex);
-    int failed_here = disarm();
+    int failed_here = alloc_fail_disarm();
     if (!failed_here) { /* past the export's last allocation: it went through */
       cr_assert_eq(st, GPUPOOL_OK, "%s", gpupool_last_error());
       gpupool_import *im = NULL;
@@ -117,9 +87,9 @@ Test(share_host_oom, import_fails_cleanly_at_each_allocation) {
     gpupool_import *im = NULL;
     void *y = NULL;
     size_t size = 0;
-    arm(n);
+    alloc_fail_arm(n);
     gpupool_status st = gpupool_share_import(sv[1], 0, &y, &size, &im);
-    int failed_here = disarm();
+    int failed_here = alloc_fail_disarm();
     if (!failed_here) {
       cr_assert_eq(st, GPUPOOL_OK, "%s", gpupool_last_error());
       cr_assert_eq(gpupool_share_release(im), GPUPOOL_OK, "%s", gpupool_last_error());
