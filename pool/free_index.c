@@ -2,8 +2,13 @@
 
 #include "core/assert.h"
 
+/* Whether a sorts before a block of key (size, addr). */
+static inline int less_key(const block *a, size_t size, uintptr_t addr) {
+  return a->size < size || (a->size == size && a->addr < addr);
+}
+
 static inline int less(const block *a, const block *b) {
-  return a->size < b->size || (a->size == b->size && a->addr < b->addr);
+  return less_key(a, b->size, b->addr);
 }
 
 /* Splits t into blocks ordered before key (*l) and the rest (*r). */
@@ -79,21 +84,25 @@ static void take_place(block **link, block *old, block *b) {
   old->left = old->right = NULL;
 }
 
-int free_index_shrink(block **root, block *old, block *b) {
+/* b's position in the index under root (b is in it). */
+static position locate(block **root, const block *b) {
   position pos = {root, NULL};
-  while (*pos.link != old) {
-    gp_assert_internal(*pos.link); /* old is in this index */
-    if (less(old, *pos.link)) {
+  while (*pos.link != b) {
+    gp_assert_internal(*pos.link); /* b is in this index */
+    if (less(b, *pos.link)) {
       pos.link = &(*pos.link)->left;
     } else {
       pos.lo = *pos.link;
       pos.link = &(*pos.link)->right;
     }
   }
-  block *lo = pos.lo; /* old's predecessor: the largest of its left subtree, or pos.lo */
-  if (old->left)
-    for (lo = old->left; lo->right;)
-      lo = lo->right;
+  return pos;
+}
+
+int free_index_shrink(block **root, block *old, block *b) {
+  position pos = locate(root, old);
+  /* old's predecessor: the largest of its left subtree, or pos.lo */
+  block *lo = old->left ? free_index_largest(old->left) : pos.lo;
   if (lo && !less(lo, b)) { /* b sorts further down: old leaves, b enters anew */
     remove_at(pos.link, old);
     free_index_insert(root, b);
@@ -103,36 +112,21 @@ int free_index_shrink(block **root, block *old, block *b) {
   return 0;
 }
 
-/* Whether a sorts before a block of key (size, addr). */
-static inline int less_key(const block *a, size_t size, uintptr_t addr) {
-  return a->size < size || (a->size == size && a->addr < addr);
-}
-
 void free_index_shrink_size(block **root, block *b, size_t size, const block *pred) {
   gp_assert_internal(size > 0 && size < b->size);
   gp_assert_internal(!pred || b == free_index_next(*root, pred));
   if (!pred && b->left)
-    for (pred = b->left; pred->right;)
-      pred = pred->right;
+    pred = free_index_largest(b->left);
+  position pos = {NULL, NULL};
   if (!pred) { /* none, or an ancestor: the descent to b passes it */
-    position pos = {root, NULL};
-    while (*pos.link != b) {
-      gp_assert_internal(*pos.link); /* b is in this index */
-      if (less(b, *pos.link)) {
-        pos.link = &(*pos.link)->left;
-      } else {
-        pos.lo = *pos.link;
-        pos.link = &(*pos.link)->right;
-      }
-    }
-    if (pos.lo && !less_key(pos.lo, size, b->addr)) {
+    pos = locate(root, b);
+    pred = pos.lo;
+  }
+  if (pred && !less_key(pred, size, b->addr)) { /* b sorts further down: it enters anew */
+    if (pos.link)
       remove_at(pos.link, b);
-      b->size = size;
-      free_index_insert(root, b);
-      return;
-    }
-  } else if (!less_key(pred, size, b->addr)) {
-    free_index_remove(root, b);
+    else
+      free_index_remove(root, b);
     b->size = size;
     free_index_insert(root, b);
     return;
