@@ -264,9 +264,8 @@ static inline int mapped_at_start(const block *b, size_t rounded) {
 /* Splits free block b at address at, inside it: b keeps the part below at,
  * a free block still, and a new block, returned, takes the part from at,
  * out of the index (BLOCK_PLACED: the caller carves it next, which then
- * costs an index operation only where a remainder stays free). Before, the
- * part below took b's place and b entered again, and the carve removed it
- * or gave its place to the remainder. b's key only shrinks: where it still sorts
+ * costs an index operation only where a remainder stays free). b's key
+ * only shrinks: where it still sorts
  * after its predecessor (pred, the search's previous block, NULL where
  * unknown), it keeps its place in the index, no descent. Without host
  * memory for the new block, b is returned whole. */
@@ -490,14 +489,14 @@ static void carve_out(shard *sh, block *b, size_t rounded) {
   gp_assert_internal((b->state == BLOCK_FREE || b->state == BLOCK_PLACED) && b->seg->sh == sh);
   gp_assert_internal(b->size >= rounded);
   int large = b->seg->large;
+  int placed = b->state == BLOCK_PLACED; /* a vmm segment's block, out of the index */
+  gp_assert_internal(!placed || b->seg->pages);
   block *r = should_split(&sh->pool->cfg, b, rounded) ? block_new(sh) : NULL;
   if (r) { /* without host memory for the remainder, the whole block is used */
     /* Counted as PyTorch does: an inactive split block that is cut stays one,
      * shrunk by what is taken; an unsplit block leaves one behind. */
-    int placed = 0;
     if (b->seg->pages) { /* not counted (split_counted); a bound, as in split_front */
       r->mapped_run = mapped_run_cap(b->mapped_run, b->size - rounded);
-      placed = b->state == BLOCK_PLACED;
     } else if (b->seg->nblocks > 1) {
       stat_dec(&sh->st.s[STAT_INACTIVE_SPLIT_BYTES], large, (int64_t)rounded);
     } else {
@@ -522,14 +521,13 @@ static void carve_out(shard *sh, block *b, size_t rounded) {
     b->next = r;
     b->size = rounded;
     b->seg->nblocks++;
-  } else if (!b->seg->pages) {
-    index_remove(sh, b);
-    if (b->seg->nblocks > 1) { /* a split block taken whole */
+  } else {
+    if (!placed)
+      index_remove(sh, b);
+    if (b->seg->nblocks > 1 && !b->seg->pages) { /* a split block taken whole */
       stat_dec(&sh->st.s[STAT_INACTIVE_SPLIT], large, 1);
       stat_dec(&sh->st.s[STAT_INACTIVE_SPLIT_BYTES], large, (int64_t)b->size);
     }
-  } else if (b->state != BLOCK_PLACED) {
-    index_remove(sh, b);
   }
   gp_assert_internal(b->size >= rounded && (!b->next || b->next->addr == b->addr + b->size));
 }
