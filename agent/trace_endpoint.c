@@ -60,12 +60,15 @@ gpupool_status gpupool_trace_write(FILE *f) {
   gpupool_status st = GPUPOOL_OK;
   ssize_t n;
   while ((n = trace_stream_read(s, buf, FILE_CHUNK)) > 0) {
-    if (fwrite(buf, 1, (size_t)n, f) != (size_t)n) {
-      st = pool_fail(GPUPOOL_ERR_BACKEND, "gpupool_trace_write: write failed: %s", strerror(errno));
+    if (fwrite(buf, 1, (size_t)n, f) != (size_t)n)
       break;
-    }
   }
-  if (n < 0)
+  /* n > 0: the loop stopped at a failed write. Otherwise the end of the
+   * document (all of a small one) may still sit in f's buffer, and a full
+   * disk shows only when it is flushed: written means flushed. */
+  if (n > 0 || fflush(f) != 0)
+    st = pool_fail(GPUPOOL_ERR_BACKEND, "gpupool_trace_write: write failed: %s", strerror(errno));
+  else if (n < 0)
     st = pool_fail(GPUPOOL_ERR_HOST_OOM, "gpupool_trace_write: out of host memory (trace cut)");
   trace_stream_close(s);
   free(buf);

@@ -346,10 +346,8 @@ int trace_write_file(const char *path) {
     fprintf(stderr, "gpupool: trace_file: cannot create %s: %s\n", tmp, strerror(errno));
     return -1;
   }
-  gpupool_status st = gpupool_trace_write(f);
-  int err = st == GPUPOOL_OK && fflush(f) != 0 ? errno : 0;
-  if (st == GPUPOOL_OK && !err && fsync(fileno(f)) != 0)
-    err = errno;
+  gpupool_status st = gpupool_trace_write(f); /* flushes f */
+  int err = st == GPUPOOL_OK && fsync(fileno(f)) != 0 ? errno : 0;
   if (fclose(f) != 0 && st == GPUPOOL_OK && !err)
     err = errno;
   if (st == GPUPOOL_OK && !err && rename(tmp, path) != 0)

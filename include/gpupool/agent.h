@@ -54,7 +54,12 @@ void gpupool_agent_stop(void);
 /* The TCP port the agent listens on, or 0 when it is not serving. */
 int gpupool_agent_port(void);
 
-/* Write the Chrome trace of everything recorded so far to f (no HTTP needed). */
+/* Write the Chrome trace of everything recorded so far to f (no HTTP
+ * needed), and flush f. GPUPOOL_ERR_INVALID when f is NULL;
+ * GPUPOOL_ERR_BACKEND when a write or the flush fails (a full disk, say),
+ * with the system's reason in gpupool_last_error() ("gpupool_trace_write:
+ * write failed: No space left on device"): part of the document may be in
+ * the file; GPUPOOL_ERR_HOST_OOM when memory runs out (the document is cut). */
 gpupool_status gpupool_trace_write(FILE *f);
 /* Events pool's rings have recorded and overwritten so far, summed over its
  * streams: the figures of gpupool_trace_events_total and

@@ -1,6 +1,7 @@
 /* The Chrome trace writer: format rules (parsed with cJSON), content against
  * what the pools did, overwrites, filters and refused parameters. */
 #include <criterion/criterion.h>
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -612,6 +613,22 @@ Test(trace_writer, written_to_a_file) {
   snprintf(path, sizeof path, "%s/no/such/dir/trace.json", dir);
   cr_expect_eq(trace_write_file(path), -1);
   cr_expect(strstr(gpupool_last_error(), "trace_file"), "%s", gpupool_last_error());
+  gpupool_destroy(p);
+}
+
+/* A full disk: the trace (a few hundred bytes, all in f's buffer until the
+ * flush) cannot be written, and the status and the message say so. */
+Test(trace_writer, write_to_a_full_disk_fails) {
+  init_events(1024);
+  gpupool *p = host_pool("full", 0, 64 * MiB);
+  pc_must_malloc(p, 4096, NULL);
+  FILE *f = fopen("/dev/full", "w");
+  cr_assert_not_null(f);
+  cr_expect_eq(gpupool_trace_write(f), GPUPOOL_ERR_BACKEND);
+  cr_expect(strstr(gpupool_last_error(), "gpupool_trace_write: write failed: ") &&
+                strstr(gpupool_last_error(), strerror(ENOSPC)),
+            "%s", gpupool_last_error());
+  fclose(f);
   gpupool_destroy(p);
 }
 
