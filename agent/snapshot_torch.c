@@ -1,6 +1,7 @@
 /* PyTorch's memory snapshot of the live pools: gpupool_snapshot_write_torch()
  * and GET /snapshot?format=torch. Collection here (each pool copied
  * consistently, pool/pool_capture.h), rendering in exporters/torch_snapshot.c. */
+#include <errno.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -100,10 +101,12 @@ gpupool_status gpupool_snapshot_write_torch(FILE *f, const char *pool) {
   }
   if (!data)
     return pool_fail(GPUPOOL_ERR_HOST_OOM, "gpupool_snapshot_write_torch: out of host memory");
-  size_t w = fwrite(data, 1, len, f);
+  int failed = fwrite(data, 1, len, f) != len || fflush(f) != 0;
+  int err = errno; /* before free */
   free(data);
-  if (w != len || fflush(f) != 0)
-    return pool_fail(GPUPOOL_ERR_BACKEND, "gpupool_snapshot_write_torch: write failed");
+  if (failed)
+    return pool_fail(GPUPOOL_ERR_BACKEND, "gpupool_snapshot_write_torch: write failed: %s",
+                     strerror(err));
   return GPUPOOL_OK;
 }
 

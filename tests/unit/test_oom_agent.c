@@ -4,6 +4,7 @@
  * (tests/unit/torch_snapshot_check.py); and bounded memory under 10^5 OOMs. */
 #include <cjson/cJSON.h>
 #include <criterion/criterion.h>
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -298,6 +299,20 @@ Test(oom_agent, snapshot_write_torch_refuses_bad_input) {
   cr_expect(strstr(gpupool_last_error(), "no such pool"), "%s", gpupool_last_error());
   cr_expect_eq(ftell(f), 0, "nothing written");
   fclose(f);
+}
+
+/* A full disk: the pickle stays in f's buffer until the flush, which fails;
+ * the status and the message say so. */
+Test(oom_agent, snapshot_write_torch_to_a_full_disk_fails) {
+  gpupool *p = host_pool("full", NULL);
+  FILE *f = fopen("/dev/full", "w");
+  cr_assert_not_null(f);
+  cr_expect_eq(gpupool_snapshot_write_torch(f, "full"), GPUPOOL_ERR_BACKEND);
+  cr_expect(strstr(gpupool_last_error(), "gpupool_snapshot_write_torch: write failed: ") &&
+                strstr(gpupool_last_error(), strerror(ENOSPC)),
+            "%s", gpupool_last_error());
+  fclose(f);
+  gpupool_destroy(p);
 }
 
 Test(oom_agent, bad_configuration_is_refused) {
