@@ -69,7 +69,11 @@ int sd_file_write(const char *dir, const char *hostname, const char *listen_addr
   if (f) {
     ok = fputs(text, f) >= 0 && fputc('\n', f) != EOF;
     e = errno;
-    ok = (fclose(f) == 0) && ok;
+    /* The text is smaller than f's buffer: a full disk shows only here. */
+    if (fclose(f) != 0 && ok) {
+      ok = 0;
+      e = errno;
+    }
   }
   free(text);
   /* rename() replaces the file in one step: Prometheus never reads half of it. */

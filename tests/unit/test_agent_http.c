@@ -4,10 +4,13 @@
 #include <cjson/cJSON.h>
 #include <criterion/criterion.h>
 #include <criterion/redirect.h>
+#include <errno.h>
 #include <netinet/in.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -465,6 +468,34 @@ Test(agent_http, sd_dir_that_cannot_be_written_fails_the_start) {
   cr_assert_eq(gpupool_agent_start(&o), GPUPOOL_ERR_INVALID);
   cr_assert(strstr(gpupool_last_error(), "sd_dir"), "%s", gpupool_last_error());
   cr_assert_eq(gpupool_agent_port(), 0);
+}
+
+/* Runs gpupool_agent_start(o) where no file may grow past 8 bytes (writes
+ * beyond fail with EFBIG, as on a full disk); the status. */
+static gpupool_status start_with_tiny_files(const gpupool_agent_options *o) {
+  struct rlimit old, tiny = {.rlim_cur = 8};
+  cr_assert_eq(getrlimit(RLIMIT_FSIZE, &old), 0);
+  tiny.rlim_max = old.rlim_max;
+  signal(SIGXFSZ, SIG_IGN); /* else the write past the limit kills the test */
+  cr_assert_eq(setrlimit(RLIMIT_FSIZE, &tiny), 0);
+  gpupool_status s = gpupool_agent_start(o);
+  cr_assert_eq(setrlimit(RLIMIT_FSIZE, &old), 0);
+  return s;
+}
+
+/* The target file is smaller than stdio's buffer: the full disk shows only
+ * at fclose, and the message gives that reason. */
+Test(agent_http, sd_dir_on_a_full_disk_fails_the_start_with_the_reason) {
+  char dir[] = "/tmp/gpupool-sd-XXXXXX";
+  cr_assert_not_null(mkdtemp(dir));
+  gpupool_agent_options o = {
+      .listen = "127.0.0.1:0", .cupti = GPUPOOL_CUPTI_OFF, .sd_dir = dir, .ignore_env = 1};
+  cr_assert_eq(start_with_tiny_files(&o), GPUPOOL_ERR_INVALID);
+  cr_expect(strstr(gpupool_last_error(), "sd_dir: cannot write ") &&
+                strstr(gpupool_last_error(), strerror(EFBIG)),
+            "%s", gpupool_last_error());
+  cr_expect_eq(gpupool_agent_port(), 0);
+  cr_expect_eq(rmdir(dir), 0, "sd_dir should be left empty");
 }
 
 static cJSON *read_json(const char *path) {
