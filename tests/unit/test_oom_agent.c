@@ -4,10 +4,14 @@
  * (tests/unit/torch_snapshot_check.py); and bounded memory under 10^5 OOMs. */
 #include <cjson/cJSON.h>
 #include <criterion/criterion.h>
+#include <criterion/redirect.h>
+#include <dirent.h>
+#include <signal.h>
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -323,6 +327,42 @@ Test(oom_agent, bad_configuration_is_refused) {
   setenv("GPUPOOL_AGENT_CONF", "oom_dir:/nonexistent/gpupool", 1);
   cr_expect_eq(gpupool_agent_start(&o), GPUPOOL_ERR_INVALID);
   cr_expect(strstr(gpupool_last_error(), "oom_dir"), "%s", gpupool_last_error());
+}
+
+/* oom_dir on a full disk (no file may grow past 8 bytes: EFBIG): the report
+ * is counted as not written, no file is left, and stderr says why, once. */
+Test(oom_agent, oom_dir_on_a_full_disk_counts_and_says_why) {
+  char conf[160];
+  snprintf(conf, sizeof conf, "oom_dir:%s", dir);
+  start(conf);
+  gpupool *p = host_pool("full", NULL);
+  cr_redirect_stderr();
+  struct rlimit old, tiny = {.rlim_cur = 8};
+  cr_assert_eq(getrlimit(RLIMIT_FSIZE, &old), 0);
+  tiny.rlim_max = old.rlim_max;
+  signal(SIGXFSZ, SIG_IGN); /* else the write past the limit kills the test */
+  cr_assert_eq(setrlimit(RLIMIT_FSIZE, &tiny), 0);
+  void *big;
+  for (int i = 0; i < 2; i++)
+    cr_expect_eq(gpupool_malloc(p, &big, 100 * MiB, NULL), GPUPOOL_ERR_OOM);
+  cr_assert_eq(setrlimit(RLIMIT_FSIZE, &old), 0);
+  oom_store_counts c;
+  oom_store_get_counts(&c);
+  cr_expect_eq(c.write_errors, 2);
+  DIR *d = opendir(dir);
+  cr_assert_not_null(d);
+  struct dirent *e;
+  while ((e = readdir(d)))
+    cr_expect(e->d_name[0] == '.', "%s was left in oom_dir", e->d_name);
+  closedir(d);
+  fflush(stderr);
+  char text[1024] = "";
+  size_t n = fread(text, 1, sizeof text - 1, cr_get_redirected_stderr());
+  text[n] = '\0';
+  const char *line = strstr(text, "cannot write OOM report");
+  cr_expect(line && strstr(text, strerror(EFBIG)), "%s", text);
+  cr_expect(line && !strstr(line + 1, "cannot write OOM report"), "more than one line: %s", text);
+  gpupool_destroy(p);
 }
 
 /* 10^5 OOMs: the agent keeps the last 8 reports and no more memory. */
