@@ -5,6 +5,7 @@
  * in the spelling PyTorch's parser takes; the live pool's line is one the
  * pool's parser takes back. */
 #include <criterion/criterion.h>
+#include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -126,9 +127,10 @@ Test(advisor_conf, malformed_and_allowed) {
   cr_expect_gt(r.peak_reserved, 0);
 }
 
-/* Runs gpupool-advise with args (NULL-terminated after the program name);
- * its exit status, and its standard error in err. */
-static int run_advise(char *err, size_t errlen, const char *const *args) {
+/* Runs gpupool-advise with args (NULL-terminated after the program name)
+ * and its standard output on the file out; its exit status, and its
+ * standard error in err. */
+static int run_advise_to(const char *out, char *err, size_t errlen, const char *const *args) {
   const char *bin = getenv("GPUPOOL_BINARY_DIR");
   if (!bin)
     cr_skip("GPUPOOL_BINARY_DIR is not set (run through ctest)");
@@ -139,8 +141,8 @@ static int run_advise(char *err, size_t errlen, const char *const *args) {
   pid_t pid = fork();
   cr_assert(pid >= 0);
   if (pid == 0) {
-    int null = open("/dev/null", O_WRONLY);
-    dup2(null, 1);
+    int fd = open(out, O_WRONLY);
+    dup2(fd, 1);
     dup2(fds[1], 2);
     close(fds[0]);
     execv(prog, (char *const *)args);
@@ -157,6 +159,10 @@ static int run_advise(char *err, size_t errlen, const char *const *args) {
   cr_assert_eq(waitpid(pid, &status, 0), pid);
   cr_assert(WIFEXITED(status));
   return WEXITSTATUS(status);
+}
+
+static int run_advise(char *err, size_t errlen, const char *const *args) {
+  return run_advise_to("/dev/null", err, errlen, args);
 }
 
 Test(advisor_conf, refused_keys_in_every_spelling_cli) {
@@ -187,6 +193,22 @@ Test(advisor_conf, cli_capacity_below_the_step) {
   const char *fits[] = {"gpupool-advise", "--capacity", "0.002", "--only", "--current", "",
                         "--no-capacity",  path,         NULL};
   cr_expect_eq(run_advise(err, sizeof err, fits), 0, "%s", err);
+}
+
+/* Standard output on a full disk: the advice (or the usage text) is lost,
+ * so the exit status is 1 and stderr says why. */
+Test(advisor_conf, cli_output_to_a_full_disk_fails) {
+  char err[1024];
+  const char *advise[] = {"gpupool-advise", "--only", "--no-capacity", "--current", "", path, NULL};
+  const char *help[] = {"gpupool-advise", "--help", NULL};
+  const char *const *runs[] = {advise, help};
+  for (size_t i = 0; i < 2; i++) {
+    cr_expect_eq(run_advise_to("/dev/full", err, sizeof err, runs[i]), 1, "%s: %s", runs[i][1],
+                 err);
+    cr_expect(strstr(err, "gpupool-advise: cannot write to standard output: ") &&
+                  strstr(err, strerror(ENOSPC)),
+              "%s: %s", runs[i][1], err);
+  }
 }
 
 /* PyTorch's checks of PYTORCH_CUDA_ALLOC_CONF (c10/core/AllocatorConfig.h and

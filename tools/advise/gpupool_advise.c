@@ -35,6 +35,16 @@ static void usage(FILE *f) {
           "  -h, --help         this text\n");
 }
 
+/* Exit status once the output is written: 0, or 1 with the reason when
+ * standard output could not take it (a full disk; what stdio still buffered
+ * shows only at the flush). */
+static int finish_stdout(void) {
+  if (fflush(stdout) == 0 && !ferror(stdout))
+    return 0;
+  fprintf(stderr, "gpupool-advise: cannot write to standard output: %s\n", strerror(errno));
+  return 1;
+}
+
 static int parse_double(const char *s, double lo, double hi, double *out) {
   char *end;
   errno = 0;
@@ -66,7 +76,7 @@ int main(int argc, char **argv) {
     }
     if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
       usage(stdout);
-      return 0;
+      return finish_stdout();
     } else if (!strcmp(a, "--json") || !strcmp(a, "--csv")) {
       if (strcmp(format, "table") && strcmp(format, a + 2)) {
         fprintf(stderr, "gpupool-advise: --json or --csv, not both\n");
@@ -164,6 +174,7 @@ int main(int argc, char **argv) {
     return 1;
   }
   fputs(text, stdout);
+  int status = finish_stdout();
   free(text);
-  return fflush(stdout) == 0 ? 0 : 1;
+  return status;
 }
