@@ -5,8 +5,10 @@
  * release store so that everything set up before (the record file) is
  * visible to every thread that sees the pool. */
 #include <dlfcn.h>
+#include <errno.h>
 #include <inttypes.h>
 #include <pthread.h>
+#include <stdarg.h>
 #include <stdatomic.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -21,12 +23,49 @@
 
 static _Atomic(gpupool *) pools[TORCH_MAX_DEVICES];
 static pthread_mutex_t create_lock = PTHREAD_MUTEX_INITIALIZER;
-static int setup_done; /* under create_lock */
-static FILE *record;   /* GPUPOOL_RECORD; written before the first pool is published */
+static int setup_done;         /* under create_lock */
+static FILE *record;           /* GPUPOOL_RECORD; written before the first pool is published */
+static char record_path[4096]; /* its name, for the message of a failed write */
+/* Under record's lock (flockfile): */
+static int record_stopped; /* a write failed: nothing more is written */
+static int record_exiting; /* past the exit handler's flush: each line is flushed */
 
-/* Once, before the first pool: the record file. Under create_lock. exit()
- * flushes it; it is never closed, since PyTorch may free tensors from static
- * destructors that run during exit. */
+/* The first write that fails (a full disk) stops the recording, with one
+ * line on stderr: a record with a hole would replay as another run. Under
+ * record's lock. */
+static void record_stop(int err) {
+  record_stopped = 1;
+  fprintf(stderr,
+          "gpupool_torch: GPUPOOL_RECORD=%s: write failed: %s; recording stopped, the "
+          "file is incomplete\n",
+          record_path, strerror(err));
+}
+
+/* One line of the record, under its lock (the caller holds it). */
+__attribute__((format(printf, 1, 2))) static void record_line(const char *fmt, ...) {
+  if (record_stopped)
+    return;
+  va_list ap;
+  va_start(ap, fmt);
+  int rc = vfprintf(record, fmt, ap);
+  va_end(ap);
+  if (rc < 0 || (record_exiting && fflush(record) != 0))
+    record_stop(errno);
+}
+
+/* The file is never closed, since PyTorch may free tensors from static
+ * destructors that run during exit, and exit()'s own flush of what stdio
+ * holds is not checked: this handler flushes and checks it, and from then
+ * on every line is flushed as it is written. */
+static void record_flush_at_exit(void) {
+  flockfile(record);
+  if (!record_stopped && fflush(record) != 0)
+    record_stop(errno);
+  record_exiting = 1;
+  funlockfile(record);
+}
+
+/* Once, before the first pool: the record file. Under create_lock. */
 static void setup_once(void) {
   if (setup_done)
     return;
@@ -36,13 +75,19 @@ static void setup_once(void) {
     return;
   record = fopen(path, "w");
   if (!record) {
-    fprintf(stderr, "gpupool_torch: GPUPOOL_RECORD=%s: cannot open the file; not recording\n",
-            path);
+    fprintf(stderr, "gpupool_torch: GPUPOOL_RECORD=%s: cannot open the file: %s; not recording\n",
+            path, strerror(errno));
     return;
   }
+  snprintf(record_path, sizeof record_path, "%s", path);
   char *buf = malloc(1 << 20); /* lives as long as the file: the process */
   if (buf)
     setvbuf(record, buf, _IOFBF, 1 << 20);
+  if (atexit(record_flush_at_exit) != 0)
+    fprintf(stderr,
+            "gpupool_torch: GPUPOOL_RECORD=%s: no exit handler: a write that fails at "
+            "exit will not be reported\n",
+            path);
 }
 
 /* Once, after the first pool exists: the agent, when it is asked for. */
@@ -129,8 +174,7 @@ void *gpupool_torch_malloc(size_t size, int device, void *stream) {
     flockfile(record);
   gpupool_status st = gpupool_malloc(p, &ptr, size, stream);
   if (record && st == GPUPOOL_OK)
-    fprintf(record, "a 0x%" PRIxPTR " %zu 0x%" PRIxPTR "\n", (uintptr_t)ptr, size,
-            (uintptr_t)stream);
+    record_line("a 0x%" PRIxPTR " %zu 0x%" PRIxPTR "\n", (uintptr_t)ptr, size, (uintptr_t)stream);
   if (record)
     funlockfile(record);
   if (st != GPUPOOL_OK)
@@ -154,7 +198,7 @@ void gpupool_torch_free(void *ptr, size_t size, int device, void *stream) {
     flockfile(record);
   gpupool_status st = gpupool_free(p, ptr);
   if (record && st == GPUPOOL_OK)
-    fprintf(record, "f 0x%" PRIxPTR "\n", (uintptr_t)ptr);
+    record_line("f 0x%" PRIxPTR "\n", (uintptr_t)ptr);
   if (record)
     funlockfile(record);
   if (st != GPUPOOL_OK)

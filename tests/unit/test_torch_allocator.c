@@ -2,6 +2,7 @@
  * GPUPOOL_CONF, applied after the cuda default, moves the pools there. Each
  * Criterion test runs in its own process, so each starts with no pools. */
 #include <criterion/criterion.h>
+#include <errno.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -131,6 +132,61 @@ Test(torch_allocator, a_failing_agent_does_not_stop_allocations, .init = host_po
   cr_assert_not_null(a);
   cr_assert_eq(gpupool_agent_port(), 0);
   gpupool_torch_free(a, 512, 0, NULL);
+}
+
+/* A child with GPUPOOL_RECORD=path makes pairs allocations and frees, then
+ * exits (status 0 expected); its standard error in err. */
+static void record_child(const char *path, int pairs, char *err, size_t errlen) {
+  int fds[2];
+  cr_assert_eq(pipe(fds), 0);
+  pid_t pid = fork();
+  cr_assert_geq(pid, 0);
+  if (pid == 0) {
+    dup2(fds[1], 2);
+    close(fds[0]);
+    setenv("GPUPOOL_RECORD", path, 1);
+    for (int i = 0; i < pairs; i++) {
+      void *p = gpupool_torch_malloc(1000, 0, NULL);
+      if (!p)
+        _exit(1);
+      gpupool_torch_free(p, 1000, 0, NULL);
+    }
+    exit(0);
+  }
+  close(fds[1]);
+  size_t n = 0;
+  ssize_t got;
+  while (n + 1 < errlen && (got = read(fds[0], err + n, errlen - 1 - n)) > 0)
+    n += (size_t)got;
+  err[n] = '\0';
+  close(fds[0]);
+  int status = 0;
+  cr_assert_eq(waitpid(pid, &status, 0), pid);
+  cr_assert(WIFEXITED(status) && WEXITSTATUS(status) == 0, "status %d: %s", status, err);
+}
+
+/* GPUPOOL_RECORD on a full disk: the program runs on, and stderr says,
+ * once, that the record is incomplete and why. 4 lines fail only at
+ * exit's flush; 80000 lines (over the 1 MiB buffer) fail while it runs. */
+Test(torch_allocator, record_on_a_full_disk_says_so_once, .init = host_pools) {
+  const int pairs[] = {2, 40000};
+  for (size_t i = 0; i < 2; i++) {
+    char err[4096];
+    record_child("/dev/full", pairs[i], err, sizeof err);
+    const char *want = "gpupool_torch: GPUPOOL_RECORD=/dev/full: write failed: ";
+    const char *line = strstr(err, want);
+    cr_expect(line && strstr(err, strerror(ENOSPC)), "%d pairs: %s", pairs[i], err);
+    cr_expect(line && !strstr(line + 1, want), "%d pairs, more than one line: %s", pairs[i], err);
+  }
+}
+
+/* GPUPOOL_RECORD that cannot be opened: the reason, and no recording. */
+Test(torch_allocator, record_that_cannot_be_opened_says_why, .init = host_pools) {
+  char err[4096];
+  record_child("/nonexistent/dir/record", 1, err, sizeof err);
+  cr_expect(strstr(err, "GPUPOOL_RECORD=/nonexistent/dir/record: cannot open the file: ") &&
+                strstr(err, strerror(ENOENT)),
+            "%s", err);
 }
 
 /* GPUPOOL_RECORD: the child allocates and exits (exit flushes the file); the
