@@ -215,6 +215,17 @@ gpupool_status gpupool_agent_start(const gpupool_agent_options *opt) {
     snprintf(err, sizeof err, "oom_dir '%.400s' is not a writable directory", c.oom_dir);
     return agent_fail(GPUPOOL_ERR_INVALID, err);
   }
+  /* trace_file is written at stop, when nothing can be done about it: a
+   * directory that cannot take it fails the start instead. Checked, not
+   * opened: the trace goes to a temporary file renamed over trace_file at
+   * stop (a reader never sees half of one, an earlier trace stays until the
+   * new one is whole), and opening now would create or truncate the file,
+   * left empty if the program dies. A directory removed later still fails
+   * at stop, with a line on stderr. */
+  if (c.trace_file[0] && trace_file_check(c.trace_file, err, sizeof err) != 0) {
+    pthread_mutex_unlock(&g_lock);
+    return agent_fail(GPUPOOL_ERR_INVALID, err);
+  }
   if (c.listen_off && c.sd_dir[0]) {
     pthread_mutex_unlock(&g_lock);
     return agent_fail(GPUPOOL_ERR_INVALID, "sd_dir needs the HTTP server (listen is off)");

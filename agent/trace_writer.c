@@ -4,6 +4,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "cupti.h"
@@ -18,7 +19,8 @@
 #include "exporters/trace_format.h"
 #include "exporters/trace_merge.h"
 
-#define NS_PER_S 1000000000ull
+#define NS_PER_S      1000000000ull
+#define TRACE_TMP_MAX 4096 /* the temporary file's name, and so trace_file's */
 
 enum { ST_EVENTS, ST_DONE };
 
@@ -332,10 +334,46 @@ void trace_stream_close(trace_stream *s) {
 
 /* ---- to a file ---------------------------------------------------------- */
 
+/* The temporary file the trace is written to before the rename: 0, or -1
+ * when the name does not fit in tmp. */
+static int tmp_name(const char *path, char *tmp, size_t tmplen) {
+  return (size_t)snprintf(tmp, tmplen, "%s.tmp.%ld", path, (long)getpid()) < tmplen ? 0 : -1;
+}
+
+int trace_file_check(const char *path, char *err, size_t errlen) {
+  char tmp[TRACE_TMP_MAX], dir[TRACE_TMP_MAX];
+  const char *slash = strrchr(path, '/');
+  struct stat st;
+  if (tmp_name(path, tmp, sizeof tmp) != 0) {
+    snprintf(err, errlen, "trace_file '%.200s...': path too long", path);
+    return -1;
+  }
+  if ((slash && !slash[1]) || (stat(path, &st) == 0 && S_ISDIR(st.st_mode))) {
+    snprintf(err, errlen, "trace_file '%.400s' is a directory (give a file name)", path);
+    return -1;
+  }
+  if (!slash)
+    snprintf(dir, sizeof dir, ".");
+  else
+    snprintf(dir, sizeof dir, "%.*s", slash == path ? 1 : (int)(slash - path), path);
+  int why = 0;
+  if (stat(dir, &st) != 0)
+    why = errno;
+  else if (!S_ISDIR(st.st_mode))
+    why = ENOTDIR;
+  else if (access(dir, W_OK | X_OK) != 0)
+    why = errno;
+  if (why) {
+    snprintf(err, errlen, "trace_file '%.400s': its directory '%.400s' is not writable: %s", path,
+             dir, strerror(why));
+    return -1;
+  }
+  return 0;
+}
+
 int trace_write_file(const char *path) {
-  char tmp[4096];
-  if (!path || !*path ||
-      (size_t)snprintf(tmp, sizeof tmp, "%s.tmp.%ld", path, (long)getpid()) >= sizeof tmp) {
+  char tmp[TRACE_TMP_MAX];
+  if (!path || !*path || tmp_name(path, tmp, sizeof tmp) != 0) {
     pool_fail(GPUPOOL_ERR_INVALID, "trace_file: bad path");
     fprintf(stderr, "gpupool: trace_file: bad path\n");
     return -1;

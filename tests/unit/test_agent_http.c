@@ -532,6 +532,53 @@ Test(agent_http, trace_file_is_written_at_stop) {
   unlink(path);
 }
 
+/* A trace_file the agent could not write at stop fails the start, with the
+ * path and the reason, and starts nothing: a later good start works. */
+Test(agent_http, trace_file_that_cannot_be_written_fails_the_start) {
+  char dir[] = "/tmp/gpupool-trace-XXXXXX";
+  cr_assert_not_null(mkdtemp(dir));
+  char missing[128], in_a_file[128], too_long[4200], good[128];
+  snprintf(missing, sizeof missing, "%s/no/such/dir/trace.json", dir);
+  snprintf(in_a_file, sizeof in_a_file, "%s/file/trace.json", dir);
+  snprintf(good, sizeof good, "%s/file", dir);
+  FILE *f = fopen(good, "w");
+  cr_assert_not_null(f);
+  fclose(f);
+  /* 4090 bytes: a setting, but no room for the temporary file's ".tmp.<pid>" */
+  snprintf(too_long, sizeof too_long, "%s/%0*d", dir, (int)(4090 - strlen(dir) - 1), 0);
+  const struct {
+    const char *path, *why;
+  } bad[] = {{missing, strerror(ENOENT)},
+             {in_a_file, strerror(ENOTDIR)},
+             {dir, "is a directory"},
+             {too_long, "path too long"}};
+  for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+    gpupool_agent_options o = {.listen = "127.0.0.1:0",
+                               .cupti = GPUPOOL_CUPTI_OFF,
+                               .trace_file = bad[i].path,
+                               .ignore_env = 1};
+    cr_expect_eq(gpupool_agent_start(&o), GPUPOOL_ERR_INVALID, "%.100s", bad[i].path);
+    char want[160];
+    snprintf(want, sizeof want, "gpupool agent: trace_file '%.100s", bad[i].path);
+    cr_expect(strstr(gpupool_last_error(), want) && strstr(gpupool_last_error(), bad[i].why), "%s",
+              gpupool_last_error());
+    cr_expect_eq(gpupool_agent_port(), 0, "nothing started");
+  }
+  snprintf(good, sizeof good, "%s/trace.json", dir);
+  gpupool_agent_options o = {
+      .listen = "127.0.0.1:0", .cupti = GPUPOOL_CUPTI_OFF, .trace_file = good, .ignore_env = 1};
+  cr_assert_eq(gpupool_agent_start(&o), GPUPOOL_OK, "%s", gpupool_last_error());
+  cr_expect_neq(access(good, F_OK), 0, "the start created no file");
+  gpupool_agent_stop();
+  cJSON *doc = read_json(good);
+  cr_expect_not_null(doc, "%s is missing or not JSON", good);
+  cJSON_Delete(doc);
+  unlink(good);
+  snprintf(good, sizeof good, "%s/file", dir);
+  unlink(good);
+  cr_expect_eq(rmdir(dir), 0, "nothing else was left in %s", dir);
+}
+
 Test(agent_http, exit_handler_stops_the_agent_and_writes_the_trace) {
   char path[128];
   snprintf(path, sizeof path, "/tmp/gpupool-exit-trace-%ld.json", (long)getpid());
