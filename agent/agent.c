@@ -5,6 +5,7 @@
  * a failure undoes what was started, leaves a status, one line on stderr and
  * a program that runs on. Stop undoes it all in reverse order and writes the
  * trace file; an exit handler stops an agent still running at exit. */
+#include <errno.h>
 #include <limits.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -211,8 +212,9 @@ gpupool_status gpupool_agent_start(const gpupool_agent_options *opt) {
     return agent_fail(GPUPOOL_ERR_INVALID, err);
   }
   if (c.oom_dir[0] && access(c.oom_dir, W_OK | X_OK) != 0) {
+    snprintf(err, sizeof err, "oom_dir '%.400s' is not a writable directory: %s", c.oom_dir,
+             strerror(errno));
     pthread_mutex_unlock(&g_lock);
-    snprintf(err, sizeof err, "oom_dir '%.400s' is not a writable directory", c.oom_dir);
     return agent_fail(GPUPOOL_ERR_INVALID, err);
   }
   /* trace_file is written at stop, when nothing can be done about it: a

@@ -327,6 +327,7 @@ Test(oom_agent, bad_configuration_is_refused) {
   setenv("GPUPOOL_AGENT_CONF", "oom_dir:/nonexistent/gpupool", 1);
   cr_expect_eq(gpupool_agent_start(&o), GPUPOOL_ERR_INVALID);
   cr_expect(strstr(gpupool_last_error(), "oom_dir"), "%s", gpupool_last_error());
+  cr_expect(strstr(gpupool_last_error(), strerror(ENOENT)), "the reason: %s", gpupool_last_error());
 }
 
 /* oom_dir on a full disk (no file may grow past 8 bytes: EFBIG): the report
