@@ -35,7 +35,8 @@ typedef struct gpupool_agent_options {
   int trace_off;               /* nonzero: record no allocation events */
   gpupool_cupti_mode cupti;
   const char *labels;     /* constant labels "name=value;name=value" */
-  const char *trace_file; /* write the trace there at gpupool_agent_stop / exit */
+  const char *trace_file; /* write the trace there at gpupool_agent_stop / exit; a
+                             directory that is missing or not writable fails the start */
   const char *sd_dir;     /* write a Prometheus file_sd target file there */
   int ignore_env;         /* nonzero: do not read GPUPOOL_AGENT_CONF (nor LOCAL_RANK) */
   const char *hostname;   /* the `hostname` label; default gethostname() */
