@@ -15,6 +15,7 @@
 #include <string.h>
 
 #include "core/errors.h"
+#include "parse_u64.h"
 #include "readers.h"
 
 /* The longest line kept, whitespace runs counted as one byte. A data line
@@ -59,33 +60,13 @@ static int next_line(FILE *f, char *buf) {
 }
 
 /* A number as the writers print one: decimal, or hex after "0x" (what %p
- * and PRIxPTR give), or "(nil)"; -1 for anything else (a sign, spaces, a
- * digit of another base) and beyond 64 bits. strtoull's base 0 would read
- * a leading 0 as octal. */
-static int parse_u64(const char *s, uint64_t *out) {
+ * and PRIxPTR give), or "(nil)" (glibc's %p of NULL); -1 for anything else. */
+static int parse_number(const char *s, uint64_t *out) {
   if (!strcmp(s, "(nil)")) {
     *out = 0;
     return 0;
   }
-  unsigned base = 10;
-  if (s[0] == '0' && (s[1] == 'x' || s[1] == 'X')) {
-    base = 16;
-    s += 2;
-  }
-  if (!*s)
-    return -1;
-  uint64_t v = 0;
-  for (; *s; s++) {
-    unsigned d = *s >= '0' && *s <= '9'   ? (unsigned)(*s - '0')
-                 : *s >= 'a' && *s <= 'f' ? (unsigned)(*s - 'a' + 10)
-                 : *s >= 'A' && *s <= 'F' ? (unsigned)(*s - 'A' + 10)
-                                          : 16;
-    if (d >= base || v > (UINT64_MAX - d) / base)
-      return -1;
-    v = v * base + d;
-  }
-  *out = v;
-  return 0;
+  return parse_u64(s, U64_DECIMAL | U64_HEX, out);
 }
 
 gpupool_status read_record(FILE *f, const char *path, gpupool_history **out) {
@@ -132,18 +113,18 @@ gpupool_status read_record(FILE *f, const char *path, gpupool_history **out) {
     uint64_t id, size, stream;
     int bad = 0, r = 0;
     if (!strcmp(tok[0], "a")) {
-      if (n != 4 || parse_u64(tok[1], &id) || parse_u64(tok[2], &size) ||
-          parse_u64(tok[3], &stream) || size == 0)
+      if (n != 4 || parse_number(tok[1], &id) || parse_number(tok[2], &size) ||
+          parse_number(tok[3], &stream) || size == 0)
         bad = 1;
       else
         r = hist_alloc(h, id, size, stream, err, sizeof err);
     } else if (!strcmp(tok[0], "f")) {
-      if (n != 2 || parse_u64(tok[1], &id))
+      if (n != 2 || parse_number(tok[1], &id))
         bad = 1;
       else
         r = hist_free(h, id);
     } else if (!strcmp(tok[0], "r")) {
-      if (n != 3 || parse_u64(tok[1], &id) || parse_u64(tok[2], &stream))
+      if (n != 3 || parse_number(tok[1], &id) || parse_number(tok[2], &stream))
         bad = 1;
       else
         r = hist_record_stream(h, id, stream, err, sizeof err);

@@ -12,8 +12,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "pickle.h"
 #include "core/errors.h"
+#include "parse_u64.h"
+#include "pickle.h"
 #include "readers.h"
 
 /* A trace entry holds about ten keys (action, addr, size, stream, time_us,
@@ -72,14 +73,13 @@ gpupool_status read_torch(const unsigned char *buf, size_t len, const char *path
   }
   size_t pick = traces->len;
   if (device) {
-    char *end;
-    unsigned long d = strtoul(device, &end, 10);
-    if (end == device || *end || d >= traces->len) {
+    uint64_t d;
+    if (parse_u64(device, U64_DECIMAL, &d) || d >= traces->len) {
       st = pool_fail(GPUPOOL_ERR_INVALID, "%s: no device '%s' in device_traces (%u devices)", path,
                      device, traces->len);
       goto out;
     }
-    pick = d;
+    pick = (size_t)d;
   } else {
     for (size_t i = 0; i < traces->len; i++)
       if (traces->items[i]->type == PV_LIST &&

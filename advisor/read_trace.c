@@ -13,6 +13,7 @@
 #include <string.h>
 
 #include "core/errors.h"
+#include "parse_u64.h"
 #include "readers.h"
 
 #define POOL_TID_BASE 1000000
@@ -24,20 +25,20 @@ typedef struct track {
   size_t allocs;
 } track;
 
-/* An id, size or stream: a string ("0x..." as the agent writes them) or a
- * number that is an integer in [0, 2^64); else *ok is cleared. */
-static uint64_t hex_arg(const cJSON *args, const char *key, int *ok) {
-  const cJSON *v = cJSON_GetObjectItemCaseSensitive(args, key);
-  if (cJSON_IsString(v)) {
-    char *end;
-    uint64_t x = strtoull(v->valuestring, &end, 0);
-    if (end != v->valuestring && !*end)
-      return x;
-  } else if (cJSON_IsNumber(v) && v->valuedouble >= 0 && v->valuedouble < 0x1p64 &&
-             v->valuedouble == (double)(uint64_t)v->valuedouble) {
+/* An id, size or stream: a string of "0x" and hex digits (as the agent
+ * writes ids and streams; docs/advisor.md) or a JSON number that is an
+ * integer in [0, 2^64). Else 0, and *bad, when still NULL, names the field
+ * (field: key as the error shows it). */
+static uint64_t u64_arg(const cJSON *obj, const char *key, const char *field, const char **bad) {
+  const cJSON *v = cJSON_GetObjectItemCaseSensitive(obj, key);
+  uint64_t x;
+  if (cJSON_IsString(v) && parse_u64(v->valuestring, U64_HEX, &x) == 0)
+    return x;
+  if (cJSON_IsNumber(v) && v->valuedouble >= 0 && v->valuedouble < 0x1p64 &&
+      v->valuedouble == (double)(uint64_t)v->valuedouble)
     return (uint64_t)v->valuedouble;
-  }
-  *ok = 0;
+  if (!*bad)
+    *bad = field;
   return 0;
 }
 
@@ -275,21 +276,23 @@ gpupool_status read_trace(const char *buf, size_t len, const char *path, const c
     const char *ph = str_item(e, "ph"), *name = str_item(e, "name"), *cat = str_item(e, "cat");
     const cJSON *args = cJSON_GetObjectItemCaseSensitive(e, "args");
     const cJSON *ts = cJSON_GetObjectItemCaseSensitive(e, "ts");
-    int ok = 1, r = 0;
+    const char *bad = NULL; /* the first field that is no number of the kind */
+    int r = 0;
     if (!strcmp(cat, "alloc") && !strcmp(ph, "b")) {
-      uint64_t id = hex_arg(e, "id", &ok), req = hex_arg(args, "requested", &ok);
-      uint64_t stream = hex_arg(args, "stream", &ok);
-      if (ok && req == 0)
-        req = hex_arg(args, "size", &ok);
-      if (ok && req)
+      uint64_t id = u64_arg(e, "id", "id", &bad);
+      uint64_t req = u64_arg(args, "requested", "args.requested", &bad);
+      uint64_t stream = u64_arg(args, "stream", "args.stream", &bad);
+      if (!bad && req == 0)
+        req = u64_arg(args, "size", "args.size", &bad);
+      if (!bad && req == 0)
+        bad = "args.requested and args.size are 0";
+      if (!bad)
         r = hist_alloc(h, id, req, stream, err, sizeof err);
-      else
-        ok = 0;
     } else if (!strcmp(cat, "alloc") && !strcmp(ph, "e")) {
-      uint64_t id = hex_arg(e, "id", &ok);
-      if (ok && cJSON_GetObjectItemCaseSensitive(args, "deferred"))
+      uint64_t id = u64_arg(e, "id", "id", &bad);
+      if (!bad && cJSON_GetObjectItemCaseSensitive(args, "deferred"))
         r = hist_record_stream(h, id, HIST_OTHER_STREAM, err, sizeof err);
-      if (ok && r >= 0)
+      if (!bad && r >= 0)
         r = hist_free(h, id);
     } else if (!strcmp(cat, "alloc") && !strcmp(ph, "i") && !strcmp(name, "free")) {
       h->info.unmatched_frees++; /* allocated before the document's window */
@@ -299,10 +302,12 @@ gpupool_status read_trace(const char *buf, size_t len, const char *path, const c
     } else {
       continue;
     }
-    if (!ok) {
+    if (bad) {
       st = pool_fail(GPUPOOL_ERR_INVALID,
-                     "%s: traceEvents[%zu]: allocation event without a valid id, size or stream",
-                     path, index - 1);
+                     "%s: traceEvents[%zu]: allocation event without a valid id, size or stream: "
+                     "%s (each a string of 0x and hex digits or an integer in [0, 2^64), the "
+                     "size above 0)",
+                     path, index - 1, bad);
       break;
     }
     if (r < 0) {

@@ -63,16 +63,21 @@ static void make_snapshot(int protocol, char *pk, char *rec, size_t n) {
 }
 
 /* Fails (GPUPOOL_ERR_INVALID) with a message holding want. */
-static void expect_bad(const char *path, const char *format, const char *want) {
+static void expect_bad_pool(const char *path, const char *format, const char *pool,
+                            const char *want) {
   gpupool_history *h = (gpupool_history *)1;
-  gpupool_status st = gpupool_history_load(path, format, NULL, &h);
-  cr_expect_neq(st, GPUPOOL_OK, "%s loaded", path);
+  gpupool_status st = gpupool_history_load(path, format, pool, &h);
+  cr_expect_neq(st, GPUPOOL_OK, "%s (pool %s) loaded", path, pool ? pool : "NULL");
   cr_expect_null(h);
   if (want)
     cr_expect(strstr(gpupool_last_error(), want), "error '%s' lacks '%s'", gpupool_last_error(),
               want);
   if (st == GPUPOOL_OK)
     gpupool_history_free(h);
+}
+
+static void expect_bad(const char *path, const char *format, const char *want) {
+  expect_bad_pool(path, format, NULL, want);
 }
 
 TestSuite(advisor_inputs, .init = setup, .fini = teardown);
@@ -308,6 +313,42 @@ Test(advisor_inputs, torch_entry_key_given_twice) {
   cr_expect_eq(in->allocations, 1);
   cr_expect_eq(in->peak_requested, 512);
   gpupool_history_free(h);
+}
+
+/* --pool N of a snapshot is a device ordinal in decimal digits, as
+ * docs/advisor.md says: the old reader (strtoul) also took " 1", "+1" and
+ * "1" after any white space, so a typo chose a device. */
+Test(advisor_inputs, torch_device_is_decimal) {
+  char p[256];
+  path_of(p, sizeof p, "devices.pickle");
+  pickle_out o = {0};
+  put(&o, "\x80\x04}", 3);
+  put_str(&o, "device_traces");
+  put(&o, "](]](", 5); /* device 0: no entries; device 1: one allocation */
+  put(&o, "}(", 2);
+  put_str(&o, "action");
+  put_str(&o, "alloc");
+  put_str(&o, "addr");
+  put(&o, "K\x01", 2);
+  put_str(&o, "size");
+  put(&o, "M\x00\x02u", 4); /* 512 */
+  put(&o, "ees.", 4);
+  write_file(p, o.b, o.n);
+  free(o.b);
+  static const char *ok[] = {"1", "01"};
+  for (size_t i = 0; i < sizeof ok / sizeof *ok; i++) {
+    gpupool_history *h = NULL;
+    cr_assert_eq(gpupool_history_load(p, "torch", ok[i], &h), GPUPOOL_OK, "'%s': %s", ok[i],
+                 gpupool_last_error());
+    cr_expect_eq(gpupool_history_get_info(h)->allocations, 1, "'%s'", ok[i]);
+    gpupool_history_free(h);
+  }
+  static const char *bad[] = {" 1", "+1", "1 ", "-0", "0x1", "1e0", "", "18446744073709551617"};
+  for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+    char want[64];
+    snprintf(want, sizeof want, "no device '%s' in device_traces (2 devices)", bad[i]);
+    expect_bad_pool(p, "torch", bad[i], want);
+  }
 }
 
 Test(advisor_inputs, record_file_errors) {
@@ -739,6 +780,71 @@ Test(advisor_inputs, trace_numbers_out_of_range) {
   cr_assert_eq(gpupool_history_load(p, NULL, "q@9007199254740991", &h), GPUPOOL_ERR_INVALID);
   cr_expect(strstr(gpupool_last_error(), "no allocation events for pool q"), "%s",
             gpupool_last_error());
+}
+
+/* An id or stream given as a string is "0x" and hex digits, as the agent
+ * writes them (docs/trace.md, docs/advisor.md), and nothing else. The old
+ * reader (strtoull, base 0) read "010" as 8 (octal), skipped white space,
+ * took "-1" for 2^64 - 1 and "0x" and 17 digits for 2^64 - 1, and read
+ * decimal strings: each loaded a history of ids the agent never wrote. */
+Test(advisor_inputs, trace_id_strings_are_hex) {
+  static const char head[] = "{\"traceEvents\":[{\"ph\":\"M\",\"name\":\"thread_name\",\"pid\":1,"
+                             "\"tid\":1000002,\"args\":{\"name\":\"pool p (host, bfc)\"}},";
+  char p[256], doc[1024];
+  path_of(p, sizeof p, "ids.json");
+  static const struct {
+    const char *text;
+    uint64_t value;
+  } ok[] = {{"0x10", 16},
+            {"0X1f", 31},
+            {"0xABCdef", 0xabcdef},
+            {"0x0000000000000000000010", 16},
+            {"0xffffffffffffffff", UINT64_MAX}};
+  for (size_t i = 0; i < sizeof ok / sizeof *ok; i++) {
+    /* an allocation with the id and stream spelt so, and its free by the
+     * id as the agent spells it: the free matches only if both read alike */
+    snprintf(doc, sizeof doc,
+             "%s{\"ph\":\"b\",\"cat\":\"alloc\",\"ts\":1,\"pid\":1,\"tid\":1000002,"
+             "\"id\":\"%s\",\"args\":{\"requested\":4096,\"stream\":\"%s\"}},"
+             "{\"ph\":\"e\",\"cat\":\"alloc\",\"ts\":2,\"pid\":1,\"tid\":1000002,"
+             "\"id\":\"0x%llx\",\"args\":{}}]}",
+             head, ok[i].text, ok[i].text, (unsigned long long)ok[i].value);
+    write_file(p, doc, strlen(doc));
+    gpupool_history *h = NULL;
+    cr_assert_eq(gpupool_history_load(p, NULL, NULL, &h), GPUPOOL_OK, "%s: %s", ok[i].text,
+                 gpupool_last_error());
+    cr_expect_eq(gpupool_history_get_info(h)->frees, 1, "%s", ok[i].text);
+    gpupool_history_free(h);
+  }
+  static const char *bad[] = {"010",   "16",   " 0x10", "0x10 ",  "-1",
+                              "+0x10", "-0x1", "0x",    "0x1g",   "1e3",
+                              "0b1",   "",     "0x 1",  "\\t0x1", "0x10000000000000000"};
+  static const char *fields[][2] = {
+      {"id", "\"id\":\"%s\",\"args\":{\"requested\":1,\"stream\":0}"},
+      {"args.stream", "\"id\":1,\"args\":{\"requested\":1,\"stream\":\"%s\"}"},
+      {"args.requested", "\"id\":1,\"args\":{\"requested\":\"%s\",\"stream\":0}"}};
+  for (size_t f = 0; f < sizeof fields / sizeof *fields; f++)
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+      char event[256], want[128];
+      snprintf(event, sizeof event, fields[f][1], bad[i]);
+      snprintf(doc, sizeof doc,
+               "%s{\"ph\":\"b\",\"cat\":\"alloc\",\"ts\":1,\"pid\":1,\"tid\":1000002,%s}]}", head,
+               event);
+      write_file(p, doc, strlen(doc));
+      snprintf(want, sizeof want,
+               "ids.json: traceEvents[1]: allocation event without a valid id, size or stream: %s ",
+               fields[f][0]);
+      expect_bad(p, NULL, want);
+    }
+  /* the end of an allocation names its id the same way */
+  snprintf(
+      doc, sizeof doc,
+      "%s{\"ph\":\"b\",\"cat\":\"alloc\",\"ts\":1,\"pid\":1,\"tid\":1000002,\"id\":\"0x8\","
+      "\"args\":{\"requested\":1,\"stream\":\"0x0\"}},{\"ph\":\"e\",\"cat\":\"alloc\",\"ts\":2,"
+      "\"pid\":1,\"tid\":1000002,\"id\":\"010\",\"args\":{}}]}",
+      head);
+  write_file(p, doc, strlen(doc));
+  expect_bad(p, NULL, "traceEvents[2]: allocation event without a valid id, size or stream: id ");
 }
 
 /* A process of two devices (the demo's --device-count 2): a pool named bfc
