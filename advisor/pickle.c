@@ -34,11 +34,17 @@ typedef struct parser {
   pv *free_nodes; /* recycled nodes (drop), linked through next_free */
   char *err;
   size_t errlen;
+  int host_oom; /* the failure is the host's memory, not the input */
 } parser;
 
 static int fail(parser *p, const char *what) {
   snprintf(p->err, p->errlen, "byte %zu: %s", p->op_at, what);
   return -1;
+}
+
+static int out_of_memory(parser *p) {
+  p->host_oom = 1;
+  return fail(p, "out of host memory");
 }
 
 static pv *node(parser *p, pv_type t) {
@@ -80,14 +86,14 @@ static uint64_t le(const unsigned char *s, size_t n) {
 
 static int push(parser *p, pv *v) {
   if (!v)
-    return fail(p, "out of host memory");
+    return out_of_memory(p);
   if (p->sp == p->cap_stack) {
     if (p->cap_stack >= MAX_STACK)
       return fail(p, "stack too deep");
     size_t cap = p->cap_stack ? 2 * p->cap_stack : 256;
     pv **s = realloc(p->stack, cap * sizeof *s);
     if (!s)
-      return fail(p, "out of host memory");
+      return out_of_memory(p);
     p->stack = s;
     p->cap_stack = cap;
   }
@@ -162,7 +168,7 @@ static int add_item(parser *p, pv *c, pv *item) {
     uint32_t cap = c->cap ? 2 * c->cap : 8;
     pv **it = realloc(c->items, cap * sizeof *it);
     if (!it)
-      return fail(p, "out of host memory");
+      return out_of_memory(p);
     c->items = it;
     c->cap = cap;
   }
@@ -196,7 +202,7 @@ static int memo_put(parser *p, size_t idx, pv *v) {
       cap = p->len;
     pv **m = realloc(p->memo, cap * sizeof *m);
     if (!m)
-      return fail(p, "out of host memory");
+      return out_of_memory(p);
     memset(m + p->cap_memo, 0, (cap - p->cap_memo) * sizeof *m);
     p->memo = m;
     p->cap_memo = cap;
@@ -230,7 +236,7 @@ static int str_op(parser *p, pv_type t, size_t lenbytes) {
     return fail(p, "truncated: a string or bytes longer than the data left");
   pv *v = node(p, t);
   if (!v)
-    return fail(p, "out of host memory");
+    return out_of_memory(p);
   v->s = (const char *)p->b + p->pos;
   v->len = (uint32_t)n;
   p->pos += n;
@@ -246,7 +252,7 @@ static int long_op(parser *p, size_t lenbytes) {
     return fail(p, "truncated: a long longer than the data left");
   pv *v = node(p, PV_INT);
   if (!v)
-    return fail(p, "out of host memory");
+    return out_of_memory(p);
   const unsigned char *d = p->b + p->pos;
   p->pos += n;
   if (n > 8) {
@@ -300,7 +306,7 @@ static int step(parser *p, int *stop) {
         return fail(p, "too many MARKs");
       size_t *m = realloc(p->marks, cap * sizeof *m);
       if (!m)
-        return fail(p, "out of host memory");
+        return out_of_memory(p);
       p->marks = m;
       p->cap_marks = cap;
     }
@@ -347,7 +353,7 @@ static int step(parser *p, int *stop) {
     if (pop_mark(p, &base, &n))
       return -1;
     if (!(v = node(p, PV_LIST)))
-      return fail(p, "out of host memory");
+      return out_of_memory(p);
     return collect(p, v, base, n) || push(p, v);
   case 0x85:
   case 0x86:
@@ -356,14 +362,14 @@ static int step(parser *p, int *stop) {
     if (p->sp < n + (p->nmarks ? p->marks[p->nmarks - 1] : 0))
       return fail(p, "stack underflow");
     if (!(v = node(p, PV_LIST)))
-      return fail(p, "out of host memory");
+      return out_of_memory(p);
     p->sp -= n;
     return collect(p, v, p->sp, n) || push(p, v);
   case 'J':
     if (take(p, 4, &a))
       return -1;
     if (!(v = node(p, PV_INT)))
-      return fail(p, "out of host memory");
+      return out_of_memory(p);
     v->i = (int32_t)(uint32_t)le(a, 4);
     return push(p, v);
   case 'K':
@@ -371,7 +377,7 @@ static int step(parser *p, int *stop) {
     if (take(p, op == 'K' ? 1 : 2, &a))
       return -1;
     if (!(v = node(p, PV_INT)))
-      return fail(p, "out of host memory");
+      return out_of_memory(p);
     v->i = (int64_t)le(a, op == 'K' ? 1 : 2);
     return push(p, v);
   case 0x8a:
@@ -385,7 +391,7 @@ static int step(parser *p, int *stop) {
     for (int i = 0; i < 8; i++)
       u = u << 8 | a[i];
     if (!(v = node(p, PV_FLOAT)))
-      return fail(p, "out of host memory");
+      return out_of_memory(p);
     memcpy(&v->f, &u, sizeof u);
     return push(p, v);
   }
@@ -394,7 +400,7 @@ static int step(parser *p, int *stop) {
   case 0x88:
   case 0x89:
     if (!(v = node(p, PV_BOOL)))
-      return fail(p, "out of host memory");
+      return out_of_memory(p);
     v->i = op == 0x88;
     return push(p, v);
   case 0x8c:
@@ -475,12 +481,13 @@ static int step(parser *p, int *stop) {
   }
 }
 
-pickle_doc *pickle_load(const unsigned char *buf, size_t len, char *err, size_t errlen) {
+int pickle_load(const unsigned char *buf, size_t len, pickle_doc **out, char *err, size_t errlen) {
   parser p = {.b = buf, .len = len, .err = err, .errlen = errlen};
+  *out = NULL;
   p.doc = calloc(1, sizeof *p.doc);
   if (!p.doc) {
-    snprintf(err, errlen, "byte 0: out of host memory");
-    return NULL;
+    out_of_memory(&p);
+    return PICKLE_HOST_OOM;
   }
   int stop = 0, r = 0;
   if (len == 0)
@@ -498,9 +505,10 @@ pickle_doc *pickle_load(const unsigned char *buf, size_t len, char *err, size_t 
   free(p.memo);
   if (r) {
     pickle_free(p.doc);
-    return NULL;
+    return p.host_oom ? PICKLE_HOST_OOM : PICKLE_MALFORMED;
   }
-  return p.doc;
+  *out = p.doc;
+  return 0;
 }
 
 const pv *pickle_root(const pickle_doc *d) {

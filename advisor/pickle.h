@@ -43,8 +43,10 @@ typedef struct pv {
 
 typedef struct pickle_doc pickle_doc;
 
-/* NULL on error with err = "byte N: reason". */
-pickle_doc *pickle_load(const unsigned char *buf, size_t len, char *err, size_t errlen);
+enum { PICKLE_MALFORMED = -1, PICKLE_HOST_OOM = -2 };
+/* 0 with *out set; else *out NULL, err = "byte N: reason" and
+ * PICKLE_MALFORMED (the input) or PICKLE_HOST_OOM (the host out of memory). */
+int pickle_load(const unsigned char *buf, size_t len, pickle_doc **out, char *err, size_t errlen);
 const pv *pickle_root(const pickle_doc *d);
 void pickle_free(pickle_doc *d);
 

@@ -58,9 +58,11 @@ static int int_of(const pv *v, uint64_t *out) {
 gpupool_status read_torch(const unsigned char *buf, size_t len, const char *path,
                           const char *device, gpupool_history **out) {
   char err[200];
-  pickle_doc *doc = pickle_load(buf, len, err, sizeof err);
-  if (!doc)
-    return pool_fail(GPUPOOL_ERR_INVALID, "%s: %s", path, err);
+  pickle_doc *doc;
+  int loaded = pickle_load(buf, len, &doc, err, sizeof err);
+  if (loaded != 0)
+    return pool_fail(loaded == PICKLE_HOST_OOM ? GPUPOOL_ERR_HOST_OOM : GPUPOOL_ERR_INVALID,
+                     "%s: %s", path, err);
   const pv *root = pickle_root(doc);
   const pv *traces = pv_get(root, "device_traces");
   gpupool_status st = GPUPOOL_OK;

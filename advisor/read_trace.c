@@ -13,6 +13,7 @@
 #include <string.h>
 
 #include "core/errors.h"
+#include "json_syntax.h"
 #include "parse_u64.h"
 #include "readers.h"
 
@@ -180,6 +181,8 @@ gpupool_status read_trace(const char *buf, size_t len, const char *path, const c
   const char *end = NULL;
   cJSON *doc = cJSON_ParseWithLengthOpts(buf, len, &end, 0);
   if (!doc) {
+    if (json_syntax_ok(buf, len)) /* well-formed: cJSON ran out of memory */
+      return pool_fail(GPUPOOL_ERR_HOST_OOM, "%s: out of host memory parsing the JSON", path);
     const char *at = cJSON_GetErrorPtr();
     size_t off = at && at >= buf && at <= buf + len ? (size_t)(at - buf) : len;
     return pool_fail(GPUPOOL_ERR_INVALID, "%s: byte %zu: malformed or truncated JSON", path, off);

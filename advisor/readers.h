@@ -1,6 +1,7 @@
 /* The history readers, one per input format (history.h builds the result).
  * Each returns GPUPOOL_ERR_INVALID with gpupool_last_error() naming the path
- * and the line or byte offset of the first problem. */
+ * and the line or byte offset of the first problem, or GPUPOOL_ERR_HOST_OOM
+ * ("out of host memory") when an allocation fails, the parser's included. */
 #ifndef GPUPOOL_ADVISOR_READERS_H
 #define GPUPOOL_ADVISOR_READERS_H
 

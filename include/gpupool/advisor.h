@@ -45,7 +45,8 @@ typedef struct gpupool_history_info {
  * that cannot be opened or read, a malformed document, one without a
  * single allocation and one of more streams than a pool serves (1024) are
  * GPUPOOL_ERR_INVALID (the caller's input); the host out of memory for the
- * history (its events, its map of live allocations) is GPUPOOL_ERR_HOST_OOM. */
+ * history (the document as it is parsed, its events, its map of live
+ * allocations) is GPUPOOL_ERR_HOST_OOM. */
 gpupool_status gpupool_history_load(const char *path, const char *format, const char *pool,
                                     gpupool_history **out);
 /* The events pool p's rings hold (the agent records them while it runs;
