@@ -3,6 +3,8 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "core/utf8.h"
+
 /* Set by the scraper (job, instance, Kubernetes), by the agent on every pool
  * series, or by one of its families: a constant label of the same name would
  * make a series with a duplicate label. */
@@ -35,40 +37,14 @@ int label_name_reserved(const char *name) {
   return 0;
 }
 
-/* Length of the valid UTF-8 sequence at s, or 0 when it is not one. */
-static size_t utf8_seq(const unsigned char *s) {
-  unsigned char c = s[0];
-  if (c < 0x80)
-    return 1;
-  size_t n;
-  unsigned min;
-  unsigned cp;
-  if ((c & 0xE0) == 0xC0) {
-    n = 2, min = 0x80, cp = c & 0x1F;
-  } else if ((c & 0xF0) == 0xE0) {
-    n = 3, min = 0x800, cp = c & 0x0F;
-  } else if ((c & 0xF8) == 0xF0) {
-    n = 4, min = 0x10000, cp = c & 0x07;
-  } else {
-    return 0;
-  }
-  for (size_t i = 1; i < n; i++) {
-    if ((s[i] & 0xC0) != 0x80)
-      return 0;
-    cp = (cp << 6) | (s[i] & 0x3F);
-  }
-  if (cp < min || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF))
-    return 0;
-  return n;
-}
-
 int utf8_valid(const char *s) {
   const unsigned char *p = (const unsigned char *)s;
-  while (*p) {
-    size_t n = utf8_seq(p);
+  for (size_t left = strlen(s); left;) {
+    size_t n = utf8_char_len(p, left);
     if (!n)
       return 0;
     p += n;
+    left -= n;
   }
   return 1;
 }
@@ -76,8 +52,8 @@ int utf8_valid(const char *s) {
 void utf8_sanitize(const char *s, char *out, size_t outlen) {
   const unsigned char *p = (const unsigned char *)s;
   size_t o = 0;
-  while (*p) {
-    size_t n = utf8_seq(p);
+  for (size_t left = strlen(s); left;) {
+    size_t n = utf8_char_len(p, left);
     const unsigned char *src = n ? p : (const unsigned char *)"?";
     size_t k = n ? n : 1;
     if (o + k >= outlen)
@@ -85,6 +61,7 @@ void utf8_sanitize(const char *s, char *out, size_t outlen) {
     memcpy(out + o, src, k);
     o += k;
     p += k;
+    left -= k;
   }
   out[o] = '\0';
 }

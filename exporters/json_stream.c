@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "buf_grow.h"
+#include "core/utf8.h"
 
 void json_buf_init(json_buf *b) {
   memset(b, 0, sizeof *b);
@@ -117,37 +118,6 @@ void json_ns_as_us(json_buf *b, int64_t ns) {
   json_put(b, tail, 4);
 }
 
-/* Length of the valid UTF-8 sequence at s (at most n bytes), 0 if invalid. */
-static size_t utf8_len(const unsigned char *s, size_t n) {
-  unsigned c = s[0];
-  size_t len;
-  unsigned lo = 0x80, hi = 0xBF; /* allowed range of the second byte */
-  if (c < 0x80)
-    return 1;
-  if (c >= 0xC2 && c <= 0xDF)
-    len = 2;
-  else if (c >= 0xE0 && c <= 0xEF) {
-    len = 3;
-    if (c == 0xE0)
-      lo = 0xA0; /* no overlong forms */
-    if (c == 0xED)
-      hi = 0x9F; /* no surrogates */
-  } else if (c >= 0xF0 && c <= 0xF4) {
-    len = 4;
-    if (c == 0xF0)
-      lo = 0x90;
-    if (c == 0xF4)
-      hi = 0x8F; /* nothing above U+10FFFF */
-  } else
-    return 0;
-  if (len > n || s[1] < lo || s[1] > hi)
-    return 0;
-  for (size_t i = 2; i < len; i++)
-    if ((s[i] & 0xC0) != 0x80)
-      return 0;
-  return len;
-}
-
 void json_string_n(json_buf *b, const char *str, size_t max_bytes) {
   static const char hex[] = "0123456789abcdef";
   const unsigned char *s = (const unsigned char *)str;
@@ -155,7 +125,7 @@ void json_string_n(json_buf *b, const char *str, size_t max_bytes) {
   json_putc(b, '"');
   for (size_t i = 0; i < n;) {
     unsigned c = s[i];
-    size_t len = utf8_len(s + i, n - i);
+    size_t len = utf8_char_len(s + i, n - i);
     if (len == 0) {
       json_puts(b, "\\ufffd");
       i++;
