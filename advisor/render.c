@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "core/c_numeric.h"
+#include "core/json_text.h"
 #include "gpupool/advisor.h"
 
 typedef struct sbuf {
@@ -192,9 +193,9 @@ static void add_capacity(cJSON *o, const char *k, uint64_t c) {
 
 static cJSON *candidate_json(const gpupool_advice_candidate *c) {
   cJSON *o = cJSON_CreateObject();
-  cJSON_AddStringToObject(o, "gpupool_conf", c->conf);
+  json_add_text(o, "gpupool_conf", c->conf);
   if (c->has_torch)
-    cJSON_AddStringToObject(o, "pytorch_cuda_alloc_conf", c->torch_conf);
+    json_add_text(o, "pytorch_cuda_alloc_conf", c->torch_conf);
   else
     cJSON_AddNullToObject(o, "pytorch_cuda_alloc_conf");
   cJSON_AddBoolToObject(o, "replayed", c->done);
@@ -220,8 +221,8 @@ static cJSON *advice_json(const gpupool_advice *a) {
   cJSON *root = cJSON_CreateObject();
   const gpupool_history_info *in = &a->input;
   cJSON *i = cJSON_AddObjectToObject(root, "input");
-  cJSON_AddStringToObject(i, "source", in->source);
-  cJSON_AddStringToObject(i, "format", in->format);
+  json_add_text(i, "source", in->source); /* a path: any bytes */
+  json_add_text(i, "format", in->format);
   num(i, "events", (double)in->events);
   num(i, "allocations", (double)in->allocations);
   num(i, "frees", (double)in->frees);

@@ -10,6 +10,7 @@
 
 #include "advisor/live.h"
 #include "core/clock.h"
+#include "core/json_text.h"
 #include "pool/pool_view.h"
 #include "pool/registry.h"
 #include "pool/segment.h"
@@ -188,10 +189,10 @@ static char *render(const advice_result *r, int json) {
       free(s);
       if (!o)
         continue;
-      cJSON_AddStringToObject(o, "pool", c->name);
+      json_add_text(o, "pool", c->name);
       cJSON_AddNumberToObject(o, "device", c->device);
       if (!c->advice)
-        cJSON_AddStringToObject(o, "error", c->error);
+        json_add_text(o, "error", c->error);
       cJSON_AddItemToArray(pools, o);
     }
     char *s = cJSON_PrintUnformatted(root);

@@ -7,6 +7,8 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "core/json_text.h"
+
 /* The hostname as part of a file name: no '/' nor leading dot. */
 static void file_safe(const char *s, char *out, size_t outlen) {
   size_t o = 0;
@@ -26,13 +28,13 @@ static char *render(const char *target, const char *hostname, const agent_labels
   cJSON *meta = cJSON_CreateObject();
   char pid[24];
   snprintf(pid, sizeof pid, "%ld", (long)getpid());
-  cJSON_AddItemToArray(targets, cJSON_CreateString(target));
+  cJSON_AddItemToArray(targets, json_create_text(target));
   cJSON_AddStringToObject(meta, "__meta_gpupool_pid", pid);
-  cJSON_AddStringToObject(meta, "__meta_gpupool_hostname", hostname);
+  json_add_text(meta, "__meta_gpupool_hostname", hostname);
   for (size_t i = 0; labels && i < labels->n; i++) {
     char name[LABEL_NAME_MAX + 32];
     snprintf(name, sizeof name, "__meta_gpupool_label_%s", labels->name[i]);
-    cJSON_AddStringToObject(meta, name, labels->value[i]);
+    json_add_text(meta, name, labels->value[i]);
   }
   cJSON_AddItemToObject(group, "targets", targets);
   cJSON_AddItemToObject(group, "labels", meta);

@@ -9,6 +9,7 @@
 
 #include <cjson/cJSON.h>
 
+#include "core/json_text.h"
 #include "endpoint.h"
 #include "exporters/json_u64.h"
 #include "exporters/stat_families.h"
@@ -202,7 +203,7 @@ static void add_segment(cJSON *segments, const collected *c, const snap_segment 
       add_num(blk, "unmapped", (double)bi->unmapped, b);
     if (bi->alloc_ns)
       add_time_us(blk, "alloc_time_us", bi->alloc_ns / 1000, b);
-    if (bi->tag && !cJSON_AddStringToObject(blk, "tag", bi->tag))
+    if (bi->tag && !json_add_text(blk, "tag", bi->tag))
       b->failed = 1;
   }
 }
@@ -215,7 +216,7 @@ static void add_pool(cJSON *pools, const collected *c, const snap_pool *sp, buil
     b->failed = 1;
     return;
   }
-  if (!cJSON_AddStringToObject(obj, "name", sp->name))
+  if (!json_add_text(obj, "name", sp->name))
     b->failed = 1;
   add_num(obj, "id", sp->id, b);
   add_num(obj, "device", sp->device, b);
@@ -269,7 +270,7 @@ void snapshot_endpoint(const endpoint_args *args, endpoint_body *out) {
   char host[256];
   metrics_hostname(host, sizeof host); /* the hostname option, as /metrics */
   if (!root || !cJSON_AddStringToObject(root, "version", GPUPOOL_VERSION) ||
-      !cJSON_AddStringToObject(root, "hostname", host) ||
+      !json_add_text(root, "hostname", host) ||
       !cJSON_AddNumberToObject(root, "pid", (double)getpid()) ||
       !(pools = cJSON_AddArrayToObject(root, "pools")))
     b.failed = 1;

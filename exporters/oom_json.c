@@ -8,6 +8,7 @@
 
 #include <cjson/cJSON.h>
 
+#include "core/json_text.h"
 #include "json_u64.h"
 #include "stat_families.h"
 
@@ -28,7 +29,7 @@ static void integer(jb *j, cJSON *o, const char *k, uint64_t v) {
 }
 
 static void text(jb *j, cJSON *o, const char *k, const char *v) {
-  if (!cJSON_AddStringToObject(o, k, v))
+  if (!json_add_text(o, k, v))
     j->ok = 0;
 }
 

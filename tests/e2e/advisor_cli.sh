@@ -126,6 +126,17 @@ d = json.load(sys.stdin)
 assert len(d["candidates"]) >= 50, len(d["candidates"])
 assert d["recommended"]["peak_reserved_bytes"] <= d["current"]["peak_reserved_bytes"]
 ' && echo "ok   --json parses" || { echo "FAIL --json"; failures=$((failures + 1)); }
+# a path is any bytes: the JSON names it in valid UTF-8 (RFC 8259), each
+# byte that begins no character a U+FFFD, control characters escaped;
+# Python's json reads bytes as strict UTF-8
+odd="$work/run"$'\xff\x01'".record"
+printf 'a 1 4096 0\nf 1\n' > "$odd"
+"$bin" --json --only --current strategy:naive --no-capacity "$odd" | python3 -c '
+import json, sys
+d = json.loads(sys.stdin.buffer.read())
+assert d["input"]["source"].endswith("run\ufffd\x01.record"), d["input"]["source"]
+' && echo "ok   --json of a path that is not UTF-8" ||
+  { echo "FAIL --json of a path that is not UTF-8"; failures=$((failures + 1)); }
 
 [ "$failures" = 0 ] || { echo "$failures check(s) failed"; exit 1; }
 echo "all checks passed"

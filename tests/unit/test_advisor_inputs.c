@@ -2,7 +2,9 @@
  * Python's own pickle (protocols 2, 4 and 5, tests/unit/advisor_snapshot.py),
  * /trace documents, GPUPOOL_RECORD files, and every kind of bad input: a
  * clear error naming the line or byte offset, never a crash. */
+#include <cjson/cJSON.h>
 #include <criterion/criterion.h>
+#include <iconv.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -958,6 +960,49 @@ Test(advisor_inputs, trace_of_thousands_of_pools) {
   cr_expect(strstr(gpupool_last_error(), "no pool named 'p5000' in the trace (pools: p0@0 (3 "
                                          "allocations), p1@1 (3 allocations)"),
             "%s", gpupool_last_error());
+}
+
+/* A path is any bytes but NUL: the JSON advice (gpupool-advise --json, the
+ * agent's /advice) names it in input.source, valid UTF-8 all the same
+ * (RFC 8259), each byte that begins no character a U+FFFD and control
+ * characters escaped. The old renderer wrote the bytes as they were: a
+ * document no strict parser (Python's json, Go's, jq) reads. */
+Test(advisor_inputs, json_of_a_path_that_is_not_utf8) {
+  char p[256];
+  path_of(p, sizeof p, "run\xff\xfe \xe2\x82\xac\x01.record");
+  static const char text[] = "a 0x10 4096 0\nf 0x10\n";
+  write_file(p, text, strlen(text));
+  gpupool_history *h;
+  cr_assert_eq(gpupool_history_load(p, NULL, NULL, &h), GPUPOOL_OK, "%s", gpupool_last_error());
+  gpupool_advice_options o = {.no_defaults = 1, .no_capacity = 1, .threads = 1, .max_added_ms = -1};
+  gpupool_advice *a;
+  cr_assert_eq(gpupool_advise(h, &o, &a), GPUPOOL_OK, "%s", gpupool_last_error());
+  gpupool_history_free(h);
+  char *json = gpupool_advice_render(a, "json");
+  gpupool_advice_free(a);
+  cr_assert_not_null(json);
+  /* valid UTF-8 throughout, by glibc's decoder; no raw control character
+   * but the final newline */
+  size_t len = strlen(json);
+  iconv_t cd = iconv_open("UTF-32LE", "UTF-8");
+  cr_assert_neq(cd, (iconv_t)-1);
+  char *in = json, *out_buf = malloc(4 * len), *out = out_buf;
+  size_t in_left = len, out_left = 4 * len;
+  cr_expect_neq(iconv(cd, &in, &in_left, &out, &out_left), (size_t)-1, "not UTF-8 at byte %zu: %s",
+                (size_t)(in - json), json);
+  iconv_close(cd);
+  free(out_buf);
+  for (size_t i = 0; i + 1 < len; i++)
+    cr_expect_geq((unsigned char)json[i], 0x20, "a raw control character at byte %zu", i);
+  cJSON *doc = cJSON_Parse(json);
+  cr_assert_not_null(doc, "%s", json);
+  const cJSON *source = cJSON_GetObjectItem(cJSON_GetObjectItem(doc, "input"), "source");
+  cr_assert(cJSON_IsString(source));
+  char want[256];
+  path_of(want, sizeof want, "run\xef\xbf\xbd\xef\xbf\xbd \xe2\x82\xac\x01.record");
+  cr_expect_str_eq(source->valuestring, want);
+  cJSON_Delete(doc);
+  free(json);
 }
 
 Test(advisor_inputs, load_arguments) {
