@@ -15,6 +15,7 @@
 
 #include "advisor/live.h"
 #include "gpupool/advisor.h"
+#include "helpers/child_output.h"
 #include "pool/pool_internal.h"
 
 static char path[] = "/tmp/gpupool_advisor_confXXXXXX";
@@ -149,14 +150,7 @@ static int run_advise_to(const char *out, char *err, size_t errlen, const char *
     _exit(127);
   }
   close(fds[1]);
-  size_t n = 0;
-  ssize_t got;
-  while (n + 1 < errlen && (got = read(fds[0], err + n, errlen - 1 - n)) > 0)
-    n += (size_t)got;
-  err[n] = '\0';
-  close(fds[0]);
-  int status;
-  cr_assert_eq(waitpid(pid, &status, 0), pid);
+  int status = child_output(pid, fds[0], err, errlen);
   cr_assert(WIFEXITED(status));
   return WEXITSTATUS(status);
 }

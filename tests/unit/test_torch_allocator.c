@@ -13,6 +13,7 @@
 #include "gpupool/torch.h"
 #include "gpupool/agent.h"
 #include "gpupool/host.h"
+#include "helpers/child_output.h"
 
 static void host_pools(void) {
   setenv("GPUPOOL_CONF", "backend:host,host_capacity_mb:64", 1);
@@ -154,14 +155,7 @@ static void record_child(const char *path, int pairs, char *err, size_t errlen) 
     exit(0);
   }
   close(fds[1]);
-  size_t n = 0;
-  ssize_t got;
-  while (n + 1 < errlen && (got = read(fds[0], err + n, errlen - 1 - n)) > 0)
-    n += (size_t)got;
-  err[n] = '\0';
-  close(fds[0]);
-  int status = 0;
-  cr_assert_eq(waitpid(pid, &status, 0), pid);
+  int status = child_output(pid, fds[0], err, errlen);
   cr_assert(WIFEXITED(status) && WEXITSTATUS(status) == 0, "status %d: %s", status, err);
 }
 
