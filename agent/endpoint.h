@@ -29,7 +29,7 @@ typedef struct endpoint_body {
   const char *cache_control;    /* static; NULL: "no-store" */
   const char *const *headers;   /* static name, value, name, value, ..., NULL; or NULL */
   char *data;                   /* whole body (malloc'd), or NULL when streaming */
-  size_t len;
+  size_t len;                   /* of data; status 304: no data, the length a 200 would send */
   /* Streaming: read returns bytes written into buf (<= max), 0 at the end,
    * -1 on error; close is always called once. */
   void *stream;

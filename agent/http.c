@@ -144,6 +144,13 @@ static ssize_t never_read(void *cls, uint64_t pos, char *buf, size_t max) {
   return MHD_CONTENT_READER_END_WITH_ERROR;
 }
 
+/* A response that announces a body of len bytes and sends none: for a HEAD
+ * and a 304, libmicrohttpd writes the size as Content-Length and never reads
+ * the body, so the block it would read into can be tiny. */
+static struct MHD_Response *length_only(uint64_t len) {
+  return MHD_create_response_from_callback(len, 1, never_read, NULL, NULL);
+}
+
 /* HEAD of a streamed document: libmicrohttpd 0.9.75 ends a chunked HEAD
  * response with a "0" chunk, which would corrupt the next response on a
  * kept-alive connection, and a HEAD must not announce a length other than
@@ -161,10 +168,14 @@ static struct MHD_Response *head_of_stream(endpoint_body *b) {
     b->close(b->stream);
   if (n < 0)
     return NULL;
-  return MHD_create_response_from_callback(len, STREAM_BLOCK, never_read, NULL, NULL);
+  return length_only(len);
 }
 
 static struct MHD_Response *make_response(endpoint_body *b, int head) {
+  /* A 304 may announce no length other than the 200's (RFC 9110 8.6); a
+   * response of no bytes would announce "Content-Length: 0". */
+  if (b->status == 304)
+    return length_only(b->len);
   if (b->read && head)
     return head_of_stream(b);
   if (b->read) {

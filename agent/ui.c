@@ -88,6 +88,7 @@ static void serve_asset(const endpoint_args *args, endpoint_body *out, const ui_
   out->headers = asset_headers[a - ui_assets];
   if (etag_matches(args->if_none_match, a->etag)) {
     out->status = 304;
+    out->len = a->len;
     return;
   }
   out->status = 200;

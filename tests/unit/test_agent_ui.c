@@ -8,6 +8,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include "gpupool/agent.h"
 #include "gpupool/host.h"
@@ -136,6 +138,70 @@ Test(agent_ui, page_and_assets) {
   r = get(port, "/", NULL); /* the index links the page */
   cr_assert(strstr(r.body, "href=\"/ui\""));
   http_response_free(&r);
+}
+
+/* A 304 announces no length but the one its 200 has (RFC 9110 8.6), sends
+ * no body, and leaves a kept-alive connection ready for the next request:
+ * the page and a script revalidated by GET and HEAD, then /healthz, all on
+ * one connection. */
+Test(agent_ui, not_modified_keeps_the_length_and_the_connection) {
+  int port = start_local();
+  http_response page = get(port, "/ui", NULL);
+  char *js = asset_url(page.body, "/ui/ui.js?v=");
+  http_response script = get(port, js, NULL);
+  cr_assert(page.body_len > 0 && script.body_len > 0);
+  const struct {
+    const char *method, *target;
+    const http_response *ok;
+  } revalidated[] = {{"GET", "/ui", &page},
+                     {"HEAD", "/ui", &page},
+                     {"GET", js, &script},
+                     {"GET", "/ui/ui.js", &script}};
+  size_t n = sizeof revalidated / sizeof revalidated[0];
+  char requests[4096] = "";
+  for (size_t i = 0; i < n; i++) {
+    size_t used = strlen(requests);
+    snprintf(requests + used, sizeof requests - used,
+             "%s %s HTTP/1.1\r\nHost: t\r\nIf-None-Match: %s\r\n\r\n", revalidated[i].method,
+             revalidated[i].target, header(revalidated[i].ok, "ETag"));
+  }
+  size_t used = strlen(requests);
+  snprintf(requests + used, sizeof requests - used,
+           "GET /healthz HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n");
+  int fd = http_connect("127.0.0.1", port);
+  cr_assert_geq(fd, 0);
+  cr_assert_eq(send(fd, requests, strlen(requests), MSG_NOSIGNAL), (ssize_t)strlen(requests));
+  char *data;
+  size_t len;
+  cr_assert_eq(http_read_all(fd, &data, &len), 0, "no complete answer");
+  close(fd);
+
+  size_t pos = 0;
+  for (size_t i = 0; i < n; i++) {
+    const char *start = data + pos, *end = strstr(start, "\r\n\r\n");
+    cr_assert_not_null(end, "%s %s: no (complete) answer: %s", revalidated[i].method,
+                       revalidated[i].target, start);
+    char block[2048];
+    snprintf(block, sizeof block, "%.*s", (int)(end + 2 - start), start);
+    cr_assert_eq(strncmp(block, "HTTP/1.1 304 ", 13), 0, "%s %s: %.60s", revalidated[i].method,
+                 revalidated[i].target, block);
+    http_response got = {.headers = block};
+    cr_assert_null(header(&got, "Transfer-Encoding"), "%s", block);
+    const char *length = header(&got, "Content-Length");
+    if (length)
+      cr_assert_eq(strtoull(length, NULL, 10), revalidated[i].ok->body_len,
+                   "%s %s: a 304 with Content-Length %s, its 200 has %zu bytes",
+                   revalidated[i].method, revalidated[i].target, length,
+                   revalidated[i].ok->body_len);
+    pos = (size_t)(end + 4 - data); /* no body */
+  }
+  cr_assert_eq(strncmp(data + pos, "HTTP/1.1 200 ", 13), 0, "after the 304s: %.60s", data + pos);
+  const char *body = strstr(data + pos, "\r\n\r\n");
+  cr_assert(body && strcmp(body + 4, "ok\n") == 0, "after the 304s: %s", data + pos);
+  free(data);
+  free(js);
+  http_response_free(&page);
+  http_response_free(&script);
 }
 
 static cJSON *get_json(int port, const char *target) {

@@ -51,8 +51,7 @@ static int send_all(int fd, const char *s, size_t n) {
   return 0;
 }
 
-/* Reads until the peer closes; -1 on a timeout or error. */
-static int read_all(int fd, char **out, size_t *len) {
+int http_read_all(int fd, char **out, size_t *len) {
   size_t cap = 65536, n = 0;
   char *buf = malloc(cap);
   if (!buf)
@@ -133,7 +132,7 @@ int http_request(const char *host, int port, const char *method, const char *tar
   char *raw = NULL;
   size_t len = 0;
   int rc = (n > 0 && (size_t)n < sizeof head && send_all(fd, head, (size_t)n) == 0)
-               ? read_all(fd, &raw, &len)
+               ? http_read_all(fd, &raw, &len)
                : -1;
   close(fd);
   if (rc != 0)

@@ -25,6 +25,9 @@ void http_response_free(http_response *r);
 
 /* A connected TCP socket with the same timeouts, or -1. */
 int http_connect(const char *host, int port);
+/* Reads from fd until the peer closes, into a malloc'd, NUL-terminated
+ * buffer: 0, or -1 on a timeout or error. */
+int http_read_all(int fd, char **out, size_t *len);
 
 /* gunzip of a whole gzip stream into a malloc'd, NUL-terminated buffer; 0 or
  * -1 (also when the build has no zlib). */
