@@ -6,13 +6,14 @@
 
 #include "device_info.h"
 #include "exporters/prom_writer.h"
-#include "labels.h"
+#include "pool_label.h"
 #include "sampler_backend.h"
 #include "pool/backend.h"
 #include "pool/registry.h"
 
 _Static_assert(METRICS_DEVICE_MAX == DEVICE_INFO_MAX, "a snapshot holds every device");
 _Static_assert(METRICS_UUID_MAX >= DEVICE_UUID_MAX, "a snapshot holds every UUID");
+_Static_assert(METRICS_NAME_MAX == POOL_LABEL_MAX, "a snapshot holds the pool label whole");
 
 static void copy_name(char *dst, size_t n, const char *src) {
   size_t len = 0;
@@ -22,9 +23,18 @@ static void copy_name(char *dst, size_t n, const char *src) {
   dst[len] = '\0';
 }
 
+typedef struct collect_ctx {
+  metrics_snapshot *s;
+  pool_labeler labeler;
+} collect_ctx;
+
 /* Under the registry lock: copies only. */
 static void copy_pool(gpupool *p, void *arg) {
-  metrics_snapshot *s = arg;
+  collect_ctx *c = arg;
+  metrics_snapshot *s = c->s;
+  char label[POOL_LABEL_MAX];
+  if (pool_labeler_next(&c->labeler, p, label) != 0)
+    return; /* the pool is left out of this scrape */
   if (s->npools == s->pools_cap) {
     size_t cap = s->pools_cap ? 2 * s->pools_cap : 16;
     metrics_pool *n = realloc(s->pools, cap * sizeof *n);
@@ -39,7 +49,7 @@ static void copy_pool(gpupool *p, void *arg) {
   m->device = gpupool_device(p);
   backend *be = pool_get_backend(p);
   m->simulated = backend_is_host(be);
-  utf8_sanitize(gpupool_name(p) ? gpupool_name(p) : "default", m->name, sizeof m->name);
+  memcpy(m->name, label, sizeof m->name);
   copy_name(m->backend, sizeof m->backend, gpupool_backend_name(p));
   copy_name(m->strategy, sizeof m->strategy, gpupool_strategy_name(p));
   if (gpupool_get_stats(p, &m->stats) != GPUPOOL_OK)
@@ -58,30 +68,6 @@ static void copy_pool(gpupool *p, void *arg) {
     m->sim_free = free_bytes;
   }
   s->npools++;
-}
-
-/* Two pools of one name on one device would give duplicate series: the
- * later ones are labelled "name#2", "name#3", ... in creation order. */
-static void make_names_unique(metrics_snapshot *s) {
-  for (size_t i = 1; i < s->npools; i++) {
-    metrics_pool *m = &s->pools[i];
-    int same = 0;
-    for (size_t j = 0; j < i; j++) {
-      const metrics_pool *o = &s->pools[j];
-      if (o->device == m->device && o->simulated == m->simulated && !strcmp(o->name, m->name))
-        same++;
-    }
-    if (!same)
-      continue;
-    char suffix[16];
-    int k = snprintf(suffix, sizeof suffix, "#%d", same + 1);
-    size_t len = strlen(m->name);
-    if (len + (size_t)k >= sizeof m->name)
-      len = sizeof m->name - (size_t)k - 1;
-    while (len && ((unsigned char)m->name[len] & 0xC0) == 0x80) /* whole characters only */
-      len--;
-    memcpy(m->name + len, suffix, (size_t)k + 1);
-  }
 }
 
 static metrics_device *find_device(metrics_snapshot *s, int ordinal, int simulated) {
@@ -177,10 +163,11 @@ int metrics_snapshot_take(metrics_snapshot *s, const char *hostname, const char 
   s->label_text.len = 0;
   s->label_text.failed = 0;
   copy_name(s->hostname, sizeof s->hostname, hostname);
-  registry_foreach(copy_pool, s);
+  collect_ctx c = {.s = s};
+  registry_foreach(copy_pool, &c);
+  pool_labeler_free(&c.labeler);
   for (size_t i = 0; i < s->npools; i++) /* the sampler's reading, outside the registry lock */
     sampler_backend_get(s->pools[i].id, &s->pools[i].backend_info);
-  make_names_unique(s);
   collect_devices(s);
   render_labels(s, const_labels ? const_labels : "");
   return s->label_text.failed ? -1 : 0;

@@ -227,6 +227,29 @@ Test(agent_metrics, same_names_stay_distinct_series) {
   gpupool_destroy(z);
 }
 
+/* The ordinal counts the pools of the name before, whatever their labels:
+ * a third pool is "#3", not a second "#2" (two series with one label set). */
+Test(agent_metrics, third_pool_of_a_name_is_numbered_3) {
+  gpupool *pools[3];
+  void *p[3];
+  for (int i = 0; i < 3; i++) {
+    pools[i] = make_pool("same", 0, 64 << 20);
+    cr_assert_eq(gpupool_malloc(pools[i], &p[i], (size_t)(i + 1) << 20, NULL), GPUPOOL_OK);
+  }
+  start_agent(0);
+  char *text = scrape();
+  check_pool(text, pools[0], "same");
+  check_pool(text, pools[1], "same#2");
+  check_pool(text, pools[2], "same#3");
+  const char *second[] = {"pool=\"same#2\"", NULL};
+  cr_assert_eq(metrics_count(text, "gpupool_reserved_bytes", second), 1);
+  free(text);
+  for (int i = 0; i < 3; i++) {
+    gpupool_free(pools[i], p[i]);
+    gpupool_destroy(pools[i]);
+  }
+}
+
 Test(agent_metrics, simulated_devices) {
   gpupool *a = make_pool("a", 0, 64 << 20);
   gpupool *b = make_pool("b", 0, 32 << 20);

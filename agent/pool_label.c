@@ -1,0 +1,60 @@
+#include "pool_label.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "labels.h"
+#include "pool/backend.h"
+#include "pool/pool_view.h"
+
+typedef struct pool_labelled {
+  const char *name; /* the pool's own, alive while the registry lock is held */
+  int device, simulated;
+} pool_labelled;
+
+/* Appends "#ordinal" to label, cutting the name short (at a character
+ * boundary) where both would not fit. */
+static void add_ordinal(char *label, size_t ordinal) {
+  char suffix[24];
+  size_t k = (size_t)snprintf(suffix, sizeof suffix, "#%zu", ordinal);
+  size_t len = strlen(label);
+  if (len + k >= POOL_LABEL_MAX) {
+    len = POOL_LABEL_MAX - k - 1;
+    while (len && ((unsigned char)label[len] & 0xC0) == 0x80)
+      len--;
+  }
+  memcpy(label + len, suffix, k + 1);
+}
+
+int pool_labeler_next(pool_labeler *l, gpupool *p, char *label) {
+  if (l->n == l->cap) {
+    size_t cap = l->cap ? 2 * l->cap : 16;
+    pool_labelled *seen = realloc(l->seen, cap * sizeof *seen);
+    if (!seen)
+      return -1;
+    l->seen = seen;
+    l->cap = cap;
+  }
+  pool_labelled me = {gpupool_name(p) ? gpupool_name(p) : "default", gpupool_device(p),
+                      backend_is_host(pool_get_backend(p))};
+  /* Compared by name, never by label: a third "bfc" is "bfc#3". */
+  size_t same = 0;
+  for (size_t i = 0; i < l->n; i++)
+    same += l->seen[i].device == me.device && l->seen[i].simulated == me.simulated &&
+            strcmp(l->seen[i].name, me.name) == 0;
+  l->seen[l->n++] = me;
+  utf8_sanitize(me.name, label, POOL_LABEL_MAX);
+  if (same)
+    add_ordinal(label, same + 1);
+  return 0;
+}
+
+void pool_labeler_free(pool_labeler *l) {
+  free(l->seen);
+  memset(l, 0, sizeof *l);
+}
+
+int pool_label_selects(const char *want, const char *label) {
+  return !want || strcmp(want, label) == 0;
+}

@@ -1,0 +1,34 @@
+/* The `pool` label of a live pool, as /metrics writes it, and the one rule
+ * by which every endpoint's pool= parameter picks pools (/trace, /snapshot,
+ * /advice, the /ui page): a value selects the pools whose label it is.
+ * A pool is labelled by its name; when pools of one name share a device (the
+ * same ordinal, both real or both simulated), the second and later ones in
+ * creation order are "name#2", "name#3", ..., so that their series stay
+ * distinct and a label names one pool per device. */
+#ifndef GPUPOOL_POOL_LABEL_H
+#define GPUPOOL_POOL_LABEL_H
+
+#include <stddef.h>
+
+#include "gpupool/gpupool.h"
+
+#define POOL_LABEL_MAX 128 /* bytes, with the NUL */
+
+/* The pools a registry walk has labelled so far. Zero-initialise. */
+typedef struct pool_labeler {
+  struct pool_labelled *seen;
+  size_t n, cap;
+} pool_labeler;
+
+/* The label of p, the next pool of a registry walk (registry_foreach: every
+ * live pool once, in creation order, under the registry lock, which keeps
+ * the names the labeler holds alive), into label (POOL_LABEL_MAX bytes).
+ * 0, or -1 when out of host memory (no label then). */
+int pool_labeler_next(pool_labeler *l, gpupool *p, char *label);
+void pool_labeler_free(pool_labeler *l);
+
+/* Whether a pool= value (NULL: no parameter, every pool) selects the pool
+ * labelled label. */
+int pool_label_selects(const char *want, const char *label);
+
+#endif
