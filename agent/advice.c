@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "pool_label.h"
 #include "advisor/live.h"
 #include "core/clock.h"
 #include "core/json_text.h"
@@ -65,16 +66,21 @@ static double now_s(void) {
 typedef struct take_ctx {
   taken_pool *t;
   size_t n;
-  const char *only;
-  size_t named; /* pools of that name, with events or not */
+  const char *only; /* a pool label (pool_label.h) or NULL */
+  pool_labeler labeler;
+  size_t named; /* pools of that label, with events or not */
 } take_ctx;
 
 /* Under the registry lock: copies only (names, the conf line, ring refs). */
 static void take_pool(gpupool *p, void *arg) {
   take_ctx *c = arg;
-  if (c->only && strcmp(c->only, gpupool_name(p)))
+  char label[POOL_LABEL_MAX];
+  int labelled = pool_labeler_next(&c->labeler, p, label) == 0;
+  if (labelled && !pool_label_selects(c->only, label))
     return;
   c->named++;
+  if (!labelled)
+    return; /* out of host memory: left out, as a pool whose rings cannot be held */
   if (c->n == ADVICE_MAX_POOLS)
     return;
   taken_pool *t = &c->t[c->n];
@@ -99,14 +105,15 @@ static void result_clear(advice_result *r) {
   r->n = 0;
 }
 
-/* The advice of the pools named only (NULL: every pool) into r; returns how
- * many live pools have that name (0: none, whatever their events). Replays
+/* The advice of the pools of label only (NULL: every pool) into r; returns
+ * how many live pools have that label (0: none, whatever their events). Replays
  * simulate a device of capacity_gib, or with 0 each pool's own device (80 GiB
  * where the pool has not asked its size yet). */
 static size_t compute(advice_result *r, double capacity_gib, const char *only) {
   taken_pool taken[ADVICE_MAX_POOLS] = {0}; /* names copied whole (memcpy) below */
-  take_ctx c = {taken, 0, only, 0};
+  take_ctx c = {.t = taken, .only = only};
   registry_foreach(take_pool, &c);
+  pool_labeler_free(&c.labeler);
   double t0 = now_s();
   cached_pool *fresh = r->pool;
   for (size_t i = 0; i < c.n; i++) {
@@ -286,7 +293,7 @@ void advice_endpoint(const endpoint_args *args, endpoint_body *out) {
     pthread_mutex_unlock(&g_compute);
     if (only && !named) {
       endpoint_printable(shown, sizeof shown, only);
-      endpoint_bad_request(out, "/advice: bad pool '%s': no live pool has this name", shown);
+      endpoint_bad_request(out, "/advice: bad pool '%s': %s", shown, POOL_LABEL_UNKNOWN);
       return;
     }
     valid = 1;

@@ -11,6 +11,7 @@
 typedef struct pool_labelled {
   const char *name; /* the pool's own, alive while the registry lock is held */
   int device, simulated;
+  uint32_t id;
 } pool_labelled;
 
 /* Appends "#ordinal" to label, cutting the name short (at a character
@@ -37,7 +38,7 @@ int pool_labeler_next(pool_labeler *l, gpupool *p, char *label) {
     l->cap = cap;
   }
   pool_labelled me = {gpupool_name(p) ? gpupool_name(p) : "default", gpupool_device(p),
-                      backend_is_host(pool_get_backend(p))};
+                      backend_is_host(pool_get_backend(p)), pool_id(p)};
   /* Compared by name, never by label: a third "bfc" is "bfc#3". */
   size_t same = 0;
   for (size_t i = 0; i < l->n; i++)
@@ -47,6 +48,13 @@ int pool_labeler_next(pool_labeler *l, gpupool *p, char *label) {
   utf8_sanitize(me.name, label, POOL_LABEL_MAX);
   if (same)
     add_ordinal(label, same + 1);
+  return 0;
+}
+
+int pool_labeler_saw(const pool_labeler *l, uint32_t id) {
+  for (size_t i = 0; i < l->n; i++)
+    if (l->seen[i].id == id)
+      return 1;
   return 0;
 }
 

@@ -9,6 +9,7 @@
 #define GPUPOOL_POOL_LABEL_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 #include "gpupool/gpupool.h"
 
@@ -25,7 +26,15 @@ typedef struct pool_labeler {
  * the names the labeler holds alive), into label (POOL_LABEL_MAX bytes).
  * 0, or -1 when out of host memory (no label then). */
 int pool_labeler_next(pool_labeler *l, gpupool *p, char *label);
+/* 1 if the walk labelled the pool of this id (pool_id): a pool live then.
+ * Also after the walk, until pool_labeler_free. */
+int pool_labeler_saw(const pool_labeler *l, uint32_t id);
 void pool_labeler_free(pool_labeler *l);
+
+/* Why a pool= value selects no live pool, for a 400. */
+#define POOL_LABEL_UNKNOWN                                                                         \
+  "no live pool has this name or label (the label /metrics gives it: name#2, name#3, ... for "     \
+  "pools that share a name on a device)"
 
 /* Whether a pool= value (NULL: no parameter, every pool) selects the pool
  * labelled label. */

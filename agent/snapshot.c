@@ -1,6 +1,6 @@
-/* GET /snapshot?pool=NAME: every pool's segments and blocks with its stats,
- * as JSON built with cJSON. Stats use the flat dotted keys of
- * torch.cuda.memory_stats ("allocated_bytes.all.current", ...). */
+/* GET /snapshot?pool=LABEL: every pool's segments and blocks with its stats
+ * (or the pools of that label, pool_label.h), as JSON built with cJSON. Stats use the flat dotted
+ * keys of torch.cuda.memory_stats ("allocated_bytes.all.current", ...). */
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -14,6 +14,7 @@
 #include "exporters/json_u64.h"
 #include "exporters/stat_families.h"
 #include "metrics.h"
+#include "pool_label.h"
 #include "pool/pool_view.h"
 #include "pool/registry.h"
 
@@ -35,7 +36,8 @@ typedef struct snap_segment {
 } snap_segment;
 
 typedef struct collected {
-  const char *pool; /* NULL: every pool */
+  const char *pool; /* a pool label (pool_label.h); NULL: every pool */
+  pool_labeler labeler;
   snap_pool *pools;
   size_t npools, cap_pools;
   snap_segment *segments;
@@ -137,7 +139,10 @@ static void on_block(void *arg, const pool_block_info *bi) {
 static void copy_pool(gpupool *p, void *arg) {
   collected *c = arg;
   const char *name = gpupool_name(p);
-  if (c->failed || (c->pool && strcmp(c->pool, name ? name : "") != 0))
+  char label[POOL_LABEL_MAX];
+  if (pool_labeler_next(&c->labeler, p, label) != 0)
+    c->failed = 1;
+  if (c->failed || !pool_label_selects(c->pool, label))
     return;
   if (grow((void **)&c->pools, &c->cap_pools, c->npools, sizeof *c->pools) != 0) {
     c->failed = 1;
@@ -158,6 +163,7 @@ static void copy_pool(gpupool *p, void *arg) {
 }
 
 static void collected_free(collected *c) {
+  pool_labeler_free(&c->labeler);
   free(c->pools);
   free(c->segments);
   free(c->blocks);
@@ -261,7 +267,7 @@ void snapshot_endpoint(const endpoint_args *args, endpoint_body *out) {
   if (c.pool && !c.npools && !c.failed) {
     collected_free(&c);
     endpoint_printable(shown, sizeof shown, c.pool);
-    endpoint_bad_request(out, "bad pool '%s': no live pool has this name", shown);
+    endpoint_bad_request(out, "bad pool '%s': %s", shown, POOL_LABEL_UNKNOWN);
     return;
   }
   build b = {.failed = c.failed};

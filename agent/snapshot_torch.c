@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "endpoint.h"
+#include "pool_label.h"
 #include "exporters/torch_snapshot.h"
 #include "gpupool/agent.h"
 #include "core/errors.h"
@@ -15,7 +16,8 @@
 #include "pool/registry.h"
 
 typedef struct collection {
-  const char *pool; /* NULL: every pool */
+  const char *pool; /* a pool label (pool_label.h); NULL: every pool */
+  pool_labeler labeler;
   pool_capture *caps;
   gpupool **held; /* the pools whose slow locks are held, caps[i]'s */
   size_t n, cap;
@@ -29,10 +31,13 @@ typedef struct collection {
  * another's, copied later). */
 static void collect_pool(gpupool *p, void *arg) {
   collection *c = arg;
-  const char *name = gpupool_name(p);
-  if (c->pool && strcmp(c->pool, name ? name : "") != 0)
+  char label[POOL_LABEL_MAX];
+  int labelled = pool_labeler_next(&c->labeler, p, label) == 0;
+  if (labelled && !pool_label_selects(c->pool, label))
     return;
-  c->matched++;
+  c->matched++; /* unlabelled too: the answer is then "out of memory", not "no such pool" */
+  if (!labelled)
+    c->failed = 1;
   if (c->failed)
     return;
   if (c->n == c->cap) {
@@ -65,13 +70,15 @@ static void let_go_all(void *arg) {
 }
 
 static void collection_free(collection *c) {
+  pool_labeler_free(&c->labeler);
   for (size_t i = 0; i < c->n; i++)
     pool_capture_free(&c->caps[i]);
   free(c->caps);
   free(c->held);
 }
 
-/* The pickle of the pools named (NULL: all); NULL when out of memory. */
+/* The pickle of the pools of c->pool's label (NULL: all); NULL when out of
+ * memory. */
 static char *render(collection *c, size_t *len) {
   registry_foreach_then(collect_pool, let_go_all, c);
   if (c->failed)
@@ -96,8 +103,8 @@ gpupool_status gpupool_snapshot_write_torch(FILE *f, const char *pool) {
   collection_free(&c);
   if (pool && !matched) {
     free(data);
-    return pool_fail(GPUPOOL_ERR_INVALID,
-                     "gpupool_snapshot_write_torch: no live pool is named '%s'", pool);
+    return pool_fail(GPUPOOL_ERR_INVALID, "gpupool_snapshot_write_torch: pool '%s': %s", pool,
+                     POOL_LABEL_UNKNOWN);
   }
   if (!data)
     return pool_fail(GPUPOOL_ERR_HOST_OOM, "gpupool_snapshot_write_torch: out of host memory");
@@ -138,7 +145,7 @@ static void torch_endpoint(const endpoint_args *args, endpoint_body *out) {
   if (c.pool && !matched) {
     free(data);
     endpoint_printable(shown, sizeof shown, c.pool);
-    endpoint_bad_request(out, "bad pool '%s': no live pool has this name", shown);
+    endpoint_bad_request(out, "bad pool '%s': %s", shown, POOL_LABEL_UNKNOWN);
     return;
   }
   if (!data) {

@@ -25,7 +25,8 @@ static pthread_mutex_t table_lock = PTHREAD_MUTEX_INITIALIZER;
 
 typedef struct table_entry {
   trace_pool_info info;
-  uint64_t last_seen; /* sampling round, for eviction */
+  char label[POOL_LABEL_MAX]; /* the pool's label at its last sample */
+  uint64_t last_seen;         /* sampling round, for eviction */
   int used;
 } table_entry;
 static table_entry table[TRACE_POOL_TABLE_SIZE];
@@ -41,9 +42,9 @@ static void copy_str(char *dst, size_t size, const char *src) {
   snprintf(dst, size, "%s", src ? src : "");
 }
 
-/* Remembers (or refreshes) pool p; when the table is full, the pool seen
- * least recently is forgotten. */
-static void remember(gpupool *p, uint32_t id) {
+/* Remembers (or refreshes) pool p and its label; when the table is full,
+ * the pool seen least recently is forgotten. */
+static void remember(gpupool *p, uint32_t id, const char *label) {
   pthread_mutex_lock(&table_lock);
   table_entry *slot_for = NULL, *oldest = NULL;
   for (size_t i = 0; i < TRACE_POOL_TABLE_SIZE; i++) {
@@ -65,19 +66,28 @@ static void remember(gpupool *p, uint32_t id) {
     copy_str(slot_for->info.backend, sizeof slot_for->info.backend, gpupool_backend_name(p));
     copy_str(slot_for->info.strategy, sizeof slot_for->info.strategy, gpupool_strategy_name(p));
   }
+  if (label) /* labels change as pools of the name come and go */
+    memcpy(slot_for->label, label, sizeof slot_for->label);
   slot_for->last_seen = round_no;
   pthread_mutex_unlock(&table_lock);
 }
 
+typedef struct sample_ctx {
+  uint64_t now;
+  pool_labeler labeler;
+} sample_ctx;
+
 static void sample_pool(gpupool *p, void *arg) {
-  uint64_t now = *(const uint64_t *)arg;
+  sample_ctx *c = arg;
+  char label[POOL_LABEL_MAX];
+  int labelled = pool_labeler_next(&c->labeler, p, label) == 0;
   gpupool_stats st;
   if (gpupool_get_stats(p, &st) != GPUPOOL_OK)
     return;
   uint32_t id = pool_id(p);
-  remember(p, id);
+  remember(p, id, labelled ? label : NULL);
   counter_sample cs = {
-      .ts_ns = now,
+      .ts_ns = c->now,
       .pool_id = id,
       .device = gpupool_device(p),
       .allocated = (uint64_t)st.allocated_bytes[GPUPOOL_STAT_ALL].current,
@@ -104,8 +114,9 @@ void trace_counters_sample(void) {
   pthread_mutex_unlock(&table_lock);
   /* One timestamp per round: the samples of all pools line up in the trace,
    * and the ring stays ordered by time. */
-  uint64_t now = clock_realtime_ns();
-  registry_foreach(sample_pool, &now);
+  sample_ctx c = {.now = clock_realtime_ns()};
+  registry_foreach(sample_pool, &c);
+  pool_labeler_free(&c.labeler);
   pthread_mutex_unlock(&writer_lock);
 }
 
@@ -153,21 +164,24 @@ size_t trace_counters_capacity(void) {
   return TRACE_COUNTERS_CAPACITY;
 }
 
-size_t trace_counters_pools(trace_pool_info *out, size_t max) {
+size_t trace_counters_pools(trace_known_pool *out, size_t max) {
   size_t n = 0;
   pthread_mutex_lock(&table_lock);
   for (size_t i = 0; i < TRACE_POOL_TABLE_SIZE && n < max; i++)
-    if (table[i].used)
-      out[n++] = table[i].info;
+    if (table[i].used) {
+      out[n].info = table[i].info;
+      memcpy(out[n++].label, table[i].label, sizeof out->label);
+    }
   pthread_mutex_unlock(&table_lock);
   return n;
 }
 
-int trace_counters_knows_name(const char *name) {
+int trace_counters_knows_label(const char *label, const pool_labeler *live) {
   int found = 0;
   pthread_mutex_lock(&table_lock);
   for (size_t i = 0; i < TRACE_POOL_TABLE_SIZE && !found; i++)
-    found = table[i].used && strcmp(table[i].info.name, name) == 0;
+    found = table[i].used && strcmp(table[i].label, label) == 0 &&
+            !pool_labeler_saw(live, table[i].info.id);
   pthread_mutex_unlock(&table_lock);
   return found;
 }

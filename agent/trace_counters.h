@@ -3,14 +3,16 @@
  * call appends one sample per live pool to a bounded ring (the oldest samples
  * are overwritten and counted). Readers (trace streams) read the ring
  * lock-free with the same cursor protocol as event_ring_read. The module also
- * remembers the name and device of every pool it sampled (a bounded table),
- * so a trace can label the samples of pools destroyed since. */
+ * remembers the name, label (agent/pool_label.h) and device of every pool it
+ * sampled (a bounded table), so a trace can name and select the samples of
+ * pools destroyed since. */
 #ifndef GPUPOOL_TRACE_COUNTERS_H
 #define GPUPOOL_TRACE_COUNTERS_H
 
 #include <stddef.h>
 #include <stdint.h>
 
+#include "pool_label.h"
 #include "exporters/trace_merge.h"
 #include "exporters/trace_samples.h"
 
@@ -33,9 +35,14 @@ size_t trace_counters_capacity(void);
 /* The four above, as the trace merge reads a counter source. */
 extern const counter_ring_ops trace_counters_ring;
 
+typedef struct trace_known_pool {
+  trace_pool_info info;
+  char label[POOL_LABEL_MAX]; /* its label at its last sample */
+} trace_known_pool;
 /* Copies of the remembered pools (at most max); returns how many. */
-size_t trace_counters_pools(trace_pool_info *out, size_t max);
-/* 1 if a remembered pool has this name. */
-int trace_counters_knows_name(const char *name);
+size_t trace_counters_pools(trace_known_pool *out, size_t max);
+/* 1 if a remembered pool that `live` did not see (gone since the walk of
+ * live: its label then was current) had this label at its last sample. */
+int trace_counters_knows_label(const char *label, const pool_labeler *live);
 
 #endif

@@ -24,7 +24,12 @@ static void stream_close(void *stream) {
 void trace_endpoint(const endpoint_args *args, endpoint_body *out) {
   trace_query q;
   char err[256];
-  if (trace_query_parse(&q, args, err, sizeof err) != 0) {
+  int rc = trace_query_parse(&q, args, err, sizeof err);
+  if (rc == -2) {
+    endpoint_out_of_memory(out, "checking the pool parameter");
+    return;
+  }
+  if (rc != 0) {
     endpoint_bad_request(out, "%s", err);
     return;
   }

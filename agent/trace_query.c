@@ -7,6 +7,7 @@
 #include "core/clock.h"
 #include "core/kvconf.h"
 #include "pool/registry.h"
+#include "pool_label.h"
 #include "trace_counters.h"
 
 #define DEVICE_MAX 4095
@@ -72,22 +73,29 @@ static void quote_value(char *dst, size_t size, const char *v) {
 
 static const char *const keys[] = {"since", "until", "pool", "device", "limit", NULL};
 
-typedef struct name_search {
-  const char *name;
-  int found;
-} name_search;
+typedef struct label_search {
+  const char *label;
+  pool_labeler labeler;
+  int found, failed;
+} label_search;
 
-static void match_name(gpupool *p, void *arg) {
-  name_search *ns = arg;
-  const char *n = gpupool_name(p);
-  if (n && strcmp(n, ns->name) == 0)
-    ns->found = 1;
+static void match_label(gpupool *p, void *arg) {
+  label_search *ls = arg;
+  char label[POOL_LABEL_MAX];
+  if (pool_labeler_next(&ls->labeler, p, label) != 0)
+    ls->failed = 1;
+  else if (strcmp(label, ls->label) == 0)
+    ls->found = 1;
 }
 
-static int pool_name_known(const char *name) {
-  name_search ns = {name, 0};
-  registry_foreach(match_name, &ns);
-  return ns.found || trace_counters_knows_name(name);
+/* 1 if a live pool has this label, or a pool gone since that the trace
+ * remembers had it; -1 when out of host memory. */
+static int pool_label_known(const char *label) {
+  label_search ls = {.label = label};
+  registry_foreach(match_label, &ls);
+  int found = ls.found || (!ls.failed && trace_counters_knows_label(label, &ls.labeler));
+  pool_labeler_free(&ls.labeler);
+  return found ? 1 : ls.failed ? -1 : 0;
 }
 
 int trace_query_parse_at(trace_query *q, const endpoint_args *args, uint64_t now_ns, char *err,
@@ -135,8 +143,16 @@ int trace_query_parse_at(trace_query *q, const endpoint_args *args, uint64_t now
                TRACE_POOL_NAME_MAX - 1);
       return -1;
     }
-    if (!pool_name_known(v)) {
-      snprintf(err, errlen, "bad pool '%s': no pool has this name", shown);
+    int known = pool_label_known(v);
+    if (known < 0) {
+      snprintf(err, errlen, "out of host memory checking pool '%s'", shown);
+      return -2;
+    }
+    if (!known) {
+      snprintf(err, errlen,
+               "bad pool '%s': no pool has this name or label, live or remembered (the label "
+               "/metrics gives it: name#2, name#3, ... for pools that share a name on a device)",
+               shown);
       return -1;
     }
     strcpy(q->pool, v);

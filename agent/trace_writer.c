@@ -9,6 +9,7 @@
 
 #include "cupti.h"
 #include "metrics.h"
+#include "pool_label.h"
 #include "trace_counters.h"
 #include "gpupool/agent.h"
 #include "core/clock.h"
@@ -48,11 +49,13 @@ typedef struct gather {
   size_t npools, cap;
   ring_ref *rings;
   size_t nrings, caprings;
+  pool_labeler labeler;
   int failed;
 } gather;
 
-static int selected(const trace_query *q, const char *name, int device) {
-  return (!q->pool[0] || strcmp(q->pool, name) == 0) && (q->device < 0 || device == q->device);
+static int selected(const trace_query *q, const char *label, int device) {
+  return pool_label_selects(q->pool[0] ? q->pool : NULL, label) &&
+         (q->device < 0 || device == q->device);
 }
 
 static trace_pool *add_pool(gather *g, const trace_pool_info *info, int live) {
@@ -116,9 +119,14 @@ static void take_rings(gather *g, gpupool *p, uint32_t id) {
 
 static void gather_live(gpupool *p, void *arg) {
   gather *g = arg;
+  char label[POOL_LABEL_MAX];
+  if (pool_labeler_next(&g->labeler, p, label) != 0) {
+    g->failed = 1;
+    return;
+  }
   trace_pool_info info = {.id = pool_id(p), .device = gpupool_device(p)};
   copy_str(info.name, sizeof info.name, gpupool_name(p));
-  if (!selected(g->q, info.name, info.device))
+  if (!selected(g->q, label, info.device))
     return;
   copy_str(info.backend, sizeof info.backend, gpupool_backend_name(p));
   copy_str(info.strategy, sizeof info.strategy, gpupool_strategy_name(p));
@@ -134,21 +142,20 @@ static int by_id(const void *a, const void *b) {
 /* Live pools (with their rings) and, for their counter samples, the pools
  * the counter module remembers that are gone now. */
 static int gather_pools(trace_stream *s, gather *g) {
-  trace_pool_info *known = malloc(TRACE_POOL_TABLE_SIZE * sizeof *known);
+  trace_known_pool *known = malloc(TRACE_POOL_TABLE_SIZE * sizeof *known);
   if (!known)
     return -1;
   /* The table is copied before walking the registry: the sampler takes the
    * two locks in the order registry, table. */
   size_t nknown = trace_counters_pools(known, TRACE_POOL_TABLE_SIZE);
   registry_foreach(gather_live, g);
-  size_t nlive = g->npools;
-  for (size_t i = 0; i < nknown && !g->failed; i++) {
-    int seen = 0;
-    for (size_t j = 0; j < nlive && !seen; j++)
-      seen = g->pools[j].info.id == known[i].id;
-    if (!seen && selected(&s->q, known[i].name, known[i].device))
-      add_pool(g, &known[i], 0);
-  }
+  /* A pool gone since is selected by the label of its last sample; a live
+   * one's there may be older. */
+  for (size_t i = 0; i < nknown && !g->failed; i++)
+    if (!pool_labeler_saw(&g->labeler, known[i].info.id) &&
+        selected(&s->q, known[i].label, known[i].info.device))
+      add_pool(g, &known[i].info, 0);
+  pool_labeler_free(&g->labeler);
   free(known);
   if (g->npools)
     qsort(g->pools, g->npools, sizeof *g->pools, by_id);

@@ -21,6 +21,7 @@
 #include "gpupool/tag.h"
 #include "http.h"
 #include "labels.h"
+#include "pool_label.h"
 #include "core/clock.h"
 #include "pool/pool_view.h"
 #include "pool/registry.h"
@@ -134,7 +135,7 @@ static long parse_range(const char *s, long min, long max) {
 typedef struct pool_now {
   uint32_t id;
   int device;
-  char name[TRACE_LABEL_MAX], backend[16], strategy[16];
+  char name[TRACE_LABEL_MAX], label[POOL_LABEL_MAX], backend[16], strategy[16];
   gpupool_stats st;
   int live;
 } pool_now;
@@ -142,6 +143,7 @@ typedef struct pool_now {
 typedef struct state_ctx {
   pool_now *pools;
   size_t n;
+  pool_labeler labeler;
 } state_ctx;
 
 static void copy_name(char *dst, size_t size, const char *src) {
@@ -153,7 +155,8 @@ static void note_live(gpupool *p, void *arg) {
   if (c->n >= UI_POOLS_MAX)
     return;
   pool_now *pn = &c->pools[c->n];
-  if (gpupool_get_stats(p, &pn->st) != GPUPOOL_OK)
+  if (pool_labeler_next(&c->labeler, p, pn->label) != 0 ||
+      gpupool_get_stats(p, &pn->st) != GPUPOOL_OK)
     return;
   pn->id = pool_id(p);
   pn->device = gpupool_device(p);
@@ -208,6 +211,9 @@ static void write_pool(prom_buf *b, const pool_now *p, const counter_sample *s, 
   prom_buf_putc(b, ',');
   key(b, "name");
   json_str(b, p->name);
+  prom_buf_putc(b, ',');
+  key(b, "label");
+  json_str(b, p->label);
   prom_buf_putc(b, ',');
   key(b, "backend");
   json_str(b, p->backend);
@@ -333,8 +339,8 @@ void ui_state_json(const endpoint_args *args, endpoint_body *out) {
     endpoint_bad_request(out, "bad window: expected seconds from 10 to %d", UI_WINDOW_MAX);
     return;
   }
-  state_ctx c = {calloc(UI_POOLS_MAX, sizeof *c.pools), 0};
-  trace_pool_info *known = calloc(TRACE_POOL_TABLE_SIZE, sizeof *known);
+  state_ctx c = {.pools = calloc(UI_POOLS_MAX, sizeof *c.pools)};
+  trace_known_pool *known = calloc(TRACE_POOL_TABLE_SIZE, sizeof *known);
   counter_sample *s = malloc(TRACE_COUNTERS_CAPACITY * sizeof *s);
   prom_buf b;
   prom_buf_init(&b, 1 << 16);
@@ -350,23 +356,26 @@ void ui_state_json(const endpoint_args *args, endpoint_body *out) {
   uint64_t cursor = head > TRACE_COUNTERS_CAPACITY ? head - TRACE_COUNTERS_CAPACITY : 0;
   size_t ns = trace_counters_read(&cursor, s, TRACE_COUNTERS_CAPACITY, &skipped);
   registry_foreach(note_live, &c);
+  pool_labeler_free(&c.labeler);
   /* Pools gone since, whose samples are still in the window. */
   size_t nk = trace_counters_pools(known, TRACE_POOL_TABLE_SIZE);
   for (size_t i = 0; i < nk && c.n < UI_POOLS_MAX; i++) {
+    const trace_pool_info *k = &known[i].info;
     int live = 0, recent = 0;
     for (size_t j = 0; j < c.n && !live; j++)
-      live = c.pools[j].id == known[i].id;
+      live = c.pools[j].id == k->id;
     for (size_t j = 0; j < ns && !live && !recent; j++)
-      recent = s[j].pool_id == known[i].id && s[j].ts_ns >= since;
+      recent = s[j].pool_id == k->id && s[j].ts_ns >= since;
     if (!recent)
       continue;
     pool_now *pn = &c.pools[c.n++];
     memset(pn, 0, sizeof *pn);
-    pn->id = known[i].id;
-    pn->device = known[i].device;
-    copy_name(pn->name, sizeof pn->name, known[i].name);
-    copy_name(pn->backend, sizeof pn->backend, known[i].backend);
-    copy_name(pn->strategy, sizeof pn->strategy, known[i].strategy);
+    pn->id = k->id;
+    pn->device = k->device;
+    copy_name(pn->name, sizeof pn->name, k->name);
+    copy_name(pn->label, sizeof pn->label, known[i].label);
+    copy_name(pn->backend, sizeof pn->backend, k->backend);
+    copy_name(pn->strategy, sizeof pn->strategy, k->strategy);
   }
   char host[256];
   metrics_hostname(host, sizeof host); /* the hostname option, as /metrics */

@@ -129,10 +129,10 @@ function renderState(st) {
   const live = st.pools.filter((p) => p.live);
   $("no-pools").hidden = st.pools.length > 0;
   for (const p of st.pools) {
-    const tr = el("tr", { "data-pool": p.name, "data-pool-id": String(p.id) });
+    const tr = el("tr", { "data-pool": p.label, "data-pool-id": String(p.id) });
     if (!p.live) tr.className = "gone";
     if (p.id === selectedPool) tr.classList.add("selected");
-    tr.append(el("td", {}, p.name + (p.live ? "" : " (gone)")), el("td", {}, String(p.device)));
+    tr.append(el("td", {}, p.label + (p.live ? "" : " (gone)")), el("td", {}, String(p.device)));
     tr.append(el("td", {}, p.backend + " / " + p.strategy));
     if (p.live) {
       const cells = [
@@ -163,11 +163,11 @@ function renderState(st) {
   const sel = $("map-pool");
   const ids = live.map((p) => String(p.id)).join(",");
   if (sel.dataset.ids !== ids) {
-    sel.replaceChildren(...live.map((p) => el("option", { value: String(p.id) }, p.name + " (device " + p.device + ")")));
+    sel.replaceChildren(...live.map((p) => el("option", { value: String(p.id) }, p.label + " (device " + p.device + ")")));
     sel.dataset.ids = ids;
   }
   if (wantPoolName !== null) {
-    const p = live.find((q) => q.name === wantPoolName);
+    const p = live.find((q) => q.label === wantPoolName); // ?pool= names a pool as /metrics labels it
     if (p) {
       wantPoolName = null;
       selectPool(p.id);
@@ -262,7 +262,7 @@ function renderCharts(st) {
     const free = s.reserved.map((r, i) => r - s.allocated[i]);
     const dev = s.from_device.map((v, i) => (i ? v - s.from_device[i - 1] : 0));
     const n = dev.reduce((a, b) => a + b, 0);
-    const cv = chartCanvas("pool-" + p.id, p.name + " · device " + p.device + (p.live ? "" : " (gone)") + " · " + n + " from device in window");
+    const cv = chartCanvas("pool-" + p.id, p.label + " · device " + p.device + (p.live ? "" : " (gone)") + " · " + n + " from device in window");
     drawLines(
       cv,
       s.t,

@@ -69,13 +69,15 @@ gpupool_status gpupool_trace_write(FILE *f);
 gpupool_status gpupool_trace_event_counts(gpupool *pool, uint64_t *recorded, uint64_t *dropped);
 
 /* Write PyTorch's memory snapshot of the live pools (every pool when pool is
- * NULL, else the pools of that name) to f as a pickle that
- * torch.cuda._memory_viz and the memory_viz page read: segments and blocks
- * now, and device_traces from the event rings (empty while the agent does
- * not record events), and flush f. No agent needed. GPUPOOL_ERR_INVALID when
- * f is NULL or no pool has that name (nothing written); GPUPOOL_ERR_BACKEND
- * when a write or the flush fails, with the system's reason in
- * gpupool_last_error(), as gpupool_trace_write. See docs/oom.md. */
+ * NULL, else the pools whose `pool` metrics label it is: the name, or
+ * "name#2", "name#3", ... for the later pools of a name on one device) to f
+ * as a pickle that torch.cuda._memory_viz and the memory_viz page read:
+ * segments and blocks now, and device_traces from the event rings (empty
+ * while the agent does not record events), and flush f. No agent needed.
+ * GPUPOOL_ERR_INVALID when f is NULL or no pool has that label (nothing
+ * written); GPUPOOL_ERR_BACKEND when a write or the flush fails, with the
+ * system's reason in gpupool_last_error(), as gpupool_trace_write. See
+ * docs/oom.md. */
 gpupool_status gpupool_snapshot_write_torch(FILE *f, const char *pool);
 
 /* Hand CUPTI over to another tool (PyTorch's profiler, Nsight) mid-run:

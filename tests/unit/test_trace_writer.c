@@ -348,6 +348,37 @@ Test(trace_writer, pools_with_the_same_name_get_distinct_tracks) {
   gpupool_destroy(b);
 }
 
+/* pool= takes the labels /metrics gives pools that share a name ("dup",
+ * "dup#2"); a destroyed pool is selected by its label at its last sample, a
+ * live one by its label now, whatever label the table still has for it. */
+Test(trace_writer, pool_filter_takes_the_metrics_label) {
+  init_events(1024);
+  gpupool *a = host_pool("dup", 0, 64 * MiB), *b = host_pool("dup", 0, 64 * MiB);
+  pc_must_malloc(a, 4096, NULL);
+  for (int i = 0; i < 2; i++)
+    pc_must_malloc(b, 4096, NULL);
+  sample_apart();
+  const char *first[] = {"pool=dup"}, *second[] = {"pool=dup#2"};
+  cJSON *root = read_checked(second, 1);
+  cr_expect_eq(trace_count(root, "b", NULL), 2, "the second dup's allocations");
+  cJSON_Delete(root);
+  root = read_checked(first, 1);
+  cr_expect_eq(trace_count(root, "b", NULL), 1, "the first dup's allocation");
+  cJSON_Delete(root);
+
+  char track[64];
+  snprintf(track, sizeof track, "pool dup#%u memory", pool_id(a));
+  gpupool_destroy(a); /* b is "dup" now; the table still says "dup#2" */
+  root = read_checked(first, 1);
+  cr_expect_gt(trace_count(root, "C", track), 0, "the destroyed dup's samples");
+  cr_expect_eq(trace_count(root, "b", NULL), 2, "the allocations of b, now dup");
+  cJSON_Delete(root);
+  cr_expect_null(trace_read_query(second, 1, 4096), "no pool is dup#2 any more");
+  sample_apart();
+  cr_expect_null(trace_read_query(second, 1, 4096), "nor after a sample");
+  gpupool_destroy(b);
+}
+
 Test(trace_writer, device_filter_selects_one_device) {
   init_events(1024);
   gpupool *a = host_pool("zero", 0, 64 * MiB), *b = host_pool("one", 1, 64 * MiB);

@@ -1,0 +1,188 @@
+/* The pool= parameter of every endpoint takes the `pool` label /metrics
+ * writes, through a real socket: with two pools named alike on one device
+ * (labelled "bfc" and "bfc#2") and a third on another device ("bfc" again),
+ * each label selects exactly its own pools' events, blocks and advice, and
+ * a label no pool has is a 400 (destroyed pools: test_trace_writer.c). */
+#include <cjson/cJSON.h>
+#include <criterion/criterion.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "agent/trace_counters.h"
+#include "gpupool/agent.h"
+#include "gpupool/host.h"
+#include "helpers/http_client.h"
+#include "helpers/metrics_text.h"
+#include "helpers/pool_check.h"
+#include "helpers/trace_check.h"
+#include "pool/pool_view.h"
+
+#define MiB ((size_t)1 << 20)
+
+/* first, second: "bfc" on device 0 (1 and 2 allocations); other: "bfc" on
+ * device 1 (3 allocations). */
+static gpupool *first, *second, *other;
+
+static gpupool *host_pool(const char *name, int device, int allocations) {
+  gpupool_options o = {.name = name,
+                       .device = device,
+                       .backend = GPUPOOL_BACKEND_HOST,
+                       .host_capacity = 64 * MiB,
+                       .ignore_env = 1};
+  gpupool *p;
+  cr_assert_eq(gpupool_create(&o, &p), GPUPOOL_OK, "%s", gpupool_last_error());
+  for (int i = 0; i < allocations; i++)
+    pc_must_malloc(p, 4096, NULL);
+  return p;
+}
+
+static void setup(void) {
+  gpupool_agent_options o = {
+      .listen = "127.0.0.1:0", .cupti = GPUPOOL_CUPTI_OFF, .trace_events = 1024, .ignore_env = 1};
+  cr_assert_eq(gpupool_agent_start(&o), GPUPOOL_OK, "%s", gpupool_last_error());
+  first = host_pool("bfc", 0, 1);
+  second = host_pool("bfc", 0, 2);
+  other = host_pool("bfc", 1, 3);
+  trace_counters_sample(); /* every pool in the trace's table, with its label */
+}
+
+static void teardown(void) {
+  gpupool_agent_stop();
+  gpupool_destroy(first);
+  gpupool_destroy(second);
+  gpupool_destroy(other);
+}
+
+TestSuite(agent_pool_label, .init = setup, .fini = teardown);
+
+static http_response get(const char *target) {
+  http_response r;
+  cr_assert_eq(http_request("127.0.0.1", gpupool_agent_port(), "GET", target, NULL, &r), 0,
+               "GET %s: no complete answer", target);
+  return r;
+}
+
+/* The JSON of a 200 answer; the caller deletes it. */
+static cJSON *get_json(const char *target) {
+  http_response r = get(target);
+  cr_assert_eq(r.status, 200, "GET %s: %d %s", target, r.status, r.body);
+  cJSON *root = cJSON_Parse(r.body);
+  cr_assert_not_null(root, "GET %s: not JSON: %.200s", target, r.body);
+  http_response_free(&r);
+  return root;
+}
+
+static int status_of(const char *target) {
+  http_response r = get(target);
+  int status = r.status;
+  http_response_free(&r);
+  return status;
+}
+
+/* The ids of /snapshot's pools, as a bit set (ids are small here). */
+static unsigned snapshot_ids(const char *target) {
+  cJSON *root = get_json(target);
+  unsigned ids = 0;
+  const cJSON *p;
+  cJSON_ArrayForEach(p, cJSON_GetObjectItem(root, "pools")) {
+    unsigned id = (unsigned)cJSON_GetObjectItem(p, "id")->valuedouble;
+    cr_assert_lt(id, 32u);
+    ids |= 1u << id;
+  }
+  cJSON_Delete(root);
+  return ids;
+}
+
+static unsigned bit(gpupool *p) {
+  cr_assert_lt(pool_id(p), 32u);
+  return 1u << pool_id(p);
+}
+
+Test(agent_pool_label, metrics_shows_the_labels_the_parameter_takes) {
+  http_response r = get("/metrics");
+  cr_assert_eq(r.status, 200);
+  const char *second_on_0[] = {"device=\"0\"", "pool=\"bfc#2\"", "state=\"allocated\"", NULL};
+  const char *first_on_0[] = {"device=\"0\"", "pool=\"bfc\"", "state=\"allocated\"", NULL};
+  const char *on_1[] = {"device=\"1\"", "pool=\"bfc\"", "state=\"allocated\"", NULL};
+  double v;
+  cr_assert_eq(metrics_value(r.body, "gpupool_blocks", second_on_0, &v), 0);
+  cr_expect_eq(v, 2);
+  cr_assert_eq(metrics_value(r.body, "gpupool_blocks", first_on_0, &v), 0);
+  cr_expect_eq(v, 1);
+  cr_assert_eq(metrics_value(r.body, "gpupool_blocks", on_1, &v), 0);
+  cr_expect_eq(v, 3);
+  http_response_free(&r);
+}
+
+Test(agent_pool_label, snapshot_selects_the_pools_of_the_label) {
+  cr_expect_eq(snapshot_ids("/snapshot?pool=bfc%232"), bit(second));
+  cr_expect_eq(snapshot_ids("/snapshot?pool=bfc"), bit(first) | bit(other), "one per device");
+  cr_expect_eq(snapshot_ids("/snapshot"), bit(first) | bit(second) | bit(other));
+  cr_expect_eq(status_of("/snapshot?pool=bfc%233"), 400);
+  cr_expect_eq(status_of("/snapshot?format=torch&pool=bfc%232"), 200);
+  cr_expect_eq(status_of("/snapshot?format=torch&pool=bfc%233"), 400);
+}
+
+/* Allocation events ("b") of the trace of target. */
+static int trace_allocations(const char *target) {
+  cJSON *root = get_json(target);
+  char why[512];
+  cr_assert_eq(trace_check_format(root, why, sizeof why), 0, "%s: %s", target, why);
+  int n = trace_count(root, "b", NULL);
+  cJSON_Delete(root);
+  return n;
+}
+
+Test(agent_pool_label, trace_selects_the_pools_of_the_label) {
+  cr_expect_eq(trace_allocations("/trace?pool=bfc%232"), 2);
+  cr_expect_eq(trace_allocations("/trace?pool=bfc"), 1 + 3, "one per device");
+  cr_expect_eq(trace_allocations("/trace?pool=bfc&device=0"), 1);
+  cr_expect_eq(status_of("/trace?pool=bfc%233"), 400);
+}
+
+/* The advice of each pool= value: its pools' devices (a bit set) and the
+ * events of the entry on device 0 (-1: none). */
+static void advice_of(const char *target, unsigned *devices, double *events_on_0) {
+  cJSON *root = get_json(target);
+  *devices = 0;
+  *events_on_0 = -1;
+  const cJSON *p;
+  cJSON_ArrayForEach(p, cJSON_GetObjectItem(root, "pools")) {
+    int device = (int)cJSON_GetObjectItem(p, "device")->valuedouble;
+    *devices |= 1u << device;
+    const cJSON *input = cJSON_GetObjectItem(p, "input");
+    cr_assert_not_null(input, "%s: no input (error: %s)", target,
+                       cJSON_GetStringValue(cJSON_GetObjectItem(p, "error")));
+    if (device == 0)
+      *events_on_0 = cJSON_GetObjectItem(input, "events")->valuedouble;
+  }
+  cJSON_Delete(root);
+}
+
+Test(agent_pool_label, advice_selects_the_pools_of_the_label) {
+  unsigned devices;
+  double first_events, second_events;
+  advice_of("/advice?pool=bfc", &devices, &first_events);
+  cr_expect_eq(devices, 3u, "one pool per device");
+  advice_of("/advice?pool=bfc%232", &devices, &second_events);
+  cr_expect_eq(devices, 1u, "the second bfc only");
+  cr_expect_gt(second_events, first_events, "its own history: one allocation more");
+  cr_expect_eq(status_of("/advice?pool=bfc%233"), 400);
+}
+
+Test(agent_pool_label, ui_state_gives_each_pool_its_label) {
+  cJSON *root = get_json("/ui/state.json");
+  int seen = 0;
+  const cJSON *p;
+  cJSON_ArrayForEach(p, cJSON_GetObjectItem(root, "pools")) {
+    unsigned id = (unsigned)cJSON_GetObjectItem(p, "id")->valuedouble;
+    const char *label = cJSON_GetStringValue(cJSON_GetObjectItem(p, "label"));
+    cr_assert_not_null(label, "pool %u has no label", id);
+    cr_expect_str_eq(cJSON_GetStringValue(cJSON_GetObjectItem(p, "name")), "bfc");
+    cr_expect_str_eq(label, id == pool_id(second) ? "bfc#2" : "bfc", "pool %u", id);
+    seen++;
+  }
+  cr_expect_eq(seen, 3);
+  cJSON_Delete(root);
+}
