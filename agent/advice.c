@@ -23,7 +23,7 @@
 #define MAX_RINGS           1024
 
 typedef struct taken_pool {
-  char name[128];
+  char name[128]; /* the pool's label (pool_label.h) */
   int device;
   char conf[256];
   uint64_t device_bytes; /* the pool's device, 0 when it has not asked */
@@ -92,7 +92,7 @@ static void take_pool(gpupool *p, void *arg) {
     free(t->rings);
     return;
   }
-  snprintf(t->name, sizeof t->name, "%s", gpupool_name(p));
+  snprintf(t->name, sizeof t->name, "%s", label); /* as /metrics: the gauges' pool label */
   t->device = gpupool_device(p);
   t->device_bytes = segment_device_total_known(p);
   advisor_conf_of_pool(p, t->conf, sizeof t->conf);

@@ -9,7 +9,7 @@
 #define ADVICE_MAX_POOLS 16
 
 typedef struct advice_pool_summary {
-  char pool[128];
+  char pool[128]; /* the `pool` label of the pool's other series */
   int device;
   uint64_t events;
   uint64_t current_peak_reserved, recommended_peak_reserved;

@@ -171,6 +171,30 @@ Test(agent_pool_label, advice_selects_the_pools_of_the_label) {
   cr_expect_eq(status_of("/advice?pool=bfc%233"), 400);
 }
 
+/* /advice names each pool by its label, and so do its gauges in /metrics:
+ * two pools of one name on a device are two series, not one label set
+ * twice. */
+Test(agent_pool_label, advice_gauges_carry_the_label) {
+  cJSON *root = get_json("/advice");
+  const cJSON *p;
+  int seconds = 0;
+  cJSON_ArrayForEach(p, cJSON_GetObjectItem(root, "pools")) {
+    const char *pool = cJSON_GetStringValue(cJSON_GetObjectItem(p, "pool"));
+    int device = (int)cJSON_GetObjectItem(p, "device")->valuedouble;
+    cr_assert_not_null(pool);
+    seconds += strcmp(pool, "bfc#2") == 0 && device == 0;
+  }
+  cr_expect_eq(seconds, 1, "/advice names the second bfc bfc#2");
+  cJSON_Delete(root);
+  http_response r = get("/metrics");
+  cr_assert_eq(r.status, 200);
+  const char *first_on_0[] = {"device=\"0\"", "pool=\"bfc\"", NULL};
+  const char *second_on_0[] = {"device=\"0\"", "pool=\"bfc#2\"", NULL};
+  cr_expect_eq(metrics_count(r.body, "gpupool_advice_input_events", first_on_0), 1);
+  cr_expect_eq(metrics_count(r.body, "gpupool_advice_input_events", second_on_0), 1);
+  http_response_free(&r);
+}
+
 Test(agent_pool_label, ui_state_gives_each_pool_its_label) {
   cJSON *root = get_json("/ui/state.json");
   int seen = 0;
