@@ -424,7 +424,6 @@ gpupool_status gpupool_advise(const gpupool_history *h, const gpupool_advice_opt
   gpupool_advice_candidate *fit = realloc(a->c, a->n * sizeof *a->c); /* give back the rest */
   if (fit)
     a->c = fit;
-  pool_clear_error();
   *out = a;
   return GPUPOOL_OK;
 }

@@ -57,16 +57,9 @@ static void pool_free_state(gpupool *p, uint64_t *allocated, uint64_t *largest) 
   }
 }
 
-gpupool_status replay_run(const gpupool_history *h, const char *conf, uint64_t capacity,
-                          int stop_at_oom, gpupool_replay_result *out) {
-  char err[320];
-  memset(out, 0, sizeof *out);
-  if (!h)
-    return pool_fail(GPUPOOL_ERR_INVALID, "gpupool_replay: no history");
-  if (capacity == 0)
-    return pool_fail(GPUPOOL_ERR_INVALID, "gpupool_replay: capacity 0");
-  if (replay_conf_check(conf, err, sizeof err))
-    return pool_fail(GPUPOOL_ERR_INVALID, "%s", err);
+/* replay_run once its arguments are checked. */
+static gpupool_status replay(const gpupool_history *h, const char *conf, uint64_t capacity,
+                             int stop_at_oom, gpupool_replay_result *out) {
   gpupool_options o = {.name = "replay",
                        .backend = GPUPOOL_BACKEND_SIM,
                        .tunables = conf,
@@ -148,8 +141,23 @@ done:
   out->sync_events = s.num_sync_events;
   free(live);
   gpupool_destroy(p);
-  pool_clear_error();
   return GPUPOOL_OK;
+}
+
+gpupool_status replay_run(const gpupool_history *h, const char *conf, uint64_t capacity,
+                          int stop_at_oom, gpupool_replay_result *out) {
+  char err[320];
+  memset(out, 0, sizeof *out);
+  if (!h)
+    return pool_fail(GPUPOOL_ERR_INVALID, "gpupool_replay: no history");
+  if (capacity == 0)
+    return pool_fail(GPUPOOL_ERR_INVALID, "gpupool_replay: capacity 0");
+  if (replay_conf_check(conf, err, sizeof err))
+    return pool_fail(GPUPOOL_ERR_INVALID, "%s", err);
+  /* The replay's OOMs are its results, not failures of the call. */
+  pool_error_scope scope;
+  pool_error_scope_enter(&scope);
+  return pool_error_scope_leave(&scope, replay(h, conf, capacity, stop_at_oom, out));
 }
 
 gpupool_status gpupool_replay(const gpupool_history *h, const char *conf, uint64_t capacity,

@@ -3,9 +3,11 @@
 
 #include <stdarg.h>
 #include <stdio.h>
+#include <string.h>
 #include "core/c_numeric.h"
 
-static _Thread_local char last_error[1280]; /* an OOM explains itself at length */
+static _Thread_local char last_error[POOL_ERROR_MAX];
+static _Thread_local pool_error_scope *innermost; /* of this thread's open scopes */
 
 const char *gpupool_status_string(gpupool_status s) {
   switch (s) {
@@ -29,7 +31,18 @@ const char *gpupool_last_error(void) {
   return last_error;
 }
 
+/* Before last_error is overwritten: every open scope that has not saved the
+ * text yet saves it now. A scope that has saved it saved it before any
+ * scope inside it was entered, so the walk stops there. */
+static void save_for_scopes(void) {
+  for (pool_error_scope *s = innermost; s && !s->saved; s = s->outer) {
+    memcpy(s->text, last_error, strlen(last_error) + 1);
+    s->saved = 1;
+  }
+}
+
 gpupool_status pool_fail(gpupool_status s, const char *fmt, ...) {
+  save_for_scopes();
   va_list ap;
   va_start(ap, fmt);
   locale_t old = c_numeric_enter();
@@ -39,6 +52,15 @@ gpupool_status pool_fail(gpupool_status s, const char *fmt, ...) {
   return s;
 }
 
-void pool_clear_error(void) {
-  last_error[0] = '\0';
+void pool_error_scope_enter(pool_error_scope *s) {
+  s->outer = innermost;
+  s->saved = 0;
+  innermost = s;
+}
+
+gpupool_status pool_error_scope_leave(pool_error_scope *s, gpupool_status st) {
+  innermost = s->outer;
+  if (st == GPUPOOL_OK && s->saved)
+    memcpy(last_error, s->text, strlen(s->text) + 1);
+  return st;
 }

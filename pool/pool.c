@@ -90,7 +90,6 @@ gpupool_status gpupool_create(const gpupool_options *opt, gpupool **out) {
   pthread_mutex_init(&p->peak_lock, NULL);
   if (!backend_is_sim(be)) /* a replay's pool: private to the advisor */
     registry_add(p);
-  pool_clear_error();
   *out = p;
   return GPUPOOL_OK;
 }
@@ -147,9 +146,14 @@ static void note_peaks(gpupool *p, const thread_hint *me, const shard *fresh) {
   stats_note_peaks(p, fresh);
 }
 
-/* No cached block was ready: the slow path, under the slow lock. */
+/* No cached block was ready: the slow path, under the slow lock. Its device
+ * calls may fail and be recovered from (a retry after emptying the cache,
+ * pages moved when none could be created): only a failure of the whole
+ * request is the caller's, in gpupool_last_error() (errors.h). */
 static gpupool_status malloc_slow(gpupool *p, shard *sh, size_t rounded, size_t size, block **out) {
   int to_device;
+  pool_error_scope scope;
+  pool_error_scope_enter(&scope);
   pthread_mutex_lock(&p->slow_lock);
   gpupool_status st = reclaim_malloc(p, sh, rounded, size, out, &to_device);
   pthread_mutex_unlock(&p->slow_lock);
@@ -157,7 +161,7 @@ static gpupool_status malloc_slow(gpupool *p, shard *sh, size_t rounded, size_t 
     pool_oom_deliver(); /* the report, its observer and the explanation in last_error */
   if (to_device && !backend_is_sim(p->be)) /* segments or pages changed (also on failure) */
     registry_notify_segment_change(p);
-  return st;
+  return pool_error_scope_leave(&scope, st);
 }
 
 /* gpupool_malloc and pool_malloc_block: the block serving a request of size

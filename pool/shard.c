@@ -5,6 +5,7 @@
 
 #include "core/assert.h"
 #include "core/clock.h"
+#include "core/errors.h"
 #include "free_index.h"
 #include "sizeclass.h"
 
@@ -701,6 +702,8 @@ static int events_complete(gpupool *p, block *b) {
 static unsigned record_uses(shard *sh, block *b) {
   backend *be = sh->pool->be;
   unsigned pending = 0;
+  pool_error_scope scope; /* the free succeeds all the same: no failure of the caller's */
+  pool_error_scope_enter(&scope);
   for (unsigned i = 0; i < b->nstreams; i++) {
     void *ev = NULL;
     if (be->ops->event_record(be, b->streams[i], &ev) != GPUPOOL_OK)
@@ -708,6 +711,7 @@ static unsigned record_uses(shard *sh, block *b) {
     b->streams[i] = ev;
     pending += ev != NULL;
   }
+  pool_error_scope_leave(&scope, GPUPOOL_OK);
   sh->st.sync_events += pending;
   return pending;
 }

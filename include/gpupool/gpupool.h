@@ -147,7 +147,10 @@ void gpupool_reset_peak_stats(gpupool *p);
 void gpupool_reset_accumulated_stats(gpupool *p);
 
 const char *gpupool_status_string(gpupool_status s);
-/* The reason for the last failure on this thread ("" if none). */
+/* The reason for the last failure on this thread ("" if none). As errno, a
+ * call that succeeds leaves it as it was, also when it recovered on its way
+ * from a failure of its own (a device allocation retried after emptying the
+ * cache, a replay's OOMs): only a failure the caller sees sets it. */
 const char *gpupool_last_error(void);
 
 const char *gpupool_name(const gpupool *p);
