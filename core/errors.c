@@ -42,13 +42,18 @@ static void save_for_scopes(void) {
 }
 
 gpupool_status pool_fail(gpupool_status s, const char *fmt, ...) {
-  save_for_scopes();
+  /* Formatted apart first: an argument may be gpupool_last_error() itself
+   * (a reason that quotes the one before it), which vsnprintf into
+   * last_error would overwrite as it reads it. */
+  char text[POOL_ERROR_MAX];
   va_list ap;
   va_start(ap, fmt);
   locale_t old = c_numeric_enter();
-  vsnprintf(last_error, sizeof last_error, fmt, ap);
+  vsnprintf(text, sizeof text, fmt, ap);
   c_numeric_leave(old);
   va_end(ap);
+  save_for_scopes();
+  memcpy(last_error, text, strlen(text) + 1);
   return s;
 }
 

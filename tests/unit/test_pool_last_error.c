@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "gpupool/advisor.h"
+#include "core/errors.h"
 #include "gpupool/host.h"
 #include "helpers/pool_check.h"
 #include "pool/backend_host_testing.h"
@@ -166,3 +167,12 @@ Test(pool_last_error, a_failure_after_a_recovery_is_reported) {
   gpupool_destroy(p);
 }
 
+/* A reason may quote the one before it, as gpupool_share_import quotes why
+ * backend cuda is not available. */
+Test(pool_last_error, a_reason_may_quote_the_last_one) {
+  pool_fail(GPUPOOL_ERR_UNSUPPORTED, "backend cuda: gpupool was built without CUDA");
+  pool_fail(GPUPOOL_ERR_UNSUPPORTED, "import: backend cuda is not available here: %s",
+            gpupool_last_error());
+  cr_expect_str_eq(gpupool_last_error(), "import: backend cuda is not available here: backend "
+                                         "cuda: gpupool was built without CUDA");
+}
