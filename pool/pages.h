@@ -140,7 +140,8 @@ typedef struct pages_work {
 } pages_work;
 
 /* A vmm segment of size bytes (a multiple of the page size): address space
- * only, no page mapped. */
+ * only, no page mapped; GPUPOOL_ERR_OOM when the backend has no address
+ * range that large left (no memory is taken here). */
 gpupool_status pages_segment_create(gpupool *p, size_t size, int large, segment **out);
 /* Unmaps and releases every page of seg (out of its shard, or never in
  * one) and frees its address range and the struct (not its blocks); returns

@@ -201,6 +201,35 @@ static gpupool_status out_of_memory(gpupool *p, shard *sh, size_t rounded, size_
                    (long long)(reserved - allocated), largest);
 }
 
+/* The final failure of an expandable pool that could not reserve a new
+ * address range of `range` bytes: the process's virtual address space ran
+ * out (each stream's range is as large as the device), not the device's
+ * memory. GPUPOOL_ERR_OOM, the status of an allocation that finds no memory
+ * after the retry, but not a device OOM: not in num_ooms, and no OOM event
+ * or report, whose account of the device's memory and remedies would
+ * mislead (docs/pool.md, "Expandable segments"). */
+static gpupool_status out_of_address_space(gpupool *p, shard *sh, size_t range, size_t requested) {
+  size_t ranges = 0, bytes = 0;
+  for (shard *s = atomic_load(&p->shards); s; s = s->next_shard) {
+    spin_lock(&s->lock);
+    for (const segment *seg = s->segments; seg; seg = seg->next)
+      if (seg->pages) {
+        ranges++;
+        bytes += seg->size;
+      }
+    spin_unlock(&s->lock);
+  }
+  return pool_fail(GPUPOOL_ERR_OOM,
+                   "pool '%s': out of virtual address space, not of device memory: allocating "
+                   "%zu bytes on stream %p needs a new address range of %zu bytes, which could "
+                   "not be reserved, also after the cache was emptied (%s). The pool holds %zu "
+                   "ranges, %zu bytes of address space (streams: %u): expandable_segments "
+                   "reserves a range as large as the device per stream; use fewer streams per "
+                   "pool, or expandable_segments:False",
+                   p->cfg.name, requested, sh->stream, range, gpupool_last_error(), ranges, bytes,
+                   (unsigned)atomic_load(&p->nshards));
+}
+
 /* Maps the missing pages under b, claimed by the caller (shard_claim) with
  * sh's lock, which is not held here: no device call happens under it. Then
  * hands b out, or returns it to the free blocks when that failed. */
@@ -219,11 +248,13 @@ static gpupool_status back_claimed(gpupool *p, shard *sh, block *b, size_t reque
 }
 
 /* One try at serving a request on sh: a cached block (mapping its pages
- * first if it is in a vmm segment), else a new segment. */
+ * first if it is in a vmm segment), else a new segment. *unreserved: as
+ * segment_create's. */
 static gpupool_status attempt(gpupool *p, shard *sh, size_t rounded, size_t requested, block **out,
-                              int *to_device) {
+                              int *to_device, size_t *unreserved) {
   int large = size_is_large(rounded);
   gpupool_status st = GPUPOOL_OK;
+  *unreserved = 0;
   spin_lock(&sh->lock);
   if (sh->pending)
     shard_poll_pending(sh);
@@ -254,7 +285,7 @@ static gpupool_status attempt(gpupool *p, shard *sh, size_t rounded, size_t requ
   if (p->cfg.reserve_percent > 0)
     keep_reserve(p, segsize);
   segment *seg = NULL;
-  if ((st = segment_create(p, sh, segsize, large, &seg)) != GPUPOOL_OK)
+  if ((st = segment_create(p, sh, segsize, large, &seg, unreserved)) != GPUPOOL_OK)
     return st;
   spin_lock(&sh->lock);
   shard_add_segment(sh, seg);
@@ -281,16 +312,20 @@ gpupool_status reclaim_malloc(gpupool *p, shard *sh, size_t rounded, size_t requ
      * 4 s on an 80 GB H100 that way). */
     return out_of_memory(p, sh, rounded, size_segment(&p->cfg, rounded), requested);
   }
-  gpupool_status st = attempt(p, sh, rounded, requested, out, to_device);
+  size_t unreserved = 0;
+  gpupool_status st = attempt(p, sh, rounded, requested, out, to_device, &unreserved);
   if (st == GPUPOOL_ERR_OOM) {
     /* Wait for the device, finish every deferred free, return all cached
-     * segments and idle pages, then try once more. */
+     * segments (their address ranges too) and idle pages, then try once
+     * more. */
     p->be->ops->synchronize(p->be);
     reclaim_poll_all(p);
     reclaim_release_cached(p, 0);
     POOL_COUNT(p, p->c.alloc_retries++);
-    st = attempt(p, sh, rounded, requested, out, to_device);
+    st = attempt(p, sh, rounded, requested, out, to_device, &unreserved);
   }
+  if (st == GPUPOOL_ERR_OOM && unreserved)
+    return out_of_address_space(p, sh, unreserved, requested);
   size_t segsize = size_segment(&p->cfg, rounded);
   if (st == GPUPOOL_ERR_OOM)
     return out_of_memory(p, sh, rounded, segsize, requested);

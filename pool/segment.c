@@ -72,13 +72,18 @@ static size_t vmm_range(gpupool *p, size_t size) {
 /* A new segment of size bytes for shard sh: device memory, or for a large
  * segment of an expandable pool, address space whose pages are mapped as
  * blocks need them (vmm_range). Not yet in the shard. */
-gpupool_status segment_create(gpupool *p, shard *sh, size_t size, int large, segment **out) {
+gpupool_status segment_create(gpupool *p, shard *sh, size_t size, int large, segment **out,
+                              size_t *unreserved) {
   segment *seg = NULL;
   uint64_t dur = 0;
+  *unreserved = 0;
   if (p->cfg.expandable) { /* a small segment: a range of one page */
+    size_t range = large ? vmm_range(p, size) : size;
     uint64_t t0 = clock_monotonic_ns();
-    gpupool_status st = pages_segment_create(p, large ? vmm_range(p, size) : size, large, &seg);
+    gpupool_status st = pages_segment_create(p, range, large, &seg);
     dur = clock_monotonic_ns() - t0;
+    if (st == GPUPOOL_ERR_OOM)
+      *unreserved = range;
     if (st != GPUPOOL_OK)
       return st;
   } else {

@@ -17,8 +17,11 @@ size_t segment_device_total(gpupool *p);
  * call, from any thread (the agent's advice sizes its replays with it). */
 size_t segment_device_total_known(const gpupool *p);
 /* A new segment of size bytes for shard sh, as one free block; not yet in
- * the shard (shard_add_segment). */
-gpupool_status segment_create(gpupool *p, shard *sh, size_t size, int large, segment **out);
+ * the shard (shard_add_segment). *unreserved: on GPUPOOL_ERR_OOM from an
+ * expandable pool, the bytes of the address range that could not be
+ * reserved (the address space ran out, not the device); else 0. */
+gpupool_status segment_create(gpupool *p, shard *sh, size_t size, int large, segment **out,
+                              size_t *unreserved);
 /* Returns a segment's memory to the device and frees the struct (not its
  * blocks); for shard_destroy and segment_create's failure. No event. */
 void segment_free_memory(gpupool *p, segment *seg);

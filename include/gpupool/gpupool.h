@@ -21,7 +21,11 @@ typedef struct gpupool gpupool;
 typedef enum {
   GPUPOOL_OK = 0,
   /* The device (or simulated device) is out of memory, after the pool
-   * returned its cached memory and retried (counted in num_ooms). */
+   * returned its cached memory and retried (counted in num_ooms). Also an
+   * expandable pool that cannot reserve a stream's address range, the
+   * process's virtual address space spent (each range is as large as the
+   * device): its gpupool_last_error() says so, and it is no device OOM, not
+   * counted in num_ooms and without an OOM report (docs/pool.md). */
   GPUPOOL_ERR_OOM,
   /* A bad argument or configuration: size 0, a foreign pointer, a double
    * free, an unknown key or a bad value, a call in the wrong state. */
@@ -95,7 +99,7 @@ typedef struct gpupool_stats {
   gpupool_stat inactive_split_bytes[GPUPOOL_STAT_TYPES];
   gpupool_stat requested_bytes[GPUPOOL_STAT_TYPES];
   uint64_t num_alloc_retries;   /* device allocation retried after freeing cache */
-  uint64_t num_ooms;            /* allocations that failed with GPUPOOL_ERR_OOM */
+  uint64_t num_ooms;            /* allocations that failed for want of device memory */
   uint64_t num_device_alloc;    /* segments allocated from the device (pages: expandable) */
   uint64_t num_device_free;     /* segments returned to the device (pages: expandable) */
   uint64_t num_cache_hits;      /* allocations served without a device call */

@@ -4,10 +4,12 @@
  * mapped. Exact page counts after known sequences. */
 #include <criterion/criterion.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "gpupool/host.h"
 #include "helpers/pool_check.h"
+#include "pool/oom_report.h"
 #include "pool/pool_view.h"
 
 #define MiB  PC_MiB
@@ -646,4 +648,59 @@ Test(pool_expandable, small_blocks_take_idle_pages_of_the_large_range) {
   cr_assert_eq(s.segment[GPUPOOL_STAT_SMALL].current, 0);
   check_invariants(p);
   gpupool_destroy(p);
+}
+
+static int oom_reports;
+
+static void count_report(pool_oom_report *r, void *arg) {
+  (void)arg;
+  oom_reports++;
+  pool_oom_report_free(r);
+}
+
+/* Each stream's range is as large as the device: on a 32 TiB host-backend
+ * device a process's 128 TiB of address space holds three or four. The
+ * stream that finds none left fails with GPUPOOL_ERR_OOM that says so, and
+ * with no device OOM counted or reported: the device is nearly empty. */
+Test(pool_expandable, running_out_of_address_space_is_not_a_device_oom) {
+  const size_t device = (size_t)32 << 40, max_streams = 64;
+  gpupool *p = expandable_pool(device);
+  pool_oom_observer o = {.deliver = count_report};
+  pool_oom_set_observer(&o);
+  gpupool_host_stream *s[64];
+  void *x[64];
+  size_t n = 0;
+  gpupool_status st = GPUPOOL_OK;
+  for (; n < max_streams; n++) {
+    s[n] = gpupool_host_stream_create();
+    x[n] = NULL;
+    if ((st = gpupool_malloc(p, &x[n], 4 * MiB, s[n])) != GPUPOOL_OK)
+      break;
+  }
+  cr_assert_lt(n, max_streams, "%zu streams of 32 TiB ranges fit: is the address space larger?", n);
+  cr_assert_gt(n, 0, "no 32 TiB range fits at all");
+  cr_assert_eq(st, GPUPOOL_ERR_OOM, "%s", gpupool_status_string(st));
+  const char *why = gpupool_last_error();
+  char range[64];
+  snprintf(range, sizeof range, "a new address range of %zu bytes", device);
+  cr_expect(strstr(why, "out of virtual address space, not of device memory"), "%s", why);
+  cr_expect(strstr(why, range), "the size asked: %s", why);
+  cr_expect_neq(strncmp(why, "CUDA out of memory.", 19), 0, "%s", why);
+  gpupool_stats st_after = pc_stats(p);
+  cr_expect_eq(st_after.num_ooms, 0, "not a device OOM");
+  cr_expect_eq(st_after.num_alloc_retries, 1, "the cache was emptied for a retry first");
+  cr_expect_eq(oom_reports, 0, "no OOM report");
+  /* The address space of a freed range comes back with the retry. */
+  pc_must_free(p, x[0]);
+  void *y = NULL;
+  cr_expect_eq(gpupool_malloc(p, &y, 4 * MiB, s[n]), GPUPOOL_OK, "%s", gpupool_last_error());
+  cr_expect_eq(pc_stats(p).num_alloc_retries, 2);
+  pool_oom_set_observer(NULL);
+  if (y)
+    pc_must_free(p, y);
+  for (size_t i = 1; i < n; i++)
+    pc_must_free(p, x[i]);
+  gpupool_destroy(p);
+  for (size_t i = 0; i <= n; i++)
+    gpupool_host_stream_destroy(s[i]);
 }
