@@ -217,7 +217,9 @@ size_t pages_segment_destroy(gpupool *p, segment *seg) {
     }
     seg->pages[i] = NULL;
   }
-  memset(seg->mapped, 0, (seg->npages + 63) / 64 * sizeof *seg->mapped);
+  /* no page at or above top was ever mapped: a range as large as a 1 PiB
+   * device has 64 MiB of bits, nearly all of them never touched */
+  memset(seg->mapped, 0, (seg->top + 63) / 64 * sizeof *seg->mapped);
   seg->nmapped = 0;
   unmap_list(p, &l, PAGES_RELEASE_DETACHED, NULL);
   free(l.v);
