@@ -22,8 +22,6 @@
 #define DEFAULT_BOUND_MS 100.0
 #define MAX_CANDIDATES   512
 #define MAX_THREADS      64
-/* 1 PiB, host_capacity_mb's most: an answer stays far from UINT64_MAX ("does not fit") */
-#define MAX_CAPACITY ((uint64_t)1 << 50)
 /* 1000 s a call (10^9 us): any count of calls prices to a finite time */
 #define MAX_PRICE_US 1e9
 
@@ -301,7 +299,7 @@ static gpupool_status check_options(const gpupool_advice_options *o, uint64_t ca
   if (step % ((uint64_t)1 << 20))
     return pool_fail(GPUPOOL_ERR_INVALID,
                      "gpupool_advise: capacity_step %llu bytes is not a whole number of MiB", s);
-  if (cap > MAX_CAPACITY)
+  if (cap > REPLAY_MAX_CAPACITY)
     return pool_fail(GPUPOOL_ERR_INVALID,
                      "gpupool_advise: capacity %llu bytes is above 1 PiB (2^50 bytes)", c);
   if (cap < step)

@@ -152,6 +152,10 @@ gpupool_status replay_run(const gpupool_history *h, const char *conf, uint64_t c
     return pool_fail(GPUPOOL_ERR_INVALID, "gpupool_replay: no history");
   if (capacity == 0)
     return pool_fail(GPUPOOL_ERR_INVALID, "gpupool_replay: capacity 0");
+  if (capacity > REPLAY_MAX_CAPACITY)
+    return pool_fail(GPUPOOL_ERR_INVALID,
+                     "gpupool_replay: capacity %llu bytes is above 1 PiB (2^50 bytes)",
+                     (unsigned long long)capacity);
   if (replay_conf_check(conf, err, sizeof err))
     return pool_fail(GPUPOOL_ERR_INVALID, "%s", err);
   /* The replay's OOMs are its results, not failures of the call. */

@@ -5,7 +5,9 @@
  * as Linux lays out anonymous mappings (top-down: the highest gap that fits,
  * at its top, in 4 KiB pages), so that a replay of a history recorded on the
  * host backend ties best-fit choices between equal sizes exactly as the live
- * pool did. One thread uses a backend at a time (a replay), so no lock. */
+ * pool did: only their order matters there, so the layout may start higher
+ * than a process's (below). One thread uses a backend at a time (a replay),
+ * so no lock. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -14,8 +16,12 @@
 
 #define SIM_PAGE_SIZE ((size_t)2 << 20) /* as the host backend and a CUDA device */
 #define SIM_MAP_ALIGN ((uint64_t)4096)
-#define SIM_TOP       ((uint64_t)0x7f0000000000ULL)
-#define SIM_BOTTOM    ((uint64_t)0x10000000000ULL)
+/* 2^63 - 1 TiB of address space: an expandable pool reserves per stream a
+ * range as large as the device, and a process's 128 TiB (2^47) would run
+ * out below the largest device the advisor simulates times the streams a
+ * pool serves (1 PiB x 1024 = 2^60), giving OOMs the device would not. */
+#define SIM_TOP    ((uint64_t)1 << 63)
+#define SIM_BOTTOM ((uint64_t)1 << 40)
 
 typedef struct sim_range {
   uint64_t lo, hi;

@@ -71,12 +71,12 @@ typedef struct gpupool_replay_result {
   double cpu_seconds; /* CPU time of the replaying thread */
 } gpupool_replay_result;
 
-/* Replays h on a simulated device of capacity bytes under conf (the
- * GPUPOOL_CONF grammar; NULL or "" is the default bfc; keys that choose a
- * backend, device, capacity, name or fault injection are refused, however
- * they are spelt: the keys are read as the pool reads them, white space
- * around them trimmed). The OOMs of the replay are its result (out->ooms):
- * a replay that runs leaves gpupool_last_error() as it was. */
+/* Replays h on a simulated device of capacity bytes (1 to 2^50, 1 PiB) under
+ * conf (the GPUPOOL_CONF grammar; NULL or "" is the default bfc; keys that
+ * choose a backend, device, capacity, name or fault injection are refused,
+ * however they are spelt: the keys are read as the pool reads them, white
+ * space around them trimmed). The OOMs of the replay are its result
+ * (out->ooms): a replay that runs leaves gpupool_last_error() as it was. */
 gpupool_status gpupool_replay(const gpupool_history *h, const char *conf, uint64_t capacity,
                               gpupool_replay_result *out);
 

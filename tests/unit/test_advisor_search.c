@@ -368,3 +368,62 @@ Test(advisor_search, no_recommendation) {
   expect_no_recommendation_marked(a);
   gpupool_advice_free(a);
 }
+
+/* Every capacity the advisor takes replays as a device of that size would:
+ * up to 1 PiB, also with expandable segments, whose ranges (one per
+ * stream, each as large as the device) ran out of the simulated address
+ * space above 126 TiB in all and read as OOMs. Above 1 PiB a replay is
+ * refused, as gpupool_advise refuses it. */
+Test(advisor_search, the_largest_capacities_replay_without_false_ooms) {
+  char p[] = "/tmp/gpupool_advisor_streamsXXXXXX";
+  int fd = mkstemp(p);
+  cr_assert(fd >= 0);
+  FILE *f = fdopen(fd, "w");
+  for (int s = 1; s <= 4; s++) /* 4 streams, 1 GiB each at once */
+    fprintf(f, "a %d %llu 0x%d0\n", s, (unsigned long long)(1024 * MiB), s);
+  for (int s = 1; s <= 4; s++)
+    fprintf(f, "f %d\n", s);
+  fclose(f);
+  gpupool_history *h;
+  cr_assert_eq(gpupool_history_load(p, NULL, NULL, &h), GPUPOOL_OK, "%s", gpupool_last_error());
+  unlink(p);
+  static const char *const confs[] = {"", "expandable_segments:True"};
+  const uint64_t TiB = (uint64_t)1 << 40;
+  const uint64_t caps[] = {80 * 1024 * MiB, 32 * TiB, 127 * TiB, 1024 * TiB};
+  for (size_t c = 0; c < 2; c++) {
+    gpupool_replay_result at80;
+    cr_assert_eq(gpupool_replay(h, confs[c], caps[0], &at80), GPUPOOL_OK);
+    cr_assert_eq(at80.ooms, 0);
+    for (size_t k = 1; k < sizeof caps / sizeof *caps; k++) {
+      gpupool_replay_result r;
+      cr_assert_eq(gpupool_replay(h, confs[c], caps[k], &r), GPUPOOL_OK, "%s",
+                   gpupool_last_error());
+      cr_expect_eq(r.ooms, 0, "'%s' at %llu TiB: %llu OOMs", confs[c],
+                   (unsigned long long)(caps[k] / TiB), (unsigned long long)r.ooms);
+      cr_expect_eq(r.peak_reserved, at80.peak_reserved, "'%s' at %llu TiB", confs[c],
+                   (unsigned long long)(caps[k] / TiB));
+      cr_expect_eq(r.device_allocs, at80.device_allocs, "'%s' at %llu TiB", confs[c],
+                   (unsigned long long)(caps[k] / TiB));
+    }
+  }
+  gpupool_advice_options o = {.current = "",
+                              .extra = &confs[1],
+                              .n_extra = 1,
+                              .no_defaults = 1,
+                              .capacity = 1024 * TiB,
+                              .capacity_step = TiB,
+                              .threads = 1,
+                              .max_added_ms = NAN};
+  gpupool_advice *a;
+  cr_assert_eq(gpupool_advise(h, &o, &a), GPUPOOL_OK, "%s", gpupool_last_error());
+  cr_assert_eq(a->n, 2);
+  for (size_t i = 0; i < a->n; i++)
+    cr_expect_eq(a->c[i].r.ooms, 0, "'%s' at 1 PiB", a->c[i].conf);
+  cr_expect_eq(a->min_capacity_current, TiB, "one step fits");
+  gpupool_advice_free(a);
+  gpupool_replay_result r;
+  cr_expect_eq(gpupool_replay(h, "", ((uint64_t)1 << 50) + 1, &r), GPUPOOL_ERR_INVALID);
+  cr_expect(strstr(gpupool_last_error(), "capacity 1125899906842625 bytes is above 1 PiB"), "%s",
+            gpupool_last_error());
+  gpupool_history_free(h);
+}

@@ -72,3 +72,37 @@ Test(backend_sim, configuration) {
   cr_expect_eq(gpupool_malloc(p, &a, 65 << 20, NULL), GPUPOOL_ERR_OOM);
   gpupool_destroy(p);
 }
+
+/* Streams of an expandable pool on a sim device of `device` bytes, each
+ * allocating 1 GiB: a range each, no OOM. */
+static void every_stream_has_a_range(size_t device, uintptr_t streams) {
+  gpupool *p = sim_pool("expandable_segments:True", device);
+  for (uintptr_t i = 0; i < streams; i++) {
+    void *a;
+    cr_assert_eq(gpupool_malloc(p, &a, GiB, (void *)i), GPUPOOL_OK, "stream %zu: %s", (size_t)i,
+                 gpupool_last_error());
+  }
+  gpupool_stats s;
+  cr_assert_eq(gpupool_get_stats(p, &s), GPUPOOL_OK);
+  cr_expect_eq(s.num_ooms, 0);
+  cr_expect_eq(s.num_alloc_retries, 0);
+  cr_expect_eq(s.segment[GPUPOOL_STAT_LARGE].current, (int64_t)streams, "a range per stream");
+  gpupool_destroy(p);
+}
+
+/* The advisor simulates devices up to 1 PiB, and an expandable pool
+ * reserves per stream a range as large as the device: the simulated address
+ * space holds more than the 1024 streams a pool serves times 1 PiB (2^60
+ * bytes; a process's 128 TiB would not hold one such range), and a plain
+ * pool's segment of 200 TiB. (1024 streams are tried on a 1 TiB device: a
+ * range of a 1 PiB device costs the pool a 4 GiB table of its pages, slow
+ * to allocate in sanitizer builds.) */
+Test(backend_sim, a_petabyte_device_has_room_for_every_stream) {
+  every_stream_has_a_range((size_t)1 << 50, 4);
+  every_stream_has_a_range((size_t)1 << 40, 1024);
+  gpupool *p = sim_pool("", (size_t)1 << 50);
+  void *big;
+  cr_expect_eq(gpupool_malloc(p, &big, (size_t)200 << 40, NULL), GPUPOOL_OK, "%s",
+               gpupool_last_error());
+  gpupool_destroy(p);
+}
