@@ -5,7 +5,6 @@
  * a failure undoes what was started, leaves a status, one line on stderr and
  * a program that runs on. Stop undoes it all in reverse order and writes the
  * trace file; an exit handler stops an agent still running at exit. */
-#include <errno.h>
 #include <limits.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -34,6 +33,7 @@
 #include "web_config.h"
 #include "web_state.h"
 #include "web_watch.h"
+#include "writable_dir.h"
 
 static pthread_mutex_t g_lock = PTHREAD_MUTEX_INITIALIZER;
 static int g_running;
@@ -211,9 +211,10 @@ gpupool_status gpupool_agent_start(const gpupool_agent_options *opt) {
     pthread_mutex_unlock(&g_lock);
     return agent_fail(GPUPOOL_ERR_INVALID, err);
   }
-  if (c.oom_dir[0] && access(c.oom_dir, W_OK | X_OK) != 0) {
+  int why = c.oom_dir[0] ? writable_dir_errno(c.oom_dir) : 0;
+  if (why) {
     snprintf(err, sizeof err, "oom_dir '%.400s' is not a writable directory: %s", c.oom_dir,
-             strerror(errno));
+             strerror(why));
     pthread_mutex_unlock(&g_lock);
     return agent_fail(GPUPOOL_ERR_INVALID, err);
   }

@@ -17,6 +17,7 @@
 #include "pool/event_clock.h"
 #include "pool/pool_view.h"
 #include "pool/registry.h"
+#include "writable_dir.h"
 #include "exporters/trace_format.h"
 #include "exporters/trace_merge.h"
 
@@ -363,13 +364,7 @@ int trace_file_check(const char *path, char *err, size_t errlen) {
     snprintf(dir, sizeof dir, ".");
   else
     snprintf(dir, sizeof dir, "%.*s", slash == path ? 1 : (int)(slash - path), path);
-  int why = 0;
-  if (stat(dir, &st) != 0)
-    why = errno;
-  else if (!S_ISDIR(st.st_mode))
-    why = ENOTDIR;
-  else if (access(dir, W_OK | X_OK) != 0)
-    why = errno;
+  int why = writable_dir_errno(dir);
   if (why) {
     snprintf(err, errlen, "trace_file '%.400s': its directory '%.400s' is not writable: %s", path,
              dir, strerror(why));

@@ -26,8 +26,8 @@ void trace_stream_close(trace_stream *s);
 int trace_write_file(const char *path);
 /* For gpupool_agent_start: whether trace_write_file(path) can succeed at
  * stop, as far as can be told now without creating anything: the path is
- * not too long, does not name a directory, and its directory exists and is
- * writable (access(2)). 0, or -1 with a one-line reason naming the path. */
+ * not too long, does not name a directory, and its directory is a writable
+ * directory (writable_dir.h). 0, or -1 with a one-line reason naming the path. */
 int trace_file_check(const char *path, char *err, size_t errlen);
 
 #endif

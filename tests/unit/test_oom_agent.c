@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -328,6 +329,24 @@ Test(oom_agent, bad_configuration_is_refused) {
   cr_expect_eq(gpupool_agent_start(&o), GPUPOOL_ERR_INVALID);
   cr_expect(strstr(gpupool_last_error(), "oom_dir"), "%s", gpupool_last_error());
   cr_expect(strstr(gpupool_last_error(), strerror(ENOENT)), "the reason: %s", gpupool_last_error());
+}
+
+/* An oom_dir that names a file is refused at start, even an executable one
+ * (access(2)'s W_OK | X_OK alone passes it: every report would then fail). */
+Test(oom_agent, oom_dir_that_is_a_file_is_refused) {
+  char file[128], conf[160];
+  snprintf(file, sizeof file, "%s/not-a-dir", dir);
+  save(file, "#!/bin/sh\n", 10);
+  cr_assert_eq(chmod(file, 0700), 0);
+  snprintf(conf, sizeof conf, "oom_dir:%s", file);
+  setenv("GPUPOOL_AGENT_CONF", conf, 1);
+  gpupool_agent_options o = {.listen = "off", .cupti = GPUPOOL_CUPTI_OFF};
+  cr_expect_eq(gpupool_agent_start(&o), GPUPOOL_ERR_INVALID);
+  char want[200];
+  snprintf(want, sizeof want, "gpupool agent: oom_dir '%s' is not a writable directory: %s", file,
+           strerror(ENOTDIR));
+  cr_expect_str_eq(gpupool_last_error(), want);
+  gpupool_agent_stop(); /* if it started */
 }
 
 /* oom_dir on a full disk (no file may grow past 8 bytes: EFBIG): the report

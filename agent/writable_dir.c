@@ -1,0 +1,14 @@
+#include "writable_dir.h"
+
+#include <errno.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+int writable_dir_errno(const char *path) {
+  struct stat st;
+  if (stat(path, &st) != 0)
+    return errno;
+  if (!S_ISDIR(st.st_mode))
+    return ENOTDIR;
+  return access(path, W_OK | X_OK) != 0 ? errno : 0;
+}
