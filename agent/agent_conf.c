@@ -1,5 +1,6 @@
 #include "agent_conf.h"
 
+#include <errno.h>
 #include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -291,6 +292,30 @@ static int resolve_listen(const raw_settings *r, int use_env, agent_config *c, c
   return 0;
 }
 
+/* path (size bytes) made absolute against the working directory now. The
+ * agent uses its paths long after the start (trace_file at stop, oom_dir at
+ * each OOM, sd_dir's file at stop, web_config at each reload), and the
+ * program may chdir() in between: a relative path would then name another
+ * file, or none. "" stays "". 0, or -1 with a reason. */
+static int make_absolute(const char *key, char *path, size_t size, char *err, size_t errlen) {
+  if (!path[0] || path[0] == '/')
+    return 0;
+  char cwd[PATH_MAX], full[2 * PATH_MAX];
+  if (!getcwd(cwd, sizeof cwd)) {
+    snprintf(err, errlen, "%s '%.200s': relative, and the working directory is unknown: %s", key,
+             path, strerror(errno));
+    return -1;
+  }
+  size_t n = (size_t)snprintf(full, sizeof full, "%s%s%s", cwd, cwd[1] ? "/" : "", path);
+  if (n >= size) {
+    snprintf(err, errlen, "%s '%.200s': path too long once made absolute (%zu bytes, at most %zu)",
+             key, path, n, size - 1);
+    return -1;
+  }
+  memcpy(path, full, n + 1);
+  return 0;
+}
+
 int agent_config_resolve(const gpupool_agent_options *opt, agent_config *out, char *err,
                          size_t errlen) {
   static const gpupool_agent_options none;
@@ -313,6 +338,11 @@ int agent_config_resolve(const gpupool_agent_options *opt, agent_config *out, ch
   }
 
   if (resolve_listen(&r, !o->ignore_env, out, err, errlen) != 0)
+    return -1;
+  if (make_absolute("trace_file", out->trace_file, sizeof out->trace_file, err, errlen) != 0 ||
+      make_absolute("sd_dir", out->sd_dir, sizeof out->sd_dir, err, errlen) != 0 ||
+      make_absolute("oom_dir", out->oom_dir, sizeof out->oom_dir, err, errlen) != 0 ||
+      make_absolute("web_config", out->web_config, sizeof out->web_config, err, errlen) != 0)
     return -1;
   out->sample_interval_ms = r.sample_ms ? (unsigned)r.sample_ms : AGENT_DEFAULT_SAMPLE_MS;
   if (r.trace_off)

@@ -1,7 +1,9 @@
 /* The agent's resolved configuration: defaults, then the fields of
  * gpupool_agent_options, then GPUPOOL_AGENT_CONF (unless ignore_env), then
  * LOCAL_RANK added to the port. Everything is validated here, before the
- * agent starts anything. */
+ * agent starts anything. Relative paths (trace_file, sd_dir, oom_dir,
+ * web_config) are made absolute here, against the working directory of the
+ * start: the agent uses them later, when the program may have chdir()'d. */
 #ifndef GPUPOOL_AGENT_CONF_H
 #define GPUPOOL_AGENT_CONF_H
 

@@ -36,7 +36,10 @@ typedef struct gpupool_agent_options {
   gpupool_cupti_mode cupti;
   const char *labels;     /* constant labels "name=value;name=value" */
   const char *trace_file; /* write the trace there at gpupool_agent_stop / exit; a
-                             directory that is missing or not writable fails the start */
+                             directory that is missing or not writable fails the start.
+                             This and the other paths (sd_dir, web_config, oom_dir): a
+                             relative one is resolved at gpupool_agent_start, whatever
+                             chdir() the program makes later */
   const char *sd_dir;     /* write a Prometheus file_sd target file there */
   int ignore_env;         /* nonzero: do not read GPUPOOL_AGENT_CONF (nor LOCAL_RANK) */
   const char *hostname;   /* the `hostname` label; default gethostname() */

@@ -1,6 +1,8 @@
 /* The agent's configuration: every key of GPUPOOL_AGENT_CONF and of the
  * options struct, its defaults, and the refusal of bad values. */
 #include <criterion/criterion.h>
+#include <limits.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -59,6 +61,40 @@ Test(agent_conf, every_key) {
   cr_assert_str_eq(cfg.trace_file, "/tmp/t.json");
   cr_assert_str_eq(cfg.sd_dir, "/tmp/sd");
   cr_assert_str_eq(cfg.hostname, "node-1");
+}
+
+/* The paths the agent uses after the start are made absolute against the
+ * working directory of the start (the program may chdir() later); absolute
+ * ones are kept as given, and one that grows too long is refused. */
+Test(agent_conf, relative_paths_are_made_absolute) {
+  char cwd[PATH_MAX], want[PATH_MAX + 32];
+  cr_assert_eq(chdir("/tmp"), 0);
+  cr_assert_not_null(getcwd(cwd, sizeof cwd));
+  cr_assert_eq(resolve_env("trace_file:t.json,sd_dir:sd,oom_dir:./oom,web_config:../tmp/w.yml"), 0,
+               "%s", err);
+  snprintf(want, sizeof want, "%s/t.json", cwd);
+  cr_expect_str_eq(cfg.trace_file, want);
+  snprintf(want, sizeof want, "%s/sd", cwd);
+  cr_expect_str_eq(cfg.sd_dir, want);
+  snprintf(want, sizeof want, "%s/./oom", cwd);
+  cr_expect_str_eq(cfg.oom_dir, want);
+  snprintf(want, sizeof want, "%s/../tmp/w.yml", cwd);
+  cr_expect_str_eq(cfg.web_config, want);
+  cr_assert_eq(chdir("/"), 0);
+  cr_assert_eq(resolve_env("trace_file:t.json,oom_dir:/var/tmp"), 0, "%s", err);
+  cr_expect_str_eq(cfg.trace_file, "/t.json", "no '//' at the root");
+  cr_expect_str_eq(cfg.oom_dir, "/var/tmp");
+  cr_expect_str_eq(cfg.sd_dir, "", "none stays none");
+  /* PATH_MAX - 1 bytes fit as given, not after "/tmp/" */
+  cr_assert_eq(chdir("/tmp"), 0);
+  char name[PATH_MAX];
+  memset(name, 'x', sizeof name - 1);
+  name[sizeof name - 1] = '\0';
+  unsetenv("GPUPOOL_AGENT_CONF");
+  gpupool_agent_options o = {.trace_file = name};
+  cr_expect_eq(agent_config_resolve(&o, &cfg, err, sizeof err), -1);
+  cr_expect(strstr(err, "trace_file 'xxx") && strstr(err, "path too long once made absolute"), "%s",
+            err);
 }
 
 /* The grammar is GPUPOOL_CONF's: one trailing ',' is allowed, two are not. */

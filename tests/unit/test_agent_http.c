@@ -5,6 +5,7 @@
 #include <criterion/criterion.h>
 #include <criterion/redirect.h>
 #include <errno.h>
+#include <limits.h>
 #include <netinet/in.h>
 #include <signal.h>
 #include <stdio.h>
@@ -577,6 +578,46 @@ Test(agent_http, trace_file_that_cannot_be_written_fails_the_start) {
   snprintf(good, sizeof good, "%s/file", dir);
   unlink(good);
   cr_expect_eq(rmdir(dir), 0, "nothing else was left in %s", dir);
+}
+
+/* Relative paths name what they named when the agent started: a program
+ * that chdir()s while the agent runs still gets its trace in trace_file's
+ * directory and its sd_dir file removed at stop (both were looked up again
+ * from the new working directory: the trace went there, the file stayed). */
+Test(agent_http, relative_paths_hold_across_a_chdir) {
+  char cwd[PATH_MAX], here[] = "/tmp/gpupool-here-XXXXXX", away[] = "/tmp/gpupool-away-XXXXXX";
+  cr_assert_not_null(getcwd(cwd, sizeof cwd));
+  cr_assert_not_null(mkdtemp(here));
+  cr_assert_not_null(mkdtemp(away));
+  cr_assert_eq(chdir(here), 0);
+  cr_assert_eq(mkdir("sd", 0700), 0);
+  gpupool_agent_options o = {.listen = "127.0.0.1:0",
+                             .cupti = GPUPOOL_CUPTI_OFF,
+                             .trace_file = "trace.json",
+                             .sd_dir = "sd",
+                             .hostname = "node-rel",
+                             .ignore_env = 1};
+  cr_assert_eq(gpupool_agent_start(&o), GPUPOOL_OK, "%s", gpupool_last_error());
+  char trace[128], sd_file[128], stray[128];
+  snprintf(trace, sizeof trace, "%s/trace.json", here);
+  snprintf(sd_file, sizeof sd_file, "%s/sd/gpupool-node-rel-%ld.json", here, (long)getpid());
+  snprintf(stray, sizeof stray, "%s/trace.json", away);
+  cr_assert_eq(access(sd_file, F_OK), 0, "no %s", sd_file);
+  cr_assert_eq(chdir(away), 0);
+  gpupool_agent_stop();
+  cJSON *doc = read_json(trace);
+  cr_expect_not_null(doc, "%s is missing or not JSON", trace);
+  cJSON_Delete(doc);
+  cr_expect_neq(access(stray, F_OK), 0, "the trace went to the new working directory");
+  cr_expect_neq(access(sd_file, F_OK), 0, "the sd_dir file outlived the agent");
+  unlink(trace);
+  unlink(sd_file);
+  unlink(stray);
+  snprintf(trace, sizeof trace, "%s/sd", here);
+  cr_expect_eq(rmdir(trace), 0);
+  cr_expect_eq(rmdir(here), 0, "nothing else was left in %s", here);
+  cr_expect_eq(rmdir(away), 0, "nothing else was left in %s", away);
+  cr_assert_eq(chdir(cwd), 0);
 }
 
 Test(agent_http, exit_handler_stops_the_agent_and_writes_the_trace) {

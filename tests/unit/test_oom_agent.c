@@ -8,6 +8,7 @@
 #include <dirent.h>
 #include <signal.h>
 #include <errno.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -347,6 +348,45 @@ Test(oom_agent, oom_dir_that_is_a_file_is_refused) {
            strerror(ENOTDIR));
   cr_expect_str_eq(gpupool_last_error(), want);
   gpupool_agent_stop(); /* if it started */
+}
+
+/* The files in path whose names end with suffix. */
+static int count_files(const char *path, const char *suffix) {
+  DIR *d = opendir(path);
+  cr_assert_not_null(d, "%s", path);
+  int n = 0;
+  size_t k = strlen(suffix);
+  for (struct dirent *e; (e = readdir(d));) {
+    size_t len = strlen(e->d_name);
+    n += len > k && !strcmp(e->d_name + len - k, suffix);
+  }
+  closedir(d);
+  return n;
+}
+
+/* A relative oom_dir is the directory it named when the agent started:
+ * a program that chdir()s while the agent runs still gets its reports there
+ * (they were written against the new working directory, or not at all). */
+Test(oom_agent, relative_oom_dir_holds_across_a_chdir) {
+  char cwd[PATH_MAX], away[] = "/tmp/gpupool-oom-away-XXXXXX", path[160];
+  cr_assert_not_null(getcwd(cwd, sizeof cwd));
+  cr_assert_not_null(mkdtemp(away));
+  cr_assert_eq(chdir(dir), 0);
+  cr_assert_eq(mkdir("reports", 0700), 0);
+  start("oom_dir:reports");
+  cr_assert_eq(chdir(away), 0);
+  gpupool *p = host_pool("moved", NULL);
+  void *big;
+  cr_assert_eq(gpupool_malloc(p, &big, 100 * MiB, NULL), GPUPOOL_ERR_OOM);
+  oom_store_counts c;
+  oom_store_get_counts(&c);
+  cr_expect_eq(c.write_errors, 0);
+  snprintf(path, sizeof path, "%s/reports", dir);
+  cr_expect_eq(count_files(path, ".json"), 1, "the report's JSON in %s", path);
+  cr_expect_eq(count_files(path, ".pickle"), 1, "the report's pickle in %s", path);
+  cr_expect_eq(rmdir(away), 0, "nothing was written to the new working directory");
+  cr_assert_eq(chdir(cwd), 0);
+  gpupool_destroy(p);
 }
 
 /* oom_dir on a full disk (no file may grow past 8 bytes: EFBIG): the report

@@ -6,9 +6,11 @@
  * (certtool). */
 #include <criterion/criterion.h>
 #include <crypt.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -91,6 +93,32 @@ Test(web_config, a_node_exporter_file_starts_the_agent) {
 
 Test(web_config, an_empty_file_is_plain_http_without_auth) {
   cr_assert_eq(start(write_yml("")), GPUPOOL_OK, "%s", gpupool_last_error());
+}
+
+/* A relative web_config is the file it named when the agent started: after
+ * the program chdir()s, a change to it still applies (the watcher read it,
+ * and the files it names, from the new working directory: gone, so the
+ * reload failed and the old headers stayed). */
+Test(web_config, a_relative_file_is_reloaded_after_a_chdir) {
+  char cwd[PATH_MAX], value[64] = "";
+  cr_assert_not_null(getcwd(cwd, sizeof cwd));
+  write_yml("http_server_config:\n  headers:\n    X-Frame-Options: deny\n");
+  cr_assert_eq(chdir(dir), 0);
+  cr_assert_eq(start("web.yml"), GPUPOOL_OK, "%s", gpupool_last_error());
+  cr_assert_eq(chdir("/"), 0);
+  write_yml("http_server_config:\n  headers:\n    X-Frame-Options: sameorigin\n");
+  /* The watcher looks every second. */
+  for (int i = 0; i < 50 && strcasecmp(value, "sameorigin") != 0; i++) {
+    usleep(100000);
+    http_response r;
+    cr_assert_eq(http_request("127.0.0.1", gpupool_agent_port(), "GET", "/healthz", NULL, &r), 0);
+    const char *h = http_header(&r, "X-Frame-Options", value, sizeof value);
+    if (!h)
+      value[0] = '\0';
+    http_response_free(&r);
+  }
+  cr_expect_eq(strcasecmp(value, "sameorigin"), 0, "the change to web.yml was not read: %s", value);
+  cr_assert_eq(chdir(cwd), 0);
 }
 
 static void refused(const char *yml, const char *why) {
