@@ -68,48 +68,66 @@ static void annotate(pool_oom_report *r, void *arg) {
   }
 }
 
-static int write_file(const char *path, const char *data, size_t len) {
-  char tmp[sizeof g_dir + 96];
-  snprintf(tmp, sizeof tmp, "%s.tmp", path);
-  FILE *f = fopen(tmp, "wb");
+/* Writes data to a new file at path: 0, or the errno that says why not
+ * (nothing is left at path then). */
+static int write_new(const char *path, const char *data, size_t len) {
+  FILE *f = fopen(path, "wb");
   if (!f)
-    return -1;
-  int ok = fwrite(data, 1, len, f) == len;
-  ok &= fclose(f) == 0;
-  if (ok && rename(tmp, path) == 0)
-    return 0;
-  unlink(tmp);
-  return -1;
+    return errno;
+  errno = 0;
+  int err = 0;
+  if (fwrite(data, 1, len, f) != len)
+    err = errno ? errno : EIO;
+  if (fclose(f) != 0 && !err)
+    err = errno; /* a report smaller than f's buffer: a full disk shows only here */
+  if (err)
+    unlink(path);
+  return err;
 }
 
-/* oom_dir: the report as JSON and as a PyTorch snapshot pickle. */
+/* oom_dir: the report as JSON and as a PyTorch snapshot pickle, both or
+ * neither (a reader takes the pair). Each is written whole under a
+ * temporary name; then the pickle is renamed into place and the JSON last,
+ * so that a reader that finds a .json finds its .pickle. A failure anywhere
+ * (a full disk) removes what was written: counted, and said once. */
 static void write_report(const pool_oom_report *r) {
-  char path[sizeof g_dir + 64];
+  char json_path[sizeof g_dir + 64], pickle_path[sizeof g_dir + 64];
+  char json_tmp[sizeof json_path + 8], pickle_tmp[sizeof pickle_path + 8];
+  snprintf(json_path, sizeof json_path, "%s/gpupool-oom-%ld-%" PRIu64 ".json", g_dir,
+           (long)getpid(), r->id);
+  snprintf(pickle_path, sizeof pickle_path, "%s/gpupool-oom-%ld-%" PRIu64 ".pickle", g_dir,
+           (long)getpid(), r->id);
+  snprintf(json_tmp, sizeof json_tmp, "%s.tmp", json_path);
+  snprintf(pickle_tmp, sizeof pickle_tmp, "%s.tmp", pickle_path);
   char *json = oom_json_report(r);
   const pool_capture *cap = &r->cap;
   size_t plen = 0;
   char *pickle = torch_snapshot_pickle(&cap, 1, &plen);
-  int rc = json && pickle ? 0 : -1;
-  if (rc == 0) {
-    snprintf(path, sizeof path, "%s/gpupool-oom-%ld-%" PRIu64 ".json", g_dir, (long)getpid(),
-             r->id);
-    rc = write_file(path, json, strlen(json));
-  }
-  if (rc == 0) {
-    snprintf(path, sizeof path, "%s/gpupool-oom-%ld-%" PRIu64 ".pickle", g_dir, (long)getpid(),
-             r->id);
-    rc = write_file(path, pickle, plen);
+  int err = !json || !pickle ? ENOMEM : write_new(json_tmp, json, strlen(json));
+  if (!err) {
+    err = write_new(pickle_tmp, pickle, plen);
+    if (!err) {
+      if (rename(pickle_tmp, pickle_path) != 0) {
+        err = errno;
+        unlink(pickle_tmp);
+      } else if (rename(json_tmp, json_path) != 0) {
+        err = errno;
+        unlink(pickle_path); /* no pickle without its JSON */
+      }
+    }
+    if (err)
+      unlink(json_tmp);
   }
   free(json);
   free(pickle);
-  if (rc == 0)
+  if (!err)
     return;
   pthread_mutex_lock(&g_lock);
   int first = g_write_errors++ == 0;
   pthread_mutex_unlock(&g_lock);
   if (first) /* once: an OOM loop must not flood stderr */
     fprintf(stderr, "gpupool agent: cannot write OOM report %" PRIu64 " to oom_dir %s: %s\n", r->id,
-            g_dir, strerror(errno));
+            g_dir, strerror(err));
 }
 
 /* Deliveries are serialised by the pool (one at a time), and only they

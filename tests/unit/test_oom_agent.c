@@ -425,6 +425,55 @@ Test(oom_agent, oom_dir_on_a_full_disk_counts_and_says_why) {
   gpupool_destroy(p);
 }
 
+/* oom_dir holds both files of a report or neither: a report whose pickle
+ * cannot be put in place leaves no JSON (it stayed alone, as after a full
+ * disk), and one whose JSON cannot leaves no pickle. Each counts as not
+ * written, stderr says why once, and no temporary file is left. A
+ * directory of the file's name makes its rename fail (EISDIR). */
+Test(oom_agent, oom_dir_holds_both_files_of_a_report_or_neither) {
+  char conf[160], path[256];
+  snprintf(conf, sizeof conf, "oom_dir:%s", dir);
+  start(conf);
+  gpupool *p = host_pool("pairs", NULL);
+  cr_redirect_stderr();
+  void *big;
+  cr_assert_eq(gpupool_malloc(p, &big, 100 * MiB, NULL), GPUPOOL_ERR_OOM);
+  unsigned long long id = 0; /* the first report's; the next ones follow */
+  DIR *d = opendir(dir);
+  cr_assert_not_null(d);
+  for (struct dirent *e; (e = readdir(d));) {
+    long of;
+    sscanf(e->d_name, "gpupool-oom-%ld-%llu.json", &of, &id);
+  }
+  closedir(d);
+  cr_assert_gt(id, 0, "the first report was not written");
+  long pid = (long)getpid();
+  snprintf(path, sizeof path, "%s/gpupool-oom-%ld-%llu.pickle", dir, pid, id + 1);
+  cr_assert_eq(mkdir(path, 0700), 0);
+  snprintf(path, sizeof path, "%s/gpupool-oom-%ld-%llu.json", dir, pid, id + 2);
+  cr_assert_eq(mkdir(path, 0700), 0);
+  for (int i = 0; i < 2; i++)
+    cr_assert_eq(gpupool_malloc(p, &big, 100 * MiB, NULL), GPUPOOL_ERR_OOM);
+  oom_store_counts c;
+  oom_store_get_counts(&c);
+  cr_expect_eq(c.total, 3);
+  cr_expect_eq(c.write_errors, 2);
+  snprintf(path, sizeof path, "%s/gpupool-oom-%ld-%llu.json", dir, pid, id + 1);
+  cr_expect_neq(access(path, F_OK), 0, "report %llu's JSON without its pickle", id + 1);
+  snprintf(path, sizeof path, "%s/gpupool-oom-%ld-%llu.pickle", dir, pid, id + 2);
+  cr_expect_neq(access(path, F_OK), 0, "report %llu's pickle without its JSON", id + 2);
+  cr_expect_eq(count_files(dir, ".tmp"), 0, "a temporary file was left");
+  fflush(stderr);
+  char text[1024] = "", want[64];
+  size_t n = fread(text, 1, sizeof text - 1, cr_get_redirected_stderr());
+  text[n] = '\0';
+  snprintf(want, sizeof want, "cannot write OOM report %llu to oom_dir ", id + 1);
+  const char *line = strstr(text, want);
+  cr_expect(line && strstr(line, strerror(EISDIR)), "%s", text);
+  cr_expect(line && !strstr(line + 1, "cannot write OOM report"), "more than one line: %s", text);
+  gpupool_destroy(p);
+}
+
 /* 10^5 OOMs: the agent keeps the last 8 reports and no more memory. */
 Test(oom_agent, memory_stays_bounded_under_many_ooms, .timeout = 300) {
   setenv("GPUPOOL_AGENT_CONF", "oom_reports:8", 1);
