@@ -9,6 +9,7 @@
 
 #include "core/c_numeric.h"
 #include "core/json_text.h"
+#include "core/utf8.h"
 #include "gpupool/advisor.h"
 
 typedef struct sbuf {
@@ -160,6 +161,27 @@ static void render_table(const gpupool_advice *a, sbuf *b) {
         mib(a->capacity_step), cc);
 }
 
+/* A CSV field of text by RFC 4180: quoted (configurations hold commas),
+ * its quotes doubled, so a comma, a quote or a line break inside it is
+ * text; each byte that begins no UTF-8 character is written as U+FFFD, as
+ * the JSON output writes it (core/json_text.h). */
+static void put_csv_text(sbuf *b, const char *text) {
+  const unsigned char *s = (const unsigned char *)text;
+  size_t n = strlen(text);
+  put(b, "\"");
+  for (size_t i = 0; i < n;) {
+    size_t len = utf8_char_len(s + i, n - i);
+    if (!len)
+      put(b, "\xEF\xBF\xBD");
+    else if (s[i] == '"')
+      put(b, "\"\"");
+    else
+      put(b, "%.*s", (int)len, text + i);
+    i += len ? len : 1;
+  }
+  put(b, "\"");
+}
+
 static void render_csv(const gpupool_advice *a, sbuf *b) {
   put(b, "role,gpupool_conf,pytorch_cuda_alloc_conf,replayed,peak_reserved_bytes,"
          "peak_allocated_bytes,ratio,device_allocs,device_frees,cache_flushes,alloc_retries,"
@@ -167,12 +189,13 @@ static void render_csv(const gpupool_advice *a, sbuf *b) {
          "replay_s\n");
   for (size_t i = 0; i < a->n; i++) {
     const gpupool_advice_candidate *c = &a->c[i];
-    put(b,
-        "%s,\"%s\",\"%s\",%d,%llu,%llu,%.4f,%llu,%llu,%llu,%llu,%llu,%llu,%.4f,%llu,%llu,%.3f,%.3f,"
-        "%.6f\n",
-        role_csv[role(a, i)], c->conf, c->has_torch ? c->torch_conf : "", c->done,
-        (unsigned long long)c->r.peak_reserved, (unsigned long long)c->r.peak_allocated, c->r.ratio,
-        (unsigned long long)c->r.device_allocs, (unsigned long long)c->r.device_frees,
+    put(b, "%s,", role_csv[role(a, i)]);
+    put_csv_text(b, c->conf);
+    put(b, ",");
+    put_csv_text(b, c->has_torch ? c->torch_conf : "");
+    put(b, ",%d,%llu,%llu,%.4f,%llu,%llu,%llu,%llu,%llu,%llu,%.4f,%llu,%llu,%.3f,%.3f,%.6f\n",
+        c->done, (unsigned long long)c->r.peak_reserved, (unsigned long long)c->r.peak_allocated,
+        c->r.ratio, (unsigned long long)c->r.device_allocs, (unsigned long long)c->r.device_frees,
         (unsigned long long)c->r.cache_flushes, (unsigned long long)c->r.alloc_retries,
         (unsigned long long)c->r.gc_runs, (unsigned long long)c->r.ooms, c->r.fragmentation_at_peak,
         (unsigned long long)c->r.pages_moved, (unsigned long long)c->r.device_syncs, c->device_ms,

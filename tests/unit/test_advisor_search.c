@@ -154,6 +154,92 @@ Test(advisor_search, renderers) {
   gpupool_advice_free(a);
 }
 
+/* Parses csv strictly by RFC 4180, records ending in '\n' as the renderer
+ * ends them: a quoted field's quotes are doubled and only ',' or the end of
+ * the record follows its closing quote; an unquoted field holds no quote
+ * and no CR; every record has the header's number of fields. The number of
+ * records, or -1 at the first violation; field (row, col) goes to out. */
+static int csv_parse(const char *csv, int row, int col, char *out, size_t outlen) {
+  int r = 0, c = 0, ncols = -1;
+  for (const char *p = csv; *p;) {
+    char field[1024];
+    size_t n = 0;
+    if (*p == '"') {
+      for (p++;; p++) {
+        if (!*p)
+          return -1;
+        if (*p == '"' && p[1] != '"') {
+          p++;
+          break;
+        }
+        p += *p == '"'; /* a doubled quote is one */
+        if (n + 1 < sizeof field)
+          field[n++] = *p;
+      }
+    } else {
+      for (; *p && *p != ',' && *p != '\n'; p++) {
+        if (*p == '"' || *p == '\r')
+          return -1;
+        if (n + 1 < sizeof field)
+          field[n++] = *p;
+      }
+    }
+    field[n] = '\0';
+    if (r == row && c == col)
+      snprintf(out, outlen, "%s", field);
+    c++;
+    if (*p == ',') {
+      p++;
+    } else if (*p == '\n') {
+      if (ncols < 0)
+        ncols = c;
+      if (c != ncols)
+        return -1;
+      c = 0;
+      r++;
+      p++;
+    } else {
+      return -1; /* text after a closing quote, or no '\n' at the end */
+    }
+  }
+  return c == 0 ? r : -1;
+}
+
+/* The CSV is RFC 4180 whatever text the configurations hold: a quote is
+ * doubled, a comma or a line break stays inside its quoted field, and a
+ * byte that begins no UTF-8 character is U+FFFD, as in the JSON. The old
+ * renderer wrote the text between quotes as it was: a quote inside ended
+ * the field. gpupool_advice is public: a host program fills it as it
+ * likes. */
+Test(advisor_search, csv_is_rfc4180_whatever_the_configuration_text) {
+  const char *extra[] = {"strategy:round"};
+  gpupool_advice_options o = {.no_defaults = 1,
+                              .no_capacity = 1,
+                              .threads = 1,
+                              .max_added_ms = -1,
+                              .extra = extra,
+                              .n_extra = 1};
+  gpupool_advice *a;
+  cr_assert_eq(gpupool_advise(hist, &o, &a), GPUPOOL_OK, "%s", gpupool_last_error());
+  cr_assert_eq(a->n, 2);
+  snprintf(a->c[0].conf, sizeof a->c[0].conf, "say \"hi\", twice\nthen\xff\"");
+  snprintf(a->c[1].conf, sizeof a->c[1].conf, "\"");
+  snprintf(a->c[1].torch_conf, sizeof a->c[1].torch_conf, "x\xc3\x28,\r\n\xe2\x82\xac");
+  a->c[1].has_torch = 1;
+  char *csv = gpupool_advice_render(a, "csv");
+  gpupool_advice_free(a);
+  cr_assert_not_null(csv);
+  char field[1024] = "";
+  cr_expect_eq(csv_parse(csv, 1, 1, field, sizeof field), 3, "not RFC 4180: %s", csv);
+  cr_expect_str_eq(field, "say \"hi\", twice\nthen\xef\xbf\xbd\"");
+  csv_parse(csv, 2, 1, field, sizeof field);
+  cr_expect_str_eq(field, "\"");
+  csv_parse(csv, 2, 2, field, sizeof field);
+  cr_expect_str_eq(field, "x\xef\xbf\xbd(,\r\n\xe2\x82\xac",
+                   "a bad byte, then ASCII, then a euro sign");
+  free(csv);
+}
+
 Test(advisor_search, bad_options) {
   gpupool_advice *a;
   const char *bad_extra[] = {"backend:cuda"};
