@@ -20,9 +20,9 @@
 #include "trace_query.h"
 #include "gpupool/tag.h"
 #include "http.h"
-#include "labels.h"
 #include "pool_label.h"
 #include "core/clock.h"
+#include "core/utf8.h"
 #include "pool/pool_view.h"
 #include "pool/registry.h"
 #include "ui.h"
@@ -33,13 +33,21 @@
 #define UI_WINDOW_MAX     3600 /* s */
 #define UI_POOLS_MAX      TRACE_POOL_TABLE_SIZE
 
+/* s as a JSON string. Each byte that begins no UTF-8 character is U+FFFD,
+ * as in every JSON output (core/utf8.h; exporters/json_stream.h writes the
+ * same escape), and '<', '>' and '&' are escaped too. */
 static void json_str(prom_buf *b, const char *s) {
-  char clean[TRACE_LABEL_MAX * 2];
-  utf8_sanitize(s ? s : "", clean, sizeof clean);
+  const unsigned char *p = (const unsigned char *)(s ? s : "");
+  size_t n = strlen((const char *)p);
   prom_buf_putc(b, '"');
-  for (const char *p = clean; *p; p++) {
-    unsigned char c = (unsigned char)*p;
-    if (c == '"' || c == '\\') {
+  for (size_t i = 0; i < n;) {
+    unsigned char c = p[i];
+    size_t len = utf8_char_len(p + i, n - i);
+    if (len == 0) {
+      prom_buf_puts(b, "\\ufffd");
+    } else if (len > 1) {
+      prom_buf_put(b, (const char *)p + i, len);
+    } else if (c == '"' || c == '\\') {
       prom_buf_putc(b, '\\');
       prom_buf_putc(b, (char)c);
     } else if (c < 0x20 || c == '<' || c == '>' || c == '&') {
@@ -49,6 +57,7 @@ static void json_str(prom_buf *b, const char *s) {
     } else {
       prom_buf_putc(b, (char)c);
     }
+    i += len ? len : 1;
   }
   prom_buf_putc(b, '"');
 }

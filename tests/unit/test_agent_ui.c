@@ -15,6 +15,7 @@
 #include "gpupool/host.h"
 #include "gpupool/tag.h"
 #include "helpers/http_client.h"
+#include "pool/types.h"
 
 static gpupool *pool, *empty;
 
@@ -326,6 +327,34 @@ Test(agent_ui, state_and_blocks) {
   gpupool_host_stream_complete(other);
   cr_assert_eq(gpupool_free(pool, c), GPUPOOL_OK);
   gpupool_host_stream_destroy(other);
+}
+
+/* Text that is not UTF-8 is written in state.json and blocks.json with
+ * U+FFFD for each byte that begins no character, as every other JSON output
+ * of the agent writes it (/ui wrote '?'). Pool names are checked to be
+ * UTF-8 when the pool is created, so the test writes the bytes into one
+ * afterwards: what the writer does with whatever text reaches it. */
+Test(agent_ui, text_that_is_not_utf8_gets_u_fffd) {
+  static const char odd_name[] = "odd\xff\xc3(\xe2\x82\xac";
+  static const char want[] = "odd\xef\xbf\xbd\xef\xbf\xbd(\xe2\x82\xac";
+  gpupool *odd;
+  gpupool_options o = {
+      .name = "odd", .backend = GPUPOOL_BACKEND_HOST, .host_capacity = 64 << 20, .ignore_env = 1};
+  cr_assert_eq(gpupool_create(&o, &odd), GPUPOOL_OK, "%s", gpupool_last_error());
+  memcpy(odd->cfg.name, odd_name, sizeof odd_name);
+  int port = start_local();
+  cJSON *state = get_json(port, "/ui/state.json");
+  cJSON *p = find_pool(state, want);
+  cr_assert_not_null(p, "no pool named %s", want);
+  char target[64];
+  snprintf(target, sizeof target, "/ui/blocks.json?pool=%d", (int)num(p, "id"));
+  cJSON_Delete(state);
+  cJSON *blocks = get_json(port, target);
+  cr_expect_str_eq(cJSON_GetObjectItem(cJSON_GetObjectItem(blocks, "pool"), "name")->valuestring,
+                   want);
+  cJSON_Delete(blocks);
+  gpupool_agent_stop();
+  gpupool_destroy(odd);
 }
 
 Test(agent_ui, bad_parameters) {
