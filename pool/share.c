@@ -558,13 +558,14 @@ static gpupool_status import_backend(const share_msg *m, int device, backend **o
   return GPUPOOL_OK;
 }
 
-/* Whether m is the first message of an export: a header that adds up. */
+/* Whether m is the first message of an export: a header that adds up (the
+ * block within its pages, written so that no sum can wrap). */
 static int valid_header(const share_msg *m, size_t nfds) {
   uint64_t ps = m->page_size;
   return m->version == SHARE_VERSION && m->kind == MSG_EXPORT && m->first == 0 &&
          memchr(m->backend, '\0', sizeof m->backend) && m->npages >= 1 &&
          m->npages <= SHARE_MAX_PAGES && ps && !(ps & (ps - 1)) && ps <= ((uint64_t)1 << 32) &&
-         m->offset < ps && m->size >= 1 && m->offset + m->size <= (uint64_t)m->npages * ps &&
+         m->offset < ps && m->size >= 1 && m->size <= (uint64_t)m->npages * ps - m->offset &&
          m->nfds == (m->npages < SHARE_FDS ? m->npages : SHARE_FDS) && nfds == m->nfds;
 }
 
