@@ -9,12 +9,15 @@
 #include "gpupool/share.h"
 
 #include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
 #include <poll.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/time.h>
 #include <unistd.h>
 
 #include "core/clock.h"
@@ -26,13 +29,21 @@
 #include "shard.h"
 #include "sizeclass.h"
 
+/* A message being received: a stream socket may deliver it in parts, and
+ * gpupool_share_wait may return before the last part comes. */
+typedef struct share_rx {
+  share_msg m;
+  size_t got; /* bytes of m received so far */
+} share_rx;
+
 struct gpupool_export {
   gpupool *p;
   block *b;
   int sock, seqpacket;
   uint64_t id;
-  int freed; /* gpupool_free was called while exported */
-  int ended; /* the importer is done; the block is not back yet (out of host memory) */
+  int freed;   /* gpupool_free was called while exported */
+  int ended;   /* the importer is done; the block is not back yet (out of host memory) */
+  share_rx rx; /* the importer's message, as far as it came */
   gpupool_export *next;
 };
 
@@ -96,14 +107,58 @@ static gpupool_status check_socket(const char *call, int sock, int *seqpacket) {
   return GPUPOOL_OK;
 }
 
-/* Waits until sock is ready for `events` (a non-blocking socket). */
-static void wait_ready(int sock, short events) {
-  struct pollfd pfd = {sock, events, 0};
-  while (poll(&pfd, 1, -1) < 0 && errno == EINTR)
-    ;
+/* Deadlines are monotonic nanoseconds; every wait of the protocol has one.
+ * NO_DEADLINE waits as long as it takes. */
+#define NO_DEADLINE UINT64_MAX
+
+static uint64_t deadline_after(int64_t ms) {
+  return ms < 0 ? NO_DEADLINE : clock_monotonic_ns() + (uint64_t)ms * 1000000u;
 }
 
-static gpupool_status send_msg(const char *call, int sock, const share_msg *m, const int *fds) {
+/* The deadline for one message that the socket's SO_RCVTIMEO or SO_SNDTIMEO
+ * (opt) sets from now, as it would for a blocking call: none when unset. */
+static uint64_t socket_deadline(int sock, int opt) {
+  struct timeval tv = {0, 0};
+  socklen_t len = sizeof tv;
+  if (getsockopt(sock, SOL_SOCKET, opt, &tv, &len) != 0 || (tv.tv_sec <= 0 && tv.tv_usec <= 0))
+    return NO_DEADLINE;
+  return deadline_after((int64_t)tv.tv_sec * 1000 + (tv.tv_usec + 999) / 1000);
+}
+
+static gpupool_status timed_out(const char *call, int sock, const char *what, int opt) {
+  return pool_fail(GPUPOOL_ERR_BACKEND, "%s: socket %d: %s timed out (its %s)", call, sock, what,
+                   opt == SO_RCVTIMEO ? "SO_RCVTIMEO" : "SO_SNDTIMEO");
+}
+
+/* Waits until sock is ready for `events` (the socket's calls are all made
+ * with MSG_DONTWAIT) or the deadline passes: 1 ready, 0 the deadline
+ * passed, -1 poll failed (errno; EBADF for a descriptor closed meanwhile). */
+static int wait_ready(int sock, short events, uint64_t deadline) {
+  for (;;) {
+    int ms = -1;
+    if (deadline != NO_DEADLINE) {
+      uint64_t now = clock_monotonic_ns();
+      if (now >= deadline)
+        return 0;
+      uint64_t left = (deadline - now + 999999) / 1000000;
+      ms = left > INT_MAX ? INT_MAX : (int)left;
+    }
+    struct pollfd pfd = {sock, events, 0};
+    int r = poll(&pfd, 1, ms);
+    if (r > 0 && (pfd.revents & POLLNVAL)) {
+      errno = EBADF;
+      return -1;
+    }
+    if (r > 0)
+      return 1;
+    if (r < 0 && errno != EINTR)
+      return -1;
+  }
+}
+
+/* Sends m, waiting for room until the deadline. */
+static gpupool_status send_msg(const char *call, int sock, const share_msg *m, const int *fds,
+                               uint64_t deadline) {
   union {
     char buf[CMSG_SPACE(SHARE_FDS * sizeof(int))];
     struct cmsghdr align;
@@ -121,11 +176,15 @@ static gpupool_status send_msg(const char *call, int sock, const share_msg *m, c
     memcpy(CMSG_DATA(c), fds, m->nfds * sizeof(int));
   }
   for (size_t done = 0; done < sizeof *m;) {
-    ssize_t r = sendmsg(sock, &mh, MSG_NOSIGNAL);
+    ssize_t r = sendmsg(sock, &mh, MSG_NOSIGNAL | MSG_DONTWAIT);
     if (r < 0 && errno == EINTR)
       continue;
     if (r < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
-      wait_ready(sock, POLLOUT);
+      int w = wait_ready(sock, POLLOUT, deadline);
+      if (w == 0)
+        return timed_out(call, sock, "sending a message", SO_SNDTIMEO);
+      if (w < 0)
+        return socket_fail(call, sock, "poll", errno);
       continue;
     }
     if (r < 0)
@@ -145,34 +204,55 @@ static void close_fds(int *fds, size_t n) {
       close(fds[i]);
 }
 
-/* Receives one message and the descriptors that came with it (at most max
- * into fds, *nfds of them; the caller closes them). 1: a message; 0: the
- * peer closed the socket before one began; -1: *st says why (a truncated
- * message, bytes that are no message of ours, a socket error). */
-static int recv_msg(const char *call, int sock, int seqpacket, share_msg *m, int *fds, size_t max,
-                    size_t *nfds, gpupool_status *st) {
+/* Receives one message into rx->m, going on from what rx holds, and the
+ * descriptors that come with it: at most max into fds, *nfds of them (the
+ * caller closes them); with fds NULL any are closed at once. Waits for data
+ * until the deadline. 1: a message (rx->got is 0 again); 0: the peer
+ * closed the socket before one began; 2: the deadline passed first, rx
+ * keeps the part received (the part's descriptors were closed); -1: *st
+ * says why (a truncated message, bytes that are no message of ours, a socket
+ * error). */
+static int recv_msg(const char *call, int sock, int seqpacket, share_rx *rx, int *fds, size_t max,
+                    size_t *nfds, uint64_t deadline, gpupool_status *st) {
   union {
     char buf[CMSG_SPACE(SHARE_FDS * sizeof(int))];
     struct cmsghdr align;
   } ctl;
-  size_t got = 0;
+  share_msg *m = &rx->m;
+  size_t unused = 0;
   int lost_fds = 0;
+  if (!fds)
+    nfds = &unused;
   *nfds = 0;
-  while (got < sizeof *m) {
+  while (rx->got < sizeof *m) {
+    size_t got = rx->got;
     struct iovec iov = {(char *)m + got, sizeof *m - got};
     struct msghdr mh = {.msg_iov = &iov, .msg_iovlen = 1};
     mh.msg_control = ctl.buf;
     mh.msg_controllen = sizeof ctl.buf;
-    ssize_t r = recvmsg(sock, &mh, MSG_CMSG_CLOEXEC);
+    ssize_t r = recvmsg(sock, &mh, MSG_CMSG_CLOEXEC | MSG_DONTWAIT);
     if (r < 0 && errno == EINTR)
       continue;
     if (r < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
-      wait_ready(sock, POLLIN);
-      continue;
+      int w = wait_ready(sock, POLLIN, deadline);
+      if (w > 0)
+        continue;
+      if (fds)
+        close_fds(fds, *nfds);
+      *nfds = 0;
+      if (w == 0)
+        return 2;
+      rx->got = 0;
+      *st = socket_fail(call, sock, "poll", errno);
+      return -1;
     }
     if (r < 0 && errno == ECONNRESET && got == 0 && *nfds == 0)
       return 0; /* the peer went away: as closed */
     if (r < 0) {
+      if (fds)
+        close_fds(fds, *nfds);
+      *nfds = 0;
+      rx->got = 0;
       *st = socket_fail(call, sock, "recvmsg", errno);
       return -1;
     }
@@ -183,7 +263,9 @@ static int recv_msg(const char *call, int sock, int seqpacket, share_msg *m, int
       for (size_t i = 0; i < n; i++) {
         int fd;
         memcpy(&fd, CMSG_DATA(c) + i * sizeof(int), sizeof fd);
-        if (*nfds < max)
+        if (!fds)
+          close(fd);
+        else if (*nfds < max)
           fds[(*nfds)++] = fd;
         else {
           close(fd);
@@ -195,6 +277,7 @@ static int recv_msg(const char *call, int sock, int seqpacket, share_msg *m, int
     if (r == 0 && got == 0 && *nfds == 0 && !lost_fds)
       return 0;
     got += (size_t)r;
+    rx->got = got;
     const char *bad = NULL;
     if (r == 0)
       bad = "the socket closed in the middle of a message";
@@ -206,11 +289,14 @@ static int recv_msg(const char *call, int sock, int seqpacket, share_msg *m, int
       bad = "more file descriptors than a message carries";
     if (bad) {
       *st = pool_fail(GPUPOOL_ERR_INVALID, "%s: socket %d: %s", call, sock, bad);
-      close_fds(fds, *nfds);
+      if (fds)
+        close_fds(fds, *nfds);
       *nfds = 0;
+      rx->got = 0;
       return -1;
     }
   }
+  rx->got = 0;
   return 1;
 }
 
@@ -218,7 +304,8 @@ static int recv_msg(const char *call, int sock, int seqpacket, share_msg *m, int
  * needs no message (the exporter sees it closed). */
 static void send_release(int sock, uint64_t id) {
   share_msg m = {.magic = SHARE_MAGIC, .version = SHARE_VERSION, .kind = MSG_RELEASE, .id = id};
-  gpupool_status st = send_msg("gpupool_share_release", sock, &m, NULL);
+  gpupool_status st =
+      send_msg("gpupool_share_release", sock, &m, NULL, socket_deadline(sock, SO_SNDTIMEO));
   (void)st;
 }
 
@@ -280,7 +367,7 @@ static gpupool_status send_pages(gpupool *p, const block *b, void *const *h, siz
     m.first = (uint32_t)first;
     m.nfds = (uint32_t)k;
     memcpy(m.page_offset, offs + first, k * sizeof *offs);
-    st = send_msg(call, sock, &m, fds + first);
+    st = send_msg(call, sock, &m, fds + first, socket_deadline(sock, SO_SNDTIMEO));
   }
   close_fds(fds, made); /* the importer has its own copies */
   free(fds);
@@ -493,28 +580,22 @@ gpupool_status gpupool_share_wait(gpupool_export *ex, int timeout_ms, int *ended
   pthread_mutex_unlock(&g_lock);
   if (ex->ended || orphaned)
     return end_export(ex, ended);
-  struct pollfd pfd = {ex->sock, POLLIN, 0};
-  int r;
-  while ((r = poll(&pfd, 1, timeout_ms)) < 0 && errno == EINTR)
-    ;
-  if (r < 0)
-    return socket_fail(call, ex->sock, "poll", errno);
-  if (r == 0)
-    return GPUPOOL_OK;
-  if (pfd.revents & POLLNVAL)
+  if (fcntl(ex->sock, F_GETFD) < 0)
     return pool_fail(GPUPOOL_ERR_INVALID,
                      "%s: socket %d is closed (the exporter must keep it open until the export "
                      "ends)",
                      call, ex->sock);
-  share_msg m;
-  int fds[SHARE_FDS];
-  size_t nfds = 0;
+  /* A message that comes in parts (a stream socket) is kept in ex->rx when
+   * the time is up: the next call goes on with it. */
   gpupool_status st = GPUPOOL_OK;
-  int got = recv_msg(call, ex->sock, ex->seqpacket, &m, fds, SHARE_FDS, &nfds, &st);
-  close_fds(fds, nfds); /* a release carries none */
+  int got = recv_msg(call, ex->sock, ex->seqpacket, &ex->rx, NULL, 0, NULL,
+                     deadline_after(timeout_ms), &st);
+  if (got == 2)
+    return GPUPOOL_OK;
   if (got < 0)
     return st;
-  if (got > 0 && (m.version != SHARE_VERSION || m.kind != MSG_RELEASE || m.id != ex->id))
+  const share_msg *m = &ex->rx.m;
+  if (got > 0 && (m->version != SHARE_VERSION || m->kind != MSG_RELEASE || m->id != ex->id))
     return pool_fail(GPUPOOL_ERR_INVALID,
                      "%s: socket %d: a message that is not the release of this export (the "
                      "export goes on)",
@@ -571,17 +652,23 @@ static int valid_header(const share_msg *m, size_t nfds) {
 
 /* Receives every page of the export whose header is in m: descriptors into
  * fds, offsets into offs (npages each). */
-static gpupool_status recv_pages(int sock, int seqpacket, share_msg *m, int *fds, uint64_t *offs) {
+static gpupool_status recv_pages(int sock, int seqpacket, share_msg *first, int *fds,
+                                 uint64_t *offs) {
   const char *call = "gpupool_share_import";
-  uint64_t id = m->id;
-  uint32_t n = m->npages;
+  uint64_t id = first->id;
+  uint32_t n = first->npages;
+  share_rx rx = {.m = *first};
+  const share_msg *m = &rx.m;
   for (uint32_t have = 0; have < n;) {
     if (have) {
       size_t k = 0;
       gpupool_status st = GPUPOOL_OK;
-      int got = recv_msg(call, sock, seqpacket, m, fds + have, n - have, &k, &st);
-      if (got <= 0) {
+      int got = recv_msg(call, sock, seqpacket, &rx, fds + have, n - have, &k,
+                         socket_deadline(sock, SO_RCVTIMEO), &st);
+      if (got != 1) {
         close_fds(fds, have);
+        if (got == 2)
+          return timed_out(call, sock, "waiting for the export's next pages", SO_RCVTIMEO);
         return got < 0 ? st
                        : pool_fail(GPUPOOL_ERR_INVALID,
                                    "%s: socket %d closed after %u of the export's %u pages", call,
@@ -663,13 +750,18 @@ gpupool_status gpupool_share_import(int sock, int device, void **ptr, size_t *si
     return st;
   }
 
+  share_rx rx = {.got = 0};
   share_msg m;
   int first_fds[SHARE_FDS];
   size_t nfds = 0;
-  int got = recv_msg(call, sock, seqpacket, &m, first_fds, SHARE_FDS, &nfds, &st);
+  int got = recv_msg(call, sock, seqpacket, &rx, first_fds, SHARE_FDS, &nfds,
+                     socket_deadline(sock, SO_RCVTIMEO), &st);
+  m = rx.m;
   if (got == 0)
     st =
         pool_fail(GPUPOOL_ERR_INVALID, "%s: socket %d was closed: no export to import", call, sock);
+  else if (got == 2)
+    st = timed_out(call, sock, "waiting for an export", SO_RCVTIMEO);
   else if (got > 0 && !valid_header(&m, nfds)) {
     close_fds(first_fds, nfds);
     st = pool_fail(GPUPOOL_ERR_INVALID,

@@ -32,8 +32,15 @@
  * its own reason), a second export or import, and anything on the
  * socket that is not the expected message; GPUPOOL_ERR_HOST_OOM when host
  * memory runs out (nothing sent, the block still the caller's);
- * GPUPOOL_ERR_BACKEND when the driver or the system fails.
- * gpupool_last_error() says which, in one line. */
+ * GPUPOOL_ERR_BACKEND when the driver or the system fails, or a wait on the
+ * socket runs past its SO_SNDTIMEO / SO_RCVTIMEO ("timed out").
+ * gpupool_last_error() says which, in one line.
+ *
+ * Waiting: export and import wait on the socket (for room to send, for the
+ * next message) as long as it takes, as blocking calls do, or at most the
+ * socket's SO_SNDTIMEO / SO_RCVTIMEO for each message when it is set:
+ * setsockopt(2) it for a bounded wait. A timed-out call leaves part of a
+ * message on the socket: close it. */
 #ifndef GPUPOOL_SHARE_H
 #define GPUPOOL_SHARE_H
 
@@ -54,11 +61,13 @@ gpupool_status gpupool_share_export(gpupool *p, void *ptr, int sock, gpupool_exp
  * importer to end the export. *ended = 1 when it did: ex is freed, and the
  * block is the exporter's again (or back in the pool, if it was freed while
  * exported). *ended = 0 when it is still imported, or when the call fails
- * (the export goes on: call again). */
+ * (the export goes on: call again). The timeout holds even when the
+ * importer's message comes in parts: the part received is kept for the next
+ * call. */
 gpupool_status gpupool_share_wait(gpupool_export *ex, int timeout_ms, int *ended);
 
-/* Receives an export from sock (blocking until it arrives: poll(2) the
- * socket first for a bounded wait) and maps it on CUDA device `device` (any
+/* Receives an export from sock (blocking until it arrives, or each message
+ * up to the socket's SO_RCVTIMEO) and maps it on CUDA device `device` (any
  * value on the host backend): *ptr is the block, *size its requested bytes. */
 gpupool_status gpupool_share_import(int sock, int device, void **ptr, size_t *size,
                                     gpupool_import **out);

@@ -6,9 +6,12 @@
 #include <criterion/criterion.h>
 #include <dirent.h>
 #include <errno.h>
+#include <poll.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/time.h>
+#include <time.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -19,6 +22,18 @@
 
 #define MiB PC_MiB
 
+static gpupool *share_pool(void) {
+  return pc_pool(GPUPOOL_STRATEGY_BFC, 1024 * MiB,
+                 "expandable_segments:True,expandable_slack_percent:0");
+}
+
+static void *take(gpupool *p, size_t size) {
+  void *x = NULL;
+  cr_assert_eq(gpupool_malloc(p, &x, size, NULL), GPUPOOL_OK, "%zu bytes: %s", size,
+               gpupool_last_error());
+  return x;
+}
+
 static void sockets(int sv[2]) {
   cr_assert_eq(socketpair(AF_UNIX, SOCK_STREAM, 0, sv), 0, "socketpair: %s", strerror(errno));
 }
@@ -28,6 +43,17 @@ static void expect_fail(gpupool_status got, gpupool_status want, const char *tex
                gpupool_status_string(want), gpupool_last_error());
   cr_assert(strstr(gpupool_last_error(), text), "'%s' does not say '%s'", gpupool_last_error(),
             text);
+}
+
+static double seconds(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return (double)t.tv_sec + (double)t.tv_nsec / 1e9;
+}
+
+static void set_timeout(int sock, int opt, int ms) {
+  struct timeval tv = {ms / 1000, (ms % 1000) * 1000};
+  cr_assert_eq(setsockopt(sock, SOL_SOCKET, opt, &tv, sizeof tv), 0, "%s", strerror(errno));
 }
 
 static int open_fds(void) {
@@ -112,4 +138,106 @@ Test(share_peers, a_size_that_wraps_past_the_pages_is_refused) {
   close(page);
   close(sv[0]);
   close(sv[1]);
+}
+
+/* The importer's release comes in two parts, far apart: a wait with a
+ * timeout returns when the time is up (the export goes on), and the next
+ * wait goes on from the part received. The wait used to block in the
+ * middle of the message, past its timeout, until the rest came. */
+Test(share_peers, a_wait_returns_on_time_from_a_release_cut_in_two, .timeout = 30) {
+  gpupool *p = share_pool();
+  void *x = take(p, 4 * MiB);
+  int sv[2];
+  sockets(sv);
+  gpupool_export *ex = NULL;
+  cr_assert_eq(gpupool_share_export(p, x, sv[0], &ex), GPUPOOL_OK, "%s", gpupool_last_error());
+  share_msg m;
+  cr_assert_eq(recv(sv[1], &m, sizeof m, MSG_WAITALL), (ssize_t)sizeof m); /* its descriptor goes */
+  share_msg release = {
+      .magic = SHARE_MAGIC, .version = SHARE_VERSION, .kind = MSG_RELEASE, .id = m.id};
+  size_t cut = 3;
+  cr_assert_eq(write(sv[1], &release, cut), (ssize_t)cut);
+  int ended = 1;
+  double t0 = seconds();
+  cr_assert_eq(gpupool_share_wait(ex, 200, &ended), GPUPOOL_OK, "%s", gpupool_last_error());
+  cr_assert_eq(ended, 0);
+  cr_assert_lt(seconds() - t0, 5.0, "the wait took %.1f s of its 0.2", seconds() - t0);
+  cr_assert_eq(gpupool_share_wait(ex, 0, &ended), GPUPOOL_OK, "%s", gpupool_last_error());
+  cr_assert_eq(ended, 0);
+  cr_assert_eq(pc_stats(p).allocated_bytes[GPUPOOL_STAT_ALL].current, 4 * (int64_t)MiB);
+
+  cr_assert_eq(write(sv[1], (char *)&release + cut, sizeof release - cut),
+               (ssize_t)(sizeof release - cut));
+  cr_assert_eq(gpupool_share_wait(ex, 10000, &ended), GPUPOOL_OK, "%s", gpupool_last_error());
+  cr_assert_eq(ended, 1, "the release's second part did not end the export");
+  cr_assert_eq(gpupool_free(p, x), GPUPOOL_OK, "%s", gpupool_last_error());
+  close(sv[0]);
+  close(sv[1]);
+  gpupool_destroy(p);
+}
+
+/* SO_RCVTIMEO on the importer's socket bounds each wait of the import, as
+ * it bounds a blocking recv: nothing comes, or an export stops after its
+ * first message. The import used to wait for ever. */
+Test(share_peers, an_import_honours_so_rcvtimeo, .timeout = 30) {
+  int sv[2];
+  sockets(sv);
+  set_timeout(sv[1], SO_RCVTIMEO, 200);
+  int before = open_fds();
+  void *y = NULL;
+  size_t size = 0;
+  gpupool_import *im = NULL;
+  double t0 = seconds();
+  expect_fail(gpupool_share_import(sv[1], 0, &y, &size, &im), GPUPOOL_ERR_BACKEND,
+              "timed out (its SO_RCVTIMEO)");
+  cr_assert_lt(seconds() - t0, 5.0);
+  cr_assert_null(im);
+
+  /* 65 pages announced, 64 sent: the export's second message never comes. */
+  int page = page_file();
+  share_msg m = forged_header();
+  m.npages = 65;
+  m.size = 65 * 2 * MiB;
+  m.nfds = SHARE_FDS;
+  int fds[SHARE_FDS];
+  for (int i = 0; i < SHARE_FDS; i++)
+    fds[i] = page;
+  send_forged(sv[0], &m, fds, SHARE_FDS);
+  close(page);
+  t0 = seconds();
+  expect_fail(gpupool_share_import(sv[1], 0, &y, &size, &im), GPUPOOL_ERR_BACKEND,
+              "timed out (its SO_RCVTIMEO)");
+  cr_assert_lt(seconds() - t0, 5.0);
+  cr_assert_null(im);
+  cr_assert_eq(open_fds(), before, "the import leaked descriptors");
+  /* The exporter hears of the failure. */
+  share_msg release;
+  cr_assert_eq(recv(sv[0], &release, sizeof release, MSG_DONTWAIT), (ssize_t)sizeof release);
+  cr_assert_eq(release.kind, MSG_RELEASE);
+  cr_assert_eq(release.id, m.id);
+  close(sv[0]);
+  close(sv[1]);
+}
+
+/* SO_SNDTIMEO on the exporter's socket bounds its waits for room: an
+ * importer that reads nothing, with a small send buffer. */
+Test(share_peers, an_export_honours_so_sndtimeo, .timeout = 30) {
+  gpupool *p = share_pool();
+  void *x = take(p, 600 * MiB); /* 300 pages: 5 messages */
+  int sv[2];
+  sockets(sv);
+  int small = 1; /* the smallest buffer the system allows */
+  cr_assert_eq(setsockopt(sv[0], SOL_SOCKET, SO_SNDBUF, &small, sizeof small), 0);
+  set_timeout(sv[0], SO_SNDTIMEO, 200);
+  gpupool_export *ex = NULL;
+  double t0 = seconds();
+  expect_fail(gpupool_share_export(p, x, sv[0], &ex), GPUPOOL_ERR_BACKEND,
+              "timed out (its SO_SNDTIMEO)");
+  cr_assert_lt(seconds() - t0, 5.0);
+  cr_assert_null(ex);
+  cr_assert_eq(gpupool_free(p, x), GPUPOOL_OK, "the block is the caller's still: %s",
+               gpupool_last_error());
+  close(sv[0]);
+  close(sv[1]);
+  gpupool_destroy(p);
 }
