@@ -17,6 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/time.h>
 #include <unistd.h>
 
@@ -29,6 +30,13 @@
 #include "shard.h"
 #include "sizeclass.h"
 
+/* Which socket a descriptor is: its number may be closed and reused for
+ * another, and a dup(2) of it is the same socket under another number. */
+typedef struct sock_id {
+  dev_t dev;
+  ino_t ino;
+} sock_id;
+
 /* A message being received: a stream socket may deliver it in parts, and
  * gpupool_share_wait may return before the last part comes. */
 typedef struct share_rx {
@@ -40,6 +48,7 @@ struct gpupool_export {
   gpupool *p;
   block *b;
   int sock, seqpacket;
+  sock_id sid;
   uint64_t id;
   int freed;   /* gpupool_free was called while exported */
   int ended;   /* the importer is done; the block is not back yet (out of host memory) */
@@ -52,6 +61,7 @@ struct gpupool_import {
   void *base;
   size_t npages;
   int sock;
+  sock_id sid;
   uint64_t id;
   gpupool_import *next;
 };
@@ -82,9 +92,27 @@ static gpupool_status socket_fail(const char *call, int sock, const char *what, 
                    strerror(err));
 }
 
+static int identify(int sock, sock_id *id) {
+  struct stat st;
+  if (fstat(sock, &st) != 0)
+    return -1;
+  *id = (sock_id){st.st_dev, st.st_ino};
+  return 0;
+}
+
+static int same_socket(sock_id a, sock_id b) {
+  return a.dev == b.dev && a.ino == b.ino;
+}
+
+/* Whether sock is still the socket id (not closed, nor reused for another). */
+static int still_socket(int sock, sock_id id) {
+  sock_id now;
+  return identify(sock, &now) == 0 && same_socket(now, id);
+}
+
 /* A connected Unix socket of a type that keeps messages whole and in order;
- * *seqpacket says which. */
-static gpupool_status check_socket(const char *call, int sock, int *seqpacket) {
+ * *seqpacket says which, *id which socket it is. */
+static gpupool_status check_socket(const char *call, int sock, int *seqpacket, sock_id *id) {
   int domain = 0, type = 0;
   socklen_t len = sizeof domain;
   if (getsockopt(sock, SOL_SOCKET, SO_DOMAIN, &domain, &len) != 0)
@@ -103,6 +131,8 @@ static gpupool_status check_socket(const char *call, int sock, int *seqpacket) {
   len = sizeof peer;
   if (getpeername(sock, (struct sockaddr *)&peer, &len) != 0)
     return socket_fail(call, sock, "getpeername", errno);
+  if (identify(sock, id) != 0)
+    return socket_fail(call, sock, "fstat", errno);
   *seqpacket = type == SOCK_SEQPACKET;
   return GPUPOOL_OK;
 }
@@ -393,7 +423,8 @@ gpupool_status gpupool_share_export(gpupool *p, void *ptr, int sock, gpupool_exp
     return pool_fail(GPUPOOL_ERR_UNSUPPORTED, "%s: backend %s cannot share memory", call,
                      p->be->name);
   int seqpacket;
-  gpupool_status st = check_socket(call, sock, &seqpacket);
+  sock_id sid;
+  gpupool_status st = check_socket(call, sock, &seqpacket, &sid);
   if (st != GPUPOOL_OK)
     return st;
   gpupool_export *ex = calloc(1, sizeof *ex);
@@ -402,7 +433,7 @@ gpupool_status gpupool_share_export(gpupool *p, void *ptr, int sock, gpupool_exp
 
   pthread_mutex_lock(&g_lock);
   for (gpupool_export *e = g_exports; e && st == GPUPOOL_OK; e = e->next) {
-    if (e->sock == sock)
+    if (same_socket(e->sid, sid))
       st = pool_fail(GPUPOOL_ERR_INVALID,
                      "%s: socket %d carries another export already (one at a time: wait for it "
                      "to end)",
@@ -468,8 +499,13 @@ gpupool_status gpupool_share_export(gpupool *p, void *ptr, int sock, gpupool_exp
                      p->cfg.name, ptr);
   }
   if (st == GPUPOOL_OK) {
-    *ex = (gpupool_export){
-        .p = p, .b = b, .sock = sock, .seqpacket = seqpacket, .id = id, .next = g_exports};
+    *ex = (gpupool_export){.p = p,
+                           .b = b,
+                           .sock = sock,
+                           .seqpacket = seqpacket,
+                           .sid = sid,
+                           .id = id,
+                           .next = g_exports};
     g_exports = ex;
     *out = ex;
   } else {
@@ -580,11 +616,12 @@ gpupool_status gpupool_share_wait(gpupool_export *ex, int timeout_ms, int *ended
   pthread_mutex_unlock(&g_lock);
   if (ex->ended || orphaned)
     return end_export(ex, ended);
-  if (fcntl(ex->sock, F_GETFD) < 0)
+  if (!still_socket(ex->sock, ex->sid))
     return pool_fail(GPUPOOL_ERR_INVALID,
-                     "%s: socket %d is closed (the exporter must keep it open until the export "
+                     "%s: socket %d is closed%s (the exporter must keep it open until the export "
                      "ends)",
-                     call, ex->sock);
+                     call, ex->sock,
+                     fcntl(ex->sock, F_GETFD) < 0 ? "" : " and its number was reused");
   /* A message that comes in parts (a stream socket) is kept in ex->rx when
    * the time is up: the next call goes on with it. */
   gpupool_status st = GPUPOOL_OK;
@@ -724,7 +761,8 @@ gpupool_status gpupool_share_import(int sock, int device, void **ptr, size_t *si
                              : "out");
   *out = NULL;
   int seqpacket;
-  gpupool_status st = check_socket(call, sock, &seqpacket);
+  sock_id sid;
+  gpupool_status st = check_socket(call, sock, &seqpacket, &sid);
   if (st != GPUPOOL_OK)
     return st;
   gpupool_import *im = calloc(1, sizeof *im);
@@ -734,13 +772,14 @@ gpupool_status gpupool_share_import(int sock, int device, void **ptr, size_t *si
    * refused even while the first one waits for its message. */
   pthread_mutex_lock(&g_lock);
   for (gpupool_import *e = g_imports; e; e = e->next)
-    if (e->sock == sock)
+    if (same_socket(e->sid, sid))
       st = pool_fail(GPUPOOL_ERR_INVALID,
                      "%s: socket %d carries an imported block already (one import per export: "
                      "release it first)",
                      call, sock);
   if (st == GPUPOOL_OK) {
     im->sock = sock;
+    im->sid = sid;
     im->next = g_imports;
     g_imports = im;
   }
@@ -820,7 +859,8 @@ gpupool_status gpupool_share_release(gpupool_import *im) {
   be->ops->vmm->unmap(be, im->base, im->npages);
   be->ops->vmm->unreserve(be, im->base, im->npages * be->page_size);
   be->ops->destroy(be);
-  send_release(im->sock, im->id);
+  if (still_socket(im->sock, im->sid)) /* never into another socket that took its number */
+    send_release(im->sock, im->id);
   unlist_import(im);
   free(im);
   return GPUPOOL_OK;

@@ -21,7 +21,8 @@
  *   the pool orphans them (the pool's memory goes; gpupool_share_wait then
  *   ends them at once, *ended = 1).
  * - One export per block and per socket at a time; one import per socket at
- *   a time in a process (a second import of the same export is refused).
+ *   a time in a process (a second import of the same export is refused). A
+ *   socket is what the descriptor names: a dup(2) of it is the same socket.
  *
  * Failures: GPUPOOL_ERR_UNSUPPORTED where the device or driver cannot export
  * memory as file descriptors (or gpupool was built without CUDA and the

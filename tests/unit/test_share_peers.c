@@ -241,3 +241,117 @@ Test(share_peers, an_export_honours_so_sndtimeo, .timeout = 30) {
   close(sv[1]);
   gpupool_destroy(p);
 }
+
+/* A socket is told by what it is, not by its number: an export left behind
+ * (its pool destroyed, its socket closed, never waited for) does not hold
+ * the number against the next socket that gets it; a dup(2) of a socket that
+ * carries an export is that socket; a wait on a number closed and reused
+ * says so rather than reading another socket. */
+Test(share_peers, sockets_are_told_apart_by_what_they_are) {
+  gpupool *p = share_pool();
+  void *x = take(p, 4 * MiB);
+  int sv[2];
+  sockets(sv);
+  gpupool_export *left = NULL;
+  cr_assert_eq(gpupool_share_export(p, x, sv[0], &left), GPUPOOL_OK, "%s", gpupool_last_error());
+  int number = sv[0];
+  gpupool_destroy(p);
+  close(sv[0]);
+  close(sv[1]);
+
+  p = share_pool();
+  x = take(p, 4 * MiB);
+  sockets(sv);
+  if (sv[0] != number) { /* make the new socket take the old number */
+    cr_assert_eq(dup2(sv[0], number), number);
+    close(sv[0]);
+    sv[0] = number;
+  }
+  gpupool_export *ex = NULL;
+  cr_assert_eq(gpupool_share_export(p, x, sv[0], &ex), GPUPOOL_OK,
+               "a new socket under an old number: %s", gpupool_last_error());
+  int ended = 0;
+  cr_assert_eq(gpupool_share_wait(left, 0, &ended), GPUPOOL_OK, "%s", gpupool_last_error());
+  cr_assert_eq(ended, 1, "an orphaned export ends at once");
+
+  /* A dup of the socket carries the same export. */
+  int twin = dup(sv[0]);
+  void *w = take(p, 4 * MiB);
+  gpupool_export *ex2 = NULL;
+  expect_fail(gpupool_share_export(p, w, twin, &ex2), GPUPOOL_ERR_INVALID,
+              "carries another export");
+  cr_assert_null(ex2);
+
+  /* The importer's side: a dup of its socket is the same import. */
+  void *y = NULL, *y2 = NULL;
+  size_t size = 0;
+  gpupool_import *im = NULL, *im2 = NULL;
+  cr_assert_eq(gpupool_share_import(sv[1], 0, &y, &size, &im), GPUPOOL_OK, "%s",
+               gpupool_last_error());
+  int importer_twin = dup(sv[1]);
+  expect_fail(gpupool_share_import(importer_twin, 0, &y2, &size, &im2), GPUPOOL_ERR_INVALID,
+              "carries an imported block already");
+  cr_assert_null(im2);
+  close(importer_twin);
+  cr_assert_eq(gpupool_share_release(im), GPUPOOL_OK);
+  cr_assert_eq(gpupool_share_wait(ex, 10000, &ended), GPUPOOL_OK, "%s", gpupool_last_error());
+  cr_assert_eq(ended, 1);
+
+  /* A live export whose socket was closed, and whose number another socket
+   * took: its wait says so, and reads nothing from that other socket. */
+  cr_assert_eq(gpupool_share_export(p, x, sv[0], &ex), GPUPOOL_OK, "%s", gpupool_last_error());
+  int other[2];
+  sockets(other); /* both ends under other numbers than sv[0]'s */
+  close(sv[0]);
+  cr_assert_eq(dup2(other[1], number), number);
+  cr_assert_eq(write(other[0], "x", 1), 1);
+  expect_fail(gpupool_share_wait(ex, 0, &ended), GPUPOOL_ERR_INVALID, "number was reused");
+  cr_assert_eq(ended, 0);
+  char byte;
+  cr_assert_eq(recv(number, &byte, 1, MSG_DONTWAIT), 1, "the wait read another socket");
+  close(number);
+  expect_fail(gpupool_share_wait(ex, 0, &ended), GPUPOOL_ERR_INVALID, "is closed");
+  close(other[0]);
+  close(other[1]);
+  close(twin);
+  close(sv[1]);
+  cr_assert_eq(gpupool_free(p, x), GPUPOOL_OK); /* deferred: the export never ends */
+  cr_assert_eq(gpupool_free(p, w), GPUPOOL_OK);
+  gpupool_destroy(p);
+}
+
+/* A release after the importer closed its socket, whose number another
+ * socket took meanwhile, writes nothing into that other socket. */
+Test(share_peers, a_release_never_writes_into_a_socket_that_took_the_number) {
+  gpupool *p = share_pool();
+  void *x = take(p, 4 * MiB);
+  int sv[2];
+  sockets(sv);
+  gpupool_export *ex = NULL;
+  cr_assert_eq(gpupool_share_export(p, x, sv[0], &ex), GPUPOOL_OK, "%s", gpupool_last_error());
+  void *y = NULL;
+  size_t size = 0;
+  gpupool_import *im = NULL;
+  cr_assert_eq(gpupool_share_import(sv[1], 0, &y, &size, &im), GPUPOOL_OK, "%s",
+               gpupool_last_error());
+  int number = sv[1];
+  close(sv[1]);
+  int other[2];
+  sockets(other);
+  if (other[0] != number) { /* make another socket take the number */
+    cr_assert_eq(dup2(other[0], number), number);
+    close(other[0]);
+  }
+  cr_assert_eq(gpupool_share_release(im), GPUPOOL_OK, "%s", gpupool_last_error());
+  char byte;
+  ssize_t r = recv(other[1], &byte, 1, MSG_DONTWAIT);
+  cr_assert_eq(r, -1, "the release went into a socket that is not the import's (%zd)", r);
+  int ended = 0;
+  cr_assert_eq(gpupool_share_wait(ex, 10000, &ended), GPUPOOL_OK, "%s", gpupool_last_error());
+  cr_assert_eq(ended, 1, "the importer's end closed: the export ends");
+  cr_assert_eq(gpupool_free(p, x), GPUPOOL_OK);
+  close(number);
+  close(other[1]);
+  close(sv[0]);
+  gpupool_destroy(p);
+}
