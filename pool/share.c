@@ -16,6 +16,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/time.h>
@@ -217,6 +218,15 @@ static gpupool_status send_msg(const char *call, int sock, const share_msg *m, c
         return socket_fail(call, sock, "poll", errno);
       continue;
     }
+    if (r < 0 && errno == ETOOMANYREFS) {
+      /* More descriptors in flight (sent, not yet received) than the
+       * sender's RLIMIT_NOFILE, for a user without CAP_SYS_RESOURCE: room
+       * comes as the importer receives; poll cannot say when. */
+      if (deadline != NO_DEADLINE && clock_monotonic_ns() >= deadline)
+        return timed_out(call, sock, "sending a message", SO_SNDTIMEO);
+      nanosleep(&(struct timespec){0, 1000000}, NULL);
+      continue;
+    }
     if (r < 0)
       return socket_fail(call, sock, "sendmsg", errno);
     done += (size_t)r;
@@ -330,13 +340,21 @@ static int recv_msg(const char *call, int sock, int seqpacket, share_rx *rx, int
   return 1;
 }
 
-/* Tells the exporter that export id is done with; a socket already closed
- * needs no message (the exporter sees it closed). */
-static void send_release(int sock, uint64_t id) {
-  share_msg m = {.magic = SHARE_MAGIC, .version = SHARE_VERSION, .kind = MSG_RELEASE, .id = id};
-  gpupool_status st =
-      send_msg("gpupool_share_release", sock, &m, NULL, socket_deadline(sock, SO_SNDTIMEO));
+/* Sends a message of `kind` about export id, on behalf of a call that has
+ * its outcome already: the call's gpupool_last_error() stays. One that
+ * cannot be sent needs none: a socket that failed or closed tells the peer
+ * the same (a release: the importer is done; an abort: the export failed). */
+static void send_quietly(int sock, int kind, uint64_t id, uint64_t deadline) {
+  char why[1280];
+  snprintf(why, sizeof why, "%s", gpupool_last_error());
+  share_msg m = {.magic = SHARE_MAGIC, .version = SHARE_VERSION, .kind = (uint16_t)kind, .id = id};
+  gpupool_status st = send_msg("gpupool_share", sock, &m, NULL, deadline);
   (void)st;
+  pool_fail(GPUPOOL_OK, "%s", why);
+}
+
+static void send_release(int sock, uint64_t id) {
+  send_quietly(sock, MSG_RELEASE, id, socket_deadline(sock, SO_SNDTIMEO));
 }
 
 /* ---- exporting ---- */
@@ -362,46 +380,38 @@ static gpupool_export *find_export(gpupool *p, uintptr_t ptr) {
   return NULL;
 }
 
-/* Exports the pages of b (handles h[0..n)), all of them before sending
- * anything (a failed export leaves nothing on the socket), and sends them;
- * under g_lock. */
-static gpupool_status send_pages(gpupool *p, const block *b, void *const *h, size_t n, int sock,
-                                 uint64_t id) {
+/* Sends the export whose header is hdr, pages h[0..n): a message of up to
+ * SHARE_FDS pages at a time, each page exported (a new descriptor) just
+ * before its message and closed once sent, so that no more than SHARE_FDS
+ * descriptors are open at once however large the block (a descriptor per
+ * page for all of them at once ran into RLIMIT_NOFILE: 1024 pages, 2 GiB,
+ * under a common default). A failure after the first message is followed
+ * by an abort, so that the importer fails at once instead of waiting for
+ * pages that never come. */
+static gpupool_status send_pages(backend *be, const share_msg *hdr, void *const *h, size_t n,
+                                 int sock) {
   const char *call = "gpupool_share_export";
-  backend *be = p->be;
-  const segment *seg = b->seg;
-  int *fds = malloc(n * sizeof *fds);
-  uint64_t *offs = malloc(n * sizeof *offs);
-  if (!fds || !offs) {
-    free(fds);
-    free(offs);
-    return pool_fail(GPUPOOL_ERR_HOST_OOM, "%s: out of host memory", call);
-  }
+  share_msg m = *hdr;
+  int fds[SHARE_FDS];
   gpupool_status st = GPUPOOL_OK;
-  size_t made = 0;
-  for (; made < n && st == GPUPOOL_OK; made++)
-    st = be->ops->vmm->export_page(be, h[made], &fds[made], &offs[made]);
-  if (st != GPUPOOL_OK)
-    made--; /* the failed one made no descriptor */
-  share_msg m = {.magic = SHARE_MAGIC,
-                 .version = SHARE_VERSION,
-                 .id = id,
-                 .size = b->requested,
-                 .offset = (b->addr - seg->addr) % seg->page_size,
-                 .page_size = seg->page_size,
-                 .npages = (uint32_t)n};
-  snprintf(m.backend, sizeof m.backend, "%s", be->name);
+  size_t sent = 0; /* messages */
   for (size_t first = 0; first < n && st == GPUPOOL_OK; first += SHARE_FDS) {
-    size_t k = n - first < SHARE_FDS ? n - first : SHARE_FDS;
-    m.kind = first ? MSG_PAGES : MSG_EXPORT;
-    m.first = (uint32_t)first;
-    m.nfds = (uint32_t)k;
-    memcpy(m.page_offset, offs + first, k * sizeof *offs);
-    st = send_msg(call, sock, &m, fds + first, socket_deadline(sock, SO_SNDTIMEO));
+    size_t k = n - first < SHARE_FDS ? n - first : SHARE_FDS, made = 0;
+    for (; made < k && st == GPUPOOL_OK; made++)
+      st = be->ops->vmm->export_page(be, h[first + made], &fds[made], &m.page_offset[made]);
+    if (st != GPUPOOL_OK)
+      made--; /* the failed one made no descriptor */
+    else {
+      m.kind = first ? MSG_PAGES : MSG_EXPORT;
+      m.first = (uint32_t)first;
+      m.nfds = (uint32_t)k;
+      st = send_msg(call, sock, &m, fds, socket_deadline(sock, SO_SNDTIMEO));
+      sent += st == GPUPOOL_OK;
+    }
+    close_fds(fds, made); /* the importer has its own copies */
   }
-  close_fds(fds, made); /* the importer has its own copies */
-  free(fds);
-  free(offs);
+  if (st != GPUPOOL_OK && sent)
+    send_quietly(sock, MSG_ABORT, m.id, deadline_after(0));
   return st;
 }
 
@@ -447,6 +457,7 @@ gpupool_status gpupool_share_export(gpupool *p, void *ptr, int sock, gpupool_exp
   block *b = NULL;
   void **h = NULL;
   size_t n = 0;
+  share_msg hdr = {.magic = SHARE_MAGIC, .version = SHARE_VERSION, .id = new_id()};
   if (st == GPUPOOL_OK) {
     pthread_mutex_lock(&p->slow_lock);
     b = find_live(p, (uintptr_t)ptr, &sh);
@@ -476,16 +487,21 @@ gpupool_status gpupool_share_export(gpupool *p, void *ptr, int sock, gpupool_exp
                        SHARE_MAX_PAGES);
       else if (!(h = malloc(n * sizeof *h)))
         st = pool_fail(GPUPOOL_ERR_HOST_OOM, "%s: out of host memory", call);
-      else
+      else {
         memcpy(h, seg->pages + first, n * sizeof *h);
+        hdr.size = b->requested;
+        hdr.offset = (b->addr - seg->addr) % seg->page_size;
+        hdr.page_size = seg->page_size;
+        hdr.npages = (uint32_t)n;
+        snprintf(hdr.backend, sizeof hdr.backend, "%s", p->be->name);
+      }
     }
     if (b)
       spin_unlock(&sh->lock);
     pthread_mutex_unlock(&p->slow_lock);
   }
-  uint64_t id = new_id();
   if (st == GPUPOOL_OK)
-    st = send_pages(p, b, h, n, sock, id);
+    st = send_pages(p->be, &hdr, h, n, sock);
   free(h);
   if (st == GPUPOOL_OK) {
     /* Out of the live map: gpupool_free finds it here (share_claims). */
@@ -504,7 +520,7 @@ gpupool_status gpupool_share_export(gpupool *p, void *ptr, int sock, gpupool_exp
                            .sock = sock,
                            .seqpacket = seqpacket,
                            .sid = sid,
-                           .id = id,
+                           .id = hdr.id,
                            .next = g_exports};
     g_exports = ex;
     *out = ex;
@@ -687,57 +703,71 @@ static int valid_header(const share_msg *m, size_t nfds) {
          m->nfds == (m->npages < SHARE_FDS ? m->npages : SHARE_FDS) && nfds == m->nfds;
 }
 
-/* Receives every page of the export whose header is in m: descriptors into
- * fds, offsets into offs (npages each). */
-static gpupool_status recv_pages(int sock, int seqpacket, share_msg *first, int *fds,
-                                 uint64_t *offs) {
-  const char *call = "gpupool_share_import";
-  uint64_t id = first->id;
-  uint32_t n = first->npages;
-  share_rx rx = {.m = *first};
-  const share_msg *m = &rx.m;
-  for (uint32_t have = 0; have < n;) {
-    if (have) {
-      size_t k = 0;
-      gpupool_status st = GPUPOOL_OK;
-      int got = recv_msg(call, sock, seqpacket, &rx, fds + have, n - have, &k,
-                         socket_deadline(sock, SO_RCVTIMEO), &st);
-      if (got != 1) {
-        close_fds(fds, have);
-        if (got == 2)
-          return timed_out(call, sock, "waiting for the export's next pages", SO_RCVTIMEO);
-        return got < 0 ? st
-                       : pool_fail(GPUPOOL_ERR_INVALID,
-                                   "%s: socket %d closed after %u of the export's %u pages", call,
-                                   sock, have, n);
-      }
-      if (m->version != SHARE_VERSION || m->kind != MSG_PAGES || m->id != id || m->first != have ||
-          m->nfds != k || k != (n - have < SHARE_FDS ? n - have : SHARE_FDS)) {
-        close_fds(fds, have + k);
-        return pool_fail(GPUPOOL_ERR_INVALID, "%s: socket %d: a bad page message", call, sock);
-      }
-    }
-    memcpy(offs + have, m->page_offset, m->nfds * sizeof *offs);
-    have += m->nfds;
-  }
-  return GPUPOOL_OK;
+/* Whether m is the next page message of export id: pages from `have` on,
+ * nfds of them, as many as the export has left up to SHARE_FDS. */
+static int valid_pages(const share_msg *m, size_t nfds, uint64_t id, uint32_t have, uint32_t n) {
+  return m->version == SHARE_VERSION && m->kind == MSG_PAGES && m->id == id && m->first == have &&
+         m->nfds == nfds && nfds == (n - have < SHARE_FDS ? n - have : SHARE_FDS);
 }
 
-/* Reserves an address range on be and maps the n pages there. */
-static gpupool_status map_import(backend *be, size_t n, const int *fds, const uint64_t *offs,
-                                 void **base) {
-  const backend_vmm_ops *vmm = be->ops->vmm;
-  gpupool_status st = vmm->reserve(be, n * be->page_size, base);
-  size_t mapped = 0;
-  for (; st == GPUPOOL_OK && mapped < n; mapped++) {
-    st = vmm->map_shared(be, (char *)*base + mapped * be->page_size, fds[mapped], offs[mapped]);
-    if (st != GPUPOOL_OK)
+/* Maps the pages of the export whose first message is in rx (its nfds
+ * descriptors in fds) at base on be, message by message, each descriptor
+ * closed once mapped: no more than SHARE_FDS are open at once. With st
+ * failed already (be NULL, when there is no backend) it maps nothing and
+ * only receives, so that the socket is left after the export. *mapped
+ * counts the pages mapped; *aborted says the exporter gave up. Returns the
+ * first failure, with its words in gpupool_last_error(). */
+static gpupool_status import_pages(int sock, int seqpacket, share_rx *rx, int *fds, size_t nfds,
+                                   backend *be, void *base, gpupool_status st, size_t *mapped,
+                                   int *aborted) {
+  const char *call = "gpupool_share_import";
+  char why[1280] = "";
+  if (st != GPUPOOL_OK)
+    snprintf(why, sizeof why, "%s", gpupool_last_error());
+  const share_msg *m = &rx->m;
+  uint64_t id = m->id;
+  uint32_t n = m->npages;
+  for (uint32_t have = 0;;) {
+    for (size_t i = 0; i < nfds && st == GPUPOOL_OK; i++) {
+      st = be->ops->vmm->map_shared(be, (char *)base + (have + i) * be->page_size, fds[i],
+                                    m->page_offset[i]);
+      if (st == GPUPOOL_OK)
+        (*mapped)++;
+      else
+        snprintf(why, sizeof why, "%s", gpupool_last_error());
+    }
+    close_fds(fds, nfds);
+    have += (uint32_t)nfds;
+    if (have == n)
       break;
+    gpupool_status lost = GPUPOOL_OK; /* out of step with the export: stop */
+    int got = recv_msg(call, sock, seqpacket, rx, fds, SHARE_FDS, &nfds,
+                       socket_deadline(sock, SO_RCVTIMEO), &lost);
+    if (got == 2)
+      lost = timed_out(call, sock, "waiting for the export's next pages", SO_RCVTIMEO);
+    else if (got == 0)
+      lost =
+          pool_fail(GPUPOOL_ERR_INVALID, "%s: socket %d closed after %u of the export's %u pages",
+                    call, sock, have, n);
+    else if (got > 0 && m->version == SHARE_VERSION && m->kind == MSG_ABORT && m->id == id) {
+      close_fds(fds, nfds);
+      *aborted = 1;
+      lost = pool_fail(GPUPOOL_ERR_BACKEND,
+                       "%s: socket %d: the exporter failed after sending %u of the export's %u "
+                       "pages (its gpupool_last_error() says why)",
+                       call, sock, have, n);
+    } else if (got > 0 && !valid_pages(m, nfds, id, have, n)) {
+      close_fds(fds, nfds);
+      lost = pool_fail(GPUPOOL_ERR_INVALID, "%s: socket %d: a bad page message", call, sock);
+    }
+    if (got != 1 || lost != GPUPOOL_OK) {
+      if (st == GPUPOOL_OK)
+        return lost;
+      break;
+    }
   }
-  if (st != GPUPOOL_OK && *base) {
-    vmm->unmap(be, *base, mapped);
-    vmm->unreserve(be, *base, n * be->page_size);
-  }
+  if (st != GPUPOOL_OK)
+    pool_fail(st, "%s", why); /* the first failure's words, not a later one's */
   return st;
 }
 
@@ -790,12 +820,11 @@ gpupool_status gpupool_share_import(int sock, int device, void **ptr, size_t *si
   }
 
   share_rx rx = {.got = 0};
-  share_msg m;
   int first_fds[SHARE_FDS];
   size_t nfds = 0;
   int got = recv_msg(call, sock, seqpacket, &rx, first_fds, SHARE_FDS, &nfds,
                      socket_deadline(sock, SO_RCVTIMEO), &st);
-  m = rx.m;
+  const share_msg m = rx.m; /* the header: rx takes the next messages */
   if (got == 0)
     st =
         pool_fail(GPUPOOL_ERR_INVALID, "%s: socket %d was closed: no export to import", call, sock);
@@ -812,32 +841,30 @@ gpupool_status gpupool_share_import(int sock, int device, void **ptr, size_t *si
     return st;
   }
   /* From here on the exporter hears of any failure (a release), so that its
-   * export ends. */
-  int *fds = malloc(m.npages * sizeof *fds);
-  uint64_t *offs = malloc(m.npages * sizeof *offs);
-  if (!fds || !offs) {
-    close_fds(first_fds, nfds);
-    st = pool_fail(GPUPOOL_ERR_HOST_OOM, "%s: out of host memory", call);
-  } else {
-    memcpy(fds, first_fds, nfds * sizeof *fds);
-    st = recv_pages(sock, seqpacket, &m, fds, offs);
-  }
+   * export ends, unless it gave up itself. */
   uint64_t id = m.id;
   size_t npages = m.npages, bytes = m.size, offset = m.offset;
   backend *be = NULL;
   void *base = NULL;
+  st = import_backend(&m, device, &be);
   if (st == GPUPOOL_OK) {
-    st = import_backend(&m, device, &be);
+    void *range = NULL;
+    st = be->ops->vmm->reserve(be, npages * be->page_size, &range);
     if (st == GPUPOOL_OK)
-      st = map_import(be, npages, fds, offs, &base);
-    close_fds(fds, npages);
+      base = range;
   }
-  free(fds);
-  free(offs);
+  size_t mapped = 0;
+  int aborted = 0;
+  st = import_pages(sock, seqpacket, &rx, first_fds, nfds, be, base, st, &mapped, &aborted);
   if (st != GPUPOOL_OK) {
+    if (mapped)
+      be->ops->vmm->unmap(be, base, mapped);
+    if (base)
+      be->ops->vmm->unreserve(be, base, npages * be->page_size);
     if (be)
       be->ops->destroy(be);
-    send_release(sock, id);
+    if (!aborted)
+      send_release(sock, id);
     unlist_import(im);
     free(im);
     return st;

@@ -11,7 +11,10 @@
 #define SHARE_FDS       64                  /* descriptors per message (Linux allows 253) */
 #define SHARE_MAX_PAGES ((uint32_t)1 << 20) /* a bound for what a message may claim */
 
-enum { MSG_EXPORT = 1, MSG_PAGES = 2, MSG_RELEASE = 3 };
+/* An export is MSG_EXPORT (the header and the first pages), then MSG_PAGES
+ * until every page is sent, or MSG_ABORT when the exporter failed after
+ * its first message; the importer answers MSG_RELEASE when done. */
+enum { MSG_EXPORT = 1, MSG_PAGES = 2, MSG_RELEASE = 3, MSG_ABORT = 4 };
 
 typedef struct share_msg {
   uint32_t magic;

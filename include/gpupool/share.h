@@ -55,7 +55,10 @@ typedef struct gpupool_export gpupool_export;
 typedef struct gpupool_import gpupool_import;
 
 /* Exports the live block at ptr (the pointer gpupool_malloc returned) of pool
- * p over sock. On success *out tracks the export until it ends. */
+ * p over sock. On success *out tracks the export until it ends. It holds at
+ * most 64 of the pages' descriptors open at a time, whatever the block's
+ * size. A failure after the first message sends an abort: the import fails
+ * at once. */
 gpupool_status gpupool_share_export(gpupool *p, void *ptr, int sock, gpupool_export **out);
 
 /* Waits up to timeout_ms (0: does not wait; -1: until it happens) for the

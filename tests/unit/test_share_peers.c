@@ -11,8 +11,10 @@
 #include <stdio.h>
 #include <string.h>
 #include <sys/time.h>
+#include <sys/wait.h>
 #include <time.h>
 #include <sys/mman.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -354,4 +356,152 @@ Test(share_peers, a_release_never_writes_into_a_socket_that_took_the_number) {
   close(other[1]);
   close(sv[0]);
   gpupool_destroy(p);
+}
+
+/* RLIMIT_NOFILE at n descriptors above those open now. */
+static void limit_fds(int n) {
+  struct rlimit rl;
+  cr_assert_eq(getrlimit(RLIMIT_NOFILE, &rl), 0);
+  rl.rlim_cur = (rlim_t)(open_fds() + n);
+  cr_assert_eq(setrlimit(RLIMIT_NOFILE, &rl), 0, "%s", strerror(errno));
+}
+
+/* A block of more pages than the process may open descriptors: export and
+ * import hold one message's worth (64) at a time, not one per page of the
+ * block (then 1024 pages, 2 GiB, under a common default limit of 1024). The
+ * importer is a forked child with a limit of its own. */
+Test(share_peers, a_block_of_more_pages_than_the_descriptor_limit, .timeout = 60) {
+  gpupool *p = share_pool();
+  size_t pages = 300, size = pages * 2 * MiB;
+  char *x = take(p, size);
+  for (size_t page = 0; page < pages; page++)
+    x[page * 2 * MiB] = (char)(page + 1);
+  int sv[2];
+  sockets(sv);
+  pid_t pid = fork();
+  cr_assert_geq(pid, 0);
+  if (pid == 0) {
+    close(sv[0]);
+    limit_fds(100);
+    void *y = NULL;
+    size_t got = 0;
+    gpupool_import *im = NULL;
+    if (gpupool_share_import(sv[1], 0, &y, &got, &im) != GPUPOOL_OK) {
+      fprintf(stderr, "child: %s\n", gpupool_last_error());
+      _exit(1);
+    }
+    for (size_t page = 0; page < pages; page++)
+      if (((char *)y)[page * 2 * MiB] != (char)(page + 1))
+        _exit(2);
+    ((char *)y)[size - 1] = 42;
+    _exit(got == size && gpupool_share_release(im) == GPUPOOL_OK ? 0 : 3);
+  }
+  close(sv[1]);
+  int before = open_fds();
+  limit_fds(100);
+  gpupool_export *ex = NULL;
+  cr_assert_eq(gpupool_share_export(p, x, sv[0], &ex), GPUPOOL_OK, "%s", gpupool_last_error());
+  int ended = 0;
+  cr_assert_eq(gpupool_share_wait(ex, 30000, &ended), GPUPOOL_OK, "%s", gpupool_last_error());
+  cr_assert_eq(ended, 1);
+  int status = 0;
+  cr_assert_eq(waitpid(pid, &status, 0), pid);
+  cr_assert(WIFEXITED(status) && WEXITSTATUS(status) == 0, "the importer failed (status %d)",
+            status);
+  cr_assert_eq(x[size - 1], 42);
+  cr_assert_eq(open_fds(), before);
+  cr_assert_eq(gpupool_free(p, x), GPUPOOL_OK);
+  close(sv[0]);
+  gpupool_destroy(p);
+}
+
+/* 65 pages announced and 64 sent, the rest never comes: the exporter gives
+ * up (an abort), or dies. The import fails at once, saying which, with no
+ * descriptor left open; it answers an abort with nothing (the export failed,
+ * there is nothing to end), the death with a release that the closed
+ * socket swallows, whose failure must not take the place of the reason. */
+Test(share_peers, an_export_cut_short_fails_the_import_with_its_reason, .timeout = 30) {
+  int before = open_fds();
+  for (int dies = 1; dies >= 0; dies--) {
+    int sv[2];
+    sockets(sv);
+    int page = page_file();
+    share_msg m = forged_header();
+    m.npages = 65;
+    m.size = 65 * 2 * MiB;
+    m.nfds = SHARE_FDS;
+    int fds[SHARE_FDS];
+    for (int i = 0; i < SHARE_FDS; i++)
+      fds[i] = page;
+    send_forged(sv[0], &m, fds, SHARE_FDS);
+    close(page);
+    if (dies)
+      close(sv[0]);
+    else {
+      share_msg abort = {
+          .magic = SHARE_MAGIC, .version = SHARE_VERSION, .kind = MSG_ABORT, .id = m.id};
+      send_forged(sv[0], &abort, NULL, 0);
+    }
+    void *y = NULL;
+    size_t size = 0;
+    gpupool_import *im = NULL;
+    if (dies)
+      expect_fail(gpupool_share_import(sv[1], 0, &y, &size, &im), GPUPOOL_ERR_INVALID,
+                  "closed after 64 of the export's 65 pages");
+    else
+      expect_fail(gpupool_share_import(sv[1], 0, &y, &size, &im), GPUPOOL_ERR_BACKEND,
+                  "the exporter failed after sending 64 of the export's 65 pages");
+    cr_assert_null(im);
+    if (!dies) {
+      char byte;
+      cr_assert_eq(recv(sv[0], &byte, 1, MSG_DONTWAIT), -1, "an abort was answered");
+      close(sv[0]);
+    }
+    close(sv[1]);
+  }
+  cr_assert_eq(open_fds(), before, "the import leaked descriptors");
+}
+
+/* An export the importer cannot map (a backend it does not know) is
+ * received to its end all the same: the socket is left in step, and the
+ * next export on it imports. */
+Test(share_peers, a_refused_export_leaves_the_socket_in_step) {
+  int sv[2];
+  sockets(sv);
+  int page = page_file();
+  share_msg m = forged_header();
+  snprintf(m.backend, sizeof m.backend, "nope");
+  m.npages = 65;
+  m.size = 65 * 2 * MiB;
+  m.nfds = SHARE_FDS;
+  int fds[SHARE_FDS];
+  for (int i = 0; i < SHARE_FDS; i++)
+    fds[i] = page;
+  send_forged(sv[0], &m, fds, SHARE_FDS);
+  share_msg rest = m;
+  rest.kind = MSG_PAGES;
+  rest.first = SHARE_FDS;
+  rest.nfds = 1;
+  send_forged(sv[0], &rest, &page, 1);
+  share_msg good = forged_header();
+  good.id = 8;
+  send_forged(sv[0], &good, &page, 1);
+  int before = open_fds();
+  void *y = NULL;
+  size_t size = 0;
+  gpupool_import *im = NULL;
+  expect_fail(gpupool_share_import(sv[1], 0, &y, &size, &im), GPUPOOL_ERR_INVALID,
+              "unknown backend");
+  cr_assert_eq(open_fds(), before);
+  share_msg release;
+  cr_assert_eq(recv(sv[0], &release, sizeof release, MSG_DONTWAIT), (ssize_t)sizeof release);
+  cr_assert_eq(release.kind, MSG_RELEASE);
+  cr_assert_eq(release.id, m.id);
+  cr_assert_eq(gpupool_share_import(sv[1], 0, &y, &size, &im), GPUPOOL_OK, "%s",
+               gpupool_last_error());
+  cr_assert_eq(size, MiB);
+  cr_assert_eq(gpupool_share_release(im), GPUPOOL_OK);
+  close(page);
+  close(sv[0]);
+  close(sv[1]);
 }
