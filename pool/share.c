@@ -51,6 +51,7 @@ struct gpupool_export {
   int sock, seqpacket;
   sock_id sid;
   uint64_t id;
+  int sending; /* its pages are being sent: the block is live still */
   int freed;   /* gpupool_free was called while exported */
   int ended;   /* the importer is done; the block is not back yet (out of host memory) */
   share_rx rx; /* the importer's message, as far as it came */
@@ -373,9 +374,19 @@ static block *find_live(gpupool *p, uintptr_t ptr, shard **out) {
   return NULL;
 }
 
+static void unlist_export(gpupool_export *ex) {
+  for (gpupool_export **l = &g_exports; *l; l = &(*l)->next)
+    if (*l == ex) {
+      *l = ex->next;
+      break;
+    }
+}
+
+/* The export of ptr, once sent (until then the block is live, and a call
+ * that did not find it live is about a block freed meanwhile). */
 static gpupool_export *find_export(gpupool *p, uintptr_t ptr) {
   for (gpupool_export *e = g_exports; e; e = e->next)
-    if (e->p == p && e->b && e->b->addr == ptr)
+    if (e->p == p && e->b && !e->sending && e->b->addr == ptr)
       return e;
   return NULL;
 }
@@ -500,9 +511,27 @@ gpupool_status gpupool_share_export(gpupool *p, void *ptr, int sock, gpupool_exp
       spin_unlock(&sh->lock);
     pthread_mutex_unlock(&p->slow_lock);
   }
+  /* Listed before sending, so that a second export of the block or on the
+   * socket is refused meanwhile; sent without g_lock, which every other
+   * export, import, wait and gpupool_destroy takes: sending waits for the
+   * importer to receive (a full socket), perhaps an importer on another
+   * thread of this process, in gpupool_share_import. */
+  if (st == GPUPOOL_OK) {
+    *ex = (gpupool_export){.p = p,
+                           .b = b,
+                           .sock = sock,
+                           .seqpacket = seqpacket,
+                           .sid = sid,
+                           .id = hdr.id,
+                           .sending = 1,
+                           .next = g_exports};
+    g_exports = ex;
+  }
+  pthread_mutex_unlock(&g_lock);
   if (st == GPUPOOL_OK)
     st = send_pages(p->be, &hdr, h, n, sock);
   free(h);
+  pthread_mutex_lock(&g_lock);
   if (st == GPUPOOL_OK) {
     /* Out of the live map: gpupool_free finds it here (share_claims). */
     spin_lock(&sh->lock);
@@ -515,16 +544,10 @@ gpupool_status gpupool_share_export(gpupool *p, void *ptr, int sock, gpupool_exp
                      p->cfg.name, ptr);
   }
   if (st == GPUPOOL_OK) {
-    *ex = (gpupool_export){.p = p,
-                           .b = b,
-                           .sock = sock,
-                           .seqpacket = seqpacket,
-                           .sid = sid,
-                           .id = hdr.id,
-                           .next = g_exports};
-    g_exports = ex;
+    ex->sending = 0;
     *out = ex;
   } else {
+    unlist_export(ex); /* not listed when the checks failed: then a no-op */
     free(ex);
   }
   pthread_mutex_unlock(&g_lock);
@@ -578,14 +601,6 @@ void share_pool_destroyed(gpupool *p) {
       e->b = NULL;
     }
   pthread_mutex_unlock(&g_lock);
-}
-
-static void unlist_export(gpupool_export *ex) {
-  for (gpupool_export **l = &g_exports; *l; l = &(*l)->next)
-    if (*l == ex) {
-      *l = ex->next;
-      break;
-    }
 }
 
 /* The importer is done: the block goes back to its shard's live map or, if

@@ -7,6 +7,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <poll.h>
+#include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <string.h>
@@ -504,4 +505,52 @@ Test(share_peers, a_refused_export_leaves_the_socket_in_step) {
   close(page);
   close(sv[0]);
   close(sv[1]);
+}
+
+typedef struct importer {
+  int sock;
+  gpupool_status st;
+  size_t size;
+  char error[256];
+} importer;
+
+static void *import_later(void *arg) {
+  importer *in = arg;
+  nanosleep(&(struct timespec){0, 200 * 1000 * 1000}, NULL); /* the export is stuck by then */
+  void *y = NULL;
+  gpupool_import *im = NULL;
+  in->st = gpupool_share_import(in->sock, 0, &y, &in->size, &im);
+  snprintf(in->error, sizeof in->error, "%s", gpupool_last_error());
+  if (in->st == GPUPOOL_OK)
+    gpupool_share_release(im);
+  return NULL;
+}
+
+/* An export larger than its socket's buffer waits for the importer to
+ * receive; the importer may be another thread of the same process. The
+ * exporter used to wait holding the lock of every share call, so that the
+ * import, which takes it, never began: a deadlock. */
+Test(share_peers, an_export_waiting_for_room_lets_an_import_in_this_process_run, .timeout = 30) {
+  gpupool *p = share_pool();
+  size_t size = 300 * 2 * MiB; /* 5 messages */
+  void *x = take(p, size);
+  int sv[2];
+  sockets(sv);
+  int small = 1; /* the smallest buffer the system allows: the export does not fit */
+  cr_assert_eq(setsockopt(sv[0], SOL_SOCKET, SO_SNDBUF, &small, sizeof small), 0);
+  importer in = {.sock = sv[1]};
+  pthread_t t;
+  cr_assert_eq(pthread_create(&t, NULL, import_later, &in), 0);
+  gpupool_export *ex = NULL;
+  cr_assert_eq(gpupool_share_export(p, x, sv[0], &ex), GPUPOOL_OK, "%s", gpupool_last_error());
+  cr_assert_eq(pthread_join(t, NULL), 0);
+  cr_assert_eq(in.st, GPUPOOL_OK, "%s", in.error);
+  cr_assert_eq(in.size, size);
+  int ended = 0;
+  cr_assert_eq(gpupool_share_wait(ex, 10000, &ended), GPUPOOL_OK, "%s", gpupool_last_error());
+  cr_assert_eq(ended, 1);
+  cr_assert_eq(gpupool_free(p, x), GPUPOOL_OK);
+  close(sv[0]);
+  close(sv[1]);
+  gpupool_destroy(p);
 }
