@@ -43,11 +43,17 @@ def dump_snapshot(filename="dump_snapshot.pickle"):
     snapshot pickle, as torch.cuda.memory._dump_snapshot(filename) does; an
     empty snapshot before the first allocation."""
     write = _writer()
+    # A path (str, bytes or os.PathLike) and nothing else, whichever branch
+    # writes it: open() would take an int as a descriptor to write and close,
+    # and C would read the name only up to a NUL.
+    path = os.fsencode(filename)
+    if b"\0" in path:
+        raise ValueError(f"gpupool.dump_snapshot: {filename!r}: embedded null byte")
     if not _any_torch_pool():  # the library's writer wants a pool named "torch"
         with open(filename, "wb") as f:
             pickle.dump(_EMPTY, f, protocol=4)
         return
-    f = _libc.fopen(os.fsencode(filename), b"wb")
+    f = _libc.fopen(path, b"wb")
     if not f:
         err = ctypes.get_errno()
         raise OSError(err, f"gpupool.dump_snapshot: cannot open {filename}")

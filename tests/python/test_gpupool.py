@@ -435,6 +435,12 @@ class Snapshot(unittest.TestCase):
                 snap = pickle.load(f)
             with self.assertRaises(FileNotFoundError):  # fopen's errno, ENOENT
                 gpupool.dump_snapshot(os.path.join(tmp, "no", "such", "dir.pickle"))
+            # A name with a NUL is refused, not cut short at it by C.
+            with self.assertRaisesRegex(ValueError, "embedded null byte"):
+                gpupool.dump_snapshot(os.path.join(tmp, "cut") + "\0.pickle")
+            self.assertFalse(os.path.exists(os.path.join(tmp, "cut")))
+            with self.assertRaises(TypeError):
+                gpupool.dump_snapshot(None)
         segments = [s for s in snap["segments"] if s["device"] == d]
         self.assertEqual(sum(s["total_size"] for s in segments), gpupool.memory_reserved(d))
         self.assertEqual(sum(s["allocated_size"] for s in segments), gpupool.memory_allocated(d))
@@ -672,6 +678,26 @@ class FreshProcess(unittest.TestCase):
         self.assertEqual(self.run_code(code).splitlines(),
                          ["[] {'segments': [], 'device_traces': []}",
                           "{'segments': [], 'device_traces': []}"])
+
+    def test_dump_snapshot_takes_a_path_only(self):
+        """Before the first allocation as after it, dump_snapshot takes a path:
+        an int is a TypeError, not a descriptor to write the pickle to and
+        close (it was stdout, fd 1, here), and a NUL in the name a
+        ValueError."""
+        if not hasattr(L, _lib.SNAPSHOT_SYMBOL):
+            self.skipTest(f"the library has no {_lib.SNAPSHOT_SYMBOL}")
+        code = ("import gpupool, os, sys\n"
+                "for bad in (1, True, 'x\\0y'):\n"
+                "    try:\n"
+                "        gpupool.dump_snapshot(bad)\n"
+                "    except (TypeError, ValueError) as e:\n"
+                "        print(type(e).__name__)\n"
+                "print(os.path.exists('x'), flush=True)\n")
+        with tempfile.TemporaryDirectory() as tmp:
+            out = subprocess.run([sys.executable, "-c", code], capture_output=True, cwd=tmp,
+                                 env=os.environ, check=True).stdout
+        self.assertEqual(out.decode("latin-1").split(),
+                         ["TypeError", "TypeError", "ValueError", "False"])
 
     def test_other_is_the_overflow_bucket(self):
         """docs/python.md: the name "other" is the bucket of the names past the
