@@ -23,10 +23,12 @@
 #include "gpupool/share.h"
 #include "share_kernel.h"
 
-#define MiB        ((size_t)1 << 20)
-#define SIZE       (64 * MiB + 12345) /* 33 pages of 2 MiB, the last one partly used */
-#define TAIL       (MiB + 345)        /* cudaMemset by the importer at the end */
-#define FIRST_BYTE 0x11               /* the exporter's fill */
+#define MiB ((size_t)1 << 20)
+/* 131 pages of 2 MiB, the last one partly used: three messages of at most
+ * SHARE_FDS (64) page descriptors each (pool/share_msg.h) */
+#define SIZE       (260 * MiB + 12345)
+#define TAIL       (MiB + 345) /* cudaMemset by the importer at the end */
+#define FIRST_BYTE 0x11        /* the exporter's fill */
 #define TAIL_BYTE  0x5a
 
 /* The importer: plain exit codes (no Criterion in the child); 77 = no GPU. */
