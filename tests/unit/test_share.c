@@ -17,36 +17,17 @@
 
 #include "gpupool/share.h"
 #include "helpers/pool_check.h"
+#include "helpers/share_check.h"
 #include "pool/pool_internal.h"
 
 #define A       GPUPOOL_STAT_ALL
 #define WAIT_MS 10000 /* a bound, never reached when things work */
 
-static gpupool *share_pool(void) {
-  return pc_pool(GPUPOOL_STRATEGY_BFC, 1024 * MiB,
-                 "expandable_segments:True,expandable_slack_percent:0");
-}
-
-static void *take(gpupool *p, size_t size) {
-  void *x = NULL;
-  cr_assert_eq(gpupool_malloc(p, &x, size, NULL), GPUPOOL_OK, "%zu bytes: %s", size,
-               gpupool_last_error());
-  return x;
-}
-
-static void sockets_of(int type, int sv[2]) {
-  cr_assert_eq(socketpair(AF_UNIX, type, 0, sv), 0, "socketpair: %s", strerror(errno));
-}
-
-static void sockets(int sv[2]) {
-  sockets_of(SOCK_STREAM, sv);
-}
-
 /* Exports x over a new socket pair (sv) and imports it at the other end:
  * the importer's address. */
 static void *export_import(gpupool *p, void *x, int sv[2], gpupool_export **ex,
                            gpupool_import **im) {
-  sockets(sv);
+  share_sockets(sv);
   *ex = NULL;
   cr_assert_eq(gpupool_share_export(p, x, sv[0], ex), GPUPOOL_OK, "%s", gpupool_last_error());
   void *y = NULL;
@@ -74,13 +55,6 @@ static size_t check(const void *p, size_t bytes, uint32_t seed) {
     if (w[i] != word(i, seed))
       return i;
   return SIZE_MAX;
-}
-
-static void expect_fail(gpupool_status got, gpupool_status want, const char *text) {
-  cr_assert_eq(got, want, "status %s, want %s: %s", gpupool_status_string(got),
-               gpupool_status_string(want), gpupool_last_error());
-  cr_assert(strstr(gpupool_last_error(), text), "'%s' does not say '%s'", gpupool_last_error(),
-            text);
 }
 
 /* Waits for the export to end; the block is the caller's again. */
@@ -129,10 +103,10 @@ static void expect_child(pid_t pid) {
 Test(share, forked_child_writes_parent_reads) {
   gpupool *p = share_pool();
   size_t size = 10 * MiB + 4096; /* 6 pages of 2 MiB */
-  void *x = take(p, size);
+  void *x = share_take(p, size);
   fill(x, size, 0x5eed);
   int sv[2];
-  sockets(sv);
+  share_sockets(sv);
   pid_t pid = fork();
   cr_assert_neq(pid, -1);
   if (pid == 0) {
@@ -159,10 +133,10 @@ Test(share, forked_child_writes_parent_reads) {
 Test(share, importer_exit_without_release_ends_the_export) {
   gpupool *p = share_pool();
   size_t size = 4 * MiB;
-  void *x = take(p, size);
+  void *x = share_take(p, size);
   fill(x, size, 0x5eed);
   int sv[2];
-  sockets(sv);
+  share_sockets(sv);
   pid_t pid = fork();
   cr_assert_neq(pid, -1);
   if (pid == 0) {
@@ -185,9 +159,9 @@ Test(share, importer_exit_without_release_ends_the_export) {
 Test(share, large_block_in_several_messages) {
   gpupool *p = share_pool();
   size_t size = 150 * 2 * MiB;
-  char *x = take(p, size);
+  char *x = share_take(p, size);
   int sv[2];
-  sockets_of(SOCK_SEQPACKET, sv);
+  share_sockets_of(SOCK_SEQPACKET, sv);
   gpupool_export *ex = NULL;
   cr_assert_eq(gpupool_share_export(p, x, sv[0], &ex), GPUPOOL_OK, "%s", gpupool_last_error());
   char *y = NULL;
@@ -214,7 +188,7 @@ Test(share, large_block_in_several_messages) {
 Test(share, free_while_exported_is_deferred) {
   gpupool *p = share_pool();
   size_t size = 8 * MiB;
-  void *x = take(p, size);
+  void *x = share_take(p, size);
   int sv[2];
   gpupool_export *ex;
   gpupool_import *im;
@@ -222,8 +196,8 @@ Test(share, free_while_exported_is_deferred) {
   fill(y, size, 0xabc);
 
   cr_assert_eq(gpupool_free(p, x), GPUPOOL_OK, "%s", gpupool_last_error());
-  expect_fail(gpupool_free(p, x), GPUPOOL_ERR_INVALID, "double free");
-  expect_fail(gpupool_record_stream(p, x, (void *)0x10), GPUPOOL_ERR_INVALID, "exported");
+  share_expect_fail(gpupool_free(p, x), GPUPOOL_ERR_INVALID, "double free");
+  share_expect_fail(gpupool_record_stream(p, x, (void *)0x10), GPUPOOL_ERR_INVALID, "exported");
   gpupool_stats s = pc_stats(p);
   cr_assert_eq(s.active_bytes[A].current, (int64_t)size, "the exported block must stay");
   cr_assert_eq(s.num_frees, 1);
@@ -232,11 +206,11 @@ Test(share, free_while_exported_is_deferred) {
    * the exported block's pages are not idle. */
   void *z[4];
   for (int i = 0; i < 4; i++) {
-    z[i] = take(p, 6 * MiB);
+    z[i] = share_take(p, 6 * MiB);
     memset(z[i], 0xff, 6 * MiB);
     cr_assert_eq(gpupool_free(p, z[i]), GPUPOOL_OK);
   }
-  z[0] = take(p, 30 * MiB);
+  z[0] = share_take(p, 30 * MiB);
   memset(z[0], 0xee, 30 * MiB);
   cr_assert_eq(check(y, size, 0xabc), SIZE_MAX, "the exported pages moved");
   cr_assert_eq(gpupool_empty_cache(p) % (2 * MiB), 0);
@@ -248,7 +222,7 @@ Test(share, free_while_exported_is_deferred) {
   s = pc_stats(p);
   cr_assert_eq(s.allocated_bytes[A].current, 30 * (int64_t)MiB, "the deferred free did not happen");
   cr_assert_eq(s.num_frees, 5);
-  expect_fail(gpupool_free(p, x), GPUPOOL_ERR_INVALID, "not a live allocation");
+  share_expect_fail(gpupool_free(p, x), GPUPOOL_ERR_INVALID, "not a live allocation");
   cr_assert_eq(gpupool_free(p, z[0]), GPUPOOL_OK);
   close(sv[0]);
   close(sv[1]);
@@ -262,7 +236,7 @@ Test(share, free_while_exported_is_deferred) {
 Test(share, free_while_exported_counts_when_called) {
   gpupool *p = share_pool();
   size_t size = 8 * MiB;
-  void *x = take(p, size);
+  void *x = share_take(p, size);
   int sv[2];
   gpupool_export *ex;
   gpupool_import *im;
@@ -293,7 +267,7 @@ Test(share, free_while_exported_counts_when_called) {
   cr_expect_eq(pc_check_invariants(&s, GPUPOOL_STRATEGY_BFC, PC_EXPANDABLE | PC_ACCUMULATED_RESET,
                                    msg, sizeof msg),
                0, "%s", msg);
-  void *again = take(p, size);
+  void *again = share_take(p, size);
   cr_expect_eq(again, x, "the block is back in the pool");
   cr_assert_eq(gpupool_free(p, again), GPUPOOL_OK);
   close(sv[0]);
@@ -307,7 +281,7 @@ Test(share, free_while_exported_counts_when_called) {
 Test(share, streams_recorded_before_the_export_hold_the_freed_block) {
   gpupool *p = share_pool();
   size_t size = 4 * MiB;
-  void *x = take(p, size);
+  void *x = share_take(p, size);
   gpupool_host_stream *other = gpupool_host_stream_create();
   cr_assert_eq(gpupool_record_stream(p, x, other), GPUPOOL_OK, "%s", gpupool_last_error());
   int sv[2];
@@ -324,11 +298,11 @@ Test(share, streams_recorded_before_the_export_hold_the_freed_block) {
   cr_expect_eq(s.pending_free_blocks, 1, "the other stream's work is not done");
   cr_expect_eq(s.active_bytes[A].current, (int64_t)size);
   cr_expect_eq(s.num_sync_events, 1);
-  void *z = take(p, size);
+  void *z = share_take(p, size);
   cr_expect_neq(z, x, "the block was reused before its stream's work completed");
   cr_assert_eq(gpupool_free(p, z), GPUPOOL_OK);
   gpupool_host_stream_complete(other);
-  z = take(p, size); /* polls the pending block */
+  z = share_take(p, size); /* polls the pending block */
   s = pc_stats(p);
   cr_expect_eq(s.pending_free_blocks, 0);
   cr_expect_eq(s.num_frees, 2);
@@ -346,7 +320,7 @@ Test(share, streams_recorded_before_the_export_hold_the_freed_block) {
 /* Destroying the pool orphans its exports: their wait ends them at once. */
 Test(share, destroy_orphans_the_export) {
   gpupool *p = share_pool();
-  void *x = take(p, 4 * MiB);
+  void *x = share_take(p, 4 * MiB);
   int sv[2];
   gpupool_export *ex;
   gpupool_import *im;
@@ -362,35 +336,37 @@ Test(share, destroy_orphans_the_export) {
 
 Test(share, bad_exports_change_nothing) {
   gpupool *p = share_pool();
-  void *x = take(p, 4 * MiB);
+  void *x = share_take(p, 4 * MiB);
   int sv[2];
-  sockets(sv);
+  share_sockets(sv);
   gpupool_export *ex = NULL;
 
-  expect_fail(gpupool_share_export(NULL, x, sv[0], &ex), GPUPOOL_ERR_INVALID, "NULL");
-  expect_fail(gpupool_share_export(p, x, sv[0], NULL), GPUPOOL_ERR_INVALID, "NULL");
+  share_expect_fail(gpupool_share_export(NULL, x, sv[0], &ex), GPUPOOL_ERR_INVALID, "NULL");
+  share_expect_fail(gpupool_share_export(p, x, sv[0], NULL), GPUPOOL_ERR_INVALID, "NULL");
   int foreign;
-  expect_fail(gpupool_share_export(p, &foreign, sv[0], &ex), GPUPOOL_ERR_INVALID,
-              "not a live allocation");
-  void *freed = take(p, 4 * MiB);
+  share_expect_fail(gpupool_share_export(p, &foreign, sv[0], &ex), GPUPOOL_ERR_INVALID,
+                    "not a live allocation");
+  void *freed = share_take(p, 4 * MiB);
   cr_assert_eq(gpupool_free(p, freed), GPUPOOL_OK);
-  expect_fail(gpupool_share_export(p, freed, sv[0], &ex), GPUPOOL_ERR_INVALID,
-              "not a live allocation");
-  void *small = take(p, 4096);
-  expect_fail(gpupool_share_export(p, small, sv[0], &ex), GPUPOOL_ERR_INVALID, "small block");
+  share_expect_fail(gpupool_share_export(p, freed, sv[0], &ex), GPUPOOL_ERR_INVALID,
+                    "not a live allocation");
+  void *small = share_take(p, 4096);
+  share_expect_fail(gpupool_share_export(p, small, sv[0], &ex), GPUPOOL_ERR_INVALID, "small block");
   int pipefd[2];
   cr_assert_eq(pipe(pipefd), 0);
-  expect_fail(gpupool_share_export(p, x, pipefd[0], &ex), GPUPOOL_ERR_INVALID, "not a socket");
-  expect_fail(gpupool_share_export(p, x, 987, &ex), GPUPOOL_ERR_INVALID, "not an open descriptor");
+  share_expect_fail(gpupool_share_export(p, x, pipefd[0], &ex), GPUPOOL_ERR_INVALID,
+                    "not a socket");
+  share_expect_fail(gpupool_share_export(p, x, 987, &ex), GPUPOOL_ERR_INVALID,
+                    "not an open descriptor");
   int dgram[2];
-  sockets_of(SOCK_DGRAM, dgram);
-  expect_fail(gpupool_share_export(p, x, dgram[0], &ex), GPUPOOL_ERR_INVALID,
-              "not a Unix stream or seqpacket socket");
+  share_sockets_of(SOCK_DGRAM, dgram);
+  share_expect_fail(gpupool_share_export(p, x, dgram[0], &ex), GPUPOOL_ERR_INVALID,
+                    "not a Unix stream or seqpacket socket");
   close(dgram[0]);
   close(dgram[1]);
   int udp = socket(AF_INET, SOCK_DGRAM, 0);
   cr_assert_geq(udp, 0);
-  expect_fail(gpupool_share_export(p, x, udp, &ex), GPUPOOL_ERR_INVALID, "AF_UNIX");
+  share_expect_fail(gpupool_share_export(p, x, udp, &ex), GPUPOOL_ERR_INVALID, "AF_UNIX");
   close(udp);
   cr_assert_null(ex);
 
@@ -408,11 +384,11 @@ Test(share, bad_exports_change_nothing) {
 
 Test(share, not_an_expandable_pool) {
   gpupool *p = pc_pool(GPUPOOL_STRATEGY_BFC, 256 * MiB, NULL);
-  void *x = take(p, 4 * MiB);
+  void *x = share_take(p, 4 * MiB);
   int sv[2];
-  sockets(sv);
+  share_sockets(sv);
   gpupool_export *ex = NULL;
-  expect_fail(gpupool_share_export(p, x, sv[0], &ex), GPUPOOL_ERR_INVALID, "expandable");
+  share_expect_fail(gpupool_share_export(p, x, sv[0], &ex), GPUPOOL_ERR_INVALID, "expandable");
   cr_assert_eq(gpupool_free(p, x), GPUPOOL_OK);
   close(sv[0]);
   close(sv[1]);
@@ -423,15 +399,15 @@ Test(share, not_an_expandable_pool) {
  * support, or a driver that refused shareable pages) says so. */
 Test(share, unsupported_device) {
   gpupool *p = share_pool();
-  void *x = take(p, 4 * MiB);
+  void *x = share_take(p, 4 * MiB);
   int sv[2];
-  sockets(sv);
+  share_sockets(sv);
   gpupool_export *ex = NULL;
   pthread_mutex_lock(&p->slow_lock);
   p->be->shareable = 0; /* as backend_cuda_vmm.c leaves it on such a device */
   pthread_mutex_unlock(&p->slow_lock);
-  expect_fail(gpupool_share_export(p, x, sv[0], &ex), GPUPOOL_ERR_UNSUPPORTED,
-              "cannot export memory as POSIX file descriptors");
+  share_expect_fail(gpupool_share_export(p, x, sv[0], &ex), GPUPOOL_ERR_UNSUPPORTED,
+                    "cannot export memory as POSIX file descriptors");
   cr_assert_null(ex);
   cr_assert_eq(gpupool_free(p, x), GPUPOOL_OK, "%s", gpupool_last_error());
   close(sv[0]);
@@ -441,24 +417,25 @@ Test(share, unsupported_device) {
 
 Test(share, closed_socket) {
   gpupool *p = share_pool();
-  void *x = take(p, 4 * MiB);
+  void *x = share_take(p, 4 * MiB);
   int sv[2];
-  sockets(sv);
+  share_sockets(sv);
   close(sv[1]);
   gpupool_export *ex = NULL;
-  expect_fail(gpupool_share_export(p, x, sv[0], &ex), GPUPOOL_ERR_INVALID, "peer closed");
+  share_expect_fail(gpupool_share_export(p, x, sv[0], &ex), GPUPOOL_ERR_INVALID, "peer closed");
   cr_assert_null(ex);
   cr_assert_eq(gpupool_free(p, x), GPUPOOL_OK, "a failed export kept the block: %s",
                gpupool_last_error());
   close(sv[0]);
 
   /* The importer's side: the exporter closed its end, nothing was sent. */
-  sockets(sv);
+  share_sockets(sv);
   close(sv[0]);
   void *y = NULL;
   size_t size = 0;
   gpupool_import *im = NULL;
-  expect_fail(gpupool_share_import(sv[1], 0, &y, &size, &im), GPUPOOL_ERR_INVALID, "was closed");
+  share_expect_fail(gpupool_share_import(sv[1], 0, &y, &size, &im), GPUPOOL_ERR_INVALID,
+                    "was closed");
   cr_assert_null(im);
   close(sv[1]);
   gpupool_destroy(p);
@@ -467,20 +444,20 @@ Test(share, closed_socket) {
 /* A Unix socket that was never connected is not one whose peer closed it. */
 Test(share, unconnected_socket) {
   gpupool *p = share_pool();
-  void *x = take(p, 4 * MiB);
+  void *x = share_take(p, 4 * MiB);
   static const int types[] = {SOCK_STREAM, SOCK_SEQPACKET};
   for (int i = 0; i < 2; i++) {
     int s = socket(AF_UNIX, types[i], 0);
     cr_assert_geq(s, 0);
     gpupool_export *ex = NULL;
-    expect_fail(gpupool_share_export(p, x, s, &ex), GPUPOOL_ERR_INVALID, "is not connected");
+    share_expect_fail(gpupool_share_export(p, x, s, &ex), GPUPOOL_ERR_INVALID, "is not connected");
     cr_expect_null(strstr(gpupool_last_error(), "peer closed"), "%s", gpupool_last_error());
     cr_assert_null(ex);
     void *y = NULL;
     size_t size = 0;
     gpupool_import *im = NULL;
-    expect_fail(gpupool_share_import(s, 0, &y, &size, &im), GPUPOOL_ERR_INVALID,
-                "is not connected");
+    share_expect_fail(gpupool_share_import(s, 0, &y, &size, &im), GPUPOOL_ERR_INVALID,
+                      "is not connected");
     cr_assert_null(im);
     close(s);
   }
@@ -491,15 +468,16 @@ Test(share, unconnected_socket) {
 
 Test(share, second_export_and_second_import_are_refused) {
   gpupool *p = share_pool();
-  void *x = take(p, 4 * MiB), *w = take(p, 4 * MiB);
+  void *x = share_take(p, 4 * MiB), *w = share_take(p, 4 * MiB);
   int sv[2], other[2];
-  sockets(sv);
-  sockets(other);
+  share_sockets(sv);
+  share_sockets(other);
   gpupool_export *ex = NULL, *ex2 = NULL;
   cr_assert_eq(gpupool_share_export(p, x, sv[0], &ex), GPUPOOL_OK, "%s", gpupool_last_error());
-  expect_fail(gpupool_share_export(p, x, other[0], &ex2), GPUPOOL_ERR_INVALID, "exported already");
-  expect_fail(gpupool_share_export(p, w, sv[0], &ex2), GPUPOOL_ERR_INVALID,
-              "carries another export");
+  share_expect_fail(gpupool_share_export(p, x, other[0], &ex2), GPUPOOL_ERR_INVALID,
+                    "exported already");
+  share_expect_fail(gpupool_share_export(p, w, sv[0], &ex2), GPUPOOL_ERR_INVALID,
+                    "carries another export");
   cr_assert_null(ex2);
 
   void *y = NULL, *y2 = NULL;
@@ -507,8 +485,8 @@ Test(share, second_export_and_second_import_are_refused) {
   gpupool_import *im = NULL, *im2 = NULL;
   cr_assert_eq(gpupool_share_import(sv[1], 0, &y, &size, &im), GPUPOOL_OK, "%s",
                gpupool_last_error());
-  expect_fail(gpupool_share_import(sv[1], 0, &y2, &size, &im2), GPUPOOL_ERR_INVALID,
-              "carries an imported block already");
+  share_expect_fail(gpupool_share_import(sv[1], 0, &y2, &size, &im2), GPUPOOL_ERR_INVALID,
+                    "carries an imported block already");
   cr_assert_null(im2);
   cr_assert_eq(gpupool_share_release(im), GPUPOOL_OK);
   wait_ended(ex);
@@ -535,29 +513,29 @@ Test(share, garbage_on_the_socket) {
   int sv[2];
 
   /* Bytes that are no message at all. */
-  sockets(sv);
+  share_sockets(sv);
   cr_assert_eq(write(sv[0], "GET / HTTP/1.1\r\n\r\n", 18), 18);
-  expect_fail(gpupool_share_import(sv[1], 0, &y, &size, &im), GPUPOOL_ERR_INVALID,
-              "not a gpupool share message");
+  share_expect_fail(gpupool_share_import(sv[1], 0, &y, &size, &im), GPUPOOL_ERR_INVALID,
+                    "not a gpupool share message");
   close(sv[0]);
   close(sv[1]);
 
   /* A message of the right size and magic, but no export; then a
    * truncated one. */
-  sockets(sv);
+  share_sockets(sv);
   unsigned char msg[1024];
   memset(msg, 0x7f, sizeof msg);
   memcpy(msg, "GPSH", 4);
   cr_assert_eq(write(sv[0], msg, sizeof msg), (ssize_t)sizeof msg);
-  expect_fail(gpupool_share_import(sv[1], 0, &y, &size, &im), GPUPOOL_ERR_INVALID,
-              "not the start of an export");
+  share_expect_fail(gpupool_share_import(sv[1], 0, &y, &size, &im), GPUPOOL_ERR_INVALID,
+                    "not the start of an export");
   close(sv[0]);
   close(sv[1]);
-  sockets(sv);
+  share_sockets(sv);
   cr_assert_eq(write(sv[0], msg, 40), 40);
   close(sv[0]);
-  expect_fail(gpupool_share_import(sv[1], 0, &y, &size, &im), GPUPOOL_ERR_INVALID,
-              "in the middle of a message");
+  share_expect_fail(gpupool_share_import(sv[1], 0, &y, &size, &im), GPUPOOL_ERR_INVALID,
+                    "in the middle of a message");
   cr_assert_null(im);
   close(sv[1]);
 
@@ -565,8 +543,8 @@ Test(share, garbage_on_the_socket) {
    * each on a seqpacket socket: too long, then of the right size but no
    * release); the export goes on until the importer's end closes. */
   gpupool *p = share_pool();
-  void *x = take(p, 4 * MiB);
-  sockets_of(SOCK_SEQPACKET, sv);
+  void *x = share_take(p, 4 * MiB);
+  share_sockets_of(SOCK_SEQPACKET, sv);
   gpupool_export *ex = NULL;
   cr_assert_eq(gpupool_share_export(p, x, sv[0], &ex), GPUPOOL_OK, "%s", gpupool_last_error());
   char exported[1024];
@@ -574,11 +552,11 @@ Test(share, garbage_on_the_socket) {
   cr_assert_gt(msg_size, 40);
   cr_assert_eq(write(sv[1], msg, sizeof msg), (ssize_t)sizeof msg);
   int ended = 1;
-  expect_fail(gpupool_share_wait(ex, WAIT_MS, &ended), GPUPOOL_ERR_INVALID, "wrong size");
+  share_expect_fail(gpupool_share_wait(ex, WAIT_MS, &ended), GPUPOOL_ERR_INVALID, "wrong size");
   cr_assert_eq(ended, 0);
   cr_assert_eq(write(sv[1], msg, (size_t)msg_size), msg_size);
-  expect_fail(gpupool_share_wait(ex, WAIT_MS, &ended), GPUPOOL_ERR_INVALID,
-              "not the release of this export");
+  share_expect_fail(gpupool_share_wait(ex, WAIT_MS, &ended), GPUPOOL_ERR_INVALID,
+                    "not the release of this export");
   cr_assert_eq(ended, 0);
   cr_assert_eq(gpupool_free(p, x), GPUPOOL_OK); /* deferred: active until the end */
   cr_assert_eq(pc_stats(p).active_bytes[A].current, 4 * (int64_t)MiB);
@@ -591,16 +569,16 @@ Test(share, garbage_on_the_socket) {
 
 Test(share, bad_import_arguments) {
   int sv[2];
-  sockets(sv);
+  share_sockets(sv);
   void *y = NULL;
   size_t size = 0;
   gpupool_import *im = NULL;
-  expect_fail(gpupool_share_import(sv[1], 0, NULL, &size, &im), GPUPOOL_ERR_INVALID, "NULL");
-  expect_fail(gpupool_share_import(-1, 0, &y, &size, &im), GPUPOOL_ERR_INVALID,
-              "not an open descriptor");
-  expect_fail(gpupool_share_release(NULL), GPUPOOL_ERR_INVALID, "NULL");
+  share_expect_fail(gpupool_share_import(sv[1], 0, NULL, &size, &im), GPUPOOL_ERR_INVALID, "NULL");
+  share_expect_fail(gpupool_share_import(-1, 0, &y, &size, &im), GPUPOOL_ERR_INVALID,
+                    "not an open descriptor");
+  share_expect_fail(gpupool_share_release(NULL), GPUPOOL_ERR_INVALID, "NULL");
   int ended;
-  expect_fail(gpupool_share_wait(NULL, 0, &ended), GPUPOOL_ERR_INVALID, "NULL");
+  share_expect_fail(gpupool_share_wait(NULL, 0, &ended), GPUPOOL_ERR_INVALID, "NULL");
   close(sv[0]);
   close(sv[1]);
 }

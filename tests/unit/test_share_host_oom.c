@@ -15,13 +15,9 @@
 
 #include "gpupool/share.h"
 #include "helpers/pool_check.h"
+#include "helpers/share_check.h"
 #include "helpers/alloc_fail.h"
 #include "pool/pool_internal.h"
-
-static gpupool *share_pool(void) {
-  return pc_pool(GPUPOOL_STRATEGY_BFC, 1024 * MiB,
-                 "expandable_segments:True,expandable_slack_percent:0");
-}
 
 static int readable(int fd) {
   struct pollfd q = {.fd = fd, .events = POLLIN};

@@ -21,32 +21,10 @@
 
 #include "gpupool/share.h"
 #include "helpers/pool_check.h"
+#include "helpers/share_check.h"
 #include "pool/share_msg.h"
 
 #define MiB PC_MiB
-
-static gpupool *share_pool(void) {
-  return pc_pool(GPUPOOL_STRATEGY_BFC, 1024 * MiB,
-                 "expandable_segments:True,expandable_slack_percent:0");
-}
-
-static void *take(gpupool *p, size_t size) {
-  void *x = NULL;
-  cr_assert_eq(gpupool_malloc(p, &x, size, NULL), GPUPOOL_OK, "%zu bytes: %s", size,
-               gpupool_last_error());
-  return x;
-}
-
-static void sockets(int sv[2]) {
-  cr_assert_eq(socketpair(AF_UNIX, SOCK_STREAM, 0, sv), 0, "socketpair: %s", strerror(errno));
-}
-
-static void expect_fail(gpupool_status got, gpupool_status want, const char *text) {
-  cr_assert_eq(got, want, "status %s, want %s: %s", gpupool_status_string(got),
-               gpupool_status_string(want), gpupool_last_error());
-  cr_assert(strstr(gpupool_last_error(), text), "'%s' does not say '%s'", gpupool_last_error(),
-            text);
-}
 
 static double seconds(void) {
   struct timespec t;
@@ -116,7 +94,7 @@ static int page_file(void) {
  * unsigned sum that wraps: refused, not a block of 2^64 - 1 bytes. */
 Test(share_peers, a_size_that_wraps_past_the_pages_is_refused) {
   int sv[2];
-  sockets(sv);
+  share_sockets(sv);
   int page = page_file();
   share_msg m = forged_header();
   m.offset = 1;
@@ -126,8 +104,8 @@ Test(share_peers, a_size_that_wraps_past_the_pages_is_refused) {
   void *y = NULL;
   size_t size = 0;
   gpupool_import *im = NULL;
-  expect_fail(gpupool_share_import(sv[1], 0, &y, &size, &im), GPUPOOL_ERR_INVALID,
-              "not the start of an export");
+  share_expect_fail(gpupool_share_import(sv[1], 0, &y, &size, &im), GPUPOOL_ERR_INVALID,
+                    "not the start of an export");
   cr_assert_null(im);
   cr_assert_eq(open_fds(), before, "the refused message's descriptor leaked");
 
@@ -149,9 +127,9 @@ Test(share_peers, a_size_that_wraps_past_the_pages_is_refused) {
  * middle of the message, past its timeout, until the rest came. */
 Test(share_peers, a_wait_returns_on_time_from_a_release_cut_in_two, .timeout = 30) {
   gpupool *p = share_pool();
-  void *x = take(p, 4 * MiB);
+  void *x = share_take(p, 4 * MiB);
   int sv[2];
-  sockets(sv);
+  share_sockets(sv);
   gpupool_export *ex = NULL;
   cr_assert_eq(gpupool_share_export(p, x, sv[0], &ex), GPUPOOL_OK, "%s", gpupool_last_error());
   share_msg m;
@@ -184,15 +162,15 @@ Test(share_peers, a_wait_returns_on_time_from_a_release_cut_in_two, .timeout = 3
  * first message. The import used to wait for ever. */
 Test(share_peers, an_import_honours_so_rcvtimeo, .timeout = 30) {
   int sv[2];
-  sockets(sv);
+  share_sockets(sv);
   set_timeout(sv[1], SO_RCVTIMEO, 200);
   int before = open_fds();
   void *y = NULL;
   size_t size = 0;
   gpupool_import *im = NULL;
   double t0 = seconds();
-  expect_fail(gpupool_share_import(sv[1], 0, &y, &size, &im), GPUPOOL_ERR_BACKEND,
-              "timed out (its SO_RCVTIMEO)");
+  share_expect_fail(gpupool_share_import(sv[1], 0, &y, &size, &im), GPUPOOL_ERR_BACKEND,
+                    "timed out (its SO_RCVTIMEO)");
   cr_assert_lt(seconds() - t0, 5.0);
   cr_assert_null(im);
 
@@ -208,8 +186,8 @@ Test(share_peers, an_import_honours_so_rcvtimeo, .timeout = 30) {
   send_forged(sv[0], &m, fds, SHARE_FDS);
   close(page);
   t0 = seconds();
-  expect_fail(gpupool_share_import(sv[1], 0, &y, &size, &im), GPUPOOL_ERR_BACKEND,
-              "timed out (its SO_RCVTIMEO)");
+  share_expect_fail(gpupool_share_import(sv[1], 0, &y, &size, &im), GPUPOOL_ERR_BACKEND,
+                    "timed out (its SO_RCVTIMEO)");
   cr_assert_lt(seconds() - t0, 5.0);
   cr_assert_null(im);
   cr_assert_eq(open_fds(), before, "the import leaked descriptors");
@@ -226,16 +204,16 @@ Test(share_peers, an_import_honours_so_rcvtimeo, .timeout = 30) {
  * importer that reads nothing, with a small send buffer. */
 Test(share_peers, an_export_honours_so_sndtimeo, .timeout = 30) {
   gpupool *p = share_pool();
-  void *x = take(p, 600 * MiB); /* 300 pages: 5 messages */
+  void *x = share_take(p, 600 * MiB); /* 300 pages: 5 messages */
   int sv[2];
-  sockets(sv);
+  share_sockets(sv);
   int small = 1; /* the smallest buffer the system allows */
   cr_assert_eq(setsockopt(sv[0], SOL_SOCKET, SO_SNDBUF, &small, sizeof small), 0);
   set_timeout(sv[0], SO_SNDTIMEO, 200);
   gpupool_export *ex = NULL;
   double t0 = seconds();
-  expect_fail(gpupool_share_export(p, x, sv[0], &ex), GPUPOOL_ERR_BACKEND,
-              "timed out (its SO_SNDTIMEO)");
+  share_expect_fail(gpupool_share_export(p, x, sv[0], &ex), GPUPOOL_ERR_BACKEND,
+                    "timed out (its SO_SNDTIMEO)");
   cr_assert_lt(seconds() - t0, 5.0);
   cr_assert_null(ex);
   cr_assert_eq(gpupool_free(p, x), GPUPOOL_OK, "the block is the caller's still: %s",
@@ -252,9 +230,9 @@ Test(share_peers, an_export_honours_so_sndtimeo, .timeout = 30) {
  * says so rather than reading another socket. */
 Test(share_peers, sockets_are_told_apart_by_what_they_are) {
   gpupool *p = share_pool();
-  void *x = take(p, 4 * MiB);
+  void *x = share_take(p, 4 * MiB);
   int sv[2];
-  sockets(sv);
+  share_sockets(sv);
   gpupool_export *left = NULL;
   cr_assert_eq(gpupool_share_export(p, x, sv[0], &left), GPUPOOL_OK, "%s", gpupool_last_error());
   int number = sv[0];
@@ -263,8 +241,8 @@ Test(share_peers, sockets_are_told_apart_by_what_they_are) {
   close(sv[1]);
 
   p = share_pool();
-  x = take(p, 4 * MiB);
-  sockets(sv);
+  x = share_take(p, 4 * MiB);
+  share_sockets(sv);
   if (sv[0] != number) { /* make the new socket take the old number */
     cr_assert_eq(dup2(sv[0], number), number);
     close(sv[0]);
@@ -279,10 +257,10 @@ Test(share_peers, sockets_are_told_apart_by_what_they_are) {
 
   /* A dup of the socket carries the same export. */
   int twin = dup(sv[0]);
-  void *w = take(p, 4 * MiB);
+  void *w = share_take(p, 4 * MiB);
   gpupool_export *ex2 = NULL;
-  expect_fail(gpupool_share_export(p, w, twin, &ex2), GPUPOOL_ERR_INVALID,
-              "carries another export");
+  share_expect_fail(gpupool_share_export(p, w, twin, &ex2), GPUPOOL_ERR_INVALID,
+                    "carries another export");
   cr_assert_null(ex2);
 
   /* The importer's side: a dup of its socket is the same import. */
@@ -292,8 +270,8 @@ Test(share_peers, sockets_are_told_apart_by_what_they_are) {
   cr_assert_eq(gpupool_share_import(sv[1], 0, &y, &size, &im), GPUPOOL_OK, "%s",
                gpupool_last_error());
   int importer_twin = dup(sv[1]);
-  expect_fail(gpupool_share_import(importer_twin, 0, &y2, &size, &im2), GPUPOOL_ERR_INVALID,
-              "carries an imported block already");
+  share_expect_fail(gpupool_share_import(importer_twin, 0, &y2, &size, &im2), GPUPOOL_ERR_INVALID,
+                    "carries an imported block already");
   cr_assert_null(im2);
   close(importer_twin);
   cr_assert_eq(gpupool_share_release(im), GPUPOOL_OK);
@@ -304,16 +282,16 @@ Test(share_peers, sockets_are_told_apart_by_what_they_are) {
    * took: its wait says so, and reads nothing from that other socket. */
   cr_assert_eq(gpupool_share_export(p, x, sv[0], &ex), GPUPOOL_OK, "%s", gpupool_last_error());
   int other[2];
-  sockets(other); /* both ends under other numbers than sv[0]'s */
+  share_sockets(other); /* both ends under other numbers than sv[0]'s */
   close(sv[0]);
   cr_assert_eq(dup2(other[1], number), number);
   cr_assert_eq(write(other[0], "x", 1), 1);
-  expect_fail(gpupool_share_wait(ex, 0, &ended), GPUPOOL_ERR_INVALID, "number was reused");
+  share_expect_fail(gpupool_share_wait(ex, 0, &ended), GPUPOOL_ERR_INVALID, "number was reused");
   cr_assert_eq(ended, 0);
   char byte;
   cr_assert_eq(recv(number, &byte, 1, MSG_DONTWAIT), 1, "the wait read another socket");
   close(number);
-  expect_fail(gpupool_share_wait(ex, 0, &ended), GPUPOOL_ERR_INVALID, "is closed");
+  share_expect_fail(gpupool_share_wait(ex, 0, &ended), GPUPOOL_ERR_INVALID, "is closed");
   close(other[0]);
   close(other[1]);
   close(twin);
@@ -327,9 +305,9 @@ Test(share_peers, sockets_are_told_apart_by_what_they_are) {
  * socket took meanwhile, writes nothing into that other socket. */
 Test(share_peers, a_release_never_writes_into_a_socket_that_took_the_number) {
   gpupool *p = share_pool();
-  void *x = take(p, 4 * MiB);
+  void *x = share_take(p, 4 * MiB);
   int sv[2];
-  sockets(sv);
+  share_sockets(sv);
   gpupool_export *ex = NULL;
   cr_assert_eq(gpupool_share_export(p, x, sv[0], &ex), GPUPOOL_OK, "%s", gpupool_last_error());
   void *y = NULL;
@@ -340,7 +318,7 @@ Test(share_peers, a_release_never_writes_into_a_socket_that_took_the_number) {
   int number = sv[1];
   close(sv[1]);
   int other[2];
-  sockets(other);
+  share_sockets(other);
   if (other[0] != number) { /* make another socket take the number */
     cr_assert_eq(dup2(other[0], number), number);
     close(other[0]);
@@ -374,11 +352,11 @@ static void limit_fds(int n) {
 Test(share_peers, a_block_of_more_pages_than_the_descriptor_limit, .timeout = 60) {
   gpupool *p = share_pool();
   size_t pages = 300, size = pages * 2 * MiB;
-  char *x = take(p, size);
+  char *x = share_take(p, size);
   for (size_t page = 0; page < pages; page++)
     x[page * 2 * MiB] = (char)(page + 1);
   int sv[2];
-  sockets(sv);
+  share_sockets(sv);
   pid_t pid = fork();
   cr_assert_geq(pid, 0);
   if (pid == 0) {
@@ -425,7 +403,7 @@ Test(share_peers, an_export_cut_short_fails_the_import_with_its_reason, .timeout
   int before = open_fds();
   for (int dies = 1; dies >= 0; dies--) {
     int sv[2];
-    sockets(sv);
+    share_sockets(sv);
     int page = page_file();
     share_msg m = forged_header();
     m.npages = 65;
@@ -447,11 +425,11 @@ Test(share_peers, an_export_cut_short_fails_the_import_with_its_reason, .timeout
     size_t size = 0;
     gpupool_import *im = NULL;
     if (dies)
-      expect_fail(gpupool_share_import(sv[1], 0, &y, &size, &im), GPUPOOL_ERR_INVALID,
-                  "closed after 64 of the export's 65 pages");
+      share_expect_fail(gpupool_share_import(sv[1], 0, &y, &size, &im), GPUPOOL_ERR_INVALID,
+                        "closed after 64 of the export's 65 pages");
     else
-      expect_fail(gpupool_share_import(sv[1], 0, &y, &size, &im), GPUPOOL_ERR_BACKEND,
-                  "the exporter failed after sending 64 of the export's 65 pages");
+      share_expect_fail(gpupool_share_import(sv[1], 0, &y, &size, &im), GPUPOOL_ERR_BACKEND,
+                        "the exporter failed after sending 64 of the export's 65 pages");
     cr_assert_null(im);
     if (!dies) {
       char byte;
@@ -468,7 +446,7 @@ Test(share_peers, an_export_cut_short_fails_the_import_with_its_reason, .timeout
  * next export on it imports. */
 Test(share_peers, a_refused_export_leaves_the_socket_in_step) {
   int sv[2];
-  sockets(sv);
+  share_sockets(sv);
   int page = page_file();
   share_msg m = forged_header();
   snprintf(m.backend, sizeof m.backend, "nope");
@@ -491,8 +469,8 @@ Test(share_peers, a_refused_export_leaves_the_socket_in_step) {
   void *y = NULL;
   size_t size = 0;
   gpupool_import *im = NULL;
-  expect_fail(gpupool_share_import(sv[1], 0, &y, &size, &im), GPUPOOL_ERR_INVALID,
-              "unknown backend");
+  share_expect_fail(gpupool_share_import(sv[1], 0, &y, &size, &im), GPUPOOL_ERR_INVALID,
+                    "unknown backend");
   cr_assert_eq(open_fds(), before);
   share_msg release;
   cr_assert_eq(recv(sv[0], &release, sizeof release, MSG_DONTWAIT), (ssize_t)sizeof release);
@@ -533,9 +511,9 @@ static void *import_later(void *arg) {
 Test(share_peers, an_export_waiting_for_room_lets_an_import_in_this_process_run, .timeout = 30) {
   gpupool *p = share_pool();
   size_t size = 300 * 2 * MiB; /* 5 messages */
-  void *x = take(p, size);
+  void *x = share_take(p, size);
   int sv[2];
-  sockets(sv);
+  share_sockets(sv);
   int small = 1; /* the smallest buffer the system allows: the export does not fit */
   cr_assert_eq(setsockopt(sv[0], SOL_SOCKET, SO_SNDBUF, &small, sizeof small), 0);
   importer in = {.sock = sv[1]};
