@@ -68,8 +68,9 @@ static void annotate(pool_oom_report *r, void *arg) {
   }
 }
 
-/* Writes data to a new file at path: 0, or the errno that says why not
- * (nothing is left at path then). */
+/* Writes data to a new file at path and syncs it to the disk, so that the
+ * rename that follows never puts an empty or short file in place after a
+ * crash: 0, or the errno that says why not (nothing is left at path then). */
 static int write_new(const char *path, const char *data, size_t len) {
   FILE *f = fopen(path, "wb");
   if (!f)
@@ -77,6 +78,8 @@ static int write_new(const char *path, const char *data, size_t len) {
   errno = 0;
   int err = 0;
   if (fwrite(data, 1, len, f) != len)
+    err = errno ? errno : EIO;
+  if (!err && (fflush(f) != 0 || fsync(fileno(f)) != 0))
     err = errno ? errno : EIO;
   if (fclose(f) != 0 && !err)
     err = errno; /* a report smaller than f's buffer: a full disk shows only here */
