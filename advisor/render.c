@@ -60,6 +60,26 @@ static void capacity_text(char *out, size_t n, uint64_t c) {
     snprintf(out, n, "%.0f MiB (%.2f GiB)", mib(c), (double)c / (1 << 30));
 }
 
+/* Text of the caller's (a configuration, a history's path) into the table:
+ * each byte that begins no UTF-8 character is U+FFFD, as in the JSON and the
+ * CSV, and so is each control character (C0, DEL, C1), so that a line break
+ * or an escape sequence in the text cannot break the table's lines or play
+ * on the terminal. */
+static void put_table_text(sbuf *b, const char *text) {
+  const unsigned char *s = (const unsigned char *)text;
+  size_t n = strlen(text);
+  for (size_t i = 0; i < n;) {
+    size_t len = utf8_char_len(s + i, n - i);
+    int control =
+        len == 1 ? s[i] < 0x20 || s[i] == 0x7f : len == 2 && s[i] == 0xc2 && s[i + 1] < 0xa0;
+    if (!len || control)
+      put(b, "\xEF\xBF\xBD");
+    else
+      put(b, "%.*s", (int)len, text + i);
+    i += len ? len : 1;
+  }
+}
+
 /* Whether there is a recommendation: c[recommended] is the current
  * configuration's entry when no candidate qualifies, replayed or not, with
  * its OOMs. Every renderer asks this, so that the table's marks, the summary,
@@ -93,9 +113,12 @@ static int by_peak(const void *x, const void *y, void *arg) {
 static void render_table(const gpupool_advice *a, sbuf *b) {
   const gpupool_history_info *in = &a->input;
   const gpupool_advice_candidate *cur = &a->c[a->current], *rec = &a->c[a->recommended];
-  put(b, "history: %s (%s): %llu events, %llu allocations, peak requested %.1f MiB", in->source,
-      in->format, (unsigned long long)in->events, (unsigned long long)in->allocations,
-      mib(in->peak_requested));
+  put(b, "history: ");
+  put_table_text(b, in->source);
+  put(b, " (");
+  put_table_text(b, in->format);
+  put(b, "): %llu events, %llu allocations, peak requested %.1f MiB",
+      (unsigned long long)in->events, (unsigned long long)in->allocations, mib(in->peak_requested));
   if (in->unmatched_frees || in->unmatched_record_streams || in->dropped)
     put(b,
         " (incomplete: %llu frees and %llu record_streams of older allocations, %llu events lost)",
@@ -118,15 +141,16 @@ static void render_table(const gpupool_advice *a, sbuf *b) {
     const gpupool_advice_candidate *c = &a->c[order[k]];
     const char *tag = role_tag[role(a, order[k])];
     if (!c->done) {
-      put(b, "%-7s %12s %7s %9s %11s %11s %5s %6s  %s\n", tag, "-", "-", "-", "-", "-", "-", "-",
-          conf_name(c->conf));
+      put(b, "%-7s %12s %7s %9s %11s %11s %5s %6s  ", tag, "-", "-", "-", "-", "-", "-", "-");
+      put_table_text(b, conf_name(c->conf));
+      put(b, "\n");
       continue;
     }
-    put(b, "%-7s %12.1f %7.3f %9llu %11.2f %+11.2f %5llu %6.3f  %s%s\n", tag,
-        mib(c->r.peak_reserved), c->r.ratio,
-        (unsigned long long)(c->r.device_allocs + c->r.device_frees), c->device_ms, c->added_ms,
-        (unsigned long long)c->r.ooms, c->r.fragmentation_at_peak, conf_name(c->conf),
-        c->added_ms > a->max_added_ms ? "  [over the time bound]" : "");
+    put(b, "%-7s %12.1f %7.3f %9llu %11.2f %+11.2f %5llu %6.3f  ", tag, mib(c->r.peak_reserved),
+        c->r.ratio, (unsigned long long)(c->r.device_allocs + c->r.device_frees), c->device_ms,
+        c->added_ms, (unsigned long long)c->r.ooms, c->r.fragmentation_at_peak);
+    put_table_text(b, conf_name(c->conf));
+    put(b, "%s\n", c->added_ms > a->max_added_ms ? "  [over the time bound]" : "");
   }
   free(order);
   char cc[64], rc[64];
@@ -136,8 +160,10 @@ static void render_table(const gpupool_advice *a, sbuf *b) {
       "\nTime bound: %.1f ms of added device-call time over the current configuration "
       "(--max-added-ms).\n",
       a->max_added_ms);
-  put(b, "Current:     %s: peak reserved %.1f MiB, device calls %.2f ms\n", conf_name(cur->conf),
-      mib(cur->r.peak_reserved), cur->device_ms);
+  put(b, "Current:     ");
+  put_table_text(b, conf_name(cur->conf));
+  put(b, ": peak reserved %.1f MiB, device calls %.2f ms\n", mib(cur->r.peak_reserved),
+      cur->device_ms);
   if (!rec->done)
     put(b, "Recommended: none: the deadline came before any configuration was replayed\n");
   else if (rec->r.ooms)
@@ -147,11 +173,16 @@ static void render_table(const gpupool_advice *a, sbuf *b) {
     put(b, "Recommended: peak reserved %.1f MiB (%.1f MiB less), %+.2f ms of device calls\n",
         mib(rec->r.peak_reserved), mib(cur->r.peak_reserved) - mib(rec->r.peak_reserved),
         rec->added_ms);
-    put(b, "  GPUPOOL_CONF=%s\n", *rec->conf ? rec->conf : "(unset: the defaults)");
-    if (rec->has_torch)
-      put(b, "  PYTORCH_CUDA_ALLOC_CONF=%s\n", *rec->torch_conf ? rec->torch_conf : "(unset)");
-    else
+    put(b, "  GPUPOOL_CONF=");
+    put_table_text(b, *rec->conf ? rec->conf : "(unset: the defaults)");
+    put(b, "\n");
+    if (rec->has_torch) {
+      put(b, "  PYTORCH_CUDA_ALLOC_CONF=");
+      put_table_text(b, *rec->torch_conf ? rec->torch_conf : "(unset)");
+      put(b, "\n");
+    } else {
       put(b, "  (PyTorch's allocator has no equivalent of this configuration)\n");
+    }
   }
   if (has_recommendation(a))
     put(b, "Smallest device without an OOM (granularity %.0f MiB): current %s, recommended %s\n",

@@ -10,6 +10,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "core/utf8.h"
 #include "gpupool/advisor.h"
 
 #define MiB ((uint64_t)1 << 20)
@@ -238,6 +239,57 @@ Test(advisor_search, csv_is_rfc4180_whatever_the_configuration_text) {
   cr_expect_str_eq(field, "x\xef\xbf\xbd(,\r\n\xe2\x82\xac",
                    "a bad byte, then ASCII, then a euro sign");
   free(csv);
+}
+
+/* The table writes a configuration's (and a history path's) text by the
+ * JSON's and the CSV's rule, a byte that begins no UTF-8 character as
+ * U+FFFD, and each control character as U+FFFD too: a line break in a
+ * configuration does not break the table's lines. The old renderer wrote
+ * the bytes as they were. */
+Test(advisor_search, table_is_utf8_and_one_line_per_row_whatever_the_text) {
+  const char *extra[] = {"strategy:round"};
+  gpupool_advice_options o = {.no_defaults = 1,
+                              .no_capacity = 1,
+                              .threads = 1,
+                              .max_added_ms = -1,
+                              .extra = extra,
+                              .n_extra = 1};
+  gpupool_advice *a;
+  cr_assert_eq(gpupool_advise(hist, &o, &a), GPUPOOL_OK, "%s", gpupool_last_error());
+  cr_assert_eq(a->n, 2);
+  char *plain = gpupool_advice_render(a, "table");
+  cr_assert_not_null(plain);
+  for (size_t i = 0; i < a->n; i++) {
+    snprintf(a->c[i].conf, sizeof a->c[i].conf, "say\nthen\xff\r\t\x1b[2J\x7f\xc2\x85\xe2\x82\xac");
+    snprintf(a->c[i].torch_conf, sizeof a->c[i].torch_conf, "x\xc3\x28\n");
+    a->c[i].has_torch = 1;
+  }
+  snprintf(a->input.source, sizeof a->input.source, "run\n\xff.record");
+  char *t = gpupool_advice_render(a, "table");
+  gpupool_advice_free(a);
+  cr_assert_not_null(t);
+  size_t lines = 0, plain_lines = 0, n = strlen(t);
+  for (const char *p = plain; *p; p++)
+    plain_lines += *p == '\n';
+  for (size_t i = 0; i < n;) {
+    size_t len = utf8_char_len((const unsigned char *)t + i, n - i);
+    cr_assert_neq(len, 0, "not UTF-8 at byte %zu: %s", i, t);
+    cr_assert(len > 1 || t[i] == '\n' || (t[i] >= 0x20 && t[i] != 0x7f),
+              "control character 0x%02x at byte %zu: %s", (unsigned char)t[i], i, t);
+    cr_assert(len != 2 || (unsigned char)t[i] != 0xc2 || (unsigned char)t[i + 1] >= 0xa0,
+              "C1 control character at byte %zu: %s", i, t);
+    lines += t[i] == '\n';
+    i += len;
+  }
+  cr_expect_eq(lines, plain_lines, "the text broke the table's lines:\n%s\n(was:\n%s)", t, plain);
+  const char *f = "\xef\xbf\xbd";
+  char want[128];
+  snprintf(want, sizeof want, "say%sthen%s%s%s%s[2J%s%s\xe2\x82\xac", f, f, f, f, f, f, f);
+  cr_expect(strstr(t, want), "each bad byte and control character is U+FFFD: %s", t);
+  snprintf(want, sizeof want, "history: run%s%s.record (", f, f);
+  cr_expect(strstr(t, want), "%s", t);
+  free(t);
+  free(plain);
 }
 
 Test(advisor_search, bad_options) {
