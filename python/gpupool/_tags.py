@@ -1,5 +1,6 @@
 """Allocation tags (include/gpupool/tag.h): `with gpupool.tag("kv_cache"):`."""
 import contextlib
+import threading
 
 from . import _lib, _stats
 
@@ -23,17 +24,32 @@ class tag(contextlib.ContextDecorator):
             raise ValueError(f"gpupool.tag: {name!r} is reserved: memory_allocated_by_tag() "
                              "reports the bytes allocated under no tag by that name")
         self.name = name
+        # How many times each thread entered this tag and has not left it: the
+        # same object nests (a recursive decorated function) and is shared by
+        # threads, and C keeps one tag stack per thread.
+        self._entered = threading.local()
 
     def __enter__(self):
         lib = _lib.lib()
-        if "\0" in self.name:  # C would read the name up to it: say no, as for any bad name
+        try:
+            encoded = self.name.encode("utf-8")
+        except UnicodeEncodeError:  # a lone surrogate
+            encoded = None
+        # C would read the name up to a NUL: say no to it, as for any bad name.
+        if encoded is None or b"\0" in encoded:
             raise ValueError(f"gpupool.tag: {self.name!r}: a tag is 1 to 63 characters of "
                              "A-Z a-z 0-9 _ . : / -")
-        if lib.gpupool_tag_push(self.name.encode("utf-8")) != 0:
+        if lib.gpupool_tag_push(encoded) != 0:
             raise ValueError(_lib.last_error())
+        self._entered.depth = getattr(self._entered, "depth", 0) + 1
         return self
 
     def __exit__(self, *exc):
+        depth = getattr(self._entered, "depth", 0)
+        if depth == 0:  # popping now would take off another tag of this thread
+            raise RuntimeError(f"gpupool.tag({self.name!r}).__exit__ without its __enter__ on "
+                               "this thread: no tag was popped")
+        self._entered.depth = depth - 1
         _lib.lib().gpupool_tag_pop()
         return False
 

@@ -16,6 +16,7 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import types
 import unittest
 import urllib.request
@@ -409,6 +410,51 @@ class Tags(unittest.TestCase):
         self.assertEqual(by_tag["untagged"], gpupool.memory_allocated(d))
         free(p, d)
         free(u, d)
+
+    def test_bad_tag_with_a_lone_surrogate(self):
+        # "\ud800" cannot be encoded as UTF-8: the library's ValueError, not
+        # Python's UnicodeEncodeError.
+        with self.assertRaisesRegex(ValueError, "a tag is 1 to 63") as caught:
+            with gpupool.tag("kv\ud800"):
+                pass
+        self.assertNotIsInstance(caught.exception, UnicodeError)
+        self.assertIsNone(gpupool.current_tag())
+
+    def test_exit_without_enter_raises_and_pops_nothing(self):
+        with gpupool.tag("outer"):
+            stray = gpupool.tag("stray")
+            with self.assertRaisesRegex(RuntimeError, "without its __enter__"):
+                stray.__exit__(None, None, None)
+            self.assertEqual(gpupool.current_tag(), "outer")
+            with stray:  # entered, it leaves as any tag; a second exit is refused
+                self.assertEqual(gpupool.current_tag(), "stray")
+            self.assertEqual(gpupool.current_tag(), "outer")
+            with self.assertRaises(RuntimeError):
+                stray.__exit__(None, None, None)
+            self.assertEqual(gpupool.current_tag(), "outer")
+            # Entered on another thread, it cannot be left on this one.
+            other = threading.Thread(target=stray.__enter__)
+            other.start()
+            other.join()
+            with self.assertRaises(RuntimeError):
+                stray.__exit__(None, None, None)
+            self.assertEqual(gpupool.current_tag(), "outer")
+        self.assertIsNone(gpupool.current_tag())
+
+    def test_one_tag_object_nests(self):
+        t = gpupool.tag("again")
+        with t:
+            with t:
+                self.assertEqual(gpupool.current_tag(), "again")
+            self.assertEqual(gpupool.current_tag(), "again")
+        self.assertIsNone(gpupool.current_tag())
+
+        @gpupool.tag("recursive")
+        def depth(n):
+            return depth(n - 1) if n else gpupool.current_tag()
+
+        self.assertEqual(depth(3), "recursive")
+        self.assertIsNone(gpupool.current_tag())
 
     def test_tag_exits_on_exception(self):
         with self.assertRaises(KeyError):
