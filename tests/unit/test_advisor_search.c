@@ -206,13 +206,9 @@ static int csv_parse(const char *csv, int row, int col, char *out, size_t outlen
   return c == 0 ? r : -1;
 }
 
-/* The CSV is RFC 4180 whatever text the configurations hold: a quote is
- * doubled, a comma or a line break stays inside its quoted field, and a
- * byte that begins no UTF-8 character is U+FFFD, as in the JSON. The old
- * renderer wrote the text between quotes as it was: a quote inside ended
- * the field. gpupool_advice is public: a host program fills it as it
- * likes. */
-Test(advisor_search, csv_is_rfc4180_whatever_the_configuration_text) {
+/* The advice on hist for two configurations (the current one and
+ * strategy:round, no search), whose text a test then rewrites. */
+static gpupool_advice *advise_two(void) {
   const char *extra[] = {"strategy:round"};
   gpupool_advice_options o = {.no_defaults = 1,
                               .no_capacity = 1,
@@ -223,6 +219,17 @@ Test(advisor_search, csv_is_rfc4180_whatever_the_configuration_text) {
   gpupool_advice *a;
   cr_assert_eq(gpupool_advise(hist, &o, &a), GPUPOOL_OK, "%s", gpupool_last_error());
   cr_assert_eq(a->n, 2);
+  return a;
+}
+
+/* The CSV is RFC 4180 whatever text the configurations hold: a quote is
+ * doubled, a comma or a line break stays inside its quoted field, and a
+ * byte that begins no UTF-8 character is U+FFFD, as in the JSON. The old
+ * renderer wrote the text between quotes as it was: a quote inside ended
+ * the field. gpupool_advice is public: a host program fills it as it
+ * likes. */
+Test(advisor_search, csv_is_rfc4180_whatever_the_configuration_text) {
+  gpupool_advice *a = advise_two();
   snprintf(a->c[0].conf, sizeof a->c[0].conf, "say \"hi\", twice\nthen\xff\"");
   snprintf(a->c[1].conf, sizeof a->c[1].conf, "\"");
   snprintf(a->c[1].torch_conf, sizeof a->c[1].torch_conf, "x\xc3\x28,\r\n\xe2\x82\xac");
@@ -247,16 +254,7 @@ Test(advisor_search, csv_is_rfc4180_whatever_the_configuration_text) {
  * configuration does not break the table's lines. The old renderer wrote
  * the bytes as they were. */
 Test(advisor_search, table_is_utf8_and_one_line_per_row_whatever_the_text) {
-  const char *extra[] = {"strategy:round"};
-  gpupool_advice_options o = {.no_defaults = 1,
-                              .no_capacity = 1,
-                              .threads = 1,
-                              .max_added_ms = -1,
-                              .extra = extra,
-                              .n_extra = 1};
-  gpupool_advice *a;
-  cr_assert_eq(gpupool_advise(hist, &o, &a), GPUPOOL_OK, "%s", gpupool_last_error());
-  cr_assert_eq(a->n, 2);
+  gpupool_advice *a = advise_two();
   char *plain = gpupool_advice_render(a, "table");
   cr_assert_not_null(plain);
   for (size_t i = 0; i < a->n; i++) {
