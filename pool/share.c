@@ -346,12 +346,12 @@ static int recv_msg(const char *call, int sock, int seqpacket, share_rx *rx, int
  * cannot be sent needs none: a socket that failed or closed tells the peer
  * the same (a release: the importer is done; an abort: the export failed). */
 static void send_quietly(int sock, int kind, uint64_t id, uint64_t deadline) {
-  char why[1280];
-  snprintf(why, sizeof why, "%s", gpupool_last_error());
+  pool_error_scope scope; /* left as succeeded: the call's reason is put back */
+  pool_error_scope_enter(&scope);
   share_msg m = {.magic = SHARE_MAGIC, .version = SHARE_VERSION, .kind = (uint16_t)kind, .id = id};
   gpupool_status st = send_msg("gpupool_share", sock, &m, NULL, deadline);
   (void)st;
-  pool_fail(GPUPOOL_OK, "%s", why);
+  pool_error_scope_leave(&scope, GPUPOOL_OK);
 }
 
 static void send_release(int sock, uint64_t id) {
@@ -736,7 +736,7 @@ static gpupool_status import_pages(int sock, int seqpacket, share_rx *rx, int *f
                                    backend *be, void *base, gpupool_status st, size_t *mapped,
                                    int *aborted) {
   const char *call = "gpupool_share_import";
-  char why[1280] = "";
+  char why[POOL_ERROR_MAX] = "";
   if (st != GPUPOOL_OK)
     snprintf(why, sizeof why, "%s", gpupool_last_error());
   const share_msg *m = &rx->m;
