@@ -17,8 +17,9 @@
  * --trace PATH (repeatable; GPUPOOL_RECORD files such as bench/README.md's
  * training traces) prints only the replay speed of expandable segments
  * against plain bfc on each: ms per replay (the replaying thread's CPU time,
- * best of the rounds, the two taking turns), their ratio, and the figures
- * both gave. Without --trace that table is printed for the 300-step history.
+ * best of the rounds, the two taking turns), the ratio of the bests, the
+ * median and quartiles of each round's ratio, and the figures both gave. Without --trace that table
+ * is printed for the 300-step history.
  * --rounds N: rounds of that table (default 7, 3 with --quick).
  *
  *   bench_advisor [--quick] [--big-events N] [--threads N] [--lib PATH] [--baseline PATH]
@@ -190,14 +191,30 @@ static void per_config(const gpupool_history *h, int quick) {
   }
 }
 
+/* The q-quantile (0..1) of v[0..n), sorted ascending, by linear interpolation. */
+static double sorted_quantile(const double *v, int n, double q) {
+  double at = q * (n - 1);
+  int i = (int)at;
+  return i + 1 < n ? v[i] + (at - i) * (v[i + 1] - v[i]) : v[n - 1];
+}
+
 /* Expandable segments against plain bfc on history h, as the advisor
- * replays them: best of `rounds` of each, taking turns. */
+ * replays them, `rounds` rounds of one replay each, the order within a round
+ * alternating: the best of each, their ratio, and the median and quartiles of
+ * the rounds' own ratios (a slow stretch of a shared host hits both replays
+ * of a round alike, where it can hit one side's best and not the other's). */
 static void expandable_speed(const char *what, const gpupool_history *h, int rounds) {
   static const char *conf[2] = {"", "expandable_segments:True"};
   double best[2] = {1e30, 1e30};
+  double *ratio = malloc((size_t)rounds * sizeof *ratio);
+  if (!ratio) {
+    fprintf(stderr, "bench_advisor: out of memory\n");
+    exit(1);
+  }
   gpupool_replay_result r[2];
-  for (int k = 0; k < rounds; k++)
-    for (int j = 0; j < 2; j++) {
+  for (int k = 0; k < rounds; k++) {
+    for (int i = 0; i < 2; i++) {
+      int j = i ^ (k & 1);
       if (gpupool_replay(h, conf[j], (uint64_t)80 << 30, &r[j]) != GPUPOOL_OK) {
         fprintf(stderr, "bench_advisor: %s: %s\n", what, gpupool_last_error());
         exit(1);
@@ -205,17 +222,22 @@ static void expandable_speed(const char *what, const gpupool_history *h, int rou
       if (r[j].cpu_seconds < best[j])
         best[j] = r[j].cpu_seconds;
     }
-  printf("| %s | %llu | %.3f | %.3f | %.2f | %.3f, %.3f | %llu |\n", what,
-         (unsigned long long)r[0].events, best[0] * 1e3, best[1] * 1e3, best[1] / best[0],
-         r[0].ratio, r[1].ratio, (unsigned long long)r[1].pages_moved);
+    ratio[k] = r[1].cpu_seconds / r[0].cpu_seconds;
+  }
+  double median = bench_median(ratio, rounds); /* sorts ratio */
+  printf("| %s | %llu | %.3f | %.3f | %.2f | %.3f (%.3f-%.3f) | %.3f, %.3f | %llu |\n", what,
+         (unsigned long long)r[0].events, best[0] * 1e3, best[1] * 1e3, best[1] / best[0], median,
+         sorted_quantile(ratio, rounds, 0.25), sorted_quantile(ratio, rounds, 0.75), r[0].ratio,
+         r[1].ratio, (unsigned long long)r[1].pages_moved);
+  free(ratio);
 }
 
 static void expandable_header(int rounds) {
-  printf(
-      "\n| replay speed, best of %d (CPU) | events | bfc ms | expandable ms | expandable / bfc | "
-      "reserved / allocated (bfc, expandable) | pages moved |\n"
-      "|---|---:|---:|---:|---:|---:|---:|\n",
-      rounds);
+  printf("\n| replay speed, %d rounds (CPU) | events | bfc ms (best) | expandable ms (best) | "
+         "expandable / bfc (best) | expandable / bfc per round: median (q25-q75) | "
+         "reserved / allocated (bfc, expandable) | pages moved |\n"
+         "|---|---:|---:|---:|---:|---:|---:|---:|\n",
+         rounds);
 }
 
 static void search(const char *what, const gpupool_history *h, unsigned threads) {
