@@ -37,7 +37,8 @@ int addrmap_insert(addrmap *m, uintptr_t key, struct block *val) {
   return 0;
 }
 
-void addrmap_erase(addrmap *m, addrmap_entry *e) {
+/* Empties entry e of m (used unchanged). */
+static void unlink_entry(addrmap *m, addrmap_entry *e) {
   /* Backward shift: later entries of the probe run that may not sit after
    * the hole (their home slot is not cyclically in (hole, j]) move into it,
    * so that every lookup still finds its key before an empty slot. */
@@ -50,6 +51,25 @@ void addrmap_erase(addrmap *m, addrmap_entry *e) {
     }
   }
   m->tab[hole].key = 0;
+}
+
+void addrmap_erase(addrmap *m, addrmap_entry *e) {
+  unlink_entry(m, e);
+  m->used--;
+}
+
+void addrmap_take(addrmap *m, addrmap_entry *e) {
+  unlink_entry(m, e);
+}
+
+void addrmap_put_back(addrmap *m, uintptr_t key, struct block *val) {
+  /* used counted the key while it was out: at most half the slots hold keys */
+  gp_assert_internal(key && !addrmap_find(m, key) && m->used * 2 <= m->mask + 1);
+  place(m->tab, m->mask, (addrmap_entry){key, val});
+}
+
+void addrmap_give_up_room(addrmap *m) {
+  gp_assert_internal(m->used > 0);
   m->used--;
 }
 

@@ -43,5 +43,14 @@ static inline addrmap_entry *addrmap_find(const addrmap *m, uintptr_t key) {
 
 /* Removes an entry addrmap_find returned. */
 void addrmap_erase(addrmap *m, addrmap_entry *e);
+/* Takes an entry addrmap_find returned out of m but keeps its room: the key
+ * still counts towards m's load, so inserts meanwhile grow m as they would
+ * with it there, and addrmap_put_back returns it without host memory. Each
+ * take ends in addrmap_put_back or addrmap_give_up_room. */
+void addrmap_take(addrmap *m, addrmap_entry *e);
+/* Returns a key taken with addrmap_take. */
+void addrmap_put_back(addrmap *m, uintptr_t key, struct block *val);
+/* The room of a key taken with addrmap_take, which stays out. */
+void addrmap_give_up_room(addrmap *m);
 
 #endif

@@ -51,9 +51,8 @@ struct gpupool_export {
   int sock, seqpacket;
   sock_id sid;
   uint64_t id;
-  int sending; /* its pages are being sent: the block is live still */
+  int sending; /* its pages are being sent: the caller has no handle yet */
   int freed;   /* gpupool_free was called while exported */
-  int ended;   /* the importer is done; the block is not back yet (out of host memory) */
   share_rx rx; /* the importer's message, as far as it came */
   gpupool_export *next;
 };
@@ -374,6 +373,20 @@ static block *find_live(gpupool *p, uintptr_t ptr, shard **out) {
   return NULL;
 }
 
+/* The export's block returns: to its shard's live map, or, if it was freed
+ * while exported (counted then), to the pool. Under g_lock; ex's pool alive. */
+static void return_block(gpupool_export *ex) {
+  block *b = ex->b;
+  shard *sh = b->seg->sh;
+  spin_lock(&sh->lock);
+  if (ex->freed) {
+    shard_end_held_free(sh, b);
+    addrmap_give_up_room(&sh->live);
+  } else
+    addrmap_put_back(&sh->live, b->addr, b);
+  spin_unlock(&sh->lock);
+}
+
 static void unlist_export(gpupool_export *ex) {
   for (gpupool_export **l = &g_exports; *l; l = &(*l)->next)
     if (*l == ex) {
@@ -382,11 +395,11 @@ static void unlist_export(gpupool_export *ex) {
     }
 }
 
-/* The export of ptr, once sent (until then the block is live, and a call
- * that did not find it live is about a block freed meanwhile). */
+/* The export of ptr, from the moment its block left the live map (before
+ * its pages are sent) until it ends. */
 static gpupool_export *find_export(gpupool *p, uintptr_t ptr) {
   for (gpupool_export *e = g_exports; e; e = e->next)
-    if (e->p == p && e->b && !e->sending && e->b->addr == ptr)
+    if (e->p == p && e->b && e->b->addr == ptr)
       return e;
   return NULL;
 }
@@ -499,6 +512,10 @@ gpupool_status gpupool_share_export(gpupool *p, void *ptr, int sock, gpupool_exp
       else if (!(h = malloc(n * sizeof *h)))
         st = pool_fail(GPUPOOL_ERR_HOST_OOM, "%s: out of host memory", call);
       else {
+        /* Out of the live map before its pages go: a free from now on is
+         * deferred (share_claims), as for an export made. Its room stays,
+         * so that it can come back without host memory (return_block). */
+        addrmap_take(&sh->live, addrmap_find(&sh->live, (uintptr_t)ptr));
         memcpy(h, seg->pages + first, n * sizeof *h);
         hdr.size = b->requested;
         hdr.offset = (b->addr - seg->addr) % seg->page_size;
@@ -533,21 +550,14 @@ gpupool_status gpupool_share_export(gpupool *p, void *ptr, int sock, gpupool_exp
   free(h);
   pthread_mutex_lock(&g_lock);
   if (st == GPUPOOL_OK) {
-    /* Out of the live map: gpupool_free finds it here (share_claims). */
-    spin_lock(&sh->lock);
-    addrmap_entry *e = addrmap_find(&sh->live, (uintptr_t)ptr);
-    if (e)
-      addrmap_erase(&sh->live, e);
-    spin_unlock(&sh->lock);
-    if (!e) /* the caller freed it while it was being sent */
-      st = pool_fail(GPUPOOL_ERR_INVALID, "%s: pool '%s': %p was freed during its export", call,
-                     p->cfg.name, ptr);
-  }
-  if (st == GPUPOOL_OK) {
     ex->sending = 0;
     *out = ex;
   } else {
-    unlist_export(ex); /* not listed when the checks failed: then a no-op */
+    if (ex->sending) { /* listed: the checks passed and the block was taken */
+      if (ex->b)       /* NULL: its pool was destroyed meanwhile */
+        return_block(ex);
+      unlist_export(ex);
+    }
     free(ex);
   }
   pthread_mutex_unlock(&g_lock);
@@ -603,38 +613,16 @@ void share_pool_destroyed(gpupool *p) {
   pthread_mutex_unlock(&g_lock);
 }
 
-/* The importer is done: the block goes back to its shard's live map or, if
- * it was freed meanwhile (counted then), to the pool. An orphaned export
- * (its pool destroyed) just ends. */
-static gpupool_status end_export(gpupool_export *ex, int *ended) {
+/* The importer is done: the block goes back (return_block); an orphaned
+ * export (its pool destroyed) just ends. */
+static void end_export(gpupool_export *ex, int *ended) {
   pthread_mutex_lock(&g_lock);
-  block *b = ex->b;
-  if (!b) {
-    unlist_export(ex);
-    pthread_mutex_unlock(&g_lock);
-    free(ex);
-    *ended = 1;
-    return GPUPOOL_OK;
-  }
-  shard *sh = b->seg->sh;
-  int r = 0;
-  spin_lock(&sh->lock);
-  if (ex->freed)
-    shard_end_held_free(sh, b);
-  else
-    r = addrmap_insert(&sh->live, b->addr, b);
-  spin_unlock(&sh->lock);
-  if (r != 0) {
-    pthread_mutex_unlock(&g_lock);
-    return pool_fail(GPUPOOL_ERR_HOST_OOM,
-                     "gpupool_share_wait: the export ended, but the block cannot return to the "
-                     "pool: out of host memory (call again)");
-  }
+  if (ex->b)
+    return_block(ex);
   unlist_export(ex);
   pthread_mutex_unlock(&g_lock);
   free(ex);
   *ended = 1;
-  return GPUPOOL_OK;
 }
 
 gpupool_status gpupool_share_wait(gpupool_export *ex, int timeout_ms, int *ended) {
@@ -645,8 +633,10 @@ gpupool_status gpupool_share_wait(gpupool_export *ex, int timeout_ms, int *ended
   pthread_mutex_lock(&g_lock);
   int orphaned = !ex->b;
   pthread_mutex_unlock(&g_lock);
-  if (ex->ended || orphaned)
-    return end_export(ex, ended);
+  if (orphaned) {
+    end_export(ex, ended);
+    return GPUPOOL_OK;
+  }
   if (!still_socket(ex->sock, ex->sid))
     return pool_fail(GPUPOOL_ERR_INVALID,
                      "%s: socket %d is closed%s (the exporter must keep it open until the export "
@@ -668,8 +658,8 @@ gpupool_status gpupool_share_wait(gpupool_export *ex, int timeout_ms, int *ended
                      "%s: socket %d: a message that is not the release of this export (the "
                      "export goes on)",
                      call, ex->sock);
-  ex->ended = 1; /* released, the socket closed, or the importer gone */
-  return end_export(ex, ended);
+  end_export(ex, ended); /* released, the socket closed, or the importer gone */
+  return GPUPOOL_OK;
 }
 
 /* ---- importing ---- */

@@ -86,3 +86,34 @@ Test(addrmap, zero_key_and_empty_map_find_nothing) {
   cr_assert_not_null(addrmap_find(&m, 4096));
   addrmap_destroy(&m);
 }
+
+/* Keys taken out (an export, pool/share.c) keep their room: the inserts
+ * meanwhile grow the table as if they were there, so that putting them back
+ * needs no host memory (no new table), and a key whose room is given up
+ * stops counting. */
+Test(addrmap, taken_keys_keep_their_room_until_put_back) {
+  addrmap m = {0};
+  for (uintptr_t k = 1; k <= 32; k++) /* 32 of 64 slots: the most before a growth */
+    cr_assert_eq(addrmap_insert(&m, k * 512, (struct block *)k), 0);
+  cr_assert_eq(m.mask + 1, 64);
+  for (uintptr_t k = 1; k <= 4; k++) {
+    addrmap_take(&m, addrmap_find(&m, k * 512));
+    cr_assert_null(addrmap_find(&m, k * 512), "key %zu is still found once taken", (size_t)k);
+  }
+  cr_assert_eq(m.used, 32, "the taken keys' room is not kept");
+  cr_assert_eq(addrmap_insert(&m, 100 * 512, NULL), 0);
+  cr_assert_eq(m.mask + 1, 128, "an insert did not grow the table the taken keys count in");
+  const addrmap_entry *tab = m.tab;
+  for (uintptr_t k = 1; k <= 3; k++)
+    addrmap_put_back(&m, k * 512, (struct block *)(k + 1000));
+  cr_assert_eq(m.tab, tab, "putting keys back made a new table");
+  cr_assert_eq(m.used, 33);
+  for (uintptr_t k = 1; k <= 3; k++)
+    cr_assert_eq((uintptr_t)addrmap_find(&m, k * 512)->val, k + 1000);
+  addrmap_give_up_room(&m); /* key 4 stays out */
+  cr_assert_eq(m.used, 32);
+  cr_assert_null(addrmap_find(&m, 4 * 512));
+  for (uintptr_t k = 5; k <= 32; k++)
+    cr_assert_eq((uintptr_t)addrmap_find(&m, k * 512)->val, k);
+  addrmap_destroy(&m);
+}
