@@ -105,7 +105,9 @@ static const kvopt pool_options[] = {
 };
 #define N_POOL_OPTIONS (sizeof pool_options / sizeof pool_options[0])
 
-gpupool_status pool_config_build(const gpupool_options *opt, pool_config *out) {
+/* opt's fields and tunables over the defaults, then conf (the text of
+ * GPUPOOL_CONF; NULL: none). */
+static gpupool_status build(const gpupool_options *opt, const char *conf, pool_config *out) {
   pool_config c;
   char err[768];
   set_defaults(&c);
@@ -126,13 +128,32 @@ gpupool_status pool_config_build(const gpupool_options *opt, pool_config *out) {
     if (kvopt_parse(opt->tunables, pool_options, N_POOL_OPTIONS, &c, err, sizeof err))
       return pool_fail(GPUPOOL_ERR_INVALID, "gpupool tunables: %s", err);
   }
-  if (!opt || !opt->ignore_env) {
-    const char *env = getenv("GPUPOOL_CONF");
-    if (kvopt_parse(env, pool_options, N_POOL_OPTIONS, &c, err, sizeof err))
-      return pool_fail(GPUPOOL_ERR_INVALID, "GPUPOOL_CONF: %s", err);
-  }
+  if (kvopt_parse(conf, pool_options, N_POOL_OPTIONS, &c, err, sizeof err))
+    return pool_fail(GPUPOOL_ERR_INVALID, "GPUPOOL_CONF: %s", err);
   if (c.strategy == GPUPOOL_STRATEGY_DEFAULT)
     c.strategy = GPUPOOL_STRATEGY_BFC;
   *out = c;
   return GPUPOOL_OK;
+}
+
+gpupool_status pool_config_build(const gpupool_options *opt, pool_config *out) {
+  return build(opt, !opt || !opt->ignore_env ? getenv("GPUPOOL_CONF") : NULL, out);
+}
+
+gpupool_status pool_config_check(const pool_config *c) {
+  /* Any fault_* key given, even one that injects nothing: ignoring it would
+   * hide a configuration meant for another backend. */
+  if (c->fault_key && c->backend != GPUPOOL_BACKEND_DEFAULT && c->backend != GPUPOOL_BACKEND_HOST)
+    return pool_fail(GPUPOOL_ERR_INVALID, "pool '%s': %s: fault injection needs backend host",
+                     c->name, c->fault_key);
+  if (c->expandable && c->strategy != GPUPOOL_STRATEGY_BFC)
+    return pool_fail(GPUPOOL_ERR_INVALID, "pool '%s': expandable_segments needs strategy bfc",
+                     c->name);
+  return GPUPOOL_OK;
+}
+
+gpupool_status gpupool_conf_check(const gpupool_options *opt, const char *conf) {
+  pool_config c;
+  gpupool_status st = build(opt, conf, &c);
+  return st != GPUPOOL_OK ? st : pool_config_check(&c);
 }

@@ -6,6 +6,7 @@
 
 #include "core/assert.h"
 #include "core/errors.h"
+#include "conf.h"
 #include "oom_report.h"
 #include "pool_blocks.h"
 #include "pool_internal.h"
@@ -57,14 +58,8 @@ gpupool_status gpupool_create(const gpupool_options *opt, gpupool **out) {
     return st;
   if (cfg.backend == GPUPOOL_BACKEND_DEFAULT)
     cfg.backend = backend_cuda_device_count() > 0 ? GPUPOOL_BACKEND_CUDA : GPUPOOL_BACKEND_HOST;
-  /* Any fault_* key given, even one that injects nothing: ignoring it would
-   * hide a configuration meant for another backend. */
-  if (cfg.fault_key && cfg.backend != GPUPOOL_BACKEND_HOST)
-    return pool_fail(GPUPOOL_ERR_INVALID, "pool '%s': %s: fault injection needs backend host",
-                     cfg.name, cfg.fault_key);
-  if (cfg.expandable && cfg.strategy != GPUPOOL_STRATEGY_BFC)
-    return pool_fail(GPUPOOL_ERR_INVALID, "pool '%s': expandable_segments needs strategy bfc",
-                     cfg.name);
+  if ((st = pool_config_check(&cfg)) != GPUPOOL_OK)
+    return st;
   backend *be = NULL;
   if ((st = create_backend(&cfg, &be)) != GPUPOOL_OK)
     return st;

@@ -103,6 +103,20 @@ static void start_agent_once(void) {
     fprintf(stderr, "gpupool_torch: the agent did not start: %s\n", gpupool_last_error());
 }
 
+/* The options of device's pool, which GPUPOOL_CONF then overrides. */
+static gpupool_options torch_pool_options(int device) {
+  gpupool_options opt = {0};
+  opt.name = "torch";
+  opt.device = device;
+  opt.backend = GPUPOOL_BACKEND_CUDA; /* GPUPOOL_CONF may choose another */
+  return opt;
+}
+
+gpupool_status gpupool_torch_conf_check(const char *conf) {
+  gpupool_options opt = torch_pool_options(0);
+  return gpupool_conf_check(&opt, conf);
+}
+
 /* The device's pool, created at its first use; NULL with gpupool_last_error()
  * set when it cannot be created. */
 static gpupool *create_pool(int device) {
@@ -110,10 +124,7 @@ static gpupool *create_pool(int device) {
   gpupool *p = atomic_load_explicit(&pools[device], memory_order_relaxed);
   if (!p) {
     setup_once();
-    gpupool_options opt = {0};
-    opt.name = "torch";
-    opt.device = device;
-    opt.backend = GPUPOOL_BACKEND_CUDA; /* GPUPOOL_CONF may choose another */
+    gpupool_options opt = torch_pool_options(device);
     if (gpupool_create(&opt, &p) == GPUPOOL_OK) {
       atomic_store_explicit(&pools[device], p, memory_order_release);
       start_agent_once();

@@ -124,6 +124,17 @@ typedef struct gpupool_stats {
 } gpupool_stats;
 
 gpupool_status gpupool_create(const gpupool_options *opt, gpupool **out);
+/* Checks conf, a GPUPOOL_CONF string, as gpupool_create(opt) would read it
+ * from GPUPOOL_CONF (opt NULL: every default; opt->ignore_env is not looked
+ * at), without creating anything: no device is touched, no memory taken, no
+ * environment read. GPUPOOL_OK, or GPUPOOL_ERR_INVALID with the reason
+ * gpupool_create would give in gpupool_last_error() ("GPUPOOL_CONF: strategy:
+ * unknown value 'nope' ...", or a combination it refuses, such as
+ * expandable_segments with strategy round). NULL or "" is valid. What only
+ * the machine can tell is left to gpupool_create: whether the backend starts,
+ * and a fault_* key when neither opt nor conf names the backend (the default
+ * is cuda where a GPU is present). */
+gpupool_status gpupool_conf_check(const gpupool_options *opt, const char *conf);
 void gpupool_destroy(gpupool *p);
 
 /* The largest request a pool accepts (256 TiB, beyond any device). */

@@ -36,6 +36,13 @@ void gpupool_torch_free(void *ptr, size_t size, int device, void *stream);
  * gpupool_get_stats). */
 gpupool *gpupool_torch_pool(int device);
 
+/* Checks conf as GPUPOOL_CONF for the adapter's pools (gpupool_conf_check
+ * over the options they are created with: name torch, backend cuda), so that
+ * a bad configuration is refused where it is given rather than at the first
+ * allocation. Creates nothing, touches no device, reads no environment.
+ * GPUPOOL_OK, or GPUPOOL_ERR_INVALID with the reason in gpupool_last_error(). */
+gpupool_status gpupool_torch_conf_check(const char *conf);
+
 #ifdef __cplusplus
 }
 #endif
