@@ -47,10 +47,33 @@ def _rank_labels(conf):
     return ",".join(items + [f"labels:rank={rank}"])
 
 
+def _checked(name, conf, check):
+    """conf, the value that the variable name is to take, once check (one of
+    the library's gpupool_*_conf_check) took it; else ValueError with the
+    library's reason (gpupool_last_error)."""
+    if "\0" in conf:  # ctypes would pass what comes before it, the environment refuses it
+        raise ValueError(f"gpupool.torch.enable: {name} {conf!r} holds a NUL character")
+    if check(os.fsencode(conf)) != 0:
+        raise ValueError(f"gpupool.torch.enable: {_lib.last_error()}")
+    return conf
+
+
+def _pool_conf(conf):
+    """What GPUPOOL_CONF is to be, checked as the torch adapter's pools will
+    read it: conf, or the environment's when conf is None (None: unset)."""
+    if conf is None:
+        conf = os.environ.get("GPUPOOL_CONF")
+        if conf is None:
+            return None
+    elif not isinstance(conf, str):
+        raise TypeError("gpupool.torch.enable: conf is None or a GPUPOOL_CONF string")
+    return _checked("GPUPOOL_CONF", conf, _lib.lib().gpupool_torch_conf_check)
+
+
 def _agent_conf(agent):
+    """What GPUPOOL_AGENT_CONF is to be for agent (None: unset)."""
     if agent is False:
-        os.environ.pop("GPUPOOL_AGENT_CONF", None)
-        return
+        return None
     if agent is True:
         conf = os.environ.get("GPUPOOL_AGENT_CONF", "")
     elif isinstance(agent, str):
@@ -58,11 +81,18 @@ def _agent_conf(agent):
     elif agent is None:
         conf = os.environ.get("GPUPOOL_AGENT_CONF")
         if conf is None:
-            return
+            return None
     else:
         raise TypeError("gpupool.torch.enable: agent is None, True, False or a "
                         "GPUPOOL_AGENT_CONF string")
-    os.environ["GPUPOOL_AGENT_CONF"] = _rank_labels(conf)
+    return _rank_labels(conf)
+
+
+def _set_env(name, value):
+    if value is None:
+        os.environ.pop(name, None)
+    else:
+        os.environ[name] = value
 
 
 def enable(conf=None, agent=None):
@@ -74,8 +104,10 @@ def enable(conf=None, agent=None):
     set, else the defaults (127.0.0.1:9477 + LOCAL_RANK); a
     string is its GPUPOOL_AGENT_CONF ("listen:0.0.0.0:9477"); False keeps it
     off. Under torchrun the agent's metrics carry a rank label (RANK).
-    Returns the torch.cuda.memory.CUDAPluggableAllocator; a second call
-    returns the same one."""
+    A GPUPOOL_CONF the pools would refuse (conf, or the environment's when
+    conf is None) raises ValueError with the library's reason, and nothing
+    is changed. Returns the torch.cuda.memory.CUDAPluggableAllocator; a
+    second call returns the same one."""
     global _enabled
     if _enabled is not None:
         return _enabled
@@ -94,9 +126,12 @@ def enable(conf=None, agent=None):
             "(a CUDA tensor or call came first); call enable() at the top of the script, before "
             "anything touches CUDA")
     path = _lib.loaded_path()  # PyTorch opens the same library, so the stats read its pools
-    if conf is not None:
-        os.environ["GPUPOOL_CONF"] = conf
-    _agent_conf(agent)
+    # Checked before anything changes: a configuration the pools refuse
+    # would otherwise fail PyTorch's first CUDA allocation, far from here.
+    pool_conf = _pool_conf(conf)
+    agent_conf = _agent_conf(agent)
+    _set_env("GPUPOOL_CONF", pool_conf)
+    _set_env("GPUPOOL_AGENT_CONF", agent_conf)
     allocator = torch.cuda.memory.CUDAPluggableAllocator(path, "gpupool_torch_malloc",
                                                          "gpupool_torch_free")
     try:

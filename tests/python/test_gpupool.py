@@ -651,6 +651,62 @@ class Enable(unittest.TestCase):
             self.enable(torch, agent=agent)
             self.assertEqual(os.environ.get("GPUPOOL_AGENT_CONF"), after, (agent, before, rank))
 
+    def assert_refused(self, torch, calls, env, **kw):
+        """enable(**kw) raises ValueError carrying the library's reason and
+        changes nothing: the environment is env, no allocator is swapped."""
+        with self.assertRaises(ValueError) as cm:
+            self.enable(torch, **kw)
+        reason = _lib.last_error()
+        self.assertTrue(reason, "the library gave no reason")
+        self.assertEqual(str(cm.exception), f"gpupool.torch.enable: {reason}")
+        self.assertEqual(calls, [])
+        self.assertFalse(gpupool.torch.enabled())
+        for k, v in env.items():
+            self.assertEqual(os.environ.get(k), v, k)
+        return reason
+
+    def test_bad_conf_is_refused_before_anything_changes(self):
+        os.environ["GPUPOOL_AGENT_CONF"] = "listen:127.0.0.1:1"
+        env = {"GPUPOOL_CONF": os.environ["GPUPOOL_CONF"],
+               "GPUPOOL_AGENT_CONF": "listen:127.0.0.1:1"}
+        for conf, expected in [
+                ("strategy:nope",
+                 "GPUPOOL_CONF: strategy: unknown value 'nope' (valid: bfc, round, naive)"),
+                ("max_split_size_mb:-1",
+                 "GPUPOOL_CONF: max_split_size_mb: '-1' is not a whole number (> 20 or inf)"),
+                ("garbage", "GPUPOOL_CONF: 'garbage' is not key:value"),
+                ("no_such_key:1", "GPUPOOL_CONF: unknown key 'no_such_key'"),
+                ("backend:host,expandable_segments:True,strategy:round",
+                 "pool 'torch': expandable_segments needs strategy bfc"),
+                ("fault_rate:0.5", "pool 'torch': fault_rate: fault injection needs backend host")]:
+            torch, calls = fake_torch()
+            reason = self.assert_refused(torch, calls, env, conf=conf, agent="listen:127.0.0.1:2")
+            self.assertTrue(reason.startswith(expected), (conf, reason))
+
+    def test_bad_conf_in_the_environment_is_refused_the_same_way(self):
+        os.environ["GPUPOOL_CONF"] = "strategy:nope"
+        os.environ.pop("GPUPOOL_AGENT_CONF", None)
+        torch, calls = fake_torch()
+        reason = self.assert_refused(torch, calls, {"GPUPOOL_CONF": "strategy:nope",
+                                                    "GPUPOOL_AGENT_CONF": None}, agent=True)
+        self.assertEqual(reason, "GPUPOOL_CONF: strategy: unknown value 'nope' "
+                                 "(valid: bfc, round, naive)")
+        # A conf given replaces the environment's: only that one is checked.
+        torch, calls = fake_torch()
+        self.enable(torch, conf="backend:host,strategy:round")
+        self.assertEqual(os.environ["GPUPOOL_CONF"], "backend:host,strategy:round")
+        self.assertEqual(len(calls), 1)
+
+    def test_conf_that_is_not_a_string_changes_nothing(self):
+        before = os.environ["GPUPOOL_CONF"]
+        for kw, error in [({"conf": 5}, TypeError), ({"conf": "strategy:round\0x"}, ValueError),
+                          ({"conf": "strategy:round", "agent": 5}, TypeError)]:
+            torch, calls = fake_torch()
+            with self.assertRaises(error):
+                self.enable(torch, **kw)
+            self.assertEqual(os.environ["GPUPOOL_CONF"], before, kw)
+            self.assertEqual(calls, [])
+
     def test_torch_not_installed(self):
         sys.modules["torch"] = None  # import torch raises ImportError
         with self.assertRaisesRegex(RuntimeError, "PyTorch is not installed"):
