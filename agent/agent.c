@@ -187,6 +187,14 @@ static void after_fork(void) {
   pthread_mutex_unlock(&g_lock);
 }
 
+gpupool_status gpupool_agent_conf_check(const char *conf) {
+  char err[1024];
+  agent_config c;
+  return agent_config_resolve_conf(conf, &c, err, sizeof err) == 0
+             ? GPUPOOL_OK
+             : agent_fail(GPUPOOL_ERR_INVALID, err);
+}
+
 gpupool_status gpupool_agent_start(const gpupool_agent_options *opt) {
   static pthread_once_t atfork_once = PTHREAD_ONCE_INIT;
   pthread_once(&atfork_once, register_atfork);
@@ -228,14 +236,6 @@ gpupool_status gpupool_agent_start(const gpupool_agent_options *opt) {
   if (c.trace_file[0] && trace_file_check(c.trace_file, err, sizeof err) != 0) {
     pthread_mutex_unlock(&g_lock);
     return agent_fail(GPUPOOL_ERR_INVALID, err);
-  }
-  if (c.listen_off && c.sd_dir[0]) {
-    pthread_mutex_unlock(&g_lock);
-    return agent_fail(GPUPOOL_ERR_INVALID, "sd_dir needs the HTTP server (listen is off)");
-  }
-  if (c.listen_off && c.web_config[0]) {
-    pthread_mutex_unlock(&g_lock);
-    return agent_fail(GPUPOOL_ERR_INVALID, "web_config needs the HTTP server (listen is off)");
   }
   web_config *web = NULL;
   web_files files;

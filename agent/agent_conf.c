@@ -316,10 +316,10 @@ static int make_absolute(const char *key, char *path, size_t size, char *err, si
   return 0;
 }
 
-int agent_config_resolve(const gpupool_agent_options *opt, agent_config *out, char *err,
-                         size_t errlen) {
-  static const gpupool_agent_options none;
-  const gpupool_agent_options *o = opt ? opt : &none;
+/* o's fields, then conf (the text of GPUPOOL_AGENT_CONF; NULL: none), then
+ * LOCAL_RANK when use_env. */
+static int resolve(const gpupool_agent_options *o, const char *conf, int use_env, agent_config *out,
+                   char *err, size_t errlen) {
   memset(out, 0, sizeof *out);
   raw_settings r = {.trace_events = UINT64_MAX,
                     .trace_tick_us = UINT64_MAX,
@@ -328,16 +328,13 @@ int agent_config_resolve(const gpupool_agent_options *opt, agent_config *out, ch
 
   if (apply_options(o, &r, err, errlen) != 0)
     return -1;
-  if (!o->ignore_env) {
-    const char *env = getenv("GPUPOOL_AGENT_CONF");
-    char why[512];
-    if (kvopt_parse(env, agent_options, N_AGENT_OPTIONS, &r, why, sizeof why) != 0) {
-      snprintf(err, errlen, "GPUPOOL_AGENT_CONF: %s", why);
-      return -1;
-    }
+  char why[512];
+  if (kvopt_parse(conf, agent_options, N_AGENT_OPTIONS, &r, why, sizeof why) != 0) {
+    snprintf(err, errlen, "GPUPOOL_AGENT_CONF: %s", why);
+    return -1;
   }
 
-  if (resolve_listen(&r, !o->ignore_env, out, err, errlen) != 0)
+  if (resolve_listen(&r, use_env, out, err, errlen) != 0)
     return -1;
   if (make_absolute("trace_file", out->trace_file, sizeof out->trace_file, err, errlen) != 0 ||
       make_absolute("sd_dir", out->sd_dir, sizeof out->sd_dir, err, errlen) != 0 ||
@@ -362,5 +359,23 @@ int agent_config_resolve(const gpupool_agent_options *opt, agent_config *out, ch
     snprintf(err, errlen, "hostname: '%s' is not UTF-8", out->hostname);
     return -1;
   }
+  if (out->listen_off && (out->sd_dir[0] || out->web_config[0])) {
+    snprintf(err, errlen, "%s needs the HTTP server (listen is off)",
+             out->sd_dir[0] ? "sd_dir" : "web_config");
+    return -1;
+  }
   return 0;
+}
+
+int agent_config_resolve(const gpupool_agent_options *opt, agent_config *out, char *err,
+                         size_t errlen) {
+  static const gpupool_agent_options none;
+  const gpupool_agent_options *o = opt ? opt : &none;
+  const char *conf = o->ignore_env ? NULL : getenv("GPUPOOL_AGENT_CONF");
+  return resolve(o, conf, !o->ignore_env, out, err, errlen);
+}
+
+int agent_config_resolve_conf(const char *conf, agent_config *out, char *err, size_t errlen) {
+  static const gpupool_agent_options none;
+  return resolve(&none, conf, 1, out, err, errlen);
 }

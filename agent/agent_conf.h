@@ -46,6 +46,10 @@ typedef struct agent_config {
 int agent_config_resolve(const gpupool_agent_options *opt, agent_config *out, char *err,
                          size_t errlen);
 
+/* agent_config_resolve(NULL, ...) with conf read in place of the
+ * environment's GPUPOOL_AGENT_CONF (NULL: none); LOCAL_RANK is still read. */
+int agent_config_resolve_conf(const char *conf, agent_config *out, char *err, size_t errlen);
+
 /* gzip_threads' default: 4, or fewer when the process may run on fewer CPUs. */
 unsigned agent_default_gzip_threads(void);
 

@@ -54,6 +54,14 @@ typedef struct gpupool_agent_options {
 } gpupool_agent_options;
 
 gpupool_status gpupool_agent_start(const gpupool_agent_options *opt);
+/* Checks conf as gpupool_agent_start(NULL) would read it from
+ * GPUPOOL_AGENT_CONF (LOCAL_RANK added to its port included), without
+ * starting anything: GPUPOOL_OK, or GPUPOOL_ERR_INVALID with the reason the
+ * start would give in gpupool_last_error() ("gpupool agent:
+ * GPUPOOL_AGENT_CONF: ..."). NULL or "" is valid. What only the start tells
+ * is left to it: whether the port is free, the directories (trace_file's,
+ * oom_dir) writable, web_config's file readable. */
+gpupool_status gpupool_agent_conf_check(const char *conf);
 void gpupool_agent_stop(void);
 /* The TCP port the agent listens on, or 0 when it is not serving. */
 int gpupool_agent_port(void);

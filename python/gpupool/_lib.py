@@ -58,6 +58,7 @@ _SIGNATURES = {
     "gpupool_torch_malloc": (_P, [ctypes.c_size_t, ctypes.c_int, _P]),
     "gpupool_torch_free": (None, [_P, ctypes.c_size_t, ctypes.c_int, _P]),
     "gpupool_torch_conf_check": (ctypes.c_int, [ctypes.c_char_p]),
+    "gpupool_agent_conf_check": (ctypes.c_int, [ctypes.c_char_p]),
     "gpupool_get_stats": (ctypes.c_int, [_P, ctypes.POINTER(Stats)]),
     "gpupool_reset_peak_stats": (None, [_P]),
     "gpupool_reset_accumulated_stats": (None, [_P]),

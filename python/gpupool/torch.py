@@ -71,7 +71,8 @@ def _pool_conf(conf):
 
 
 def _agent_conf(agent):
-    """What GPUPOOL_AGENT_CONF is to be for agent (None: unset)."""
+    """What GPUPOOL_AGENT_CONF is to be for agent (None: unset), checked as
+    the agent will read it."""
     if agent is False:
         return None
     if agent is True:
@@ -85,7 +86,7 @@ def _agent_conf(agent):
     else:
         raise TypeError("gpupool.torch.enable: agent is None, True, False or a "
                         "GPUPOOL_AGENT_CONF string")
-    return _rank_labels(conf)
+    return _checked("GPUPOOL_AGENT_CONF", _rank_labels(conf), _lib.lib().gpupool_agent_conf_check)
 
 
 def _set_env(name, value):
@@ -105,9 +106,10 @@ def enable(conf=None, agent=None):
     string is its GPUPOOL_AGENT_CONF ("listen:0.0.0.0:9477"); False keeps it
     off. Under torchrun the agent's metrics carry a rank label (RANK).
     A GPUPOOL_CONF the pools would refuse (conf, or the environment's when
-    conf is None) raises ValueError with the library's reason, and nothing
-    is changed. Returns the torch.cuda.memory.CUDAPluggableAllocator; a
-    second call returns the same one."""
+    conf is None), or a GPUPOOL_AGENT_CONF the agent would refuse, raises
+    ValueError with the library's reason, and nothing is changed. Returns
+    the torch.cuda.memory.CUDAPluggableAllocator; a second call returns the
+    same one."""
     global _enabled
     if _enabled is not None:
         return _enabled
@@ -127,7 +129,8 @@ def enable(conf=None, agent=None):
             "anything touches CUDA")
     path = _lib.loaded_path()  # PyTorch opens the same library, so the stats read its pools
     # Checked before anything changes: a configuration the pools refuse
-    # would otherwise fail PyTorch's first CUDA allocation, far from here.
+    # would otherwise fail PyTorch's first CUDA allocation, far from here,
+    # and one the agent refuses would leave only a line on stderr there.
     pool_conf = _pool_conf(conf)
     agent_conf = _agent_conf(agent)
     _set_env("GPUPOOL_CONF", pool_conf)

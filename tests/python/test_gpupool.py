@@ -697,6 +697,29 @@ class Enable(unittest.TestCase):
         self.assertEqual(os.environ["GPUPOOL_CONF"], "backend:host,strategy:round")
         self.assertEqual(len(calls), 1)
 
+    def test_bad_agent_conf_is_refused_before_anything_changes(self):
+        os.environ["GPUPOOL_AGENT_CONF"] = "listen:127.0.0.1:1"
+        env = {"GPUPOOL_CONF": os.environ["GPUPOOL_CONF"],
+               "GPUPOOL_AGENT_CONF": "listen:127.0.0.1:1"}
+        for agent, expected in [
+                ("garbage", "gpupool agent: GPUPOOL_AGENT_CONF: 'garbage' is not key:value"),
+                ("sample_interval_ms:0", "gpupool agent: GPUPOOL_AGENT_CONF: sample_interval_ms: "
+                                         "0 is out of range"),
+                ("listen:host:65536", "gpupool agent: listen: 'host:65536': the port must be"),
+                ("listen:off,sd_dir:/tmp", "gpupool agent: sd_dir needs the HTTP server")]:
+            torch, calls = fake_torch()
+            reason = self.assert_refused(torch, calls, env, conf="strategy:round", agent=agent)
+            self.assertTrue(reason.startswith(expected), (agent, reason))
+        # The environment's, when it is to be used, is checked the same way.
+        os.environ["GPUPOOL_AGENT_CONF"] = env["GPUPOOL_AGENT_CONF"] = "cupti:sometimes"
+        for agent in (None, True):
+            torch, calls = fake_torch()
+            reason = self.assert_refused(torch, calls, env, agent=agent)
+            self.assertIn("cupti: unknown value 'sometimes'", reason)
+        torch, calls = fake_torch()
+        self.enable(torch, agent=False)  # not used: nothing to check
+        self.assertNotIn("GPUPOOL_AGENT_CONF", os.environ)
+
     def test_conf_that_is_not_a_string_changes_nothing(self):
         before = os.environ["GPUPOOL_CONF"]
         for kw, error in [({"conf": 5}, TypeError), ({"conf": "strategy:round\0x"}, ValueError),

@@ -300,3 +300,47 @@ Test(agent_conf, utf8_sanitize_keeps_whole_characters) {
   cr_assert_not(utf8_valid("\xc0\x80"), "overlong encodings are not UTF-8");
   cr_assert_not(utf8_valid("\xed\xa0\x80"), "surrogates are not UTF-8");
 }
+
+/* gpupool_agent_start's reason for GPUPOOL_AGENT_CONF=conf, copied. */
+static void start_reason(const char *conf, char *out, size_t len) {
+  setenv("GPUPOOL_AGENT_CONF", conf, 1);
+  cr_assert_eq(gpupool_agent_start(NULL), GPUPOOL_ERR_INVALID, "the agent started with '%s'", conf);
+  unsetenv("GPUPOOL_AGENT_CONF");
+  snprintf(out, len, "%s", gpupool_last_error());
+}
+
+Test(agent_conf, check_refuses_what_the_start_refuses_with_its_reason) {
+  static const char *const bad[] = {
+      "garbage",
+      "no_such_key:1",
+      "sample_interval_ms:0",
+      "cupti:sometimes",
+      "listen:host:-1",
+      "trace_events:5",
+      "labels:9bad=x",
+      "listen:127.0.0.1:0,,",
+      "listen:off,sd_dir:/tmp",
+      "listen:off,web_config:/tmp/web.yml",
+  };
+  for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+    char expected[1024];
+    start_reason(bad[i], expected, sizeof expected);
+    cr_expect_eq(gpupool_agent_conf_check(bad[i]), GPUPOOL_ERR_INVALID, "'%s' was accepted",
+                 bad[i]);
+    cr_expect_str_eq(gpupool_last_error(), expected, "'%s'", bad[i]);
+  }
+  cr_expect_eq(gpupool_agent_port(), 0);
+}
+
+Test(agent_conf, check_starts_nothing_and_reads_conf_not_the_environment) {
+  setenv("GPUPOOL_AGENT_CONF", "garbage", 1);
+  cr_expect_eq(gpupool_agent_conf_check(NULL), GPUPOOL_OK);
+  cr_expect_eq(gpupool_agent_conf_check(""), GPUPOOL_OK);
+  cr_expect_eq(gpupool_agent_conf_check("listen:127.0.0.1:0,labels:rank=3,cupti:off"), GPUPOOL_OK,
+               "%s", gpupool_last_error());
+  cr_expect_eq(gpupool_agent_port(), 0, "checking starts no agent");
+  setenv("LOCAL_RANK", "70000", 1); /* read, as the start reads it */
+  cr_expect_eq(gpupool_agent_conf_check("listen:127.0.0.1:9477"), GPUPOOL_ERR_INVALID);
+  cr_expect_str_eq(gpupool_last_error(), "gpupool agent: LOCAL_RANK='70000' is not a rank that "
+                                         "fits the port 9477");
+}
