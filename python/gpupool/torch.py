@@ -6,6 +6,7 @@ its device (torch/torch_allocator.c), which gpupool.memory_stats() and the
 other functions of the package read."""
 import os
 import re
+import warnings
 
 from . import _lib
 
@@ -83,6 +84,15 @@ def _agent_conf(agent):
         conf = os.environ.get("GPUPOOL_AGENT_CONF")
         if conf is None:
             return None
+        # Set for the job by someone else (an operator): a mistake there
+        # costs the job its agent, never the job itself, as before enable().
+        try:
+            return _checked("GPUPOOL_AGENT_CONF", _rank_labels(conf),
+                            _lib.lib().gpupool_agent_conf_check)
+        except ValueError as e:
+            warnings.warn(f"{e} (the agent will not start; training goes on without it)",
+                          RuntimeWarning, stacklevel=3)
+            return _rank_labels(conf)
     else:
         raise TypeError("gpupool.torch.enable: agent is None, True, False or a "
                         "GPUPOOL_AGENT_CONF string")
@@ -106,8 +116,11 @@ def enable(conf=None, agent=None):
     string is its GPUPOOL_AGENT_CONF ("listen:0.0.0.0:9477"); False keeps it
     off. Under torchrun the agent's metrics carry a rank label (RANK).
     A GPUPOOL_CONF the pools would refuse (conf, or the environment's when
-    conf is None), or a GPUPOOL_AGENT_CONF the agent would refuse, raises
-    ValueError with the library's reason, and nothing is changed. Returns
+    conf is None), or an agent string the agent would refuse (agent, or
+    with agent=True the environment's), raises ValueError with the library's
+    reason, and nothing is changed; with agent=None a GPUPOOL_AGENT_CONF
+    that the agent would refuse only warns (RuntimeWarning): the job runs
+    without the agent, as it did before enable() checked it. Returns
     the torch.cuda.memory.CUDAPluggableAllocator; a second call returns the
     same one."""
     global _enabled

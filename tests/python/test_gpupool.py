@@ -712,10 +712,17 @@ class Enable(unittest.TestCase):
             self.assertTrue(reason.startswith(expected), (agent, reason))
         # The environment's, when it is to be used, is checked the same way.
         os.environ["GPUPOOL_AGENT_CONF"] = env["GPUPOOL_AGENT_CONF"] = "cupti:sometimes"
-        for agent in (None, True):
-            torch, calls = fake_torch()
-            reason = self.assert_refused(torch, calls, env, agent=agent)
-            self.assertIn("cupti: unknown value 'sometimes'", reason)
+        torch, calls = fake_torch()
+        reason = self.assert_refused(torch, calls, env, agent=True)
+        self.assertIn("cupti: unknown value 'sometimes'", reason)
+        # Left to the environment (agent=None, an operator's setting), a bad
+        # one warns and costs the job only its agent, as before.
+        torch, calls = fake_torch()
+        with self.assertWarnsRegex(RuntimeWarning, "cupti: unknown value 'sometimes'.*without it"):
+            self.enable(torch, agent=None)
+        self.assertTrue(gpupool.torch.enabled())
+        self.assertEqual(os.environ["GPUPOOL_AGENT_CONF"], "cupti:sometimes")
+        gpupool.torch._enabled = None  # a fresh process
         torch, calls = fake_torch()
         self.enable(torch, agent=False)  # not used: nothing to check
         self.assertNotIn("GPUPOOL_AGENT_CONF", os.environ)
