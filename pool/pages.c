@@ -53,7 +53,7 @@ gpupool_status pages_segment_create(gpupool *p, size_t size, int large, segment 
   size_t ps = be->page_size;
   size = (size + ps - 1) / ps * ps;
   segment *seg = calloc(1, sizeof *seg);
-  void **pages = seg ? calloc(size / ps, sizeof *pages) : NULL;
+  void ***pages = seg ? calloc((size / ps + PAGE_CHUNK - 1) / PAGE_CHUNK, sizeof *pages) : NULL;
   uint64_t *mapped = pages ? calloc((size / ps + 63) / 64, sizeof *mapped) : NULL;
   if (!mapped) {
     free(pages);
@@ -176,7 +176,7 @@ static size_t stale_flush(gpupool *p, segment *seg, size_t first, size_t last, i
   for (size_t i = 0; i < l.n; i++) {
     shard *sh = l.v[i].seg->sh;
     spin_lock(&sh->lock);
-    l.v[i].seg->pages[l.v[i].index] = NULL;
+    page_handle_set(l.v[i].seg, l.v[i].index, NULL);
     spin_unlock(&sh->lock);
   }
   size_t unmapped = l.n;
@@ -207,15 +207,16 @@ size_t pages_segment_destroy(gpupool *p, segment *seg) {
   size_t bytes = 0;
   stale_flush(p, seg, 0, SIZE_MAX, 0);
   for (size_t i = 0; i < seg->top; i++) {
-    if (!seg->pages[i])
+    void *h = page_handle(seg, i);
+    if (!h)
       continue;
     bytes += seg->page_size;
-    if (list_push(&l, (loose_page){seg, i, seg->pages[i], 0, 0, 0}) != 0) {
+    if (list_push(&l, (loose_page){seg, i, h, 0, 0, 0}) != 0) {
       p->be->ops->vmm->unmap(p->be, (void *)(seg->addr + i * seg->page_size), 1);
-      p->be->ops->vmm->release(p->be, &seg->pages[i], 1);
+      p->be->ops->vmm->release(p->be, &h, 1);
       POOL_COUNT(p, p->c.device_frees++);
     }
-    seg->pages[i] = NULL;
+    page_handle_set(seg, i, NULL);
   }
   /* no page at or above top was ever mapped: a range as large as a 1 PiB
    * device has 64 MiB of bits, nearly all of them never touched */
@@ -226,6 +227,8 @@ size_t pages_segment_destroy(gpupool *p, segment *seg) {
   segment_observers_note(p, seg->addr, seg->size, 0);
   p->be->ops->vmm->unreserve(p->be, (void *)seg->addr, seg->size);
   free(seg->mapped);
+  for (size_t c = 0; c < seg->chunks_top; c++)
+    free(seg->pages[c]);
   free(seg->pages);
   free(seg);
   return bytes;
@@ -298,9 +301,9 @@ static size_t take_idle_under(segment *seg, block *b, size_t first, size_t last,
   for (size_t i = lo; i <= hi && taken < max; i++) {
     if (!page_mapped(seg, i) || (i >= keep_first && i <= keep_last))
       continue;
-    if (list_push(l, (loose_page){seg, i, seg->pages[i], fenced, stale, b->free_seq}) != 0)
+    if (list_push(l, (loose_page){seg, i, page_handle(seg, i), fenced, stale, b->free_seq}) != 0)
       return taken;
-    seg->pages[i] = stale ? PAGE_STALE : NULL;
+    page_handle_set(seg, i, stale ? PAGE_STALE : NULL);
     page_set_mapped(seg, i, 0);
     seg->nmapped--;
     taken++;
@@ -441,6 +444,26 @@ static void neighbours_gained(block *b, size_t first, size_t last) {
       n->mapped_run = mapped_run_exact(n);
 }
 
+/* Makes the chunks of seg's handle table that hold pages [first, last],
+ * where not made yet; -1 without host memory (those made stay: the next
+ * call uses them). Under the slow lock; each chunk is published under the
+ * shard lock, as the handles are. */
+static int make_chunks(segment *seg, size_t first, size_t last) {
+  for (size_t c = first >> PAGE_CHUNK_SHIFT; c <= last >> PAGE_CHUNK_SHIFT; c++) {
+    if (seg->pages[c])
+      continue;
+    void **chunk = calloc(PAGE_CHUNK, sizeof *chunk);
+    if (!chunk)
+      return -1;
+    spin_lock(&seg->sh->lock);
+    seg->pages[c] = chunk;
+    if (c >= seg->chunks_top)
+      seg->chunks_top = c + 1;
+    spin_unlock(&seg->sh->lock);
+  }
+  return 0;
+}
+
 /* Maps handles h (one per missing page of claimed block b's segment in
  * [first, last], in order); on failure maps none of the rest and returns how
  * many were used. The device maps with no lock held; the pages are recorded
@@ -465,7 +488,7 @@ static size_t map_missing(gpupool *p, block *b, size_t first, size_t last, void 
     uint64_t ns = clock_monotonic_ns() - t_run;
     spin_lock(&seg->sh->lock);
     for (size_t k = i; k < j; k++) {
-      seg->pages[k] = h[used++];
+      page_handle_set(seg, k, h[used++]);
       page_set_mapped(seg, k, 1);
       seg->nmapped++;
     }
@@ -502,7 +525,7 @@ static size_t move_idle(gpupool *p, segment *seg, size_t first, size_t last, siz
     }
     if (pg->stale) { /* without host memory to remember it: unmapped now */
       spin_lock(&pg->seg->sh->lock);
-      pg->seg->pages[pg->index] = NULL;
+      page_handle_set(pg->seg, pg->index, NULL);
       spin_unlock(&pg->seg->sh->lock);
     }
     if (list_push(&now, *pg) != 0) { /* one at a time */
@@ -546,7 +569,7 @@ gpupool_status pages_back(gpupool *p, block *b, pages_work *w) {
   size_t missing = 0, stale = 0, unmapped_before = w->unmapped;
   for (size_t i = first; i <= last; i++) {
     missing += !page_mapped(seg, i);
-    stale += seg->pages[i] == PAGE_STALE;
+    stale += p->nstale && page_handle(seg, i) == PAGE_STALE; /* none without old mappings */
   }
   if (stale) { /* old mappings where this block goes: they must go first */
     size_t flushed = stale_flush(p, seg, first, last, 1);
@@ -555,8 +578,10 @@ gpupool_status pages_back(gpupool *p, block *b, pages_work *w) {
   if (!missing)
     return GPUPOOL_OK;
   void **h = malloc(missing * sizeof *h);
-  if (!h)
+  if (!h || make_chunks(seg, first, last) != 0) {
+    free(h);
     return pool_fail(GPUPOOL_ERR_HOST_OOM, "pool '%s': out of host memory", p->cfg.name);
+  }
 
   size_t create = pages_to_create(p, seg, len, missing);
   size_t have = create < missing ? move_idle(p, seg, first, last, missing - create, h, w) : 0;

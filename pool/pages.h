@@ -16,6 +16,25 @@
 extern char pages_stale_marker;
 #define PAGE_STALE ((void *)&pages_stale_marker)
 
+/* Handles per chunk of a segment's handle table (types.h: segment.pages):
+ * 256 MiB of address space with 2 MiB pages, 1 KiB of handles. */
+#define PAGE_CHUNK_SHIFT 7
+#define PAGE_CHUNK       ((size_t)1 << PAGE_CHUNK_SHIFT)
+
+/* The handle of page i of vmm segment seg: NULL where none (its chunk not
+ * made yet included), PAGE_STALE, or the page's. */
+static inline void *page_handle(const segment *seg, size_t i) {
+  void **chunk = seg->pages[i >> PAGE_CHUNK_SHIFT];
+  return chunk ? chunk[i & (PAGE_CHUNK - 1)] : NULL;
+}
+
+/* Sets page i's handle; its chunk exists (pages_back made it before the
+ * page was mapped, and only a mapped page's slot changes otherwise). */
+static inline void page_handle_set(segment *seg, size_t i, void *h) {
+  gp_assert_internal(seg->pages[i >> PAGE_CHUNK_SHIFT]);
+  seg->pages[i >> PAGE_CHUNK_SHIFT][i & (PAGE_CHUNK - 1)] = h;
+}
+
 /* Whether page i of vmm segment seg is mapped for its blocks: its bit in
  * seg->mapped, kept with seg->pages (a handle, not PAGE_STALE). */
 static inline int page_mapped(const segment *seg, size_t i) {

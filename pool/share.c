@@ -516,7 +516,8 @@ gpupool_status gpupool_share_export(gpupool *p, void *ptr, int sock, gpupool_exp
          * deferred (share_claims), as for an export made. Its room stays,
          * so that it can come back without host memory (return_block). */
         addrmap_take(&sh->live, addrmap_find(&sh->live, (uintptr_t)ptr));
-        memcpy(h, seg->pages + first, n * sizeof *h);
+        for (size_t i = 0; i < n; i++)
+          h[i] = page_handle(seg, first + i);
         hdr.size = b->requested;
         hdr.offset = (b->addr - seg->addr) % seg->page_size;
         hdr.page_size = seg->page_size;

@@ -188,14 +188,19 @@ struct segment {
   block *first;
   segment *prev, *next; /* the shard's segments */
   /* vmm segments (expandable_segments) only, else pages is NULL: the
-   * physical page mapped at each page_size step, NULL where none. Every page
-   * under an allocated or pending block is mapped; pages wholly under free
-   * blocks may not be. Changed under the shard lock and the slow lock. */
-  void **pages;
+   * physical page mapped at each page_size step, NULL where none, read and
+   * written through page_handle and page_handle_set (pages.h). A directory
+   * of chunks of PAGE_CHUNK handles, each allocated when a page in it is
+   * first mapped: a range as large as the device mostly never is, and a
+   * replay creates such ranges by the dozen. Every page under an allocated
+   * or pending block is mapped; pages wholly under free blocks may not be.
+   * Changed under the shard lock and the slow lock. */
+  void ***pages;
   uint64_t *mapped; /* a bit per page: mapped for its blocks (page_mapped) */
   size_t page_size, npages, nmapped;
   unsigned page_shift; /* log2(page_size) when a power of two (always, in practice), else 0 */
   size_t top;          /* no page at or above this index was ever mapped: scans stop there */
+  size_t chunks_top;   /* no chunk of pages at or above this index was made */
 };
 
 /* Cache hits and frees are not counted apart: they are the allocation
