@@ -12,7 +12,17 @@ typedef struct pool_labelled {
   const char *name; /* the pool's own, alive while the registry lock is held */
   int device, simulated;
   uint32_t id;
+  char label[POOL_LABEL_MAX]; /* the label it was given */
 } pool_labelled;
+
+/* Whether a pool labelled before on me's device and kind has this label. */
+static int label_taken(const pool_labeler *l, const pool_labelled *me, const char *label) {
+  for (size_t i = 0; i < l->n; i++)
+    if (l->seen[i].device == me->device && l->seen[i].simulated == me->simulated &&
+        strcmp(l->seen[i].label, label) == 0)
+      return 1;
+  return 0;
+}
 
 /* Appends "#ordinal" to label, cutting the name short (at a character
  * boundary) where both would not fit. */
@@ -37,17 +47,26 @@ int pool_labeler_next(pool_labeler *l, gpupool *p, char *label) {
     l->seen = seen;
     l->cap = cap;
   }
-  pool_labelled me = {gpupool_name(p) ? gpupool_name(p) : "default", gpupool_device(p),
-                      backend_is_host(pool_get_backend(p)), pool_id(p)};
-  /* Compared by name, never by label: a third "bfc" is "bfc#3". */
+  pool_labelled *me = &l->seen[l->n];
+  *me = (pool_labelled){gpupool_name(p) ? gpupool_name(p) : "default", gpupool_device(p),
+                        backend_is_host(pool_get_backend(p)), pool_id(p), ""};
+  /* The ordinal counts names, never labels: a third "bfc" is "bfc#3". */
   size_t same = 0;
   for (size_t i = 0; i < l->n; i++)
-    same += l->seen[i].device == me.device && l->seen[i].simulated == me.simulated &&
-            strcmp(l->seen[i].name, me.name) == 0;
-  l->seen[l->n++] = me;
-  utf8_sanitize(me.name, label, POOL_LABEL_MAX);
-  if (same)
-    add_ordinal(label, same + 1);
+    same += l->seen[i].device == me->device && l->seen[i].simulated == me->simulated &&
+            strcmp(l->seen[i].name, me->name) == 0;
+  /* A pool may be named like another's label ("bfc#2" beside two "bfc"):
+   * the ordinal goes up until the label is its own, so that no two series
+   * of one device share one. */
+  for (size_t ordinal = same + 1;; ordinal++) {
+    utf8_sanitize(me->name, me->label, POOL_LABEL_MAX);
+    if (ordinal > 1)
+      add_ordinal(me->label, ordinal);
+    if (!label_taken(l, me, me->label))
+      break;
+  }
+  memcpy(label, me->label, POOL_LABEL_MAX);
+  l->n++;
   return 0;
 }
 

@@ -4,7 +4,10 @@
  * A pool is labelled by its name; when pools of one name share a device (the
  * same ordinal, both real or both simulated), the second and later ones in
  * creation order are "name#2", "name#3", ..., so that their series stay
- * distinct and a label names one pool per device. */
+ * distinct and a label names one pool per device. A label another pool of
+ * the device has already (a pool named "bfc#2" beside two named "bfc") takes
+ * the next ordinal that makes it its own ("bfc#3", or "bfc#2#2" for the pool
+ * named "bfc#2" when the second "bfc" came first). */
 #ifndef GPUPOOL_POOL_LABEL_H
 #define GPUPOOL_POOL_LABEL_H
 

@@ -210,3 +210,48 @@ Test(agent_pool_label, ui_state_gives_each_pool_its_label) {
   cr_expect_eq(seen, 3);
   cJSON_Delete(root);
 }
+
+/* A pool named like another's label ("bfc#2" beside two pools named "bfc",
+ * created before or after them) gets a label of its own: every series of a
+ * device stays distinct (a duplicate makes Prometheus refuse the whole
+ * scrape), and each label still selects one pool. */
+static void expect_labels(const char *const names[3], const char *const labels[3]) {
+  gpupool_agent_options o = {
+      .listen = "127.0.0.1:0", .cupti = GPUPOOL_CUPTI_OFF, .trace_events = 1024, .ignore_env = 1};
+  cr_assert_eq(gpupool_agent_start(&o), GPUPOOL_OK, "%s", gpupool_last_error());
+  gpupool *p[3];
+  for (int i = 0; i < 3; i++)
+    p[i] = host_pool(names[i], 0, i + 1);
+  http_response r = get("/metrics");
+  cr_assert_eq(r.status, 200);
+  for (int i = 0; i < 3; i++) {
+    char pool[64];
+    snprintf(pool, sizeof pool, "pool=\"%s\"", labels[i]);
+    const char *want[] = {pool, "state=\"allocated\"", NULL};
+    double v;
+    cr_assert_eq(metrics_count(r.body, "gpupool_blocks", want), 1, "%s: %s", names[i], pool);
+    cr_assert_eq(metrics_value(r.body, "gpupool_blocks", want, &v), 0);
+    cr_expect_eq(v, i + 1, "%s: %s", names[i], pool);
+    char target[96];
+    snprintf(target, sizeof target, "/snapshot?pool=%s", labels[i]);
+    for (char *h = strchr(target, '#'); h; h = strchr(h, '#')) { /* %23 */
+      memmove(h + 3, h + 1, strlen(h + 1) + 1);
+      memcpy(h, "%23", 3);
+    }
+    cr_expect_eq(snapshot_ids(target), bit(p[i]), "%s", target);
+  }
+  http_response_free(&r);
+  gpupool_agent_stop();
+  for (int i = 0; i < 3; i++)
+    gpupool_destroy(p[i]);
+}
+
+Test(agent_pool_label_names, a_name_like_a_label_after_the_pools_of_that_name) {
+  expect_labels((const char *const[]){"bfc", "bfc", "bfc#2"},
+                (const char *const[]){"bfc", "bfc#2", "bfc#2#2"});
+}
+
+Test(agent_pool_label_names, a_name_like_a_label_before_the_pools_of_that_name) {
+  expect_labels((const char *const[]){"bfc#2", "bfc", "bfc"},
+                (const char *const[]){"bfc#2", "bfc", "bfc#3"});
+}
