@@ -14,6 +14,7 @@
 #include "exporters/oom_json.h"
 #include "exporters/torch_snapshot.h"
 #include "pool/oom_report.h"
+#include "writable_dir.h"
 
 static pthread_mutex_t g_lock = PTHREAD_MUTEX_INITIALIZER;
 static pool_oom_report **g_ring; /* g_keep slots; report total n in slot n % g_keep */
@@ -91,8 +92,9 @@ static int write_new(const char *path, const char *data, size_t len) {
 /* oom_dir: the report as JSON and as a PyTorch snapshot pickle, both or
  * neither (a reader takes the pair). Each is written whole under a
  * temporary name; then the pickle is renamed into place and the JSON last,
- * so that a reader that finds a .json finds its .pickle. A failure anywhere
- * (a full disk) removes what was written: counted, and said once. */
+ * so that a reader that finds a .json finds its .pickle, and the directory
+ * is synced so that the names last. A failure before the renames (a full
+ * disk) removes what was written; any failure is counted, and said once. */
 static void write_report(const pool_oom_report *r) {
   char json_path[sizeof g_dir + 64], pickle_path[sizeof g_dir + 64];
   char json_tmp[sizeof json_path + 8], pickle_tmp[sizeof pickle_path + 8];
@@ -116,9 +118,13 @@ static void write_report(const pool_oom_report *r) {
       } else if (rename(json_tmp, json_path) != 0) {
         err = errno;
         unlink(pickle_path); /* no pickle without its JSON */
+      } else {
+        /* the names too must survive a crash; a sync that fails leaves the
+         * complete pair in place but is counted and said as a write error */
+        err = writable_dir_sync(g_dir);
       }
     }
-    if (err)
+    if (err) /* gone already where the renames were made */
       unlink(json_tmp);
   }
   free(json);

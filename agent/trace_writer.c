@@ -348,6 +348,15 @@ static int tmp_name(const char *path, char *tmp, size_t tmplen) {
   return (size_t)snprintf(tmp, tmplen, "%s.tmp.%ld", path, (long)getpid()) < tmplen ? 0 : -1;
 }
 
+/* The directory of file path, into dir. */
+static void dir_of(const char *path, char *dir, size_t dirlen) {
+  const char *slash = strrchr(path, '/');
+  if (!slash)
+    snprintf(dir, dirlen, ".");
+  else
+    snprintf(dir, dirlen, "%.*s", slash == path ? 1 : (int)(slash - path), path);
+}
+
 int trace_file_check(const char *path, char *err, size_t errlen) {
   char tmp[TRACE_TMP_MAX], dir[TRACE_TMP_MAX];
   const char *slash = strrchr(path, '/');
@@ -360,10 +369,7 @@ int trace_file_check(const char *path, char *err, size_t errlen) {
     snprintf(err, errlen, "trace_file '%.400s' is a directory (give a file name)", path);
     return -1;
   }
-  if (!slash)
-    snprintf(dir, sizeof dir, ".");
-  else
-    snprintf(dir, sizeof dir, "%.*s", slash == path ? 1 : (int)(slash - path), path);
+  dir_of(path, dir, sizeof dir);
   int why = writable_dir_errno(dir);
   if (why) {
     snprintf(err, errlen, "trace_file '%.400s': its directory '%.400s' is not writable: %s", path,
@@ -392,6 +398,11 @@ int trace_write_file(const char *path) {
     err = errno;
   if (st == GPUPOOL_OK && !err && rename(tmp, path) != 0)
     err = errno;
+  if (st == GPUPOOL_OK && !err) { /* the name too must survive a crash */
+    char dir[TRACE_TMP_MAX];
+    dir_of(path, dir, sizeof dir);
+    err = writable_dir_sync(dir);
+  }
   if (st != GPUPOOL_OK || err) {
     char reason[512];
     snprintf(reason, sizeof reason, "%s", err ? strerror(err) : gpupool_last_error());

@@ -1,6 +1,7 @@
 #include "writable_dir.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -11,4 +12,13 @@ int writable_dir_errno(const char *path) {
   if (!S_ISDIR(st.st_mode))
     return ENOTDIR;
   return access(path, W_OK | X_OK) != 0 ? errno : 0;
+}
+
+int writable_dir_sync(const char *path) {
+  int fd = open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd < 0)
+    return errno;
+  int err = fsync(fd) != 0 ? errno : 0;
+  close(fd);
+  return err;
 }

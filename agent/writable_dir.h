@@ -1,6 +1,6 @@
-/* The start-time check of the directories the agent writes into later
- * (trace_file's, oom_dir): checked, not written, so the start creates
- * nothing. */
+/* The directories the agent writes into later (trace_file's, oom_dir): the
+ * start-time check (checked, not written, so the start creates nothing),
+ * and the sync that makes a file renamed into one last. */
 #ifndef GPUPOOL_WRITABLE_DIR_H
 #define GPUPOOL_WRITABLE_DIR_H
 
@@ -9,5 +9,10 @@
  * that is not a directory (access(2) alone takes an executable file for
  * one), or access(2)'s (EACCES, EROFS). */
 int writable_dir_errno(const char *path);
+
+/* Syncs directory path to the disk, so that the names renamed into it
+ * survive a crash (fsync of the files alone keeps their bytes, not their
+ * names): 0, or the errno of open(2) or fsync(2). */
+int writable_dir_sync(const char *path);
 
 #endif

@@ -1,6 +1,7 @@
 /* oom_dir syncs each file of a report to the disk before renaming it into
  * place (else a crash may leave an empty or short report), and a report
- * whose sync fails is not written. fsync is wrapped (-Wl,--wrap=fsync, see
+ * whose sync fails is not written; the directory is synced after the
+ * renames (else a crash may lose the names). fsync is wrapped (-Wl,--wrap=fsync, see
  * tests/CMakeLists.txt): it records the name each synced file had, and fails
  * with EIO on demand. */
 #include <criterion/criterion.h>
@@ -105,6 +106,24 @@ Test(oom_dir_fsync, each_file_is_synced_before_its_rename) {
   cr_expect_eq(count_files(), 2, "the report's JSON and pickle");
   cr_expect(was_synced(".json.tmp"), "the JSON was not synced before its rename");
   cr_expect(was_synced(".pickle.tmp"), "the pickle was not synced before its rename");
+  cr_expect(nsynced == 3 && !strcmp(synced[2], dir), "the directory was not synced last (%d)",
+            nsynced);
+  gpupool_destroy(p);
+}
+
+/* A directory whose sync fails leaves the complete pair in place (the files
+ * were synced and renamed), but the report counts as a write error. */
+Test(oom_dir_fsync, a_failed_directory_sync_is_a_write_error) {
+  gpupool *p = start_with_a_pool();
+  cr_redirect_stderr();
+  void *big;
+  fail_suffix = strrchr(dir, '/'); /* the directory's own name */
+  cr_assert_eq(gpupool_malloc(p, &big, 100 * MiB, NULL), GPUPOOL_ERR_OOM);
+  fail_suffix = NULL;
+  oom_store_counts c;
+  oom_store_get_counts(&c);
+  cr_expect_eq(c.write_errors, 1);
+  cr_expect_eq(count_files(), 2, "the pair stays");
   gpupool_destroy(p);
 }
 
