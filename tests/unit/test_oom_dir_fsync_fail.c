@@ -1,9 +1,8 @@
 /* oom_dir syncs each file of a report to the disk before renaming it into
  * place (else a crash may leave an empty or short report), and a report
  * whose sync fails is not written; the directory is synced after the
- * renames (else a crash may lose the names). fsync is wrapped (-Wl,--wrap=fsync, see
- * tests/CMakeLists.txt): it records the name each synced file had, and fails
- * with EIO on demand. */
+ * renames (else a crash may lose the names). fsync records and fails
+ * through helpers/fsync_record.h. */
 #include <criterion/criterion.h>
 #include <criterion/redirect.h>
 #include <dirent.h>
@@ -17,34 +16,15 @@
 #include "agent/oom_store.h"
 #include "gpupool/agent.h"
 #include "gpupool/host.h"
+#include "helpers/fsync_record.h"
 
-#define MiB        ((size_t)1 << 20)
-#define MAX_SYNCED 16
-
-int __real_fsync(int fd);
+#define MiB ((size_t)1 << 20)
 
 static char dir[64];
-static char synced[MAX_SYNCED][PATH_MAX]; /* the names the synced files had then */
-static int nsynced;
-static const char *fail_suffix; /* fsync of a file whose name ends so fails */
 
 static int ends_with(const char *s, const char *suffix) {
   size_t n = strlen(s), k = strlen(suffix);
   return n >= k && !strcmp(s + n - k, suffix);
-}
-
-int __wrap_fsync(int fd) {
-  char link[64], path[PATH_MAX];
-  snprintf(link, sizeof link, "/proc/self/fd/%d", fd);
-  ssize_t n = readlink(link, path, sizeof path - 1);
-  path[n > 0 ? n : 0] = '\0';
-  if (nsynced < MAX_SYNCED)
-    snprintf(synced[nsynced++], sizeof synced[0], "%s", path);
-  if (fail_suffix && ends_with(path, fail_suffix)) {
-    errno = EIO;
-    return -1;
-  }
-  return __real_fsync(fd);
 }
 
 static void setup(void) {
@@ -52,8 +32,7 @@ static void setup(void) {
   unsetenv("LOCAL_RANK");
   snprintf(dir, sizeof dir, "/tmp/gpupool-oom-fsync-XXXXXX");
   cr_assert_not_null(mkdtemp(dir));
-  nsynced = 0;
-  fail_suffix = NULL;
+  fsync_record_reset();
 }
 
 static void teardown(void) {
@@ -89,8 +68,8 @@ static int count_files(void) {
 }
 
 static int was_synced(const char *suffix) {
-  for (int i = 0; i < nsynced; i++)
-    if (!strncmp(synced[i], dir, strlen(dir)) && ends_with(synced[i], suffix))
+  for (int i = 0; i < fsync_record_count(); i++)
+    if (!strncmp(fsync_record_path(i), dir, strlen(dir)) && ends_with(fsync_record_path(i), suffix))
       return 1;
   return 0;
 }
@@ -106,8 +85,8 @@ Test(oom_dir_fsync, each_file_is_synced_before_its_rename) {
   cr_expect_eq(count_files(), 2, "the report's JSON and pickle");
   cr_expect(was_synced(".json.tmp"), "the JSON was not synced before its rename");
   cr_expect(was_synced(".pickle.tmp"), "the pickle was not synced before its rename");
-  cr_expect(nsynced == 3 && !strcmp(synced[2], dir), "the directory was not synced last (%d)",
-            nsynced);
+  cr_expect(fsync_record_count() == 3 && !strcmp(fsync_record_path(2), dir),
+            "the directory was not synced last (%d)", fsync_record_count());
   gpupool_destroy(p);
 }
 
@@ -117,9 +96,9 @@ Test(oom_dir_fsync, a_failed_directory_sync_is_a_write_error) {
   gpupool *p = start_with_a_pool();
   cr_redirect_stderr();
   void *big;
-  fail_suffix = strrchr(dir, '/'); /* the directory's own name */
+  fsync_record_fail_suffix(dir);
   cr_assert_eq(gpupool_malloc(p, &big, 100 * MiB, NULL), GPUPOOL_ERR_OOM);
-  fail_suffix = NULL;
+  fsync_record_fail_suffix(NULL);
   oom_store_counts c;
   oom_store_get_counts(&c);
   cr_expect_eq(c.write_errors, 1);
@@ -133,11 +112,11 @@ Test(oom_dir_fsync, a_failed_sync_is_a_write_error) {
   gpupool *p = start_with_a_pool();
   cr_redirect_stderr();
   void *big;
-  fail_suffix = ".pickle.tmp";
+  fsync_record_fail_suffix(".pickle.tmp");
   cr_assert_eq(gpupool_malloc(p, &big, 100 * MiB, NULL), GPUPOOL_ERR_OOM);
-  fail_suffix = ".json.tmp";
+  fsync_record_fail_suffix(".json.tmp");
   cr_assert_eq(gpupool_malloc(p, &big, 100 * MiB, NULL), GPUPOOL_ERR_OOM);
-  fail_suffix = NULL;
+  fsync_record_fail_suffix(NULL);
   oom_store_counts c;
   oom_store_get_counts(&c);
   cr_expect_eq(c.total, 2);

@@ -1,9 +1,8 @@
 /* trace_file: the trace is synced under its temporary name, renamed into
  * place, and then its directory is synced (else a crash may lose the name);
  * a directory whose sync fails is a failed write (-1, the reason in
- * gpupool_last_error()), the complete file left in place. fsync is wrapped
- * (-Wl,--wrap=fsync, see tests/CMakeLists.txt): it records the name each
- * synced file had, and fails with EIO on demand. */
+ * gpupool_last_error()), the complete file left in place. fsync records
+ * and fails through helpers/fsync_record.h. */
 #include <criterion/criterion.h>
 #include <criterion/redirect.h>
 #include <errno.h>
@@ -15,28 +14,7 @@
 
 #include "agent/trace_writer.h"
 #include "gpupool/gpupool.h"
-
-#define MAX_SYNCED 8
-
-int __real_fsync(int fd);
-
-static char synced[MAX_SYNCED][PATH_MAX]; /* the names the synced files had then */
-static int nsynced;
-static const char *fail_path; /* fsync of this file fails */
-
-int __wrap_fsync(int fd) {
-  char link[64], path[PATH_MAX];
-  snprintf(link, sizeof link, "/proc/self/fd/%d", fd);
-  ssize_t n = readlink(link, path, sizeof path - 1);
-  path[n > 0 ? n : 0] = '\0';
-  if (nsynced < MAX_SYNCED)
-    snprintf(synced[nsynced++], sizeof synced[0], "%s", path);
-  if (fail_path && !strcmp(path, fail_path)) {
-    errno = EIO;
-    return -1;
-  }
-  return __real_fsync(fd);
-}
+#include "helpers/fsync_record.h"
 
 Test(trace_file_fsync, the_file_then_its_directory) {
   char dir[] = "/tmp/gpupool-trace-fsync-XXXXXX", path[128], tmp[160];
@@ -44,12 +22,12 @@ Test(trace_file_fsync, the_file_then_its_directory) {
   snprintf(path, sizeof path, "%s/trace.json", dir);
   snprintf(tmp, sizeof tmp, "%s.tmp.%ld", path, (long)getpid());
   cr_assert_eq(trace_write_file(path), 0, "%s", gpupool_last_error());
-  cr_assert_eq(nsynced, 2);
-  cr_expect_str_eq(synced[0], tmp, "the trace under its temporary name first");
-  cr_expect_str_eq(synced[1], dir, "then the directory it was renamed in");
+  cr_assert_eq(fsync_record_count(), 2);
+  cr_expect_str_eq(fsync_record_path(0), tmp, "the trace under its temporary name first");
+  cr_expect_str_eq(fsync_record_path(1), dir, "then the directory it was renamed in");
 
-  nsynced = 0;
-  fail_path = dir;
+  fsync_record_reset();
+  fsync_record_fail_suffix(dir);
   cr_redirect_stderr();
   cr_expect_eq(trace_write_file(path), -1);
   cr_expect(strstr(gpupool_last_error(), "trace_file: cannot write") &&
