@@ -24,6 +24,21 @@ static int copy_trimmed(const char *b, const char *e, char *out, size_t outlen) 
   return 0;
 }
 
+/* How much of an entry (n bytes at p) an error message quotes: at most
+ * QUOTE_MAX bytes, cut at a UTF-8 character boundary, so that the reason
+ * after the quote always fits in the message; *more is set when cut. */
+#define QUOTE_MAX 64
+static int quoted_len(const char *p, size_t n, const char **more) {
+  *more = "";
+  if (n <= QUOTE_MAX)
+    return (int)n;
+  n = QUOTE_MAX;
+  while (n && ((unsigned char)p[n] & 0xC0) == 0x80)
+    n--;
+  *more = "...";
+  return (int)n;
+}
+
 int kvconf_parse(const char *text, kvconf_fn fn, void *ctx, char *err, size_t errlen) {
   if (!text)
     return 0;
@@ -38,21 +53,25 @@ int kvconf_parse(const char *text, kvconf_fn fn, void *ctx, char *err, size_t er
     if (!end)
       end = p + strlen(p);
     const char *colon = memchr(p, ':', (size_t)(end - p));
+    const char *more;
+    int shown = quoted_len(p, (size_t)(end - p), &more);
     if (copy_trimmed(p, end, key, sizeof key) == 0 && key[0] == '\0') {
-      snprintf(err, errlen, "empty entry (a stray ',') in '%s'", text);
+      shown = quoted_len(text, strlen(text), &more);
+      snprintf(err, errlen, "empty entry (a stray ',') in '%.*s%s'", shown, text, more);
       return -1;
     }
     if (!colon) {
-      snprintf(err, errlen, "'%.*s' is not key:value", (int)(end - p), p);
+      snprintf(err, errlen, "'%.*s%s' is not key:value", shown, p, more);
       return -1;
     }
     if (copy_trimmed(p, colon, key, sizeof key) != 0 ||
         copy_trimmed(colon + 1, end, value, sizeof value) != 0) {
-      snprintf(err, errlen, "'%.*s' is too long", (int)(end - p), p);
+      snprintf(err, errlen, "'%.*s%s' is too long (keys up to %zu bytes, values up to %zu)", shown,
+               p, more, sizeof key - 1, sizeof value - 1);
       return -1;
     }
     if (key[0] == '\0') {
-      snprintf(err, errlen, "empty key in '%.*s'", (int)(end - p), p);
+      snprintf(err, errlen, "empty key in '%.*s%s'", shown, p, more);
       return -1;
     }
     if (value[0] == '\0') {

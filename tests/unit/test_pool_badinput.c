@@ -561,3 +561,51 @@ Test(pool_badinput, every_status_has_a_distinct_string) {
   const char *neg = gpupool_status_string((gpupool_status)-1);
   cr_assert_not_null(neg);
 }
+
+/* An entry too long to take, or one without ':' of any length, is refused
+ * with its reason: the message quotes the start of the entry only, so the
+ * reason always fits in it. */
+Test(pool_badinput, a_long_entry_gets_its_reason) {
+  static char conf[8192];
+  snprintf(conf, sizeof conf, "max_split_size_mb:");
+  memset(conf + strlen(conf), '0', 5000);
+  strcat(conf, "25");
+  cr_assert_eq(gpupool_conf_check(NULL, conf), GPUPOOL_ERR_INVALID);
+  const char *e = gpupool_last_error();
+  cr_expect(strstr(e, "...' is too long"), "%s", e);
+  cr_expect_lt(strlen(e), 300, "%s", e);
+  memset(conf, 'x', 5000);
+  conf[5000] = '\0';
+  cr_assert_eq(gpupool_conf_check(NULL, conf), GPUPOOL_ERR_INVALID);
+  cr_expect(strstr(gpupool_last_error(), "...' is not key:value"), "%s", gpupool_last_error());
+  snprintf(conf, sizeof conf, "strategy:bfc,,");
+  memset(conf + strlen(conf), 'y', 5000);
+  cr_assert_eq(gpupool_conf_check(NULL, conf), GPUPOOL_ERR_INVALID);
+  cr_expect(strstr(gpupool_last_error(), "stray ',') in 'strategy:bfc,,yyy"), "%s",
+            gpupool_last_error());
+  cr_expect(strstr(gpupool_last_error(), "...'"), "%s", gpupool_last_error());
+}
+
+/* gpupool_options.host_capacity has host_capacity_mb's bound (1 PiB): a
+ * larger one, whose range of pages the pool could not even describe, is
+ * refused at create, as the key's is. */
+Test(pool_badinput, host_capacity_over_a_pebibyte_is_refused) {
+  gpupool_options o = {
+      .backend = GPUPOOL_BACKEND_HOST, .tunables = "expandable_segments:True", .ignore_env = 1};
+  gpupool *p = NULL;
+  for (int shift = 51; shift <= 64; shift += 13) {
+    o.host_capacity = shift == 64 ? SIZE_MAX : (size_t)1 << shift;
+    cr_expect_eq(gpupool_create(&o, &p), GPUPOOL_ERR_INVALID, "%zu", o.host_capacity);
+    cr_expect_null(p);
+    cr_expect(strstr(gpupool_last_error(), "host_capacity"), "%s", gpupool_last_error());
+    cr_expect_eq(gpupool_conf_check(&o, NULL), GPUPOOL_ERR_INVALID);
+  }
+  o.host_capacity = (size_t)1 << 50; /* the bound itself (a plain pool: the host's address
+                                        space holds no range of 1 PiB) */
+  o.tunables = NULL;
+  cr_assert_eq(gpupool_create(&o, &p), GPUPOOL_OK, "%s", gpupool_last_error());
+  void *x = NULL;
+  cr_expect_eq(gpupool_malloc(p, &x, 64 << 20, NULL), GPUPOOL_OK, "%s", gpupool_last_error());
+  cr_expect_eq(gpupool_free(p, x), GPUPOOL_OK);
+  gpupool_destroy(p);
+}
