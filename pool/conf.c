@@ -123,6 +123,10 @@ static gpupool_status build(const gpupool_options *opt, const char *conf, pool_c
     c.device = opt->device;
     c.backend = opt->backend;
     c.strategy = opt->strategy;
+    if ((uint64_t)opt->host_capacity > (uint64_t)1 << 50) /* host_capacity_mb's bound */
+      return pool_fail(GPUPOOL_ERR_INVALID,
+                       "gpupool options: host_capacity %zu bytes is out of range (1 PiB at most)",
+                       opt->host_capacity);
     if (opt->host_capacity)
       c.host_capacity = opt->host_capacity;
     if (kvopt_parse(opt->tunables, pool_options, N_POOL_OPTIONS, &c, err, sizeof err))

@@ -17,8 +17,9 @@ extern char pages_stale_marker;
 #define PAGE_STALE ((void *)&pages_stale_marker)
 
 /* Handles per chunk of a segment's handle table (types.h: segment.pages):
- * 256 MiB of address space with 2 MiB pages, 1 KiB of handles. */
-#define PAGE_CHUNK_SHIFT 7
+ * 1 GiB of address space with 2 MiB pages, 4 KiB of handles; the directory
+ * of a range as large as a 1 PiB device is 8 MiB. */
+#define PAGE_CHUNK_SHIFT 9
 #define PAGE_CHUNK       ((size_t)1 << PAGE_CHUNK_SHIFT)
 
 /* The handle of page i of vmm segment seg: NULL where none (its chunk not

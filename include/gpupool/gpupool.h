@@ -68,7 +68,8 @@ typedef struct gpupool_options {
   gpupool_backend backend; /* default: cuda where a GPU is present, else host */
   gpupool_strategy strategy;
   const char *tunables; /* "key:value,key:value", the GPUPOOL_CONF grammar */
-  size_t host_capacity; /* host backend: simulated device size in bytes (default 8 GiB) */
+  size_t host_capacity; /* host backend: simulated device size in bytes (0: 8 GiB; at most
+                           1 PiB, as host_capacity_mb) */
   int ignore_env;       /* nonzero: do not read GPUPOOL_CONF */
 } gpupool_options;
 

@@ -19,9 +19,9 @@ Test(pool_expandable_host_oom, mapping_pages_fails_cleanly_at_each_allocation) {
   for (n = 1; n < 100; n++) {
     gpupool *p = pc_pool(GPUPOOL_STRATEGY_BFC, 4096 * MiB, "expandable_segments:True");
     /* The first block makes the range and maps its pages, in the table's
-     * first two chunks; the second's lie mostly past them. */
+     * first chunk (1 GiB); the second's lie mostly in the next one. */
     void *first = NULL, *x = NULL;
-    cr_assert_eq(gpupool_malloc(p, &first, 300 * MiB, NULL), GPUPOOL_OK, "%s",
+    cr_assert_eq(gpupool_malloc(p, &first, 900 * MiB, NULL), GPUPOOL_OK, "%s",
                  gpupool_last_error());
     gpupool_stats before = pc_stats(p);
     alloc_fail_arm(n);
@@ -30,16 +30,16 @@ Test(pool_expandable_host_oom, mapping_pages_fails_cleanly_at_each_allocation) {
     if (st == GPUPOOL_OK) { /* past the last host allocation, or one the pool works around */
       if (!failed_here) {   /* once: the pages of both blocks hold their bytes */
         pc_pattern_fill(x, 700 * MiB, 1);
-        pc_pattern_fill(first, 300 * MiB, 2);
+        pc_pattern_fill(first, 900 * MiB, 2);
         cr_assert_eq(pc_pattern_check(x, 700 * MiB, 1), SIZE_MAX);
-        cr_assert_eq(pc_pattern_check(first, 300 * MiB, 2), SIZE_MAX);
+        cr_assert_eq(pc_pattern_check(first, 900 * MiB, 2), SIZE_MAX);
       }
       /* a split not made for want of host memory gives a block larger than asked */
       int64_t allocated = pc_stats(p).allocated_bytes[GPUPOOL_STAT_ALL].current;
       if (failed_here)
-        cr_assert_geq(allocated, 1000 * MiB, "allocation %ld", n);
+        cr_assert_geq(allocated, 1600 * MiB, "allocation %ld", n);
       else
-        cr_assert_eq(allocated, 1000 * MiB);
+        cr_assert_eq(allocated, 1600 * MiB);
     } else {
       failures++;
       cr_assert(failed_here);
@@ -62,6 +62,6 @@ Test(pool_expandable_host_oom, mapping_pages_fails_cleanly_at_each_allocation) {
       break;
   }
   cr_assert(n < 100, "the allocation makes more host allocations than expected");
-  /* the handles' array and the two chunks made for the second block */
-  cr_assert_geq(failures, 3, "%ld host allocations failed the call", failures);
+  /* the handles' array and the chunk made for the second block */
+  cr_assert_geq(failures, 2, "%ld host allocations failed the call", failures);
 }
