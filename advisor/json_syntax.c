@@ -124,34 +124,63 @@ static int key(cursor *c) {
   return 1;
 }
 
-int json_syntax_ok(const char *text, size_t len) {
+static int value_at(cursor *c);
+
+/* One JSON value at the start of text[0, len): 1, with *stop just after it;
+ * else 0, with *stop where the text stops being JSON. */
+static int value(const char *text, size_t len, size_t *stop) {
   cursor c = {(const unsigned char *)text, len, 0};
+  int ok = value_at(&c);
+  *stop = c.i;
+  return ok;
+}
+
+int json_syntax_ok(const char *text, size_t len) {
+  size_t stop;
+  return value(text, len, &stop);
+}
+
+int json_document_ok(const char *text, size_t len, size_t *error_at) {
+  size_t stop;
+  if (!value(text, len, &stop)) {
+    *error_at = stop;
+    return 0;
+  }
+  cursor c = {(const unsigned char *)text, len, stop};
+  skip_space(&c);
+  *error_at = c.i;
+  return c.i == len;
+}
+
+/* One JSON value at the cursor, which stops just after it, or where the
+ * text stops being JSON. */
+static int value_at(cursor *c) {
   char open[CJSON_NESTING_LIMIT]; /* '[' or '{' of each array and object entered */
   size_t depth = 0;
   for (;;) {
     /* a value */
-    skip_space(&c);
-    if (at(&c, '[') || at(&c, '{')) {
+    skip_space(c);
+    if (at(c, '[') || at(c, '{')) {
       if (depth == CJSON_NESTING_LIMIT)
         return 0;
-      char close = at(&c, '[') ? ']' : '}';
-      open[depth++] = (char)c.s[c.i++];
-      skip_space(&c);
-      if (at(&c, close)) {
-        c.i++;
+      char close = at(c, '[') ? ']' : '}';
+      open[depth++] = (char)c->s[c->i++];
+      skip_space(c);
+      if (at(c, close)) {
+        c->i++;
         depth--;
       } else {
-        if (close == '}' && !key(&c))
+        if (close == '}' && !key(c))
           return 0;
         continue; /* the first member's value */
       }
-    } else if (at(&c, '"')) {
-      if (!string(&c))
+    } else if (at(c, '"')) {
+      if (!string(c))
         return 0;
-    } else if (at(&c, '-') || is_digit(&c)) {
-      if (!number(&c))
+    } else if (at(c, '-') || is_digit(c)) {
+      if (!number(c))
         return 0;
-    } else if (!literal(&c, "true") && !literal(&c, "false") && !literal(&c, "null")) {
+    } else if (!literal(c, "true") && !literal(c, "false") && !literal(c, "null")) {
       return 0;
     }
     /* after a value: the end of the document, the next member, or the end
@@ -159,17 +188,17 @@ int json_syntax_ok(const char *text, size_t len) {
     for (;;) {
       if (depth == 0)
         return 1;
-      skip_space(&c);
+      skip_space(c);
       char close = open[depth - 1] == '[' ? ']' : '}';
-      if (at(&c, close)) {
-        c.i++;
+      if (at(c, close)) {
+        c->i++;
         depth--;
         continue;
       }
-      if (!at(&c, ','))
+      if (!at(c, ','))
         return 0;
-      c.i++;
-      if (close == '}' && !key(&c))
+      c->i++;
+      if (close == '}' && !key(c))
         return 0;
       break;
     }

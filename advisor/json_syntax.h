@@ -1,8 +1,9 @@
 /* Whether a text is a JSON document, checked without allocating anything.
  * cJSON answers NULL both for malformed input and when it runs out of
- * memory: after a failed parse, read_trace asks this to tell the two apart.
- * What this accepts, cJSON accepts too (it is the stricter), so a document
- * that passes here failed in cJSON for want of memory. */
+ * memory, and accepts what RFC 8259 does not (raw control characters in
+ * strings, bytes after the document): read_trace checks a document here
+ * first, so that a parse that fails afterwards failed for want of memory.
+ * What this accepts, cJSON accepts too (it is the stricter). */
 #ifndef GPUPOOL_ADVISOR_JSON_SYNTAX_H
 #define GPUPOOL_ADVISOR_JSON_SYNTAX_H
 
@@ -15,5 +16,12 @@
  * characters, \u escapes of whole characters (a surrogate only in a pair);
  * else 0. */
 int json_syntax_ok(const char *text, size_t len);
+
+/* 1 when text[0, len) is one JSON document as json_syntax_ok checks it,
+ * with nothing but white space after it (RFC 8259: a second document, a
+ * NUL or any other byte after the value is malformed, which cJSON does not
+ * check); else 0, and *error_at is the offset of the first byte that is not
+ * JSON (a raw control character inside a string included). */
+int json_document_ok(const char *text, size_t len, size_t *error_at);
 
 #endif

@@ -171,6 +171,22 @@ static track *track_of(track_set *s, int64_t pid, int64_t tid) {
   return &s->tracks[s->n++];
 }
 
+/* An "e" event's args.deferred, as the trace writer gives it: absent or 0
+ * (a free), 1 (a free that waited on other streams); true and false are
+ * taken too. Anything else sets *bad. */
+static int deferred_arg(const cJSON *args, const char **bad) {
+  const cJSON *v = cJSON_GetObjectItemCaseSensitive(args, "deferred");
+  if (!v || cJSON_IsFalse(v))
+    return 0;
+  if (cJSON_IsTrue(v))
+    return 1;
+  if (cJSON_IsNumber(v) && (v->valuedouble == 0 || v->valuedouble == 1))
+    return v->valuedouble == 1;
+  if (!*bad)
+    *bad = "args.deferred";
+  return 0;
+}
+
 static const char *str_item(const cJSON *o, const char *key) {
   const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
   return cJSON_IsString(v) ? v->valuestring : "";
@@ -178,15 +194,13 @@ static const char *str_item(const cJSON *o, const char *key) {
 
 gpupool_status read_trace(const char *buf, size_t len, const char *path, const char *pool,
                           gpupool_history **out) {
-  const char *end = NULL;
-  cJSON *doc = cJSON_ParseWithLengthOpts(buf, len, &end, 0);
-  if (!doc) {
-    if (json_syntax_ok(buf, len)) /* well-formed: cJSON ran out of memory */
-      return pool_fail(GPUPOOL_ERR_HOST_OOM, "%s: out of host memory parsing the JSON", path);
-    const char *at = cJSON_GetErrorPtr();
-    size_t off = at && at >= buf && at <= buf + len ? (size_t)(at - buf) : len;
-    return pool_fail(GPUPOOL_ERR_INVALID, "%s: byte %zu: malformed or truncated JSON", path, off);
-  }
+  size_t off;
+  if (!json_document_ok(buf, len, &off))
+    return pool_fail(GPUPOOL_ERR_INVALID, "%s: byte %zu: %s", path, off,
+                     off == len ? "truncated JSON" : "malformed JSON");
+  cJSON *doc = cJSON_ParseWithLength(buf, len);
+  if (!doc) /* well-formed (above): cJSON ran out of memory */
+    return pool_fail(GPUPOOL_ERR_HOST_OOM, "%s: out of host memory parsing the JSON", path);
   const cJSON *events =
       cJSON_IsArray(doc) ? doc : cJSON_GetObjectItemCaseSensitive(doc, "traceEvents");
   if (!cJSON_IsArray(events)) {
@@ -293,7 +307,8 @@ gpupool_status read_trace(const char *buf, size_t len, const char *path, const c
         r = hist_alloc(h, id, req, stream, err, sizeof err);
     } else if (!strcmp(cat, "alloc") && !strcmp(ph, "e")) {
       uint64_t id = u64_arg(e, "id", "id", &bad);
-      if (!bad && cJSON_GetObjectItemCaseSensitive(args, "deferred"))
+      int deferred = deferred_arg(args, &bad);
+      if (!bad && deferred)
         r = hist_record_stream(h, id, HIST_OTHER_STREAM, err, sizeof err);
       if (!bad && r >= 0)
         r = hist_free(h, id);
@@ -304,6 +319,12 @@ gpupool_status read_trace(const char *buf, size_t len, const char *path, const c
       r = hist_empty_cache(h);
     } else {
       continue;
+    }
+    if (bad && !strcmp(bad, "args.deferred")) {
+      st = pool_fail(GPUPOOL_ERR_INVALID,
+                     "%s: traceEvents[%zu]: args.deferred is not 0, 1, false or true", path,
+                     index - 1);
+      break;
     }
     if (bad) {
       st = pool_fail(GPUPOOL_ERR_INVALID,

@@ -719,11 +719,86 @@ Test(advisor_inputs, trace_documents) {
       {"{\"traceEvents\":[]}", "no pool allocation events"},
       {"{\"traceEvents\":[{\"ph\":\"b\",\"cat\":\"alloc\",\"pid\":1,\"tid\":1000002,\"id\":5}]}",
        "traceEvents[0]: allocation event without a valid id, size or stream"},
-      {"[1,2", "byte 3"},
+      {"[1,2", "byte 4: truncated JSON"},
   };
   for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
     write_file(p, bad[i][0], strlen(bad[i][0]));
     expect_bad(p, NULL, bad[i][1]);
+  }
+}
+
+/* A /trace document is JSON as RFC 8259 has it, which cJSON alone does not
+ * check: bytes after the document (a second document pasted on, stray text,
+ * NULs) and raw control characters inside a string (a NUL cut the pool name
+ * there) are malformed, at their byte. args.deferred is read by its value,
+ * 0 or 1 as the agent writes it (or false and true): before, its presence
+ * alone made a free deferred, "deferred":0 included. */
+Test(advisor_inputs, trace_documents_as_rfc_8259_has_them) {
+  static const char doc[] =
+      "{\"traceEvents\":[{\"ph\":\"M\",\"name\":\"thread_name\",\"pid\":1,\"tid\":1000002,"
+      "\"args\":{\"name\":\"pool main (host, bfc)\"}},{\"ph\":\"b\",\"cat\":\"alloc\",\"pid\":1,"
+      "\"tid\":1000002,\"ts\":1,\"id\":\"0x10\",\"args\":{\"requested\":4096,\"stream\":\"0x0\"}}%"
+      "s]}";
+  static const char free_event[] = ",{\"ph\":\"e\",\"cat\":\"alloc\",\"pid\":1,\"tid\":1000002,"
+                                   "\"ts\":2,\"id\":\"0x10\",\"args\":{%s}}";
+  char p[256], text[2048], ev[256];
+  path_of(p, sizeof p, "rfc.json");
+  snprintf(text, sizeof text, doc, "");
+  size_t n = strlen(text);
+  const char *tails[] = {" garbage", "\0\0garbage", "{}", "\n\n]"};
+  const size_t tail_len[] = {8, 9, 2, 3}, bad_at[] = {1, 0, 0, 2}; /* after the document */
+  for (size_t i = 0; i < 4; i++) {
+    char bad[2048];
+    memcpy(bad, text, n);
+    memcpy(bad + n, tails[i], tail_len[i]);
+    write_file(p, bad, n + tail_len[i]);
+    char want[64];
+    snprintf(want, sizeof want, "byte %zu: malformed JSON", n + bad_at[i]);
+    expect_bad(p, NULL, want);
+  }
+  memcpy(text + n, " \n\t\r\n", 5); /* trailing white space is no error */
+  write_file(p, text, n + 5);
+  gpupool_history *h = NULL;
+  cr_assert_eq(gpupool_history_load(p, NULL, NULL, &h), GPUPOOL_OK, "%s", gpupool_last_error());
+  gpupool_history_free(h);
+  /* a raw NUL, and a raw newline, in the pool's name */
+  for (int c = 0; c < 2; c++) {
+    snprintf(text, sizeof text, doc, "");
+    char *at = strstr(text, "ma") + 2;
+    *at = c ? '\n' : '\0';
+    write_file(p, text, n);
+    char want[64];
+    snprintf(want, sizeof want, "byte %zu: malformed JSON", (size_t)(at - text));
+    expect_bad(p, NULL, want);
+  }
+  /* args.deferred by its value */
+  const struct {
+    const char *args;
+    int ok;
+    uint64_t record_streams;
+  } deferred[] = {{"", 1, 0},
+                  {"\"deferred\":0", 1, 0},
+                  {"\"deferred\":false", 1, 0},
+                  {"\"deferred\":1", 1, 1},
+                  {"\"deferred\":true", 1, 1},
+                  {"\"deferred\":null", 0, 0},
+                  {"\"deferred\":\"yes\"", 0, 0},
+                  {"\"deferred\":2", 0, 0},
+                  {"\"deferred\":1e300", 0, 0}};
+  for (size_t i = 0; i < sizeof deferred / sizeof *deferred; i++) {
+    snprintf(ev, sizeof ev, free_event, deferred[i].args);
+    snprintf(text, sizeof text, doc, ev);
+    write_file(p, text, strlen(text));
+    if (!deferred[i].ok) {
+      expect_bad(p, NULL, "traceEvents[2]: args.deferred is not 0, 1, false or true");
+      continue;
+    }
+    cr_assert_eq(gpupool_history_load(p, NULL, NULL, &h), GPUPOOL_OK, "%s: %s", deferred[i].args,
+                 gpupool_last_error());
+    cr_expect_eq(gpupool_history_get_info(h)->record_streams, deferred[i].record_streams, "%s",
+                 deferred[i].args);
+    cr_expect_eq(gpupool_history_get_info(h)->frees, 1, "%s", deferred[i].args);
+    gpupool_history_free(h);
   }
 }
 
