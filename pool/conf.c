@@ -153,6 +153,14 @@ gpupool_status pool_config_check(const pool_config *c) {
   if (c->expandable && c->strategy != GPUPOOL_STRATEGY_BFC)
     return pool_fail(GPUPOOL_ERR_INVALID, "pool '%s': expandable_segments needs strategy bfc",
                      c->name);
+  /* Known without the device (stream-ordered allocation maps no pages of
+   * its own): gpupool_conf_check says it as gpupool_create does. Whether
+   * another backend has virtual memory management is the device's to say. */
+  if (c->expandable && c->backend == GPUPOOL_BACKEND_CUDA_ASYNC)
+    return pool_fail(GPUPOOL_ERR_UNSUPPORTED,
+                     "pool '%s': expandable_segments needs virtual memory management, which "
+                     "backend cuda_async does not have (use backend cuda, host or sim)",
+                     c->name);
   return GPUPOOL_OK;
 }
 

@@ -137,3 +137,21 @@ Test(conf_check, torch_checks_over_the_adapters_options) {
   cr_expect_eq(gpupool_torch_conf_check("fault_rate:0.5,backend:host"), GPUPOOL_OK);
   cr_expect_null(gpupool_torch_pool(0), "checking creates no pool");
 }
+
+/* Expandable segments on the cuda_async backend, which maps no pages of its
+ * own: gpupool_create refuses it as unsupported before it looks for a
+ * device, and gpupool_conf_check says the same (before, it took it). */
+Test(conf_check, expandable_segments_on_cuda_async_is_unsupported) {
+  const char *conf = "backend:cuda_async,expandable_segments:True";
+  setenv("GPUPOOL_CONF", conf, 1);
+  gpupool *p = NULL;
+  cr_assert_eq(gpupool_create(&host, &p), GPUPOOL_ERR_UNSUPPORTED, "%s", gpupool_last_error());
+  cr_assert_null(p);
+  unsetenv("GPUPOOL_CONF");
+  char expected[1024];
+  snprintf(expected, sizeof expected, "%s", gpupool_last_error());
+  cr_expect(strstr(expected, "expandable_segments needs virtual memory management"), "%s",
+            expected);
+  cr_expect_eq(gpupool_conf_check(&host, conf), GPUPOOL_ERR_UNSUPPORTED);
+  cr_expect_str_eq(gpupool_last_error(), expected);
+}
