@@ -28,6 +28,7 @@ typedef struct endpoint_body {
   char filename[96];            /* non-empty: sent as an attachment of that name */
   const char *cache_control;    /* static; NULL: "no-store" */
   const char *const *headers;   /* static name, value, name, value, ..., NULL; or NULL */
+  unsigned retry_after_s;       /* status 429: the Retry-After seconds (0: 1) */
   char *data;                   /* whole body (malloc'd), or NULL when streaming */
   size_t len;                   /* of data; status 304: no data, the length a 200 would send */
   /* Streaming: read returns bytes written into buf (<= max), 0 at the end,

@@ -1,5 +1,6 @@
 #include "http.h"
 
+#include <math.h>
 #include <microhttpd.h>
 #include <stdatomic.h>
 #include <stdint.h>
@@ -225,8 +226,11 @@ static enum MHD_Result queue(struct MHD_Connection *c, endpoint_body *b, int hea
     MHD_add_response_header(r, wc->headers[i].name, wc->headers[i].value);
   if (b->status == 401)
     MHD_add_response_header(r, MHD_HTTP_HEADER_WWW_AUTHENTICATE, "Basic realm=\"gpupool\"");
-  if (b->status == 429)
-    MHD_add_response_header(r, MHD_HTTP_HEADER_RETRY_AFTER, "1");
+  if (b->status == 429) {
+    char seconds[16];
+    snprintf(seconds, sizeof seconds, "%u", b->retry_after_s ? b->retry_after_s : 1);
+    MHD_add_response_header(r, MHD_HTTP_HEADER_RETRY_AFTER, seconds);
+  }
   if (old)
     MHD_add_response_header(r, MHD_HTTP_HEADER_CONNECTION, "close");
   if (b->content_type)
@@ -365,8 +369,11 @@ static int admit(struct MHD_Connection *c, const char *url, const web_config *wc
   if (!wc)
     return 0;
   double now = (double)clock_monotonic_ns() / 1e9;
-  if (!web_rate_allow(wc, now)) {
+  double wait_s = 0;
+  if (!web_rate_allow(wc, now, &wait_s)) {
     endpoint_text(body, 429, "too many requests (rate_limit)\n");
+    /* whole seconds, rounded up: a client that waits so long gets a token */
+    body->retry_after_s = wait_s < 1 ? 1 : wait_s > 86400 ? 86400 : (unsigned)ceil(wait_s);
     return -1;
   }
   if (!wc->nusers || (web_state_healthz_open() && strcmp(url, "/healthz") == 0))

@@ -174,7 +174,7 @@ static pthread_mutex_t g_rate_lock = PTHREAD_MUTEX_INITIALIZER;
 static double g_tokens, g_last_s, g_interval_s;
 static unsigned g_burst;
 
-int web_rate_allow(const web_config *c, double now_s) {
+int web_rate_allow(const web_config *c, double now_s, double *wait_s) {
   if (c->rate_interval_s <= 0)
     return 1;
   pthread_mutex_lock(&g_rate_lock);
@@ -191,6 +191,8 @@ int web_rate_allow(const web_config *c, double now_s) {
   int allow = g_tokens >= 1;
   if (allow)
     g_tokens -= 1;
+  else
+    *wait_s = (1 - g_tokens) * g_interval_s;
   pthread_mutex_unlock(&g_rate_lock);
   return allow;
 }

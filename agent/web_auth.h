@@ -38,7 +38,8 @@ web_auth_result web_auth_check(const web_config *c, const char *user, const char
                                double now_s);
 /* Forgets every cached result (agent start and stop). */
 void web_auth_reset(void);
-/* 1 when a request may go on under c's rate_limit (token bucket), else 0. */
-int web_rate_allow(const web_config *c, double now_s);
+/* 1 when a request may go on under c's rate_limit (token bucket), else 0
+ * and *wait_s the seconds until the bucket holds a token again. */
+int web_rate_allow(const web_config *c, double now_s, double *wait_s);
 
 #endif

@@ -310,6 +310,26 @@ Test(web_config, other_methods_need_credentials_and_tokens_too) {
   http_response_free(&r);
 }
 
+/* A 429 of rate_limit says in Retry-After when the bucket has a token
+ * again (whole seconds, rounded up), not a fixed second: with one token
+ * every 10 s, a client that came back after 1 s got another 429. */
+Test(web_config, rate_limit_says_when_to_come_back) {
+  cr_assert_eq(start(write_yml("rate_limit:\n  interval: 10s\n  burst: 1\n")), GPUPOOL_OK, "%s",
+               gpupool_last_error());
+  int port = gpupool_agent_port();
+  http_response r;
+  cr_assert_eq(http_request("127.0.0.1", port, "GET", "/healthz", NULL, &r), 0);
+  cr_expect_eq(r.status, 200);
+  http_response_free(&r);
+  cr_assert_eq(http_request("127.0.0.1", port, "GET", "/healthz", NULL, &r), 0);
+  cr_expect_eq(r.status, 429);
+  char value[32];
+  cr_assert_not_null(http_header(&r, "Retry-After", value, sizeof value));
+  int seconds = atoi(value);
+  cr_expect(seconds >= 9 && seconds <= 10, "Retry-After: %s", value);
+  http_response_free(&r);
+}
+
 Test(web_config, basic_credentials_are_read_as_go_reads_them) {
   struct {
     const char *header, *user, *pass; /* user NULL: none */
