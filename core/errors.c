@@ -52,6 +52,11 @@ gpupool_status pool_fail(gpupool_status s, const char *fmt, ...) {
   vsnprintf(text, sizeof text, fmt, ap);
   c_numeric_leave(old);
   va_end(ap);
+  /* One line, whatever the caller's text quotes (a path with a newline, an
+   * escape sequence in a name): control characters become '?'. */
+  for (char *c = text; *c; c++)
+    if ((unsigned char)*c < 0x20 || *c == 0x7f)
+      *c = '?';
   save_for_scopes();
   memcpy(last_error, text, strlen(text) + 1);
   return s;

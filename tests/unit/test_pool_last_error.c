@@ -176,3 +176,16 @@ Test(pool_last_error, a_reason_may_quote_the_last_one) {
   cr_expect_str_eq(gpupool_last_error(), "import: backend cuda is not available here: backend "
                                          "cuda: gpupool was built without CUDA");
 }
+
+/* The reason is one line whatever it quotes: a path with a newline or an
+ * escape sequence in it has its control characters written as '?' (before,
+ * the newline split the line and the escape reached the terminal). */
+Test(pool_last_error, control_characters_in_a_quoted_path_are_not_written) {
+  gpupool_history *h = NULL;
+  cr_assert_eq(gpupool_history_load("/nonexistent/x\ny\x1b[31mz\x7f", NULL, NULL, &h),
+               GPUPOOL_ERR_INVALID);
+  const char *e = gpupool_last_error();
+  cr_expect(strstr(e, "/nonexistent/x?y?[31mz?: cannot open"), "%s", e);
+  for (const char *c = e; *c; c++)
+    cr_expect((unsigned char)*c >= 0x20 && *c != 0x7f, "byte %d at %td of '%s'", *c, c - e, e);
+}
