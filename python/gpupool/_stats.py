@@ -74,7 +74,9 @@ def _max_split_size():
         key, colon, rest = item.partition(":")
         if colon and key.strip(_C_SPACE) == "max_split_size_mb":
             value = rest.strip(_C_SPACE)  # a later entry overrides, as in the library
-    if value is None or not re.fullmatch(r"[0-9]{1,20}", value):  # inf, unlimited or refused
+    # Digits only, as strtoull reads them (leading zeros too), in the
+    # library's 1023-byte value; inf, unlimited or a refused value: -1.
+    if value is None or len(value) > 1023 or not re.fullmatch(r"[0-9]+", value):
         return -1
     mb = int(value)
     return mb << 20 if 21 <= mb <= 1 << 30 else -1

@@ -221,6 +221,10 @@ class Stats(unittest.TestCase):
             ("max_split_size_mb:inf,max_split_size_mb:100", 100 * MiB),
             (" max_split_size_mb\t:\v64 \n", 64 * MiB),
             ("max_split_size_mb:64.5", -1),  # refused by the library (no pool): the default
+            # leading zeros, as strtoull reads them, up to the library's 1023-byte value
+            ("max_split_size_mb:" + "0" * 20 + "64", 64 * MiB),
+            ("max_split_size_mb:" + "0" * 1021 + "64", 64 * MiB),
+            ("max_split_size_mb:" + "0" * 1022 + "64", -1),  # too long: refused
         ]
         for conf, expected in cases:
             with environ(GPUPOOL_CONF=f"{base},{conf}"):
