@@ -37,8 +37,12 @@ static unsigned find(const char *tag, unsigned n) {
   return 0;
 }
 
-/* The id of a valid name, adding it while there is room. */
+/* The id of a valid name, adding it while there is room. "untagged" is the
+ * name of no tag (0): it takes no slot, and its bytes are the untagged ones
+ * every reader computes (the pool's allocated bytes less the tags'). */
 static unsigned tag_id(const char *tag) {
+  if (strcmp(tag, "untagged") == 0)
+    return 0;
   if (strcmp(tag, "other") == 0) {
     atomic_store(&other_used, 1);
     return POOL_TAG_OTHER;

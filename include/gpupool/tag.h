@@ -10,7 +10,9 @@
  * whichever thread frees it. Cardinality is bounded: the first
  * GPUPOOL_TAG_MAX - 1 distinct names of the process get their own counts,
  * every later name counts as "other". Untagged bytes are the pool's
- * allocated bytes less the sum over tags. */
+ * allocated bytes less the sum over tags; pushing "untagged" is pushing no
+ * tag (it takes none of the names' counts, and gpupool_tag_current() is
+ * NULL under it). */
 #ifndef GPUPOOL_TAG_H
 #define GPUPOOL_TAG_H
 

@@ -63,8 +63,8 @@ def current_tag():
 def memory_allocated_by_tag(device=None):
     """{tag: allocated bytes} of the device's pool for every tag the process
     has used, plus "untagged" (the pool's allocated bytes less the tags';
-    gpupool.tag refuses that name, and bytes a C caller tagged "untagged"
-    are counted in it).
+    gpupool.tag refuses that name; a C caller's gpupool_tag_push("untagged")
+    pushes no tag, so its bytes are counted in it).
     The tags' bytes and the pool's are two reads: while other threads
     allocate, "untagged" can be off by what they did in between (it is
     never reported below 0)."""
@@ -77,7 +77,7 @@ def memory_allocated_by_tag(device=None):
             raise _lib.GpupoolError(f"gpupool_get_tag_stats: {_lib.last_error()}")
         out = {arr[i].tag.decode(): arr[i].allocated_bytes for i in range(n)}
     allocated = _stats.raw_stats(device).allocated_bytes[0].current
-    # A tag named "untagged" can only come from C (gpupool_tag_push): its
-    # bytes are added to the computed figure, not overwritten by it.
-    out[UNTAGGED] = out.get(UNTAGGED, 0) + max(0, allocated - sum(out.values()))
+    # "untagged" pushed from C (gpupool_tag_push) is no tag: its bytes are
+    # in the computed figure.
+    out[UNTAGGED] = max(0, allocated - sum(out.values()))
     return out

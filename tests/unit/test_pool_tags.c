@@ -150,6 +150,48 @@ Test(tags, bounded_with_other) {
   gpupool_destroy(p);
 }
 
+/* "untagged" is the name of no tag: pushed first it takes none of the
+ * names' counts (the 15 that follow still get theirs), and pushed once the
+ * table is full its bytes are untagged, not "other" (before, it was a name
+ * like any other: a slot, or "other"). */
+Test(tags, untagged_is_no_tag) {
+  gpupool *p = host_pool("u");
+  void *ptr[GPUPOOL_TAG_MAX + 1], *u[2];
+  cr_assert_eq(gpupool_tag_push("untagged"), GPUPOOL_OK);
+  cr_expect_null(gpupool_tag_current());
+  cr_assert_eq(gpupool_malloc(p, &u[0], 4096, NULL), GPUPOOL_OK);
+  cr_assert_eq(gpupool_tag_pop(), GPUPOOL_OK);
+  char name[32];
+  for (int i = 0; i < GPUPOOL_TAG_MAX + 1; i++) {
+    snprintf(name, sizeof name, "n%d", i);
+    cr_assert_eq(gpupool_tag_push(name), GPUPOOL_OK);
+    cr_assert_eq(gpupool_malloc(p, &ptr[i], 512, NULL), GPUPOOL_OK);
+    cr_expect_str_eq(gpupool_tag_current(), i < GPUPOOL_TAG_MAX - 1 ? name : "other");
+    cr_assert_eq(gpupool_tag_pop(), GPUPOOL_OK);
+  }
+  cr_assert_eq(gpupool_tag_push("untagged"), GPUPOOL_OK); /* the table is full now */
+  cr_assert_eq(gpupool_malloc(p, &u[1], 8192, NULL), GPUPOOL_OK);
+  cr_assert_eq(gpupool_tag_pop(), GPUPOOL_OK);
+  gpupool_tag_stat st[GPUPOOL_TAG_MAX + 2];
+  int n = gpupool_get_tag_stats(p, st, GPUPOOL_TAG_MAX + 2);
+  cr_assert_eq(n, GPUPOOL_TAG_MAX);
+  int64_t tagged = 0;
+  for (int i = 0; i < n; i++) {
+    cr_expect_str_neq(st[i].tag, "untagged");
+    tagged += st[i].allocated_bytes;
+  }
+  cr_expect_str_eq(st[GPUPOOL_TAG_MAX - 2].tag, "n14", "15 names counted apart");
+  cr_expect_eq(tag_bytes(p, "other"), 2 * 512, "n15 and n16 only");
+  gpupool_stats s;
+  cr_assert_eq(gpupool_get_stats(p, &s), GPUPOOL_OK);
+  cr_expect_eq(s.allocated_bytes[GPUPOOL_STAT_ALL].current - tagged, 4096 + 8192);
+  for (int i = 0; i < GPUPOOL_TAG_MAX + 1; i++)
+    cr_assert_eq(gpupool_free(p, ptr[i]), GPUPOOL_OK);
+  cr_assert_eq(gpupool_free(p, u[0]), GPUPOOL_OK);
+  cr_assert_eq(gpupool_free(p, u[1]), GPUPOOL_OK);
+  gpupool_destroy(p);
+}
+
 static void *alloc_tagged(void *arg) {
   gpupool *p = arg;
   void *ptr = NULL;
