@@ -23,7 +23,7 @@ typedef struct page_events {
 static void emit_pages(void *ctx, int mapped, uintptr_t addr, size_t bytes, uint64_t ns) {
   const page_events *e = ctx;
   segment_emit_event(e->p, e->sh, mapped ? EV_SEGMENT_ALLOC : EV_SEGMENT_FREE,
-                     EVF_LARGE | EVF_PAGES, addr, bytes, ns, NULL);
+                     EVF_LARGE | EVF_PAGES, addr, bytes, ns, NULL, 0);
 }
 
 /* Returns the idle pages of every vmm segment to the device, with their
@@ -58,10 +58,15 @@ size_t reclaim_release_cached(gpupool *p, int large_only) {
       }
     }
     spin_unlock(&sh->lock);
+    size_t held = 0; /* the list's bytes: off the statistic, still the device's */
+    for (segment *seg = list; seg; seg = seg->next)
+      held += segment_mapped_bytes(seg);
     for (segment *seg = list, *next; seg; seg = next) {
       next = seg->next;
-      released += segment_mapped_bytes(seg);
-      segment_destroy(p, seg);
+      size_t bytes = segment_mapped_bytes(seg);
+      released += bytes;
+      held -= bytes;
+      segment_destroy(p, seg, held);
     }
   }
   if (p->cfg.expandable) /* the pages under free blocks of segments still in use */
@@ -130,7 +135,7 @@ static void garbage_collect(gpupool *p, shard *caller) {
     spin_unlock(&sh->lock);
     if (still_free) {
       released += segment_mapped_bytes(seg);
-      segment_destroy(p, seg);
+      segment_destroy(p, seg, 0);
     }
   }
   free(c);

@@ -27,7 +27,7 @@ segment_event_mark segment_event_mark_now(void) {
 }
 
 void segment_emit_event(gpupool *p, shard *sh, int type, int flags, uintptr_t addr, size_t size,
-                        uint64_t dur, const segment_event_mark *mark) {
+                        uint64_t dur, const segment_event_mark *mark, size_t uncounted) {
   segment_event_mark now = mark ? *mark : segment_event_mark_now();
   pool_event ev = {.ts_ns = now.stamp,
                    .seq = now.seq,
@@ -37,7 +37,7 @@ void segment_emit_event(gpupool *p, shard *sh, int type, int flags, uintptr_t ad
                    .addr = addr,
                    .size = size,
                    .stream = (uint64_t)(uintptr_t)sh->stream,
-                   .a = (uint64_t)stat_total(&p->c.reserved_bytes),
+                   .a = (uint64_t)stat_total(&p->c.reserved_bytes) + uncounted,
                    .b = (uint64_t)stats_allocated_bytes(p, NULL, NULL)};
   shard_emit_locked(sh, &ev);
 }
@@ -124,7 +124,7 @@ gpupool_status segment_create(gpupool *p, shard *sh, size_t size, int large, seg
    * would otherwise appear out of nowhere). Its pages' maps follow as
    * EVF_PAGES events. */
   segment_emit_event(p, sh, EV_SEGMENT_ALLOC, large ? EVF_LARGE : 0, seg->addr, seg->size, dur,
-                     NULL);
+                     NULL, segment_mapped_bytes(seg)); /* counted once the caller adds it */
   *out = seg;
   return GPUPOOL_OK;
 }
@@ -142,7 +142,7 @@ void segment_free_memory(gpupool *p, segment *seg) {
   free(seg);
 }
 
-void segment_destroy(gpupool *p, segment *seg) {
+void segment_destroy(gpupool *p, segment *seg, size_t still_held) {
   gp_assert_internal(segment_is_free(seg));
   shard *sh = seg->sh;
   int large = seg->large;
@@ -153,7 +153,8 @@ void segment_destroy(gpupool *p, segment *seg) {
   uint64_t t0 = clock_monotonic_ns();
   segment_free_memory(p, seg);
   uint64_t dur = clock_monotonic_ns() - t0;
-  segment_emit_event(p, sh, EV_SEGMENT_FREE, large ? EVF_LARGE : 0, addr, size, dur, &mark);
+  segment_emit_event(p, sh, EV_SEGMENT_FREE, large ? EVF_LARGE : 0, addr, size, dur, &mark,
+                     still_held);
   free(first->streams);
   free(first);
 }

@@ -26,8 +26,10 @@ gpupool_status segment_create(gpupool *p, shard *sh, size_t size, int large, seg
  * blocks); for shard_destroy and segment_create's failure. No event. */
 void segment_free_memory(gpupool *p, segment *seg);
 /* Returns seg (fully free, already detached from its shard) to the device
- * with its event, and frees its block. */
-void segment_destroy(gpupool *p, segment *seg);
+ * with its event, and frees its block. still_held: the bytes of segments
+ * detached with seg (so off the reserved statistic already) that are
+ * destroyed after it: the event's reserved-after counts them. */
+void segment_destroy(gpupool *p, segment *seg, size_t still_held);
 /* When a segment event happened: its stamp and its number (pool_event.seq),
  * taken together. A segment free's is taken before its device call: once the
  * call returns, another pool (or stream) can take the address and write its
@@ -37,9 +39,12 @@ typedef struct segment_event_mark {
 } segment_event_mark;
 segment_event_mark segment_event_mark_now(void);
 /* A segment event (EV_SEGMENT_*) on sh's track, with the pool's reserved and
- * allocated bytes after it; takes sh's lock. mark: NULL, now. */
+ * allocated bytes after it; takes sh's lock. mark: NULL, now. uncounted:
+ * bytes held from the device after the event that the reserved statistic
+ * does not count at that moment (a segment created, added to its shard
+ * after the event; segments detached in one batch and not destroyed yet). */
 void segment_emit_event(gpupool *p, shard *sh, int type, int flags, uintptr_t addr, size_t size,
-                        uint64_t dur, const segment_event_mark *mark);
+                        uint64_t dur, const segment_event_mark *mark, size_t uncounted);
 /* seg as readers see it (pool_view.h): its info, and its seg->nblocks
  * blocks in address order into blocks. A block's alloc_ns is still the raw
  * clock_stamp() (0: unknown), for the caller to convert with

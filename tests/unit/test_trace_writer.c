@@ -759,3 +759,45 @@ Test(trace_writer, cupti_records_get_their_own_track_per_device) {
   json_buf_free(&out);
   trace_merge_destroy(m);
 }
+
+/* Each segment event's reserved_after is the pool's reserved bytes after
+ * that event: the running sum of the segment events' sizes, for the first
+ * segment of a pool (before: 0, the figure before its own call) and for
+ * each of the segments one empty_cache returns in a batch (before: every
+ * one of them gave the figure after the whole batch). The counter sample
+ * taken from each event says the same. */
+Test(trace_writer, segment_events_give_the_reserved_bytes_after_them) {
+  init_events(4096);
+  gpupool *p = host_pool("after", 0, 256 * MiB);
+  void *x[4];
+  const size_t sizes[] = {30 * MiB, 12 * MiB, 64 * MiB, 16 * MiB}; /* a segment each, that size */
+  for (int i = 0; i < 4; i++)
+    cr_assert_eq(gpupool_malloc(p, &x[i], sizes[i], NULL), GPUPOOL_OK, "%s", gpupool_last_error());
+  for (int i = 0; i < 4; i++)
+    cr_assert_eq(gpupool_free(p, x[i]), GPUPOOL_OK);
+  cr_assert_eq(gpupool_empty_cache(p), 122 * MiB);
+  FILE *f = tmpfile();
+  cr_assert_eq(gpupool_trace_write(f), GPUPOOL_OK, "%s", gpupool_last_error());
+  cJSON *root = parse_checked(slurp(f));
+  fclose(f);
+  int64_t reserved = 0;
+  int allocs = 0, frees = 0;
+  const cJSON *ev;
+  cJSON_ArrayForEach(ev, trace_events(root)) {
+    const char *ph = cJSON_GetObjectItemCaseSensitive(ev, "ph")->valuestring;
+    const char *name = cJSON_GetObjectItemCaseSensitive(ev, "name")->valuestring;
+    if (strcmp(ph, "X") != 0 || strncmp(name, "segment ", 8) != 0)
+      continue;
+    int alloc = strcmp(name, "segment alloc") == 0;
+    reserved += (alloc ? 1 : -1) * (int64_t)arg_number(ev, "size");
+    allocs += alloc;
+    frees += !alloc;
+    cr_expect_eq((int64_t)arg_number(ev, "reserved_after"), reserved, "%s of %.0f", name,
+                 arg_number(ev, "size"));
+  }
+  cr_expect_eq(allocs, 4);
+  cr_expect_eq(frees, 4);
+  cr_expect_eq(reserved, 0);
+  cJSON_Delete(root);
+  gpupool_destroy(p);
+}
