@@ -305,7 +305,11 @@ static void write_footer(trace_stream *s) {
   json_puts(o, ",\"events_written\":");
   json_u64(o, s->records);
   json_puts(o, ",\"events_dropped\":");
-  json_u64(o, trace_merge_dropped(s->merge));
+  json_u64(o, trace_merge_dropped(s->merge, TRACE_SRC_POOL));
+  json_puts(o, ",\"cupti_events_dropped\":");
+  json_u64(o, trace_merge_dropped(s->merge, TRACE_SRC_CUPTI));
+  json_puts(o, ",\"samples_dropped\":");
+  json_u64(o, trace_merge_dropped(s->merge, TRACE_SRC_COUNTERS));
   json_puts(o, ",\"events_skipped_while_streaming\":");
   json_u64(o, trace_merge_skipped(s->merge));
   json_puts(o, ",\"limit_reached\":");

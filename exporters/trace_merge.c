@@ -312,10 +312,11 @@ uint64_t trace_merge_skipped(const trace_merge *m) {
   return m->skipped;
 }
 
-uint64_t trace_merge_dropped(const trace_merge *m) {
+uint64_t trace_merge_dropped(const trace_merge *m, trace_src_kind kind) {
   uint64_t d = 0;
   for (size_t k = 0; k < m->nsrc; k++)
-    d += m->src[k].ring ? event_ring_dropped(m->src[k].ring) : m->src[k].counters->dropped();
+    if (m->src[k].kind == kind)
+      d += m->src[k].ring ? event_ring_dropped(m->src[k].ring) : m->src[k].counters->dropped();
   return d;
 }
 

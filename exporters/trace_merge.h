@@ -53,8 +53,11 @@ int trace_merge_peek_ts(trace_merge *m, uint64_t *ts_ns);
 int trace_merge_next(trace_merge *m, trace_record *out);
 
 uint64_t trace_merge_skipped(const trace_merge *m); /* overwritten while this merge read */
-uint64_t trace_merge_dropped(const trace_merge *m); /* overwritten in these rings, ever */
-int trace_merge_limited(const trace_merge *m);      /* 1 if the limit cut older records */
+/* Overwritten, ever, in the sources of one kind: the pools' rings (the sum of
+ * their gpupool_trace_events_dropped_total), the CUPTI ring, the counter
+ * ring. */
+uint64_t trace_merge_dropped(const trace_merge *m, trace_src_kind kind);
+int trace_merge_limited(const trace_merge *m); /* 1 if the limit cut older records */
 
 void trace_merge_destroy(trace_merge *m);
 
