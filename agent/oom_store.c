@@ -236,14 +236,20 @@ static void list(endpoint_body *out) {
 }
 
 /* Parses "<digits>" into an id >= 1; -1 otherwise. */
+/* A report id: decimal digits of a number from 1 to 2^64 - 1 (every id a
+ * report can have; before, 20 digits were refused, 2^64 - 1 among them):
+ * 0, else -1. */
 static int parse_id(const char *s, uint64_t *id) {
   uint64_t v = 0;
-  if (!*s || strlen(s) > 19)
+  if (!*s)
     return -1;
   for (; *s; s++) {
     if (*s < '0' || *s > '9')
       return -1;
-    v = v * 10 + (uint64_t)(*s - '0');
+    unsigned d = (unsigned)(*s - '0');
+    if (v > (UINT64_MAX - d) / 10)
+      return -1;
+    v = v * 10 + d;
   }
   if (!v)
     return -1;

@@ -271,7 +271,9 @@ Test(oom_agent, bad_ids_and_parameters) {
   expect_status(port, "/oom/", 400);
   expect_status(port, "/oom/1x", 400);
   expect_status(port, "/oom/-1", 400);
-  expect_status(port, "/oom/99999999999999999999", 400);
+  expect_status(port, "/oom/99999999999999999999", 400); /* past 2^64 - 1 */
+  expect_status(port, "/oom/18446744073709551616", 400);
+  expect_status(port, "/oom/18446744073709551615", 404); /* an id, none kept */
   expect_status(port, "/oom/99999", 404);
   expect_status(port, "/oom/1?format=xml", 400);
   expect_status(port, "/oom/1?format=json&format=torch", 400);
