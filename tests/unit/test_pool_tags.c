@@ -126,17 +126,24 @@ Test(tags, bytes_follow_blocks) {
   gpupool_destroy(p);
 }
 
-Test(tags, bounded_with_other) {
-  gpupool *p = host_pool("t");
-  void *ptr[GPUPOOL_TAG_MAX + 4];
+/* n allocations of 512 bytes into ptr, each under a name of its own
+ * (prefix and its number), checking which names the table still counts
+ * apart: the first GPUPOOL_TAG_MAX - 1 of the process, "other" after. */
+static void alloc_under_new_names(gpupool *p, const char *prefix, void **ptr, int n) {
   char name[32];
-  for (int i = 0; i < GPUPOOL_TAG_MAX + 4; i++) {
-    snprintf(name, sizeof name, "t%d", i);
+  for (int i = 0; i < n; i++) {
+    snprintf(name, sizeof name, "%s%d", prefix, i);
     cr_assert_eq(gpupool_tag_push(name), GPUPOOL_OK);
     cr_assert_eq(gpupool_malloc(p, &ptr[i], 512, NULL), GPUPOOL_OK);
     cr_assert_str_eq(gpupool_tag_current(), i < GPUPOOL_TAG_MAX - 1 ? name : "other");
     cr_assert_eq(gpupool_tag_pop(), GPUPOOL_OK);
   }
+}
+
+Test(tags, bounded_with_other) {
+  gpupool *p = host_pool("t");
+  void *ptr[GPUPOOL_TAG_MAX + 4];
+  alloc_under_new_names(p, "t", ptr, GPUPOOL_TAG_MAX + 4);
   gpupool_tag_stat st[GPUPOOL_TAG_MAX + 2];
   cr_assert_eq(gpupool_get_tag_stats(p, st, GPUPOOL_TAG_MAX + 2), GPUPOOL_TAG_MAX);
   cr_assert_str_eq(st[0].tag, "t0");
@@ -161,15 +168,8 @@ Test(tags, untagged_is_no_tag) {
   cr_expect_null(gpupool_tag_current());
   cr_assert_eq(gpupool_malloc(p, &u[0], 4096, NULL), GPUPOOL_OK);
   cr_assert_eq(gpupool_tag_pop(), GPUPOOL_OK);
-  char name[32];
-  for (int i = 0; i < GPUPOOL_TAG_MAX + 1; i++) {
-    snprintf(name, sizeof name, "n%d", i);
-    cr_assert_eq(gpupool_tag_push(name), GPUPOOL_OK);
-    cr_assert_eq(gpupool_malloc(p, &ptr[i], 512, NULL), GPUPOOL_OK);
-    cr_expect_str_eq(gpupool_tag_current(), i < GPUPOOL_TAG_MAX - 1 ? name : "other");
-    cr_assert_eq(gpupool_tag_pop(), GPUPOOL_OK);
-  }
-  cr_assert_eq(gpupool_tag_push("untagged"), GPUPOOL_OK); /* the table is full now */
+  alloc_under_new_names(p, "n", ptr, GPUPOOL_TAG_MAX + 1); /* 15 counted apart: the table full */
+  cr_assert_eq(gpupool_tag_push("untagged"), GPUPOOL_OK);
   cr_assert_eq(gpupool_malloc(p, &u[1], 8192, NULL), GPUPOOL_OK);
   cr_assert_eq(gpupool_tag_pop(), GPUPOOL_OK);
   gpupool_tag_stat st[GPUPOOL_TAG_MAX + 2];
