@@ -122,7 +122,7 @@ int kvconf_double(const char *s, double min, double max, double *out) {
   v *= sign;
   if (!isfinite(v) || v < min || v > max)
     return -1;
-  *out = v;
+  *out = v == 0 ? 0 : v; /* "-0" is 0: a configuration written back says "0" */
   return 0;
 }
 

@@ -7,6 +7,7 @@
 #include <criterion/criterion.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -367,4 +368,21 @@ Test(advisor_conf, live_line_reads_back) {
     }
     gpupool_destroy(p);
   }
+}
+
+/* "-0" is 0: the live pool's line says "reserve_percent:0" or leaves the
+ * key out, never "-0" (before, the sign of a negative zero was kept and
+ * written back). */
+Test(advisor_conf, a_negative_zero_is_written_as_zero) {
+  gpupool_options o = {.backend = GPUPOOL_BACKEND_HOST,
+                       .tunables = "reserve_percent:-0,expandable_segments:True,"
+                                   "expandable_slack_percent:-0.0",
+                       .ignore_env = 1};
+  gpupool *p;
+  cr_assert_eq(gpupool_create(&o, &p), GPUPOOL_OK, "%s", gpupool_last_error());
+  cr_expect(!signbit(p->cfg.reserve_percent) && !signbit(p->cfg.expandable_slack));
+  char line[256];
+  advisor_conf_of_pool(p, line, sizeof line);
+  cr_expect(!strstr(line, "-0"), "'%s'", line);
+  gpupool_destroy(p);
 }
