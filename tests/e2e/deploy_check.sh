@@ -145,14 +145,40 @@ for kdir, _, files in os.walk(d):
         expect(not (os.path.isdir(target) and (kdir + os.sep).startswith(target + os.sep)),
                f"{name}/kustomization.yaml: resource {r} holds the overlay itself (a cycle)")
 
+# $(VAR) in a container's env expands only where VAR comes earlier in the
+# list, and a kustomize patch's env list comes first in the merged one: in
+# every workload and patch, each $(VAR) is defined above its use (the TLS
+# overlay's patch once put GPUPOOL_AGENT_CONF first: hostname "$(NODE_NAME)").
+for wdir, _, wfiles in os.walk(d):
+    for wf in wfiles:
+        if not wf.endswith(".yaml") or not wf.startswith("workload"):
+            continue
+        rel = os.path.relpath(os.path.join(wdir, wf), d)
+        for doc in yaml.safe_load_all(open(os.path.join(wdir, wf))):
+            wpod = ((doc or {}).get("spec") or {}).get("template", {}).get("spec", {})
+            for wc in wpod.get("containers", []):
+                seen = set()
+                for e in wc.get("env", []):
+                    for ref in re.findall(r"\$\(([A-Za-z_][A-Za-z0-9_]*)\)", str(e.get("value", ""))):
+                        expect(ref in seen, f"{rel}: {e['name']} uses $({ref}) before {ref} is defined")
+                    seen.add(e["name"])
+
 # Plain Prometheus on Kubernetes: the annotations it keeps and rewrites.
 pk = load("prometheus/prometheus-kubernetes.yml")
 relabel = yaml.safe_dump(pk["scrape_configs"][0]["relabel_configs"])
-for a in ("scrape", "port", "path"):
+for a in ("scrape", "port", "path", "scheme"):
     expect(f"__meta_kubernetes_pod_annotation_prometheus_io_{a}" in relabel,
            f"prometheus-kubernetes.yml: annotation prometheus.io/{a} not used")
 for f in pk["rule_files"]:
     expect(os.path.exists(os.path.join(d, "prometheus", f)), f"prometheus-kubernetes.yml: no {f}")
+# Every Prometheus configuration loads every rule file (the fleet dashboard
+# reads the fleet rules' series).
+rule_files = sorted(os.listdir(os.path.join(d, "prometheus", "rules")))
+for cfg in ("prometheus.yml", "prometheus-tls.yml", "prometheus-kubernetes.yml"):
+    loaded = [os.path.basename(f) for f in load("prometheus/" + cfg).get("rule_files", [])]
+    for rf in rule_files:
+        if rf.endswith(".yml") and not rf.endswith("_test.yml"):
+            expect(rf in loaded, f"{cfg}: rule file {rf} not loaded")
 
 # Prometheus on one node: the agent's default address.
 pc = load("prometheus/prometheus.yml")
