@@ -214,7 +214,9 @@ static int apply_pair(raw_settings *r, const char *key, const char *value, char 
 /* The fields of the options struct, as if they were pairs of the string. */
 static int apply_options(const gpupool_agent_options *o, raw_settings *r, char *err,
                          size_t errlen) {
-  if (o->listen && apply_pair(r, "listen", o->listen, err, errlen) != 0)
+  /* "" is the default, as for the other strings of the struct (it used to
+   * read as ":9477": every interface) */
+  if (o->listen && o->listen[0] && apply_pair(r, "listen", o->listen, err, errlen) != 0)
     return -1;
   if (o->sample_interval_ms) {
     if (o->sample_interval_ms > 86400000) {

@@ -27,7 +27,7 @@ typedef enum {
  * ("key:value,key:value", keys as below) is applied after these fields unless
  * ignore_env is set. */
 typedef struct gpupool_agent_options {
-  const char *listen;          /* "host:port", "[v6]:port" or ":port"; default
+  const char *listen;          /* "host:port", "[v6]:port" or ":port"; NULL or "":
                                   127.0.0.1:9477 plus LOCAL_RANK; port 0 = ephemeral;
                                   "off" = no HTTP server */
   unsigned sample_interval_ms; /* counter samples and device memory reads; default 1000 */
@@ -62,6 +62,9 @@ gpupool_status gpupool_agent_start(const gpupool_agent_options *opt);
  * is left to it: whether the port is free, the directories (trace_file's,
  * oom_dir) writable, web_config's file readable. */
 gpupool_status gpupool_agent_conf_check(const char *conf);
+/* Stops the agent (idempotent; an exit handler calls it). It joins the
+ * agent's threads: not async-signal-safe, so not from a signal handler (set
+ * a flag there and stop from an ordinary thread, docs/metrics.md). */
 void gpupool_agent_stop(void);
 /* The TCP port the agent listens on, or 0 when it is not serving. */
 int gpupool_agent_port(void);

@@ -344,3 +344,17 @@ Test(agent_conf, check_starts_nothing_and_reads_conf_not_the_environment) {
   cr_expect_str_eq(gpupool_last_error(), "gpupool agent: LOCAL_RANK='70000' is not a rank that "
                                          "fits the port 9477");
 }
+
+/* An empty listen in the options struct is the default address, as every
+ * other empty string of the struct is its default (it used to read as
+ * ":9477", every interface); the configuration string refuses an empty
+ * value as before. */
+Test(agent_conf, an_empty_listen_option_is_the_default) {
+  gpupool_agent_options o = {.listen = "", .ignore_env = 1};
+  cr_assert_eq(agent_config_resolve(&o, &cfg, err, sizeof err), 0, "%s", err);
+  cr_expect_str_eq(cfg.listen_host, "127.0.0.1");
+  cr_expect_eq(cfg.listen_port, 9477);
+  cr_expect_eq(cfg.listen_off, 0);
+  cr_expect_eq(resolve_env("listen:"), -1);
+  cr_expect(strstr(err, "listen: empty value"), "%s", err);
+}
