@@ -37,8 +37,9 @@ static void set_state(int up, const char *reason) {
   atomic_store(&g_up, up);
 }
 
-/* Records why CUPTI is not recording: the metric's reason, one line on
- * stderr, and in FORCE mode the failure status. */
+/* Records why CUPTI is not recording: the metric's reason, and one line on
+ * stderr in AUTO mode (the agent runs on without it) or the failure status
+ * in FORCE mode (the start fails: the library prints nothing of it). */
 __attribute__((format(printf, 4, 5))) static gpupool_status
 degraded(gpupool_cupti_mode mode, const char *reason, gpupool_status status, const char *fmt, ...) {
   char msg[400];
@@ -47,12 +48,12 @@ degraded(gpupool_cupti_mode mode, const char *reason, gpupool_status status, con
   vsnprintf(msg, sizeof msg, fmt, ap);
   va_end(ap);
   set_state(0, reason);
+  if (mode == GPUPOOL_CUPTI_FORCE)
+    return pool_fail(status, "cupti (%s): %s", reason, msg);
   /* One line per new reason: a restart that fails the same way stays quiet. */
   static _Atomic(const char *) last_printed;
   if (atomic_exchange(&last_printed, reason) != reason)
     fprintf(stderr, "gpupool: CUPTI not recording (%s): %s\n", reason, msg);
-  if (mode == GPUPOOL_CUPTI_FORCE)
-    return pool_fail(status, "cupti (%s): %s", reason, msg);
   return GPUPOOL_OK;
 }
 

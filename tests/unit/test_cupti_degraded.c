@@ -2,6 +2,8 @@
  * AUTO keeps going with up = 0 and a reason, FORCE fails, nothing aborts.
  * (Each Criterion test runs in its own process, so each starts fresh.) */
 #include <criterion/criterion.h>
+#include <criterion/redirect.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -119,4 +121,20 @@ Test(cupti_degraded, metrics_are_readable_from_any_state) {
     cr_assert_eq(m->buffers_exhausted_total, 0);
     cupti_start(i == 1 ? GPUPOOL_CUPTI_OFF : GPUPOOL_CUPTI_AUTO);
   }
+}
+
+/* FORCE's failure is the start's status with its reason: the library
+ * prints nothing of it (before, it also wrote AUTO's line on stderr). */
+Test(cupti_degraded, force_prints_nothing, .init = cr_redirect_stderr) {
+  gpupool_status s = cupti_start(GPUPOOL_CUPTI_FORCE);
+  if (s == GPUPOOL_OK) {
+    cupti_stop();
+    cr_skip("CUPTI records on this machine (a GPU is present): no degraded path to test");
+  }
+  fflush(stderr);
+  char text[512] = "";
+  size_t n = fread(text, 1, sizeof text - 1, cr_get_redirected_stderr());
+  text[n] = '\0';
+  cr_expect_eq(n, 0, "stderr: %s", text);
+  cr_expect(strstr(gpupool_last_error(), "cupti ("), "%s", gpupool_last_error());
 }
