@@ -266,5 +266,9 @@ void gpupool_agent_stop(void) {
 }
 
 int gpupool_agent_port(void) {
-  return http_port();
+  pthread_mutex_lock(&g_lock);
+  /* A forked child inherits the parent's state but serves nothing. */
+  int port = g_running && g_owner == getpid() ? http_port() : 0;
+  pthread_mutex_unlock(&g_lock);
+  return port;
 }

@@ -9,7 +9,21 @@ static gpupool **pools;
 static int npools, cap;
 static void (*_Atomic segment_listener)(gpupool *p);
 
+/* A child forked while another thread walked the registry (the agent's
+ * sampler, a scrape) would wait for that thread's unlock forever: its copy
+ * of the lock is made anew. Walks only read, and additions and removals are
+ * a few stores, so the child's copy of the list is whole. */
+static void unlock_in_child(void) {
+  pthread_mutex_init(&lock, NULL);
+}
+
+static void register_atfork(void) {
+  pthread_atfork(NULL, NULL, unlock_in_child);
+}
+
 void registry_add(gpupool *p) {
+  static pthread_once_t once = PTHREAD_ONCE_INIT;
+  pthread_once(&once, register_atfork);
   pthread_mutex_lock(&lock);
   if (npools == cap) {
     int ncap = cap ? 2 * cap : 16;

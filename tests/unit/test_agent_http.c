@@ -642,6 +642,47 @@ Test(agent_http, exit_handler_stops_the_agent_and_writes_the_trace) {
   unlink(path);
 }
 
+/* A child forked while the agent runs (its sampler walking the pools every
+ * millisecond) creates and destroys pools of its own without waiting on a
+ * lock the parent's threads held at the fork (before, it hung in
+ * gpupool_create), and is told it serves nothing (port 0; before, the
+ * parent's). A child still alive after 10 s is killed by its alarm. */
+Test(agent_http, a_forked_child_uses_pools_and_serves_nothing) {
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+  cr_skip("a child forked from a threaded process can wait on the sanitizer's own allocator lock");
+#endif
+  gpupool_agent_options o = {.listen = "127.0.0.1:0",
+                             .cupti = GPUPOOL_CUPTI_OFF,
+                             .sample_interval_ms = 1,
+                             .ignore_env = 1};
+  cr_assert_eq(gpupool_agent_start(&o), GPUPOOL_OK, "%s", gpupool_last_error());
+  gpupool_options po = {
+      .backend = GPUPOOL_BACKEND_HOST, .host_capacity = 64 << 20, .ignore_env = 1};
+  gpupool *p;
+  cr_assert_eq(gpupool_create(&po, &p), GPUPOOL_OK, "%s", gpupool_last_error());
+  int forks = 200;
+  for (int i = 0; i < forks; i++) {
+    fflush(NULL);
+    pid_t child = fork();
+    if (child == 0) {
+      alarm(10);
+      gpupool *c;
+      if (gpupool_create(&po, &c) != GPUPOOL_OK)
+        _exit(2);
+      gpupool_destroy(c);
+      _exit(gpupool_agent_port() == 0 ? 0 : 3);
+    }
+    int status;
+    cr_assert_eq(waitpid(child, &status, 0), child);
+    cr_assert(WIFEXITED(status) && WEXITSTATUS(status) == 0,
+              "fork %d: child status %d (signal %d: 14 is its alarm, a hang)", i, status,
+              WIFSIGNALED(status) ? WTERMSIG(status) : 0);
+  }
+  cr_expect_gt(gpupool_agent_port(), 0, "the parent still serves");
+  gpupool_destroy(p);
+  gpupool_agent_stop();
+}
+
 Test(agent_http, cupti_force_that_fails_starts_nothing) {
   cr_redirect_stderr();
   gpupool_agent_options o = {
