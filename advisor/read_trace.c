@@ -173,8 +173,8 @@ static track *track_of(track_set *s, int64_t pid, int64_t tid) {
 
 /* An "e" event's args.deferred, as the trace writer gives it: absent or 0
  * (a free), 1 (a free that waited on other streams); true and false are
- * taken too. Anything else sets *bad. */
-static int deferred_arg(const cJSON *args, const char **bad) {
+ * taken too. -1 for anything else. */
+static int deferred_arg(const cJSON *args) {
   const cJSON *v = cJSON_GetObjectItemCaseSensitive(args, "deferred");
   if (!v || cJSON_IsFalse(v))
     return 0;
@@ -182,9 +182,7 @@ static int deferred_arg(const cJSON *args, const char **bad) {
     return 1;
   if (cJSON_IsNumber(v) && (v->valuedouble == 0 || v->valuedouble == 1))
     return v->valuedouble == 1;
-  if (!*bad)
-    *bad = "args.deferred";
-  return 0;
+  return -1;
 }
 
 static const char *str_item(const cJSON *o, const char *key) {
@@ -307,7 +305,13 @@ gpupool_status read_trace(const char *buf, size_t len, const char *path, const c
         r = hist_alloc(h, id, req, stream, err, sizeof err);
     } else if (!strcmp(cat, "alloc") && !strcmp(ph, "e")) {
       uint64_t id = u64_arg(e, "id", "id", &bad);
-      int deferred = deferred_arg(args, &bad);
+      int deferred = deferred_arg(args);
+      if (!bad && deferred < 0) {
+        st = pool_fail(GPUPOOL_ERR_INVALID,
+                       "%s: traceEvents[%zu]: args.deferred is not 0, 1, false or true", path,
+                       index - 1);
+        break;
+      }
       if (!bad && deferred)
         r = hist_record_stream(h, id, HIST_OTHER_STREAM, err, sizeof err);
       if (!bad && r >= 0)
@@ -319,12 +323,6 @@ gpupool_status read_trace(const char *buf, size_t len, const char *path, const c
       r = hist_empty_cache(h);
     } else {
       continue;
-    }
-    if (bad && !strcmp(bad, "args.deferred")) {
-      st = pool_fail(GPUPOOL_ERR_INVALID,
-                     "%s: traceEvents[%zu]: args.deferred is not 0, 1, false or true", path,
-                     index - 1);
-      break;
     }
     if (bad) {
       st = pool_fail(GPUPOOL_ERR_INVALID,
