@@ -58,8 +58,10 @@ int pool_labeler_next(pool_labeler *l, gpupool *p, char *label) {
   /* A pool may be named like another's label ("bfc#2" beside two "bfc"):
    * the ordinal goes up until the label is its own, so that no two series
    * of one device share one. */
+  char base[POOL_LABEL_MAX];
+  utf8_sanitize(me->name, base, POOL_LABEL_MAX);
   for (size_t ordinal = same + 1;; ordinal++) {
-    utf8_sanitize(me->name, me->label, POOL_LABEL_MAX);
+    memcpy(me->label, base, POOL_LABEL_MAX);
     if (ordinal > 1)
       add_ordinal(me->label, ordinal);
     if (!label_taken(l, me, me->label))
