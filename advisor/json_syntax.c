@@ -135,11 +135,6 @@ static int value(const char *text, size_t len, size_t *stop) {
   return ok;
 }
 
-int json_syntax_ok(const char *text, size_t len) {
-  size_t stop;
-  return value(text, len, &stop);
-}
-
 int json_document_ok(const char *text, size_t len, size_t *error_at) {
   size_t stop;
   if (!value(text, len, &stop)) {

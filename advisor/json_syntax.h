@@ -9,19 +9,13 @@
 
 #include <stddef.h>
 
-/* 1 when text[0, len) begins with one JSON value (RFC 8259; what follows it
- * is not read, as cJSON_ParseWithLengthOpts does not without
- * require_null_terminated) within cJSON's limits: at most
- * CJSON_NESTING_LIMIT arrays and objects nested, numbers of at most 63
- * characters, \u escapes of whole characters (a surrogate only in a pair);
- * else 0. */
-int json_syntax_ok(const char *text, size_t len);
-
-/* 1 when text[0, len) is one JSON document as json_syntax_ok checks it,
- * with nothing but white space after it (RFC 8259: a second document, a
- * NUL or any other byte after the value is malformed, which cJSON does not
- * check); else 0, and *error_at is the offset of the first byte that is not
- * JSON (a raw control character inside a string included). */
+/* 1 when text[0, len) is one JSON value (RFC 8259) within cJSON's limits
+ * (at most CJSON_NESTING_LIMIT arrays and objects nested, numbers of at most
+ * 63 characters, \u escapes of whole characters: a surrogate only in a
+ * pair), with nothing but white space after it (a second document, a NUL or
+ * any other byte after the value is malformed, which cJSON does not check);
+ * else 0, and *error_at is the offset of the first byte that is not JSON (a
+ * raw control character inside a string included). */
 int json_document_ok(const char *text, size_t len, size_t *error_at);
 
 #endif

@@ -17,8 +17,14 @@ static int cjson_ok(const char *s, size_t len) {
   return doc != NULL;
 }
 
+/* json_document_ok's verdict alone. */
+static int document_ok(const char *s, size_t len) {
+  size_t error_at;
+  return json_document_ok(s, len, &error_at);
+}
+
 static void expect_verdict(const char *s, int want) {
-  cr_expect_eq(json_syntax_ok(s, strlen(s)), want, "'%s': wanted %d", s, want);
+  cr_expect_eq(document_ok(s, strlen(s)), want, "'%s': wanted %d", s, want);
   if (want)
     cr_expect(cjson_ok(s, strlen(s)), "'%s' accepted, but cJSON refuses it", s);
 }
@@ -37,7 +43,7 @@ Test(advisor_json_syntax, values) {
                              "\"\"",
                              "\"a\\\"\\\\\\/\\b\\f\\n\\r\\t\\u00e9\\ud83d\\ude00\"",
                              "{\"a\":[1,{\"b\":null}],\"c\":\"d\"}",
-                             "[1,2] trailing bytes are not read",
+                             "[1,2] \t\r\n",
                              "\"\xff invalid UTF-8 is cJSON's to take\""};
   for (size_t i = 0; i < sizeof ok / sizeof *ok; i++)
     expect_verdict(ok[i], 1);
@@ -71,10 +77,30 @@ Test(advisor_json_syntax, values) {
                               "\"tab\there\"",
                               "[1 2]",
                               "{\"a\":1 \"b\":2}",
-                              "\xef\xbb\xbf{}"};
+                              "\xef\xbb\xbf{}",
+                              "[1,2] trailing bytes",
+                              "{} {}",
+                              "1 2"};
   for (size_t i = 0; i < sizeof bad / sizeof *bad; i++)
     expect_verdict(bad[i], 0);
-  cr_expect(!json_syntax_ok("[1]", 2), "the length bounds the text");
+  cr_expect(!document_ok("[1]", 2), "the length bounds the text");
+  cr_expect(!document_ok("[1]\0", 4), "a NUL after the document is not white space");
+}
+
+/* error_at: the first byte that is not JSON. */
+Test(advisor_json_syntax, error_at) {
+  static const struct {
+    const char *text;
+    size_t error_at;
+  } cases[] = {{"[1,]", 3},  {"{\"a\" 1}", 5}, {"[1] x", 4}, {"\"a\tb\"", 2},
+               {"[1,2", 4},  {"", 0},          {"nul", 0},   {"[0x1]", 2}};
+  for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+    size_t at = SIZE_MAX;
+    cr_expect(!json_document_ok(cases[i].text, strlen(cases[i].text), &at), "'%s' accepted",
+              cases[i].text);
+    cr_expect_eq(at, cases[i].error_at, "'%s': error at %zu, wanted %zu", cases[i].text, at,
+                 cases[i].error_at);
+  }
 }
 
 /* cJSON's limits: CJSON_NESTING_LIMIT nested arrays and objects, numbers of
@@ -88,7 +114,7 @@ Test(advisor_json_syntax, cjson_limits) {
     memset(s + d, ']', d);
     s[2 * d] = 0;
     int want = d <= CJSON_NESTING_LIMIT;
-    cr_expect_eq(json_syntax_ok(s, 2 * d), want, "%zu nested arrays", d);
+    cr_expect_eq(document_ok(s, 2 * d), want, "%zu nested arrays", d);
     cr_expect_eq(cjson_ok(s, 2 * d), want, "%zu nested arrays: cJSON's limit differs", d);
   }
   free(s);
@@ -112,7 +138,7 @@ Test(advisor_json_syntax, accepts_nothing_cjson_refuses) {
       "\"tid\":1000002,\"ts\":1.5,\"id\":\"0x10\",\"args\":{\"requested\":-4096e0,"
       "\"stream\":\"\\u0030x0\",\"deferred\":[true,false,null]}}],\"displayTimeUnit\":\"ns\"}";
   size_t len = sizeof doc - 1;
-  cr_assert(json_syntax_ok(doc, len));
+  cr_assert(document_ok(doc, len));
   static const char alphabet[] = "{}[],:\"\\/-+.eE0123456789abfnrtuxd \t\n\x01\xff";
   char buf[sizeof doc];
   uint64_t x = 0x9e3779b97f4a7c15ULL;
@@ -125,7 +151,7 @@ Test(advisor_json_syntax, accepts_nothing_cjson_refuses) {
     }
     x ^= x << 13, x ^= x >> 7, x ^= x << 17;
     size_t n = round % 4 ? len : x % len; /* some cut short too */
-    if (json_syntax_ok(buf, n)) {
+    if (document_ok(buf, n)) {
       accepted++;
       cr_assert(cjson_ok(buf, n), "accepted, but cJSON refuses: %.*s", (int)n, buf);
     }
