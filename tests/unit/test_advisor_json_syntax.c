@@ -92,8 +92,8 @@ Test(advisor_json_syntax, error_at) {
   static const struct {
     const char *text;
     size_t error_at;
-  } cases[] = {{"[1,]", 3},  {"{\"a\" 1}", 5}, {"[1] x", 4}, {"\"a\tb\"", 2},
-               {"[1,2", 4},  {"", 0},          {"nul", 0},   {"[0x1]", 2}};
+  } cases[] = {{"[1,]", 3}, {"{\"a\" 1}", 5}, {"[1] x", 4}, {"\"a\tb\"", 2},
+               {"[1,2", 4}, {"", 0},          {"nul", 0},   {"[0x1]", 2}};
   for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
     size_t at = SIZE_MAX;
     cr_expect(!json_document_ok(cases[i].text, strlen(cases[i].text), &at), "'%s' accepted",
