@@ -7,6 +7,20 @@ from . import _lib, _stats
 
 UNTAGGED = "untagged"  # memory_allocated_by_tag's key for the bytes of no tag
 
+# The tags this thread entered from Python and has not left, innermost last:
+# C keeps one tag stack per thread, and a tag left out of order (a generator
+# suspended inside one, an ExitStack) must take its own entry off it, not the
+# innermost one. One object may appear more than once (it nests: a recursive
+# decorated function) and be shared by threads.
+_entered = threading.local()
+
+
+def _thread_stack():
+    stack = getattr(_entered, "stack", None)
+    if stack is None:
+        stack = _entered.stack = []
+    return stack
+
 
 class tag(contextlib.ContextDecorator):
     """Attributes the pool allocations this thread makes inside the block (or
@@ -24,10 +38,6 @@ class tag(contextlib.ContextDecorator):
             raise ValueError(f"gpupool.tag: {name!r} is reserved: memory_allocated_by_tag() "
                              "reports the bytes allocated under no tag by that name")
         self.name = name
-        # How many times each thread entered this tag and has not left it: the
-        # same object nests (a recursive decorated function) and is shared by
-        # threads, and C keeps one tag stack per thread.
-        self._entered = threading.local()
 
     def __enter__(self):
         lib = _lib.lib()
@@ -41,16 +51,25 @@ class tag(contextlib.ContextDecorator):
                              "A-Z a-z 0-9 _ . : / -")
         if lib.gpupool_tag_push(encoded) != 0:
             raise ValueError(_lib.last_error())
-        self._entered.depth = getattr(self._entered, "depth", 0) + 1
+        _thread_stack().append((self, encoded))
         return self
 
     def __exit__(self, *exc):
-        depth = getattr(self._entered, "depth", 0)
-        if depth == 0:  # popping now would take off another tag of this thread
+        stack = _thread_stack()
+        at = next((i for i in range(len(stack) - 1, -1, -1) if stack[i][0] is self), None)
+        if at is None:  # popping now would take off another tag of this thread
             raise RuntimeError(f"gpupool.tag({self.name!r}).__exit__ without its __enter__ on "
                                "this thread: no tag was popped")
-        self._entered.depth = depth - 1
-        _lib.lib().gpupool_tag_pop()
+        lib = _lib.lib()
+        # Left out of order: the tags entered after it come off with it and go
+        # back on (each was pushed before, at a greater depth: they cannot fail).
+        above = stack[at + 1:]
+        for _ in range(len(above) + 1):
+            lib.gpupool_tag_pop()
+        del stack[at:]
+        for entry in above:
+            lib.gpupool_tag_push(entry[1])
+            stack.append(entry)
         return False
 
 

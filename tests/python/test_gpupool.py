@@ -460,6 +460,40 @@ class Tags(unittest.TestCase):
         self.assertEqual(depth(3), "recursive")
         self.assertIsNone(gpupool.current_tag())
 
+    def test_tag_left_out_of_order_takes_its_own_entry(self):
+        # A generator suspended inside a tag, resumed and closed inside
+        # another: the tag it leaves is its own, and the other stays current.
+        def produce():
+            with gpupool.tag("producer"):
+                yield gpupool.current_tag()
+                yield gpupool.current_tag()
+
+        g = produce()
+        self.assertEqual(next(g), "producer")
+        with gpupool.tag("consumer"):
+            self.assertEqual(gpupool.current_tag(), "consumer")
+            g.close()  # leaves "producer", entered before "consumer"
+            self.assertEqual(gpupool.current_tag(), "consumer")
+        self.assertIsNone(gpupool.current_tag())
+        # The same with an ExitStack's contexts left by hand, and bytes counted.
+        d = 13
+        a, b, c = gpupool.tag("a"), gpupool.tag("b"), gpupool.tag("c")
+        for t in (a, b, c):
+            t.__enter__()
+        b.__exit__(None, None, None)
+        self.assertEqual(gpupool.current_tag(), "c")
+        c.__exit__(None, None, None)
+        self.assertEqual(gpupool.current_tag(), "a")
+        ptr = malloc(4096, d)
+        try:
+            self.assertEqual(gpupool.memory_allocated_by_tag(d)["a"], 4096)
+        finally:
+            free(ptr, d)
+        a.__exit__(None, None, None)
+        self.assertIsNone(gpupool.current_tag())
+        with self.assertRaisesRegex(RuntimeError, "without its __enter__"):
+            b.__exit__(None, None, None)
+
     def test_tag_exits_on_exception(self):
         with self.assertRaises(KeyError):
             with gpupool.tag("t"):
