@@ -59,7 +59,13 @@ static int selected(const trace_query *q, const char *label, int device) {
          (q->device < 0 || device == q->device);
 }
 
-static trace_pool *add_pool(gather *g, const trace_pool_info *info, int live) {
+static void copy_str(char *dst, size_t size, const char *src) {
+  snprintf(dst, size, "%s", src ? src : "");
+}
+
+/* A pool for the trace, with its /metrics label (a gone pool's at its last
+ * sample). */
+static trace_pool *add_pool(gather *g, const trace_pool_info *info, const char *label, int live) {
   if (g->npools == g->cap) {
     size_t cap = g->cap ? g->cap * 2 : 16;
     trace_pool *p = realloc(g->pools, cap * sizeof *p);
@@ -73,12 +79,9 @@ static trace_pool *add_pool(gather *g, const trace_pool_info *info, int live) {
   trace_pool *p = &g->pools[g->npools++];
   memset(p, 0, sizeof *p);
   p->info = *info;
+  copy_str(p->metrics_label, sizeof p->metrics_label, label);
   p->live = live;
   return p;
-}
-
-static void copy_str(char *dst, size_t size, const char *src) {
-  snprintf(dst, size, "%s", src ? src : "");
 }
 
 /* All rings of p: pool_event_rings fills at most `cap`, so ask again with
@@ -131,7 +134,7 @@ static void gather_live(gpupool *p, void *arg) {
     return;
   copy_str(info.backend, sizeof info.backend, gpupool_backend_name(p));
   copy_str(info.strategy, sizeof info.strategy, gpupool_strategy_name(p));
-  if (add_pool(g, &info, 1))
+  if (add_pool(g, &info, label, 1))
     take_rings(g, p, info.id);
 }
 
@@ -155,7 +158,7 @@ static int gather_pools(trace_stream *s, gather *g) {
   for (size_t i = 0; i < nknown && !g->failed; i++)
     if (!pool_labeler_saw(&g->labeler, known[i].info.id) &&
         selected(&s->q, known[i].label, known[i].info.device))
-      add_pool(g, &known[i].info, 0);
+      add_pool(g, &known[i].info, known[i].label, 0);
   pool_labeler_free(&g->labeler);
   free(known);
   if (g->npools)

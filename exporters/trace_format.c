@@ -45,17 +45,25 @@ void trace_format_free(trace_format *f) {
   f->pid_named = NULL;
 }
 
+/* Whether pool i's label needs its id to be told apart (as
+ * trace_format_label_pools says). */
+static int label_repeated(const trace_pool *pools, size_t npools, size_t i) {
+  for (size_t j = 0; j < npools; j++)
+    if (j != i && pools[j].info.device == pools[i].info.device &&
+        (pools[j].live || !pools[i].live) &&
+        strcmp(pools[i].metrics_label, pools[j].metrics_label) == 0)
+      return 1;
+  return 0;
+}
+
 void trace_format_label_pools(trace_pool *pools, size_t npools) {
   for (size_t i = 0; i < npools; i++) {
-    int repeated = 0;
-    for (size_t j = 0; j < npools && !repeated; j++)
-      repeated = j != i && pools[i].info.device == pools[j].info.device &&
-                 strcmp(pools[i].info.name, pools[j].info.name) == 0;
-    if (repeated)
-      snprintf(pools[i].label, sizeof pools[i].label, "pool %s#%u", pools[i].info.name,
-               (unsigned)pools[i].info.id);
+    trace_pool *p = &pools[i];
+    if (!label_repeated(pools, npools, i))
+      snprintf(p->label, sizeof p->label, "pool %s", p->metrics_label);
     else
-      snprintf(pools[i].label, sizeof pools[i].label, "pool %s", pools[i].info.name);
+      snprintf(p->label, sizeof p->label, "pool %s (%sid %u)", p->metrics_label,
+               p->live ? "" : "gone, ", (unsigned)p->info.id);
   }
 }
 

@@ -26,7 +26,10 @@
 
 typedef struct trace_pool {
   trace_pool_info info;
-  char label[TRACE_LABEL_MAX + 24]; /* "pool <name>", "#<id>" added if names repeat */
+  /* the pool's label as /metrics writes it (a gone pool's at its last
+   * sample): its caller's to give */
+  char metrics_label[TRACE_LABEL_MAX];
+  char label[TRACE_LABEL_MAX + 32]; /* its tracks': trace_format_label_pools */
   int live;
   int have_requested;    /* a regular counter sample was written */
   uint64_t requested;    /* the latest sample's, moved by the allocs and frees since */
@@ -49,8 +52,11 @@ int trace_format_init(trace_format *f, json_buf *out, trace_pool *pools, size_t 
                       uint64_t base_ns);
 void trace_format_free(trace_format *f);
 
-/* Gives each pool its label: "pool <name>", with "#<id>" when two pools of
- * the list on one device share a name (tracks are grouped per device). */
+/* Gives each pool its track label, "pool <metrics_label>". Live pools' labels are distinct per
+ * device; a gone pool's may be a live one's now (pools of one name are numbered anew as they go),
+ * and tracks are grouped per device: a gone pool whose label another pool of its device has gets "
+ * (gone, id <id>)", and a live one whose label another live pool of its device has (never, from the
+ * registry) " (id <id>)". */
 void trace_format_label_pools(trace_pool *pools, size_t npools);
 /* The pool with this id, or NULL. */
 trace_pool *trace_format_find_pool(const trace_format *f, uint32_t id);

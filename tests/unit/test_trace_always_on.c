@@ -25,7 +25,7 @@ static uint64_t rng_next(uint64_t *s) {
 }
 
 static char *format_records(const trace_record *rs, size_t n, uint64_t base_ns) {
-  trace_pool pool = {.info = {.id = 1, .device = 0, .name = "p"}, .live = 1};
+  trace_pool pool = {.info = {.id = 1, .device = 0, .name = "p"}, .metrics_label = "p", .live = 1};
   trace_format_label_pools(&pool, 1);
   json_buf out;
   json_buf_init(&out);

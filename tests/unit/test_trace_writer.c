@@ -341,6 +341,8 @@ Test(trace_writer, pool_filter_selects_one_pool) {
   gpupool_destroy(b);
 }
 
+/* Pools that share a name get their /metrics labels as track names: "dup"
+ * and "dup#2", what pool= selects them by. */
 Test(trace_writer, pools_with_the_same_name_get_distinct_tracks) {
   init_events(1024);
   gpupool *a = host_pool("dup", 0, 64 * MiB), *b = host_pool("dup", 0, 64 * MiB);
@@ -348,11 +350,11 @@ Test(trace_writer, pools_with_the_same_name_get_distinct_tracks) {
   pc_must_malloc(b, 4096, NULL);
   sample_apart();
   cJSON *root = read_checked(NULL, 0);
-  char label[64];
-  snprintf(label, sizeof label, "pool dup#%u memory", pool_id(a));
-  cr_expect_eq(trace_count(root, "C", label), 1);
-  snprintf(label, sizeof label, "pool dup#%u memory", pool_id(b));
-  cr_expect_eq(trace_count(root, "C", label), 1);
+  cr_expect_eq(trace_count(root, "C", "pool dup memory"), 1);
+  cr_expect_eq(trace_count(root, "C", "pool dup#2 memory"), 1);
+  cr_expect_eq(trace_count(root, "C", "pool dup#2 allocations"), 1);
+  cr_expect_eq(trace_count(root, "C", "#1 memory") + trace_count(root, "C", "(id"), 0,
+               "no pool id in the names of live pools' tracks");
   cJSON_Delete(root);
   gpupool_destroy(a);
   gpupool_destroy(b);
@@ -377,11 +379,12 @@ Test(trace_writer, pool_filter_takes_the_metrics_label) {
   cJSON_Delete(root);
 
   char track[64];
-  snprintf(track, sizeof track, "pool dup#%u memory", pool_id(a));
+  snprintf(track, sizeof track, "pool dup (gone, id %u) memory", pool_id(a));
   gpupool_destroy(a); /* b is "dup" now; the table still says "dup#2" */
   root = read_checked(first, 1);
   cr_expect_gt(trace_count(root, "C", track), 0, "the destroyed dup's samples");
   cr_expect_eq(trace_count(root, "b", NULL), 2, "the allocations of b, now dup");
+  cr_expect_gt(trace_count(root, "C", "pool dup memory"), 0, "b's samples, under its label now");
   cJSON_Delete(root);
   cr_expect_null(trace_read_query(second, 1, 4096), "no pool is dup#2 any more");
   sample_apart();
