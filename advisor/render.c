@@ -217,20 +217,20 @@ static void render_csv(const gpupool_advice *a, sbuf *b) {
   put(b, "role,gpupool_conf,pytorch_cuda_alloc_conf,replayed,peak_reserved_bytes,"
          "peak_allocated_bytes,ratio,device_allocs,device_frees,cache_flushes,alloc_retries,"
          "gc_runs,ooms,fragmentation_at_peak,pages_moved,device_syncs,device_ms,added_ms,"
-         "replay_s\n");
+         "replay_s,has_pytorch_equivalent\n");
   for (size_t i = 0; i < a->n; i++) {
     const gpupool_advice_candidate *c = &a->c[i];
     put(b, "%s,", role_csv[role(a, i)]);
     put_csv_text(b, c->conf);
     put(b, ",");
     put_csv_text(b, c->has_torch ? c->torch_conf : "");
-    put(b, ",%d,%llu,%llu,%.4f,%llu,%llu,%llu,%llu,%llu,%llu,%.4f,%llu,%llu,%.3f,%.3f,%.6f\n",
+    put(b, ",%d,%llu,%llu,%.4f,%llu,%llu,%llu,%llu,%llu,%llu,%.4f,%llu,%llu,%.3f,%.3f,%.6f,%d\n",
         c->done, (unsigned long long)c->r.peak_reserved, (unsigned long long)c->r.peak_allocated,
         c->r.ratio, (unsigned long long)c->r.device_allocs, (unsigned long long)c->r.device_frees,
         (unsigned long long)c->r.cache_flushes, (unsigned long long)c->r.alloc_retries,
         (unsigned long long)c->r.gc_runs, (unsigned long long)c->r.ooms, c->r.fragmentation_at_peak,
         (unsigned long long)c->r.pages_moved, (unsigned long long)c->r.device_syncs, c->device_ms,
-        c->added_ms, c->r.seconds);
+        c->added_ms, c->r.seconds, c->has_torch);
   }
 }
 

@@ -248,6 +248,32 @@ Test(advisor_search, csv_is_rfc4180_whatever_the_configuration_text) {
   free(csv);
 }
 
+/* The CSV tells a configuration PyTorch has no equivalent for (an empty
+ * pytorch_cuda_alloc_conf, has_pytorch_equivalent 0) from one whose
+ * equivalent is PyTorch's defaults (empty too, but 1): the JSON's null and
+ * "". */
+Test(advisor_search, csv_tells_no_pytorch_equivalent_from_the_defaults) {
+  gpupool_advice *a = advise_two();
+  a->c[0].has_torch = 1;
+  a->c[0].torch_conf[0] = 0;
+  a->c[1].has_torch = 0;
+  char *csv = gpupool_advice_render(a, "csv");
+  gpupool_advice_free(a);
+  cr_assert_not_null(csv);
+  char field[1024] = "";
+  cr_assert_eq(csv_parse(csv, 0, 19, field, sizeof field), 3, "not RFC 4180: %s", csv);
+  cr_expect_str_eq(field, "has_pytorch_equivalent");
+  csv_parse(csv, 1, 2, field, sizeof field);
+  cr_expect_str_eq(field, "");
+  csv_parse(csv, 1, 19, field, sizeof field);
+  cr_expect_str_eq(field, "1", "the defaults are PyTorch's too");
+  csv_parse(csv, 2, 2, field, sizeof field);
+  cr_expect_str_eq(field, "");
+  csv_parse(csv, 2, 19, field, sizeof field);
+  cr_expect_str_eq(field, "0", "strategy:round has no PyTorch equivalent");
+  free(csv);
+}
+
 /* The table writes a configuration's (and a history path's) text by the
  * JSON's and the CSV's rule, a byte that begins no UTF-8 character as
  * U+FFFD, and each control character as U+FFFD too: a line break in a
