@@ -366,8 +366,10 @@ static void segment_call(trace_format *f, trace_pool *p, const pool_event *ev, u
 }
 
 /* OOM: size, requested; a = free in pool, b = largest free block,
- * addr = reserved bytes, stream = device free bytes (see pool/reclaim.c). */
-static void oom(trace_format *f, trace_pool *p, const pool_event *ev, uint64_t ts) {
+ * addr = reserved bytes, stream = device free bytes (see pool/reclaim.c);
+ * the stream that asked is its ring's. No address: nothing was allocated. */
+static void oom(trace_format *f, trace_pool *p, const pool_event *ev, uint64_t stream,
+                uint64_t ts) {
   char name[TRACE_LABEL_MAX + 40];
   snprintf(name, sizeof name, "OOM %s", p->label);
   begin_event(f, "i", name, "oom", trace_pid_of_device(p->info.device), pool_tid(p), ts);
@@ -375,6 +377,7 @@ static void oom(trace_format *f, trace_pool *p, const pool_event *ev, uint64_t t
   json_puts(o, ",\"s\":\"g\"");
   arg_u64(o, ",\"args\":{\"size\":", ev->oom.segment_size);
   arg_u64(o, ",\"requested\":", ev->oom.requested_bytes);
+  arg_hex(o, ",\"stream\":", stream);
   arg_u64(o, ",\"free_in_pool\":", ev->oom.free_in_pool);
   arg_u64(o, ",\"largest_free_block\":", ev->oom.largest_free);
   arg_u64(o, ",\"reserved\":", ev->oom.reserved_bytes);
@@ -409,7 +412,7 @@ static void pool_record(trace_format *f, const trace_record *r) {
     pool_instant(f, p, "garbage_collection", ev, r->ts_ns);
     break;
   case EV_OOM:
-    oom(f, p, ev, r->ts_ns);
+    oom(f, p, ev, r->ring_stream, r->ts_ns);
     break;
   default:
     break;

@@ -87,6 +87,7 @@ static uint64_t item_ts(const source *s, size_t i) {
 static void item_record(const source *s, size_t i, trace_record *r) {
   r->kind = s->kind;
   r->tag = s->tag;
+  r->ring_stream = s->ring ? s->ring->stream : 0;
   if (s->kind == TRACE_SRC_COUNTERS) {
     r->u.cs = ((const counter_sample *)s->buf)[i];
     r->ts_ns = r->u.cs.ts_ns;

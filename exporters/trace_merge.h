@@ -23,6 +23,9 @@ typedef struct trace_record {
   trace_src_kind kind;
   uint32_t tag;   /* the tag given with the source (the writer's pool index) */
   uint64_t ts_ns; /* never smaller than the previous record's */
+  /* TRACE_SRC_POOL: the stream of the ring it came from (a pool shard's),
+   * which an OOM event, whose words hold the pool's state, does not carry */
+  uint64_t ring_stream;
   union {
     pool_event ev;     /* TRACE_SRC_POOL, TRACE_SRC_CUPTI */
     counter_sample cs; /* TRACE_SRC_COUNTERS */

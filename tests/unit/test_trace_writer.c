@@ -122,7 +122,7 @@ Test(trace_writer, follows_the_format_and_records_what_the_pool_did) {
   pc_must_free(p, large[2]);
   cr_assert_gt(gpupool_empty_cache(p), 0);
   void *huge = NULL;
-  cr_assert_eq(gpupool_malloc(p, &huge, 1024 * MiB, NULL), GPUPOOL_ERR_OOM);
+  cr_assert_eq(gpupool_malloc(p, &huge, 1024 * MiB, (void *)0x5eed), GPUPOOL_ERR_OOM);
   sample_apart();
   gpupool_stats st;
   cr_assert_eq(gpupool_get_stats(p, &st), GPUPOOL_OK);
@@ -168,6 +168,7 @@ Test(trace_writer, follows_the_format_and_records_what_the_pool_did) {
   cr_assert_not_null(oom);
   cr_expect_str_eq(cJSON_GetObjectItem(oom, "s")->valuestring, "g");
   cr_expect_eq(arg_number(oom, "requested"), (double)(1024 * MiB));
+  cr_expect_str_eq(arg_string(oom, "stream"), "0x5eed", "the stream that asked");
   arg_number(oom, "free_in_pool");
   arg_number(oom, "largest_free_block");
   arg_number(oom, "device_free");
