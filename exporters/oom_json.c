@@ -125,6 +125,7 @@ static void explanation(jb *j, cJSON *root, const pool_oom_report *r) {
   else if (!cJSON_AddNullToObject(x, "outside_pool_bytes"))
     j->ok = 0;
   num(j, x, "shortfall_bytes", (double)e->shortfall);
+  flag(j, x, "device_had_room", e->device_had_room);
   flag(j, x, "larger_than_device", e->larger_than_device);
   cJSON *rem = obj(j, x, "remedies");
   if (!rem)

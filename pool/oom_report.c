@@ -132,12 +132,15 @@ static void compute(pool_oom_report *r) {
     e->outside_known = 1;
     e->outside_pool = used > t->reserved ? used - t->reserved : 0;
     e->shortfall = e->need > r->device_free ? e->need - r->device_free : 0;
+    e->device_had_room = e->shortfall == 0;
   }
   if (r->device_total)
     e->larger_than_device = r->rounded > r->device_total || e->need > r->device_total;
   /* empty_cache returns the segments that hold no live block. */
   e->empty_cache_frees = t->cached_bytes;
-  if (e->empty_cache_frees >= e->need)
+  if (e->device_had_room)
+    e->empty_cache_enough = OOM_MAYBE;
+  else if (e->empty_cache_frees >= e->need)
     e->empty_cache_enough = OOM_YES;
   else if (r->device_known)
     e->empty_cache_enough = r->device_free + e->empty_cache_frees >= e->need ? OOM_YES : OOM_NO;
@@ -159,7 +162,9 @@ static void compute(pool_oom_report *r) {
     } else {
       e->expandable_room = r->device_total - e->outside_pool;
       int bfc = strcmp(r->cap.strategy, "bfc") == 0; /* other roundings differ */
-      if (e->expandable_high <= e->expandable_room)
+      if (e->device_had_room)
+        e->expandable = OOM_MAYBE;
+      else if (e->expandable_high <= e->expandable_room)
         e->expandable = OOM_YES;
       else if (bfc && e->expandable_low > e->expandable_room)
         e->expandable = OOM_NO;
@@ -243,6 +248,16 @@ static void write_message_text(pool_oom_report *r) {
     add(&m, " The request is larger than the device (%s): no setting makes it fit.",
         bytes(a, sizeof a, r->device_total));
   } else {
+    if (e->device_had_room && strcmp(r->cap.backend, "host") == 0)
+      add(&m,
+          " The device had room for the %s asked by its accounting: the host could not provide "
+          "the memory the host backend simulates it with.",
+          bytes(a, sizeof a, e->need));
+    else if (e->device_had_room)
+      add(&m,
+          " The device had room for the %s asked by a reading %.1f s old: memory was taken "
+          "since, or the driver refused for another reason.",
+          bytes(a, sizeof a, e->need), (double)r->device_age_ns / 1e9);
     add(&m, " Remedies: an empty_cache would free %s (%s);",
         bytes(a, sizeof a, e->empty_cache_frees),
         answer(e->empty_cache_enough, "enough", "not enough", "enough unknown"));

@@ -32,6 +32,11 @@ typedef struct oom_explanation {
   uint64_t outside_pool; /* device memory not held by this pool (total - free - reserved) */
   int outside_known;
   uint64_t shortfall; /* need - device free (when the device reading is known) */
+  /* The reading showed need free: the failure is not explained by the
+   * device's free memory as read (a stale reading, or the backend refused
+   * for another reason), so the remedies that free memory are answered
+   * maybe */
+  int device_had_room;
   int larger_than_device;
   uint64_t empty_cache_frees;
   oom_answer empty_cache_enough;

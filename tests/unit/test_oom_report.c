@@ -271,6 +271,34 @@ Test(oom_report, larger_than_the_device) {
   }
 }
 
+/* The device had room by its reading, yet the allocation failed (here the
+ * host backend's fault injection; on a GPU a stale reading or the driver):
+ * freeing memory is not known to help, so the remedies that free it say
+ * maybe, never "enough" or "would have served it", and the message says
+ * why the room did not serve. */
+Test(oom_report, device_had_room) {
+  for (size_t i = 0; i < 3; i++) {
+    gpupool_strategy s = strategies[i];
+    observe();
+    gpupool *p = pc_pool(s, CAP, "fault_every_n:1");
+    oplog l = {0};
+    cr_assert_neq(log_malloc(p, &l, 4 * MiB), 0, "%s: every device allocation fails", sname(s));
+    check_report(p, s, 4 * MiB, 0);
+    cr_expect(last->ex.device_had_room, "%s", sname(s));
+    cr_expect_eq(last->ex.shortfall, 0);
+    cr_expect_eq(last->ex.empty_cache_enough, OOM_MAYBE, "%s", sname(s));
+    if (s == GPUPOOL_STRATEGY_BFC)
+      cr_expect_eq(last->ex.expandable, OOM_MAYBE);
+    cr_expect(strstr(last->message, "had room for the 20.00 MiB asked by its accounting") ||
+                  strstr(last->message, "had room for the 2.00 MiB asked by its accounting") ||
+                  strstr(last->message, "had room for the 4.00 MiB asked by its accounting"),
+              "%s: %s", sname(s), last->message);
+    cr_expect_null(strstr(last->message, "(enough)"), "%s", last->message);
+    gpupool_destroy(p);
+    unobserve();
+  }
+}
+
 Test(oom_report, other_cuda_memory) {
   const size_t other = 40 * MiB;
   for (size_t i = 0; i < 3; i++) {
