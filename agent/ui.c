@@ -69,7 +69,10 @@ static void serve_asset(const endpoint_args *args, endpoint_body *out, const ui_
   endpoint_params p;
   endpoint_count_params(args, names, &p);
   if (p.unknown) {
-    endpoint_bad_request(out, "%s takes no query parameter but %s", args->path, allowed);
+    char shown[64];
+    endpoint_printable(shown, sizeof shown, p.unknown);
+    endpoint_bad_request(out, "%s: unknown parameter '%s' (expected %s)", args->path, shown,
+                         allowed);
     return;
   }
   if (p.repeated) {

@@ -176,10 +176,25 @@ static void note_live(gpupool *p, void *arg) {
   c->n++;
 }
 
+/* The pool's last sample before the window and its first in it (NULL when
+ * the samples read hold none). */
+static void window_edge(const counter_sample *s, size_t ns, uint32_t id, uint64_t since,
+                        const counter_sample **before, const counter_sample **first) {
+  *before = *first = NULL;
+  for (size_t i = 0; i < ns && !*first; i++)
+    if (s[i].pool_id == id)
+      *(s[i].ts_ns < since ? before : first) = &s[i];
+}
+
 /* The samples of one pool in the window, at most one per UI_POINTS-th of it
- * (the last sample of each slice). */
+ * (the last sample of each slice), and the cumulative counters before the
+ * first point (which stands for its whole slice), so that its increments
+ * count too: those of the pool's last sample before the window; 0 when it
+ * has none and no sample was overwritten (`complete`: its first sample ever,
+ * counting from its creation); else its first sample in the window's own
+ * (that sample's increments unknown). */
 static void pool_series(prom_buf *b, const counter_sample *s, size_t ns, uint32_t id,
-                        uint64_t since, uint64_t slice) {
+                        uint64_t since, uint64_t slice, int complete) {
   static const char *const names[] = {"t",         "allocated",   "reserved",
                                       "requested", "from_device", "from_cache"};
   key(b, "series");
@@ -207,12 +222,21 @@ static void pool_series(prom_buf *b, const counter_sample *s, size_t ns, uint32_
     close_with(b, ']');
     prom_buf_putc(b, ',');
   }
+  const counter_sample *before, *first;
+  window_edge(s, ns, id, since, &before, &first);
+  if (!before && !complete)
+    before = first;
+  key(b, "before");
+  prom_buf_putc(b, '{');
+  kv_u64(b, "from_device", before ? before->from_device : 0);
+  kv_u64(b, "from_cache", before ? before->from_cache : 0);
   close_with(b, '}');
+  prom_buf_putc(b, '}');
   prom_buf_putc(b, ',');
 }
 
 static void write_pool(prom_buf *b, const pool_now *p, const counter_sample *s, size_t ns,
-                       uint64_t since, uint64_t slice) {
+                       uint64_t since, uint64_t slice, int complete) {
   prom_buf_putc(b, '{');
   kv_u64(b, "id", p->id);
   key(b, "device");
@@ -247,7 +271,7 @@ static void write_pool(prom_buf *b, const pool_now *p, const counter_sample *s, 
     kv_u64(b, "ooms", st->num_ooms);
     kv_u64(b, "alloc_retries", st->num_alloc_retries);
   }
-  pool_series(b, s, ns, p->id, since, slice);
+  pool_series(b, s, ns, p->id, since, slice, complete);
   close_with(b, '}');
   prom_buf_putc(b, ',');
 }
@@ -364,6 +388,8 @@ void ui_state_json(const endpoint_args *args, endpoint_body *out) {
   uint64_t head = trace_counters_head(), skipped = 0;
   uint64_t cursor = head > TRACE_COUNTERS_CAPACITY ? head - TRACE_COUNTERS_CAPACITY : 0;
   size_t ns = trace_counters_read(&cursor, s, TRACE_COUNTERS_CAPACITY, &skipped);
+  /* Every sample since the first is here: a pool without an earlier one had none. */
+  int complete = skipped == 0 && trace_counters_dropped() == 0;
   registry_foreach(note_live, &c);
   pool_labeler_free(&c.labeler);
   /* Pools gone since, whose samples are still in the window. */
@@ -412,7 +438,7 @@ void ui_state_json(const endpoint_args *args, endpoint_body *out) {
   key(&b, "pools");
   prom_buf_putc(&b, '[');
   for (size_t i = 0; i < c.n; i++)
-    write_pool(&b, &c.pools[i], s, ns, since, slice ? slice : 1);
+    write_pool(&b, &c.pools[i], s, ns, since, slice ? slice : 1, complete);
   close_with(&b, ']');
   prom_buf_putc(&b, ',');
   write_cupti(&b, since, slice ? slice : 1);
@@ -431,6 +457,7 @@ done:
 typedef struct blocks_ctx {
   uint32_t id;
   int found;
+  pool_labeler labeler; /* every pool up to the one shown: labels as /metrics gives them */
   uint64_t now_ns;
   uint64_t seg_addr;
   int in_segment;
@@ -543,7 +570,12 @@ static void on_block(void *arg, const pool_block_info *bi) {
 
 static void blocks_of(gpupool *p, void *arg) {
   blocks_ctx *c = arg;
-  if (c->found || pool_id(p) != c->id)
+  if (c->found)
+    return;
+  char label[POOL_LABEL_MAX] = "";
+  if (pool_labeler_next(&c->labeler, p, label) != 0)
+    c->b->failed = 1; /* out of host memory: the labels after it would be wrong */
+  if (pool_id(p) != c->id)
     return;
   c->found = 1;
   prom_buf *b = c->b;
@@ -554,6 +586,9 @@ static void blocks_of(gpupool *p, void *arg) {
   kv_u64(b, "id", c->id);
   key(b, "name");
   json_str(b, gpupool_name(p));
+  prom_buf_putc(b, ',');
+  key(b, "label");
+  json_str(b, label);
   prom_buf_putc(b, ',');
   key(b, "device");
   prom_buf_i64(b, gpupool_device(p));
@@ -609,6 +644,7 @@ void ui_blocks_json(const endpoint_args *args, endpoint_body *out) {
   prom_buf_putc(&b, '{');
   kv_u64(&b, "now_ms", c.now_ns / 1000000);
   registry_foreach(blocks_of, &c);
+  pool_labeler_free(&c.labeler);
   if (!c.found) /* gone: an answer, not an error, so that the page just says so */
     prom_buf_puts(&b, "\"pool\":null");
   prom_buf_putc(&b, '}');

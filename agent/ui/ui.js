@@ -41,11 +41,12 @@ const ui = (window.gpupoolUI = {
   stateUpdates: 0,
   lastState: null,
   adviceView: (data) => adviceView(data), // the advice renderer, for any shape of /advice
+  fmtBytes: (v) => fmtBytes(v),
 });
 
 function fmtBytes(v) {
   if (v === undefined || v === null) return "—";
-  const units = ["B", "KiB", "MiB", "GiB", "TiB"];
+  const units = ["B", "KiB", "MiB", "GiB", "TiB", "PiB"];
   let i = 0;
   let x = v;
   while (Math.abs(x) >= 1024 && i < units.length - 1) {
@@ -66,6 +67,14 @@ function fmtAge(ms) {
   return (ms / 60000).toFixed(1) + " min";
 }
 
+// A time in seconds since the epoch (the advisor's computed_at) as the local
+// time and its age (age_s where the document gives it); other numbers as they are.
+function fmtWhen(s, ageS) {
+  if (!(s > 1e9)) return String(s);
+  const age = typeof ageS === "number" ? ageS : Date.now() / 1000 - s;
+  return new Date(s * 1000).toLocaleTimeString() + " (" + (age < 0 ? "now" : fmtAge(Math.round(age * 1000)) + " ago") + ")";
+}
+
 function extFrag(p) {
   const free = p.reserved - p.allocated;
   return free > 0 ? 1 - p.largest_free / free : null;
@@ -75,11 +84,28 @@ function overhead(p) {
   return p.reserved > 0 ? 1 - p.allocated / p.reserved : null;
 }
 
-function el(tag, attrs, text) {
+// Text the process chose (pool names and labels, tags) is isolated from the
+// text around it, so that its bidi controls (U+202E ...) cannot reorder ours:
+// in the DOM a <bdi>, in a string (an <option>, the tooltip) U+2068 ... U+2069.
+const bdi = (text) => el("bdi", {}, String(text));
+const iso = (text) => "\u2068" + text + "\u2069";
+
+// An element with attributes and children (strings or nodes).
+function el(tag, attrs, ...children) {
   const e = document.createElement(tag);
   for (const k in attrs || {}) e.setAttribute(k, attrs[k]);
-  if (text !== undefined) e.textContent = text;
+  for (const c of children) if (c !== undefined && c !== null) e.append(c);
   return e;
+}
+
+// The map's caption alone, with no map: why there is none.
+function mapNote(...parts) {
+  const info = $("map-info");
+  const cv = $("map");
+  info.replaceChildren(...parts.map((x, i) => (i % 2 ? bdi(x) : x))); // odd parts: the user's text
+  cv.height = 1;
+  ui.layout = [];
+  ui.rows = null;
 }
 
 // ---- polling, with "agent unreachable" and retries ----
@@ -132,7 +158,9 @@ function renderState(st) {
     const tr = el("tr", { "data-pool": p.label, "data-pool-id": String(p.id) });
     if (!p.live) tr.className = "gone";
     if (p.id === selectedPool) tr.classList.add("selected");
-    tr.append(el("td", {}, p.label + (p.live ? "" : " (gone)")), el("td", {}, String(p.device)));
+    const name = el("td");
+    name.append(bdi(p.label), p.live ? "" : " (gone)");
+    tr.append(name, el("td", {}, String(p.device)));
     tr.append(el("td", {}, p.backend + " / " + p.strategy));
     if (p.live) {
       const cells = [
@@ -163,7 +191,7 @@ function renderState(st) {
   const sel = $("map-pool");
   const ids = live.map((p) => String(p.id)).join(",");
   if (sel.dataset.ids !== ids) {
-    sel.replaceChildren(...live.map((p) => el("option", { value: String(p.id) }, p.label + " (device " + p.device + ")")));
+    sel.replaceChildren(...live.map((p) => el("option", { value: String(p.id) }, iso(p.label) + " (device " + p.device + ")")));
     sel.dataset.ids = ids;
   }
   if (wantPoolName !== null) {
@@ -178,12 +206,16 @@ function renderState(st) {
   if (selectedPool !== null && !st.pools.some((p) => p.id === selectedPool)) selectedPool = null;
   if (selectedPool === null && live.length && wantPoolName === null) selectPool(live[0].id);
   if (selectedPool !== null) sel.value = String(selectedPool);
+  else if (wantPoolName !== null) mapNote("waiting for pool ", wantPoolName, ": no live pool has this label yet.");
+  else if (!live.length) mapNote("No live pool in this process: nothing to map.");
   renderCharts(st);
   renderOomAdvice(st);
 }
 
 // ---- charts ----
 
+// title: strings and nodes. A chart is 420 px wide, less where the page is
+// narrower (its box adds 10 px).
 function chartCanvas(key, title) {
   let box = document.querySelector('.chart[data-key="' + key + '"]');
   if (!box) {
@@ -191,13 +223,18 @@ function chartCanvas(key, title) {
     box.append(el("h3"), el("canvas", { width: "420", height: "120" }));
     $("charts").append(box);
   }
-  box.querySelector("h3").textContent = title;
+  box.querySelector("h3").replaceChildren(...title);
   box.dataset.seen = "1";
-  return box.querySelector("canvas");
+  const cv = box.querySelector("canvas");
+  const w = Math.max(120, Math.min(420, $("charts").clientWidth - 10));
+  if (cv.width !== w) cv.width = w;
+  return cv;
 }
 
 // x runs from x0Ms to nowMs (the window, or less while the process is younger).
-function drawLines(cv, t, lines, bars, x0Ms, nowMs) {
+// Lines hold their last value up to now, unless `ended` (a destroyed pool's
+// end at its last sample).
+function drawLines(cv, t, lines, bars, x0Ms, nowMs, ended) {
   const ctx = cv.getContext("2d");
   const W = cv.width;
   const H = cv.height;
@@ -245,9 +282,10 @@ function drawLines(cv, t, lines, bars, x0Ms, nowMs) {
         ctx.lineTo(x, y);
       }
     }
-    if (t.length) ctx.lineTo(xOf(nowMs), yOf(l.v[t.length - 1]));
+    if (t.length && !ended) ctx.lineTo(xOf(nowMs), yOf(l.v[t.length - 1]));
     ctx.stroke();
   }
+  cv.dataset.endX = t.length ? String(ended ? xOf(t[t.length - 1]) : xOf(nowMs)) : "";
 }
 
 function renderCharts(st) {
@@ -260,9 +298,14 @@ function renderCharts(st) {
   for (const p of st.pools) {
     const s = p.series;
     const free = s.reserved.map((r, i) => r - s.allocated[i]);
-    const dev = s.from_device.map((v, i) => (i ? v - s.from_device[i - 1] : 0));
+    // Allocations from the device per point: the first counts from the value
+    // before it (state.json's series.before), so none in the window is missed.
+    const before = s.before ? s.before.from_device : s.from_device[0];
+    const dev = s.from_device.map((v, i) => v - (i ? s.from_device[i - 1] : before));
     const n = dev.reduce((a, b) => a + b, 0);
-    const cv = chartCanvas("pool-" + p.id, p.label + " · device " + p.device + (p.live ? "" : " (gone)") + " · " + n + " from device in window");
+    const title = [bdi(p.label), " · device " + p.device + (p.live ? "" : " (gone)") + " · " + n + " from device in window"];
+    const cv = chartCanvas("pool-" + p.id, title);
+    cv.parentElement.dataset.fromDevice = String(n);
     drawLines(
       cv,
       s.t,
@@ -273,12 +316,13 @@ function renderCharts(st) {
       ],
       { v: dev, color: "#d62728" },
       x0,
-      st.now_ms
+      st.now_ms,
+      !p.live
     );
   }
   const c = st.cupti;
   for (const d of c.devices) {
-    const cv = chartCanvas("cupti-" + d.device, "CUPTI · device " + d.device + ": all CUDA memory");
+    const cv = chartCanvas("cupti-" + d.device, ["CUPTI · device " + d.device + ": all CUDA memory"]);
     drawLines(cv, d.t, [{ v: d.pool, color: "#3b6fd4" }, { v: d.other, color: "#9467bd" }], null, x0, st.now_ms);
   }
   $("cupti-note").textContent = c.up
@@ -352,7 +396,7 @@ function oomCard(r, detail) {
   head.append(
     el("b", {}, "OOM #" + r.id),
     el("span", { title: r.time }, when.toLocaleString()),
-    el("span", {}, "pool " + r.pool + " · device " + r.device),
+    el("span", {}, "pool ", bdi(r.pool), " · device " + r.device),
     el("span", {}, "request " + fmtBytes(r.size)),
     el("span", {}, "reserved " + fmtBytes(r.reserved_bytes) + " · allocated " + fmtBytes(r.allocated_bytes))
   );
@@ -424,7 +468,7 @@ function advicePools(data) {
   if (!data || !Array.isArray(data.pools) || !data.pools.length) return null;
   if (!data.pools.every((p) => p && typeof p === "object" && typeof p.pool === "string")) return null;
   return data.pools.slice(0, 64).map((p) => {
-    const label = p.pool + " (device " + p.device + ")";
+    const label = [bdi(p.pool), " (device " + p.device + ")"];
     const rec = p.recommended && typeof p.recommended === "object" ? p.recommended : null;
     if (p.error) return { label, note: "no advice: " + p.error };
     if (p.has_recommendation === false || !rec) return { label, note: "no recommendation" };
@@ -470,7 +514,7 @@ function adviceView(data) {
     for (const r of adviceFind(data)) {
       const row = el("div", { class: "advice-rec" });
       if (r.text === undefined) {
-        row.append(el("span", { class: "advice-key" }, r.label), el("span", { class: "advice-note" }, r.note));
+        row.append(el("span", { class: "advice-key" }, ...[].concat(r.label)), el("span", { class: "advice-note" }, r.note));
         box.append(row);
         continue;
       }
@@ -482,7 +526,7 @@ function adviceView(data) {
           navigator.clipboard.writeText(r.text).then(() => (copy.textContent = "copied"), sel);
         else sel();
       });
-      row.append(el("span", { class: "advice-key" }, r.label || "recommendation"), code, copy);
+      row.append(el("span", { class: "advice-key" }, ...[].concat(r.label || "recommendation")), code, copy);
       if (r.note) row.append(el("span", { class: "advice-note" }, r.note));
       box.append(row);
     }
@@ -492,7 +536,7 @@ function adviceView(data) {
       for (const k of Object.keys(top).slice(0, 40)) {
         const v = top[k];
         if (v === null || typeof v === "object") continue;
-        const text = typeof v === "number" && !Number.isInteger(v) ? v.toFixed(2) : String(v);
+        const text = k === "computed_at" && typeof v === "number" ? fmtWhen(v, top.age_s) : typeof v === "number" && !Number.isInteger(v) ? v.toFixed(2) : String(v);
         const tr = el("tr");
         tr.append(el("th", {}, k), el("td", {}, text.length > 300 ? text.slice(0, 300) + "…" : text));
         table.append(tr);
@@ -502,7 +546,7 @@ function adviceView(data) {
       tr.append(el("th", {}, "value"), el("td", {}, String(top)));
       table.append(tr);
     }
-    if (table.children.length) box.append(table);
+    if (table.children.length) box.append(el("div", { class: "table-wrap" }, table));
     if (!box.children.length) box.append(el("p", { class: "note" }, "nothing to show in brief: open /advice"));
   } catch (e) {
     box.replaceChildren(el("p", { class: "note" }, "/advice has a shape this page does not know: open it"));
@@ -649,7 +693,7 @@ function renderTagLegend(pool, byTag) {
     const item = el("span", { class: "tag-item", "data-tag": t.name, "data-bytes": String(t.allocated) });
     const key = el("span", { class: "key" });
     key.style.background = t.color; // CSSOM, not an inline style attribute: the CSP allows it
-    item.append(key, t.name + " " + fmtBytes(t.allocated));
+    item.append(key, bdi(t.name), " " + fmtBytes(t.allocated));
     items.push(item);
   });
   const rest = Math.max(0, (pool.allocated || 0) - tagged);
@@ -667,12 +711,7 @@ function drawMap() {
   const info = $("map-info");
   const pool = blocks && blocks.pool;
   if (!blocks) return;
-  if (!pool) {
-    info.textContent = "This pool is gone (destroyed).";
-    cv.height = 1;
-    ui.layout = [];
-    return;
-  }
+  if (!pool) return mapNote("This pool is gone (destroyed).");
   const t0 = performance.now();
   const all = mapRows(pool);
   // Bars thin down to ROW_H_MIN to keep every segment; beyond that the
@@ -682,13 +721,14 @@ function drawMap() {
   const rows = all.slice(0, Math.floor(CANVAS_MAX_H / (rowH + ROW_GAP)));
   ui.rowH = rowH;
   const total = pool.segments.reduce((a, s) => a + s.blocks.length / 6, 0);
-  const width = Math.max(400, $("map-wrap").clientWidth - 2);
+  // The box's width (the box scrolls below a bar of 100 px).
+  const width = Math.max(LABEL_W + 108, $("map-wrap").clientWidth);
   cv.width = width;
   cv.height = Math.max(20, rows.length * (rowH + ROW_GAP) + 4);
   const ctx = cv.getContext("2d");
   ctx.clearRect(0, 0, cv.width, cv.height);
   if (!pool.segments.length) {
-    info.textContent = pool.name + ": no segments (an empty pool).";
+    info.replaceChildren(bdi(pool.label), ": no segments (an empty pool).");
     ui.layout = [];
     ui.mapBlocks = 0;
     markDrawn();
@@ -774,12 +814,14 @@ function drawMap() {
   ui.mapBlocks = total;
   ui.lastDrawMs = performance.now() - t0;
   const frag = extFrag(pool);
-  info.textContent =
-    pool.name + ": " + pool.segments.length + " segments, " + total + " blocks" +
+  info.replaceChildren(
+    bdi(pool.label),
+    ": " + pool.segments.length + " segments, " + total + " blocks" +
     (rows.length < pool.segments.length ? " (" + rows.length + " shown: sort or filter for others)" : "") +
     " · scale " + fmtBytes(Math.round(bpp)) + " per pixel" +
     " · largest free " + fmtBytes(pool.largest_free) +
-    " · external fragmentation " + fmtRatio(frag) + " · cache overhead " + fmtRatio(overhead(pool));
+    " · external fragmentation " + fmtRatio(frag) + " · cache overhead " + fmtRatio(overhead(pool))
+  );
   markDrawn();
 }
 
@@ -822,21 +864,29 @@ function onHover(ev) {
     "block 0x" + addr.toString(16) + " (segment " + s.address + ", " + (s.large ? "large" : "small") + " pool)",
     "state      " + STATE_NAMES[b[i + 3]],
     "size       " + fmtBytes(b[i + 1]) + " (" + b[i + 1] + " B)",
-    "requested  " + (b[i + 3] === 1 ? fmtBytes(b[i + 2]) + " (" + b[i + 2] + " B)" : "—"),
+    "requested  " + (b[i + 3] !== 0 ? fmtBytes(b[i + 2]) + " (" + b[i + 2] + " B)" : "—"), // allocated, pending
     "stream     " + s.stream,
     "age        " + (b[i + 3] === 0 ? "— (free)" : fmtAge(b[i + 4])),
   ];
   if (b[i + 3] !== 0) {
     const t = s.block_tags ? s.block_tags[i / 6] : -1;
     const tag = t >= 0 && blocks.pool.tags && blocks.pool.tags[t] ? blocks.pool.tags[t].name : null;
-    lines.push("tag        " + (tag === null ? "— (untagged)" : tag));
+    lines.push("tag        " + (tag === null ? "— (untagged)" : iso(tag)));
   }
   if (b[i + 5]) lines.push("unmapped   " + fmtBytes(b[i + 5]));
   if (inPx > 1) lines.push(inPx + " blocks share this pixel: its colours are their shares");
   tip.textContent = lines.join("\n");
   tip.hidden = false;
-  tip.style.left = Math.min(ev.clientX + 14, window.innerWidth - 420) + "px";
-  tip.style.top = ev.clientY + 14 + "px";
+  // Right of and below the pointer where it fits, else left of or above it;
+  // never outside the viewport (the CSS caps its size to it).
+  const vw = document.documentElement.clientWidth;
+  const vh = document.documentElement.clientHeight;
+  const w = tip.offsetWidth;
+  const h = tip.offsetHeight;
+  const left = ev.clientX + 14 + w <= vw ? ev.clientX + 14 : ev.clientX - 14 - w;
+  const top = ev.clientY + 14 + h <= vh ? ev.clientY + 14 : ev.clientY - 14 - h;
+  tip.style.left = Math.max(0, Math.min(left, vw - w)) + "px";
+  tip.style.top = Math.max(0, Math.min(top, vh - h)) + "px";
 }
 
 function start() {

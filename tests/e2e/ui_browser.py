@@ -18,9 +18,18 @@ render; the OOM the fixture made is a card (its message starts with "CUDA
 out of memory.", links to /oom/<id> and its torch pickle); the advice
 renderer takes any JSON shape; colouring by tag shows the fixture's tags in
 the legend with /metrics' bytes per tag and their colours on the map, and a
-hover names a block's tag; a destroyed pool shows as gone; a stopped agent
-shows "agent unreachable" without a script error. Screenshots
-ui-fixture*.png."""
+hover names a block's tag and shows a pending block's requested size; each
+pool's "N from device in window" equals /metrics' count (the pools were
+created within the window); text with a bidi control (pool "rtl<U+202E>name")
+is isolated wherever shown; the map's caption names a pool by its label
+(?pool=same%233, pools same x3 and same#2); ?pool= with a label no pool has
+says it waits for it; at a 400 px viewport the page does not scroll sideways
+and the tooltip stays inside it; fmtBytes reaches PiB; the advice table shows
+computed_at as a time and an age; a destroyed pool shows as gone, its chart's
+lines ending at its last sample; a stopped agent shows "agent unreachable"
+without a script error. Screenshots ui-fixture*.png.
+
+Part 3, the fixture with no pool: the block map says there is none."""
 
 import argparse
 import base64
@@ -334,6 +343,85 @@ def check_tags(b, base):
           "fixture: each tag's own colour drawn on the map (pixels %s)" % counts)
 
 
+# Text nodes holding a bidi override (U+202E) not isolated from the text
+# around them: neither the pool's label alone in an element whose
+# unicode-bidi isolates nor between U+2068 and U+2069.
+BIDI_JS = r"""(() => {
+  const bad = [];
+  let n = 0;
+  const w = document.createTreeWalker(document.body, NodeFilter.SHOW_TEXT);
+  for (let t; (t = w.nextNode()); ) {
+    const d = t.data, i = d.indexOf('\u202e');
+    if (i < 0) continue;
+    n++;
+    const p = t.parentElement;
+    const alone = d === 'rtl\u202ename' && p.childNodes.length === 1
+      && /isolate|plaintext/.test(getComputedStyle(p).unicodeBidi);
+    const marked = d.lastIndexOf('\u2068', i) >= 0 && d.indexOf('\u2069', i) > i;
+    if (!alone && !marked) bad.push(p.tagName + ': ' + JSON.stringify(p.textContent));
+  }
+  return {n: n, bad: bad};
+})()"""
+
+# The rightmost column of a chart's plot holding a coloured (not grey) pixel.
+CHART_END_JS = """(() => {
+  const cv = document.querySelector('.chart[data-key="pool-%s"] canvas');
+  const d = cv.getContext('2d').getImageData(0, 3, cv.width, cv.height - 18).data;
+  let right = -1;
+  for (let i = 0; i < d.length; i += 4) {
+    const x = (i / 4) %% cv.width;
+    if (d[i + 3] > 0 && Math.max(d[i], d[i+1], d[i+2]) - Math.min(d[i], d[i+1], d[i+2]) > 40)
+      right = Math.max(right, x);
+  }
+  return {right: right, width: cv.width};
+})()"""
+
+# Whether pool `label`'s last sample lies at least 5 %% of the charts' span
+# before now (the span as the page computes it).
+CHART_GAP_JS = """(() => {
+  const st = gpupoolUI.lastState;
+  const p = st && st.pools.find((q) => q.label === %s);
+  if (!p || p.live || !p.series.t.length) return false;
+  let x0 = st.now_ms - 10000;
+  for (const q of st.pools) if (q.series.t.length) x0 = Math.min(x0, q.series.t[0]);
+  x0 = Math.max(x0, st.now_ms - st.window_s * 1000);
+  return st.now_ms - p.series.t[p.series.t.length - 1] >= 0.05 * (st.now_ms - x0);
+})()"""
+
+
+def check_narrow(b, base, out):
+    """At a 400 px viewport: no sideways scroll of the page, the tooltip inside."""
+    b.send("Emulation.setDeviceMetricsOverride",
+           {"width": 400, "height": 800, "deviceScaleFactor": 1, "mobile": False})
+    b.send("Page.navigate", {"url": base + "/ui?pool=steady"})
+    b.wait_for("gpupoolUI.layout.length === 4 && document.querySelectorAll('.chart canvas').length >= 5"
+               " && document.querySelector('.oom-card') !== null", 30,
+               "narrow: map, charts and the OOM card drawn at 400 px")
+    b.pump(1.5)
+    w = b.eval("[document.documentElement.scrollWidth, window.innerWidth]")
+    check(w[0] <= w[1], "narrow: the page does not scroll sideways at 400 px (scrollWidth %d, "
+          "innerWidth %d)" % tuple(w))
+    # Hover the right end of the widest bar: the tooltip stays in the viewport.
+    at = b.eval("(() => { const r = gpupoolUI.layout.reduce((a, l) => l.width > a.width ? l : a);"
+                " const c = document.getElementById('map'); c.scrollIntoView();"
+                " const box = c.getBoundingClientRect();"
+                " return [box.left + r.x + r.width - 2, box.top + r.y + r.h / 2]; })()")
+    b.send("Input.dispatchMouseEvent", {"type": "mouseMoved", "x": at[0], "y": at[1]})
+    ok = b.wait_for("!document.getElementById('tip').hidden", 10, "narrow: hover shows the tooltip")
+    if ok:
+        r = b.eval("(() => { const r = document.getElementById('tip').getBoundingClientRect();"
+                   " return [r.left, r.right, r.top, r.bottom, document.documentElement.clientWidth,"
+                   " document.documentElement.clientHeight]; })()")
+        check(r[0] >= 0 and r[1] <= r[4] and r[2] >= 0 and r[3] <= r[5],
+              "narrow: the tooltip lies inside the viewport (left %.0f right %.0f top %.0f bottom %.0f"
+              " of %d x %d)" % tuple(r))
+    shot = b.send("Page.captureScreenshot", {"format": "png", "captureBeyondViewport": False})
+    with open(os.path.join(out, "ui-fixture-narrow.png"), "wb") as f:
+        f.write(base64.b64decode(shot["data"]))
+    b.send("Emulation.setDeviceMetricsOverride",
+           {"width": 1400, "height": 1000, "deviceScaleFactor": 1, "mobile": False})
+
+
 def start_process(cmd, env, port_re):
     # Unbuffered, so that select() sees every line not yet read.
     p = subprocess.Popen(cmd, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
@@ -410,8 +498,29 @@ def part_fixture(args, profile):
             print("time from navigation to a drawn block map of %d blocks: %.0f ms"
                   " (drawing it: %.0f ms)" % (b.eval("gpupoolUI.mapBlocks"), ms,
                                              b.eval("gpupoolUI.lastDrawMs")), flush=True)
-        b.wait_for("document.querySelectorAll('#pools tbody tr[data-pool]').length >= 4", 30,
+        b.wait_for("document.querySelectorAll('#pools tbody tr[data-pool]').length >= 10", 30,
                    "fixture: pools listed")
+        # The pools were made within the window: every device allocation counts.
+        for pool in ("steady", "frag", "expandable"):
+            want = metric(base, "gpupool_allocations_total", pool, 'source="device"')
+            shown = b.eval("(() => { const id = document.querySelector('#pools tr[data-pool=\"%s\"]')"
+                           ".dataset.poolId; const h = document.querySelector('.chart[data-key=\"pool-'"
+                           " + id + '\"] h3'); const m = h && / (\\d+) from device in window/"
+                           ".exec(h.textContent); return m ? Number(m[1]) : null; })()" % pool)
+            check(want is not None and shown == want,
+                  "fixture: %s's chart counts %s from device in window == /metrics %s"
+                  % (pool, shown, want))
+        bidi = b.eval(BIDI_JS)
+        check(bidi["n"] >= 3 and not bidi["bad"],
+              "fixture: pool rtl<U+202E>name isolated in its %d places (not: %s)"
+              % (bidi["n"], bidi["bad"]))
+        check(b.eval("typeof gpupoolUI.fmtBytes === 'function' && gpupoolUI.fmtBytes(2 ** 50)")
+              == "1.00 PiB", "fixture: fmtBytes(2^50) is 1.00 PiB")
+        when = time.time() - 90
+        got = b.eval("gpupoolUI.adviceView({computed_at: %r, age_s: 90, pools: []})"
+                     ".querySelector('td').textContent" % when)
+        check("%.2f" % when not in got and "90.0 s ago" in got,
+              "advice view: computed_at shown as a time and its age (%r)" % got)
         for pool in ("steady", "frag", "empty", "expandable"):
             want = metric(base, "gpupool_reserved_bytes", pool)
             shown = b.eval("(() => { const c = document.querySelector('#pools tr[data-pool=\"%s\"] "
@@ -439,8 +548,9 @@ def part_fixture(args, profile):
         b.wait_for("(() => { const t = document.getElementById('tip');"
                    " return !t.hidden && t.textContent.includes('pending on another stream')"
                    " && t.textContent.includes('5.00 MiB') && /age\\s+[0-9.]+ (ms|s|min)/.test(t.textContent)"
-                   " && /tag\\s+activations/.test(t.textContent); })()",
-                   10, "fixture: hover shows the pending block, its size, age and tag")
+                   " && /tag\\s+\u2068?activations/.test(t.textContent)"
+                   " && /requested\\s+5\\.00 MiB/.test(t.textContent); })()",
+                   10, "fixture: hover shows the pending block, its size, requested size, age and tag")
         b.screenshot(os.path.join(args.out, "ui-fixture-steady.png"))
         for pool, text in (("empty", "an empty pool"), ("expandable", "1 segments")):
             b.eval("(() => { const s = document.getElementById('map-pool');"
@@ -453,12 +563,32 @@ def part_fixture(args, profile):
                           " let n = 0; for (let i = 0; i < d.length; i += 4)"
                           " if (d[i] === 0xe4 && d[i+1] === 0xe4 && d[i+2] === 0xe4) n++; return n; })()")
         check(unmapped > 0, "fixture: unmapped pages drawn in the expandable pool (%d px)" % unmapped)
+        # The caption names a pool by its label, as ?pool= does.
+        b.send("Page.navigate", {"url": base + "/ui?pool=same%233"})
+        b.wait_for("document.getElementById('map-info').textContent.startsWith("
+                   "'same#3: no segments')", 20, "fixture: ?pool=same%233's caption is 'same#3: ...'")
+        b.send("Page.navigate", {"url": base + "/ui?pool=nosuch"})
+        b.wait_for("document.getElementById('map-info').textContent.includes('waiting for pool nosuch')",
+                   20, "fixture: ?pool=nosuch says it waits for pool nosuch")
+        check_narrow(b, base, args.out)
+        b.send("Page.navigate", {"url": base + "/ui?pool=frag"})
+        b.wait_for("document.querySelectorAll('.chart canvas').length >= 5", 20,
+                   "fixture: charts drawn again")
         # A pool that disappears.
         fx.stdin.write(b"destroy steady\n")
         fx.stdin.flush()
         b.wait_for("(() => { const r = document.querySelector('#pools tr[data-pool=\"steady\"]');"
                    " return r && r.classList.contains('gone'); })()", 20,
                    "fixture: destroyed pool shown as gone")
+        # Its lines end at its last sample, not at now.
+        ok = b.wait_for(CHART_GAP_JS % json.dumps("steady"), 60,
+                        "fixture: steady's last sample lies 5 % of the span before now")
+        if ok:
+            sid = b.eval("document.querySelector('#pools tr[data-pool=\"steady\"]').dataset.poolId")
+            end = b.eval(CHART_END_JS % sid)
+            check(0 < end["right"] < end["width"] - 14,
+                  "fixture: the gone pool's lines end before now (last coloured column %d, plot"
+                  " ends at %d)" % (end["right"], end["width"] - 5))
         errs = b.errors()
         check(not errs, "fixture: no console errors" + ("" if not errs else ": " + "; ".join(errs)))
         # A stopped agent: the page says so and retries; no script error
@@ -479,6 +609,25 @@ def part_fixture(args, profile):
             fx.wait()
 
 
+def part_no_pool(args, profile):
+    env = dict(os.environ, GPUPOOL_AGENT_CONF="listen:127.0.0.1:0,sample_interval_ms:250")
+    env.pop("GPUPOOL_CONF", None)
+    fx, port = start_process([args.fixture, "empty"], env, r"^port (\d+)")
+    b = Browser(args.chromium, profile)
+    try:
+        b.open_page()
+        b.send("Page.navigate", {"url": "http://127.0.0.1:%d/ui" % port})
+        b.wait_for("document.getElementById('map-info').textContent.includes('No live pool')", 20,
+                   "no pool: the block map says there is no pool")
+        errs = b.errors()
+        check(not errs, "no pool: no console errors" + ("" if not errs else ": " + "; ".join(errs)))
+    finally:
+        b.close()
+        fx.stdin.write(b"quit\n")
+        fx.stdin.flush()
+        fx.wait(timeout=30)
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--chromium", required=True)
@@ -488,7 +637,7 @@ def main():
     ap.add_argument("--blocks", type=int, default=100000)
     args = ap.parse_args()
     os.makedirs(args.out, exist_ok=True)
-    for part in (part_demo, part_fixture):
+    for part in (part_demo, part_fixture, part_no_pool):
         profile = tempfile.mkdtemp(prefix="gpupool-ui-chromium.")
         try:
             part(args, profile)

@@ -2,13 +2,16 @@
  * (tests/e2e/ui_browser.sh), on the host backend, with the agent serving.
  *
  *   ui_fixture N     pool "frag" gets at least N blocks (e.g. 100000)
+ *   ui_fixture empty the agent with no pool
  *
  * Pools: "steady" (segments of 2, 20, 14 and 30 MiB; one block pending on
  * another stream; blocks allocated under the tags "weights", "activations"
  * and "kv_cache", one untagged), "frag" (N blocks, allocated and free
  * alternating), "empty" (no allocation), "expandable"
  * (expandable_segments:True with unmapped pages in a free block) and "oom"
- * (a 64 MiB simulated device: one OOM, reported by the agent at /oom/1).
+ * (a 64 MiB simulated device: one OOM, reported by the agent at /oom/1);
+ * empty pools "same", "same", "same" and "same#2" (labelled same, same#2,
+ * same#3, same#2#2) and "rtl<U+202E>name" (a bidi control in its name).
  * Nothing changes after setup, so every number the page shows equals
  * /metrics'. Prints "port P" once serving, then reads
  * commands on stdin: "destroy NAME" (answers "destroyed NAME"), "quit" or
@@ -22,7 +25,7 @@
 #include "gpupool/host.h"
 #include "gpupool/tag.h"
 
-#define POOLS 5
+#define POOLS 10
 
 static gpupool *make(const char *name, const char *tunables, size_t capacity) {
   gpupool_options o = {.name = name,
@@ -54,17 +57,44 @@ static void *alloc(gpupool *p, size_t size, void *stream) {
   return ptr;
 }
 
+/* Prints the port, then serves the commands of stdin until "quit". */
+static void serve(gpupool **pools, const char *const *names) {
+  printf("port %d\n", gpupool_agent_port());
+  fflush(stdout);
+  char line[256];
+  while (fgets(line, sizeof line, stdin)) {
+    line[strcspn(line, "\n")] = '\0';
+    if (strcmp(line, "quit") == 0)
+      break;
+    if (strncmp(line, "destroy ", 8) == 0)
+      for (int i = 0; i < POOLS && pools; i++)
+        if (pools[i] && strcmp(names[i], line + 8) == 0) {
+          gpupool_destroy(pools[i]);
+          pools[i] = NULL;
+          printf("destroyed %s\n", names[i]);
+          fflush(stdout);
+        }
+  }
+  gpupool_agent_stop();
+}
+
 int main(int argc, char **argv) {
+  int no_pool = argc == 2 && strcmp(argv[1], "empty") == 0;
   long n = argc > 1 ? strtol(argv[1], NULL, 10) : 0;
-  if (argc != 2 || n < 2 || n > 10000000) {
-    fprintf(stderr, "usage: ui_fixture BLOCKS (2 to 10^7)\n");
+  if (argc != 2 || (!no_pool && (n < 2 || n > 10000000))) {
+    fprintf(stderr, "usage: ui_fixture BLOCKS (2 to 10^7) | empty\n");
     return 2;
   }
   if (gpupool_agent_start(NULL) != GPUPOOL_OK) {
     fprintf(stderr, "ui_fixture: the agent did not start: %s\n", gpupool_last_error());
     return 1;
   }
-  const char *names[POOLS] = {"steady", "frag", "empty", "expandable", "oom"};
+  if (no_pool) {
+    serve(NULL, NULL);
+    return 0;
+  }
+  const char *names[POOLS] = {"steady", "frag", "empty", "expandable", "oom",
+                              "same",   "same", "same",  "same#2",     "rtl\xe2\x80\xaename"};
   const size_t big = (size_t)4 << 30;
   gpupool *pools[POOLS];
   pools[0] = make(names[0], NULL, big);
@@ -72,6 +102,8 @@ int main(int argc, char **argv) {
   pools[2] = make(names[2], NULL, big);
   pools[3] = make(names[3], "expandable_segments:True,expandable_slack_percent:0", big);
   pools[4] = make(names[4], NULL, (size_t)64 << 20);
+  for (int i = 5; i < POOLS; i++)
+    pools[i] = make(names[i], NULL, big);
 
   /* steady: a small segment (2 MiB) with a freed block between two live
    * ones, a 20 MiB segment, a 14 MiB and a 30 MiB one; a block freed after
@@ -136,23 +168,7 @@ int main(int argc, char **argv) {
     return 1;
   }
 
-  printf("port %d\n", gpupool_agent_port());
-  fflush(stdout);
-  char line[256];
-  while (fgets(line, sizeof line, stdin)) {
-    line[strcspn(line, "\n")] = '\0';
-    if (strcmp(line, "quit") == 0)
-      break;
-    if (strncmp(line, "destroy ", 8) == 0)
-      for (int i = 0; i < POOLS; i++)
-        if (pools[i] && strcmp(names[i], line + 8) == 0) {
-          gpupool_destroy(pools[i]);
-          pools[i] = NULL;
-          printf("destroyed %s\n", names[i]);
-          fflush(stdout);
-        }
-  }
-  gpupool_agent_stop();
+  serve(pools, names);
   gpupool_host_stream_complete(other);
   for (int i = 0; i < POOLS; i++)
     gpupool_destroy(pools[i]);
