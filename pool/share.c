@@ -17,6 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/time.h>
@@ -249,9 +250,11 @@ static void close_fds(int *fds, size_t n) {
  * caller closes them); with fds NULL any are closed at once. Waits for data
  * until the deadline. 1: a message (rx->got is 0 again); 0: the peer
  * closed the socket before one began; 2: the deadline passed first, rx
- * keeps the part received (the part's descriptors were closed); -1: *st
- * says why (a truncated message, bytes that are no message of ours, a socket
- * error). */
+ * keeps the part received (the part's descriptors were closed); 3 (only
+ * with fds): a whole message in rx->m, but the kernel dropped some of its
+ * descriptors because this process is at its open-file limit (none kept,
+ * *st says so); -1: *st says why (a truncated message, bytes that are no
+ * message of ours, a socket error). */
 static int recv_msg(const char *call, int sock, int seqpacket, share_rx *rx, int *fds, size_t max,
                     size_t *nfds, uint64_t deadline, gpupool_status *st) {
   union {
@@ -260,7 +263,7 @@ static int recv_msg(const char *call, int sock, int seqpacket, share_rx *rx, int
   } ctl;
   share_msg *m = &rx->m;
   size_t unused = 0;
-  int lost_fds = 0;
+  int lost_fds = 0, at_fd_limit = 0;
   if (!fds)
     nfds = &unused;
   *nfds = 0;
@@ -296,10 +299,12 @@ static int recv_msg(const char *call, int sock, int seqpacket, share_rx *rx, int
       *st = socket_fail(call, sock, "recvmsg", errno);
       return -1;
     }
+    size_t carried = 0; /* the descriptors this part brought */
     for (struct cmsghdr *c = CMSG_FIRSTHDR(&mh); c; c = CMSG_NXTHDR(&mh, c)) {
       if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS)
         continue;
       size_t n = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+      carried += n;
       for (size_t i = 0; i < n; i++) {
         int fd;
         memcpy(&fd, CMSG_DATA(c) + i * sizeof(int), sizeof fd);
@@ -313,8 +318,15 @@ static int recv_msg(const char *call, int sock, int seqpacket, share_rx *rx, int
         }
       }
     }
-    lost_fds |= (mh.msg_flags & MSG_CTRUNC) != 0;
-    if (r == 0 && got == 0 && *nfds == 0 && !lost_fds)
+    /* Truncated control data: more descriptors than the buffer holds (a
+     * full buffer, more than a message carries), or fewer than it holds,
+     * which the kernel does only when it cannot install them: the
+     * process's RLIMIT_NOFILE. */
+    if ((mh.msg_flags & MSG_CTRUNC) && carried >= SHARE_FDS)
+      lost_fds = 1;
+    else if (mh.msg_flags & MSG_CTRUNC)
+      at_fd_limit = 1;
+    if (r == 0 && got == 0 && *nfds == 0 && !lost_fds && !at_fd_limit)
       return 0;
     got += (size_t)r;
     rx->got = got;
@@ -337,6 +349,19 @@ static int recv_msg(const char *call, int sock, int seqpacket, share_rx *rx, int
     }
   }
   rx->got = 0;
+  if (at_fd_limit && fds) {
+    close_fds(fds, *nfds);
+    *nfds = 0;
+    struct rlimit lim;
+    char limit[32] = "unknown";
+    if (getrlimit(RLIMIT_NOFILE, &lim) == 0 && lim.rlim_cur != RLIM_INFINITY)
+      snprintf(limit, sizeof limit, "%llu", (unsigned long long)lim.rlim_cur);
+    *st = pool_fail(GPUPOOL_ERR_BACKEND,
+                    "%s: socket %d: the kernel dropped descriptors of the message: this process "
+                    "has too many files open (RLIMIT_NOFILE %s; an import needs %d free)",
+                    call, sock, limit, SHARE_FDS);
+    return 3;
+  }
   return 1;
 }
 
@@ -628,9 +653,14 @@ static void end_export(gpupool_export *ex, int *ended) {
 
 gpupool_status gpupool_share_wait(gpupool_export *ex, int timeout_ms, int *ended) {
   const char *call = "gpupool_share_wait";
+  if (ended)
+    *ended = 0;
   if (!ex || !ended)
     return pool_fail(GPUPOOL_ERR_INVALID, "%s: %s is NULL", call, ex ? "ended" : "export");
-  *ended = 0;
+  if (timeout_ms < -1)
+    return pool_fail(GPUPOOL_ERR_INVALID,
+                     "%s: timeout_ms %d: expected 0 or more milliseconds, or -1 (no limit)", call,
+                     timeout_ms);
   pthread_mutex_lock(&g_lock);
   int orphaned = !ex->b;
   pthread_mutex_unlock(&g_lock);
@@ -834,6 +864,8 @@ gpupool_status gpupool_share_import(int sock, int device, void **ptr, size_t *si
   if (got == 0)
     st =
         pool_fail(GPUPOOL_ERR_INVALID, "%s: socket %d was closed: no export to import", call, sock);
+  else if (got == 3 && m.version == SHARE_VERSION && m.kind == MSG_EXPORT)
+    send_release(sock, m.id); /* its pages cannot come: the export ends */
   else if (got == 2)
     st = timed_out(call, sock, "waiting for an export", SO_RCVTIMEO);
   else if (got > 0 && !valid_header(&m, nfds)) {

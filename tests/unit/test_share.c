@@ -11,6 +11,7 @@
 #include <stdint.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -577,8 +578,81 @@ Test(share, bad_import_arguments) {
   share_expect_fail(gpupool_share_import(-1, 0, &y, &size, &im), GPUPOOL_ERR_INVALID,
                     "not an open descriptor");
   share_expect_fail(gpupool_share_release(NULL), GPUPOOL_ERR_INVALID, "NULL");
-  int ended;
+  int ended = 5;
   share_expect_fail(gpupool_share_wait(NULL, 0, &ended), GPUPOOL_ERR_INVALID, "NULL");
+  cr_expect_eq(ended, 0, "a failed wait says 0");
   close(sv[0]);
   close(sv[1]);
+}
+
+/* A timeout below -1 is no timeout the header defines: refused, not
+ * taken as "forever". */
+Test(share, wait_refuses_a_timeout_below_minus_one) {
+  gpupool *p = share_pool();
+  void *x = share_take(p, 4 * MiB);
+  int sv[2];
+  gpupool_export *ex = NULL;
+  gpupool_import *im = NULL;
+  export_import(p, x, sv, &ex, &im);
+  int ended = 5;
+  share_expect_fail(gpupool_share_wait(ex, -2, &ended), GPUPOOL_ERR_INVALID, "timeout_ms -2");
+  cr_expect_eq(ended, 0);
+  still_exported(ex);
+  cr_assert_eq(gpupool_share_release(im), GPUPOOL_OK);
+  wait_ended(ex);
+  cr_assert_eq(gpupool_free(p, x), GPUPOOL_OK);
+  close(sv[0]);
+  close(sv[1]);
+  gpupool_destroy(p);
+}
+
+/* An importer at its open-file limit: the kernel drops descriptors of the
+ * first message. The import fails with the reason (the limit, not the
+ * exporter), and sends the release a failed import owes, so the export
+ * ends at once. The importer is a child, which may lower its own limit. */
+Test(share, importer_at_its_file_limit_fails_and_releases) {
+  gpupool *p = share_pool();
+  size_t size = 131 * 2 * MiB; /* 64 descriptors in the first message */
+  void *x = share_take(p, size);
+  int sv[2];
+  share_sockets(sv);
+  pid_t pid = fork();
+  cr_assert_neq(pid, -1);
+  if (pid == 0) {
+    close(sv[0]);
+    int highest = sv[1];
+    struct rlimit lim = {(rlim_t)highest + 20, (rlim_t)highest + 20};
+    if (setrlimit(RLIMIT_NOFILE, &lim) != 0)
+      _exit(20);
+    void *y = NULL;
+    size_t got = 0;
+    gpupool_import *im = NULL;
+    gpupool_status st = gpupool_share_import(sv[1], 0, &y, &got, &im);
+    if (st != GPUPOOL_ERR_BACKEND)
+      _exit(21);
+    if (!strstr(gpupool_last_error(), "RLIMIT_NOFILE"))
+      _exit(22);
+    if (im || y)
+      _exit(23);
+    pause(); /* holds the socket open: only the release can end the export */
+    _exit(0);
+  }
+  close(sv[1]);
+  gpupool_export *ex = NULL;
+  cr_assert_eq(gpupool_share_export(p, x, sv[0], &ex), GPUPOOL_OK, "%s", gpupool_last_error());
+  int ended = 0;
+  gpupool_status st = gpupool_share_wait(ex, WAIT_MS, &ended);
+  int status = 0;
+  pid_t done = waitpid(pid, &status, WNOHANG);
+  if (done == 0) {
+    kill(pid, SIGKILL);
+    waitpid(pid, &status, 0);
+  }
+  cr_assert_eq(done, 0, "the child exited with status %d before the export ended",
+               WIFEXITED(status) ? WEXITSTATUS(status) : -1);
+  cr_assert_eq(st, GPUPOOL_OK, "%s", gpupool_last_error());
+  cr_assert_eq(ended, 1, "no release came from the failed import");
+  cr_assert_eq(gpupool_free(p, x), GPUPOOL_OK);
+  close(sv[0]);
+  gpupool_destroy(p);
 }
