@@ -62,10 +62,10 @@ typedef struct gpupool_import gpupool_import;
 gpupool_status gpupool_share_export(gpupool *p, void *ptr, int sock, gpupool_export **out);
 
 /* Waits up to timeout_ms (0: does not wait; -1: until it happens; below -1:
- * GPUPOOL_ERR_INVALID) for the
- * importer to end the export. *ended = 1 when it did: ex is freed, and the
- * block is the exporter's again (or back in the pool, if it was freed while
- * exported). *ended = 0 when it is still imported, or when the call fails
+ * GPUPOOL_ERR_INVALID) for the importer to end the export. *ended = 1 when
+ * it did: ex is freed, and the block is the exporter's again (or back in the
+ * pool, if it was freed while exported). *ended = 0 when it is still
+ * imported, or when the call fails
  * (the export goes on: call again). The timeout holds even when the
  * importer's message comes in parts: the part received is kept for the next
  * call. */
