@@ -71,6 +71,18 @@ static void still_exported(gpupool_export *ex) {
   cr_assert_eq(ended, 0, "the export ended, but the importer still holds it");
 }
 
+/* The end of a test that exported x of p and imported it in this process:
+ * release, the export ends, x is freed, the sockets close, p goes. */
+static void release_free_destroy(gpupool *p, void *x, int sv[2], gpupool_export *ex,
+                                 gpupool_import *im) {
+  cr_assert_eq(gpupool_share_release(im), GPUPOOL_OK);
+  wait_ended(ex);
+  cr_assert_eq(gpupool_free(p, x), GPUPOOL_OK);
+  close(sv[0]);
+  close(sv[1]);
+  gpupool_destroy(p);
+}
+
 /* The child's side of the fork tests: imports, checks, writes `seed` over
  * the block, releases unless told not to. Exit status: 0, or the step that
  * failed (the parent reports it). */
@@ -175,12 +187,7 @@ Test(share, large_block_in_several_messages) {
     y[page * 2 * MiB + page] = (char)(page + 1);
   for (size_t page = 0; page < 150; page++)
     cr_assert_eq(x[page * 2 * MiB + page], (char)(page + 1), "page %zu is not shared", page);
-  cr_assert_eq(gpupool_share_release(im), GPUPOOL_OK);
-  wait_ended(ex);
-  cr_assert_eq(gpupool_free(p, x), GPUPOOL_OK);
-  close(sv[0]);
-  close(sv[1]);
-  gpupool_destroy(p);
+  release_free_destroy(p, x, sv, ex, im);
 }
 
 /* A free while exported succeeds and is deferred: the block stays active
@@ -598,12 +605,7 @@ Test(share, wait_refuses_a_timeout_below_minus_one) {
   share_expect_fail(gpupool_share_wait(ex, -2, &ended), GPUPOOL_ERR_INVALID, "timeout_ms -2");
   cr_expect_eq(ended, 0);
   still_exported(ex);
-  cr_assert_eq(gpupool_share_release(im), GPUPOOL_OK);
-  wait_ended(ex);
-  cr_assert_eq(gpupool_free(p, x), GPUPOOL_OK);
-  close(sv[0]);
-  close(sv[1]);
-  gpupool_destroy(p);
+  release_free_destroy(p, x, sv, ex, im);
 }
 
 /* An importer at its open-file limit: the kernel drops descriptors of the
