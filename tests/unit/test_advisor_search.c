@@ -208,6 +208,13 @@ static int csv_parse(const char *csv, int row, int col, char *out, size_t outlen
 
 /* The advice on hist for two configurations (the current one and
  * strategy:round, no search), whose text a test then rewrites. */
+/* Field (row, col) of csv is want. */
+static void expect_csv_field(const char *csv, int row, int col, const char *want) {
+  char field[1024] = "";
+  csv_parse(csv, row, col, field, sizeof field);
+  cr_expect_str_eq(field, want, "field (%d, %d) of %s", row, col, csv);
+}
+
 static gpupool_advice *advise_two(void) {
   const char *extra[] = {"strategy:round"};
   gpupool_advice_options o = {.no_defaults = 1,
@@ -240,11 +247,9 @@ Test(advisor_search, csv_is_rfc4180_whatever_the_configuration_text) {
   char field[1024] = "";
   cr_expect_eq(csv_parse(csv, 1, 1, field, sizeof field), 3, "not RFC 4180: %s", csv);
   cr_expect_str_eq(field, "say \"hi\", twice\nthen\xef\xbf\xbd\"");
-  csv_parse(csv, 2, 1, field, sizeof field);
-  cr_expect_str_eq(field, "\"");
-  csv_parse(csv, 2, 2, field, sizeof field);
-  cr_expect_str_eq(field, "x\xef\xbf\xbd(,\r\n\xe2\x82\xac",
-                   "a bad byte, then ASCII, then a euro sign");
+  expect_csv_field(csv, 2, 1, "\"");
+  /* a bad byte, then ASCII, then a euro sign */
+  expect_csv_field(csv, 2, 2, "x\xef\xbf\xbd(,\r\n\xe2\x82\xac");
   free(csv);
 }
 
@@ -263,14 +268,10 @@ Test(advisor_search, csv_tells_no_pytorch_equivalent_from_the_defaults) {
   char field[1024] = "";
   cr_assert_eq(csv_parse(csv, 0, 19, field, sizeof field), 3, "not RFC 4180: %s", csv);
   cr_expect_str_eq(field, "has_pytorch_equivalent");
-  csv_parse(csv, 1, 2, field, sizeof field);
-  cr_expect_str_eq(field, "");
-  csv_parse(csv, 1, 19, field, sizeof field);
-  cr_expect_str_eq(field, "1", "the defaults are PyTorch's too");
-  csv_parse(csv, 2, 2, field, sizeof field);
-  cr_expect_str_eq(field, "");
-  csv_parse(csv, 2, 19, field, sizeof field);
-  cr_expect_str_eq(field, "0", "strategy:round has no PyTorch equivalent");
+  expect_csv_field(csv, 1, 2, "");
+  expect_csv_field(csv, 1, 19, "1"); /* the defaults are PyTorch's too */
+  expect_csv_field(csv, 2, 2, "");
+  expect_csv_field(csv, 2, 19, "0"); /* strategy:round has no PyTorch equivalent */
   free(csv);
 }
 
