@@ -73,7 +73,6 @@ typedef struct str_list {
 } str_list;
 
 typedef struct raw_tls {
-  int given;
   const char *cert, *key, *client_ca; /* inline PEM */
   const char *cert_file, *key_file, *client_ca_file, *client_auth_type;
   const char *min_version, *max_version;
@@ -205,8 +204,15 @@ static int tls_pair(loader *l, const char *key, const yaml_node_t *v) {
   char what[64];
   snprintf(what, sizeof what, "tls_server_config.%s", key);
   for (size_t i = 0; i < sizeof strings / sizeof strings[0]; i++)
-    if (!strcmp(key, strings[i].key))
-      return scalar(l, v, what, (const char **)((char *)t + strings[i].off));
+    if (!strcmp(key, strings[i].key)) {
+      const char **out = (const char **)((char *)t + strings[i].off);
+      if (scalar(l, v, what, out) != 0)
+        return -1;
+      /* '' is no value, as in Go (which refuses '' as a TLS version). */
+      if (*out && !**out && strcmp(key, "min_version") != 0 && strcmp(key, "max_version") != 0)
+        *out = NULL;
+      return 0;
+    }
   if (!strcmp(key, "cipher_suites"))
     return string_list(l, v, what, &t->cipher_suites);
   if (!strcmp(key, "curve_preferences"))
@@ -282,8 +288,9 @@ static int http_pair(loader *l, const char *key, const yaml_node_t *v) {
 }
 
 /* A bcrypt hash as crypt(3) and Go's bcrypt write it: $2a$, $2b$ or $2y$,
- * a two-digit cost from 04 to 31, then 53 characters of its base64. */
-static int is_bcrypt(const char *h) {
+ * a two-digit cost from 04 to 31, then 53 characters of its base64. Its
+ * cost, or 0 when it is none. */
+static int bcrypt_cost(const char *h) {
   if (strlen(h) != 60 || h[0] != '$' || h[1] != '2' || !strchr("aby", h[2]) || h[3] != '$' ||
       h[6] != '$')
     return 0;
@@ -295,7 +302,7 @@ static int is_bcrypt(const char *h) {
   for (const char *p = h + 7; *p; p++)
     if (!strchr("./ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789", *p))
       return 0;
-  return 1;
+  return cost;
 }
 
 static int user_pair(loader *l, const char *key, const yaml_node_t *v) {
@@ -306,11 +313,20 @@ static int user_pair(loader *l, const char *key, const yaml_node_t *v) {
     return -1;
   if (strchr(key, ':'))
     return fail(l, v, "%s: a user name cannot contain ':' (basic auth separates with it)", what);
-  if (!hash || !is_bcrypt(hash))
+  int cost = hash ? bcrypt_cost(hash) : 0;
+  if (!cost)
     return fail(l, v,
                 "%s: not a bcrypt hash ($2y$, $2b$ or $2a$ and a cost; `htpasswd -nBC 10 \"\" "
                 "| tr -d ':\\n'` writes one)",
                 what);
+  /* A check runs on an HTTP thread and gpupool_agent_stop() waits for it:
+   * each cost step doubles its time (cost 31: days). */
+  if (cost > WEB_MAX_BCRYPT_COST)
+    return fail(l, v,
+                "%s: bcrypt cost %d is above the maximum of %d (each step doubles the time a "
+                "login check holds an HTTP thread and the agent's stop; rehash with "
+                "`htpasswd -nBC 10`)",
+                what, cost, WEB_MAX_BCRYPT_COST);
   web_config *c = l->cfg;
   web_user *u = realloc(c->users, (c->nusers + 1) * sizeof *u);
   if (!u)
@@ -324,39 +340,85 @@ static int user_pair(loader *l, const char *key, const yaml_node_t *v) {
   return 0;
 }
 
-/* Go's time.ParseDuration for what a rate limit needs: "1s", "500ms",
- * "1m30s", "0". Seconds, or -1. */
-static double parse_duration(const char *s) {
-  if (!strcmp(s, "0"))
-    return 0;
+/* Go's time.ParseDuration, byte for byte: an optional sign, then "0" or one
+ * or more of a decimal number (digits, a fraction, or both) and a unit;
+ * beyond int64 nanoseconds is an error, as in Go. NULL with *neg and the
+ * magnitude in *ns, or why it is not a duration. */
+static const char *parse_duration(const char *s, int *neg, uint64_t *ns) {
   static const struct {
     const char *unit;
-    double s;
-  } units[] = {{"ns", 1e-9}, {"us", 1e-6}, {"µs", 1e-6}, {"ms", 1e-3},
-               {"s", 1},     {"m", 60},    {"h", 3600}};
-  double total = 0;
-  if (!*s)
-    return -1;
-  while (*s) {
-    char *end;
-    if (!(*s >= '0' && *s <= '9') && *s != '.')
-      return -1;
-    double v = c_strtod(s, &end);
-    if (end == s)
-      return -1;
-    s = end;
-    size_t best = 0, len = 0;
-    for (size_t i = 0; i < sizeof units / sizeof units[0]; i++) {
-      size_t n = strlen(units[i].unit);
-      if (!strncmp(s, units[i].unit, n) && n > len)
-        best = i, len = n;
-    }
-    if (!len)
-      return -1;
-    total += v * units[best].s;
-    s += len;
+    uint64_t ns;
+  } units[] = {/* µs twice: U+00B5 (micro sign) and U+03BC (mu), in UTF-8 */
+               {"ns", 1},       {"us", 1000},      {"\xc2\xb5s", 1000}, {"\xce\xbcs", 1000},
+               {"ms", 1000000}, {"s", 1000000000}, {"m", 60000000000},  {"h", 3600000000000}};
+  const uint64_t limit = (uint64_t)1 << 63;
+  uint64_t d = 0;
+  *neg = *s == '-';
+  if (*s == '-' || *s == '+')
+    s++;
+  if (!strcmp(s, "0")) {
+    *ns = 0;
+    return NULL;
   }
-  return total;
+  if (!*s)
+    return "invalid";
+  while (*s) {
+    if (*s != '.' && !(*s >= '0' && *s <= '9'))
+      return "invalid";
+    uint64_t v = 0, f = 0;
+    double scale = 1;
+    const char *p = s;
+    for (; *s >= '0' && *s <= '9'; s++) {
+      if (v > limit / 10)
+        return "out of range";
+      v = v * 10 + (uint64_t)(*s - '0');
+      if (v > limit)
+        return "out of range";
+    }
+    int digits = s != p;
+    if (*s == '.') {
+      p = ++s;
+      /* Digits past what 63 bits hold are read and dropped, as Go does. */
+      for (int full = 0; *s >= '0' && *s <= '9'; s++) {
+        if (full || f > (limit - 1) / 10 || f * 10 + (uint64_t)(*s - '0') > limit) {
+          full = 1;
+          continue;
+        }
+        f = f * 10 + (uint64_t)(*s - '0');
+        scale *= 10;
+      }
+      digits |= s != p;
+    }
+    if (!digits)
+      return "invalid";
+    size_t len = 0;
+    while (s[len] && s[len] != '.' && !(s[len] >= '0' && s[len] <= '9'))
+      len++;
+    if (!len)
+      return "missing unit";
+    size_t u = 0;
+    while (u < sizeof units / sizeof units[0] &&
+           (strlen(units[u].unit) != len || strncmp(s, units[u].unit, len) != 0))
+      u++;
+    if (u == sizeof units / sizeof units[0])
+      return "unknown unit";
+    s += len;
+    if (v > limit / units[u].ns)
+      return "out of range";
+    v *= units[u].ns;
+    if (f > 0) {
+      v += (uint64_t)((double)f * ((double)units[u].ns / scale));
+      if (v > limit)
+        return "out of range";
+    }
+    d += v;
+    if (d > limit)
+      return "out of range";
+  }
+  if (!*neg && d > limit - 1)
+    return "out of range";
+  *ns = d;
+  return NULL;
 }
 
 static int rate_pair(loader *l, const char *key, const yaml_node_t *v) {
@@ -366,10 +428,14 @@ static int rate_pair(loader *l, const char *key, const yaml_node_t *v) {
   if (scalar(l, v, what, &text) != 0)
     return -1;
   if (!strcmp(key, "interval")) {
-    double d = text ? parse_duration(text) : 0;
-    if (d < 0)
-      return fail(l, v, "%s: '%s' is not a duration (as 1s, 500ms, 1m)", what, text);
-    l->cfg->rate_interval_s = d;
+    uint64_t ns = 0;
+    int neg = 0;
+    const char *why = text ? parse_duration(text, &neg, &ns) : NULL;
+    if (why)
+      return fail(l, v, "%s: '%s' is not a Go duration (%s; as 1s, 500ms, 1m30s)", what, text, why);
+    if (neg && ns)
+      return fail(l, v, "%s: '%s' is negative", what, text);
+    l->cfg->rate_interval_s = (double)ns / 1e9;
     return 0;
   }
   if (!strcmp(key, "burst")) {
@@ -384,10 +450,8 @@ static int rate_pair(loader *l, const char *key, const yaml_node_t *v) {
 }
 
 static int top_pair(loader *l, const char *key, const yaml_node_t *v) {
-  if (!strcmp(key, "tls_server_config")) {
-    l->tls.given = !is_null(v);
+  if (!strcmp(key, "tls_server_config"))
     return each_pair(l, v, "tls_server_config", tls_pair);
-  }
   if (!strcmp(key, "http_server_config"))
     return each_pair(l, v, "http_server_config", http_pair);
   if (!strcmp(key, "basic_auth_users"))
@@ -441,6 +505,17 @@ static const struct {
     {"TLS_CHACHA20_POLY1305_SHA256", NULL, NULL, NULL},
 };
 
+/* The suites[] row of Go's name, or -1 with the loader's error. */
+static int find_suite(loader *l, const char *name) {
+  for (size_t j = 0; j < sizeof suites / sizeof suites[0]; j++)
+    if (!strcmp(name, suites[j].go))
+      return (int)j;
+  return fail(l, NULL,
+              "tls_server_config.cipher_suites: unknown or insecure cipher suite '%s' (Go's "
+              "names, e.g. TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256)",
+              name);
+}
+
 /* The two-byte IANA number of suites[j] as GnuTLS knows it: 0, or -1 when
  * GnuTLS has no such TLS 1.2 suite. */
 static int suite_number(size_t j, unsigned char id[2]) {
@@ -477,6 +552,17 @@ static const struct {
     {"CurveP521", "GROUP-SECP521R1"},
     {"X25519", "GROUP-X25519"},
 };
+
+/* The curves[] row of Go's name, or -1 with the loader's error. */
+static int find_curve(loader *l, const char *name) {
+  for (size_t j = 0; j < sizeof curves / sizeof curves[0]; j++)
+    if (!strcmp(name, curves[j].go))
+      return (int)j;
+  return fail(l, NULL,
+              "tls_server_config.curve_preferences: unknown curve '%s' (CurveP256, CurveP384, "
+              "CurveP521, X25519)",
+              name);
+}
 
 /* Appends ":+item" unless s already has it. */
 static void add_item(char *s, size_t len, const char *item) {
@@ -566,15 +652,10 @@ static int build_priorities(loader *l) {
   if (t->cipher_suites.n) {
     char kx[256] = "", ciphers[256] = "", macs[256] = "";
     for (size_t i = 0; i < t->cipher_suites.n; i++) {
-      size_t j;
-      for (j = 0; j < sizeof suites / sizeof suites[0]; j++)
-        if (!strcmp(t->cipher_suites.item[i], suites[j].go))
-          break;
-      if (j == sizeof suites / sizeof suites[0])
-        return fail(l, NULL,
-                    "tls_server_config.cipher_suites: unknown or insecure cipher suite '%s' "
-                    "(Go's names, e.g. TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256)",
-                    t->cipher_suites.item[i]);
+      int found = find_suite(l, t->cipher_suites.item[i]);
+      if (found < 0)
+        return -1;
+      size_t j = (size_t)found;
       if (!suites[j].kx)
         continue;
       unsigned char id[2];
@@ -601,20 +682,22 @@ static int build_priorities(loader *l) {
       return fail(l, NULL, "tls_server_config.cipher_suites: no TLS 1.2 cipher suite listed");
     size_t n = strlen(p);
     snprintf(p + n, sizeof p - n, ":-KX-ALL:-CIPHER-ALL:-MAC-ALL%s%s%s", kx, ciphers, macs);
+  } else {
+    /* Go's default TLS 1.2 suites (1.22 on): ECDHE only, with AES-GCM,
+     * ChaCha20-Poly1305 and AES-CBC-SHA; GnuTLS's NORMAL adds static RSA key
+     * exchange, AES-CCM and CBC-SHA256/384. TLS 1.3 keeps its three. */
+    size_t n = strlen(p);
+    snprintf(p + n, sizeof p - n,
+             ":-KX-ALL:+ECDHE-ECDSA:+ECDHE-RSA:-CIPHER-ALL:+AES-128-GCM:+AES-256-GCM:"
+             "+CHACHA20-POLY1305:+AES-128-CBC:+AES-256-CBC:-MAC-ALL:+AEAD:+SHA1");
   }
   char groups[256] = "";
   if (t->curves.n) {
     snprintf(groups, sizeof groups, ":-GROUP-ALL");
     for (size_t i = 0; i < t->curves.n; i++) {
-      size_t j;
-      for (j = 0; j < sizeof curves / sizeof curves[0]; j++)
-        if (!strcmp(t->curves.item[i], curves[j].go))
-          break;
-      if (j == sizeof curves / sizeof curves[0])
-        return fail(l, NULL,
-                    "tls_server_config.curve_preferences: unknown curve '%s' (CurveP256, "
-                    "CurveP384, CurveP521, X25519)",
-                    t->curves.item[i]);
+      int j = find_curve(l, t->curves.item[i]);
+      if (j < 0)
+        return -1;
       add_item(groups, sizeof groups, curves[j].gnutls);
     }
     size_t n = strlen(p);
@@ -745,11 +828,12 @@ static int load_tls(loader *l, int64_t now) {
                 "tls_server_config: client_auth_type %s needs client_ca_file (or "
                 "client_ca) to verify client certificates against",
                 t->client_auth_type);
-  if (check_certs(l, "certificate (cert_file)", c->cert_pem, c->cert_len, now, 0,
-                  &c->cert_not_after) != 0)
+  if (check_certs(l, t->cert_file ? "certificate (cert_file)" : "certificate (cert)", c->cert_pem,
+                  c->cert_len, now, 0, &c->cert_not_after) != 0)
     return -1;
   if (c->ca_pem &&
-      check_certs(l, "client CA (client_ca_file)", c->ca_pem, c->ca_len, now, 1, NULL) != 0)
+      check_certs(l, t->client_ca_file ? "client CA (client_ca_file)" : "client CA (client_ca)",
+                  c->ca_pem, c->ca_len, now, 1, NULL) != 0)
     return -1;
   /* The key must be readable and belong to the certificate. */
   gnutls_certificate_credentials_t cred;
@@ -760,9 +844,8 @@ static int load_tls(loader *l, int64_t now) {
   int rc = gnutls_certificate_set_x509_key_mem2(cred, &cd, &kd, GNUTLS_X509_FMT_PEM, NULL, 0);
   gnutls_certificate_free_credentials(cred);
   if (rc == GNUTLS_E_CERTIFICATE_KEY_MISMATCH)
-    return fail(l, NULL,
-                "tls_server_config: the key (key_file) does not belong to the "
-                "certificate (cert_file)");
+    return fail(l, NULL, "tls_server_config: the key (%s) does not belong to the certificate (%s)",
+                t->key_file ? "key_file" : "key", t->cert_file ? "cert_file" : "cert");
   if (rc < 0)
     return fail(l, NULL, "tls_server_config: cannot load the certificate and key: %s",
                 gnutls_strerror(rc));
@@ -779,6 +862,29 @@ static int load_tls(loader *l, int64_t now) {
                   "for a certificate (RequireAndVerifyClientCert, ...)");
   }
   return build_priorities(l);
+}
+
+/* As exporter-toolkit: TLS is on when a certificate, key, client CA or
+ * client_auth_type is given; without one the other keys are ignored (no
+ * TLS, plain HTTP). */
+static int tls_enabled(const raw_tls *t) {
+  return t->cert || t->key || t->client_ca || t->cert_file || t->key_file || t->client_ca_file ||
+         t->client_auth_type;
+}
+
+/* Without TLS, Go still refuses unknown version, suite and curve names. */
+static int check_tls_names(loader *l) {
+  raw_tls *t = &l->tls;
+  if (tls_version(l, "min_version", t->min_version, 12) < 0 ||
+      tls_version(l, "max_version", t->max_version, 13) < 0)
+    return -1;
+  for (size_t i = 0; i < t->cipher_suites.n; i++)
+    if (find_suite(l, t->cipher_suites.item[i]) < 0)
+      return -1;
+  for (size_t i = 0; i < t->curves.n; i++)
+    if (find_curve(l, t->curves.item[i]) < 0)
+      return -1;
+  return 0;
 }
 
 static void digest_tls(web_config *c) {
@@ -872,8 +978,8 @@ int web_config_load(const char *path, int64_t now, web_config **out, web_files *
     snprintf(why, sizeof why, "rate_limit: an interval needs a burst of at least 1");
     goto parsed;
   }
-  c->tls = l.tls.given;
-  if (c->tls && load_tls(&l, now) != 0)
+  c->tls = tls_enabled(&l.tls);
+  if ((c->tls ? load_tls(&l, now) : check_tls_names(&l)) != 0)
     goto parsed;
   digest_tls(c);
   rc = 0;

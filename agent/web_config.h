@@ -3,7 +3,8 @@
  * exporters): tls_server_config, http_server_config, basic_auth_users and
  * rate_limit. Parsed with libyaml and validated whole: unknown keys,
  * unreadable, expired or mismatched certificates, a min_version below TLS 1.2
- * and passwords that are not bcrypt hashes are one-line errors. A loaded
+ * and passwords that are not bcrypt hashes (or cost more than
+ * WEB_MAX_BCRYPT_COST) are one-line errors. A loaded
  * configuration is immutable; the reload watcher (web_watch.h) swaps it. */
 #ifndef GPUPOOL_WEB_CONFIG_H
 #define GPUPOOL_WEB_CONFIG_H
@@ -23,6 +24,10 @@ typedef enum {
 #define WEB_MAX_HEADERS      5
 #define WEB_MAX_TLS12_SUITES 16 /* Go's TLS 1.2 suites, aliases as one */
 #define WEB_MAX_FILES        4  /* the configuration file, cert_file, key_file, client_ca_file */
+/* The highest bcrypt cost basic_auth_users may use: the agent's stop waits
+ * for a running check, which at 14 takes under a second (docs/security.md)
+ * and doubles with each step. */
+#define WEB_MAX_BCRYPT_COST 14
 
 typedef struct web_header {
   const char *name; /* static */
@@ -31,7 +36,7 @@ typedef struct web_header {
 
 typedef struct web_user {
   char *name;
-  char *hash; /* $2a$, $2b$ or $2y$ bcrypt */
+  char *hash; /* $2a$, $2b$ or $2y$ bcrypt, cost at most WEB_MAX_BCRYPT_COST */
 } web_user;
 
 typedef struct web_config {

@@ -72,7 +72,7 @@ Test(c_numeric, error_messages_and_configuration) {
   cr_assert(strstr(gpupool_last_error(), "1.5"), "%s", gpupool_last_error());
   gpupool_destroy(p);
   char *end = NULL;
-  cr_assert_eq(c_strtod("1.5", &end), 1.5); /* /advice's capacity_gib, web_config's durations */
+  cr_assert_eq(c_strtod("1.5", &end), 1.5); /* /advice's capacity_gib */
   cr_assert_str_eq(end, "");
 }
 

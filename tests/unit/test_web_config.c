@@ -18,6 +18,7 @@
 #include "agent/web_config.h"
 #include "gpupool/agent.h"
 #include "helpers/http_client.h"
+#include "helpers/metrics_text.h"
 
 static char dir[64];
 
@@ -171,7 +172,7 @@ Test(web_config, bad_files_are_refused_with_a_reason) {
   refused("http_server_config:\n  headers:\n    Server: x\n", "cannot be configured");
   refused("http_server_config:\n  headers:\n    X-Frame-Options: allow\n", "is not one of");
   refused("http_server_config:\n  http3: true\n", "unknown key 'http3'");
-  refused("rate_limit:\n  interval: soon\n  burst: 1\n", "not a duration");
+  refused("rate_limit:\n  interval: soon\n  burst: 1\n", "not a Go duration");
   refused("rate_limit:\n  interval: 1s\n", "burst of at least 1");
   refused("- a list\n", "must be a mapping");
   refused("a: 1\n---\nb: 2\n", "unknown key 'a'");
@@ -244,7 +245,10 @@ Test(web_config, go_names_become_a_gnutls_priority_string) {
   cr_expect(web_config_tls12_suite_allowed(c, ecdsa_aes256), "no list: GnuTLS's choice");
   web_config_free(c);
   c = load(TLS);
-  cr_assert_str_eq(c->priorities, "NORMAL:-VERS-ALL:+VERS-TLS1.3:+VERS-TLS1.2:%SERVER_PRECEDENCE");
+  cr_assert_str_eq(c->priorities,
+                   "NORMAL:-VERS-ALL:+VERS-TLS1.3:+VERS-TLS1.2:-KX-ALL:+ECDHE-ECDSA:+ECDHE-RSA:"
+                   "-CIPHER-ALL:+AES-128-GCM:+AES-256-GCM:+CHACHA20-POLY1305:+AES-128-CBC:+AES-"
+                   "256-CBC:-MAC-ALL:+AEAD:+SHA1:%SERVER_PRECEDENCE");
   cr_assert_eq(c->tls, 1);
   cr_assert_eq(c->client_auth, WEB_CLIENT_NONE);
   cr_assert_gt(c->cert_not_after, time(NULL));
@@ -422,4 +426,200 @@ Test(web_config, basic_auth_checks_bcrypt_caches_and_bounds_its_cost) {
   cr_assert_eq(web_auth_check(c, "alice", "right", t + 3000), WEB_AUTH_OK);
   web_auth_reset();
   web_config_free(c);
+}
+
+/* A bcrypt check runs on an HTTP thread, and gpupool_agent_stop() waits for
+ * a running one: a cost of 31 (which crypt(3) and promtool accept) held a
+ * thread, every other new login (429) and the host's exit for days. A cost
+ * past WEB_MAX_BCRYPT_COST is refused, naming the user and the cost. */
+Test(web_config, a_bcrypt_cost_above_the_maximum_is_refused) {
+  char hash[CRYPT_OUTPUT_SIZE], yml[1024], why[128];
+  snprintf(hash, sizeof hash, "%s", hash_of("pw")); /* $2b$04$... */
+  int costs[] = {31, WEB_MAX_BCRYPT_COST + 1};
+  for (int i = 0; i < 2; i++) {
+    hash[4] = (char)('0' + costs[i] / 10);
+    hash[5] = (char)('0' + costs[i] % 10);
+    snprintf(yml, sizeof yml, "basic_auth_users:\n  alice: '%s'\n", hash);
+    snprintf(why, sizeof why, "basic_auth_users.alice: bcrypt cost %d is above the maximum of %d",
+             costs[i], WEB_MAX_BCRYPT_COST);
+    refused(yml, why);
+  }
+  hash[4] = (char)('0' + WEB_MAX_BCRYPT_COST / 10);
+  hash[5] = (char)('0' + WEB_MAX_BCRYPT_COST % 10);
+  snprintf(yml, sizeof yml, "basic_auth_users:\n  alice: '%s'\n", hash);
+  web_config *c = load(yml);
+  cr_expect_eq(c->nusers, 1, "the maximum itself is accepted");
+  web_config_free(c);
+}
+
+/* The whole reloaded file is refused: the users and headers of the last
+ * good one stay, and last_reload_successful turns 0. */
+Test(web_config, a_reload_with_a_too_costly_hash_keeps_the_last_good_file) {
+  char hash[CRYPT_OUTPUT_SIZE], costly[CRYPT_OUTPUT_SIZE], yml[2048];
+  snprintf(hash, sizeof hash, "%s", hash_of("right"));
+  snprintf(costly, sizeof costly, "%s", hash);
+  memcpy(costly + 4, "31", 2);
+  snprintf(yml, sizeof yml,
+           "basic_auth_users:\n  alice: '%s'\n"
+           "http_server_config:\n  headers:\n    X-Frame-Options: deny\n",
+           hash);
+  cr_assert_eq(start(write_yml(yml)), GPUPOOL_OK, "%s", gpupool_last_error());
+  snprintf(yml, sizeof yml,
+           "basic_auth_users:\n  alice: '%s'\n  bob: '%s'\n"
+           "http_server_config:\n  headers:\n    X-Frame-Options: sameorigin\n",
+           hash, costly);
+  write_yml(yml);
+  /* The watcher looks every second; alice's check is cached after the first. */
+  double ok = 1;
+  char frame[32] = "";
+  for (int i = 0; i < 100 && ok != 0 && strcasecmp(frame, "sameorigin") != 0; i++) {
+    usleep(100000);
+    http_response r;
+    cr_assert_eq(http_request("127.0.0.1", gpupool_agent_port(), "GET", "/metrics",
+                              "Authorization: Basic YWxpY2U6cmlnaHQ=\r\n", &r),
+                 0);
+    cr_assert_eq(r.status, 200);
+    if (!http_header(&r, "X-Frame-Options", frame, sizeof frame))
+      frame[0] = '\0';
+    cr_assert_eq(
+        metrics_value(r.body, "gpupool_agent_web_config_last_reload_successful", NULL, &ok), 0);
+    http_response_free(&r);
+  }
+  cr_expect_eq(ok, 0, "the file with a cost-31 hash was not refused");
+  cr_expect_eq(strcasecmp(frame, "deny"), 0, "X-Frame-Options: %s", frame);
+}
+
+static double interval_of(const char *duration) {
+  char yml[256];
+  snprintf(yml, sizeof yml, "rate_limit:\n  interval: '%s'\n  burst: 1\n", duration);
+  web_config *c = load(yml);
+  double s = c->rate_interval_s;
+  web_config_free(c);
+  return s;
+}
+
+/* rate_limit.interval is a Go duration (time.ParseDuration): strtod read
+ * exponents, infinities and values past int64 nanoseconds, and refused a
+ * leading '+'. */
+Test(web_config, rate_limit_intervals_are_go_durations) {
+  cr_expect_eq(interval_of("+1s"), 1.0);
+  cr_expect_eq(interval_of("1.5h"), 5400.0);
+  cr_expect_eq(interval_of("1h1m1.5s"), 3661.5);
+  cr_expect_eq(interval_of(".5s"), 0.5);
+  cr_expect_eq(interval_of("1.s"), 1.0);
+  cr_expect_eq(interval_of("250ms"), 0.25);
+  cr_expect_eq(interval_of("1500us"), 0.0015);
+  cr_expect_eq(interval_of("1500\xc2\xb5s"), 0.0015); /* U+00B5 */
+  cr_expect_eq(interval_of("1500\xce\xbcs"), 0.0015); /* U+03BC */
+  cr_expect_eq(interval_of("0"), 0.0);
+  cr_expect_eq(interval_of("-0s"), 0.0);
+  cr_expect_eq(interval_of("9223372036854775807ns"), 9223372036854775807.0 / 1e9);
+  cr_expect_eq(interval_of("2562047h"), 2562047 * 3600.0);
+  const char *bad[] = {"1e3s",
+                       "9999999h",
+                       "1e300h",
+                       "1e400s",
+                       "18446744073709551616ns",
+                       "9223372036854775808ns",
+                       "2562048h",
+                       "1",
+                       "s",
+                       ".s",
+                       ".",
+                       "1x",
+                       "1s ",
+                       " 1s",
+                       "inf",
+                       "nan",
+                       "0x10s",
+                       "+",
+                       "-",
+                       "1s-1s",
+                       "1,5s"};
+  for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+    char yml[256], why[128];
+    snprintf(yml, sizeof yml, "rate_limit:\n  interval: '%s'\n  burst: 1\n", bad[i]);
+    snprintf(why, sizeof why, "rate_limit.interval: '%s' is not a Go duration", bad[i]);
+    refused(yml, why);
+  }
+  refused("rate_limit:\n  interval: ''\n  burst: 1\n", "rate_limit.interval: '' is not a Go");
+  refused("rate_limit:\n  interval: -1s\n  burst: 1\n", "rate_limit.interval: '-1s' is negative");
+}
+
+/* As exporter-toolkit: a tls_server_config without certificate, key,
+ * client CA or client_auth_type is no TLS (plain HTTP), and '' is no value
+ * (client_auth_type '' is NoClientCert). Names are still checked. */
+Test(web_config, an_empty_tls_server_config_is_plain_http) {
+  const char *plain[] = {
+      "tls_server_config: {}\n",
+      "tls_server_config:\n  cert_file: ''\n  key_file: ''\n  client_auth_type: ''\n",
+      "tls_server_config:\n  min_version: TLS13\n  cipher_suites: "
+      "[TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256]\n  curve_preferences: [X25519]\n",
+  };
+  for (size_t i = 0; i < sizeof plain / sizeof plain[0]; i++) {
+    web_config *c = load(plain[i]);
+    cr_expect_eq(c->tls, 0, "TLS on for:\n%s", plain[i]);
+    web_config_free(c);
+  }
+  cr_assert_eq(start(write_yml("tls_server_config: {}\n")), GPUPOOL_OK, "%s", gpupool_last_error());
+  http_response r;
+  cr_assert_eq(http_request("127.0.0.1", gpupool_agent_port(), "GET", "/healthz", NULL, &r), 0);
+  cr_expect_eq(r.status, 200, "plain HTTP: %d", r.status);
+  http_response_free(&r);
+  gpupool_agent_stop();
+  web_config *c = load(TLS "  client_auth_type: ''\n");
+  cr_expect_eq(c->tls, 1);
+  cr_expect_eq(c->client_auth, WEB_CLIENT_NONE);
+  web_config_free(c);
+  refused("tls_server_config:\n  min_version: TLS9\n", "unknown TLS version 'TLS9'");
+  refused("tls_server_config:\n  cipher_suites: [TLS_RSA_WITH_RC4_128_SHA]\n",
+          "unknown or insecure");
+  refused("tls_server_config:\n  curve_preferences: [CurveP224]\n", "unknown curve");
+  refused("tls_server_config:\n  client_auth_type: NoClientCert\n",
+          "missing one of cert_file or cert");
+  refused(TLS "  client_auth_type: RequireAndVerifyClientCert\n  client_ca: not a certificate\n",
+          "the client CA (client_ca) is not a PEM certificate");
+}
+
+/* 0 when gnutls-cli completes a TLS 1.2 handshake with the agent under the
+ * given priority string. */
+static int handshake(const char *priority) {
+  char cmd[512];
+  snprintf(cmd, sizeof cmd,
+           "timeout 60 gnutls-cli --insecure --priority '%s' -p %d 127.0.0.1 "
+           "</dev/null >/dev/null 2>&1",
+           priority, gpupool_agent_port());
+  return system(cmd);
+}
+
+/* With no cipher_suites, TLS 1.2 offers Go's defaults: ECDHE key exchange
+ * only, with AES-GCM, ChaCha20-Poly1305 or AES-CBC-SHA; GnuTLS's NORMAL
+ * also allowed static RSA key exchange (no forward secrecy) and AES-CCM.
+ * An RSA certificate, so that static RSA could be served. */
+Test(web_config, default_tls12_suites_are_forward_secret) {
+  if (system("command -v gnutls-cli >/dev/null 2>&1") != 0)
+    cr_skip("gnutls-cli is not installed (Debian: gnutls-bin)");
+  char cmd[1024];
+  snprintf(cmd, sizeof cmd,
+           "cd %s && certtool --generate-privkey --key-type=rsa --bits=2048 --outfile rsa.key "
+           "2>/dev/null && printf 'cn = 127.0.0.1\\nip_address = 127.0.0.1\\ntls_www_server\\n"
+           "signing_key\\nencryption_key\\nexpiration_days = 30\\n' > rsa.tmpl && "
+           "certtool --generate-self-signed --load-privkey rsa.key --template rsa.tmpl "
+           "--outfile rsa.crt 2>/dev/null",
+           dir);
+  cr_assert_eq(system(cmd), 0, "%s", cmd);
+  cr_assert_eq(start(write_yml("tls_server_config:\n  cert_file: rsa.crt\n  key_file: rsa.key\n")),
+               GPUPOOL_OK, "%s", gpupool_last_error());
+#define TLS12 "NORMAL:-VERS-ALL:+VERS-TLS1.2"
+  cr_expect_eq(handshake(TLS12 ":-KX-ALL:+ECDHE-RSA"), 0, "ECDHE-RSA refused");
+  cr_expect_eq(handshake(TLS12 ":-KX-ALL:+ECDHE-RSA:-CIPHER-ALL:+AES-128-CBC:-MAC-ALL:+SHA1"), 0,
+               "ECDHE-RSA with AES-128-CBC-SHA refused");
+  cr_expect_neq(handshake(TLS12 ":-KX-ALL:+RSA"), 0, "static RSA key exchange accepted");
+  cr_expect_neq(handshake(TLS12 ":-KX-ALL:+RSA:-CIPHER-ALL:+AES-128-GCM:-MAC-ALL:+AEAD"), 0,
+                "TLS_RSA_WITH_AES_128_GCM_SHA256 accepted");
+  cr_expect_neq(handshake(TLS12 ":-CIPHER-ALL:+AES-128-CCM:+AES-256-CCM:-MAC-ALL:+AEAD"), 0,
+                "AES-CCM accepted");
+  cr_expect_neq(handshake(TLS12 ":-CIPHER-ALL:+AES-128-CBC:+AES-256-CBC:-MAC-ALL:+SHA256:+SHA384"),
+                0, "AES-CBC with SHA-256/384 accepted");
+#undef TLS12
 }
