@@ -161,7 +161,7 @@ static void process_name(trace_format *f, int pid, uint64_t ts) {
 }
 
 void trace_format_metadata(trace_format *f, uint64_t ts_ns) {
-  char name[TRACE_LABEL_MAX + 96];
+  char name[TRACE_TRACK_NAME_MAX];
   for (size_t i = 0; i < f->npools; i++) {
     trace_pool *p = &f->pools[i];
     int pid = trace_pid_of_device(p->info.device);
@@ -181,7 +181,7 @@ void trace_format_metadata(trace_format *f, uint64_t ts_ns) {
 
 static void memory_counter(trace_format *f, const trace_pool *p, uint64_t ts, uint64_t allocated,
                            uint64_t reserved, uint64_t requested) {
-  char name[TRACE_LABEL_MAX + 40];
+  char name[TRACE_TRACK_NAME_MAX];
   snprintf(name, sizeof name, "%s memory", p->label);
   begin_event(f, "C", name, NULL, trace_pid_of_device(p->info.device), pool_tid(p), ts);
   json_buf *o = f->out;
@@ -203,7 +203,7 @@ static void counter_record(trace_format *f, const counter_sample *cs, uint64_t t
   p->requested = cs->requested;
   p->have_requested = 1;
   memory_counter(f, p, ts, cs->allocated, cs->reserved, cs->requested);
-  char name[TRACE_LABEL_MAX + 40];
+  char name[TRACE_TRACK_NAME_MAX];
   snprintf(name, sizeof name, "%s allocations", p->label);
   begin_event(f, "C", name, NULL, trace_pid_of_device(p->info.device), pool_tid(p), ts);
   arg_u64(f->out, ",\"args\":{\"from_cache\":", cs->from_cache);
@@ -232,7 +232,7 @@ static void close_alloc(trace_format *f, uint64_t addr, uint64_t ts, int free_re
   if (!trace_live_set_take(&f->live, SPACE_POOL, addr, &index) || index >= f->npools)
     return;
   const trace_pool *p = &f->pools[index];
-  char name[TRACE_LABEL_MAX + 40];
+  char name[TRACE_TRACK_NAME_MAX];
   alloc_name(name, sizeof name, p);
   begin_event(f, "e", name, "alloc", trace_pid_of_device(p->info.device), pool_tid(p), ts);
   arg_hex(f->out, ",\"id\":", addr);
@@ -252,7 +252,7 @@ static void pool_alloc(trace_format *f, trace_pool *p, const pool_event *ev, uin
     f->out->failed = 1;
     return;
   }
-  char name[TRACE_LABEL_MAX + 40];
+  char name[TRACE_TRACK_NAME_MAX];
   alloc_name(name, sizeof name, p);
   begin_event(f, "b", name, "alloc", trace_pid_of_device(p->info.device), pool_tid(p), ts);
   arg_hex(f->out, ",\"id\":", ev->addr);
@@ -370,7 +370,7 @@ static void segment_call(trace_format *f, trace_pool *p, const pool_event *ev, u
  * the stream that asked is its ring's. No address: nothing was allocated. */
 static void oom(trace_format *f, trace_pool *p, const pool_event *ev, uint64_t stream,
                 uint64_t ts) {
-  char name[TRACE_LABEL_MAX + 40];
+  char name[TRACE_TRACK_NAME_MAX];
   snprintf(name, sizeof name, "OOM %s", p->label);
   begin_event(f, "i", name, "oom", trace_pid_of_device(p->info.device), pool_tid(p), ts);
   json_buf *o = f->out;

@@ -24,12 +24,17 @@
 #define TRACE_POOL_TID_BASE  1000000
 #define TRACE_CUPTI_TID_BASE 500000
 
+/* A pool's track label: "pool ", its label, " (gone, id 4294967295)". */
+#define TRACE_TRACK_LABEL_MAX (TRACE_LABEL_MAX + 32)
+/* A track or event name built from a track label and a few words. */
+#define TRACE_TRACK_NAME_MAX (TRACE_TRACK_LABEL_MAX + 64)
+
 typedef struct trace_pool {
   trace_pool_info info;
   /* the pool's label as /metrics writes it (a gone pool's at its last
    * sample): its caller's to give */
   char metrics_label[TRACE_LABEL_MAX];
-  char label[TRACE_LABEL_MAX + 32]; /* its tracks': trace_format_label_pools */
+  char label[TRACE_TRACK_LABEL_MAX]; /* its tracks': trace_format_label_pools */
   int live;
   int have_requested;    /* a regular counter sample was written */
   uint64_t requested;    /* the latest sample's, moved by the allocs and frees since */
