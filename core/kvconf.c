@@ -104,23 +104,31 @@ int kvconf_u64(const char *s, uint64_t min, uint64_t max, uint64_t *out) {
 }
 
 int kvconf_double(const char *s, double min, double max, double *out) {
-  if (!s || !(isdigit((unsigned char)s[0]) || s[0] == '.' || s[0] == '-' || s[0] == '+'))
+  /* A decimal number, as PyTorch's stod reads one: a sign, digits with a
+   * point or not, an exponent ("1e-3"); no inf, nan or hex, which stod also
+   * takes but no setting means. The value is c_strtod's (strtod follows
+   * LC_NUMERIC; configuration is always written with '.'). */
+  if (!s)
     return -1;
-  /* strtod follows LC_NUMERIC; configuration is always written with '.'. */
-  double sign = 1, v = 0, scale = 1;
-  const char *p = s;
-  if (*p == '-' || *p == '+')
-    sign = *p++ == '-' ? -1 : 1;
+  const char *p = s + (*s == '-' || *s == '+');
   int digits = 0;
-  for (; isdigit((unsigned char)*p); p++, digits++)
-    v = v * 10 + (*p - '0');
+  for (; isdigit((unsigned char)*p); p++)
+    digits++;
   if (*p == '.')
-    for (p++; isdigit((unsigned char)*p); p++, digits++)
-      v += (*p - '0') * (scale /= 10);
-  if (!digits || *p != '\0')
+    for (p++; isdigit((unsigned char)*p); p++)
+      digits++;
+  if (!digits)
     return -1;
-  v *= sign;
-  if (!isfinite(v) || v < min || v > max)
+  if (*p == 'e' || *p == 'E') {
+    p += 1 + (p[1] == '-' || p[1] == '+');
+    if (!isdigit((unsigned char)*p))
+      return -1;
+    while (isdigit((unsigned char)*p))
+      p++;
+  }
+  char *end;
+  double v = c_strtod(s, &end);
+  if (*p != '\0' || end != p || !isfinite(v) || v < min || v > max)
     return -1;
   *out = v == 0 ? 0 : v; /* "-0" is 0: a configuration written back says "0" */
   return 0;
@@ -134,7 +142,7 @@ int kvconf_format_double(double v, char *out, size_t len) {
     lead++;
   locale_t old = c_numeric_enter();
   int n = 0;
-  /* %g could write an exponent, which kvconf_double refuses, or round 0.9999999 to 1 */
+  /* %g could write an exponent (a configuration reads better without), or round 0.9999999 to 1 */
   for (int p = 0; p <= lead + 17; p++) {
     double back;
     n = snprintf(out, len, "%.*f", p, v);

@@ -88,7 +88,7 @@ static const kvopt pool_options[] = {
     {"host_capacity_mb", KVOPT_U64, 1, (uint64_t)1 << 30, .set = set_host_capacity},
     /* > 20 MiB, as PyTorch requires */
     {"max_split_size_mb", KVOPT_U64, 21, (uint64_t)1 << 30, .choices = unlimited,
-     .range = "> 20 or inf", .set = set_max_split},
+     .range = "21 to 1073741824, or inf", .set = set_max_split},
     {"max_non_split_rounding_mb", KVOPT_U64, 0, (uint64_t)1 << 30, .set = set_max_non_split},
     {"roundup_power2_divisions", KVOPT_U64, 0, 64,
      .range = "0 (off) or a power of two from 1 to 64", .set = set_divisions},

@@ -711,7 +711,7 @@ class Enable(unittest.TestCase):
                 ("strategy:nope",
                  "GPUPOOL_CONF: strategy: unknown value 'nope' (valid: bfc, round, naive)"),
                 ("max_split_size_mb:-1",
-                 "GPUPOOL_CONF: max_split_size_mb: '-1' is not a whole number (> 20 or inf)"),
+                 "GPUPOOL_CONF: max_split_size_mb: '-1' is not a whole number (21 to 1073741824, or inf)"),
                 ("garbage", "GPUPOOL_CONF: 'garbage' is not key:value"),
                 ("no_such_key:1", "GPUPOOL_CONF: unknown key 'no_such_key'"),
                 ("backend:host,expandable_segments:True,strategy:round",

@@ -14,6 +14,7 @@
 #include "gpupool/advisor.h"
 #include "gpupool/host.h"
 #include "core/c_numeric.h"
+#include "core/kvconf.h"
 #include "helpers/pool_check.h"
 #include "pool/pool_internal.h"
 
@@ -74,6 +75,16 @@ Test(c_numeric, error_messages_and_configuration) {
   char *end = NULL;
   cr_assert_eq(c_strtod("1.5", &end), 1.5); /* /advice's capacity_gib */
   cr_assert_str_eq(end, "");
+  /* Configuration decimals, an exponent included, as PyTorch's stod reads them. */
+  static const struct {
+    const char *text;
+    double want;
+  } values[] = {{"0.7", 0.7}, {"1e-3", 0.001}, {"2.5E+1", 25}, {".5", 0.5}, {"-0", 0}};
+  for (size_t i = 0; i < sizeof values / sizeof *values; i++) {
+    double v = -1;
+    cr_expect_eq(kvconf_double(values[i].text, -1e9, 1e9, &v), 0, "%s", values[i].text);
+    cr_expect_eq(v, values[i].want, "%s read as %g", values[i].text, v);
+  }
 }
 
 Test(c_numeric, advisor_table_and_csv) {

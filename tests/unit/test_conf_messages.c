@@ -44,8 +44,9 @@ static const char *agent_reason(const char *conf) {
 }
 
 Test(conf_messages, pool_range_errors_state_the_range) {
-  cr_expect_str_eq(pool_reason("max_split_size_mb:10"),
-                   "GPUPOOL_CONF: max_split_size_mb: 10 is out of range (> 20 or inf)");
+  cr_expect_str_eq(
+      pool_reason("max_split_size_mb:10"),
+      "GPUPOOL_CONF: max_split_size_mb: 10 is out of range (21 to 1073741824, or inf)");
   cr_expect_str_eq(pool_reason("device:2000"),
                    "GPUPOOL_CONF: device: 2000 is out of range (0 to 1023)");
   cr_expect_str_eq(pool_reason("device:abc"),

@@ -127,8 +127,9 @@ Test(conf_check, torch_checks_over_the_adapters_options) {
   cr_expect_eq(gpupool_torch_conf_check("backend:host,host_capacity_mb:64"), GPUPOOL_OK);
   cr_expect_eq(gpupool_torch_conf_check(NULL), GPUPOOL_OK);
   cr_expect_eq(gpupool_torch_conf_check("max_split_size_mb:-1"), GPUPOOL_ERR_INVALID);
-  cr_expect_str_eq(gpupool_last_error(),
-                   "GPUPOOL_CONF: max_split_size_mb: '-1' is not a whole number (> 20 or inf)");
+  cr_expect_str_eq(
+      gpupool_last_error(),
+      "GPUPOOL_CONF: max_split_size_mb: '-1' is not a whole number (21 to 1073741824, or inf)");
   cr_expect_eq(gpupool_torch_conf_check("expandable_segments:True,strategy:naive"),
                GPUPOOL_ERR_INVALID);
   cr_expect_str_eq(gpupool_last_error(), "pool 'torch': expandable_segments needs strategy bfc");
