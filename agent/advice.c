@@ -277,8 +277,10 @@ void advice_endpoint(const endpoint_args *args, endpoint_body *out) {
   char *body = NULL;
   int valid;
   /* One computation at a time; a request that finds one running serves the
-   * cache (or 503 before the first result) instead of holding a second
-   * HTTP thread. A request for one pool or for another device size (a
+   * cache instead of holding a second HTTP thread, or, before the first
+   * result, waits for that computation (bounded by its deadline) and serves
+   * its answer: a page loaded again while the first one runs gets it, not a
+   * 503. A request for one pool or for another device size (a
    * what-if) computes its own answer (the cache, every pool's on its own
    * device, which /ui and the gauges show, stays as it is) and waits for no
    * one: 503 while another computation runs. */
@@ -298,7 +300,10 @@ void advice_endpoint(const endpoint_args *args, endpoint_body *out) {
     }
     valid = 1;
   } else {
-    if (pthread_mutex_trylock(&g_compute) == 0) {
+    pthread_mutex_lock(&g_cache_lock);
+    int have = g_valid;
+    pthread_mutex_unlock(&g_cache_lock);
+    if ((have ? pthread_mutex_trylock(&g_compute) : pthread_mutex_lock(&g_compute)) == 0) {
       pthread_mutex_lock(&g_cache_lock);
       int stale = !g_valid || now_s() - g_cache.computed_at > max_age;
       pthread_mutex_unlock(&g_cache_lock);

@@ -4,6 +4,7 @@
  * gpupool_advice_* gauges appear in /metrics once it ran. */
 #include <cjson/cJSON.h>
 #include <criterion/criterion.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <string.h>
 #include <unistd.h>
@@ -120,6 +121,42 @@ Test(advisor_agent, live_advice) {
 }
 
 /* A /trace document saved from the agent replays like the live pool. */
+/* Before the first result, requests that find the computation running
+ * wait for it and get its answer (a page loaded twice at once, two tabs):
+ * every one 200, the same computed_at; none a 503. */
+typedef struct advice_get {
+  pthread_t thread;
+  int status;
+  double computed_at;
+} advice_get;
+
+static void *get_advice(void *arg) {
+  advice_get *g = arg;
+  http_response r;
+  g->status = -1;
+  if (http_request("127.0.0.1", gpupool_agent_port(), "GET", "/advice", NULL, &r) != 0)
+    return NULL;
+  g->status = r.status;
+  cJSON *doc = r.status == 200 ? cJSON_Parse(r.body) : NULL;
+  const cJSON *at = cJSON_GetObjectItem(doc, "computed_at");
+  g->computed_at = cJSON_IsNumber(at) ? at->valuedouble : -1;
+  cJSON_Delete(doc);
+  http_response_free(&r);
+  return NULL;
+}
+
+Test(advisor_agent, first_requests_at_once_share_the_first_answer) {
+  advice_get g[4];
+  for (int i = 0; i < 4; i++)
+    cr_assert_eq(pthread_create(&g[i].thread, NULL, get_advice, &g[i]), 0);
+  for (int i = 0; i < 4; i++)
+    pthread_join(g[i].thread, NULL);
+  for (int i = 0; i < 4; i++) {
+    cr_expect_eq(g[i].status, 200, "request %d: %d", i, g[i].status);
+    cr_expect_eq(g[i].computed_at, g[0].computed_at, "request %d: another computation", i);
+  }
+}
+
 Test(advisor_agent, saved_trace_replays_exactly) {
   http_response r;
   cr_assert_eq(http_request("127.0.0.1", gpupool_agent_port(), "GET", "/trace", NULL, &r), 0);
