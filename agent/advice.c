@@ -24,6 +24,7 @@
 
 typedef struct taken_pool {
   char name[128]; /* the pool's label (pool_label.h) */
+  uint32_t id;    /* pool_id: the gauges follow the pool, whatever its label later */
   int device;
   char conf[256];
   uint64_t device_bytes; /* the pool's device, 0 when it has not asked */
@@ -33,6 +34,7 @@ typedef struct taken_pool {
 
 typedef struct cached_pool {
   char name[128];
+  uint32_t id;
   int device;
   gpupool_advice *advice; /* NULL: failed, error says why */
   char error[256];
@@ -93,6 +95,7 @@ static void take_pool(gpupool *p, void *arg) {
     return;
   }
   snprintf(t->name, sizeof t->name, "%s", label); /* as /metrics: the gauges' pool label */
+  t->id = pool_id(p);
   t->device = gpupool_device(p);
   t->device_bytes = segment_device_total_known(p);
   advisor_conf_of_pool(p, t->conf, sizeof t->conf);
@@ -120,6 +123,7 @@ static size_t compute(advice_result *r, double capacity_gib, const char *only) {
     cached_pool *f = &fresh[i];
     memset(f, 0, sizeof *f);
     memcpy(f->name, taken[i].name, sizeof f->name); /* same size, NUL-terminated */
+    f->id = taken[i].id;
     f->device = taken[i].device;
     gpupool_history *h;
     gpupool_status st = history_from_rings(taken[i].rings, taken[i].nrings, taken[i].name, &h);
@@ -342,6 +346,7 @@ void advice_summary_get(advice_summary *out) {
       continue;
     advice_pool_summary *s = &out->pool[out->npools++];
     memcpy(s->pool, g_cache.pool[i].name, sizeof s->pool); /* same size, NUL-terminated */
+    s->pool_id = g_cache.pool[i].id;
     s->device = g_cache.pool[i].device;
     s->events = a->input.events;
     s->current_peak_reserved = a->c[a->current].r.peak_reserved;

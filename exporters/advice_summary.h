@@ -9,7 +9,8 @@
 #define ADVICE_MAX_POOLS 16
 
 typedef struct advice_pool_summary {
-  char pool[128]; /* the `pool` label of the pool's other series */
+  char pool[128];   /* the pool's `pool` label when the advice was computed */
+  uint32_t pool_id; /* the pool's id: its gauges take its label now, and go with it */
   int device;
   uint64_t events;
   uint64_t current_peak_reserved, recommended_peak_reserved;

@@ -3,6 +3,16 @@
 #include <stddef.h>
 #include <stdio.h>
 
+/* The live pool of this id in s, or NULL: a pool gone since the advice was
+ * computed has no gauges, and a live one's take the label it has now (the
+ * later pools of a name are numbered anew as earlier ones go). */
+static const metrics_pool *live_pool(const metrics_snapshot *s, uint32_t id) {
+  for (size_t i = 0; i < s->npools; i++)
+    if (s->pools[i].id == id)
+      return &s->pools[i];
+  return NULL;
+}
+
 void metrics_write_advice(prom_writer *w, const metrics_snapshot *s, const advice_summary *a,
                           double now_s) {
   if (!a->valid)
@@ -37,12 +47,13 @@ void metrics_write_advice(prom_writer *w, const metrics_snapshot *s, const advic
     prom_family(w, fam[f].name, PROM_GAUGE, fam[f].help);
     for (size_t i = 0; i < a->npools; i++) {
       const advice_pool_summary *p = &a->pool[i];
+      const metrics_pool *now = live_pool(s, p->pool_id);
       uint64_t v = *(const uint64_t *)((const char *)p + fam[f].off);
-      if (v == 0 && fam[f].off >= offsetof(advice_pool_summary, min_capacity_current))
-        continue; /* not searched, or no capacity fits */
+      if (!now || (v == 0 && fam[f].off >= offsetof(advice_pool_summary, min_capacity_current)))
+        continue; /* gone, or not searched, or no capacity fits */
       char dev[16];
-      snprintf(dev, sizeof dev, "%d", p->device);
-      prom_label l[2] = {{"device", dev}, {"pool", p->pool}};
+      snprintf(dev, sizeof dev, "%d", now->device);
+      prom_label l[2] = {{"device", dev}, {"pool", now->name}};
       prom_gauge_u64(w, labels, l, 2, v);
     }
   }

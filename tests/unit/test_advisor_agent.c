@@ -120,7 +120,6 @@ Test(advisor_agent, live_advice) {
   http_response_free(&r);
 }
 
-/* A /trace document saved from the agent replays like the live pool. */
 /* Before the first result, requests that find the computation running
  * wait for it and get its answer (a page loaded twice at once, two tabs):
  * every one 200, the same computed_at; none a 503. */
@@ -157,6 +156,7 @@ Test(advisor_agent, first_requests_at_once_share_the_first_answer) {
   }
 }
 
+/* A /trace document saved from the agent replays like the live pool. */
 Test(advisor_agent, saved_trace_replays_exactly) {
   http_response r;
   cr_assert_eq(http_request("127.0.0.1", gpupool_agent_port(), "GET", "/trace", NULL, &r), 0);
@@ -276,4 +276,43 @@ Test(advisor_agent, one_pool_leaves_the_shared_answer) {
   pool_of(all, "train");
   cJSON_Delete(all);
   gpupool_destroy(other);
+}
+
+/* The gpupool_advice_* gauges follow their pool: a pool destroyed since the
+ * computation has none, and a pool whose label changed (the first of two
+ * pools named "z" went: the second, "z#2", is "z" now) has them under its
+ * label now, the one its other series carry. */
+Test(advisor_agent, advice_gauges_follow_their_pool) {
+  gpupool *z[2];
+  void *ptr[2];
+  for (int i = 0; i < 2; i++) {
+    gpupool_options po = {
+        .name = "z", .backend = GPUPOOL_BACKEND_HOST, .device = 5, .ignore_env = 1};
+    cr_assert_eq(gpupool_create(&po, &z[i]), GPUPOOL_OK, "%s", gpupool_last_error());
+    cr_assert_eq(gpupool_malloc(z[i], &ptr[i], i ? 3 * MiB : 1000, NULL), GPUPOOL_OK);
+  }
+  cJSON_Delete(get_json("/advice?max_age=0"));
+  cr_assert_eq(gpupool_free(z[0], ptr[0]), GPUPOOL_OK);
+  gpupool_destroy(z[0]);
+  http_response r;
+  cr_assert_eq(http_request("127.0.0.1", gpupool_agent_port(), "GET", "/metrics", NULL, &r), 0);
+  cr_assert_eq(r.status, 200);
+  cr_expect_null(strstr(r.body, "pool=\"z#2\""), "a label no pool has now");
+  /* the series of the pool labelled z: the second pool's 3 MiB, a 20 MiB segment */
+  static const char series[] = "gpupool_advice_current_peak_reserved_bytes{";
+  int found = 0;
+  for (const char *at = r.body; (at = strstr(at, series)); at += sizeof series - 1) {
+    const char *end = strchr(at, '\n');
+    cr_assert_not_null(end);
+    size_t len = (size_t)(end - at);
+    if (!memmem(at, len, "pool=\"z\"", 8))
+      continue;
+    found++;
+    cr_expect_not_null(memmem(at, len, "device=\"5\"", 10), "%.*s", (int)len, at);
+    cr_expect_not_null(memmem(at, len, "} 20971520", 10), "%.*s", (int)len, at);
+  }
+  cr_expect_eq(found, 1, "one series for the pool now labelled z: %s", r.body);
+  http_response_free(&r);
+  cr_assert_eq(gpupool_free(z[1], ptr[1]), GPUPOOL_OK);
+  gpupool_destroy(z[1]);
 }
