@@ -269,12 +269,16 @@ void gpupool_reset_accumulated_stats(gpupool *p) {
     for (int id = 0; id < STAT_COUNT; id++)
       stat_reset_accumulated(&sh->st.s[id]);
     sh->st.device_sourced = sh->st.sync_events = 0;
+    /* the size histogram counts allocations too: its count stays theirs */
+    memset(sh->st.hist_bucket, 0, sizeof sh->st.hist_bucket);
+    sh->st.hist_sum = 0;
     spin_unlock(&sh->lock);
   }
   pthread_mutex_lock(&p->slow_lock);
   POOL_COUNT(p, stat_reset_accumulated(&p->c.segments);
              stat_reset_accumulated(&p->c.reserved_bytes);
              p->c.alloc_retries = p->c.ooms = p->c.device_allocs = p->c.device_frees = 0;
-             p->c.gc_runs = p->c.pages_moved = p->c.device_syncs = p->c.alloc_unmaps = 0);
+             p->c.gc_runs = p->c.pages_moved = p->c.device_syncs = p->c.alloc_unmaps = 0;
+             memset(&p->c.timing, 0, sizeof p->c.timing));
   pthread_mutex_unlock(&p->slow_lock);
 }

@@ -158,8 +158,10 @@ gpupool_status gpupool_get_stats(gpupool *p, gpupool_stats *out);
 /* peak = current for every stat. With p NULL: nothing, and
  * gpupool_last_error() says so (no status to return). */
 void gpupool_reset_peak_stats(gpupool *p);
-/* allocated/freed accumulations and the counters to zero. With p NULL:
- * nothing, and gpupool_last_error() says so (no status to return). */
+/* allocated/freed accumulations and the counters to zero (the agent's
+ * allocation-size histogram and device-call times too, which count the same
+ * events). With p NULL: nothing, and gpupool_last_error() says so (no status
+ * to return). */
 void gpupool_reset_accumulated_stats(gpupool *p);
 
 const char *gpupool_status_string(gpupool_status s);

@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "helpers/pool_check.h"
+#include "pool/pool_view.h"
 
 #define KiB PC_KiB
 #define MiB PC_MiB
@@ -121,6 +122,14 @@ Test(pool_stats, reset_accumulated_zeroes_counters_but_not_state) {
   cr_expect_eq(s.num_device_sourced, 0);
   cr_expect_eq(s.num_frees, 0);
   cr_expect_eq(s.num_sync_events, 0);
+  pool_histogram h;
+  pool_get_histogram(p, &h);
+  cr_expect_eq(h.count, 0, "the size histogram counts allocations: reset with them");
+  cr_expect_eq(h.sum, 0);
+  pool_device_timing t;
+  pool_get_device_timing(p, &t);
+  cr_expect_eq(t.alloc_count + t.free_count + t.alloc_ns_total + t.free_ns_total, 0,
+               "device-call times count device calls: reset with them");
   cr_expect_eq(s.free_blocks, before.free_blocks, "state, not a counter");
   cr_expect_eq(s.largest_free_block, before.largest_free_block);
   char msg[256];
