@@ -39,8 +39,7 @@ typedef struct cached_pool {
   gpupool_advice *advice; /* NULL: failed, error says why */
   char error[256];
 } cached_pool;
-_Static_assert(sizeof((taken_pool *)0)->name == sizeof((cached_pool *)0)->name &&
-                   sizeof((cached_pool *)0)->name == sizeof((advice_pool_summary *)0)->pool,
+_Static_assert(sizeof((taken_pool *)0)->name == sizeof((cached_pool *)0)->name,
                "pool names are copied whole between these");
 
 /* One computation's answer: every pool's, or one pool's. */
@@ -345,9 +344,7 @@ void advice_summary_get(advice_summary *out) {
     if (!a)
       continue;
     advice_pool_summary *s = &out->pool[out->npools++];
-    memcpy(s->pool, g_cache.pool[i].name, sizeof s->pool); /* same size, NUL-terminated */
     s->pool_id = g_cache.pool[i].id;
-    s->device = g_cache.pool[i].device;
     s->events = a->input.events;
     s->current_peak_reserved = a->c[a->current].r.peak_reserved;
     s->recommended_peak_reserved = a->c[a->recommended].r.peak_reserved;

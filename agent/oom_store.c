@@ -235,7 +235,6 @@ static void list(endpoint_body *out) {
   take_json(out, text);
 }
 
-/* Parses "<digits>" into an id >= 1; -1 otherwise. */
 /* A report id: decimal digits of a number from 1 to 2^64 - 1 (every id a
  * report can have; before, 20 digits were refused, 2^64 - 1 among them):
  * 0, else -1. */

@@ -8,10 +8,10 @@
 
 #define ADVICE_MAX_POOLS 16
 
+/* A pool is named by its id alone: its gauges take the label and device it
+ * has at each render (metrics_write_advice), and go with it. */
 typedef struct advice_pool_summary {
-  char pool[128];   /* the pool's `pool` label when the advice was computed */
-  uint32_t pool_id; /* the pool's id: its gauges take its label now, and go with it */
-  int device;
+  uint32_t pool_id;
   uint64_t events;
   uint64_t current_peak_reserved, recommended_peak_reserved;
   uint64_t min_capacity_current, min_capacity_recommended; /* 0: unknown */

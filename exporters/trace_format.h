@@ -57,11 +57,12 @@ int trace_format_init(trace_format *f, json_buf *out, trace_pool *pools, size_t 
                       uint64_t base_ns);
 void trace_format_free(trace_format *f);
 
-/* Gives each pool its track label, "pool <metrics_label>". Live pools' labels are distinct per
- * device; a gone pool's may be a live one's now (pools of one name are numbered anew as they go),
- * and tracks are grouped per device: a gone pool whose label another pool of its device has gets "
- * (gone, id <id>)", and a live one whose label another live pool of its device has (never, from the
- * registry) " (id <id>)". */
+/* Gives each pool its track label, "pool <metrics_label>". Live pools'
+ * labels are distinct per device; a gone pool's may be a live one's now
+ * (pools of one name are numbered anew as they go), and tracks are grouped
+ * per device: a gone pool whose label another pool of its device has gets
+ * " (gone, id <id>)" added, and a live one whose label another live pool of
+ * its device has (never, from the registry) " (id <id>)". */
 void trace_format_label_pools(trace_pool *pools, size_t npools);
 /* The pool with this id, or NULL. */
 trace_pool *trace_format_find_pool(const trace_format *f, uint32_t id);
