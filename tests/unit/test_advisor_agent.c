@@ -13,6 +13,7 @@
 #include "gpupool/agent.h"
 #include "gpupool/gpupool.h"
 #include "helpers/http_client.h"
+#include "helpers/http_json.h"
 
 #define MiB ((size_t)1 << 20)
 
@@ -44,18 +45,6 @@ static void teardown(void) {
 
 TestSuite(advisor_agent, .init = setup, .fini = teardown);
 
-static cJSON *get_json(const char *target) {
-  http_response r;
-  cr_assert_eq(http_request("127.0.0.1", gpupool_agent_port(), "GET", target, NULL, &r), 0);
-  cr_assert_eq(r.status, 200, "%s: %d %s", target, r.status, r.body);
-  char ct[128];
-  cr_expect_str_eq(http_header(&r, "Content-Type", ct, sizeof ct), "application/json");
-  cJSON *doc = cJSON_Parse(r.body);
-  cr_assert(doc, "not JSON: %s", r.body);
-  http_response_free(&r);
-  return doc;
-}
-
 static cJSON *pool_of(cJSON *doc, const char *name) {
   cJSON *p;
   cJSON_ArrayForEach(p, cJSON_GetObjectItem(doc, "pools")) {
@@ -67,7 +56,7 @@ static cJSON *pool_of(cJSON *doc, const char *name) {
 }
 
 Test(advisor_agent, live_advice) {
-  cJSON *doc = get_json("/advice?max_age=0");
+  cJSON *doc = http_get_json(gpupool_agent_port(), "/advice?max_age=0");
   cJSON *p = pool_of(doc, "train");
   cJSON *cur = cJSON_GetObjectItem(p, "current");
   cr_expect_str_eq(cJSON_GetStringValue(cJSON_GetObjectItem(cur, "gpupool_conf")),
@@ -87,7 +76,7 @@ Test(advisor_agent, live_advice) {
   double computed = cJSON_GetObjectItem(doc, "computed_at")->valuedouble;
   cJSON_Delete(doc);
   /* within max_age: the cached answer (same computation time) */
-  doc = get_json("/advice?max_age=3600");
+  doc = http_get_json(gpupool_agent_port(), "/advice?max_age=3600");
   cr_expect_eq(cJSON_GetObjectItem(doc, "computed_at")->valuedouble, computed);
   cJSON_Delete(doc);
 
@@ -199,12 +188,12 @@ Test(advisor_agent, replays_on_the_pools_own_device) {
     cr_assert_eq(gpupool_malloc(small, &x, (size_t)(i + 1) * MiB, NULL), GPUPOOL_OK);
     cr_assert_eq(gpupool_free(small, x), GPUPOOL_OK);
   }
-  cJSON *doc = get_json("/advice?pool=small");
+  cJSON *doc = http_get_json(gpupool_agent_port(), "/advice?pool=small");
   cr_expect(cJSON_IsNull(cJSON_GetObjectItem(doc, "capacity_gib")), "each pool's own device");
   cr_expect_eq(cJSON_GetObjectItem(pool_of(doc, "small"), "capacity_bytes")->valuedouble,
                (double)(256 * MiB));
   cJSON_Delete(doc);
-  doc = get_json("/advice?pool=small&capacity_gib=1");
+  doc = http_get_json(gpupool_agent_port(), "/advice?pool=small&capacity_gib=1");
   cr_expect_eq(cJSON_GetObjectItem(doc, "capacity_gib")->valuedouble, 1.0);
   cr_expect_eq(cJSON_GetObjectItem(pool_of(doc, "small"), "capacity_bytes")->valuedouble,
                (double)(1024 * MiB));
@@ -215,16 +204,16 @@ Test(advisor_agent, replays_on_the_pools_own_device) {
 /* A what-if query (capacity_gib) is answered alone: the cached answer on
  * each pool's own device, which /ui and the gauges show, stays as it was. */
 Test(advisor_agent, capacity_query_leaves_the_cache) {
-  cJSON *doc = get_json("/advice?max_age=0");
+  cJSON *doc = http_get_json(gpupool_agent_port(), "/advice?max_age=0");
   double computed_at = cJSON_GetObjectItem(doc, "computed_at")->valuedouble;
   cr_assert(cJSON_IsNull(cJSON_GetObjectItem(doc, "capacity_gib")));
   cJSON_Delete(doc);
-  doc = get_json("/advice?capacity_gib=1000");
+  doc = http_get_json(gpupool_agent_port(), "/advice?capacity_gib=1000");
   cr_expect_eq(cJSON_GetObjectItem(doc, "capacity_gib")->valuedouble, 1000.0);
   cr_expect_eq(cJSON_GetObjectItem(pool_of(doc, "train"), "capacity_bytes")->valuedouble,
                1000.0 * (1 << 30));
   cJSON_Delete(doc);
-  doc = get_json("/advice");
+  doc = http_get_json(gpupool_agent_port(), "/advice");
   cr_expect(cJSON_IsNull(cJSON_GetObjectItem(doc, "capacity_gib")),
             "the what-if query replaced the cached answer");
   cr_expect_eq(cJSON_GetObjectItem(doc, "computed_at")->valuedouble, computed_at,
@@ -262,15 +251,15 @@ Test(advisor_agent, one_pool_leaves_the_shared_answer) {
   void *p;
   cr_assert_eq(gpupool_malloc(other, &p, 3 * MiB, NULL), GPUPOOL_OK);
   cr_assert_eq(gpupool_free(other, p), GPUPOOL_OK);
-  cJSON *all = get_json("/advice?max_age=0");
+  cJSON *all = http_get_json(gpupool_agent_port(), "/advice?max_age=0");
   cr_expect_eq(cJSON_GetArraySize(cJSON_GetObjectItem(all, "pools")), 2);
   double computed = cJSON_GetObjectItem(all, "computed_at")->valuedouble;
   cJSON_Delete(all);
-  cJSON *one = get_json("/advice?pool=other");
+  cJSON *one = http_get_json(gpupool_agent_port(), "/advice?pool=other");
   cr_expect_eq(cJSON_GetArraySize(cJSON_GetObjectItem(one, "pools")), 1);
   pool_of(one, "other");
   cJSON_Delete(one);
-  all = get_json("/advice?max_age=3600");
+  all = http_get_json(gpupool_agent_port(), "/advice?max_age=3600");
   cr_expect_eq(cJSON_GetArraySize(cJSON_GetObjectItem(all, "pools")), 2);
   cr_expect_eq(cJSON_GetObjectItem(all, "computed_at")->valuedouble, computed);
   pool_of(all, "train");
@@ -291,7 +280,7 @@ Test(advisor_agent, advice_gauges_follow_their_pool) {
     cr_assert_eq(gpupool_create(&po, &z[i]), GPUPOOL_OK, "%s", gpupool_last_error());
     cr_assert_eq(gpupool_malloc(z[i], &ptr[i], i ? 3 * MiB : 1000, NULL), GPUPOOL_OK);
   }
-  cJSON_Delete(get_json("/advice?max_age=0"));
+  cJSON_Delete(http_get_json(gpupool_agent_port(), "/advice?max_age=0"));
   cr_assert_eq(gpupool_free(z[0], ptr[0]), GPUPOOL_OK);
   gpupool_destroy(z[0]);
   http_response r;

@@ -13,6 +13,7 @@
 #include "gpupool/agent.h"
 #include "gpupool/host.h"
 #include "helpers/http_client.h"
+#include "helpers/http_json.h"
 #include "helpers/metrics_text.h"
 #include "helpers/pool_check.h"
 #include "helpers/trace_check.h"
@@ -63,16 +64,6 @@ static http_response get(const char *target) {
   return r;
 }
 
-/* The JSON of a 200 answer; the caller deletes it. */
-static cJSON *get_json(const char *target) {
-  http_response r = get(target);
-  cr_assert_eq(r.status, 200, "GET %s: %d %s", target, r.status, r.body);
-  cJSON *root = cJSON_Parse(r.body);
-  cr_assert_not_null(root, "GET %s: not JSON: %.200s", target, r.body);
-  http_response_free(&r);
-  return root;
-}
-
 static int status_of(const char *target) {
   http_response r = get(target);
   int status = r.status;
@@ -82,7 +73,7 @@ static int status_of(const char *target) {
 
 /* The ids of /snapshot's pools, as a bit set (ids are small here). */
 static unsigned snapshot_ids(const char *target) {
-  cJSON *root = get_json(target);
+  cJSON *root = http_get_json(gpupool_agent_port(), target);
   unsigned ids = 0;
   const cJSON *p;
   cJSON_ArrayForEach(p, cJSON_GetObjectItem(root, "pools")) {
@@ -126,7 +117,7 @@ Test(agent_pool_label, snapshot_selects_the_pools_of_the_label) {
 
 /* Allocation events ("b") of the trace of target. */
 static int trace_allocations(const char *target) {
-  cJSON *root = get_json(target);
+  cJSON *root = http_get_json(gpupool_agent_port(), target);
   char why[512];
   cr_assert_eq(trace_check_format(root, why, sizeof why), 0, "%s: %s", target, why);
   int n = trace_count(root, "b", NULL);
@@ -144,7 +135,7 @@ Test(agent_pool_label, trace_selects_the_pools_of_the_label) {
 /* The advice of each pool= value: its pools' devices (a bit set) and the
  * events of the entry on device 0 (-1: none). */
 static void advice_of(const char *target, unsigned *devices, double *events_on_0) {
-  cJSON *root = get_json(target);
+  cJSON *root = http_get_json(gpupool_agent_port(), target);
   *devices = 0;
   *events_on_0 = -1;
   const cJSON *p;
@@ -175,7 +166,7 @@ Test(agent_pool_label, advice_selects_the_pools_of_the_label) {
  * two pools of one name on a device are two series, not one label set
  * twice. */
 Test(agent_pool_label, advice_gauges_carry_the_label) {
-  cJSON *root = get_json("/advice");
+  cJSON *root = http_get_json(gpupool_agent_port(), "/advice");
   const cJSON *p;
   int seconds = 0;
   cJSON_ArrayForEach(p, cJSON_GetObjectItem(root, "pools")) {
@@ -196,7 +187,7 @@ Test(agent_pool_label, advice_gauges_carry_the_label) {
 }
 
 Test(agent_pool_label, ui_state_gives_each_pool_its_label) {
-  cJSON *root = get_json("/ui/state.json");
+  cJSON *root = http_get_json(gpupool_agent_port(), "/ui/state.json");
   int seen = 0;
   const cJSON *p;
   cJSON_ArrayForEach(p, cJSON_GetObjectItem(root, "pools")) {

@@ -15,6 +15,7 @@
 #include "gpupool/host.h"
 #include "gpupool/tag.h"
 #include "helpers/http_client.h"
+#include "helpers/http_json.h"
 #include "pool/types.h"
 
 static gpupool *pool, *empty;
@@ -205,16 +206,6 @@ Test(agent_ui, not_modified_keeps_the_length_and_the_connection) {
   http_response_free(&script);
 }
 
-static cJSON *get_json(int port, const char *target) {
-  http_response r = get(port, target, NULL);
-  cr_assert_eq(r.status, 200, "%s: %d %s", target, r.status, r.body);
-  cr_assert_str_eq(header(&r, "Content-Type"), "application/json");
-  cJSON *doc = cJSON_Parse(r.body);
-  cr_assert_not_null(doc, "%s is not JSON: %.200s", target, r.body);
-  http_response_free(&r);
-  return doc;
-}
-
 static cJSON *find_pool(cJSON *state, const char *name) {
   cJSON *p;
   cJSON_ArrayForEach(p, cJSON_GetObjectItem(state, "pools")) {
@@ -244,7 +235,7 @@ Test(agent_ui, state_and_blocks) {
   gpupool_stats st;
   cr_assert_eq(gpupool_get_stats(pool, &st), GPUPOOL_OK);
 
-  cJSON *state = get_json(port, "/ui/state.json?window=60");
+  cJSON *state = http_get_json(port, "/ui/state.json?window=60");
   cr_assert_eq(num(state, "window_s"), 60);
   cJSON *links = cJSON_GetObjectItem(state, "links");
   cr_assert(cJSON_IsBool(cJSON_GetObjectItem(links, "oom")));
@@ -270,7 +261,7 @@ Test(agent_ui, state_and_blocks) {
   int web_id = (int)num(web, "id"), empty_id = (int)num(nothing, "id");
   cJSON_Delete(state);
 
-  cJSON *blocks = get_json(port, target);
+  cJSON *blocks = http_get_json(port, target);
   cJSON *p = cJSON_GetObjectItem(blocks, "pool");
   cr_assert_str_eq(cJSON_GetObjectItem(p, "name")->valuestring, "web");
   int states[3] = {0}, seen = 0;
@@ -303,7 +294,7 @@ Test(agent_ui, state_and_blocks) {
   cJSON_Delete(blocks);
 
   snprintf(target, sizeof target, "/ui/blocks.json?pool=%d", empty_id);
-  blocks = get_json(port, target);
+  blocks = http_get_json(port, target);
   cr_assert_eq(
       cJSON_GetArraySize(cJSON_GetObjectItem(cJSON_GetObjectItem(blocks, "pool"), "segments")), 0,
       "an empty pool has no segments");
@@ -314,10 +305,10 @@ Test(agent_ui, state_and_blocks) {
   gpupool_destroy(empty);
   empty = NULL;
   snprintf(target, sizeof target, "/ui/blocks.json?pool=%d", empty_id);
-  blocks = get_json(port, target);
+  blocks = http_get_json(port, target);
   cr_assert(cJSON_IsNull(cJSON_GetObjectItem(blocks, "pool")));
   cJSON_Delete(blocks);
-  state = get_json(port, "/ui/state.json");
+  state = http_get_json(port, "/ui/state.json");
   nothing = find_pool(state, "nothing");
   if (nothing) /* sampled before it went */
     cr_assert(cJSON_IsFalse(cJSON_GetObjectItem(nothing, "live")));
@@ -343,13 +334,13 @@ Test(agent_ui, text_that_is_not_utf8_gets_u_fffd) {
   cr_assert_eq(gpupool_create(&o, &odd), GPUPOOL_OK, "%s", gpupool_last_error());
   memcpy(odd->cfg.name, odd_name, sizeof odd_name);
   int port = start_local();
-  cJSON *state = get_json(port, "/ui/state.json");
+  cJSON *state = http_get_json(port, "/ui/state.json");
   cJSON *p = find_pool(state, want);
   cr_assert_not_null(p, "no pool named %s", want);
   char target[64];
   snprintf(target, sizeof target, "/ui/blocks.json?pool=%d", (int)num(p, "id"));
   cJSON_Delete(state);
-  cJSON *blocks = get_json(port, target);
+  cJSON *blocks = http_get_json(port, target);
   cr_expect_str_eq(cJSON_GetObjectItem(cJSON_GetObjectItem(blocks, "pool"), "name")->valuestring,
                    want);
   cJSON_Delete(blocks);
@@ -423,12 +414,12 @@ Test(agent_ui, tagged_blocks) {
   int nts = gpupool_get_tag_stats(pool, ts, GPUPOOL_TAG_MAX);
   cr_assert_geq(nts, 2);
 
-  cJSON *state = get_json(port, "/ui/state.json");
+  cJSON *state = http_get_json(port, "/ui/state.json");
   char target[64];
   snprintf(target, sizeof target, "/ui/blocks.json?pool=%d",
            (int)num(find_pool(state, "web"), "id"));
   cJSON_Delete(state);
-  cJSON *doc = get_json(port, target);
+  cJSON *doc = http_get_json(port, target);
   cJSON *p = cJSON_GetObjectItem(doc, "pool");
   cJSON *tags = cJSON_GetObjectItem(p, "tags");
   cr_assert(cJSON_IsArray(tags), "the pool has a tag table");

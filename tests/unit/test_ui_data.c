@@ -11,6 +11,7 @@
 #include "agent/trace_counters.h"
 #include "gpupool/agent.h"
 #include "helpers/http_client.h"
+#include "helpers/http_json.h"
 #include "pool/pool_view.h"
 
 static void setup(void) {
@@ -37,16 +38,6 @@ static gpupool *make(const char *name) {
   gpupool *p;
   cr_assert_eq(gpupool_create(&o, &p), GPUPOOL_OK, "%s", gpupool_last_error());
   return p;
-}
-
-static cJSON *get_json(int port, const char *target) {
-  http_response r;
-  cr_assert_eq(http_request("127.0.0.1", port, "GET", target, NULL, &r), 0, "GET %s", target);
-  cr_assert_eq(r.status, 200, "%s: %d %s", target, r.status, r.body);
-  cJSON *doc = cJSON_Parse(r.body);
-  cr_assert_not_null(doc, "%s is not JSON: %.200s", target, r.body);
-  http_response_free(&r);
-  return doc;
 }
 
 static double num(const cJSON *o, const char *k) {
@@ -82,7 +73,7 @@ Test(ui_data, series_count_from_before_the_first_point) {
   cr_assert_eq(st.num_device_sourced, 3);
   cr_assert_geq(st.num_cache_hits, 1);
 
-  cJSON *state = get_json(port, "/ui/state.json?window=3600");
+  cJSON *state = http_get_json(port, "/ui/state.json?window=3600");
   const cJSON *pool = cJSON_GetArrayItem(cJSON_GetObjectItem(state, "pools"), 0);
   cr_assert_str_eq(cJSON_GetObjectItem(pool, "name")->valuestring, "young");
   const cJSON *series = cJSON_GetObjectItem(pool, "series");
@@ -111,7 +102,7 @@ Test(ui_data, blocks_label_as_metrics) {
   for (int i = 0; i < 4; i++) {
     char target[64];
     snprintf(target, sizeof target, "/ui/blocks.json?pool=%u", pool_id(p[i]));
-    cJSON *doc = get_json(port, target);
+    cJSON *doc = http_get_json(port, target);
     const cJSON *pool = cJSON_GetObjectItem(doc, "pool");
     cr_assert_str_eq(cJSON_GetObjectItem(pool, "name")->valuestring, names[i]);
     const cJSON *label = cJSON_GetObjectItem(pool, "label");
