@@ -429,6 +429,19 @@ static gpupool_export *find_export(gpupool *p, uintptr_t ptr) {
   return NULL;
 }
 
+/* A backend's failure (its status st, its words in gpupool_last_error())
+ * under the name of the share call that met it, as the call's own failures
+ * are worded: "gpupool_share_import: host backend: ...". */
+static gpupool_status backend_failed(const char *call, gpupool_status st) {
+  const char *e = gpupool_last_error();
+  size_t n = strlen(call);
+  if (strncmp(e, call, n) == 0 && e[n] == ':')
+    return st;
+  char why[POOL_ERROR_MAX];
+  snprintf(why, sizeof why, "%s", e);
+  return pool_fail(st, "%s: %s", call, why);
+}
+
 /* Sends the export whose header is hdr, pages h[0..n): a message of up to
  * SHARE_FDS pages at a time, each page exported (a new descriptor) just
  * before its message and closed once sent, so that no more than SHARE_FDS
@@ -448,8 +461,10 @@ static gpupool_status send_pages(backend *be, const share_msg *hdr, void *const 
     size_t k = n - first < SHARE_FDS ? n - first : SHARE_FDS, made = 0;
     for (; made < k && st == GPUPOOL_OK; made++)
       st = be->ops->vmm->export_page(be, h[first + made], &fds[made], &m.page_offset[made]);
-    if (st != GPUPOOL_OK)
+    if (st != GPUPOOL_OK) {
+      backend_failed(call, st);
       made--; /* the failed one made no descriptor */
+    }
     else {
       m.kind = first ? MSG_PAGES : MSG_EXPORT;
       m.first = (uint32_t)first;
@@ -712,7 +727,7 @@ static gpupool_status import_backend(const share_msg *m, int device, backend **o
     return pool_fail(GPUPOOL_ERR_INVALID, "%s: the export names an unknown backend", call);
   }
   if (st != GPUPOOL_OK)
-    return st;
+    return backend_failed(call, st);
   const backend_vmm_ops *vmm = (*out)->ops->vmm;
   const char *why = !vmm || !vmm->map_shared            ? "has no virtual memory management here"
                     : (*out)->page_size != m->page_size ? "has pages of another size here"
@@ -730,13 +745,15 @@ static gpupool_status import_backend(const share_msg *m, int device, backend **o
 
 /* Whether m is the first message of an export: a header that adds up (the
  * block within its pages, written so that no sum can wrap). */
-static int valid_header(const share_msg *m, size_t nfds) {
+/* Whether m is an export's first message (the descriptors it came with
+ * are checked apart: m->nfds says how many it should have brought). */
+static int valid_header(const share_msg *m) {
   uint64_t ps = m->page_size;
   return m->version == SHARE_VERSION && m->kind == MSG_EXPORT && m->first == 0 &&
          memchr(m->backend, '\0', sizeof m->backend) && m->npages >= 1 &&
          m->npages <= SHARE_MAX_PAGES && ps && !(ps & (ps - 1)) && ps <= ((uint64_t)1 << 32) &&
          m->offset < ps && m->size >= 1 && m->size <= (uint64_t)m->npages * ps - m->offset &&
-         m->nfds == (m->npages < SHARE_FDS ? m->npages : SHARE_FDS) && nfds == m->nfds;
+         m->nfds == (m->npages < SHARE_FDS ? m->npages : SHARE_FDS);
 }
 
 /* Whether m is the next page message of export id: pages from `have` on,
@@ -769,8 +786,10 @@ static gpupool_status import_pages(int sock, int seqpacket, share_rx *rx, int *f
                                     m->page_offset[i]);
       if (st == GPUPOOL_OK)
         (*mapped)++;
-      else
+      else {
+        backend_failed(call, st);
         snprintf(why, sizeof why, "%s", gpupool_last_error());
+      }
     }
     close_fds(fds, nfds);
     have += (uint32_t)nfds;
@@ -868,10 +887,17 @@ gpupool_status gpupool_share_import(int sock, int device, void **ptr, size_t *si
     send_release(sock, m.id); /* its pages cannot come: the export ends */
   else if (got == 2)
     st = timed_out(call, sock, "waiting for an export", SO_RCVTIMEO);
-  else if (got > 0 && !valid_header(&m, nfds)) {
+  else if (got > 0 && !valid_header(&m)) {
     close_fds(first_fds, nfds);
     st = pool_fail(GPUPOOL_ERR_INVALID,
                    "%s: socket %d: a message that is not the start of an export", call, sock);
+  } else if (got > 0 && nfds != m.nfds) {
+    close_fds(first_fds, nfds);
+    send_release(sock, m.id); /* its pages cannot be taken: the export ends */
+    st = pool_fail(GPUPOOL_ERR_INVALID,
+                   "%s: socket %d: an export's first message came with %zu file descriptors "
+                   "where it names %u",
+                   call, sock, nfds, (unsigned)m.nfds);
   }
   if (st != GPUPOOL_OK) {
     unlist_import(im);
@@ -890,6 +916,8 @@ gpupool_status gpupool_share_import(int sock, int device, void **ptr, size_t *si
     st = be->ops->vmm->reserve(be, npages * be->page_size, &range);
     if (st == GPUPOOL_OK)
       base = range;
+    else
+      backend_failed(call, st);
   }
   size_t mapped = 0;
   int aborted = 0;

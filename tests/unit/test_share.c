@@ -6,6 +6,7 @@
  * exported is deferred, the pages stay put) and every bad path. */
 #include <criterion/criterion.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
 #include <stdint.h>
@@ -511,6 +512,115 @@ Test(share, second_export_and_second_import_are_refused) {
   close(sv[1]);
   close(other[0]);
   close(other[1]);
+  gpupool_destroy(p);
+}
+
+/* Relays one message from `from` to `to` (SOCK_SEQPACKET records) with its
+ * descriptors and `extra` more (each a new descriptor of /dev/null); with
+ * swap_first, /dev/null takes the first descriptor's place. */
+static void relay_message(int from, int to, int extra, int swap_first) {
+  char body[4096];
+  union {
+    char buf[CMSG_SPACE(80 * sizeof(int))];
+    struct cmsghdr align;
+  } ctl;
+  struct iovec iov = {body, sizeof body};
+  struct msghdr mh = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = ctl.buf,
+                      .msg_controllen = sizeof ctl.buf};
+  ssize_t n = recvmsg(from, &mh, 0);
+  cr_assert_gt(n, 0);
+  int fds[80], nfds = 0;
+  for (struct cmsghdr *c = CMSG_FIRSTHDR(&mh); c; c = CMSG_NXTHDR(&mh, c))
+    for (size_t i = 0; i < (c->cmsg_len - CMSG_LEN(0)) / sizeof(int); i++)
+      memcpy(&fds[nfds++], CMSG_DATA(c) + i * sizeof(int), sizeof(int));
+  for (int i = 0; i < extra; i++)
+    cr_assert_geq(fds[nfds++] = open("/dev/null", O_RDONLY), 0);
+  if (swap_first) {
+    cr_assert_gt(nfds, 0);
+    close(fds[0]);
+    cr_assert_geq(fds[0] = open("/dev/null", O_RDONLY), 0);
+  }
+  iov.iov_len = (size_t)n;
+  mh.msg_controllen = CMSG_SPACE((size_t)nfds * sizeof(int));
+  struct cmsghdr *c = CMSG_FIRSTHDR(&mh);
+  c->cmsg_level = SOL_SOCKET;
+  c->cmsg_type = SCM_RIGHTS;
+  c->cmsg_len = CMSG_LEN((size_t)nfds * sizeof(int));
+  memcpy(CMSG_DATA(c), fds, (size_t)nfds * sizeof(int));
+  cr_assert_eq(sendmsg(to, &mh, 0), n);
+  for (int i = 0; i < nfds; i++)
+    close(fds[i]);
+}
+
+/* An export's first message that comes with more descriptors than it names
+ * (or fewer) is refused for that reason, and the importer sends the release
+ * the export waits for. */
+Test(share, first_message_with_the_wrong_descriptor_count) {
+  gpupool *p = share_pool();
+  void *x = share_take(p, 4 * MiB);
+  for (int extra = 1; extra >= -1; extra -= 2) {
+    int sv[2], relay[2];
+    share_sockets_of(SOCK_SEQPACKET, sv);
+    share_sockets_of(SOCK_SEQPACKET, relay);
+    gpupool_export *ex = NULL;
+    cr_assert_eq(gpupool_share_export(p, x, sv[0], &ex), GPUPOOL_OK, "%s", gpupool_last_error());
+    if (extra > 0) {
+      relay_message(sv[1], relay[0], extra, 0);
+    } else { /* the message alone, none of its descriptors */
+      char body[4096];
+      ssize_t n = read(sv[1], body, sizeof body);
+      cr_assert_gt(n, 0);
+      cr_assert_eq(write(relay[0], body, (size_t)n), n);
+    }
+    void *y = NULL;
+    size_t size = 0;
+    gpupool_import *im = NULL;
+    share_expect_fail(gpupool_share_import(relay[1], 0, &y, &size, &im), GPUPOOL_ERR_INVALID,
+                      extra > 0 ? "first message came with 3 file descriptors where it names 2"
+                                : "first message came with 0 file descriptors where it names 2");
+    cr_assert_null(im);
+    struct pollfd pf = {relay[0], POLLIN, 0};
+    cr_assert_eq(poll(&pf, 1, WAIT_MS), 1, "the importer sent the release");
+    char release[4096];
+    cr_assert_gt(read(relay[0], release, sizeof release), 0);
+    close(sv[1]); /* the export itself ends when its importer's end closes */
+    int ended = 0;
+    cr_assert_eq(gpupool_share_wait(ex, WAIT_MS, &ended), GPUPOOL_OK, "%s", gpupool_last_error());
+    cr_assert(ended);
+    close(sv[0]);
+    close(relay[0]);
+    close(relay[1]);
+  }
+  cr_assert_eq(gpupool_free(p, x), GPUPOOL_OK);
+  gpupool_destroy(p);
+}
+
+/* A failure the backend words (here the host backend's check that a
+ * descriptor holds the page) reaches gpupool_last_error() under the share
+ * call's name, as the call's own failures do. */
+Test(share, a_backend_failure_is_named_by_the_call) {
+  gpupool *p = share_pool();
+  void *x = share_take(p, 4 * MiB);
+  int sv[2], relay[2];
+  share_sockets_of(SOCK_SEQPACKET, sv);
+  share_sockets_of(SOCK_SEQPACKET, relay);
+  gpupool_export *ex = NULL;
+  cr_assert_eq(gpupool_share_export(p, x, sv[0], &ex), GPUPOOL_OK, "%s", gpupool_last_error());
+  relay_message(sv[1], relay[0], 0, 1);
+  void *y = NULL;
+  size_t size = 0;
+  gpupool_import *im = NULL;
+  share_expect_fail(gpupool_share_import(relay[1], 0, &y, &size, &im), GPUPOOL_ERR_INVALID,
+                    "gpupool_share_import: host backend: descriptor");
+  cr_assert_null(im);
+  close(sv[1]);
+  int ended = 0;
+  cr_assert_eq(gpupool_share_wait(ex, WAIT_MS, &ended), GPUPOOL_OK, "%s", gpupool_last_error());
+  cr_assert(ended);
+  close(sv[0]);
+  close(relay[0]);
+  close(relay[1]);
+  cr_assert_eq(gpupool_free(p, x), GPUPOOL_OK);
   gpupool_destroy(p);
 }
 
