@@ -464,8 +464,7 @@ static gpupool_status send_pages(backend *be, const share_msg *hdr, void *const 
     if (st != GPUPOOL_OK) {
       backend_failed(call, st);
       made--; /* the failed one made no descriptor */
-    }
-    else {
+    } else {
       m.kind = first ? MSG_PAGES : MSG_EXPORT;
       m.first = (uint32_t)first;
       m.nfds = (uint32_t)k;

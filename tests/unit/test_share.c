@@ -525,8 +525,8 @@ static void relay_message(int from, int to, int extra, int swap_first) {
     struct cmsghdr align;
   } ctl;
   struct iovec iov = {body, sizeof body};
-  struct msghdr mh = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = ctl.buf,
-                      .msg_controllen = sizeof ctl.buf};
+  struct msghdr mh = {
+      .msg_iov = &iov, .msg_iovlen = 1, .msg_control = ctl.buf, .msg_controllen = sizeof ctl.buf};
   ssize_t n = recvmsg(from, &mh, 0);
   cr_assert_gt(n, 0);
   int fds[80], nfds = 0;
