@@ -113,6 +113,7 @@ function mapNote(...parts) {
 let selectedPool = null; // id
 let wantPoolName = new URLSearchParams(location.search).get("pool");
 let failures = 0;
+let retryTimer = null; // counts the status' seconds down to the next try
 
 function setStatus(text, cls) {
   const s = $("status");
@@ -126,11 +127,25 @@ async function getJSON(url) {
   return r.json();
 }
 
+// "retrying in N s", N counting down each second to the next try.
+function showRetry(delay) {
+  const at = Date.now() + delay;
+  const tick = () => {
+    const left = Math.max(0, Math.ceil((at - Date.now()) / 1000));
+    setStatus("agent unreachable · retrying in " + left + " s", "down");
+    if (!left) clearInterval(retryTimer);
+  };
+  clearInterval(retryTimer);
+  tick();
+  retryTimer = setInterval(tick, 1000);
+}
+
 async function pollState() {
   let delay = STATE_POLL_MS;
   try {
     const st = await getJSON("/ui/state.json?window=" + $("window").value);
     failures = 0;
+    clearInterval(retryTimer);
     ui.lastState = st;
     renderState(st);
     ui.stateUpdates++;
@@ -138,7 +153,7 @@ async function pollState() {
   } catch (e) {
     failures++;
     delay = Math.min(RETRY_MAX_MS, STATE_POLL_MS * 2 ** Math.min(failures, 4));
-    setStatus("agent unreachable · retrying in " + Math.round(delay / 1000) + " s", "down");
+    showRetry(delay);
   }
   setTimeout(pollState, delay);
 }

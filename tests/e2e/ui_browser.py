@@ -27,7 +27,8 @@ says it waits for it; at a 400 px viewport the page does not scroll sideways
 and the tooltip stays inside it; fmtBytes reaches PiB; the advice table shows
 computed_at as a time and an age; a destroyed pool shows as gone, its chart's
 lines ending at its last sample; a stopped agent shows "agent unreachable"
-without a script error. Screenshots ui-fixture*.png.
+with the seconds to the next try counting down, without a script error.
+Screenshots ui-fixture*.png.
 
 Part 3, the fixture with no pool: the block map says there is none."""
 
@@ -598,6 +599,16 @@ def part_fixture(args, profile):
         fx.wait(timeout=30)
         b.wait_for("document.getElementById('status').textContent.includes('agent unreachable')", 20,
                    "fixture: stopped agent shows 'agent unreachable'")
+        # The seconds to the next try count down (the backoff's 4 s wait or a
+        # longer one: 3 s or more left, then read again 1.5 s later).
+        left = "Number((/retrying in (\\d+) s/.exec(document.getElementById('status').textContent)" \
+               " || [0, -1])[1])"
+        b.wait_for(left + " >= 3", 30, "fixture: the status says 'retrying in N s' with N >= 3")
+        first = b.eval(left)
+        time.sleep(1.5)
+        later = b.eval(left)
+        check(0 <= later < first, "fixture: 'retrying in N s' counts down (%s s, then %s s 1.5 s later)"
+              % (first, later))
         exc = [e for e in b.errors() if not e.startswith("log: ")]
         check(not exc, "fixture: no script error after the agent stopped" +
               ("" if not exc else ": " + "; ".join(exc)))
