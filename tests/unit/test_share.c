@@ -552,45 +552,50 @@ static void relay_message(int from, int to, int extra, int swap_first) {
     close(fds[i]);
 }
 
+/* Exports x, relays the export's first message over another socket pair
+ * (relay_message; extra < 0: the message alone, without its descriptors)
+ * and imports it there: the import fails, GPUPOOL_ERR_INVALID saying text,
+ * and sends the release the export waits for. The export ends once its
+ * importer's end closes. */
+static void relayed_import_fails(gpupool *p, void *x, int extra, int swap_first, const char *text) {
+  int sv[2], relay[2];
+  share_sockets_of(SOCK_SEQPACKET, sv);
+  share_sockets_of(SOCK_SEQPACKET, relay);
+  gpupool_export *ex = NULL;
+  cr_assert_eq(gpupool_share_export(p, x, sv[0], &ex), GPUPOOL_OK, "%s", gpupool_last_error());
+  if (extra >= 0) {
+    relay_message(sv[1], relay[0], extra, swap_first);
+  } else {
+    char body[4096];
+    ssize_t n = read(sv[1], body, sizeof body);
+    cr_assert_gt(n, 0);
+    cr_assert_eq(write(relay[0], body, (size_t)n), n);
+  }
+  void *y = NULL;
+  size_t size = 0;
+  gpupool_import *im = NULL;
+  share_expect_fail(gpupool_share_import(relay[1], 0, &y, &size, &im), GPUPOOL_ERR_INVALID, text);
+  cr_assert_null(im);
+  struct pollfd pf = {relay[0], POLLIN, 0};
+  cr_assert_eq(poll(&pf, 1, WAIT_MS), 1, "the importer sent the release");
+  char release[4096];
+  cr_assert_gt(read(relay[0], release, sizeof release), 0);
+  close(sv[1]);
+  int ended = 0;
+  cr_assert_eq(gpupool_share_wait(ex, WAIT_MS, &ended), GPUPOOL_OK, "%s", gpupool_last_error());
+  cr_assert(ended);
+  close(sv[0]);
+  close(relay[0]);
+  close(relay[1]);
+}
+
 /* An export's first message that comes with more descriptors than it names
- * (or fewer) is refused for that reason, and the importer sends the release
- * the export waits for. */
+ * (or fewer) is refused for that reason. */
 Test(share, first_message_with_the_wrong_descriptor_count) {
   gpupool *p = share_pool();
   void *x = share_take(p, 4 * MiB);
-  for (int extra = 1; extra >= -1; extra -= 2) {
-    int sv[2], relay[2];
-    share_sockets_of(SOCK_SEQPACKET, sv);
-    share_sockets_of(SOCK_SEQPACKET, relay);
-    gpupool_export *ex = NULL;
-    cr_assert_eq(gpupool_share_export(p, x, sv[0], &ex), GPUPOOL_OK, "%s", gpupool_last_error());
-    if (extra > 0) {
-      relay_message(sv[1], relay[0], extra, 0);
-    } else { /* the message alone, none of its descriptors */
-      char body[4096];
-      ssize_t n = read(sv[1], body, sizeof body);
-      cr_assert_gt(n, 0);
-      cr_assert_eq(write(relay[0], body, (size_t)n), n);
-    }
-    void *y = NULL;
-    size_t size = 0;
-    gpupool_import *im = NULL;
-    share_expect_fail(gpupool_share_import(relay[1], 0, &y, &size, &im), GPUPOOL_ERR_INVALID,
-                      extra > 0 ? "first message came with 3 file descriptors where it names 2"
-                                : "first message came with 0 file descriptors where it names 2");
-    cr_assert_null(im);
-    struct pollfd pf = {relay[0], POLLIN, 0};
-    cr_assert_eq(poll(&pf, 1, WAIT_MS), 1, "the importer sent the release");
-    char release[4096];
-    cr_assert_gt(read(relay[0], release, sizeof release), 0);
-    close(sv[1]); /* the export itself ends when its importer's end closes */
-    int ended = 0;
-    cr_assert_eq(gpupool_share_wait(ex, WAIT_MS, &ended), GPUPOOL_OK, "%s", gpupool_last_error());
-    cr_assert(ended);
-    close(sv[0]);
-    close(relay[0]);
-    close(relay[1]);
-  }
+  relayed_import_fails(p, x, 1, 0, "first message came with 3 file descriptors where it names 2");
+  relayed_import_fails(p, x, -1, 0, "first message came with 0 file descriptors where it names 2");
   cr_assert_eq(gpupool_free(p, x), GPUPOOL_OK);
   gpupool_destroy(p);
 }
@@ -601,25 +606,7 @@ Test(share, first_message_with_the_wrong_descriptor_count) {
 Test(share, a_backend_failure_is_named_by_the_call) {
   gpupool *p = share_pool();
   void *x = share_take(p, 4 * MiB);
-  int sv[2], relay[2];
-  share_sockets_of(SOCK_SEQPACKET, sv);
-  share_sockets_of(SOCK_SEQPACKET, relay);
-  gpupool_export *ex = NULL;
-  cr_assert_eq(gpupool_share_export(p, x, sv[0], &ex), GPUPOOL_OK, "%s", gpupool_last_error());
-  relay_message(sv[1], relay[0], 0, 1);
-  void *y = NULL;
-  size_t size = 0;
-  gpupool_import *im = NULL;
-  share_expect_fail(gpupool_share_import(relay[1], 0, &y, &size, &im), GPUPOOL_ERR_INVALID,
-                    "gpupool_share_import: host backend: descriptor");
-  cr_assert_null(im);
-  close(sv[1]);
-  int ended = 0;
-  cr_assert_eq(gpupool_share_wait(ex, WAIT_MS, &ended), GPUPOOL_OK, "%s", gpupool_last_error());
-  cr_assert(ended);
-  close(sv[0]);
-  close(relay[0]);
-  close(relay[1]);
+  relayed_import_fails(p, x, 0, 1, "gpupool_share_import: host backend: descriptor");
   cr_assert_eq(gpupool_free(p, x), GPUPOOL_OK);
   gpupool_destroy(p);
 }
