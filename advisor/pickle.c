@@ -274,13 +274,15 @@ static int opaque(parser *p, int pops) {
 }
 
 static int step(parser *p, int *stop) {
-  const unsigned char *a;
+  /* set by take and pop_mark where they succeed; initialised for GCC 13,
+   * which cannot see that (-Wmaybe-uninitialized) */
+  const unsigned char *a = NULL;
   p->op_at = p->pos;
   if (p->pos >= p->len)
     return fail(p, "truncated: no STOP opcode");
   unsigned char op = p->b[p->pos++];
   pv *v, *k;
-  size_t base, n;
+  size_t base = 0, n = 0;
   switch (op) {
   case 0x80: /* PROTO */
     if (take(p, 1, &a))
