@@ -215,12 +215,6 @@ static cJSON *find_pool(cJSON *state, const char *name) {
   return NULL;
 }
 
-static double num(cJSON *o, const char *k) {
-  cJSON *v = cJSON_GetObjectItem(o, k);
-  cr_assert(cJSON_IsNumber(v), "no number %s", k);
-  return v->valuedouble;
-}
-
 Test(agent_ui, state_and_blocks) {
   int port = start_local();
   gpupool_host_stream *other = gpupool_host_stream_create();
@@ -236,29 +230,29 @@ Test(agent_ui, state_and_blocks) {
   cr_assert_eq(gpupool_get_stats(pool, &st), GPUPOOL_OK);
 
   cJSON *state = http_get_json(port, "/ui/state.json?window=60");
-  cr_assert_eq(num(state, "window_s"), 60);
+  cr_assert_eq(json_number(state, "window_s"), 60);
   cJSON *links = cJSON_GetObjectItem(state, "links");
   cr_assert(cJSON_IsBool(cJSON_GetObjectItem(links, "oom")));
   cr_assert(cJSON_IsBool(cJSON_GetObjectItem(links, "torch")));
   cJSON *web = find_pool(state, "web");
   cr_assert_not_null(web);
   cr_assert(cJSON_IsTrue(cJSON_GetObjectItem(web, "live")));
-  cr_assert_eq(num(web, "allocated"), (double)st.allocated_bytes[GPUPOOL_STAT_ALL].current);
-  cr_assert_eq(num(web, "reserved"), (double)st.reserved_bytes[GPUPOOL_STAT_ALL].current);
-  cr_assert_eq(num(web, "largest_free"), (double)st.largest_free_block);
-  cr_assert_eq(num(web, "pending_free_blocks"), 1);
+  cr_assert_eq(json_number(web, "allocated"), (double)st.allocated_bytes[GPUPOOL_STAT_ALL].current);
+  cr_assert_eq(json_number(web, "reserved"), (double)st.reserved_bytes[GPUPOOL_STAT_ALL].current);
+  cr_assert_eq(json_number(web, "largest_free"), (double)st.largest_free_block);
+  cr_assert_eq(json_number(web, "pending_free_blocks"), 1);
   cJSON *series = cJSON_GetObjectItem(web, "series");
   int n = cJSON_GetArraySize(cJSON_GetObjectItem(series, "t"));
   cr_assert_eq(cJSON_GetArraySize(cJSON_GetObjectItem(series, "reserved")), n);
   cJSON *nothing = find_pool(state, "nothing");
   cr_assert_not_null(nothing, "an empty pool is listed");
-  cr_assert_eq(num(nothing, "reserved"), 0);
+  cr_assert_eq(json_number(nothing, "reserved"), 0);
   cJSON *cupti = cJSON_GetObjectItem(state, "cupti");
   cr_assert(cJSON_IsFalse(cJSON_GetObjectItem(cupti, "up")));
   cr_assert_str_eq(cJSON_GetObjectItem(cupti, "reason")->valuestring, "off");
   char target[64];
-  snprintf(target, sizeof target, "/ui/blocks.json?pool=%d", (int)num(web, "id"));
-  int web_id = (int)num(web, "id"), empty_id = (int)num(nothing, "id");
+  snprintf(target, sizeof target, "/ui/blocks.json?pool=%d", (int)json_number(web, "id"));
+  int web_id = (int)json_number(web, "id"), empty_id = (int)json_number(nothing, "id");
   cJSON_Delete(state);
 
   cJSON *blocks = http_get_json(port, target);
@@ -284,8 +278,8 @@ Test(agent_ui, state_and_blocks) {
       else
         cr_assert_eq(age, -1);
     }
-    cr_assert_eq(off, num(seg, "size"));
-    bytes += num(seg, "size");
+    cr_assert_eq(off, json_number(seg, "size"));
+    bytes += json_number(seg, "size");
   }
   cr_assert_eq(bytes, (double)st.reserved_bytes[GPUPOOL_STAT_ALL].current);
   cr_assert_eq(states[1], 1, "one allocated block");
@@ -338,7 +332,7 @@ Test(agent_ui, text_that_is_not_utf8_gets_u_fffd) {
   cJSON *p = find_pool(state, want);
   cr_assert_not_null(p, "no pool named %s", want);
   char target[64];
-  snprintf(target, sizeof target, "/ui/blocks.json?pool=%d", (int)num(p, "id"));
+  snprintf(target, sizeof target, "/ui/blocks.json?pool=%d", (int)json_number(p, "id"));
   cJSON_Delete(state);
   cJSON *blocks = http_get_json(port, target);
   cr_expect_str_eq(cJSON_GetObjectItem(cJSON_GetObjectItem(blocks, "pool"), "name")->valuestring,
@@ -417,7 +411,7 @@ Test(agent_ui, tagged_blocks) {
   cJSON *state = http_get_json(port, "/ui/state.json");
   char target[64];
   snprintf(target, sizeof target, "/ui/blocks.json?pool=%d",
-           (int)num(find_pool(state, "web"), "id"));
+           (int)json_number(find_pool(state, "web"), "id"));
   cJSON_Delete(state);
   cJSON *doc = http_get_json(port, target);
   cJSON *p = cJSON_GetObjectItem(doc, "pool");
@@ -427,12 +421,12 @@ Test(agent_ui, tagged_blocks) {
   for (int i = 0; i < nts; i++) {
     cJSON *t = cJSON_GetArrayItem(tags, i);
     cr_assert_str_eq(cJSON_GetObjectItem(t, "name")->valuestring, ts[i].tag);
-    cr_assert_eq(num(t, "allocated"), (double)ts[i].allocated_bytes, "%s", ts[i].tag);
+    cr_assert_eq(json_number(t, "allocated"), (double)ts[i].allocated_bytes, "%s", ts[i].tag);
   }
   int wi = tag_of(tags, "weights"), ki = tag_of(tags, "kv_cache");
   cr_assert(wi >= 0 && ki >= 0 && wi != ki);
-  cr_assert_eq(num(cJSON_GetArrayItem(tags, wi), "allocated"), 3 << 20);
-  cr_assert_eq(num(cJSON_GetArrayItem(tags, ki), "allocated"), 5 << 20);
+  cr_assert_eq(json_number(cJSON_GetArrayItem(tags, wi), "allocated"), 3 << 20);
+  cr_assert_eq(json_number(cJSON_GetArrayItem(tags, ki), "allocated"), 5 << 20);
   int seen_w = 0, seen_k = 0, untagged_segments = 0;
   cJSON *seg;
   cJSON_ArrayForEach(seg, cJSON_GetObjectItem(p, "segments")) {

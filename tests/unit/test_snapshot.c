@@ -8,6 +8,7 @@
 
 #include "agent/endpoint.h"
 #include "gpupool/host.h"
+#include "helpers/http_json.h"
 #include "helpers/pool_check.h"
 #include "helpers/trace_check.h"
 #include "pool/pool_view.h"
@@ -46,12 +47,6 @@ static cJSON *snapshot(const char *const *pairs, size_t n, int expect_status) {
   return root;
 }
 
-static double num(const cJSON *obj, const char *key) {
-  const cJSON *v = cJSON_GetObjectItemCaseSensitive(obj, key);
-  cr_assert(cJSON_IsNumber(v), "%s is not a number", key);
-  return v->valuedouble;
-}
-
 static uint64_t hex(const cJSON *obj, const char *key) {
   const cJSON *v = cJSON_GetObjectItemCaseSensitive(obj, key);
   cr_assert(cJSON_IsString(v) && strncmp(v->valuestring, "0x", 2) == 0, "%s is not hex", key);
@@ -73,13 +68,15 @@ static void check_pool_kind(const cJSON *pool, gpupool *p, int expandable) {
   gpupool_stats st;
   cr_assert_eq(gpupool_get_stats(p, &st), GPUPOOL_OK);
   const cJSON *stats = cJSON_GetObjectItem(pool, "stats");
-  cr_expect_eq(num(stats, "allocated_bytes.all.current"), (double)st.allocated_bytes[0].current);
-  cr_expect_eq(num(stats, "reserved_bytes.large_pool.peak"), (double)st.reserved_bytes[2].peak);
-  cr_expect_eq(num(stats, "num_device_alloc"), (double)st.num_device_alloc);
-  cr_expect_eq(num(stats, "pending_free_blocks"), (double)st.pending_free_blocks);
-  cr_expect_eq(num(stats, "num_pages_moved"), (double)st.num_pages_moved);
-  cr_expect_eq(num(stats, "num_device_syncs"), (double)st.num_device_syncs);
-  cr_expect_eq(num(pool, "id"), (double)pool_id(p));
+  cr_expect_eq(json_number(stats, "allocated_bytes.all.current"),
+               (double)st.allocated_bytes[0].current);
+  cr_expect_eq(json_number(stats, "reserved_bytes.large_pool.peak"),
+               (double)st.reserved_bytes[2].peak);
+  cr_expect_eq(json_number(stats, "num_device_alloc"), (double)st.num_device_alloc);
+  cr_expect_eq(json_number(stats, "pending_free_blocks"), (double)st.pending_free_blocks);
+  cr_expect_eq(json_number(stats, "num_pages_moved"), (double)st.num_pages_moved);
+  cr_expect_eq(json_number(stats, "num_device_syncs"), (double)st.num_device_syncs);
+  cr_expect_eq(json_number(pool, "id"), (double)pool_id(p));
 
   double reserved = 0, alloc_n = 0, alloc_bytes = 0, free_n = 0, pending_n = 0, requested = 0;
   double active_bytes = 0;
@@ -87,8 +84,8 @@ static void check_pool_kind(const cJSON *pool, gpupool *p, int expandable) {
   const cJSON *seg;
   cJSON_ArrayForEach(seg, cJSON_GetObjectItem(pool, "segments")) {
     segments++;
-    uint64_t addr = hex(seg, "address"), size = (uint64_t)num(seg, "size");
-    double mapped = num(seg, "mapped"); /* = size, but in expandable pools */
+    uint64_t addr = hex(seg, "address"), size = (uint64_t)json_number(seg, "size");
+    double mapped = json_number(seg, "mapped"); /* = size, but in expandable pools */
     cr_expect_leq(mapped, (double)size);
     if (!expandable)
       cr_expect_eq(mapped, (double)size);
@@ -100,7 +97,7 @@ static void check_pool_kind(const cJSON *pool, gpupool *p, int expandable) {
     const cJSON *blk;
     cJSON_ArrayForEach(blk, cJSON_GetObjectItem(seg, "blocks")) {
       cr_expect_eq(hex(blk, "address"), next, "blocks are contiguous");
-      uint64_t bsize = (uint64_t)num(blk, "size");
+      uint64_t bsize = (uint64_t)json_number(blk, "size");
       cr_expect_gt(bsize, 0);
       next += bsize;
       hex(blk, "stream");
@@ -110,22 +107,23 @@ static void check_pool_kind(const cJSON *pool, gpupool *p, int expandable) {
         alloc_bytes += (double)bsize;
         seg_alloc += bsize;
         seg_active += bsize;
-        seg_req += (uint64_t)num(blk, "requested");
-        cr_expect_leq(num(blk, "requested"), (double)bsize);
+        seg_req += (uint64_t)json_number(blk, "requested");
+        cr_expect_leq(json_number(blk, "requested"), (double)bsize);
       } else if (strcmp(state, "active_pending_free") == 0) {
         pending_n++;
         seg_active += bsize;
-        cr_expect_gt(num(blk, "requested"), 0, "a pending block keeps what its allocation asked");
-        cr_expect_leq(num(blk, "requested"), (double)bsize);
+        cr_expect_gt(json_number(blk, "requested"), 0,
+                     "a pending block keeps what its allocation asked");
+        cr_expect_leq(json_number(blk, "requested"), (double)bsize);
       } else {
         cr_expect_str_eq(state, "inactive");
         free_n++;
       }
     }
     cr_expect_eq(next, addr + size, "blocks cover the segment exactly");
-    cr_expect_eq(num(seg, "allocated"), (double)seg_alloc);
-    cr_expect_eq(num(seg, "active"), (double)seg_active);
-    cr_expect_eq(num(seg, "requested"), (double)seg_req);
+    cr_expect_eq(json_number(seg, "allocated"), (double)seg_alloc);
+    cr_expect_eq(json_number(seg, "active"), (double)seg_active);
+    cr_expect_eq(json_number(seg, "requested"), (double)seg_req);
     requested += (double)seg_req;
     active_bytes += (double)seg_active;
   }
@@ -171,7 +169,7 @@ Test(snapshot, blocks_tile_segments_and_agree_with_the_stats) {
   cr_expect_str_eq(cJSON_GetObjectItem(op, "strategy")->valuestring, "round");
   check_pool(sp, p);
   check_pool(op, q);
-  cr_expect_eq(num(cJSON_GetObjectItem(sp, "stats"), "pending_free_blocks"), 1);
+  cr_expect_eq(json_number(cJSON_GetObjectItem(sp, "stats"), "pending_free_blocks"), 1);
   cJSON_Delete(root);
 
   const char *only[] = {"pool=other"};
@@ -203,12 +201,12 @@ Test(snapshot, expandable_segments_say_what_is_mapped) {
   const cJSON *ep = find_pool(root, "exp");
   cr_assert_not_null(ep);
   check_pool_kind(ep, p, 1);
-  cr_expect_gt(num(cJSON_GetObjectItem(ep, "stats"), "num_pages_moved"), 0);
+  cr_expect_gt(json_number(cJSON_GetObjectItem(ep, "stats"), "num_pages_moved"), 0);
   double size = 0, mapped = 0;
   const cJSON *seg;
   cJSON_ArrayForEach(seg, cJSON_GetObjectItem(ep, "segments")) {
-    size += num(seg, "size");
-    mapped += num(seg, "mapped");
+    size += json_number(seg, "size");
+    mapped += json_number(seg, "mapped");
   }
   cr_expect_lt(mapped, size, "the moved pages left address space without memory behind it");
   cJSON_Delete(root);

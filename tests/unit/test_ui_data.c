@@ -40,12 +40,6 @@ static gpupool *make(const char *name) {
   return p;
 }
 
-static double num(const cJSON *o, const char *k) {
-  const cJSON *v = cJSON_GetObjectItem(o, k);
-  cr_assert(cJSON_IsNumber(v), "no number %s", k);
-  return v->valuedouble;
-}
-
 static double last(const cJSON *series, const char *k) {
   const cJSON *a = cJSON_GetObjectItem(series, k);
   int n = cJSON_GetArraySize(a);
@@ -79,11 +73,12 @@ Test(ui_data, series_count_from_before_the_first_point) {
   const cJSON *series = cJSON_GetObjectItem(pool, "series");
   const cJSON *before = cJSON_GetObjectItem(series, "before");
   cr_assert(cJSON_IsObject(before), "series.before is missing");
-  cr_assert_eq(num(before, "from_device"), 0, "created in the window: counted from 0");
-  cr_assert_eq(num(before, "from_cache"), 0);
-  cr_assert_eq(last(series, "from_device") - num(before, "from_device"),
+  cr_assert_eq(json_number(before, "from_device"), 0, "created in the window: counted from 0");
+  cr_assert_eq(json_number(before, "from_cache"), 0);
+  cr_assert_eq(last(series, "from_device") - json_number(before, "from_device"),
                (double)st.num_device_sourced);
-  cr_assert_eq(last(series, "from_cache") - num(before, "from_cache"), (double)st.num_cache_hits);
+  cr_assert_eq(last(series, "from_cache") - json_number(before, "from_cache"),
+               (double)st.num_cache_hits);
   cJSON_Delete(state);
   for (int i = 0; i < 3; i++)
     gpupool_free(p, a[i]);

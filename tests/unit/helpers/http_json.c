@@ -19,3 +19,9 @@ cJSON *http_get_json(int port, const char *target) {
   http_response_free(&r);
   return doc;
 }
+
+double json_number(const cJSON *obj, const char *key) {
+  const cJSON *v = cJSON_GetObjectItemCaseSensitive(obj, key);
+  cr_assert(cJSON_IsNumber(v), "%s is not a number", key);
+  return v->valuedouble;
+}
