@@ -107,6 +107,16 @@ static int child_import(int sock, void *parent_ptr, size_t want_size, uint32_t s
   return 0;
 }
 
+/* A new socket pair and a fork: the child (0 returned) keeps sv[1], the
+ * parent (the child's pid returned) sv[0]; each closes the other's end. */
+static pid_t fork_over_sockets(int sv[2]) {
+  share_sockets(sv);
+  pid_t pid = fork();
+  cr_assert_neq(pid, -1);
+  close(sv[pid == 0 ? 0 : 1]);
+  return pid;
+}
+
 static void expect_child(pid_t pid) {
   int status = 0;
   cr_assert_eq(waitpid(pid, &status, 0), pid);
@@ -120,14 +130,10 @@ Test(share, forked_child_writes_parent_reads) {
   void *x = share_take(p, size);
   fill(x, size, 0x5eed);
   int sv[2];
-  share_sockets(sv);
-  pid_t pid = fork();
-  cr_assert_neq(pid, -1);
+  pid_t pid = fork_over_sockets(sv);
   if (pid == 0) {
-    close(sv[0]);
     _exit(child_import(sv[1], x, size, 0xc0ffee, 1));
   }
-  close(sv[1]);
   gpupool_export *ex = NULL;
   cr_assert_eq(gpupool_share_export(p, x, sv[0], &ex), GPUPOOL_OK, "%s", gpupool_last_error());
   wait_ended(ex);
@@ -150,14 +156,10 @@ Test(share, importer_exit_without_release_ends_the_export) {
   void *x = share_take(p, size);
   fill(x, size, 0x5eed);
   int sv[2];
-  share_sockets(sv);
-  pid_t pid = fork();
-  cr_assert_neq(pid, -1);
+  pid_t pid = fork_over_sockets(sv);
   if (pid == 0) {
-    close(sv[0]);
     _exit(child_import(sv[1], x, size, 0xfeed, 0)); /* exits holding it */
   }
-  close(sv[1]);
   gpupool_export *ex = NULL;
   cr_assert_eq(gpupool_share_export(p, x, sv[0], &ex), GPUPOOL_OK, "%s", gpupool_last_error());
   wait_ended(ex); /* the socket closed with the child */
@@ -714,11 +716,8 @@ Test(share, importer_at_its_file_limit_fails_and_releases) {
   size_t size = 131 * 2 * MiB; /* 64 descriptors in the first message */
   void *x = share_take(p, size);
   int sv[2];
-  share_sockets(sv);
-  pid_t pid = fork();
-  cr_assert_neq(pid, -1);
+  pid_t pid = fork_over_sockets(sv);
   if (pid == 0) {
-    close(sv[0]);
     int highest = sv[1];
     struct rlimit lim = {(rlim_t)highest + 20, (rlim_t)highest + 20};
     if (setrlimit(RLIMIT_NOFILE, &lim) != 0)
@@ -736,7 +735,6 @@ Test(share, importer_at_its_file_limit_fails_and_releases) {
     pause(); /* holds the socket open: only the release can end the export */
     _exit(0);
   }
-  close(sv[1]);
   gpupool_export *ex = NULL;
   cr_assert_eq(gpupool_share_export(p, x, sv[0], &ex), GPUPOOL_OK, "%s", gpupool_last_error());
   int ended = 0;
