@@ -15,6 +15,7 @@
 #include "pool/pool_view.h"
 #include "pool/registry.h"
 #include "pool/segment.h"
+#include "core/assert.h"
 #include "core/c_numeric.h"
 
 #define DEFAULT_MAX_AGE_S   60.0
@@ -42,9 +43,10 @@ typedef struct cached_pool {
 _Static_assert(sizeof((taken_pool *)0)->name == sizeof((cached_pool *)0)->name,
                "pool names are copied whole between these");
 
-/* One computation's answer: every pool's, or one pool's. */
+/* One computation's answer: every pool's, or one pool's (pool: n entries,
+ * malloc'd; NULL when n is 0). */
 typedef struct advice_result {
-  cached_pool pool[ADVICE_MAX_POOLS];
+  cached_pool *pool;
   size_t n;
   double computed_at, compute_s, capacity_gib;
 } advice_result;
@@ -65,8 +67,8 @@ static double now_s(void) {
 }
 
 typedef struct take_ctx {
-  taken_pool *t;
-  size_t n;
+  taken_pool *t; /* cap entries, n of them taken */
+  size_t n, cap;
   const char *only; /* a pool label (pool_label.h) or NULL */
   pool_labeler labeler;
   size_t named; /* pools of that label, with events or not */
@@ -82,8 +84,14 @@ static void take_pool(gpupool *p, void *arg) {
   c->named++;
   if (!labelled)
     return; /* out of host memory: left out, as a pool whose rings cannot be held */
-  if (c->n == ADVICE_MAX_POOLS)
-    return;
+  if (c->n == c->cap) {
+    size_t cap = c->cap ? 2 * c->cap : 16;
+    taken_pool *g = realloc(c->t, cap * sizeof *g);
+    if (!g)
+      return; /* out of host memory: left out, as below */
+    c->t = g;
+    c->cap = cap;
+  }
   taken_pool *t = &c->t[c->n];
   t->rings = malloc(MAX_RINGS * sizeof *t->rings);
   if (!t->rings)
@@ -104,6 +112,8 @@ static void take_pool(gpupool *p, void *arg) {
 static void result_clear(advice_result *r) {
   for (size_t i = 0; i < r->n; i++)
     gpupool_advice_free(r->pool[i].advice);
+  free(r->pool);
+  r->pool = NULL;
   r->n = 0;
 }
 
@@ -112,12 +122,18 @@ static void result_clear(advice_result *r) {
  * simulate a device of capacity_gib, or with 0 each pool's own device (80 GiB
  * where the pool has not asked its size yet). */
 static size_t compute(advice_result *r, double capacity_gib, const char *only) {
-  taken_pool taken[ADVICE_MAX_POOLS] = {0}; /* names copied whole (memcpy) below */
-  take_ctx c = {.t = taken, .only = only};
+  gp_assert_internal(r->n == 0 && !r->pool);
+  take_ctx c = {.only = only};
   registry_foreach(take_pool, &c);
   pool_labeler_free(&c.labeler);
+  taken_pool *taken = c.t;
   double t0 = now_s();
-  cached_pool *fresh = r->pool;
+  cached_pool *fresh = c.n ? calloc(c.n, sizeof *fresh) : NULL;
+  if (c.n && !fresh) { /* nothing can hold the answers: every pool left out */
+    for (size_t i = 0; i < c.n; i++)
+      free(taken[i].rings);
+    c.n = 0;
+  }
   for (size_t i = 0; i < c.n; i++) {
     cached_pool *f = &fresh[i];
     memset(f, 0, sizeof *f);
@@ -143,6 +159,8 @@ static size_t compute(advice_result *r, double capacity_gib, const char *only) {
     if (st != GPUPOOL_OK)
       snprintf(f->error, sizeof f->error, "%s", gpupool_last_error());
   }
+  free(taken);
+  r->pool = fresh;
   r->n = c.n;
   r->computed_at = now_s();
   r->compute_s = r->computed_at - t0;
@@ -156,7 +174,8 @@ static void compute_shared(void) {
   pthread_mutex_lock(&g_cache_lock);
   result_clear(&g_cache);
   g_cache = g_fresh;
-  g_fresh.n = 0; /* the advice moved to g_cache */
+  g_fresh.pool = NULL; /* the advice moved to g_cache */
+  g_fresh.n = 0;
   g_runs++;
   g_valid = 1;
   pthread_mutex_unlock(&g_cache_lock);
@@ -339,7 +358,9 @@ void advice_summary_get(advice_summary *out) {
   out->computed_at_s = g_cache.computed_at;
   out->compute_s = g_cache.compute_s;
   out->runs = g_runs;
-  for (size_t i = 0; i < g_cache.n; i++) {
+  /* without host memory for the pools' part, the gauges of the computation alone */
+  out->pool = g_cache.n ? malloc(g_cache.n * sizeof *out->pool) : NULL;
+  for (size_t i = 0; out->pool && i < g_cache.n; i++) {
     const gpupool_advice *a = g_cache.pool[i].advice;
     if (!a)
       continue;
@@ -353,6 +374,12 @@ void advice_summary_get(advice_summary *out) {
         a->min_capacity_recommended == UINT64_MAX ? 0 : a->min_capacity_recommended;
   }
   pthread_mutex_unlock(&g_cache_lock);
+}
+
+void advice_summary_free(advice_summary *s) {
+  free(s->pool);
+  s->pool = NULL;
+  s->npools = 0;
 }
 
 void advice_reset(void) {

@@ -10,7 +10,10 @@
 #include "endpoint.h"
 #include "exporters/advice_summary.h"
 
+/* The last computation's summary, every pool's (out->pool is malloc'd:
+ * advice_summary_free). */
 void advice_summary_get(advice_summary *out);
+void advice_summary_free(advice_summary *s);
 /* GET /advice?format=json|table&max_age=S&capacity_gib=G&pool=NAME */
 void advice_endpoint(const endpoint_args *args, endpoint_body *out);
 /* Drops the cache (agent stop). */

@@ -100,6 +100,7 @@ static int render_snapshot(metrics_snapshot *s, prom_buf *buf, prom_format forma
     advice_summary adv;
     advice_summary_get(&adv);
     metrics_write_advice(&w, s, &adv, (double)clock_realtime_ns() / 1e9);
+    advice_summary_free(&adv);
     prom_finish(&w);
     rc = buf->failed ? -1 : 0;
   }

@@ -6,8 +6,6 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define ADVICE_MAX_POOLS 16
-
 /* A pool is named by its id alone: its gauges take the label and device it
  * has at each render (metrics_write_advice), and go with it. */
 typedef struct advice_pool_summary {
@@ -23,7 +21,7 @@ typedef struct advice_summary {
   double compute_s;
   uint64_t runs;
   size_t npools;
-  advice_pool_summary pool[ADVICE_MAX_POOLS];
+  advice_pool_summary *pool; /* npools entries, one per pool with advice */
 } advice_summary;
 
 #endif

@@ -305,3 +305,50 @@ Test(advisor_agent, advice_gauges_follow_their_pool) {
   cr_assert_eq(gpupool_free(z[1], ptr[1]), GPUPOOL_OK);
   gpupool_destroy(z[1]);
 }
+
+/* Every pool has its answer, however many a process has: 8 devices x 4
+ * pools (and setup's) are 33 entries in /advice and 33 pools' gauges in
+ * /metrics (a fixed table held 16, and the rest were left out unsaid). */
+Test(advisor_agent, every_pool_of_eight_devices) {
+  enum { DEVICES = 8, PER_DEVICE = 4 };
+  static const char *const names[PER_DEVICE] = {"weights", "activations", "optimizer", "kv"};
+  gpupool *p[DEVICES][PER_DEVICE];
+  for (int d = 0; d < DEVICES; d++)
+    for (int k = 0; k < PER_DEVICE; k++) {
+      gpupool_options po = {
+          .name = names[k], .backend = GPUPOOL_BACKEND_HOST, .device = d, .ignore_env = 1};
+      cr_assert_eq(gpupool_create(&po, &p[d][k]), GPUPOOL_OK, "%s", gpupool_last_error());
+      void *ptr;
+      cr_assert_eq(gpupool_malloc(p[d][k], &ptr, (size_t)(1 + k) * MiB, NULL), GPUPOOL_OK);
+      cr_assert_eq(gpupool_free(p[d][k], ptr), GPUPOOL_OK);
+    }
+  cJSON *doc = http_get_json(gpupool_agent_port(), "/advice?max_age=0");
+  cJSON *pools = cJSON_GetObjectItem(doc, "pools");
+  cr_assert_eq(cJSON_GetArraySize(pools), 1 + DEVICES * PER_DEVICE);
+  int seen[DEVICES][PER_DEVICE] = {{0}};
+  cJSON *e;
+  cJSON_ArrayForEach(e, pools) {
+    const char *name = cJSON_GetStringValue(cJSON_GetObjectItem(e, "pool"));
+    int d = (int)json_number(e, "device");
+    cr_expect_null(cJSON_GetObjectItem(e, "error"), "%s@%d: %s", name, d,
+                   cJSON_GetStringValue(cJSON_GetObjectItem(e, "error")));
+    for (int k = 0; k < PER_DEVICE; k++)
+      if (!strcmp(name, names[k]) && d >= 0 && d < DEVICES)
+        seen[d][k]++;
+  }
+  cJSON_Delete(doc);
+  for (int d = 0; d < DEVICES; d++)
+    for (int k = 0; k < PER_DEVICE; k++)
+      cr_expect_eq(seen[d][k], 1, "%s on device %d: %d entries", names[k], d, seen[d][k]);
+  http_response r;
+  cr_assert_eq(http_request("127.0.0.1", gpupool_agent_port(), "GET", "/metrics", NULL, &r), 0);
+  int series = 0;
+  static const char family[] = "\ngpupool_advice_current_peak_reserved_bytes{";
+  for (const char *at = r.body; (at = strstr(at, family)); at += sizeof family - 1)
+    series++;
+  cr_expect_eq(series, 1 + DEVICES * PER_DEVICE, "%d pools' gauges", series);
+  http_response_free(&r);
+  for (int d = 0; d < DEVICES; d++)
+    for (int k = 0; k < PER_DEVICE; k++)
+      gpupool_destroy(p[d][k]);
+}
