@@ -54,6 +54,9 @@ void endpoint_printable(char *dst, size_t size, const char *v);
 /* A request's query parameters counted against the names a handler takes,
  * for its checks and its own wording of their errors. */
 #define ENDPOINT_MAX_PARAMS 8
+/* The largest device ordinal a query parameter (device=) may name. */
+#define ENDPOINT_DEVICE_MAX 4095
+
 typedef struct endpoint_params {
   int count[ENDPOINT_MAX_PARAMS]; /* how often names[i] was given */
   const char *unknown;            /* the first other name; NULL: none */

@@ -10,8 +10,7 @@
 #include "pool_label.h"
 #include "trace_counters.h"
 
-#define DEVICE_MAX 4095
-#define LIMIT_MAX  1000000000ull
+#define LIMIT_MAX 1000000000ull
 
 void trace_query_init(trace_query *q) {
   memset(q, 0, sizeof *q);
@@ -159,9 +158,10 @@ int trace_query_parse_at(trace_query *q, const endpoint_args *args, uint64_t now
   }
   uint64_t u;
   if ((v = args->get(args->ctx, "device"))) {
-    if (kvconf_u64(v, 0, DEVICE_MAX, &u) != 0) {
+    if (kvconf_u64(v, 0, ENDPOINT_DEVICE_MAX, &u) != 0) {
       quote_value(shown, sizeof shown, v);
-      snprintf(err, errlen, "bad device '%s': expected a device ordinal 0..%d", shown, DEVICE_MAX);
+      snprintf(err, errlen, "bad device '%s': expected a device ordinal 0..%d", shown,
+               ENDPOINT_DEVICE_MAX);
       return -1;
     }
     q->device = (int)u;

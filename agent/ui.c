@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "ui_assets.h"
+#include "core/kvconf.h"
 
 /* The page loads only its own script and style and fetches only this agent;
  * nothing inline, no frames, no forms. */
@@ -64,25 +65,36 @@ static void serve_asset(const endpoint_args *args, endpoint_body *out, const ui_
    * with another file's hash (a stale page), they are revalidated like the
    * page. */
   int is_page = strcmp(a->name, "index.html") == 0;
-  const char *allowed = is_page ? "pool" : "v"; /* the page's pool is read by its script */
-  const char *const names[] = {allowed, NULL};
+  /* the page's pool and device are read by its script; checked here */
+  static const char *const page_params[] = {"pool", "device", NULL};
+  static const char *const asset_params[] = {"v", NULL};
+  const char *const *names = is_page ? page_params : asset_params;
+  const char *expected = is_page ? "pool or device" : "v";
   endpoint_params p;
   endpoint_count_params(args, names, &p);
+  char shown[64];
   if (p.unknown) {
-    char shown[64];
     endpoint_printable(shown, sizeof shown, p.unknown);
     endpoint_bad_request(out, "%s: unknown parameter '%s' (expected %s)", args->path, shown,
-                         allowed);
+                         expected);
     return;
   }
   if (p.repeated) {
-    endpoint_bad_request(out, "%s: parameter '%s' given more than once", args->path, allowed);
+    endpoint_bad_request(out, "%s: parameter '%s' given more than once", args->path, p.repeated);
     return;
   }
-  const char *v = args->get(args->ctx, allowed);
+  const char *v = args->get(args->ctx, names[0]);
   if (v && !*v) {
-    endpoint_bad_request(out, "%s: bad %s '': expected %s", args->path, allowed,
+    endpoint_bad_request(out, "%s: bad %s '': expected %s", args->path, names[0],
                          is_page ? "a pool name" : "the file's hash");
+    return;
+  }
+  const char *device = is_page ? args->get(args->ctx, "device") : NULL;
+  uint64_t ordinal;
+  if (device && kvconf_u64(device, 0, ENDPOINT_DEVICE_MAX, &ordinal) != 0) {
+    endpoint_printable(shown, sizeof shown, device);
+    endpoint_bad_request(out, "%s: bad device '%s': expected a device ordinal 0..%d", args->path,
+                         shown, ENDPOINT_DEVICE_MAX);
     return;
   }
   pthread_once(&headers_once, make_headers);

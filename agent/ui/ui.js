@@ -111,7 +111,12 @@ function mapNote(...parts) {
 // ---- polling, with "agent unreachable" and retries ----
 
 let selectedPool = null; // id
-let wantPoolName = new URLSearchParams(location.search).get("pool");
+const query = new URLSearchParams(location.search);
+// ?pool= names a pool as /metrics labels it (one label per device), ?device= its device: the
+// pool the block map shows first; either alone narrows the choice (the first live pool that fits).
+let wantPoolName = query.get("pool");
+let wantDevice = query.has("device") ? Number(query.get("device")) : null;
+let wanted = wantPoolName !== null || wantDevice !== null; // until a live pool fits
 let failures = 0;
 let retryTimer = null; // counts the status' seconds down to the next try
 
@@ -209,19 +214,24 @@ function renderState(st) {
     sel.replaceChildren(...live.map((p) => el("option", { value: String(p.id) }, iso(p.label) + " (device " + p.device + ")")));
     sel.dataset.ids = ids;
   }
-  if (wantPoolName !== null) {
-    const p = live.find((q) => q.label === wantPoolName); // ?pool= names a pool as /metrics labels it
+  if (wanted) {
+    const p = live.find(
+      (q) => (wantPoolName === null || q.label === wantPoolName) && (wantDevice === null || q.device === wantDevice),
+    );
     if (p) {
-      wantPoolName = null;
+      wanted = false;
       selectPool(p.id);
     }
   }
   // A pool gone from the list too (the agent restarted, or its samples left
   // the window): show another.
   if (selectedPool !== null && !st.pools.some((p) => p.id === selectedPool)) selectedPool = null;
-  if (selectedPool === null && live.length && wantPoolName === null) selectPool(live[0].id);
+  if (selectedPool === null && live.length && !wanted) selectPool(live[0].id);
   if (selectedPool !== null) sel.value = String(selectedPool);
-  else if (wantPoolName !== null) mapNote("waiting for pool ", wantPoolName, ": no live pool has this label yet.");
+  else if (wanted && wantPoolName === null) mapNote("waiting for a pool on device " + wantDevice + ": none is live yet.");
+  else if (wanted && wantDevice !== null)
+    mapNote("waiting for pool ", wantPoolName, " on device " + wantDevice + ": no live pool has this label there yet.");
+  else if (wanted) mapNote("waiting for pool ", wantPoolName, ": no live pool has this label yet.");
   else if (!live.length) mapNote("No live pool in this process: nothing to map.");
   renderCharts(st);
   renderOomAdvice(st);

@@ -22,8 +22,9 @@ hover names a block's tag and shows a pending block's requested size; each
 pool's "N from device in window" equals /metrics' count (the pools were
 created within the window); text with a bidi control (pool "rtl<U+202E>name")
 is isolated wherever shown; the map's caption names a pool by its label
-(?pool=same%233, pools same x3 and same#2); ?pool= with a label no pool has
-says it waits for it; at a 400 px viewport the page does not scroll sideways
+(?pool=same%233, pools same x3 and same#2); ?device= tells apart the pools
+of one label on two devices ("twin"), alone or with ?pool=; ?pool= with a
+label no pool has (there) says it waits for it; at a 400 px viewport the page does not scroll sideways
 and the tooltip stays inside it; fmtBytes reaches PiB; the advice table shows
 computed_at as a time and an age; a destroyed pool shows as gone, its chart's
 lines ending at its last sample; a stopped agent shows "agent unreachable"
@@ -568,6 +569,21 @@ def part_fixture(args, profile):
         b.send("Page.navigate", {"url": base + "/ui?pool=same%233"})
         b.wait_for("document.getElementById('map-info').textContent.startsWith("
                    "'same#3: no segments')", 20, "fixture: ?pool=same%233's caption is 'same#3: ...'")
+        # One label on two devices: ?device= tells them apart, alone or with ?pool=.
+        for query, segments, device in (("pool=twin&device=1", 2, 1), ("pool=twin", 1, 0),
+                                         ("device=1", 2, 1)):
+            b.send("Page.navigate", {"url": base + "/ui?" + query})
+            b.wait_for("gpupoolUI.layout.length === %d && (() => { const s = document.getElementById("
+                       "'map-pool'); return s.selectedOptions.length === 1 && s.selectedOptions[0]"
+                       ".textContent.endsWith('twin\u2069 (device %d)'); })()" % (segments, device),
+                       20, "fixture: /ui?%s maps twin on device %d (%d segments)"
+                       % (query, device, segments))
+            if query == "pool=twin&device=1":
+                b.screenshot(os.path.join(args.out, "ui-fixture-twin-device1.png"))
+        b.send("Page.navigate", {"url": base + "/ui?pool=twin&device=7"})
+        b.wait_for("document.getElementById('map-info').textContent.includes("
+                   "'waiting for pool twin on device 7')", 20,
+                   "fixture: ?pool=twin&device=7 says it waits for pool twin on device 7")
         b.send("Page.navigate", {"url": base + "/ui?pool=nosuch"})
         b.wait_for("document.getElementById('map-info').textContent.includes('waiting for pool nosuch')",
                    20, "fixture: ?pool=nosuch says it waits for pool nosuch")

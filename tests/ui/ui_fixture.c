@@ -11,7 +11,9 @@
  * (expandable_segments:True with unmapped pages in a free block) and "oom"
  * (a 64 MiB simulated device: one OOM, reported by the agent at /oom/1);
  * empty pools "same", "same", "same" and "same#2" (labelled same, same#2,
- * same#3, same#2#2) and "rtl<U+202E>name" (a bidi control in its name).
+ * same#3, same#2#2), "rtl<U+202E>name" (a bidi control in its name), and
+ * "twin" on device 0 (one segment) and on device 1 (two): one label on two
+ * devices, which ?pool= and ?device= tell apart.
  * Nothing changes after setup, so every number the page shows equals
  * /metrics'. Prints "port P" once serving, then reads
  * commands on stdin: "destroy NAME" (answers "destroyed NAME"), "quit" or
@@ -25,12 +27,13 @@
 #include "gpupool/host.h"
 #include "gpupool/tag.h"
 
-#define POOLS 10
+#define POOLS 12
 
-static gpupool *make(const char *name, const char *tunables, size_t capacity) {
+static gpupool *make_on(const char *name, const char *tunables, size_t capacity, int device) {
   gpupool_options o = {.name = name,
                        .tunables = tunables,
                        .host_capacity = capacity,
+                       .device = device,
                        .backend = GPUPOOL_BACKEND_HOST,
                        .ignore_env = 1};
   gpupool *p;
@@ -39,6 +42,10 @@ static gpupool *make(const char *name, const char *tunables, size_t capacity) {
     exit(1);
   }
   return p;
+}
+
+static gpupool *make(const char *name, const char *tunables, size_t capacity) {
+  return make_on(name, tunables, capacity, 0);
 }
 
 static void tag(const char *name) {
@@ -93,8 +100,8 @@ int main(int argc, char **argv) {
     serve(NULL, NULL);
     return 0;
   }
-  const char *names[POOLS] = {"steady", "frag", "empty", "expandable", "oom",
-                              "same",   "same", "same",  "same#2",     "rtl\xe2\x80\xaename"};
+  const char *names[POOLS] = {"steady", "frag", "empty",  "expandable",          "oom",  "same",
+                              "same",   "same", "same#2", "rtl\xe2\x80\xaename", "twin", "twin"};
   const size_t big = (size_t)4 << 30;
   gpupool *pools[POOLS];
   pools[0] = make(names[0], NULL, big);
@@ -102,8 +109,14 @@ int main(int argc, char **argv) {
   pools[2] = make(names[2], NULL, big);
   pools[3] = make(names[3], "expandable_segments:True,expandable_slack_percent:0", big);
   pools[4] = make(names[4], NULL, (size_t)64 << 20);
-  for (int i = 5; i < POOLS; i++)
+  for (int i = 5; i < 10; i++)
     pools[i] = make(names[i], NULL, big);
+  /* twin: one label on two devices, one segment on device 0 and two on 1 */
+  pools[10] = make_on(names[10], NULL, big, 0);
+  pools[11] = make_on(names[11], NULL, big, 1);
+  alloc(pools[10], 1 << 20, NULL);
+  alloc(pools[11], 1 << 20, NULL);
+  alloc(pools[11], 30 << 20, NULL);
 
   /* steady: a small segment (2 MiB) with a freed block between two live
    * ones, a 20 MiB segment, a 14 MiB and a 30 MiB one; a block freed after

@@ -110,14 +110,17 @@ Test(ui_data, blocks_label_as_metrics) {
 }
 
 /* The page and its assets name the parameter they do not take, as the
- * JSON endpoints do. */
+ * JSON endpoints do, and the page's device must be an ordinal, as /trace's. */
 Test(ui_data, unknown_parameter_named) {
   int port = start_local();
   const struct {
     const char *target, *want;
-  } cases[] = {{"/ui?foo=1", "unknown parameter 'foo' (expected pool)"},
-               {"/ui?pool=x&bar=", "unknown parameter 'bar' (expected pool)"},
-               {"/ui/ui.css?x=1", "unknown parameter 'x' (expected v)"}};
+  } cases[] = {{"/ui?foo=1", "unknown parameter 'foo' (expected pool or device)"},
+               {"/ui?pool=x&bar=", "unknown parameter 'bar' (expected pool or device)"},
+               {"/ui?device=2x", "bad device '2x': expected a device ordinal 0..4095"},
+               {"/ui?pool=x&device=1&device=1", "parameter 'device' given more than once"},
+               {"/ui/ui.css?x=1", "unknown parameter 'x' (expected v)"},
+               {"/ui/ui.css?device=1", "unknown parameter 'device' (expected v)"}};
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
     http_response r;
     cr_assert_eq(http_request("127.0.0.1", port, "GET", cases[i].target, NULL, &r), 0);
