@@ -266,17 +266,17 @@ function drawLines(cv, t, lines, bars, x0Ms, nowMs, ended) {
   const padL = 56;
   const padB = 14;
   ctx.clearRect(0, 0, W, H);
-  let max = 1;
+  let max = 0;
   for (const l of lines) for (const v of l.v) max = Math.max(max, v);
   const span = nowMs - x0Ms;
   const xOf = (ms) => padL + ((ms - x0Ms) / span) * (W - padL - 4);
-  const yOf = (v) => H - padB - (v / max) * (H - padB - 6);
+  const yOf = (v) => H - padB - (v / (max || 1)) * (H - padB - 6);
   ctx.strokeStyle = "#ddd";
   ctx.strokeRect(padL, 2, W - padL - 4, H - padB - 2);
   ctx.fillStyle = "#555";
   ctx.font = "10px sans-serif";
   ctx.textAlign = "right";
-  ctx.fillText(fmtBytes(max), padL - 4, 10);
+  if (max) ctx.fillText(fmtBytes(max), padL - 4, 10); // all zero: only the 0 at the foot
   ctx.fillText("0", padL - 4, H - padB);
   ctx.textAlign = "left";
   const s = span / 1000;

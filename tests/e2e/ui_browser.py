@@ -512,6 +512,17 @@ def part_fixture(args, profile):
             check(want is not None and shown == want,
                   "fixture: %s's chart counts %s from device in window == /metrics %s"
                   % (pool, shown, want))
+        # The y axis' top label: a pool that never held a byte has none (its
+        # lines lie on the 0), a pool with bytes has its maximum there.
+        for pool, labelled in (("empty", False), ("steady", True)):
+            inked = b.eval("(() => { const id = document.querySelector('#pools tr[data-pool=\"%s\"]')"
+                           ".dataset.poolId; const cv = document.querySelector('.chart[data-key=\"pool-'"
+                           " + id + '\"] canvas'); const d = cv.getContext('2d').getImageData(0, 0, 52, 12)"
+                           ".data; let n = 0; for (let i = 0; i < d.length; i += 4)"
+                           " if (d[i + 3] > 128 && d[i] < 160) n++; return n; })()" % pool)
+            check((inked > 0) == labelled, "fixture: %s's chart: %s (%d px inked there)"
+                  % (pool, "a top label on its y axis" if labelled else "no top label on its y axis",
+                     inked))
         bidi = b.eval(BIDI_JS)
         check(bidi["n"] >= 3 and not bidi["bad"],
               "fixture: pool rtl<U+202E>name isolated in its %d places (not: %s)"
