@@ -160,29 +160,104 @@ static int string_list(loader *l, const yaml_node_t *n, const char *what, str_li
 
 typedef int (*pair_fn)(loader *l, const char *key, const yaml_node_t *value);
 
-/* Calls fn for each key of a mapping (a null node is an empty mapping);
- * duplicate keys are an error, as in exporter-toolkit's strict parsing. */
-static int each_pair(loader *l, const yaml_node_t *n, const char *what, pair_fn fn) {
-  if (is_null(n))
+#define MAX_PAIRS 256 /* keys of one mapping, merged ones included */
+#define MAX_MERGE 8   /* mappings merged into mappings merged into ... */
+
+/* A mapping's pairs as they count: its own, then those that YAML's merge
+ * key brings (`<<: *anchor` or `<<: [*a, *b]`, as exporter-toolkit's YAML
+ * library reads it) for the keys not given yet, the first merged mapping
+ * first. */
+typedef struct pair_set {
+  const char *key[MAX_PAIRS];
+  const yaml_node_t *value[MAX_PAIRS];
+  int n;
+} pair_set;
+
+/* The merge key: a plain <<, not a quoted one, which is a key like others. */
+static int is_merge_key(const yaml_node_t *k) {
+  return k->type == YAML_SCALAR_NODE && k->data.scalar.style == YAML_PLAIN_SCALAR_STYLE &&
+         !strcmp((const char *)k->data.scalar.value, "<<");
+}
+
+static int pair_set_has(const pair_set *s, const char *key) {
+  for (int i = 0; i < s->n; i++)
+    if (!strcmp(s->key[i], key))
+      return 1;
+  return 0;
+}
+
+static int collect_pairs(loader *l, const yaml_node_t *n, const char *what, pair_set *s, int depth);
+
+/* The mappings that merge key value v names, into s. */
+static int collect_merged(loader *l, const yaml_node_t *v, const char *what, pair_set *s,
+                          int depth) {
+  if (depth == MAX_MERGE)
+    return fail(l, v, "%s: merge keys (<<) nested more than %d deep", what, MAX_MERGE);
+  if (v->type == YAML_MAPPING_NODE)
+    return collect_pairs(l, v, what, s, depth + 1);
+  if (v->type == YAML_SEQUENCE_NODE) {
+    for (yaml_node_item_t *it = v->data.sequence.items.start; it < v->data.sequence.items.top;
+         it++) {
+      const yaml_node_t *m = yaml_document_get_node(l->doc, *it);
+      if (m->type != YAML_MAPPING_NODE)
+        return fail(l, m, "%s: a merge key (<<) takes mappings only", what);
+      if (collect_pairs(l, m, what, s, depth + 1) != 0)
+        return -1;
+    }
     return 0;
-  if (n->type != YAML_MAPPING_NODE)
-    return fail(l, n, "%s: expected a mapping", what);
+  }
+  return fail(l, v, "%s: a merge key (<<) takes a mapping or a list of mappings", what);
+}
+
+/* Mapping n's pairs into s, after those s holds (which win); a key given
+ * twice in n itself is an error, as in exporter-toolkit's strict parsing. */
+static int collect_pairs(loader *l, const yaml_node_t *n, const char *what, pair_set *s,
+                         int depth) {
+  const yaml_node_pair_t *merge = NULL;
+  int first = s->n;
   for (yaml_node_pair_t *p = n->data.mapping.pairs.start; p < n->data.mapping.pairs.top; p++) {
     const yaml_node_t *k = yaml_document_get_node(l->doc, p->key);
+    if (is_merge_key(k)) {
+      if (merge)
+        return fail(l, k, "%s: key '<<' given twice", what);
+      merge = p;
+      continue;
+    }
     const char *key;
     if (scalar(l, k, what, &key) != 0)
       return -1;
     if (!key)
       return fail(l, k, "%s: an empty key", what);
-    for (yaml_node_pair_t *q = n->data.mapping.pairs.start; q < p; q++) {
-      const yaml_node_t *k2 = yaml_document_get_node(l->doc, q->key);
-      if (k2->type == YAML_SCALAR_NODE && !strcmp((const char *)k2->data.scalar.value, key))
+    for (int i = first; i < s->n; i++)
+      if (!strcmp(s->key[i], key))
         return fail(l, k, "%s: key '%s' given twice", what, key);
-    }
-    if (fn(l, key, yaml_document_get_node(l->doc, p->value)) != 0)
-      return -1;
+    if (depth && pair_set_has(s, key))
+      continue; /* merged, and given by a mapping that merges it */
+    if (s->n == MAX_PAIRS)
+      return fail(l, k, "%s: more than %d keys", what, MAX_PAIRS);
+    s->key[s->n] = key;
+    s->value[s->n++] = yaml_document_get_node(l->doc, p->value);
   }
-  return 0;
+  return merge ? collect_merged(l, yaml_document_get_node(l->doc, merge->value), what, s, depth)
+               : 0;
+}
+
+/* Calls fn for each key of a mapping (a null node is an empty mapping),
+ * merged keys included (collect_pairs). */
+static int each_pair(loader *l, const yaml_node_t *n, const char *what, pair_fn fn) {
+  if (is_null(n))
+    return 0;
+  if (n->type != YAML_MAPPING_NODE)
+    return fail(l, n, "%s: expected a mapping", what);
+  pair_set *s = malloc(sizeof *s);
+  if (!s)
+    return fail(l, n, "%s: out of memory", what);
+  s->n = 0;
+  int rc = collect_pairs(l, n, what, s, 0);
+  for (int i = 0; rc == 0 && i < s->n; i++)
+    rc = fn(l, s->key[i], s->value[i]);
+  free(s);
+  return rc;
 }
 
 static int tls_pair(loader *l, const char *key, const yaml_node_t *v) {
@@ -424,6 +499,8 @@ static const char *parse_duration(const char *s, int *neg, uint64_t *ns) {
 static int rate_pair(loader *l, const char *key, const yaml_node_t *v) {
   const char *text;
   char what[64];
+  if (strcmp(key, "interval") && strcmp(key, "burst")) /* named before its value is read */
+    return fail(l, v, "rate_limit: unknown key '%s' (known: interval, burst)", key);
   snprintf(what, sizeof what, "rate_limit.%s", key);
   if (scalar(l, v, what, &text) != 0)
     return -1;
@@ -438,15 +515,12 @@ static int rate_pair(loader *l, const char *key, const yaml_node_t *v) {
     l->cfg->rate_interval_s = (double)ns / 1e9;
     return 0;
   }
-  if (!strcmp(key, "burst")) {
-    char *end;
-    long b = text ? strtol(text, &end, 10) : 0;
-    if (text && (*end || b < 0 || b > 1000000))
-      return fail(l, v, "%s: '%s' is not a number from 0 to 1000000", what, text);
-    l->cfg->rate_burst = (unsigned)b;
-    return 0;
-  }
-  return fail(l, v, "rate_limit: unknown key '%s' (known: interval, burst)", key);
+  char *end; /* burst */
+  long b = text ? strtol(text, &end, 10) : 0;
+  if (text && (*end || b < 0 || b > 1000000))
+    return fail(l, v, "%s: '%s' is not a number from 0 to 1000000", what, text);
+  l->cfg->rate_burst = (unsigned)b;
+  return 0;
 }
 
 static int top_pair(loader *l, const char *key, const yaml_node_t *v) {

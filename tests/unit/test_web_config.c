@@ -292,6 +292,45 @@ Test(web_config, headers_users_and_rate_limit_are_read) {
   web_config_free(c);
 }
 
+/* YAML's merge key, as exporter-toolkit's YAML library reads it: a mapping
+ * takes the keys of the mappings <<: names that it does not give itself,
+ * the first of a list first; anchors and aliases name them. */
+Test(web_config, merge_keys_bring_the_keys_not_given) {
+  web_config *c =
+      load("rate_limit:\n  <<: &limit {interval: 1m30s, burst: 9}\n  burst: 5\n"
+           "http_server_config:\n  headers:\n"
+           "    X-Content-Type-Options: nosniff\n"
+           "    <<: [{X-Frame-Options: deny, X-Content-Type-Options: ''},\n"
+           "         {X-Frame-Options: sameorigin, X-XSS-Protection: '1; mode=block'}]\n");
+  cr_assert_eq(c->rate_interval_s, 90.0, "merged");
+  cr_assert_eq(c->rate_burst, 5, "the mapping's own key wins");
+  cr_assert_eq(c->nheaders, 3);
+  const char *want[3][2] = {{"X-Content-Type-Options", "nosniff"},
+                            {"X-Frame-Options", "deny"},
+                            {"X-XSS-Protection", "1; mode=block"}};
+  for (int i = 0; i < 3; i++) {
+    cr_assert_str_eq(c->headers[i].name, want[i][0]);
+    cr_assert_str_eq(c->headers[i].value, want[i][1], "%s", want[i][0]);
+  }
+  web_config_free(c);
+  /* merged into merged, and a merge at the top */
+  c = load("<<: {rate_limit: {<<: {<<: {burst: 3}, interval: 2s}}}\n");
+  cr_assert_eq(c->rate_interval_s, 2.0);
+  cr_assert_eq(c->rate_burst, 3);
+  web_config_free(c);
+}
+
+Test(web_config, bad_merge_keys_are_refused) {
+  refused("rate_limit:\n  <<: 5\n", "takes a mapping or a list of mappings");
+  refused("rate_limit:\n  <<: [{burst: 1}, x]\n", "takes mappings only");
+  refused("rate_limit:\n  <<: {burst: 1, speed: 2}\n  interval: 1s\n", "unknown key 'speed'");
+  refused("rate_limit:\n  '<<': {burst: 1}\n  interval: 1s\n", "unknown key '<<'");
+  refused("rate_limit:\n  <<: {burst: 1}\n  <<: {interval: 1s}\n", "key '<<' given twice");
+  refused("rate_limit:\n  <<: {burst: 1, burst: 2}\n  interval: 1s\n", "key 'burst' given twice");
+  refused("a: &a {<<: {<<: {<<: {<<: {<<: {<<: {<<: {<<: {<<: {x: 1}}}}}}}}}}\n<<: *a\n",
+          "nested more than 8 deep");
+}
+
 /* Every request goes through basic auth and the rate limit, whatever its
  * method: a POST without credentials is a 401, not a 405 (the 405 came
  * first and took no token from the bucket). */
