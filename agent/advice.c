@@ -12,6 +12,7 @@
 #include "advisor/live.h"
 #include "core/clock.h"
 #include "core/json_text.h"
+#include "core/kvconf.h"
 #include "pool/pool_view.h"
 #include "pool/registry.h"
 #include "pool/segment.h"
@@ -70,6 +71,7 @@ typedef struct take_ctx {
   taken_pool *t; /* cap entries, n of them taken */
   size_t n, cap;
   const char *only; /* a pool label (pool_label.h) or NULL */
+  int device;       /* a device ordinal, -1: every device */
   pool_labeler labeler;
   size_t named; /* pools of that label, with events or not */
 } take_ctx;
@@ -81,6 +83,8 @@ static void take_pool(gpupool *p, void *arg) {
   int labelled = pool_labeler_next(&c->labeler, p, label) == 0;
   if (labelled && !pool_label_selects(c->only, label))
     return;
+  if (c->device >= 0 && gpupool_device(p) != c->device)
+    return; /* after its label: the labeler numbers the pools of a name on each device */
   c->named++;
   if (!labelled)
     return; /* out of host memory: left out, as a pool whose rings cannot be held */
@@ -117,13 +121,14 @@ static void result_clear(advice_result *r) {
   r->n = 0;
 }
 
-/* The advice of the pools of label only (NULL: every pool) into r; returns
- * how many live pools have that label (0: none, whatever their events). Replays
+/* The advice of the pools of label only (NULL: every pool) on device
+ * (-1: every device) into r; returns how many live pools are such (0: none,
+ * whatever their events). Replays
  * simulate a device of capacity_gib, or with 0 each pool's own device (80 GiB
  * where the pool has not asked its size yet). */
-static size_t compute(advice_result *r, double capacity_gib, const char *only) {
+static size_t compute(advice_result *r, double capacity_gib, const char *only, int device) {
   gp_assert_internal(r->n == 0 && !r->pool);
-  take_ctx c = {.only = only};
+  take_ctx c = {.only = only, .device = device};
   registry_foreach(take_pool, &c);
   pool_labeler_free(&c.labeler);
   taken_pool *taken = c.t;
@@ -170,7 +175,7 @@ static size_t compute(advice_result *r, double capacity_gib, const char *only) {
 
 /* Every pool's advice into the shared cache. Under g_compute. */
 static void compute_shared(void) {
-  compute(&g_fresh, 0, NULL);
+  compute(&g_fresh, 0, NULL, -1);
   pthread_mutex_lock(&g_cache_lock);
   result_clear(&g_cache);
   g_cache = g_fresh;
@@ -268,7 +273,7 @@ static char *render(const advice_result *r, int json) {
 }
 
 void advice_endpoint(const endpoint_args *args, endpoint_body *out) {
-  static const char *const known[] = {"format", "max_age", "capacity_gib", "pool", NULL};
+  static const char *const known[] = {"format", "max_age", "capacity_gib", "pool", "device", NULL};
   endpoint_params p;
   endpoint_count_params(args, known, &p);
   char shown[80];
@@ -276,7 +281,7 @@ void advice_endpoint(const endpoint_args *args, endpoint_body *out) {
     endpoint_printable(shown, sizeof shown, p.unknown ? p.unknown : p.repeated);
     endpoint_bad_request(out,
                          p.unknown ? "/advice: unknown parameter '%s' (format, max_age, "
-                                     "capacity_gib, pool)"
+                                     "capacity_gib, pool, device)"
                                    : "/advice: parameter '%s' given more than once",
                          shown);
     return;
@@ -295,6 +300,14 @@ void advice_endpoint(const endpoint_args *args, endpoint_body *out) {
     endpoint_bad_request(out, "/advice: bad pool '': expected a pool name");
     return;
   }
+  const char *device_arg = args->get(args->ctx, "device");
+  uint64_t device = 0;
+  if (device_arg && kvconf_u64(device_arg, 0, ENDPOINT_DEVICE_MAX, &device) != 0) {
+    endpoint_printable(shown, sizeof shown, device_arg);
+    endpoint_bad_request(out, "/advice: bad device '%s': expected a device ordinal 0..%d", shown,
+                         ENDPOINT_DEVICE_MAX);
+    return;
+  }
   int json = !format || !strcmp(format, "json");
   char *body = NULL;
   int valid;
@@ -302,22 +315,31 @@ void advice_endpoint(const endpoint_args *args, endpoint_body *out) {
    * cache instead of holding a second HTTP thread, or, before the first
    * result, waits for that computation (bounded by its deadline) and serves
    * its answer: a page loaded again while the first one runs gets it, not a
-   * 503. A request for one pool or for another device size (a
-   * what-if) computes its own answer (the cache, every pool's on its own
+   * 503. A request for one pool or device, or for another device size (a
+   * what-if), computes its own answer (the cache, every pool's on its own
    * device, which /ui and the gauges show, stays as it is) and waits for no
    * one: 503 while another computation runs. */
-  if (only || cap > 0) {
+  if (only || device_arg || cap > 0) {
     if (pthread_mutex_trylock(&g_compute) != 0) {
       endpoint_text(out, 503, "/advice is being computed by another request: retry\n");
       return;
     }
-    size_t named = compute(&g_fresh, cap, only);
-    body = named || !only ? render(&g_fresh, json) : NULL;
+    int selected = only || device_arg;
+    size_t named = compute(&g_fresh, cap, only, device_arg ? (int)device : -1);
+    body = named || !selected ? render(&g_fresh, json) : NULL;
     result_clear(&g_fresh);
     pthread_mutex_unlock(&g_compute);
-    if (only && !named) {
+    if (selected && !named) {
+      if (!only) {
+        endpoint_bad_request(out, "/advice: bad device '%d': no live pool is on it", (int)device);
+        return;
+      }
       endpoint_printable(shown, sizeof shown, only);
-      endpoint_bad_request(out, "/advice: bad pool '%s': %s", shown, POOL_LABEL_UNKNOWN);
+      if (device_arg)
+        endpoint_bad_request(out, "/advice: bad pool '%s' on device %d: %s", shown, (int)device,
+                             POOL_LABEL_UNKNOWN);
+      else
+        endpoint_bad_request(out, "/advice: bad pool '%s': %s", shown, POOL_LABEL_UNKNOWN);
       return;
     }
     valid = 1;

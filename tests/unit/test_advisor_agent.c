@@ -232,7 +232,14 @@ Test(advisor_agent, bad_parameters) {
                        "/advice?format=json&format=json",
                        "/advice?pool=nope",
                        "/advice?pool=train%00x",
-                       "/advice?max_age=5%00"};
+                       "/advice?max_age=5%00",
+                       "/advice?device",
+                       "/advice?device=x",
+                       "/advice?device=-1",
+                       "/advice?device=4096",
+                       "/advice?device=0&device=0",
+                       "/advice?device=9",
+                       "/advice?pool=train&device=9"};
   for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
     http_response r;
     cr_assert_eq(http_request("127.0.0.1", gpupool_agent_port(), "GET", bad[i], NULL, &r), 0);
@@ -265,6 +272,50 @@ Test(advisor_agent, one_pool_leaves_the_shared_answer) {
   pool_of(all, "train");
   cJSON_Delete(all);
   gpupool_destroy(other);
+}
+
+/* ?device= answers for the pools on one device, alone or with ?pool= (a
+ * label is per device); a device no live pool (of that label) is on is a
+ * 400 that says so. */
+Test(advisor_agent, device_selects_the_pools_on_it) {
+  gpupool *z[2];
+  for (int i = 0; i < 2; i++) {
+    gpupool_options po = {
+        .name = "z", .backend = GPUPOOL_BACKEND_HOST, .device = 5 + i, .ignore_env = 1};
+    cr_assert_eq(gpupool_create(&po, &z[i]), GPUPOOL_OK, "%s", gpupool_last_error());
+    void *p;
+    cr_assert_eq(gpupool_malloc(z[i], &p, (size_t)(1 + i) * MiB, NULL), GPUPOOL_OK);
+    cr_assert_eq(gpupool_free(z[i], p), GPUPOOL_OK);
+  }
+  static const struct {
+    const char *target;
+    int device; /* of the one entry */
+  } one[] = {{"/advice?pool=z&device=6", 6}, {"/advice?device=5", 5}, {"/advice?device=0", 0}};
+  for (size_t i = 0; i < sizeof one / sizeof *one; i++) {
+    cJSON *doc = http_get_json(gpupool_agent_port(), one[i].target);
+    cJSON *pools = cJSON_GetObjectItem(doc, "pools");
+    cr_assert_eq(cJSON_GetArraySize(pools), 1, "%s", one[i].target);
+    cr_expect_eq(json_number(cJSON_GetArrayItem(pools, 0), "device"), one[i].device, "%s",
+                 one[i].target);
+    cJSON_Delete(doc);
+  }
+  cJSON *both = http_get_json(gpupool_agent_port(), "/advice?pool=z");
+  cr_expect_eq(cJSON_GetArraySize(cJSON_GetObjectItem(both, "pools")), 2, "z on 5 and on 6");
+  cJSON_Delete(both);
+  static const struct {
+    const char *target, *says;
+  } bad[] = {{"/advice?device=7", "bad device '7': no live pool is on it"},
+             {"/advice?pool=train&device=6", "bad pool 'train' on device 6: no live pool"}};
+  for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+    http_response r;
+    cr_assert_eq(http_request("127.0.0.1", gpupool_agent_port(), "GET", bad[i].target, NULL, &r),
+                 0);
+    cr_expect_eq(r.status, 400, "%s: %d", bad[i].target, r.status);
+    cr_expect(strstr(r.body, bad[i].says), "%s: %s", bad[i].target, r.body);
+    http_response_free(&r);
+  }
+  for (int i = 0; i < 2; i++)
+    gpupool_destroy(z[i]);
 }
 
 /* The gpupool_advice_* gauges follow their pool: a pool destroyed since the
