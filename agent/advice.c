@@ -10,13 +10,12 @@
 
 #include "pool_label.h"
 #include "advisor/live.h"
+#include "core/assert.h"
 #include "core/clock.h"
 #include "core/json_text.h"
-#include "core/kvconf.h"
 #include "pool/pool_view.h"
 #include "pool/registry.h"
 #include "pool/segment.h"
-#include "core/assert.h"
 #include "core/c_numeric.h"
 
 #define DEFAULT_MAX_AGE_S   60.0
@@ -300,14 +299,9 @@ void advice_endpoint(const endpoint_args *args, endpoint_body *out) {
     endpoint_bad_request(out, "/advice: bad pool '': expected a pool name");
     return;
   }
-  const char *device_arg = args->get(args->ctx, "device");
-  uint64_t device = 0;
-  if (device_arg && kvconf_u64(device_arg, 0, ENDPOINT_DEVICE_MAX, &device) != 0) {
-    endpoint_printable(shown, sizeof shown, device_arg);
-    endpoint_bad_request(out, "/advice: bad device '%s': expected a device ordinal 0..%d", shown,
-                         ENDPOINT_DEVICE_MAX);
+  int device;
+  if (endpoint_device_param(args, "/advice", &device, out) != 0)
     return;
-  }
   int json = !format || !strcmp(format, "json");
   char *body = NULL;
   int valid;
@@ -319,24 +313,24 @@ void advice_endpoint(const endpoint_args *args, endpoint_body *out) {
    * what-if), computes its own answer (the cache, every pool's on its own
    * device, which /ui and the gauges show, stays as it is) and waits for no
    * one: 503 while another computation runs. */
-  if (only || device_arg || cap > 0) {
+  if (only || device >= 0 || cap > 0) {
     if (pthread_mutex_trylock(&g_compute) != 0) {
       endpoint_text(out, 503, "/advice is being computed by another request: retry\n");
       return;
     }
-    int selected = only || device_arg;
-    size_t named = compute(&g_fresh, cap, only, device_arg ? (int)device : -1);
+    int selected = only || device >= 0;
+    size_t named = compute(&g_fresh, cap, only, device);
     body = named || !selected ? render(&g_fresh, json) : NULL;
     result_clear(&g_fresh);
     pthread_mutex_unlock(&g_compute);
     if (selected && !named) {
       if (!only) {
-        endpoint_bad_request(out, "/advice: bad device '%d': no live pool is on it", (int)device);
+        endpoint_bad_request(out, "/advice: bad device '%d': no live pool is on it", device);
         return;
       }
       endpoint_printable(shown, sizeof shown, only);
-      if (device_arg)
-        endpoint_bad_request(out, "/advice: bad pool '%s' on device %d: %s", shown, (int)device,
+      if (device >= 0)
+        endpoint_bad_request(out, "/advice: bad pool '%s' on device %d: %s", shown, device,
                              POOL_LABEL_UNKNOWN);
       else
         endpoint_bad_request(out, "/advice: bad pool '%s': %s", shown, POOL_LABEL_UNKNOWN);

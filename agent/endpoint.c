@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "core/c_numeric.h"
+#include "core/kvconf.h"
 
 void endpoint_bad_request(endpoint_body *out, const char *fmt, ...) {
   char line[512];
@@ -90,6 +91,24 @@ const char *endpoint_first_param(const endpoint_args *args) {
   if (args->each)
     args->each(args->ctx, first_param, &first);
   return first;
+}
+
+int endpoint_device_param(const endpoint_args *args, const char *path, int *device,
+                          endpoint_body *out) {
+  const char *v = args->get(args->ctx, "device");
+  uint64_t u = 0;
+  *device = -1;
+  if (!v)
+    return 0;
+  if (kvconf_u64(v, 0, ENDPOINT_DEVICE_MAX, &u) != 0) {
+    char shown[64];
+    endpoint_printable(shown, sizeof shown, v);
+    endpoint_bad_request(out, "%s: bad device '%s': expected a device ordinal 0..%d", path, shown,
+                         ENDPOINT_DEVICE_MAX);
+    return -1;
+  }
+  *device = (int)u;
+  return 0;
 }
 
 int endpoint_no_params(const endpoint_args *args, const char *path, endpoint_body *out) {

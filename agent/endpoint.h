@@ -71,6 +71,11 @@ const char *endpoint_first_param(const endpoint_args *args);
 /* 0 when the request has no query parameters; else -1 with a 400 naming
  * the first one (path: the route, for the reason). */
 int endpoint_no_params(const endpoint_args *args, const char *path, endpoint_body *out);
+/* The request's device= parameter into *device: its ordinal, -1 when it is
+ * not given; -1 with a 400 ("PATH: bad device 'V': expected a device
+ * ordinal 0..ENDPOINT_DEVICE_MAX") when it is no ordinal, else 0. */
+int endpoint_device_param(const endpoint_args *args, const char *path, int *device,
+                          endpoint_body *out);
 
 /* agent/trace_endpoint.c: GET /trace?since=&until=&pool=&device=&limit= */
 void trace_endpoint(const endpoint_args *args, endpoint_body *out);

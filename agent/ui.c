@@ -5,7 +5,6 @@
 #include <string.h>
 
 #include "ui_assets.h"
-#include "core/kvconf.h"
 
 /* The page loads only its own script and style and fetches only this agent;
  * nothing inline, no frames, no forms. */
@@ -72,8 +71,8 @@ static void serve_asset(const endpoint_args *args, endpoint_body *out, const ui_
   const char *expected = is_page ? "pool or device" : "v";
   endpoint_params p;
   endpoint_count_params(args, names, &p);
-  char shown[64];
   if (p.unknown) {
+    char shown[64];
     endpoint_printable(shown, sizeof shown, p.unknown);
     endpoint_bad_request(out, "%s: unknown parameter '%s' (expected %s)", args->path, shown,
                          expected);
@@ -89,14 +88,9 @@ static void serve_asset(const endpoint_args *args, endpoint_body *out, const ui_
                          is_page ? "a pool name" : "the file's hash");
     return;
   }
-  const char *device = is_page ? args->get(args->ctx, "device") : NULL;
-  uint64_t ordinal;
-  if (device && kvconf_u64(device, 0, ENDPOINT_DEVICE_MAX, &ordinal) != 0) {
-    endpoint_printable(shown, sizeof shown, device);
-    endpoint_bad_request(out, "%s: bad device '%s': expected a device ordinal 0..%d", args->path,
-                         shown, ENDPOINT_DEVICE_MAX);
+  int device; /* read by the page's script: only checked here */
+  if (is_page && endpoint_device_param(args, args->path, &device, out) != 0)
     return;
-  }
   pthread_once(&headers_once, make_headers);
   out->cache_control =
       !is_page && names_content(v, a) ? "public, max-age=31536000, immutable" : "no-cache";
