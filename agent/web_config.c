@@ -179,8 +179,9 @@ static int is_merge_key(const yaml_node_t *k) {
          !strcmp((const char *)k->data.scalar.value, "<<");
 }
 
-static int pair_set_has(const pair_set *s, const char *key) {
-  for (int i = 0; i < s->n; i++)
+/* Whether key is among s's keys from index from on. */
+static int pair_set_has(const pair_set *s, int from, const char *key) {
+  for (int i = from; i < s->n; i++)
     if (!strcmp(s->key[i], key))
       return 1;
   return 0;
@@ -228,10 +229,9 @@ static int collect_pairs(loader *l, const yaml_node_t *n, const char *what, pair
       return -1;
     if (!key)
       return fail(l, k, "%s: an empty key", what);
-    for (int i = first; i < s->n; i++)
-      if (!strcmp(s->key[i], key))
-        return fail(l, k, "%s: key '%s' given twice", what, key);
-    if (depth && pair_set_has(s, key))
+    if (pair_set_has(s, first, key))
+      return fail(l, k, "%s: key '%s' given twice", what, key);
+    if (pair_set_has(s, 0, key))
       continue; /* merged, and given by a mapping that merges it */
     if (s->n == MAX_PAIRS)
       return fail(l, k, "%s: more than %d keys", what, MAX_PAIRS);
@@ -249,14 +249,11 @@ static int each_pair(loader *l, const yaml_node_t *n, const char *what, pair_fn 
     return 0;
   if (n->type != YAML_MAPPING_NODE)
     return fail(l, n, "%s: expected a mapping", what);
-  pair_set *s = malloc(sizeof *s);
-  if (!s)
-    return fail(l, n, "%s: out of memory", what);
-  s->n = 0;
-  int rc = collect_pairs(l, n, what, s, 0);
-  for (int i = 0; rc == 0 && i < s->n; i++)
-    rc = fn(l, s->key[i], s->value[i]);
-  free(s);
+  pair_set s; /* 4 KiB; nested mappings (fn) add one each, a few at most */
+  s.n = 0;
+  int rc = collect_pairs(l, n, what, &s, 0);
+  for (int i = 0; rc == 0 && i < s.n; i++)
+    rc = fn(l, s.key[i], s.value[i]);
   return rc;
 }
 
