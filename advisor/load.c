@@ -131,11 +131,14 @@ gpupool_status gpupool_history_from_pool(gpupool *p, gpupool_history **out) {
     return pool_fail(GPUPOOL_ERR_INVALID, "gpupool_history_from_pool: %s is NULL",
                      p ? "out" : "pool");
   *out = NULL;
+  gpupool_status st = pool_check_not_inherited(p, "gpupool_history_from_pool");
+  if (st != GPUPOOL_OK)
+    return st;
   event_ring **rings = malloc(MAX_RINGS * sizeof *rings);
   if (!rings)
     return pool_fail(GPUPOOL_ERR_HOST_OOM, "gpupool_history_from_pool: out of host memory");
   size_t nr = pool_event_rings(p, rings, MAX_RINGS);
-  gpupool_status st = history_from_rings(rings, nr, gpupool_name(p), out);
+  st = history_from_rings(rings, nr, gpupool_name(p), out);
   free(rings);
   return st;
 }

@@ -48,6 +48,9 @@ void trace_endpoint(const endpoint_args *args, endpoint_body *out) {
 gpupool_status gpupool_trace_event_counts(gpupool *pool, uint64_t *recorded, uint64_t *dropped) {
   if (!pool || !recorded || !dropped)
     return pool_fail(GPUPOOL_ERR_INVALID, "gpupool_trace_event_counts: NULL argument");
+  gpupool_status st = pool_check_not_inherited(pool, "gpupool_trace_event_counts");
+  if (st != GPUPOOL_OK)
+    return st;
   pool_event_counts(pool, recorded, dropped);
   return GPUPOOL_OK;
 }

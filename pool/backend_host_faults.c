@@ -10,6 +10,9 @@ gpupool_status gpupool_host_inject_faults(gpupool *p, unsigned every_n, double r
                                           uint64_t seed) {
   if (!p)
     return pool_fail(GPUPOOL_ERR_INVALID, "gpupool_host_inject_faults: NULL pool");
+  gpupool_status st = pool_check_not_inherited(p, "gpupool_host_inject_faults");
+  if (st != GPUPOOL_OK)
+    return st;
   if (!(rate >= 0.0 && rate <= 1.0)) /* NaN too */
     return pool_fail(GPUPOOL_ERR_INVALID, "gpupool_host_inject_faults: rate %g outside [0, 1]",
                      rate);
@@ -25,6 +28,9 @@ gpupool_status gpupool_host_inject_faults(gpupool *p, unsigned every_n, double r
 gpupool_status gpupool_host_hold_other(gpupool *p, size_t bytes) {
   if (!p)
     return pool_fail(GPUPOOL_ERR_INVALID, "gpupool_host_hold_other: NULL pool");
+  gpupool_status st = pool_check_not_inherited(p, "gpupool_host_hold_other");
+  if (st != GPUPOOL_OK)
+    return st;
   backend *b = pool_get_backend(p);
   if (!backend_is_host(b))
     return pool_fail(GPUPOOL_ERR_UNSUPPORTED,

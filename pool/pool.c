@@ -10,6 +10,7 @@
 #include "oom_report.h"
 #include "pool_blocks.h"
 #include "pool_internal.h"
+#include "pool_view.h"
 #include "reclaim.h"
 #include "registry.h"
 #include "segment.h"
@@ -18,6 +19,43 @@
 #include "sizeclass.h"
 
 static _Atomic uint32_t next_pool_id = 1;
+
+/* fork() copies every pool into the child with the parent's device memory,
+ * streams and locks: a lock another thread of the parent held at the fork
+ * stays held in the child for good, and the parent's device pointers mean
+ * nothing to a child, which cannot use the parent's CUDA context. So a pool
+ * serves the process that created it: process_forks counts the forks this
+ * process descends from, each pool keeps the count it was created under,
+ * and a pool created before the latest fork refuses every call that would
+ * take its locks (pool_check_not_inherited). */
+static _Atomic unsigned process_forks;
+
+static void count_fork_in_child(void) {
+  atomic_fetch_add_explicit(&process_forks, 1, memory_order_relaxed);
+  /* The forking thread's hint names a parent's pool. malloc, free and
+   * record_stream ask whether a pool is inherited only where the hint
+   * misses, so that their hot path pays nothing for it; the child's other
+   * threads are new, with no hint. */
+  pool_thread.pool = NULL;
+}
+
+static void register_fork_handler(void) {
+  pthread_atfork(NULL, NULL, count_fork_in_child);
+}
+
+static int pool_inherited(const gpupool *p) {
+  return p->forks != atomic_load_explicit(&process_forks, memory_order_relaxed);
+}
+
+gpupool_status pool_check_not_inherited(const gpupool *p, const char *call) {
+  if (!pool_inherited(p))
+    return GPUPOOL_OK;
+  return pool_fail(GPUPOOL_ERR_UNSUPPORTED,
+                   "%s: pool '%s' was created before this process was forked, and a forked "
+                   "child cannot use its parent's pools (their device memory, streams and locks "
+                   "are the parent's): create a pool in the child",
+                   call, p->cfg.name);
+}
 
 static gpupool_status create_backend(pool_config *c, backend **out) {
   gpupool_status st;
@@ -77,6 +115,9 @@ gpupool_status gpupool_create(const gpupool_options *opt, gpupool **out) {
     return pool_fail(GPUPOOL_ERR_HOST_OOM, "gpupool_create: out of host memory");
   }
   memset(p, 0, sizeof *p);
+  static pthread_once_t fork_handler_once = PTHREAD_ONCE_INIT;
+  pthread_once(&fork_handler_once, register_fork_handler);
+  p->forks = atomic_load_explicit(&process_forks, memory_order_relaxed);
   p->cfg = cfg;
   p->be = be;
   p->id = atomic_fetch_add(&next_pool_id, 1);
@@ -90,7 +131,7 @@ gpupool_status gpupool_create(const gpupool_options *opt, gpupool **out) {
 }
 
 void gpupool_destroy(gpupool *p) {
-  if (!p)
+  if (!p || pool_inherited(p)) /* the parent's: its locks may be held, its memory is not ours */
     return;
   share_pool_destroyed(p);
   if (!backend_is_sim(p->be))
@@ -167,7 +208,10 @@ malloc_block(gpupool *p, size_t size, void *stream, block **out) {
   thread_hint *h = &pool_thread; /* one TLS address lookup per call: hint and tag */
   shard *hinted = hinted_shard(h, p), *sh = hinted;
   if (!sh || sh->stream != stream) {
-    gpupool_status st = shard_get(p, stream, &sh);
+    gpupool_status st = pool_check_not_inherited(p, "gpupool_malloc");
+    if (st != GPUPOOL_OK)
+      return st;
+    st = shard_get(p, stream, &sh);
     if (st == GPUPOOL_ERR_UNSUPPORTED)
       return pool_fail(st,
                        "gpupool_malloc: pool '%s': stream %p would be its %dth: a pool serves at "
@@ -261,9 +305,12 @@ gpupool_status gpupool_free(gpupool *p, void *ptr) {
     return pool_fail(GPUPOOL_ERR_INVALID, "gpupool_free: pool is NULL");
   if (!ptr)
     return GPUPOOL_OK;
+  gpupool_status st;
+  if (!hinted_shard(&pool_thread, p) &&
+      (st = pool_check_not_inherited(p, "gpupool_free")) != GPUPOOL_OK)
+    return st;
   addrmap_entry *e;
   shard *sh = lock_owner(p, (uintptr_t)ptr, &e);
-  gpupool_status st;
   if (!sh && share_claims(p, ptr, 1, NULL, &st)) /* exported: deferred */
     return st;
   if (!sh)
@@ -303,9 +350,12 @@ static int add_stream_use(block *b, void *stream) {
 gpupool_status gpupool_record_stream(gpupool *p, void *ptr, void *stream) {
   if (!p || !ptr)
     return pool_fail(GPUPOOL_ERR_INVALID, "gpupool_record_stream: %s is NULL", p ? "ptr" : "pool");
+  gpupool_status st;
+  if (!hinted_shard(&pool_thread, p) &&
+      (st = pool_check_not_inherited(p, "gpupool_record_stream")) != GPUPOOL_OK)
+    return st;
   addrmap_entry *e;
   shard *sh = lock_owner(p, (uintptr_t)ptr, &e);
-  gpupool_status st;
   if (!sh && share_claims(p, ptr, 0, stream, &st))
     return st;
   if (!sh)
@@ -343,6 +393,8 @@ size_t gpupool_empty_cache(gpupool *p) {
     pool_fail(GPUPOOL_ERR_INVALID, "gpupool_empty_cache: pool is NULL");
     return 0;
   }
+  if (pool_check_not_inherited(p, "gpupool_empty_cache") != GPUPOOL_OK)
+    return 0;
   pthread_mutex_lock(&p->slow_lock);
   reclaim_poll_all(p);
   size_t released = reclaim_release_cached(p, 0);

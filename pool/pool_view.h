@@ -19,6 +19,13 @@ struct backend *pool_get_backend(gpupool *p);
 /* A process-unique id, never reused (pool names may repeat). */
 uint32_t pool_id(const gpupool *p);
 
+/* GPUPOOL_OK where p serves this process; GPUPOOL_ERR_UNSUPPORTED, with the
+ * reason for `call` in gpupool_last_error(), where p was created before this
+ * process was forked (a pool is its creator's: a child cannot use its
+ * parent's locks and device memory). Public calls that take a pool's locks
+ * ask it first. */
+gpupool_status pool_check_not_inherited(const gpupool *p, const char *call);
+
 /* Allocation sizes (requested bytes): pool_histogram (view_types.h). */
 void pool_get_histogram(gpupool *p, pool_histogram *out);
 

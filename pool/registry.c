@@ -11,14 +11,17 @@ static void (*_Atomic segment_listener)(gpupool *p);
 
 /* A child forked while another thread walked the registry (the agent's
  * sampler, a scrape) would wait for that thread's unlock forever: its copy
- * of the lock is made anew. Walks only read, and additions and removals are
- * a few stores, so the child's copy of the list is whole. */
-static void unlock_in_child(void) {
+ * of the lock is made anew. The pools listed are the parent's, which the
+ * child cannot use (pool.c, process_forks): the child's list starts empty,
+ * so that no walk (a snapshot, a trace written by the child) takes their
+ * locks. */
+static void forget_parent_pools_in_child(void) {
   pthread_mutex_init(&lock, NULL);
+  npools = 0;
 }
 
 static void register_atfork(void) {
-  pthread_atfork(NULL, NULL, unlock_in_child);
+  pthread_atfork(NULL, NULL, forget_parent_pools_in_child);
 }
 
 void registry_add(gpupool *p) {

@@ -27,6 +27,7 @@
 #include "core/errors.h"
 #include "pages.h"
 #include "pool_internal.h"
+#include "pool_view.h"
 #include "share.h"
 #include "share_msg.h"
 #include "shard.h"
@@ -486,6 +487,9 @@ gpupool_status gpupool_share_export(gpupool *p, void *ptr, int sock, gpupool_exp
                      : !ptr ? "ptr"
                             : "out");
   *out = NULL;
+  gpupool_status inherited = pool_check_not_inherited(p, call);
+  if (inherited != GPUPOOL_OK)
+    return inherited;
   if (!p->cfg.expandable)
     return pool_fail(GPUPOOL_ERR_INVALID,
                      "%s: pool '%s' has no expandable segments: only blocks of a pool with "

@@ -10,6 +10,7 @@
 #include "core/errors.h"
 #include "shard.h"
 #include "pool_internal.h"
+#include "pool_view.h"
 
 static gpupool_stat *field(gpupool_stats *out, int id) {
   switch (id) {
@@ -225,6 +226,9 @@ void stats_collect(gpupool *p, gpupool_stats *out) {
 gpupool_status gpupool_get_stats(gpupool *p, gpupool_stats *out) {
   if (!p || !out)
     return pool_fail(GPUPOOL_ERR_INVALID, "gpupool_get_stats: %s is NULL", p ? "out" : "pool");
+  gpupool_status st = pool_check_not_inherited(p, "gpupool_get_stats");
+  if (st != GPUPOOL_OK)
+    return st;
   stats_collect(p, out);
   return GPUPOOL_OK;
 }
@@ -234,6 +238,8 @@ void gpupool_reset_peak_stats(gpupool *p) {
     pool_fail(GPUPOOL_ERR_INVALID, "gpupool_reset_peak_stats: pool is NULL");
     return;
   }
+  if (pool_check_not_inherited(p, "gpupool_reset_peak_stats") != GPUPOOL_OK)
+    return;
   pthread_mutex_lock(&p->slow_lock);
   pthread_mutex_lock(&p->peak_lock);
   int64_t sum[VIEW_COUNT][GPUPOOL_STAT_TYPES] = {{0}};
@@ -264,6 +270,8 @@ void gpupool_reset_accumulated_stats(gpupool *p) {
     pool_fail(GPUPOOL_ERR_INVALID, "gpupool_reset_accumulated_stats: pool is NULL");
     return;
   }
+  if (pool_check_not_inherited(p, "gpupool_reset_accumulated_stats") != GPUPOOL_OK)
+    return;
   for (shard *sh = atomic_load(&p->shards); sh; sh = sh->next_shard) {
     spin_lock(&sh->lock);
     for (int id = 0; id < STAT_COUNT; id++)

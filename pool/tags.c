@@ -9,6 +9,7 @@
 #include "core/errors.h"
 #include "gpupool/tag.h"
 #include "pool_internal.h"
+#include "pool_view.h"
 #include "thread_state.h"
 
 _Thread_local pool_thread_state pool_thread;
@@ -102,6 +103,8 @@ int gpupool_get_tag_stats(gpupool *p, gpupool_tag_stat *out, int max) {
     pool_fail(GPUPOOL_ERR_INVALID, "gpupool_get_tag_stats: %s is NULL", p ? "out" : "pool");
     return -1;
   }
+  if (pool_check_not_inherited(p, "gpupool_get_tag_stats") != GPUPOOL_OK)
+    return -1;
   int64_t sum[POOL_TAG_SLOTS] = {0};
   for (shard *sh = atomic_load(&p->shards); sh; sh = sh->next_shard) {
     spin_lock(&sh->lock);

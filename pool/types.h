@@ -265,6 +265,9 @@ struct gpupool {
   pool_config cfg;
   backend *be;
   uint32_t id;
+  /* process_forks when the pool was created: a pool created before this
+   * process was forked from its parent is the parent's (pool.c). */
+  unsigned forks;
   _Atomic(shard *) shard_table[SHARD_TABLE];
   shard *_Atomic shards; /* list of all shards, newest first */
   pthread_mutex_t shard_create_lock;

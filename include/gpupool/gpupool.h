@@ -136,6 +136,13 @@ gpupool_status gpupool_create(const gpupool_options *opt, gpupool **out);
  * and a fault_* key when neither opt nor conf names the backend (the default
  * is cuda where a GPU is present). */
 gpupool_status gpupool_conf_check(const gpupool_options *opt, const char *conf);
+/* A pool serves the process that created it. In a child forked after its
+ * creation, every call that would take its locks (malloc, free,
+ * record_stream, stats, empty_cache, ...) returns GPUPOOL_ERR_UNSUPPORTED
+ * (get_tag_stats -1, empty_cache 0) with the reason, and gpupool_destroy
+ * releases nothing: the parent's locks may be held by a thread the child
+ * does not have, and its device memory is not the child's. docs/pool.md,
+ * "fork()". */
 void gpupool_destroy(gpupool *p);
 
 /* The largest request a pool accepts (256 TiB, beyond any device). */
