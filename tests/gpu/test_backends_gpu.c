@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "gpu_check.h"
@@ -230,6 +231,56 @@ Test(gpu_cuda, stats_and_empty_cache) {
 }
 Test(gpu_cuda_async, stats_and_empty_cache) {
   check_stats_and_empty_cache(GPUPOOL_BACKEND_CUDA_ASYNC, "cuda_async");
+}
+
+/* fork() with a pool of device memory (a DataLoader's workers): the child
+ * is refused the parent's pool with the reason and makes no CUDA call (it
+ * cannot use the parent's context); the parent's memory keeps its data. */
+static void check_forked_child_is_refused(gpupool_backend backend, const char *name,
+                                          const char *conf) {
+  require_gpu(name);
+  gpupool_options opt = {.name = "gpu_fork", .backend = backend, .tunables = conf, .ignore_env = 1};
+  gpupool *p = NULL;
+  cr_assert_eq(gpupool_create(&opt, &p), GPUPOOL_OK, "%s", gpupool_last_error());
+  void *a = NULL;
+  cr_assert_eq(gpupool_malloc(p, &a, 3 * MiB, NULL), GPUPOOL_OK, "%s", gpupool_last_error());
+  CUDA_OK(cudaMemset(a, 0x3c, 3 * MiB));
+  CUDA_OK(cudaDeviceSynchronize());
+  cr_assert_eq(gpupool_free(p, a), GPUPOOL_OK); /* cached: a hit would hand it out again */
+  fflush(NULL);
+  pid_t child = fork();
+  cr_assert_neq(child, -1);
+  if (child == 0) {
+    alarm(10);
+    void *b = NULL;
+    gpupool_stats s;
+    const char *e;
+    int ok = gpupool_malloc(p, &b, 3 * MiB, NULL) == GPUPOOL_ERR_UNSUPPORTED && !b &&
+             (e = gpupool_last_error()) && strstr(e, "forked") && strstr(e, "gpu_fork") &&
+             gpupool_get_stats(p, &s) == GPUPOOL_ERR_UNSUPPORTED && gpupool_empty_cache(p) == 0;
+    gpupool_destroy(p);
+    _exit(ok ? 0 : 3);
+  }
+  int status;
+  cr_assert_eq(waitpid(child, &status, 0), child);
+  cr_assert(WIFEXITED(status) && WEXITSTATUS(status) == 0,
+            "child: status %#x (exit 3: a call was not refused; signal 14: a hang)", status);
+  void *again = NULL;
+  cr_assert_eq(gpupool_malloc(p, &again, 3 * MiB, NULL), GPUPOOL_OK, "%s", gpupool_last_error());
+  cr_assert_eq(again, a, "the cached block serves the parent again");
+  expect_bytes(again, 3 * MiB, 0x3c);
+  cr_assert_eq(gpupool_free(p, again), GPUPOOL_OK);
+  gpupool_destroy(p);
+}
+
+Test(gpu_cuda, a_forked_child_is_refused_the_pool) {
+  check_forked_child_is_refused(GPUPOOL_BACKEND_CUDA, "cuda", NULL);
+}
+Test(gpu_cuda, a_forked_child_is_refused_an_expandable_pool) {
+  check_forked_child_is_refused(GPUPOOL_BACKEND_CUDA, "cuda", "expandable_segments:True");
+}
+Test(gpu_cuda_async, a_forked_child_is_refused_the_pool) {
+  check_forked_child_is_refused(GPUPOOL_BACKEND_CUDA_ASYNC, "cuda_async", NULL);
 }
 
 Test(gpu_cuda_async, mempool_attributes_follow_the_pool) {
