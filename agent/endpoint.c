@@ -4,6 +4,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+#include "core/assert.h"
 #include "core/c_numeric.h"
 #include "core/kvconf.h"
 
@@ -46,9 +48,14 @@ void endpoint_out_of_memory(endpoint_body *out, const char *what) {
 }
 
 void endpoint_printable(char *dst, size_t size, const char *v) {
-  size_t n = 0;
-  for (; *v && n + 1 < size; v++)
-    dst[n++] = (*v >= 0x20 && *v < 0x7f) ? *v : '?';
+  gp_assert_internal(size >= 4);
+  size_t len = strlen(v), keep = len < size ? len : size - 4, n;
+  for (n = 0; n < keep; n++)
+    dst[n] = (v[n] >= 0x20 && v[n] < 0x7f) ? v[n] : '?';
+  if (keep < len) {
+    memcpy(dst + n, "...", 3);
+    n += 3;
+  }
   dst[n] = '\0';
 }
 
@@ -93,21 +100,28 @@ const char *endpoint_first_param(const endpoint_args *args) {
   return first;
 }
 
-int endpoint_device_param(const endpoint_args *args, const char *path, int *device,
-                          endpoint_body *out) {
-  const char *v = args->get(args->ctx, "device");
+int endpoint_parse_device(const char *v, int *device, char *err, size_t errlen) {
   uint64_t u = 0;
-  *device = -1;
-  if (!v)
-    return 0;
   if (kvconf_u64(v, 0, ENDPOINT_DEVICE_MAX, &u) != 0) {
     char shown[64];
     endpoint_printable(shown, sizeof shown, v);
-    endpoint_bad_request(out, "%s: bad device '%s': expected a device ordinal 0..%d", path, shown,
-                         ENDPOINT_DEVICE_MAX);
+    snprintf(err, errlen, "bad device '%s': expected a device ordinal 0..%d", shown,
+             ENDPOINT_DEVICE_MAX);
     return -1;
   }
   *device = (int)u;
+  return 0;
+}
+
+int endpoint_device_param(const endpoint_args *args, const char *path, int *device,
+                          endpoint_body *out) {
+  const char *v = args->get(args->ctx, "device");
+  *device = -1;
+  char err[128];
+  if (v && endpoint_parse_device(v, device, err, sizeof err) != 0) {
+    endpoint_bad_request(out, "%s: %s", path, err);
+    return -1;
+  }
   return 0;
 }
 

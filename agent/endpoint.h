@@ -49,7 +49,8 @@ void endpoint_text(endpoint_body *out, int status, const char *text);
  * (a scrape may well succeed again). what: "rendering /metrics", ... */
 void endpoint_out_of_memory(endpoint_body *out, const char *what);
 /* A request's value made safe to quote in a one-line reason: bytes outside
- * printable ASCII become '?'; cut to size - 1. */
+ * printable ASCII become '?'; a value longer than size - 1 is cut and ends
+ * in "..." (size at least 4). */
 void endpoint_printable(char *dst, size_t size, const char *v);
 /* A request's query parameters counted against the names a handler takes,
  * for its checks and its own wording of their errors. */
@@ -71,9 +72,13 @@ const char *endpoint_first_param(const endpoint_args *args);
 /* 0 when the request has no query parameters; else -1 with a 400 naming
  * the first one (path: the route, for the reason). */
 int endpoint_no_params(const endpoint_args *args, const char *path, endpoint_body *out);
+/* A device= value v into *device; -1 with the reason in err ("bad device
+ * 'V': expected a device ordinal 0..ENDPOINT_DEVICE_MAX") when it is no
+ * ordinal, else 0. */
+int endpoint_parse_device(const char *v, int *device, char *err, size_t errlen);
 /* The request's device= parameter into *device: its ordinal, -1 when it is
- * not given; -1 with a 400 ("PATH: bad device 'V': expected a device
- * ordinal 0..ENDPOINT_DEVICE_MAX") when it is no ordinal, else 0. */
+ * not given; -1 with a 400 ("PATH: " and endpoint_parse_device's reason)
+ * when it is no ordinal, else 0. */
 int endpoint_device_param(const endpoint_args *args, const char *path, int *device,
                           endpoint_body *out);
 

@@ -59,17 +59,6 @@ int trace_time_parse(const char *s, uint64_t now_ns, uint64_t *out_ns) {
 }
 
 /* A value as it can be quoted in a one-line reason. */
-static void quote_value(char *dst, size_t size, const char *v) {
-  size_t n = 0;
-  for (; *v && n + 4 < size; v++)
-    dst[n++] = (*v >= 0x20 && *v < 0x7f) ? *v : '?';
-  if (*v) {
-    memcpy(dst + n, "...", 3);
-    n += 3;
-  }
-  dst[n] = '\0';
-}
-
 static const char *const keys[] = {"since", "until", "pool", "device", "limit", NULL};
 
 typedef struct label_search {
@@ -104,7 +93,7 @@ int trace_query_parse_at(trace_query *q, const endpoint_args *args, uint64_t now
   endpoint_params sc;
   endpoint_count_params(args, keys, &sc);
   if (sc.unknown) {
-    quote_value(shown, sizeof shown, sc.unknown);
+    endpoint_printable(shown, sizeof shown, sc.unknown);
     snprintf(err, errlen, "unknown parameter '%s' (expected since, until, pool, device, limit)",
              shown);
     return -1;
@@ -116,7 +105,7 @@ int trace_query_parse_at(trace_query *q, const endpoint_args *args, uint64_t now
 
   const char *v;
   if ((v = args->get(args->ctx, "since")) && trace_time_parse(v, now_ns, &q->since_ns) != 0) {
-    quote_value(shown, sizeof shown, v);
+    endpoint_printable(shown, sizeof shown, v);
     snprintf(err, errlen,
              "bad since '%s': expected microseconds since the epoch (e.g. 1700000000000000.5) "
              "or negative seconds before now (e.g. -30)",
@@ -124,7 +113,7 @@ int trace_query_parse_at(trace_query *q, const endpoint_args *args, uint64_t now
     return -1;
   }
   if ((v = args->get(args->ctx, "until")) && trace_time_parse(v, now_ns, &q->until_ns) != 0) {
-    quote_value(shown, sizeof shown, v);
+    endpoint_printable(shown, sizeof shown, v);
     snprintf(err, errlen,
              "bad until '%s': expected microseconds since the epoch (e.g. 1700000000000000.5) "
              "or negative seconds before now (e.g. -5)",
@@ -136,7 +125,7 @@ int trace_query_parse_at(trace_query *q, const endpoint_args *args, uint64_t now
     return -1;
   }
   if ((v = args->get(args->ctx, "pool"))) {
-    quote_value(shown, sizeof shown, v);
+    endpoint_printable(shown, sizeof shown, v);
     if (!*v || strlen(v) >= sizeof q->pool) {
       snprintf(err, errlen, "bad pool '%s': expected a pool name of 1 to %d bytes", shown,
                TRACE_POOL_NAME_MAX - 1);
@@ -157,18 +146,12 @@ int trace_query_parse_at(trace_query *q, const endpoint_args *args, uint64_t now
     strcpy(q->pool, v);
   }
   uint64_t u;
-  if ((v = args->get(args->ctx, "device"))) {
-    if (kvconf_u64(v, 0, ENDPOINT_DEVICE_MAX, &u) != 0) {
-      quote_value(shown, sizeof shown, v);
-      snprintf(err, errlen, "bad device '%s': expected a device ordinal 0..%d", shown,
-               ENDPOINT_DEVICE_MAX);
-      return -1;
-    }
-    q->device = (int)u;
-  }
+  if ((v = args->get(args->ctx, "device")) &&
+      endpoint_parse_device(v, &q->device, err, errlen) != 0)
+    return -1;
   if ((v = args->get(args->ctx, "limit"))) {
     if (kvconf_u64(v, 1, LIMIT_MAX, &u) != 0) {
-      quote_value(shown, sizeof shown, v);
+      endpoint_printable(shown, sizeof shown, v);
       snprintf(err, errlen, "bad limit '%s': expected a number of events 1..%llu", shown,
                LIMIT_MAX);
       return -1;

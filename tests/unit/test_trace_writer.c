@@ -546,6 +546,45 @@ Test(trace_writer, bad_parameters_are_refused_with_a_reason) {
   gpupool_destroy(p);
 }
 
+/* /trace names a bad device as /ui and /advice do (one parser); a value is
+ * quoted printable, and one too long to quote whole ends in "...". */
+Test(trace_writer, a_bad_device_is_named_as_the_other_endpoints_name_it) {
+  char long_value[80];
+  memset(long_value, '7', 70);
+  strcpy(long_value + 70, "\x01");
+  struct {
+    const char *value, *reason;
+  } cases[] = {
+      {"2x", "bad device '2x': expected a device ordinal 0..4095"},
+      {"1\x7f", "bad device '1?': expected a device ordinal 0..4095"},
+      {long_value, "bad device '777777777777777777777777777777777777777777777777777777777777...': "
+                   "expected a device ordinal 0..4095"},
+  };
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    char pair[128];
+    snprintf(pair, sizeof pair, "device=%s", cases[i].value);
+    const char *pairs[] = {pair};
+    test_args ta;
+    endpoint_args a = test_args_make(&ta, pairs, 1);
+    trace_query q;
+    char err[256] = "";
+    cr_expect_eq(trace_query_parse(&q, &a, err, sizeof err), -1);
+    cr_expect_str_eq(err, cases[i].reason);
+    int device = 5;
+    char direct[256] = "";
+    cr_expect_eq(endpoint_parse_device(cases[i].value, &device, direct, sizeof direct), -1);
+    cr_expect_str_eq(direct, cases[i].reason);
+    cr_expect_eq(device, 5, "a refused value leaves the device as it was");
+  }
+  char shown[8];
+  endpoint_printable(shown, sizeof shown, "1234567");
+  cr_expect_str_eq(shown, "1234567", "a value that fits is whole");
+  endpoint_printable(shown, sizeof shown, "12345678");
+  cr_expect_str_eq(shown, "1234...", "a value one byte too long is cut and says so");
+  endpoint_printable(shown, sizeof shown, "a\tb");
+  cr_expect_str_eq(shown, "a?b");
+}
+
 Test(trace_writer, time_values_parse_exactly) {
   uint64_t now = 100000000000ull, ns = 0; /* 100 s after the epoch */
   cr_expect_eq(trace_time_parse("12", now, &ns), 0);
