@@ -24,7 +24,8 @@ RELEASE_BUILD = os.path.join(HERE, "..", "build", "release", "libgpupool.so")
 
 
 def _project():
-    text = open(os.path.join(HERE, "pyproject.toml"), encoding="utf-8").read()
+    with open(os.path.join(HERE, "pyproject.toml"), encoding="utf-8") as f:
+        text = f.read()
     section = text.split("[project]", 1)[1]
     name = re.search(r'^name\s*=\s*"([^"]+)"', section, re.M).group(1)
     version = re.search(r'^version\s*=\s*"([^"]+)"', section, re.M).group(1)
@@ -65,7 +66,8 @@ def _library():
 
 
 def _metadata(name, version):
-    readme = open(os.path.join(HERE, "README.md"), encoding="utf-8").read()
+    with open(os.path.join(HERE, "README.md"), encoding="utf-8") as f:
+        readme = f.read()
     return (f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n"
             "Summary: gpupool's caching device-memory pool for PyTorch, with torch.cuda's memory "
             "calls\nRequires-Python: >=3.8\nDescription-Content-Type: text/markdown\n\n" + readme)

@@ -12,6 +12,7 @@ import ctypes
 import os
 import pickle
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -830,6 +831,40 @@ class Ranks(unittest.TestCase):
             self.assertIn(f'rank="{rank}"', lines[0])
             self.assertIn('pool="torch"', lines[0])
             self.assertTrue(lines[0].endswith(" 4096"), lines[0])
+
+
+class Fork(unittest.TestCase):
+    def test_a_forked_child_is_refused_the_parents_pool(self):
+        """A DataLoader-style fork: in the child, the parent's pool answers
+        with GpupoolError saying why (it never waits on a lock the parent
+        held), and the parent's pool goes on as before."""
+        d = 21
+        p = malloc(4096, d)
+        self.assertTrue(p)
+        r, w = os.pipe()
+        pid = os.fork()
+        if pid == 0:  # the child: reports through the pipe, never returns
+            try:
+                os.close(r)
+                signal.alarm(10)  # a hang ends the child with SIGALRM
+                try:
+                    gpupool.memory_stats(d)
+                    message = "no error"
+                except gpupool.GpupoolError as e:
+                    message = str(e)
+                os.write(w, message.encode())
+            finally:
+                os._exit(0)
+        os.close(w)
+        with os.fdopen(r, "rb") as f:
+            message = f.read().decode()
+        _, status = os.waitpid(pid, 0)
+        self.assertEqual(status, 0, "the child was killed (SIGALRM: a hang)")
+        self.assertIn("pool 'torch' was created before this process was forked", message)
+        self.assertIn("create a pool in the child", message)
+        self.assertEqual(gpupool.memory_stats(d)["allocated_bytes.all.current"], 4096)
+        free(p, d)
+        self.assertEqual(gpupool.memory_stats(d)["allocated_bytes.all.current"], 0)
 
 
 class FreshProcess(unittest.TestCase):
