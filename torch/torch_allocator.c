@@ -212,9 +212,20 @@ void gpupool_torch_free(void *ptr, size_t size, int device, void *stream) {
     record_line("f 0x%" PRIxPTR "\n", (uintptr_t)ptr);
   if (record)
     funlockfile(record);
-  if (st != GPUPOOL_OK)
+  if (st == GPUPOOL_ERR_UNSUPPORTED) {
+    /* A forked child freeing its parent's memory (gpupool_free refuses
+     * nothing else so): every such free is refused alike, and a worker that
+     * drops the parent's tensors would print a line for each. */
+    static _Atomic int said;
+    if (!atomic_exchange(&said, 1))
+      fprintf(stderr,
+              "gpupool_torch: free of %p on device %d: %s (said once: this process's "
+              "frees of its parent's memory are all ignored)\n",
+              ptr, device, gpupool_last_error());
+  } else if (st != GPUPOOL_OK) {
     fprintf(stderr, "gpupool_torch: free of %p on device %d: %s\n", ptr, device,
             gpupool_last_error());
+  }
 }
 
 gpupool *gpupool_torch_pool(int device) {

@@ -159,6 +159,42 @@ static void record_child(const char *path, int pairs, char *err, size_t errlen) 
   cr_assert(WIFEXITED(status) && WEXITSTATUS(status) == 0, "status %d: %s", status, err);
 }
 
+/* A forked child (a DataLoader worker) dropping its parent's tensors: each
+ * free is refused, and stderr says so once, not once a tensor; allocating
+ * in the child is refused with the reason; the parent goes on. */
+Test(torch_allocator, a_forked_child_frees_the_parents_memory_quietly, .init = host_pools) {
+  void *a = gpupool_torch_malloc(1000, 0, NULL), *b = gpupool_torch_malloc(4 << 20, 0, NULL);
+  cr_assert(a && b);
+  int fds[2];
+  cr_assert_eq(pipe(fds), 0);
+  fflush(NULL);
+  pid_t pid = fork();
+  cr_assert_geq(pid, 0);
+  if (pid == 0) {
+    alarm(10);
+    dup2(fds[1], 2);
+    close(fds[0]);
+    gpupool_torch_free(a, 1000, 0, NULL);
+    gpupool_torch_free(b, 4 << 20, 0, NULL);
+    gpupool_torch_free(a, 1000, 0, NULL);
+    _exit(0);
+  }
+  close(fds[1]);
+  char err[4096];
+  int status = child_output(pid, fds[0], err, sizeof err);
+  cr_assert(WIFEXITED(status) && WEXITSTATUS(status) == 0, "status %d: %s", status, err);
+  const char *want = "was created before this process was forked";
+  const char *line = strstr(err, want);
+  cr_expect(line && strstr(err, "said once"), "%s", err);
+  cr_expect(line && !strstr(line + 1, want), "more than one line: %s", err);
+  gpupool_stats s = stats_of(0);
+  cr_expect_eq(s.allocation[GPUPOOL_STAT_ALL].current, 2, "the parent's allocations are live");
+  gpupool_torch_free(a, 1000, 0, NULL);
+  gpupool_torch_free(b, 4 << 20, 0, NULL);
+  s = stats_of(0);
+  cr_expect_eq(s.allocation[GPUPOOL_STAT_ALL].current, 0);
+}
+
 /* GPUPOOL_RECORD on a full disk: the program runs on, and stderr says,
  * once, that the record is incomplete and why. 4 lines fail only at
  * exit's flush; 80000 lines (over the 1 MiB buffer) fail while it runs. */
