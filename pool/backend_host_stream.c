@@ -65,7 +65,20 @@ static int live_contains(const void *p) {
   return 0;
 }
 
+/* fork(): a thread of the parent may have held live_lock at the fork; the
+ * child's copy of the list is its own (simulated streams are host memory),
+ * its lock made anew. */
+static void unlock_in_child(void) {
+  pthread_mutex_init(&live_lock, NULL);
+}
+
+static void register_atfork(void) {
+  pthread_atfork(NULL, NULL, unlock_in_child);
+}
+
 gpupool_host_stream *gpupool_host_stream_create(void) {
+  static pthread_once_t atfork_once = PTHREAD_ONCE_INIT;
+  pthread_once(&atfork_once, register_atfork);
   gpupool_host_stream *s = calloc(1, sizeof *s);
   if (!s)
     return NULL;

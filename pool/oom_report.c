@@ -21,7 +21,23 @@ static _Atomic int observer_set;
 static _Atomic uint64_t next_id = 1;
 static _Thread_local pool_oom_report *pending; /* captured, not yet delivered */
 
+/* fork(): the observer is the parent's agent's, which serves nothing in the
+ * child, and a thread of the parent may have held observer_lock at the fork
+ * (delivering a report): the child starts with the lock anew and no
+ * observer, its reports explained in gpupool_last_error() only. */
+static void forget_observer_in_child(void) {
+  pthread_mutex_init(&observer_lock, NULL);
+  memset(&observer, 0, sizeof observer);
+  atomic_store(&observer_set, 0);
+}
+
+static void register_atfork(void) {
+  pthread_atfork(NULL, NULL, forget_observer_in_child);
+}
+static pthread_once_t atfork_once = PTHREAD_ONCE_INIT;
+
 void pool_oom_set_observer(const pool_oom_observer *o) {
+  pthread_once(&atfork_once, register_atfork);
   pthread_mutex_lock(&observer_lock);
   if (o)
     observer = *o;
@@ -315,6 +331,7 @@ void pool_oom_deliver(void) {
   pending = NULL;
   if (!r)
     return;
+  pthread_once(&atfork_once, register_atfork);
   pthread_mutex_lock(&observer_lock);
   pool_oom_observer o = observer;
   int have = atomic_load(&observer_set) && o.deliver;

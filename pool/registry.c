@@ -14,19 +14,22 @@ static void (*_Atomic segment_listener)(gpupool *p);
  * of the lock is made anew. The pools listed are the parent's, which the
  * child cannot use (pool.c, process_forks): the child's list starts empty,
  * so that no walk (a snapshot, a trace written by the child) takes their
- * locks. */
+ * locks. The segment listener is the parent's agent's, whose sampler does
+ * not run in the child (waking it would take a lock that thread may have
+ * held at the fork). */
 static void forget_parent_pools_in_child(void) {
   pthread_mutex_init(&lock, NULL);
   npools = 0;
+  atomic_store(&segment_listener, NULL);
 }
 
+static pthread_once_t atfork_once = PTHREAD_ONCE_INIT;
 static void register_atfork(void) {
   pthread_atfork(NULL, NULL, forget_parent_pools_in_child);
 }
 
 void registry_add(gpupool *p) {
-  static pthread_once_t once = PTHREAD_ONCE_INIT;
-  pthread_once(&once, register_atfork);
+  pthread_once(&atfork_once, register_atfork);
   pthread_mutex_lock(&lock);
   if (npools == cap) {
     int ncap = cap ? 2 * cap : 16;
@@ -71,6 +74,7 @@ int registry_foreach(void (*fn)(gpupool *p, void *arg), void *arg) {
 }
 
 void registry_set_segment_listener(void (*fn)(gpupool *p)) {
+  pthread_once(&atfork_once, register_atfork);
   atomic_store(&segment_listener, fn);
 }
 

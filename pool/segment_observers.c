@@ -2,6 +2,7 @@
 
 #include <pthread.h>
 #include <stdatomic.h>
+#include <string.h>
 
 #include "pool_internal.h"
 #include "registry.h"
@@ -49,7 +50,22 @@ static void replay_pool(gpupool *p, void *arg) {
   pthread_mutex_unlock(&p->slow_lock);
 }
 
+/* fork(): the observers are the parent's (the agent's CUPTI side, which
+ * records nothing in a child), and a thread of the parent may have held the
+ * lock at the fork: the child starts with the lock anew and none. */
+static void forget_observers_in_child(void) {
+  pthread_rwlock_init(&lock, NULL);
+  memset(observers, 0, sizeof observers);
+  atomic_store(&nobservers, 0);
+}
+
+static void register_atfork(void) {
+  pthread_atfork(NULL, NULL, forget_observers_in_child);
+}
+
 int segment_observers_add(segment_observer fn, void *arg) {
+  static pthread_once_t atfork_once = PTHREAD_ONCE_INIT;
+  pthread_once(&atfork_once, register_atfork);
   observer o = {fn, arg};
   int slot = -1;
   pthread_rwlock_wrlock(&lock);

@@ -74,6 +74,26 @@ static gpupool_export *g_exports;
 static gpupool_import *g_imports;
 static _Atomic uint64_t g_next_id;
 
+/* fork(): the lists are the parent's (its pools, sockets and mappings), and a
+ * thread of the parent may have held g_lock at the fork (an export holds it
+ * while it takes the block): the child starts with the lock anew and empty
+ * lists, and its copies of the parent's exports are orphans, as if their
+ * pools were destroyed, so that ending one touches no parent's pool. */
+static void forget_parent_shares_in_child(void) {
+  pthread_mutex_init(&g_lock, NULL);
+  for (gpupool_export *e = g_exports; e; e = e->next) {
+    e->p = NULL;
+    e->b = NULL;
+  }
+  g_exports = NULL;
+  g_imports = NULL;
+}
+
+static void register_atfork(void) {
+  pthread_atfork(NULL, NULL, forget_parent_shares_in_child);
+}
+static pthread_once_t atfork_once = PTHREAD_ONCE_INIT;
+
 static uint64_t new_id(void) {
   return ((uint64_t)getpid() << 40) ^ (clock_monotonic_ns() << 8) ^ ++g_next_id;
 }
@@ -481,6 +501,7 @@ static gpupool_status send_pages(backend *be, const share_msg *hdr, void *const 
 
 gpupool_status gpupool_share_export(gpupool *p, void *ptr, int sock, gpupool_export **out) {
   const char *call = "gpupool_share_export";
+  pthread_once(&atfork_once, register_atfork);
   if (!p || !ptr || !out)
     return pool_fail(GPUPOOL_ERR_INVALID, "%s: %s is NULL", call,
                      !p     ? "pool"
@@ -842,6 +863,7 @@ static void unlist_import(gpupool_import *im) {
 gpupool_status gpupool_share_import(int sock, int device, void **ptr, size_t *size,
                                     gpupool_import **out) {
   const char *call = "gpupool_share_import";
+  pthread_once(&atfork_once, register_atfork);
   if (!ptr || !size || !out)
     return pool_fail(GPUPOOL_ERR_INVALID, "%s: %s is NULL", call,
                      !ptr    ? "ptr"

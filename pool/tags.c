@@ -38,6 +38,17 @@ static unsigned find(const char *tag, unsigned n) {
   return 0;
 }
 
+/* fork(): a thread of the parent may have held add_lock at the fork; the
+ * names stay (a name is written whole before nnamed counts it), the lock
+ * is made anew. */
+static void unlock_in_child(void) {
+  pthread_mutex_init(&add_lock, NULL);
+}
+
+static void register_atfork(void) {
+  pthread_atfork(NULL, NULL, unlock_in_child);
+}
+
 /* The id of a valid name, adding it while there is room. "untagged" is the
  * name of no tag (0): it takes no slot, and its bytes are the untagged ones
  * every reader computes (the pool's allocated bytes less the tags'). */
@@ -51,6 +62,8 @@ static unsigned tag_id(const char *tag) {
   unsigned id = find(tag, atomic_load_explicit(&nnamed, memory_order_acquire));
   if (id)
     return id;
+  static pthread_once_t atfork_once = PTHREAD_ONCE_INIT;
+  pthread_once(&atfork_once, register_atfork);
   pthread_mutex_lock(&add_lock);
   unsigned n = atomic_load_explicit(&nnamed, memory_order_relaxed);
   if (!(id = find(tag, n))) {

@@ -6,7 +6,9 @@
  * exit status; a child still alive after 10 s is killed by its alarm (a
  * hang, the failure this guards against). */
 #include <criterion/criterion.h>
+#include <pthread.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/wait.h>
@@ -18,7 +20,10 @@
 #include "gpupool/host.h"
 #include "gpupool/tag.h"
 #include "helpers/pool_check.h"
+#include "pool/oom_report.h"
 #include "pool/pool_internal.h"
+#include "pool/registry.h"
+#include "pool/segment_observers.h"
 
 /* In a child: exit with status `check` unless cond holds. */
 #define CHILD_CHECK(check, cond)                                                                   \
@@ -191,4 +196,181 @@ Test(pool_fork, a_grandchild_is_refused_the_childs_pool) {
     _exit(0);
   }
   wait_child(child);
+}
+
+/* What the parent's agent hooks into the pool: each call counted. */
+static _Atomic int listener_calls, observer_calls, delivered;
+
+static void count_listener(gpupool *p) {
+  (void)p;
+  atomic_fetch_add(&listener_calls, 1);
+}
+
+static void count_observer(void *arg, const segment_change *c) {
+  (void)arg;
+  (void)c;
+  atomic_fetch_add(&observer_calls, 1);
+}
+
+static void count_delivery(pool_oom_report *r, void *arg) {
+  (void)arg;
+  atomic_fetch_add(&delivered, 1);
+  pool_oom_report_free(r);
+}
+
+/* In the child: a pool of its own gains a segment and runs out of memory,
+ * with none of the parent's hooks called, and says why in the last error. */
+static void child_pool_ooms_unobserved(int first_check) {
+  gpupool_options o = {
+      .name = "child", .backend = GPUPOOL_BACKEND_HOST, .host_capacity = 32 << 20, .ignore_env = 1};
+  gpupool *c;
+  CHILD_CHECK(first_check, gpupool_create(&o, &c) == GPUPOOL_OK);
+  void *a = NULL, *b = NULL;
+  CHILD_CHECK(first_check + 1, gpupool_malloc(c, &a, 4 << 20, NULL) == GPUPOOL_OK);
+  CHILD_CHECK(first_check + 2, gpupool_malloc(c, &b, 24 << 20, NULL) == GPUPOOL_ERR_OOM);
+  CHILD_CHECK(first_check + 3, strstr(gpupool_last_error(), "out of memory") &&
+                                   !strstr(gpupool_last_error(), "/oom/")); /* no agent's report */
+  CHILD_CHECK(first_check + 4, atomic_load(&listener_calls) == 0 &&
+                                   atomic_load(&observer_calls) == 0 &&
+                                   atomic_load(&delivered) == 0);
+  CHILD_CHECK(first_check + 5, gpupool_free(c, a) == GPUPOOL_OK);
+  gpupool_destroy(c);
+}
+
+/* The agent's segment listener, CUPTI's segment observers and the OOM
+ * observer are the parent's: the child's own pools call none of them (they
+ * would wake a sampler that does not run there, or file a report with an
+ * agent that serves nothing). */
+Test(pool_fork, the_parents_hooks_are_not_called_in_the_child) {
+  registry_set_segment_listener(count_listener);
+  cr_assert_eq(segment_observers_add(count_observer, NULL), 0);
+  pool_oom_observer obs = {NULL, count_delivery, NULL};
+  pool_oom_set_observer(&obs);
+  fflush(NULL);
+  pid_t child = fork();
+  if (child == 0) {
+    alarm(10);
+    child_pool_ooms_unobserved(1);
+    _exit(0);
+  }
+  wait_child(child);
+  /* the parent's hooks still hear the parent's pools */
+  gpupool *p = named_pool("parent");
+  void *a = NULL;
+  cr_assert_eq(gpupool_malloc(p, &a, 4 << 20, NULL), GPUPOOL_OK);
+  cr_expect_gt(atomic_load(&listener_calls), 0);
+  cr_expect_gt(atomic_load(&observer_calls), 0);
+  cr_expect_eq(gpupool_free(p, a), GPUPOOL_OK);
+  gpupool_destroy(p);
+  pool_oom_set_observer(NULL);
+  segment_observers_remove(count_observer, NULL);
+  registry_set_segment_listener(NULL);
+}
+
+static pthread_mutex_t gate = PTHREAD_MUTEX_INITIALIZER;
+static _Atomic int delivering;
+
+/* A delivery that holds on until the gate opens: the OOM report's lock is
+ * held meanwhile. */
+static void slow_delivery(pool_oom_report *r, void *arg) {
+  (void)arg;
+  atomic_store(&delivering, 1);
+  pthread_mutex_lock(&gate);
+  pthread_mutex_unlock(&gate);
+  pool_oom_report_free(r);
+}
+
+static void *oom_in_thread(void *arg) {
+  gpupool *p = arg;
+  void *a = NULL;
+  gpupool_malloc(p, &a, 1 << 30, NULL); /* more than the pool's 64 MiB: delivered slowly */
+  return NULL;
+}
+
+/* fork() while another thread delivers an OOM report (the report's lock
+ * held): the child's own OOM does not wait for that lock. Before, it hung. */
+Test(pool_fork, an_oom_report_in_flight_at_the_fork_is_not_waited_on) {
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+  cr_skip("a child forked from a threaded process can wait on the sanitizer's own allocator lock");
+#endif
+  pool_oom_observer obs = {NULL, slow_delivery, NULL};
+  pool_oom_set_observer(&obs);
+  gpupool *p = named_pool("parent");
+  pthread_mutex_lock(&gate);
+  pthread_t t;
+  cr_assert_eq(pthread_create(&t, NULL, oom_in_thread, p), 0);
+  while (!atomic_load(&delivering))
+    sched_yield();
+  fflush(NULL);
+  pid_t child = fork();
+  if (child == 0) {
+    alarm(10);
+    child_pool_ooms_unobserved(1);
+    _exit(0);
+  }
+  pthread_mutex_unlock(&gate);
+  pthread_join(t, NULL);
+  wait_child(child);
+  pool_oom_set_observer(NULL);
+  gpupool_destroy(p);
+}
+
+static _Atomic int stop_busy;
+
+/* Creates and destroys host streams without pause: the live-stream list's
+ * lock is held much of the time. */
+static void *busy_streams(void *arg) {
+  (void)arg;
+  while (!atomic_load(&stop_busy))
+    gpupool_host_stream_destroy(gpupool_host_stream_create());
+  return NULL;
+}
+
+/* Pushes tags the full table has no room for: each takes the lock that
+ * adds names. */
+static void *busy_tags(void *arg) {
+  (void)arg;
+  char name[32];
+  for (unsigned i = 0; !atomic_load(&stop_busy); i++) {
+    snprintf(name, sizeof name, "busy_%u", i % 64);
+    if (gpupool_tag_push(name) == GPUPOOL_OK)
+      gpupool_tag_pop();
+  }
+  return NULL;
+}
+
+/* fork() while other threads create host streams and tags (process-wide
+ * lists, each under a lock): the child creates its own without waiting for
+ * a lock the parent's threads held. Before, a child hung now and then; 200
+ * forks made it all but certain. */
+Test(pool_fork, stream_and_tag_locks_held_at_the_fork_are_not_waited_on) {
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+  cr_skip("a child forked from a threaded process can wait on the sanitizer's own allocator lock");
+#endif
+  pthread_t streams, tags;
+  cr_assert_eq(pthread_create(&streams, NULL, busy_streams, NULL), 0);
+  cr_assert_eq(pthread_create(&tags, NULL, busy_tags, NULL), 0);
+  int hung = 0, failed = 0;
+  for (int i = 0; i < 200 && !hung && !failed; i++) {
+    fflush(NULL);
+    pid_t child = fork();
+    if (child == 0) {
+      alarm(5);
+      gpupool_host_stream *st = gpupool_host_stream_create();
+      char name[32];
+      snprintf(name, sizeof name, "child_%d", i);
+      int ok = st && gpupool_tag_push(name) == GPUPOOL_OK && gpupool_tag_pop() == GPUPOOL_OK;
+      gpupool_host_stream_destroy(st);
+      _exit(ok ? 0 : 1);
+    }
+    int status;
+    cr_assert_eq(waitpid(child, &status, 0), child);
+    hung = WIFSIGNALED(status);
+    failed = WIFEXITED(status) && WEXITSTATUS(status) != 0;
+  }
+  atomic_store(&stop_busy, 1);
+  pthread_join(streams, NULL);
+  pthread_join(tags, NULL);
+  cr_expect(!hung, "a child hung (killed by its alarm)");
+  cr_expect(!failed, "a child could not create a stream or a tag");
 }

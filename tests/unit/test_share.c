@@ -124,6 +124,41 @@ static void expect_child(pid_t pid) {
   cr_assert_eq(WEXITSTATUS(status), 0, "the child failed at step %d", WEXITSTATUS(status));
 }
 
+/* fork() while a block is exported: in the child the export is an orphan
+ * (its pool and block are the parent's, which the child cannot use), so
+ * waiting on it ends it at once and touches neither; the parent's export
+ * goes on, and its importer gets the block as usual. Before, the child's
+ * wait looked at the socket and found the export still running. */
+Test(share, a_forked_child_sees_the_parents_export_as_an_orphan) {
+  gpupool *p = share_pool();
+  size_t size = 4 * MiB;
+  void *x = share_take(p, size);
+  fill(x, size, 0xf0f0);
+  int sv[2];
+  share_sockets(sv);
+  gpupool_export *ex = NULL;
+  cr_assert_eq(gpupool_share_export(p, x, sv[0], &ex), GPUPOOL_OK, "%s", gpupool_last_error());
+  fflush(NULL);
+  pid_t pid = fork();
+  cr_assert_neq(pid, -1);
+  if (pid == 0) {
+    alarm(10);
+    int ended = 0;
+    if (gpupool_share_wait(ex, 0, &ended) != GPUPOOL_OK)
+      _exit(1);
+    _exit(ended ? 0 : 2);
+  }
+  expect_child(pid);
+  still_exported(ex);
+  void *y = NULL;
+  size_t got = 0;
+  gpupool_import *im = NULL;
+  cr_assert_eq(gpupool_share_import(sv[1], 0, &y, &got, &im), GPUPOOL_OK, "%s",
+               gpupool_last_error());
+  cr_expect_eq(check(y, size, 0xf0f0), SIZE_MAX, "the importer sees the exporter's values");
+  release_free_destroy(p, x, sv, ex, im);
+}
+
 Test(share, forked_child_writes_parent_reads) {
   gpupool *p = share_pool();
   size_t size = 10 * MiB + 4096; /* 6 pages of 2 MiB */
