@@ -43,18 +43,23 @@ static void register_fork_handler(void) {
   pthread_atfork(NULL, NULL, count_fork_in_child);
 }
 
-static int pool_inherited(const gpupool *p) {
-  return p->forks != atomic_load_explicit(&process_forks, memory_order_relaxed);
+static inline int pool_inherited(const gpupool *p) {
+  return __builtin_expect(p->forks != atomic_load_explicit(&process_forks, memory_order_relaxed),
+                          0);
 }
 
-gpupool_status pool_check_not_inherited(const gpupool *p, const char *call) {
-  if (!pool_inherited(p))
-    return GPUPOOL_OK;
+/* Out of line and cold: the hot path's callers keep no register for it. */
+static __attribute__((noinline, cold)) gpupool_status refuse_inherited(const gpupool *p,
+                                                                       const char *call) {
   return pool_fail(GPUPOOL_ERR_UNSUPPORTED,
                    "%s: pool '%s' was created before this process was forked, and a forked "
                    "child cannot use its parent's pools (their device memory, streams and locks "
                    "are the parent's): create a pool in the child",
                    call, p->cfg.name);
+}
+
+gpupool_status pool_check_not_inherited(const gpupool *p, const char *call) {
+  return pool_inherited(p) ? refuse_inherited(p, call) : GPUPOOL_OK;
 }
 
 static gpupool_status create_backend(pool_config *c, backend **out) {
@@ -208,10 +213,9 @@ malloc_block(gpupool *p, size_t size, void *stream, block **out) {
   thread_hint *h = &pool_thread; /* one TLS address lookup per call: hint and tag */
   shard *hinted = hinted_shard(h, p), *sh = hinted;
   if (!sh || sh->stream != stream) {
-    gpupool_status st = pool_check_not_inherited(p, "gpupool_malloc");
-    if (st != GPUPOOL_OK)
-      return st;
-    st = shard_get(p, stream, &sh);
+    if (pool_inherited(p))
+      return refuse_inherited(p, "gpupool_malloc");
+    gpupool_status st = shard_get(p, stream, &sh);
     if (st == GPUPOOL_ERR_UNSUPPORTED)
       return pool_fail(st,
                        "gpupool_malloc: pool '%s': stream %p would be its %dth: a pool serves at "
@@ -280,7 +284,9 @@ gpupool_status pool_malloc_block(gpupool *p, size_t size, void *stream, block **
 
 /* Finds the live allocation at addr and returns its shard, locked, with its
  * map entry; NULL when no shard has it. Tries the hint first, so a thread
- * freeing what it allocated takes one lock. */
+ * freeing what it allocated takes one lock. Where the hint misses and p is
+ * inherited (a forked child's: pool_inherited, which the caller then asks),
+ * NULL without a lock taken; a hint never names an inherited pool. */
 static shard *lock_owner(gpupool *p, uintptr_t addr, addrmap_entry **out) {
   shard *first = hinted_shard(&pool_thread, p);
   if (first) {
@@ -288,6 +294,8 @@ static shard *lock_owner(gpupool *p, uintptr_t addr, addrmap_entry **out) {
     if ((*out = addrmap_find(&first->live, addr)))
       return first;
     spin_unlock(&first->lock);
+  } else if (pool_inherited(p)) {
+    return NULL;
   }
   for (shard *sh = atomic_load(&p->shards); sh; sh = sh->next_shard) {
     if (sh == first)
@@ -305,12 +313,11 @@ gpupool_status gpupool_free(gpupool *p, void *ptr) {
     return pool_fail(GPUPOOL_ERR_INVALID, "gpupool_free: pool is NULL");
   if (!ptr)
     return GPUPOOL_OK;
-  gpupool_status st;
-  if (!hinted_shard(&pool_thread, p) &&
-      (st = pool_check_not_inherited(p, "gpupool_free")) != GPUPOOL_OK)
-    return st;
   addrmap_entry *e;
   shard *sh = lock_owner(p, (uintptr_t)ptr, &e);
+  if (!sh && pool_inherited(p))
+    return refuse_inherited(p, "gpupool_free");
+  gpupool_status st;
   if (!sh && share_claims(p, ptr, 1, NULL, &st)) /* exported: deferred */
     return st;
   if (!sh)
@@ -350,12 +357,11 @@ static int add_stream_use(block *b, void *stream) {
 gpupool_status gpupool_record_stream(gpupool *p, void *ptr, void *stream) {
   if (!p || !ptr)
     return pool_fail(GPUPOOL_ERR_INVALID, "gpupool_record_stream: %s is NULL", p ? "ptr" : "pool");
-  gpupool_status st;
-  if (!hinted_shard(&pool_thread, p) &&
-      (st = pool_check_not_inherited(p, "gpupool_record_stream")) != GPUPOOL_OK)
-    return st;
   addrmap_entry *e;
   shard *sh = lock_owner(p, (uintptr_t)ptr, &e);
+  if (!sh && pool_inherited(p))
+    return refuse_inherited(p, "gpupool_record_stream");
+  gpupool_status st;
   if (!sh && share_claims(p, ptr, 0, stream, &st))
     return st;
   if (!sh)
