@@ -225,6 +225,7 @@ malloc_block(gpupool *p, size_t size, void *stream, block **out) {
       return pool_fail(st, "gpupool_malloc: pool '%s': out of host memory for stream %p",
                        p->cfg.name, stream);
   }
+  gp_assert_internal(!pool_inherited(p)); /* a hint never names an inherited pool */
   spin_lock(&sh->lock);
   if (sh->pending)
     shard_poll_pending(sh);
@@ -290,6 +291,7 @@ gpupool_status pool_malloc_block(gpupool *p, size_t size, void *stream, block **
 static shard *lock_owner(gpupool *p, uintptr_t addr, addrmap_entry **out) {
   shard *first = hinted_shard(&pool_thread, p);
   if (first) {
+    gp_assert_internal(!pool_inherited(p));
     spin_lock(&first->lock);
     if ((*out = addrmap_find(&first->live, addr)))
       return first;
