@@ -193,6 +193,21 @@ echo "dashboard queries: $passed returned data, $failed failed, $skipped skipped
 ((failed == 0)) || fail "$failed dashboard queries returned no data"
 ((passed > 80)) || fail "only $passed dashboard queries ran"
 
+# The detail dashboard's "Targets up" follows the Host variable: host-1
+# alone is one target, its own; All is the three agents (not the dcgm
+# stand-in, which is no gpupool agent).
+targets_expr=$(jq -r '.panels[] | select(.title == "Targets up") | .targets[0].expr' \
+  "$src"/dashboards/gpupool-detail.json)
+[[ -n $targets_expr ]] || fail "no Targets up panel in gpupool-detail.json"
+host1=$(substitute "${targets_expr//'$hostname'/host-1}" 1m)
+host1_instances=$(q "$host1" | jq -r '[.data.result[].metric.instance] | join(" ")')
+want_instance=$(q 'gpupool_build_info{hostname="host-1"}' | jq -r '.data.result[0].metric.instance')
+[[ $host1_instances == "$want_instance" ]] ||
+  fail "Targets up with Host host-1: '$host1_instances', want '$want_instance' alone"
+all_count=$(q "$(substitute "$targets_expr" 1m)" | jq -r '.data.result | length')
+((all_count == 3)) || fail "Targets up with Host All: $all_count targets, want the 3 agents"
+echo "ok   Targets up follows Host: host-1 is $want_instance; All is the 3 agents"
+
 # Stopping run-demo stops everything it started.
 kill -TERM "$run_demo_pid"
 stopped() { ! kill -0 "$run_demo_pid" 2> /dev/null; }

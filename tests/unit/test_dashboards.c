@@ -2,7 +2,8 @@
  * make them work both provisioned from files and imported: a `datasource`
  * template variable used by every panel and query (no __inputs), the
  * job/instance/hostname/UUID/pool variables (multi-select, All = .+),
- * $__rate_interval in every range, a unit and a description on every panel,
+ * $__rate_interval in every range ($__range only in last_over_time), a unit
+ * and a description on every panel,
  * a fixed uid, schemaVersion >= 41, __requires naming every panel plugin;
  * and every metric name a query uses is one the agent exports (rendered here
  * from a live host pool), one documented as conditional, or a recording
@@ -258,15 +259,6 @@ typedef struct range_check {
   int bad;
 } range_check;
 
-static void check_range(void *arg, const char *range) {
-  range_check *c = arg;
-  if (strcmp(range, "$__rate_interval") != 0) {
-    c->bad++;
-    cr_expect_fail("%s: '%s': range [%s] instead of [$__rate_interval] in %s", c->file, c->where,
-                   range, c->expr);
-  }
-}
-
 static int has_call(const char *expr, const char *fn) {
   size_t n = strlen(fn);
   for (const char *p = strstr(expr, fn); p; p = strstr(p + 1, fn)) {
@@ -278,6 +270,25 @@ static int has_call(const char *expr, const char *fn) {
       return 1;
   }
   return 0;
+}
+
+/* Whether expr may use range: $__rate_interval, which Grafana sizes to the
+ * scrape interval and the step; or $__range in an expression that calls
+ * last_over_time, for the labels a series carried last within the
+ * dashboard's time range (the host of a target that went down). */
+static int range_allowed(const char *expr, const char *range) {
+  return strcmp(range, "$__rate_interval") == 0 ||
+         (strcmp(range, "$__range") == 0 && has_call(expr, "last_over_time"));
+}
+
+static void check_range(void *arg, const char *range) {
+  range_check *c = arg;
+  if (range_allowed(c->expr, range))
+    return;
+  c->bad++;
+  cr_expect_fail("%s: '%s': range [%s] instead of [$__rate_interval] (or [$__range] in "
+                 "last_over_time) in %s",
+                 c->file, c->where, range, c->expr);
 }
 
 static void check_expr_ranges(const char *expr, const char *where, void *arg) {
@@ -293,6 +304,10 @@ static void check_expr_ranges(const char *expr, const char *where, void *arg) {
 Test(dashboards, every_range_is_rate_interval) {
   cr_assert_eq(has_call("sum(rate(x[1m]))", "rate"), 1);
   cr_assert_eq(has_call("sum(irate(x[1m]))", "rate"), 0);
+  cr_assert(range_allowed("rate(x[$__rate_interval])", "$__rate_interval"));
+  cr_assert(range_allowed("up and on (job) last_over_time(x[$__range])", "$__range"));
+  cr_assert(!range_allowed("rate(x[$__range])", "$__range"));
+  cr_assert(!range_allowed("last_over_time(x[5m])", "5m"));
   for (size_t i = 0; i < NDASH; i++) {
     cJSON *d = load(i);
     range_check c = {dashboards[i][0], NULL, NULL, 0};
