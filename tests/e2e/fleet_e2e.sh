@@ -7,8 +7,10 @@
 # evaluates without error and yields series, then runs every PromQL
 # expression of both dashboards (template variables substituted,
 # $__rate_interval as 1m and as 15s) through /api/v1/query and asserts that
-# each returns data. Finally stops run-demo and checks nothing is left
-# listening. Bounded in time; everything it starts is stopped by the trap.
+# each returns data; that the detail dashboard's Targets up follows the Host
+# variable, and keeps a target that stops answering (one demo stopped with
+# SIGSTOP) under its host as down. Finally stops run-demo and checks nothing
+# is left listening. Bounded in time; everything it starts is stopped by the trap.
 # Exit 77 (skip) when a tool is missing.
 set -uo pipefail
 
@@ -207,6 +209,36 @@ want_instance=$(q 'gpupool_build_info{hostname="host-1"}' | jq -r '.data.result[
 all_count=$(q "$(substitute "$targets_expr" 1m)" | jq -r '.data.result | length')
 ((all_count == 3)) || fail "Targets up with Host All: $all_count targets, want the 3 agents"
 echo "ok   Targets up follows Host: host-1 is $want_instance; All is the 3 agents"
+
+# A target that stops answering (its series gone stale) stays on the panel
+# under its host, as down: this run's host-2 demo is stopped, then resumed
+# (resumed before any verdict, so that a failure leaves nothing stopped).
+demo2=
+for cmdline in /proc/[0-9]*/cmdline; do
+  line=$(tr '\0' ' ' < "$cmdline" 2> /dev/null) || continue
+  # the demo itself, not the `timeout` that runs it
+  if [[ ${line%% *} == */gpupool-demo &&
+    $line == *"--listen 127.0.0.1:$((base + 2)) --sd-dir $work/"* ]]; then
+    demo2=${cmdline#/proc/}
+    demo2=${demo2%/cmdline}
+    break
+  fi
+done
+[[ -n $demo2 ]] || fail "no demo process listening on port $((base + 2)) (host-2)"
+host2=$(substitute "${targets_expr//'$hostname'/host-2}" 1m)
+host2_up() { q "$host2" | jq -r '[.data.result[].value[1]] | join(" ")'; }
+kill -STOP "$demo2"
+seen=
+for ((t = 0; t < 120; t++)); do
+  seen=$(host2_up)
+  [[ $seen == 0 ]] && break
+  sleep 0.25
+done
+kill -CONT "$demo2"
+[[ $seen == 0 ]] || fail "host-2 stopped for 30 s: Targets up with Host host-2 gave '$seen', want 0"
+host2_is_up() { [[ $(host2_up) == 1 ]]; }
+wait_for 30 "host-2's target to show up again" host2_is_up
+echo "ok   a target that stops answering shows down under its host, and up again"
 
 # Stopping run-demo stops everything it started.
 kill -TERM "$run_demo_pid"
