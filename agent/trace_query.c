@@ -58,7 +58,7 @@ int trace_time_parse(const char *s, uint64_t now_ns, uint64_t *out_ns) {
   return 0;
 }
 
-/* A value as it can be quoted in a one-line reason. */
+/* The parameters /trace takes. */
 static const char *const keys[] = {"since", "until", "pool", "device", "limit", NULL};
 
 typedef struct label_search {
