@@ -60,6 +60,16 @@ static void wait_child(pid_t child) {
             WIFEXITED(status) ? WEXITSTATUS(status) : WTERMSIG(status));
 }
 
+/* fork() with the output flushed first (so that no line is written twice);
+ * the child gets an alarm of `seconds`: a hang ends it with SIGALRM. */
+static pid_t fork_with_alarm(unsigned seconds) {
+  fflush(NULL);
+  pid_t child = fork();
+  if (child == 0)
+    alarm(seconds);
+  return child;
+}
+
 /* Every call of the public API that takes a pool's locks, on a pool of the
  * parent: refused with the reason, nothing changed. */
 static void child_is_refused(gpupool *p, void *ptr, void *stream) {
@@ -113,10 +123,8 @@ Test(pool_fork, a_child_is_refused_the_parents_pool_and_creates_its_own) {
   void *stream = gpupool_host_stream_create();
   void *ptr = NULL;
   cr_assert_eq(gpupool_malloc(p, &ptr, 512, stream), GPUPOOL_OK); /* the thread's hint: p */
-  fflush(NULL);
-  pid_t child = fork();
+  pid_t child = fork_with_alarm(10);
   if (child == 0) {
-    alarm(10);
     child_is_refused(p, ptr, stream);
     child_pool_works(20);
     _exit(0);
@@ -150,10 +158,8 @@ Test(pool_fork, a_lock_held_at_the_fork_is_not_waited_on) {
   cr_assert_not_null(sh);
   spin_lock(&sh->lock);
   pthread_mutex_lock(&p->slow_lock);
-  fflush(NULL);
-  pid_t child = fork();
+  pid_t child = fork_with_alarm(10);
   if (child == 0) {
-    alarm(10);
     void *q = NULL;
     CHILD_CHECK(1, gpupool_malloc(p, &q, 512, NULL) == GPUPOOL_ERR_UNSUPPORTED);
     CHILD_CHECK(2, gpupool_free(p, ptr) == GPUPOOL_ERR_UNSUPPORTED);
@@ -174,17 +180,13 @@ Test(pool_fork, a_lock_held_at_the_fork_is_not_waited_on) {
 /* A pool the child created is the grandchild's parent's: refused there too,
  * while the child goes on using it. */
 Test(pool_fork, a_grandchild_is_refused_the_childs_pool) {
-  fflush(NULL);
-  pid_t child = fork();
+  pid_t child = fork_with_alarm(20);
   if (child == 0) {
-    alarm(20);
     gpupool *c = named_pool("forked");
     void *q = NULL;
     CHILD_CHECK(1, gpupool_malloc(c, &q, 512, NULL) == GPUPOOL_OK);
-    fflush(NULL);
-    pid_t grandchild = fork();
+    pid_t grandchild = fork_with_alarm(10);
     if (grandchild == 0) {
-      alarm(10);
       child_is_refused(c, q, NULL);
       _exit(0);
     }
@@ -246,10 +248,8 @@ Test(pool_fork, the_parents_hooks_are_not_called_in_the_child) {
   cr_assert_eq(segment_observers_add(count_observer, NULL), 0);
   pool_oom_observer obs = {NULL, count_delivery, NULL};
   pool_oom_set_observer(&obs);
-  fflush(NULL);
-  pid_t child = fork();
+  pid_t child = fork_with_alarm(10);
   if (child == 0) {
-    alarm(10);
     child_pool_ooms_unobserved(1);
     _exit(0);
   }
@@ -301,10 +301,8 @@ Test(pool_fork, an_oom_report_in_flight_at_the_fork_is_not_waited_on) {
   cr_assert_eq(pthread_create(&t, NULL, oom_in_thread, p), 0);
   while (!atomic_load(&delivering))
     sched_yield();
-  fflush(NULL);
-  pid_t child = fork();
+  pid_t child = fork_with_alarm(10);
   if (child == 0) {
-    alarm(10);
     child_pool_ooms_unobserved(1);
     _exit(0);
   }
@@ -352,10 +350,8 @@ Test(pool_fork, stream_and_tag_locks_held_at_the_fork_are_not_waited_on) {
   cr_assert_eq(pthread_create(&tags, NULL, busy_tags, NULL), 0);
   int hung = 0, failed = 0;
   for (int i = 0; i < 200 && !hung && !failed; i++) {
-    fflush(NULL);
-    pid_t child = fork();
+    pid_t child = fork_with_alarm(5);
     if (child == 0) {
-      alarm(5);
       gpupool_host_stream *st = gpupool_host_stream_create();
       char name[32];
       snprintf(name, sizeof name, "child_%d", i);
