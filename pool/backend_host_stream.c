@@ -67,7 +67,9 @@ static int live_contains(const void *p) {
 
 /* fork(): a thread of the parent may have held live_lock at the fork; the
  * child's copy of the list is its own (simulated streams are host memory),
- * its lock made anew. */
+ * its lock made anew. The list is whole at every instant (an insert links
+ * the new stream before publishing it, an unlink is one store), so a copy
+ * taken mid-insert lacks at most the stream being added. */
 static void unlock_in_child(void) {
   pthread_mutex_init(&live_lock, NULL);
 }
@@ -85,7 +87,9 @@ gpupool_host_stream *gpupool_host_stream_create(void) {
   atomic_init(&s->refs, 1);
   pthread_mutex_lock(&live_lock);
   s->next = live_head;
-  live_head = s;
+  /* Release: a fork() from another thread between the two stores leaves
+   * the child a list without s, never one that ends at s's unset link. */
+  __atomic_store_n(&live_head, s, __ATOMIC_RELEASE);
   pthread_mutex_unlock(&live_lock);
   return s;
 }
