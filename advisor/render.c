@@ -22,7 +22,8 @@ __attribute__((format(printf, 2, 3))) static void put(sbuf *b, const char *fmt, 
   for (int tries = 0; tries < 2 && !b->failed; tries++) {
     va_list ap;
     va_start(ap, fmt);
-    int n = vsnprintf(b->s + b->n, b->cap - b->n, fmt, ap);
+    /* no pointer arithmetic on the first call's NULL buffer (undefined) */
+    int n = vsnprintf(b->s ? b->s + b->n : NULL, b->cap - b->n, fmt, ap);
     va_end(ap);
     if (n < 0) {
       b->failed = 1;
