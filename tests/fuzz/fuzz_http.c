@@ -1,6 +1,6 @@
 /* libFuzzer target: HTTP requests to a running agent (host backend, three
- * pools with live and free blocks, one OOM report). An input's bytes up to the first
- * newline are the request target, sent as they are ("GET <target>
+ * pools with live and free blocks, one OOM report). An input's bytes up to
+ * the first newline are the request target, sent as they are ("GET <target>
  * HTTP/1.1"); each further line is a header line. The request ends with
  * "Connection: close", and the response is read to its end. Errors in the
  * agent's threads (ASan, UBSan) end the run like the harness's own. */
