@@ -37,9 +37,9 @@ Test(pool_expandable_host_oom, mapping_pages_fails_cleanly_at_each_allocation) {
       /* a split not made for want of host memory gives a block larger than asked */
       int64_t allocated = pc_stats(p).allocated_bytes[GPUPOOL_STAT_ALL].current;
       if (failed_here)
-        cr_assert_geq(allocated, 1600 * MiB, "allocation %ld", n);
+        cr_assert_geq(allocated, (int64_t)(1600 * MiB), "allocation %ld", n);
       else
-        cr_assert_eq(allocated, 1600 * MiB);
+        cr_assert_eq(allocated, (int64_t)(1600 * MiB));
     } else {
       failures++;
       cr_assert(failed_here);

@@ -592,8 +592,8 @@ Test(web_config, an_empty_tls_server_config_is_plain_http) {
   const char *plain[] = {
       "tls_server_config: {}\n",
       "tls_server_config:\n  cert_file: ''\n  key_file: ''\n  client_auth_type: ''\n",
-      "tls_server_config:\n  min_version: TLS13\n  cipher_suites: "
-      "[TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256]\n  curve_preferences: [X25519]\n",
+      ("tls_server_config:\n  min_version: TLS13\n  cipher_suites: "
+       "[TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256]\n  curve_preferences: [X25519]\n"),
   };
   for (size_t i = 0; i < sizeof plain / sizeof plain[0]; i++) {
     web_config *c = load(plain[i]);
