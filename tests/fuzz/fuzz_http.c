@@ -3,7 +3,11 @@
  * the first newline are the request target, sent as they are ("GET <target>
  * HTTP/1.1"); each further line is a header line. The request ends with
  * "Connection: close", and the response is read to its end. Errors in the
- * agent's threads (ASan, UBSan) end the run like the harness's own. */
+ * agent's threads (ASan, UBSan) end the run like the harness's own.
+ * Built with FUZZ_HTTP_BASIC_AUTH (fuzz_http_auth), the agent requires basic
+ * auth (user "fuzz", password "pw"), so every request goes through the
+ * Authorization header's parsing, the credentials cache and the bcrypt
+ * rate limit first. */
 #include <arpa/inet.h>
 #include <errno.h>
 #include <gpupool/agent.h>
@@ -13,6 +17,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -21,8 +26,27 @@
 static int agent_port;
 static gpupool *pools[3];
 
+#ifdef FUZZ_HTTP_BASIC_AUTH
+/* The web configuration, in a memfd named by its /proc/self/fd path (the
+ * agent reads it at start and watches it for changes). bcrypt cost 4: the
+ * lowest, for speed. */
+static const char *basic_auth_config(void) {
+  static const char yml[] =
+      "basic_auth_users:\n  fuzz: $2b$04$X.xtKwj0WjXP/Nx5UDXFvum3ea1uVNKlYmicqxBCcUESNkemQR8My\n";
+  static char path[64];
+  int fd = memfd_create("fuzz_http_web_config", 0);
+  if (fd < 0 || write(fd, yml, sizeof yml - 1) != (ssize_t)(sizeof yml - 1))
+    abort();
+  snprintf(path, sizeof path, "/proc/self/fd/%d", fd);
+  return path;
+}
+#endif
+
 static void start_agent(void) {
   gpupool_agent_options ao = {.listen = "127.0.0.1:0", .ignore_env = 1};
+#ifdef FUZZ_HTTP_BASIC_AUTH
+  ao.web_config = basic_auth_config();
+#endif
   if (gpupool_agent_start(&ao) != GPUPOOL_OK) {
     fprintf(stderr, "fuzz_http: %s\n", gpupool_last_error());
     abort();
