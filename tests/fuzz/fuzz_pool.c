@@ -32,8 +32,8 @@ typedef struct prog {
   gpupool_host_stream *streams[2];
   live lv[MAX_LIVE];
   size_t nlive;
-  unsigned char freed_fill; /* a value for patterns */
-  void *freed[8];           /* pointers freed and not handed out again */
+  unsigned char mallocs; /* allocations so far: each block's pattern starts apart */
+  void *freed[8];        /* pointers freed and not handed out again */
 } prog;
 
 #define CHECK(cond, ...)                                                                           \
@@ -102,7 +102,7 @@ static void op_malloc(prog *g, const uint8_t *a) {
   }
   CHECK(p && !overlaps(g, p, size), "malloc(%zu) = %p overlaps a live block", size, p);
   live *l = &g->lv[g->nlive++];
-  *l = (live){p, size, (unsigned char)(g->freed_fill++ * 37)};
+  *l = (live){p, size, (unsigned char)(g->mallocs++ * 37)};
   write_pattern(l);
   forget_freed(g, p);
 }
