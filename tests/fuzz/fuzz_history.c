@@ -7,17 +7,13 @@
  * a file would. */
 #include <gpupool/advisor.h>
 #include <stdint.h>
-#include <stdio.h>
-#include <stdlib.h>
-#include <sys/mman.h>
 #include <unistd.h>
 
+#include "fuzz_file.h"
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
-  int fd = memfd_create("fuzz_history", 0);
-  if (fd < 0 || write(fd, data, size) != (ssize_t)size)
-    abort();
   char path[64];
-  snprintf(path, sizeof path, "/proc/self/fd/%d", fd);
+  int fd = fuzz_file("fuzz_history", data, size, path, sizeof path);
   gpupool_history *h = NULL;
   if (gpupool_history_load(path, NULL, NULL, &h) == GPUPOOL_OK) {
     gpupool_replay_result r;

@@ -17,9 +17,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
 #include <sys/socket.h>
 #include <unistd.h>
+
+#include "fuzz_file.h"
 
 #define MAX_INPUT 4096
 
@@ -34,10 +35,7 @@ static const char *basic_auth_config(void) {
   static const char yml[] =
       "basic_auth_users:\n  fuzz: $2b$04$X.xtKwj0WjXP/Nx5UDXFvum3ea1uVNKlYmicqxBCcUESNkemQR8My\n";
   static char path[64];
-  int fd = memfd_create("fuzz_http_web_config", 0);
-  if (fd < 0 || write(fd, yml, sizeof yml - 1) != (ssize_t)(sizeof yml - 1))
-    abort();
-  snprintf(path, sizeof path, "/proc/self/fd/%d", fd);
+  (void)fuzz_file("fuzz_http_web_config", yml, sizeof yml - 1, path, sizeof path); /* kept open */
   return path;
 }
 #endif

@@ -3,20 +3,15 @@
  * by web_config_load. The bytes reach it through a memfd, by its
  * /proc/self/fd path. */
 #include <stdint.h>
-#include <stdio.h>
-#include <stdlib.h>
-#include <sys/mman.h>
 #include <time.h>
 #include <unistd.h>
 
 #include "agent/web_config.h"
+#include "fuzz_file.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
-  int fd = memfd_create("fuzz_web_config", 0);
-  if (fd < 0 || write(fd, data, size) != (ssize_t)size)
-    abort();
   char path[64], err[512];
-  snprintf(path, sizeof path, "/proc/self/fd/%d", fd);
+  int fd = fuzz_file("fuzz_web_config", data, size, path, sizeof path);
   web_config *c = NULL;
   web_files files;
   if (web_config_load(path, (int64_t)time(NULL), &c, &files, err, sizeof err) == 0)
