@@ -734,9 +734,9 @@ Test(agent_http, strict_framing_and_absolute_form) {
   static const char *const refused[] = {
       "GET /healthz HTTP/1.1\r\n\r\n", /* no Host */
       "GET /healthz HTTP/1.1\r\nHost: a\r\nHost: b\r\n\r\n",
+      /* two lengths; the rest never a request */
       ("GET /healthz HTTP/1.1\r\nHost: a\r\nContent-Length: 5\r\nContent-Length: 6\r\n\r\n"
-       "hello!GET /healthz HTTP/1.1\r\nHost: a\r\n\r\n"), /* two lengths; the rest never a request
-                                                           */
+       "hello!GET /healthz HTTP/1.1\r\nHost: a\r\n\r\n"),
   };
   for (size_t i = 0; i < sizeof refused / sizeof *refused; i++) {
     char *got = exchange(port, refused[i]);
