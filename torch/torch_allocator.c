@@ -149,9 +149,13 @@ static int inside_pytorch(void) {
 /* PyTorch does not check the pointer a pluggable allocator returns: NULL
  * would become a tensor at address 0 and the next kernel would fault. So
  * inside PyTorch a failure is thrown as a C++ exception, which PyTorch raises
- * in Python as a RuntimeError carrying this message. Elsewhere (a C program,
- * which could not catch it) it is a line on stderr and NULL. Out of memory
- * starts with PyTorch's own words, which batch-size finders (accelerate's
+ * in Python carrying this message: out of memory as c10::OutOfMemoryError,
+ * torch.OutOfMemoryError in Python (what its own allocator raises, and what
+ * `except torch.cuda.OutOfMemoryError` catches), where the PyTorch libraries
+ * allow (cxx_raise.h), any other failure (and OOM where they do not) as
+ * std::runtime_error, a RuntimeError. Elsewhere (a C program, which could not
+ * catch it) it is a line on stderr and NULL. Out of memory starts with
+ * PyTorch's own words, which batch-size finders (accelerate's
  * find_executable_batch_size) match on. */
 static void *fail(size_t size, int device, gpupool_status st, const char *why) {
   static const char oom[] = "CUDA out of memory.";
@@ -164,8 +168,11 @@ static void *fail(size_t size, int device, gpupool_status st, const char *why) {
   else
     snprintf(msg, sizeof msg, "gpupool_torch: cannot allocate %zu bytes on device %d: %s", size,
              device, why);
-  if (inside_pytorch())
+  if (inside_pytorch()) {
+    if (st == GPUPOOL_ERR_OOM)
+      cxx_raise_torch_oom(msg, "gpupool_torch_malloc", __FILE__, __LINE__);
     cxx_raise_runtime_error(msg);
+  }
   fprintf(stderr, "%s\n", msg);
   return NULL;
 }

@@ -8,10 +8,11 @@ snapshots read by torch's own tools (issue 13).
 1. The allocator is gpupool (CUDAPluggableAllocator, backend cuda on the real
    device) with the agent on an ephemeral port (GPUPOOL_AGENT_CONF); an MLP
    trains with the batch doubled each step until an allocation fails (at
-   most 24 doublings or 180 s). The exception must be a RuntimeError whose
-   message starts with "CUDA out of memory." (what Hugging Face accelerate and
-   PyTorch Lightning batch-size finders look for), and training must go on at
-   a smaller batch afterwards.
+   most 24 doublings or 180 s). The exception must be a torch.OutOfMemoryError
+   (what PyTorch's own allocator raises, a RuntimeError) whose message starts
+   with "CUDA out of memory." (what Hugging Face accelerate and PyTorch
+   Lightning batch-size finders look for), and training must go on at a
+   smaller batch afterwards.
 2. From the agent: /oom (one report at least), /oom/<id> (JSON with the
    explanation), /oom/<id>?format=torch, /snapshot?format=torch and
    /snapshot (JSON).
@@ -141,6 +142,9 @@ def main():
         return 1
     msg = str(err)
     print("exception: " + type(err).__name__ + ": " + msg[:1500], flush=True)
+    check("torch.OutOfMemoryError (torch.cuda.OutOfMemoryError)",
+          isinstance(err, torch.OutOfMemoryError) and
+          isinstance(err, torch.cuda.OutOfMemoryError), type(err).__name__)
     check("message starts with 'CUDA out of memory.'", msg.startswith("CUDA out of memory."))
     check("accelerate would reduce the batch",
           isinstance(err, RuntimeError) and len(err.args) == 1 and

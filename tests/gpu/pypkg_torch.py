@@ -306,7 +306,7 @@ def main():
         msg = r["messages"][0][1] if r["messages"] else ""
         check("oom", r["found"] < r["start"] and r["n_ooms"] >= 1 and
               msg.startswith("CUDA out of memory.") and r["num_ooms"] == r["n_ooms"] and
-              r["after"] == 2.0 * (1 << 20),
+              r["after"] == 2.0 * (1 << 20) and r["torch_oom_error"],
               f"batch sizes tried {r['tried']} -> {r['found']}; {r['n_ooms']} OOMs, "
               f"num_ooms {r['num_ooms']}; exception {r['messages'][0][0] if r['messages'] else '-'}"
               f" (torch.OutOfMemoryError: {r['torch_oom_error']}); message: {msg[:400]!r}")

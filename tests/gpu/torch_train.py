@@ -752,10 +752,11 @@ def driver(a):
             if not r:
                 continue
             oom = r.get("oom", {})
-            # gpupool's message: "CUDA out of memory. ... in pool 'torch' on device N ..."
+            # gpupool's: torch.OutOfMemoryError, as PyTorch's own allocator raises, with its
+            # message "CUDA out of memory. ... in pool 'torch' on device N ..."
             good = bool(oom.get("raised")) and oom.get("works_after") and (
-                allocator != "gpupool" or (oom["raised"].startswith("RuntimeError: CUDA out of "
-                                                                    "memory.")
+                allocator != "gpupool" or (oom["raised"].startswith("OutOfMemoryError: CUDA out "
+                                                                    "of memory.")
                                            and "in pool 'torch'" in oom["raised"]))
             ok &= good
             print(f"{model} / {allocator}: 16 TiB request {'raised' if oom.get('raised') else 'did NOT raise'}"
