@@ -3,12 +3,15 @@
 PyTorch's CUDAPluggableAllocator is given the library's gpupool_torch_malloc
 and gpupool_torch_free; every CUDA tensor then lives in the pool "torch" of
 its device (torch/torch_allocator.c), which gpupool.memory_stats() and the
-other functions of the package read."""
+other functions of the package read. enable() also makes torch.cuda's own
+memory calls (torch.cuda.memory_stats(), max_memory_allocated(),
+empty_cache(), memory._dump_snapshot(), ...) answer from those pools: under
+a pluggable allocator PyTorch's raise, or do nothing."""
 import os
 import re
 import warnings
 
-from . import _lib
+from . import _lib, _snapshot, _stats
 
 MIN_TORCH = (2, 0)  # torch.cuda.memory.CUDAPluggableAllocator, change_current_allocator
 
@@ -106,7 +109,64 @@ def _set_env(name, value):
         os.environ[name] = value
 
 
-def enable(conf=None, agent=None):
+def _nested(flat):
+    """memory_stats' flat keys ("allocated_bytes.all.current") as the nested
+    dicts torch.cuda.memory_stats_as_nested_dict() returns."""
+    nested = {}
+    for key, value in flat.items():
+        *path, leaf = key.split(".")
+        node = nested
+        for part in path:
+            node = node.setdefault(part, {})
+        node[leaf] = value
+    return nested
+
+
+def _torch_cuda_memory_calls():
+    """torch.cuda's memory calls by name, each answered by the package with
+    PyTorch's signature and return value. The ones not here (memory_cached,
+    reset_max_memory_allocated, ...) call these through torch.cuda.memory."""
+    def memory_stats_as_nested_dict(device=None):
+        return _nested(_stats.memory_stats(device))
+
+    def empty_cache():
+        _stats.empty_cache()
+
+    def memory_snapshot(mempool_id=None):
+        return _snapshot.memory_snapshot()
+
+    def snapshot(device=None, augment_with_fx_traces=False):
+        return _snapshot.snapshot()
+
+    def dump_snapshot(filename="dump_snapshot.pickle", augment_with_fx_traces=False):
+        _snapshot.dump_snapshot(filename)
+
+    return {"memory_stats": _stats.memory_stats,
+            "memory_stats_as_nested_dict": memory_stats_as_nested_dict,
+            "memory_allocated": _stats.memory_allocated,
+            "max_memory_allocated": _stats.max_memory_allocated,
+            "memory_reserved": _stats.memory_reserved,
+            "max_memory_reserved": _stats.max_memory_reserved,
+            "reset_peak_memory_stats": _stats.reset_peak_memory_stats,
+            "reset_accumulated_memory_stats": _stats.reset_accumulated_memory_stats,
+            "memory_summary": _stats.memory_summary,
+            "empty_cache": empty_cache,
+            "memory_snapshot": memory_snapshot,
+            "_snapshot": snapshot,
+            "_dump_snapshot": dump_snapshot}
+
+
+def _answer_torch_cuda_memory_calls(torch):
+    """Puts the package's answers in place of torch.cuda's memory calls, in
+    torch.cuda and in torch.cuda.memory (where PyTorch's other calls look
+    them up), for the names this torch has."""
+    for name, call in _torch_cuda_memory_calls().items():
+        for namespace in (torch.cuda, torch.cuda.memory):
+            if hasattr(namespace, name):
+                setattr(namespace, name, call)
+
+
+def enable(conf=None, agent=None, torch_memory_calls=True):
     """Makes gpupool PyTorch's CUDA allocator; call it before the first CUDA
     allocation of the process. conf: a GPUPOOL_CONF string for the pools
     ("strategy:round,max_split_size_mb:512", ...), None to keep the
@@ -115,6 +175,14 @@ def enable(conf=None, agent=None):
     set, else the defaults (127.0.0.1:9477 + LOCAL_RANK); a
     string is its GPUPOOL_AGENT_CONF ("listen:0.0.0.0:9477"); False keeps it
     off. Under torchrun the agent's metrics carry a rank label (RANK).
+    torch_memory_calls: torch.cuda's memory calls (memory_stats,
+    memory_allocated, max_memory_allocated, memory_reserved,
+    max_memory_reserved, reset_peak_memory_stats,
+    reset_accumulated_memory_stats, memory_summary, empty_cache,
+    memory_snapshot, memory._snapshot, memory._dump_snapshot and those that
+    call them) are answered by the package's functions of the same names,
+    which read the pools; False leaves PyTorch's, which raise under a
+    pluggable allocator (empty_cache does nothing).
     A GPUPOOL_CONF the pools would refuse (conf, or the environment's when
     conf is None), or an agent string the agent would refuse (agent, or
     with agent=True the environment's), raises ValueError with the library's
@@ -156,6 +224,8 @@ def enable(conf=None, agent=None):
         raise RuntimeError(
             "gpupool.torch.enable: PyTorch's CUDA allocator is already in use and cannot be "
             f"swapped ({e}); call enable() before anything touches CUDA") from None
+    if torch_memory_calls:
+        _answer_torch_cuda_memory_calls(torch)
     _enabled = allocator
     return allocator
 

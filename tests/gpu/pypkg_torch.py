@@ -7,11 +7,13 @@
    package then carries that library), used by every child below.
 2. stats: the same seeded training script runs twice in fresh processes, once with PyTorch's
    allocator recording torch.cuda.memory_stats() after each forward, backward and optimizer
-   step, once with only `gpupool.torch.enable()` and `gpupool.memory_stats()`. The keys that
-   count tensors (allocated/requested/active bytes, allocations, active blocks: all/small/large,
-   current and peak) must be equal at every point; reserved bytes and segments are compared and
-   reported (they depend on caching policy, which is gpupool's own). The two key lists must be
-   the same, names and order.
+   step, once after `gpupool.torch.enable()`, which makes that same call read gpupool's pool.
+   The keys that count tensors (allocated/requested/active bytes, allocations, active blocks:
+   all/small/large, current and peak) must be equal at every point; reserved bytes and segments
+   are compared and reported (they depend on caching policy, which is gpupool's own). The two
+   key lists must be the same, names and order. Then, in the gpupool run, torch.cuda's
+   max_memory_allocated, memory_summary, empty_cache (reserved drops once the model is freed)
+   and memory._dump_snapshot must answer (under a pluggable allocator PyTorch's raise).
 3. tags: weights created under gpupool.tag("weights") and one forward pass under
    tag("activations"): the tags hold exactly the bytes those phases allocated, the activations
    go back to 0 once backward and `del` have freed them; the gradients, made on autograd's
@@ -28,6 +30,7 @@ PyTorch."""
 import argparse
 import json
 import os
+import pickle
 import socket
 import subprocess
 import sys
@@ -59,9 +62,8 @@ def child_train(mode, out, steps):
     if mode == "gpupool":
         import gpupool.torch
         gpupool.torch.enable()
-        read = gpupool.memory_stats
-    else:
-        read = torch.cuda.memory_stats
+    # torch.cuda's own call in both runs: enable() makes it answer from gpupool's pools.
+    read = torch.cuda.memory_stats
     records = []
 
     def note(step, phase):
@@ -85,8 +87,22 @@ def child_train(mode, out, steps):
         opt.zero_grad(set_to_none=True)
         del x, y, loss
         note(step, "step")
+    # The other torch.cuda calls a training script makes, as their results.
+    calls = {"max_memory_allocated": torch.cuda.max_memory_allocated() == read(0)[
+                 "allocated_bytes.all.peak"],
+             "summary": "memory summary" in torch.cuda.memory_summary()}
+    del model, opt
+    reserved = torch.cuda.memory_reserved()
+    torch.cuda.empty_cache()
+    calls["empty_cache"] = torch.cuda.memory_reserved() < reserved
+    path = out + ".pickle"
+    if mode == "torch":  # PyTorch's snapshot holds no segments' history otherwise either
+        torch.cuda.memory._record_memory_history()
+    torch.cuda.memory._dump_snapshot(path)
+    with open(path, "rb") as f:
+        calls["dump_snapshot"] = "segments" in pickle.load(f)
     with open(out, "w") as f:
-        json.dump({"records": records, "keys": list(read(0))}, f)
+        json.dump({"records": records, "keys": list(read(0)), "calls": calls}, f)
 
 
 def child_tags(out):
@@ -279,6 +295,10 @@ def main():
               f"{len(t)} points x {len(COUNTED)} keys compared; differences: {diffs[:5]}; "
               f"last allocated_bytes.all.peak torch {t[-1]['allocated_bytes.all.peak']} "
               f"gpupool {g[-1]['allocated_bytes.all.peak']}")
+        calls = json.load(open(outs["gpupool"]))["calls"]
+        check("torch.cuda calls", all(calls.values()),
+              f"with gpupool.torch.enable(), torch.cuda's memory_stats (the two runs above), "
+              f"and: {calls}; with PyTorch's allocator: {json.load(open(outs['torch']))['calls']}")
         print(f"info reserved/segments: {len(rdiffs)} of {len(t) * len(REPORTED)} values differ; "
               f"first: {rdiffs[:4]}; last reserved torch {t[-1]['reserved_bytes.all.current']} "
               f"gpupool {g[-1]['reserved_bytes.all.current']}")

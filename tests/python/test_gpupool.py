@@ -595,10 +595,28 @@ def fake_torch(version="2.11.0+cu130", initialized=False, swap_error=None, avail
             raise RuntimeError(swap_error)
         calls.append(a)
 
+    def unsupported(what):
+        def call(*args, **kwargs):  # what torch.cuda's calls do under a pluggable allocator
+            raise RuntimeError(f"CUDAPluggableAllocator does not yet support {what}.")
+        return call
+
     memory = types.SimpleNamespace(CUDAPluggableAllocator=CUDAPluggableAllocator,
-                                   change_current_allocator=change_current_allocator)
+                                   change_current_allocator=change_current_allocator,
+                                   memory_stats=unsupported("getDeviceStats"),
+                                   memory_reserved=unsupported("getDeviceStats"),
+                                   max_memory_allocated=unsupported("getDeviceStats"),
+                                   reset_peak_memory_stats=unsupported("resetPeakStats"),
+                                   empty_cache=lambda: None,  # reset_fn unset: nothing
+                                   _dump_snapshot=unsupported("snapshot"))
+    # As in torch.cuda.memory: a deprecated name that calls another through the module.
+    memory.memory_cached = lambda device=None: memory.memory_reserved(device=device)
     cuda = types.SimpleNamespace(memory=memory, is_initialized=lambda: initialized,
-                                 is_available=lambda: available, current_device=lambda: 0)
+                                 is_available=lambda: available, current_device=lambda: 0,
+                                 memory_stats=memory.memory_stats,
+                                 memory_reserved=memory.memory_reserved,
+                                 max_memory_allocated=memory.max_memory_allocated,
+                                 memory_cached=memory.memory_cached,
+                                 empty_cache=memory.empty_cache)
     torch = types.ModuleType("torch")
     torch.__version__, torch.cuda = version, cuda
     return torch, calls
@@ -667,6 +685,53 @@ class Enable(unittest.TestCase):
             self.assertIs(self.enable(torch), a)  # once
             self.assertEqual(len(calls), 1)
             self.assertTrue(gpupool.torch.enabled())
+
+    def test_torch_cuda_memory_calls(self):
+        d = 20
+        torch, _ = fake_torch()
+        self.enable(torch)
+        p = malloc(3 * MiB, d)
+        self.assertEqual(torch.cuda.memory_stats(d), gpupool.memory_stats(d))
+        self.assertEqual(torch.cuda.memory.memory_stats(f"cuda:{d}")["allocated_bytes.all.current"],
+                         3 * MiB)
+        self.assertEqual(torch.cuda.max_memory_allocated(d), 3 * MiB)
+        self.assertEqual(torch.cuda.memory_cached(d), gpupool.memory_reserved(d))  # through memory
+        self.assertGreater(torch.cuda.memory_reserved(d), 0)
+        free(p, d)
+        torch.cuda.memory.reset_peak_memory_stats(d)
+        self.assertEqual(gpupool.max_memory_allocated(d), 0)
+        self.assertIsNone(torch.cuda.empty_cache())  # PyTorch's returns None
+        self.assertEqual(gpupool.memory_reserved(d), 0)  # the cache went back to the device
+        if hasattr(L, _lib.SNAPSHOT_SYMBOL):
+            with tempfile.TemporaryDirectory() as tmp:
+                path = os.path.join(tmp, "snap.pickle")
+                torch.cuda.memory._dump_snapshot(path)
+                with open(path, "rb") as f:
+                    self.assertIn("segments", pickle.load(f))
+        # Only the names this torch has: none is added.
+        self.assertFalse(hasattr(torch.cuda, "memory_summary"))
+        self.assertFalse(hasattr(torch.cuda.memory, "memory_stats_as_nested_dict"))
+
+    def test_torch_cuda_memory_calls_left_alone(self):
+        torch, _ = fake_torch()
+        self.enable(torch, torch_memory_calls=False)
+        with self.assertRaisesRegex(RuntimeError, "does not yet support getDeviceStats"):
+            torch.cuda.memory_stats()
+        with self.assertRaisesRegex(RuntimeError, "does not yet support getDeviceStats"):
+            torch.cuda.memory_cached()
+
+    def test_nested_stats(self):
+        flat = gpupool.memory_stats(21)
+        nested = gpupool.torch._nested(flat)
+        self.assertEqual(nested["allocated_bytes"]["all"]["current"],
+                         flat["allocated_bytes.all.current"])
+        self.assertEqual(nested["num_ooms"], flat["num_ooms"])
+        leaves = []
+        def walk(node, path):
+            for k, v in node.items():
+                walk(v, path + [k]) if isinstance(v, dict) else leaves.append(".".join(path + [k]))
+        walk(nested, [])
+        self.assertEqual(sorted(leaves), sorted(flat))
 
     def test_agent_conf_and_rank(self):
         cases = [  # agent, GPUPOOL_AGENT_CONF before, RANK, after
