@@ -62,11 +62,56 @@ def _checked(name, conf, check):
     return conf
 
 
+# PYTORCH_CUDA_ALLOC_CONF's keys that gpupool's pools take with PyTorch's
+# meaning (its other keys name PyTorch's own machinery, or mean something
+# else here: PyTorch's backend:cudaMallocAsync is not gpupool's backend).
+PYTORCH_KEYS = ("max_split_size_mb", "roundup_power2_divisions", "garbage_collection_threshold",
+                "expandable_segments")
+
+
+def _entries(text):
+    """A PYTORCH_CUDA_ALLOC_CONF's entries: split at the commas outside
+    brackets (roundup_power2_divisions:[256:1,512:2,>:4] is one entry)."""
+    entries, depth, start = [], 0, 0
+    for i, c in enumerate(text + ","):
+        depth += (c == "[") - (c == "]")
+        if c == "," and depth <= 0:
+            entries.append(text[start:i].strip())
+            start = i + 1
+    return [e for e in entries if e]
+
+
+def _from_pytorch_conf():
+    """A GPUPOOL_CONF of the entries of PYTORCH_CUDA_ALLOC_CONF that the pools
+    take (PYTORCH_KEYS, with values they accept), None when there is none;
+    the entries left out are named in a RuntimeWarning."""
+    text = os.environ.get("PYTORCH_CUDA_ALLOC_CONF")
+    if not text:
+        return None
+    check = _lib.lib().gpupool_torch_conf_check
+    taken, left = [], []
+    for entry in _entries(text):
+        if entry.partition(":")[0].strip() not in PYTORCH_KEYS:
+            left.append(f"{entry} (not a gpupool setting)")
+        elif check(os.fsencode(entry)) != 0:
+            left.append(f"{entry} ({_lib.last_error()})")
+        else:
+            taken.append(entry)
+    if left:
+        warnings.warn(f"gpupool.torch.enable: PYTORCH_CUDA_ALLOC_CONF: left out {', '.join(left)}"
+                      f"; the pools take {','.join(taken) or 'none of it'} (GPUPOOL_CONF, or "
+                      "enable(conf=...), sets them instead)", RuntimeWarning, stacklevel=4)
+    return ",".join(taken) or None
+
+
 def _pool_conf(conf):
     """What GPUPOOL_CONF is to be, checked as the torch adapter's pools will
-    read it: conf, or the environment's when conf is None (None: unset)."""
+    read it: conf, or the environment's when conf is None, or where that is
+    unset too what the pools take of PYTORCH_CUDA_ALLOC_CONF (None: unset)."""
     if conf is None:
         conf = os.environ.get("GPUPOOL_CONF")
+        if conf is None:
+            conf = _from_pytorch_conf()
         if conf is None:
             return None
     elif not isinstance(conf, str):
@@ -170,7 +215,8 @@ def enable(conf=None, agent=None, torch_memory_calls=True):
     """Makes gpupool PyTorch's CUDA allocator; call it before the first CUDA
     allocation of the process. conf: a GPUPOOL_CONF string for the pools
     ("strategy:round,max_split_size_mb:512", ...), None to keep the
-    environment's. agent: None starts the agent only when GPUPOOL_AGENT_CONF
+    environment's (GPUPOOL_CONF, else the entries of PYTORCH_CUDA_ALLOC_CONF
+    that the pools share with PyTorch, a warning naming the others). agent: None starts the agent only when GPUPOOL_AGENT_CONF
     is set; True starts it, with GPUPOOL_AGENT_CONF's settings when that is
     set, else the defaults (127.0.0.1:9477 + LOCAL_RANK); a
     string is its GPUPOOL_AGENT_CONF ("listen:0.0.0.0:9477"); False keeps it

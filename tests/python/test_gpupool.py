@@ -21,6 +21,7 @@ import threading
 import types
 import unittest
 import urllib.request
+import warnings
 import zipfile
 
 import _gpupool_build
@@ -625,7 +626,8 @@ def fake_torch(version="2.11.0+cu130", initialized=False, swap_error=None, avail
 class Enable(unittest.TestCase):
     def setUp(self):
         self.saved_env = {k: os.environ.get(k) for k in
-                          ("GPUPOOL_CONF", "GPUPOOL_AGENT_CONF", "RANK", "LOCAL_RANK")}
+                          ("GPUPOOL_CONF", "GPUPOOL_AGENT_CONF", "RANK", "LOCAL_RANK",
+                           "PYTORCH_CUDA_ALLOC_CONF")}
         self.saved_torch = sys.modules.get("torch")
         gpupool.torch._enabled = None
 
@@ -685,6 +687,43 @@ class Enable(unittest.TestCase):
             self.assertIs(self.enable(torch), a)  # once
             self.assertEqual(len(calls), 1)
             self.assertTrue(gpupool.torch.enabled())
+
+    def test_pytorch_cuda_alloc_conf(self):
+        cases = [  # PYTORCH_CUDA_ALLOC_CONF, GPUPOOL_CONF before, conf, GPUPOOL_CONF after, warns
+            ("expandable_segments:True,max_split_size_mb:128", None, None,
+             "expandable_segments:True,max_split_size_mb:128", None),
+            (" garbage_collection_threshold:0.6 ,roundup_power2_divisions:4,", None, None,
+             "garbage_collection_threshold:0.6,roundup_power2_divisions:4", None),
+            ("backend:cudaMallocAsync,roundup_power2_divisions:[256:1,512:2,>:4],"
+             "expandable_segments:True", None, None, "expandable_segments:True",
+             r"left out backend:cudaMallocAsync \(not a gpupool setting\), "
+             r"roundup_power2_divisions:\[256:1,512:2,>:4\] \(.+\); "
+             r"the pools take expandable_segments:True"),
+            ("max_split_size_mb:1", None, None, None,
+             r"left out max_split_size_mb:1 \(.*max_split_size_mb.*\); the pools take none"),
+            ("expandable_segments:True", "strategy:round", None, "strategy:round", None),
+            ("expandable_segments:True", None, "strategy:naive", "strategy:naive", None),
+        ]
+        for pytorch, before, conf, after, warns in cases:
+            gpupool.torch._enabled = None
+            os.environ["PYTORCH_CUDA_ALLOC_CONF"] = pytorch
+            if before is None:
+                os.environ.pop("GPUPOOL_CONF", None)
+            else:
+                os.environ["GPUPOOL_CONF"] = before
+            torch, calls = fake_torch()
+            with warnings.catch_warnings(record=True) as seen:
+                warnings.simplefilter("always")
+                self.enable(torch, conf=conf)
+            self.assertEqual(os.environ.get("GPUPOOL_CONF"), after, pytorch)
+            self.assertEqual(len(calls), 1)
+            texts = [str(w.message) for w in seen if issubclass(w.category, RuntimeWarning)]
+            if warns is None:
+                self.assertEqual(texts, [], pytorch)
+            else:
+                self.assertEqual(len(texts), 1, pytorch)
+                self.assertRegex(texts[0], "PYTORCH_CUDA_ALLOC_CONF: " + warns)
+                self.assertEqual(seen[0].filename, __file__)  # the warning points at the caller
 
     def test_torch_cuda_memory_calls(self):
         d = 20
