@@ -15,6 +15,7 @@ class GpupoolError(RuntimeError):
     """The library cannot be found or loaded, or a call failed."""
 
 
+ERR_INVALID = 2  # GPUPOOL_ERR_INVALID: a bad argument, or a call out of place
 ERR_HOST_OOM = 5  # GPUPOOL_ERR_HOST_OOM: the process is out of host memory
 
 
@@ -59,6 +60,8 @@ _SIGNATURES = {
     "gpupool_torch_free": (None, [_P, ctypes.c_size_t, ctypes.c_int, _P]),
     "gpupool_torch_conf_check": (ctypes.c_int, [ctypes.c_char_p]),
     "gpupool_agent_conf_check": (ctypes.c_int, [ctypes.c_char_p]),
+    "gpupool_agent_start": (ctypes.c_int, [_P]),
+    "gpupool_agent_stop": (None, []),
     "gpupool_get_stats": (ctypes.c_int, [_P, ctypes.POINTER(Stats)]),
     "gpupool_reset_peak_stats": (None, [_P]),
     "gpupool_reset_accumulated_stats": (None, [_P]),

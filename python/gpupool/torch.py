@@ -9,6 +9,7 @@ empty_cache(), memory._dump_snapshot(), ...) answer from those pools: under
 a pluggable allocator PyTorch's raise, or do nothing."""
 import os
 import re
+import sys
 import warnings
 
 from . import _lib, _snapshot, _stats
@@ -16,6 +17,7 @@ from . import _lib, _snapshot, _stats
 MIN_TORCH = (2, 0)  # torch.cuda.memory.CUDAPluggableAllocator, change_current_allocator
 
 _enabled = None  # the CUDAPluggableAllocator once enable() succeeded
+_recording = False  # whether _record_memory_history set GPUPOOL_AGENT_CONF (and started the agent)
 
 
 def _version_tuple(text):
@@ -167,6 +169,47 @@ def _nested(flat):
     return nested
 
 
+def _record_memory_history(enabled="all", context="all", stacks="all", max_entries=sys.maxsize,
+                           device=None, clear_history=False, **options):
+    """torch.cuda.memory._record_memory_history, for gpupool's pools: the
+    allocation events a snapshot's device_traces hold are the agent's. With
+    enabled ("all", "state", True) the agent records them: when
+    GPUPOOL_AGENT_CONF is set, the torch adapter starts (or started) it with
+    that, and nothing is done here; else it is started with no HTTP server
+    and no CUPTI (GPUPOOL_AGENT_CONF listen:off,cupti:off, with
+    trace_events:max_entries, from 16 to 2^24, when max_entries is given),
+    now if a pool exists, at the first allocation otherwise. enabled None or False stops an agent started here.
+    context, stacks, device, clear_history and the rest have no equivalent
+    (gpupool records no stacks, and every device): taken and ignored."""
+    global _recording
+    if not enabled:
+        if _recording:
+            _lib.lib().gpupool_agent_stop()
+            os.environ.pop("GPUPOOL_AGENT_CONF", None)
+            _recording = False
+        return
+    if _recording or "GPUPOOL_AGENT_CONF" in os.environ:
+        return
+    conf = "listen:off,cupti:off"  # the pool's events only: no server, no CUPTI subscriber
+    if max_entries != sys.maxsize:
+        conf += f",trace_events:{min(max(int(max_entries), 16), 1 << 24)}"
+    lib = _lib.lib()
+    os.environ["GPUPOOL_AGENT_CONF"] = conf
+    # Without a pool the adapter starts the agent with its first one; with
+    # one, it has started none (GPUPOOL_AGENT_CONF was unset then) unless the
+    # program did: that one is refused as invalid ("already running"), and
+    # records the events already.
+    status = 0
+    if any(lib.gpupool_torch_pool(d) for d in range(_lib.MAX_DEVICES)):
+        status = lib.gpupool_agent_start(None)
+    if status != 0:
+        os.environ.pop("GPUPOOL_AGENT_CONF")
+        if status != _lib.ERR_INVALID:
+            raise _lib.error(status, f"gpupool: _record_memory_history: {_lib.last_error()}")
+        return
+    _recording = True
+
+
 def _torch_cuda_memory_calls():
     """torch.cuda's memory calls by name, each answered by the package with
     PyTorch's signature and return value. The ones not here (memory_cached,
@@ -198,7 +241,8 @@ def _torch_cuda_memory_calls():
             "empty_cache": empty_cache,
             "memory_snapshot": memory_snapshot,
             "_snapshot": snapshot,
-            "_dump_snapshot": dump_snapshot}
+            "_dump_snapshot": dump_snapshot,
+            "_record_memory_history": _record_memory_history}
 
 
 def _answer_torch_cuda_memory_calls(torch):

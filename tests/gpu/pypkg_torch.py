@@ -13,7 +13,8 @@
    are compared and reported (they depend on caching policy, which is gpupool's own). The two
    key lists must be the same, names and order. Then, in the gpupool run, torch.cuda's
    max_memory_allocated, memory_summary, empty_cache (reserved drops once the model is freed)
-   and memory._dump_snapshot must answer (under a pluggable allocator PyTorch's raise).
+   and memory._dump_snapshot must answer (under a pluggable allocator PyTorch's raise), the
+   snapshot holding the events recorded since memory._record_memory_history() (device_traces).
 3. tags: weights created under gpupool.tag("weights") and one forward pass under
    tag("activations"): the tags hold exactly the bytes those phases allocated, the activations
    go back to 0 once backward and `del` have freed them; the gradients, made on autograd's
@@ -65,6 +66,7 @@ def child_train(mode, out, steps):
     # torch.cuda's own call in both runs: enable() makes it answer from gpupool's pools.
     read = torch.cuda.memory_stats
     records = []
+    torch.cuda.memory._record_memory_history()  # the habit before a snapshot: events recorded
 
     def note(step, phase):
         torch.cuda.synchronize()
@@ -96,11 +98,12 @@ def child_train(mode, out, steps):
     torch.cuda.empty_cache()
     calls["empty_cache"] = torch.cuda.memory_reserved() < reserved
     path = out + ".pickle"
-    if mode == "torch":  # PyTorch's snapshot holds no segments' history otherwise either
-        torch.cuda.memory._record_memory_history()
     torch.cuda.memory._dump_snapshot(path)
     with open(path, "rb") as f:
-        calls["dump_snapshot"] = "segments" in pickle.load(f)
+        snap = pickle.load(f)
+    calls["dump_snapshot"] = "segments" in snap
+    calls["device_traces"] = sum(len(t) for t in snap.get("device_traces", []))
+    torch.cuda.memory._record_memory_history(enabled=None)
     with open(out, "w") as f:
         json.dump({"records": records, "keys": list(read(0)), "calls": calls}, f)
 

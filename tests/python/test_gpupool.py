@@ -608,7 +608,8 @@ def fake_torch(version="2.11.0+cu130", initialized=False, swap_error=None, avail
                                    max_memory_allocated=unsupported("getDeviceStats"),
                                    reset_peak_memory_stats=unsupported("resetPeakStats"),
                                    empty_cache=lambda: None,  # reset_fn unset: nothing
-                                   _dump_snapshot=unsupported("snapshot"))
+                                   _dump_snapshot=unsupported("snapshot"),
+                                   _record_memory_history=unsupported("recordHistory"))
     # As in torch.cuda.memory: a deprecated name that calls another through the module.
     memory.memory_cached = lambda device=None: memory.memory_reserved(device=device)
     cuda = types.SimpleNamespace(memory=memory, is_initialized=lambda: initialized,
@@ -750,6 +751,38 @@ class Enable(unittest.TestCase):
         # Only the names this torch has: none is added.
         self.assertFalse(hasattr(torch.cuda, "memory_summary"))
         self.assertFalse(hasattr(torch.cuda.memory, "memory_stats_as_nested_dict"))
+
+    def test_record_memory_history(self):
+        d = 22
+        os.environ.pop("GPUPOOL_AGENT_CONF", None)
+        torch, _ = fake_torch()
+        self.enable(torch)
+        p = malloc(MiB, d)  # a pool: the adapter's agent start was tried (no GPUPOOL_AGENT_CONF)
+        record = torch.cuda.memory._record_memory_history
+        record(max_entries=1000, stacks="python")
+        self.assertEqual(os.environ["GPUPOOL_AGENT_CONF"],
+                         "listen:off,cupti:off,trace_events:1000")
+        record()  # again: nothing more
+        q = malloc(3 * MiB, d)
+        free(q, d)
+        if hasattr(L, _lib.SNAPSHOT_SYMBOL):
+            traces = gpupool.snapshot()["device_traces"]
+            sizes = [(e["action"], e["size"]) for t in traces for e in t]
+            self.assertIn(("alloc", 3 * MiB), sizes)
+            self.assertIn(("free_requested", 3 * MiB), sizes)
+        record(enabled=None)
+        self.assertNotIn("GPUPOOL_AGENT_CONF", os.environ)
+        q = malloc(5 * MiB, d)  # not recorded: the agent stopped
+        free(q, d)
+        if hasattr(L, _lib.SNAPSHOT_SYMBOL):
+            sizes = [e["size"] for t in gpupool.snapshot()["device_traces"] for e in t]
+            self.assertNotIn(5 * MiB, sizes)
+        # Where GPUPOOL_AGENT_CONF is set, the adapter's agent is the one: nothing is changed.
+        os.environ["GPUPOOL_AGENT_CONF"] = "listen:off,trace_events:64"
+        record()
+        record(enabled=None)
+        self.assertEqual(os.environ["GPUPOOL_AGENT_CONF"], "listen:off,trace_events:64")
+        free(p, d)
 
     def test_torch_cuda_memory_calls_left_alone(self):
         torch, _ = fake_torch()
