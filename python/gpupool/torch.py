@@ -178,9 +178,10 @@ def _record_memory_history(enabled="all", context="all", stacks="all", max_entri
     that, and nothing is done here; else it is started with no HTTP server
     and no CUPTI (GPUPOOL_AGENT_CONF listen:off,cupti:off, with
     trace_events:max_entries, from 16 to 2^24, when max_entries is given),
-    now if a pool exists, at the first allocation otherwise. enabled None or False stops an agent started here.
-    context, stacks, device, clear_history and the rest have no equivalent
-    (gpupool records no stacks, and every device): taken and ignored."""
+    now if a pool exists, at the first allocation otherwise. enabled None or
+    False stops an agent started here. context, stacks, device,
+    clear_history and the rest have no equivalent (gpupool records no
+    stacks, and every device's events): taken and ignored."""
     global _recording
     if not enabled:
         if _recording:
@@ -260,19 +261,21 @@ def enable(conf=None, agent=None, torch_memory_calls=True):
     allocation of the process. conf: a GPUPOOL_CONF string for the pools
     ("strategy:round,max_split_size_mb:512", ...), None to keep the
     environment's (GPUPOOL_CONF, else the entries of PYTORCH_CUDA_ALLOC_CONF
-    that the pools share with PyTorch, a warning naming the others). agent: None starts the agent only when GPUPOOL_AGENT_CONF
-    is set; True starts it, with GPUPOOL_AGENT_CONF's settings when that is
-    set, else the defaults (127.0.0.1:9477 + LOCAL_RANK); a
-    string is its GPUPOOL_AGENT_CONF ("listen:0.0.0.0:9477"); False keeps it
-    off. Under torchrun the agent's metrics carry a rank label (RANK).
+    that the pools share with PyTorch, a warning naming the others). agent:
+    None starts the agent only when GPUPOOL_AGENT_CONF is set; True starts
+    it, with GPUPOOL_AGENT_CONF's settings when that is set, else the
+    defaults (127.0.0.1:9477 + LOCAL_RANK); a string is its
+    GPUPOOL_AGENT_CONF ("listen:0.0.0.0:9477"); False keeps it off. Under
+    torchrun the agent's metrics carry a rank label (RANK).
     torch_memory_calls: torch.cuda's memory calls (memory_stats,
     memory_allocated, max_memory_allocated, memory_reserved,
     max_memory_reserved, reset_peak_memory_stats,
     reset_accumulated_memory_stats, memory_summary, empty_cache,
-    memory_snapshot, memory._snapshot, memory._dump_snapshot and those that
-    call them) are answered by the package's functions of the same names,
-    which read the pools; False leaves PyTorch's, which raise under a
-    pluggable allocator (empty_cache does nothing).
+    memory_snapshot, memory._snapshot, memory._dump_snapshot,
+    memory._record_memory_history and those that call them) are answered by
+    the package's functions of the same names, which read the pools; False
+    leaves PyTorch's, which raise under a pluggable allocator (empty_cache
+    does nothing).
     A GPUPOOL_CONF the pools would refuse (conf, or the environment's when
     conf is None), or an agent string the agent would refuse (agent, or
     with agent=True the environment's), raises ValueError with the library's
