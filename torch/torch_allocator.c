@@ -235,6 +235,37 @@ void gpupool_torch_free(void *ptr, size_t size, int device, void *stream) {
   }
 }
 
+void gpupool_torch_record_stream(void *ptr, void *stream) {
+  if (!ptr)
+    return;
+  /* PyTorch passes no device: the pool that holds ptr takes it (the others
+   * refuse it as not theirs, GPUPOOL_ERR_INVALID). The line is written with
+   * the call that took it, under the file's lock, as a free's is. */
+  gpupool_status st = GPUPOOL_ERR_INVALID;
+  int pools_asked = 0;
+  for (int device = 0; device < TORCH_MAX_DEVICES && st == GPUPOOL_ERR_INVALID; device++) {
+    gpupool *p = gpupool_torch_pool(device);
+    if (!p)
+      continue;
+    pools_asked++;
+    if (record)
+      flockfile(record);
+    st = gpupool_record_stream(p, ptr, stream);
+    if (record && st == GPUPOOL_OK)
+      record_line("r 0x%" PRIxPTR " 0x%" PRIxPTR "\n", (uintptr_t)ptr, (uintptr_t)stream);
+    if (record)
+      funlockfile(record);
+  }
+  if (st == GPUPOOL_ERR_INVALID)
+    fprintf(stderr,
+            "gpupool_torch: record_stream of %p on stream %p: no pool holds it (%d asked); its "
+            "reuse will not wait for that stream\n",
+            ptr, stream, pools_asked);
+  else if (st != GPUPOOL_OK)
+    fprintf(stderr, "gpupool_torch: record_stream of %p on stream %p: %s\n", ptr, stream,
+            gpupool_last_error());
+}
+
 gpupool *gpupool_torch_pool(int device) {
   if (device < 0 || device >= TORCH_MAX_DEVICES)
     return NULL;

@@ -7,9 +7,9 @@
  * use; GPUPOOL_CONF (applied after those defaults) picks the strategy and the
  * tunables, or another backend. The agent is started once, with the first
  * pool, when GPUPOOL_AGENT_CONF is set. GPUPOOL_RECORD=path writes every
- * allocation ("a <address> <size> <stream>") and free ("f <address>") to that
- * file (truncated at the first allocation, flushed at exit), the trace format
- * of bench/bench_replay.
+ * allocation ("a <address> <size> <stream>"), free ("f <address>") and
+ * record_stream ("r <address> <stream>") to that file (truncated at the first
+ * allocation, flushed at exit), the trace format of bench/bench_replay.
  *
  * `stream` is a cudaStream_t: a pointer, declared void * here so that callers
  * need no CUDA headers; the ABI is the same. */
@@ -24,13 +24,22 @@
 extern "C" {
 #endif
 
-/* NULL when size is 0 (empty tensors). On a failure (out of memory, no such
- * device, a pool that cannot be created): inside PyTorch (libc10 loaded), a
- * C++ std::runtime_error carrying the reason, which PyTorch raises in Python
- * as a RuntimeError, since it does not check the pointer it is given;
- * elsewhere, NULL and the reason in one line on stderr. */
+/* NULL when size is 0 (empty tensors). On a failure inside PyTorch (libc10
+ * loaded), a C++ exception carrying the reason, since PyTorch does not check
+ * the pointer it is given: out of memory as c10::OutOfMemoryError (Python's
+ * torch.OutOfMemoryError) where PyTorch's libraries allow, else, and for any
+ * other failure (no such device, a pool that cannot be created),
+ * std::runtime_error (a RuntimeError); elsewhere, NULL and the reason in one
+ * line on stderr. */
 void *gpupool_torch_malloc(size_t size, int device, void *stream);
 void gpupool_torch_free(void *ptr, size_t size, int device, void *stream);
+/* tensor.record_stream(stream), as PyTorch's pluggable allocator passes it
+ * (CUDAPluggableAllocator.allocator().set_record_stream_fn, which
+ * gpupool.torch.enable() sets): gpupool_record_stream on the pool that holds
+ * ptr, so that its reuse after the free waits for stream's work. A pointer no
+ * pool holds, or a refused call, is one line on stderr. With GPUPOOL_RECORD,
+ * the line "r <address> <stream>". */
+void gpupool_torch_record_stream(void *ptr, void *stream);
 
 /* The pool of device, or NULL before its first allocation (for statistics:
  * gpupool_get_stats). */

@@ -58,6 +58,7 @@ _SIGNATURES = {
     "gpupool_torch_pool": (_P, [ctypes.c_int]),
     "gpupool_torch_malloc": (_P, [ctypes.c_size_t, ctypes.c_int, _P]),
     "gpupool_torch_free": (None, [_P, ctypes.c_size_t, ctypes.c_int, _P]),
+    "gpupool_torch_record_stream": (None, [_P, _P]),
     "gpupool_torch_conf_check": (ctypes.c_int, [ctypes.c_char_p]),
     "gpupool_agent_conf_check": (ctypes.c_int, [ctypes.c_char_p]),
     "gpupool_agent_start": (ctypes.c_int, [_P]),

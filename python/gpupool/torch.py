@@ -7,6 +7,7 @@ other functions of the package read. enable() also makes torch.cuda's own
 memory calls (torch.cuda.memory_stats(), max_memory_allocated(),
 empty_cache(), memory._dump_snapshot(), ...) answer from those pools: under
 a pluggable allocator PyTorch's raise, or do nothing."""
+import ctypes
 import os
 import re
 import sys
@@ -256,6 +257,22 @@ def _answer_torch_cuda_memory_calls(torch):
                 setattr(namespace, name, call)
 
 
+def _pass_record_stream(allocator):
+    """Hands PyTorch's pluggable allocator gpupool_torch_record_stream, so
+    that tensor.record_stream(s) reaches the pool (PyTorch's pluggable
+    allocator passes it only to a function set so). A torch without the
+    setter gets a RuntimeWarning: its record_stream is then lost."""
+    native = allocator.allocator() if hasattr(allocator, "allocator") else None
+    setter = getattr(native, "set_record_stream_fn", None)
+    if not callable(setter):
+        warnings.warn("gpupool.torch.enable: this PyTorch's pluggable allocator takes no "
+                      "record_stream function (set_record_stream_fn): tensor.record_stream() "
+                      "does not reach the pool, so a block freed while another stream still "
+                      "uses it can be handed out again at once", RuntimeWarning, stacklevel=3)
+        return
+    setter(ctypes.cast(_lib.lib().gpupool_torch_record_stream, ctypes.c_void_p).value)
+
+
 def enable(conf=None, agent=None, torch_memory_calls=True):
     """Makes gpupool PyTorch's CUDA allocator; call it before the first CUDA
     allocation of the process. conf: a GPUPOOL_CONF string for the pools
@@ -311,6 +328,7 @@ def enable(conf=None, agent=None, torch_memory_calls=True):
     _set_env("GPUPOOL_AGENT_CONF", agent_conf)
     allocator = torch.cuda.memory.CUDAPluggableAllocator(path, "gpupool_torch_malloc",
                                                          "gpupool_torch_free")
+    _pass_record_stream(allocator)
     try:
         torch.cuda.memory.change_current_allocator(allocator)
     except RuntimeError as e:

@@ -22,6 +22,9 @@
 4. oom: an accelerate-style find_executable_batch_size (catch the exception, match
    "CUDA out of memory.", halve) starting from a batch far beyond the GPU recovers at a smaller
    batch; the message and the exception type are printed; training then goes on.
+4b. record_stream: a tensor used on a second, busy stream, `record_stream`ed there and
+   deleted; a tensor of its size on the first stream must not get its block while the second
+   stream runs (PyTorch passes record_stream to the function enable() set).
 5. ranks: `torchrun --nproc_per_node 2` on one GPU (gloo for the barriers): each rank's agent
    serves /metrics on 9477 + LOCAL_RANK (another base when 9477-9478 are busy), and each rank
    fetches both ports and finds rank="0" and rank="1".
@@ -181,6 +184,39 @@ def child_oom(out):
         json.dump(res, f)
 
 
+def child_streams(out):
+    """x used on a second stream that is still busy, x.record_stream(s2), del x,
+    then a tensor of x's size on the first stream: the pool must not hand out
+    x's block while s2 may still read it. The kernels run once first: their
+    first launch loads them (lazily, for a while), and s2 must still be busy
+    when the block is asked for (s2.query() then, recorded)."""
+    import torch
+    import gpupool.torch
+    gpupool.torch.enable()
+    n = 1 << 22  # 16 MiB of float32
+
+    def trial(cycles):
+        x = torch.ones(n, device="cuda")
+        s2 = torch.cuda.Stream()
+        s2.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(s2):
+            torch.cuda._sleep(cycles)
+            y = x * 2
+        x.record_stream(s2)
+        ptr = x.data_ptr()
+        del x
+        z = torch.zeros(n, device="cuda")  # the first stream, while s2 runs
+        busy = not s2.query()
+        reused = z.data_ptr() == ptr
+        torch.cuda.synchronize()
+        return busy, reused, float(y.sum())
+
+    trial(1000)  # the kernels loaded
+    busy, reused, y_sum = trial(1_000_000_000)  # about half a second on s2
+    with open(out, "w") as f:
+        json.dump({"busy": busy, "reused_while_busy": reused, "y_sum": y_sum, "n": n}, f)
+
+
 def child_rank(base, out_dir):
     import urllib.request
     import torch
@@ -254,6 +290,8 @@ def main():
         return child_oom(a.out)
     if a.child == "rank":
         return child_rank(a.base, a.out)
+    if a.child == "streams":
+        return child_streams(a.out)
 
     try:
         import torch
@@ -335,6 +373,18 @@ def main():
               f" (torch.OutOfMemoryError: {r['torch_oom_error']}); message: {msg[:400]!r}")
     else:
         check("oom", False, "the child failed")
+
+    # 4b. tensor.record_stream reaches the pool
+    out = os.path.join(work, "streams.json")
+    if run_child(env, ["--child", "streams", "--out", out], 300):
+        r = json.load(open(out))
+        check("record_stream", r["busy"] and not r["reused_while_busy"] and
+              r["y_sum"] == 2.0 * r["n"],
+              f"the second stream busy when the block was asked for: {r['busy']}; a freed "
+              f"block it still used handed out again: {r['reused_while_busy']}; its result "
+              f"{r['y_sum']} (expected {2.0 * r['n']})")
+    else:
+        check("record_stream", False, "the child failed")
 
     # 5. two ranks with torchrun on the one GPU
     base = free_pair(9477)

@@ -585,11 +585,21 @@ def fake_torch(version="2.11.0+cu130", initialized=False, swap_error=None, avail
     """A stand-in for the parts of torch that gpupool.torch.enable touches."""
     calls = []
 
+    class Native:  # torch._C's pluggable allocator: takes functions by address
+        record_stream_fn = None
+
+        def set_record_stream_fn(self, address):
+            self.record_stream_fn = address
+
     class CUDAPluggableAllocator:
         def __init__(self, path, alloc, free):
             lib = ctypes.CDLL(path)  # as PyTorch does; the names must resolve
             getattr(lib, alloc), getattr(lib, free)
             self.args = (path, alloc, free)
+            self.native = Native()
+
+        def allocator(self):
+            return self.native
 
     def change_current_allocator(a):
         if swap_error:
@@ -804,6 +814,22 @@ class Enable(unittest.TestCase):
                 walk(v, path + [k]) if isinstance(v, dict) else leaves.append(".".join(path + [k]))
         walk(nested, [])
         self.assertEqual(sorted(leaves), sorted(flat))
+
+    def test_record_stream_is_passed(self):
+        torch, calls = fake_torch()
+        a = self.enable(torch)
+        want = ctypes.cast(ctypes.CDLL(_lib.loaded_path()).gpupool_torch_record_stream,
+                           ctypes.c_void_p).value
+        self.assertEqual(a.native.record_stream_fn, want)
+        # A torch whose pluggable allocator takes no such function: a warning, and it goes on.
+        gpupool.torch._enabled = None
+        torch, calls = fake_torch()
+        del torch.cuda.memory.CUDAPluggableAllocator.allocator
+        with warnings.catch_warnings(record=True) as seen:
+            warnings.simplefilter("always")
+            self.enable(torch)
+        self.assertEqual(len(calls), 1)
+        self.assertTrue(any("set_record_stream_fn" in str(w.message) for w in seen))
 
     def test_agent_conf_and_rank(self):
         cases = [  # agent, GPUPOOL_AGENT_CONF before, RANK, after

@@ -220,8 +220,8 @@ Test(torch_allocator, record_that_cannot_be_opened_says_why, .init = host_pools)
 }
 
 /* GPUPOOL_RECORD: the child allocates and exits (exit flushes the file); the
- * parent reads what it wrote: the allocations and frees the pool took, and
- * nothing of the frees it refused. */
+ * parent reads what it wrote: the allocations, record_streams and frees the
+ * pool took, and nothing of the calls it refused. */
 Test(torch_allocator, record_writes_the_trace, .init = host_pools) {
   char path[] = "/tmp/gpupool_torch_record_XXXXXX";
   int fd = mkstemp(path);
@@ -235,6 +235,7 @@ Test(torch_allocator, record_writes_the_trace, .init = host_pools) {
     void *a = gpupool_torch_malloc(1000, 0, s);
     void *b = gpupool_torch_malloc(2048, 0, NULL);
     gpupool_torch_malloc(0, 0, NULL); /* not recorded */
+    gpupool_torch_record_stream(b, s);
     gpupool_torch_free(a, 1000, 0, s);
     gpupool_torch_free(b, 2048, 0, NULL);
     /* refused frees (a double free, a foreign pointer) write no line: a
@@ -242,6 +243,7 @@ Test(torch_allocator, record_writes_the_trace, .init = host_pools) {
     gpupool_torch_free(a, 1000, 0, s);
     static char foreign[64];
     gpupool_torch_free(foreign, sizeof foreign, 0, NULL);
+    gpupool_torch_record_stream(foreign, s);
     exit(a && b ? 0 : 1);
   }
   int status = 0;
@@ -250,21 +252,24 @@ Test(torch_allocator, record_writes_the_trace, .init = host_pools) {
 
   FILE *f = fopen(path, "r");
   cr_assert_not_null(f);
-  char line[4][128];
+  char line[5][128];
   int n = 0;
-  while (n < 4 && fgets(line[n], sizeof line[n], f))
+  while (n < 5 && fgets(line[n], sizeof line[n], f))
     n++;
   char extra[128];
-  cr_assert_null(fgets(extra, sizeof extra, f), "exactly four lines");
+  cr_assert_null(fgets(extra, sizeof extra, f), "exactly five lines");
   fclose(f);
   unlink(path);
-  cr_assert_eq(n, 4);
-  uintptr_t a, b, fa, fb, sa, sb;
+  cr_assert_eq(n, 5);
+  uintptr_t a, b, fa, fb, sa, sb, rb, rs;
   size_t za, zb;
   cr_assert_eq(sscanf(line[0], "a 0x%" SCNxPTR " %zu 0x%" SCNxPTR, &a, &za, &sa), 3, "%s", line[0]);
   cr_assert_eq(sscanf(line[1], "a 0x%" SCNxPTR " %zu 0x%" SCNxPTR, &b, &zb, &sb), 3, "%s", line[1]);
-  cr_assert_eq(sscanf(line[2], "f 0x%" SCNxPTR, &fa), 1, "%s", line[2]);
-  cr_assert_eq(sscanf(line[3], "f 0x%" SCNxPTR, &fb), 1, "%s", line[3]);
+  cr_assert_eq(sscanf(line[2], "r 0x%" SCNxPTR " 0x%" SCNxPTR, &rb, &rs), 2, "%s", line[2]);
+  cr_assert_eq(sscanf(line[3], "f 0x%" SCNxPTR, &fa), 1, "%s", line[3]);
+  cr_assert_eq(sscanf(line[4], "f 0x%" SCNxPTR, &fb), 1, "%s", line[4]);
+  cr_assert_eq(rb, b);
+  cr_assert_eq(rs, sa, "b used on a's stream");
   cr_assert_eq(za, 1000);
   cr_assert_eq(zb, 2048);
   cr_assert_neq(sa, 0, "the simulated stream's handle");
@@ -272,4 +277,54 @@ Test(torch_allocator, record_writes_the_trace, .init = host_pools) {
   cr_assert_neq(a, b);
   cr_assert_eq(fa, a);
   cr_assert_eq(fb, b);
+}
+
+/* tensor.record_stream(b), as PyTorch passes it: the block's reuse after the
+ * free waits for b's work, on the pool of whichever device holds it. */
+Test(torch_allocator, record_stream_defers_reuse_until_the_stream_completes, .init = host_pools) {
+  gpupool_host_stream *a = gpupool_host_stream_create(), *b = gpupool_host_stream_create();
+  cr_assert_not_null(gpupool_torch_malloc(512, 0, a)); /* device 0 has a pool too */
+  void *x = gpupool_torch_malloc(4096, 2, a);
+  cr_assert_not_null(x);
+  gpupool_torch_record_stream(x, b);
+  gpupool_host_stream_enqueue(b); /* x is in use by work queued on b */
+  gpupool_torch_free(x, 4096, 2, a);
+  cr_expect_eq(stats_of(2).pending_free_blocks, 1);
+  void *y = gpupool_torch_malloc(4096, 2, a);
+  cr_expect_neq(y, x, "b's work is pending");
+  gpupool_host_stream_complete(b);
+  void *z = gpupool_torch_malloc(4096, 2, a);
+  cr_expect_eq(z, x, "b's work is done");
+  cr_expect_eq(stats_of(2).pending_free_blocks, 0);
+  cr_expect_eq(stats_of(0).pending_free_blocks, 0);
+}
+
+/* A pointer no pool holds (a foreign one, or one freed already): one line
+ * on stderr (caught in a file for the call), and nothing changes. */
+Test(torch_allocator, record_stream_of_a_foreign_pointer_says_so, .init = host_pools) {
+  void *x = gpupool_torch_malloc(4096, 0, NULL);
+  cr_assert_not_null(x);
+  FILE *caught = tmpfile();
+  cr_assert_not_null(caught);
+  fflush(stderr);
+  int saved = dup(2);
+  cr_assert_geq(saved, 0);
+  cr_assert_eq(dup2(fileno(caught), 2), 2);
+  int local;
+  gpupool_torch_record_stream(&local, NULL);
+  gpupool_torch_record_stream(NULL, NULL); /* PyTorch's empty tensors: nothing */
+  fflush(stderr);
+  dup2(saved, 2);
+  close(saved);
+  char err[4096] = "";
+  rewind(caught);
+  size_t n = fread(err, 1, sizeof err - 1, caught);
+  err[n] = '\0';
+  fclose(caught);
+  cr_expect(strstr(err, "gpupool_torch: record_stream of ") &&
+                strstr(err, "no pool holds it (1 asked)"),
+            "%s", err);
+  cr_expect_eq(strchr(err, '\n'), strrchr(err, '\n'), "one line: %s", err);
+  gpupool_torch_free(x, 4096, 0, NULL);
+  cr_expect_eq(stats_of(0).allocation[GPUPOOL_STAT_ALL].current, 0);
 }
