@@ -261,9 +261,19 @@ void gpupool_torch_record_stream(void *ptr, void *stream) {
             "gpupool_torch: record_stream of %p on stream %p: no pool holds it (%d asked); its "
             "reuse will not wait for that stream\n",
             ptr, stream, pools_asked);
-  else if (st != GPUPOOL_OK)
+  else if (st == GPUPOOL_ERR_UNSUPPORTED) {
+    /* Above all a forked child using its parent's tensors, as with frees: a
+     * line for each call would flood stderr. */
+    static _Atomic int said;
+    if (!atomic_exchange(&said, 1))
+      fprintf(stderr,
+              "gpupool_torch: record_stream of %p on stream %p: %s (said once: later "
+              "record_streams refused so are not reported)\n",
+              ptr, stream, gpupool_last_error());
+  } else if (st != GPUPOOL_OK) {
     fprintf(stderr, "gpupool_torch: record_stream of %p on stream %p: %s\n", ptr, stream,
             gpupool_last_error());
+  }
 }
 
 gpupool *gpupool_torch_pool(int device) {

@@ -37,8 +37,9 @@ void gpupool_torch_free(void *ptr, size_t size, int device, void *stream);
  * (CUDAPluggableAllocator.allocator().set_record_stream_fn, which
  * gpupool.torch.enable() sets): gpupool_record_stream on the pool that holds
  * ptr, so that its reuse after the free waits for stream's work. A pointer no
- * pool holds, or a refused call, is one line on stderr. With GPUPOOL_RECORD,
- * the line "r <address> <stream>". */
+ * pool holds, or a refused call, is one line on stderr (GPUPOOL_ERR_UNSUPPORTED,
+ * as in a forked child using its parent's tensors, once a process). With
+ * GPUPOOL_RECORD, the line "r <address> <stream>". */
 void gpupool_torch_record_stream(void *ptr, void *stream);
 
 /* The pool of device, or NULL before its first allocation (for statistics:

@@ -160,8 +160,9 @@ static void record_child(const char *path, int pairs, char *err, size_t errlen) 
 }
 
 /* A forked child (a DataLoader worker) dropping its parent's tensors: each
- * free is refused, and stderr says so once, not once a tensor; allocating
- * in the child is refused with the reason; the parent goes on. */
+ * free (and record_stream) is refused, and stderr says so once, not once a
+ * tensor; allocating in the child is refused with the reason; the parent
+ * goes on. */
 Test(torch_allocator, a_forked_child_frees_the_parents_memory_quietly, .init = host_pools) {
   void *a = gpupool_torch_malloc(1000, 0, NULL), *b = gpupool_torch_malloc(4 << 20, 0, NULL);
   cr_assert(a && b);
@@ -177,16 +178,23 @@ Test(torch_allocator, a_forked_child_frees_the_parents_memory_quietly, .init = h
     gpupool_torch_free(a, 1000, 0, NULL);
     gpupool_torch_free(b, 4 << 20, 0, NULL);
     gpupool_torch_free(a, 1000, 0, NULL);
+    gpupool_torch_record_stream(a, NULL);
+    gpupool_torch_record_stream(b, NULL);
     _exit(0);
   }
   close(fds[1]);
   char err[4096];
   int status = child_output(pid, fds[0], err, sizeof err);
   cr_assert(WIFEXITED(status) && WEXITSTATUS(status) == 0, "status %d: %s", status, err);
+  /* one line for the three frees, one for the two record_streams */
   const char *want = "was created before this process was forked";
-  const char *line = strstr(err, want);
-  cr_expect(line && strstr(err, "said once"), "%s", err);
-  cr_expect(line && !strstr(line + 1, want), "more than one line: %s", err);
+  const char *line = strstr(err, "gpupool_torch: free of ");
+  cr_expect(line && strstr(line, want) && strstr(line, "said once"), "%s", err);
+  cr_expect(line && !strstr(line + 1, "gpupool_torch: free of "), "more than one line: %s", err);
+  const char *rs = strstr(err, "gpupool_torch: record_stream of ");
+  cr_expect(rs && strstr(rs, want) && strstr(rs, "said once"), "%s", err);
+  cr_expect(rs && !strstr(rs + 1, "gpupool_torch: record_stream of "),
+            "more than one record_stream line: %s", err);
   gpupool_stats s = stats_of(0);
   cr_expect_eq(s.allocation[GPUPOOL_STAT_ALL].current, 2, "the parent's allocations are live");
   gpupool_torch_free(a, 1000, 0, NULL);
