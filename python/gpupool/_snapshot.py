@@ -7,7 +7,7 @@ import os
 import pickle
 import tempfile
 
-from . import _lib
+from . import _lib, _stats
 
 _libc = None
 
@@ -33,11 +33,6 @@ def _writer():
 _EMPTY = {"segments": [], "device_traces": []}
 
 
-def _any_torch_pool():
-    lib = _lib.lib()
-    return any(lib.gpupool_torch_pool(d) for d in range(_lib.MAX_DEVICES))
-
-
 def dump_snapshot(filename="dump_snapshot.pickle"):
     """Writes the torch adapter's pools (every device) as PyTorch's memory
     snapshot pickle, as torch.cuda.memory._dump_snapshot(filename) does; an
@@ -49,7 +44,7 @@ def dump_snapshot(filename="dump_snapshot.pickle"):
     path = os.fsencode(filename)
     if b"\0" in path:
         raise ValueError(f"gpupool.dump_snapshot: {filename!r}: embedded null byte")
-    if not _any_torch_pool():  # the library's writer wants a pool named "torch"
+    if not _stats.any_pool():  # the library's writer wants a pool named "torch"
         with open(filename, "wb") as f:
             pickle.dump(_EMPTY, f, protocol=4)
         return

@@ -46,6 +46,13 @@ def pool(device=None):
     return _lib.lib().gpupool_torch_pool(device_index(device))
 
 
+def any_pool():
+    """Whether some device has its pool yet (the adapter creates them at
+    their first allocation)."""
+    lib = _lib.lib()
+    return any(lib.gpupool_torch_pool(d) for d in range(_lib.MAX_DEVICES))
+
+
 def raw_stats(device=None):
     """The device's gpupool_stats (zeros before its first allocation)."""
     st = _lib.Stats()

@@ -195,15 +195,14 @@ def _record_memory_history(enabled="all", context="all", stacks="all", max_entri
     conf = "listen:off,cupti:off"  # the pool's events only: no server, no CUPTI subscriber
     if max_entries != sys.maxsize:
         conf += f",trace_events:{min(max(int(max_entries), 16), 1 << 24)}"
-    lib = _lib.lib()
     os.environ["GPUPOOL_AGENT_CONF"] = conf
     # Without a pool the adapter starts the agent with its first one; with
     # one, it has started none (GPUPOOL_AGENT_CONF was unset then) unless the
     # program did: that one is refused as invalid ("already running"), and
     # records the events already.
     status = 0
-    if any(lib.gpupool_torch_pool(d) for d in range(_lib.MAX_DEVICES)):
-        status = lib.gpupool_agent_start(None)
+    if _stats.any_pool():
+        status = _lib.lib().gpupool_agent_start(None)
     if status != 0:
         os.environ.pop("GPUPOOL_AGENT_CONF")
         if status != _lib.ERR_INVALID:
