@@ -127,9 +127,24 @@ static void explanation(jb *j, cJSON *root, const pool_oom_report *r) {
   num(j, x, "shortfall_bytes", (double)e->shortfall);
   flag(j, x, "device_had_room", e->device_had_room);
   flag(j, x, "larger_than_device", e->larger_than_device);
+  if (r->has_limit) {
+    num(j, x, "limit_bytes", (double)r->limit);
+    num(j, x, "memory_fraction", r->memory_fraction);
+  } else if (!cJSON_AddNullToObject(x, "limit_bytes") ||
+             !cJSON_AddNullToObject(x, "memory_fraction")) {
+    j->ok = 0;
+  }
+  flag(j, x, "limit_refused", r->limit_refused);
   cJSON *rem = obj(j, x, "remedies");
   if (!rem)
     return;
+  if (r->limit_refused) { /* the least fraction that allows it; null: none does */
+    cJSON *mf = obj(j, rem, "memory_fraction");
+    if (mf && e->fraction_needed > 0)
+      num(j, mf, "at_least", e->fraction_needed);
+    else if (mf && !cJSON_AddNullToObject(mf, "at_least"))
+      j->ok = 0;
+  }
   cJSON *ec = obj(j, rem, "empty_cache");
   if (ec) {
     num(j, ec, "frees_bytes", (double)e->empty_cache_frees);

@@ -19,6 +19,7 @@ static void set_defaults(pool_config *c) {
   c->fault_seed = 1;
   c->expandable_slack = 0.05;
   c->expandable_growth_moves = 0;
+  c->memory_fraction = -1;
 }
 
 static int set_name(pool_config *c, const char *name, char *err, size_t errlen) {
@@ -44,6 +45,7 @@ FIELD_SETTER(set_max_split, c->max_split_size = v.u == UINT64_MAX ? SIZE_MAX : (
 FIELD_SETTER(set_max_non_split, c->max_non_split_rounding = (size_t)v.u * MiB)
 FIELD_SETTER(set_gc_threshold, c->gc_threshold = v.d)
 FIELD_SETTER(set_reserve_percent, c->reserve_percent = v.d)
+FIELD_SETTER(set_memory_fraction, c->memory_fraction = v.d)
 FIELD_SETTER(set_expandable, c->expandable = (int)v.u)
 FIELD_SETTER(set_expandable_slack, c->expandable_slack = v.d / 100)
 FIELD_SETTER(set_expandable_growth, c->expandable_growth_moves = (unsigned)v.u)
@@ -95,6 +97,7 @@ static const kvopt pool_options[] = {
     {"garbage_collection_threshold", KVOPT_DOUBLE, .dmin = 0, .dmax = 1, .open_min = 1,
      .open_max = 1, .set = set_gc_threshold},
     {"reserve_percent", KVOPT_DOUBLE, .dmin = 0, .dmax = 50, .set = set_reserve_percent},
+    {"memory_fraction", KVOPT_DOUBLE, .dmin = 0, .dmax = 1, .set = set_memory_fraction},
     {"expandable_segments", KVOPT_BOOL, .set = set_expandable},
     {"expandable_slack_percent", KVOPT_DOUBLE, .dmin = 0, .dmax = 100, .set = set_expandable_slack},
     {"expandable_growth_moves", KVOPT_U64, 0, 1 << 20, .set = set_expandable_growth},

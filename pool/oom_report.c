@@ -2,6 +2,7 @@
 #include "oom_report.h"
 
 #include <inttypes.h>
+#include <math.h>
 #include <pthread.h>
 #include <stdarg.h>
 #include <stdatomic.h>
@@ -13,6 +14,7 @@
 #include "core/clock.h"
 #include "core/errors.h"
 #include "pool_internal.h"
+#include "segment.h"
 #include "sizeclass.h"
 
 static pthread_mutex_t observer_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -109,6 +111,11 @@ void pool_oom_capture(gpupool *p, void *stream, size_t size, size_t rounded, siz
     return;
   }
   r->ex.split_limit_mb = limit;
+  size_t cap = segment_reserved_limit(p);
+  r->has_limit = cap != SIZE_MAX;
+  r->limit = r->has_limit ? cap : 0;
+  r->memory_fraction = gpupool_memory_fraction(p);
+  r->limit_refused = p->limit_refused;
   stats_collect(p, &r->stats);
   device_reading(p, r);
   pending = r;
@@ -150,11 +157,20 @@ static void compute(pool_oom_report *r) {
     e->shortfall = e->need > r->device_free ? e->need - r->device_free : 0;
     e->device_had_room = e->shortfall == 0;
   }
+  if (r->limit_refused) { /* the cap refused, not the device: measured against the cap */
+    uint64_t after = t->reserved + e->need;
+    e->shortfall = after > r->limit ? after - r->limit : 0;
+    e->device_had_room = 0;
+    if (r->device_total && after <= r->device_total) /* rounded up: a fraction that suffices */
+      e->fraction_needed = ceil((double)after / (double)r->device_total * 1000.0) / 1000.0;
+  }
   if (r->device_total)
     e->larger_than_device = r->rounded > r->device_total || e->need > r->device_total;
   /* empty_cache returns the segments that hold no live block. */
   e->empty_cache_frees = t->cached_bytes;
-  if (e->device_had_room)
+  if (r->limit_refused)
+    e->empty_cache_enough = e->empty_cache_frees >= e->shortfall ? OOM_YES : OOM_NO;
+  else if (e->device_had_room)
     e->empty_cache_enough = OOM_MAYBE;
   else if (e->empty_cache_frees >= e->need)
     e->empty_cache_enough = OOM_YES;
@@ -173,11 +189,21 @@ static void compute(pool_oom_report *r) {
     e->expandable_high = t->small_reserved + t->large_live_pages * P + add;
     e->expandable_low = t->small_reserved + (large ? round_up(t->large_live_bytes + r->rounded, P)
                                                    : round_up(t->large_live_bytes, P) + add);
-    if (!r->device_known) {
+    int bfc = strcmp(r->cap.strategy, "bfc") == 0; /* other roundings differ */
+    if (r->limit_refused) { /* under the cap; a firm yes needs the device's room too */
+      e->expandable_room = r->limit;
+      if (r->device_known && r->device_total - e->outside_pool < e->expandable_room)
+        e->expandable_room = r->device_total - e->outside_pool;
+      if (e->expandable_high <= e->expandable_room)
+        e->expandable = r->device_known ? OOM_YES : OOM_MAYBE;
+      else if (bfc && e->expandable_low > e->expandable_room)
+        e->expandable = OOM_NO;
+      else
+        e->expandable = OOM_MAYBE;
+    } else if (!r->device_known) {
       e->expandable = OOM_MAYBE;
     } else {
       e->expandable_room = r->device_total - e->outside_pool;
-      int bfc = strcmp(r->cap.strategy, "bfc") == 0; /* other roundings differ */
       if (e->device_had_room)
         e->expandable = OOM_MAYBE;
       else if (e->expandable_high <= e->expandable_room)
@@ -202,7 +228,8 @@ static void compute(pool_oom_report *r) {
   }
   /* Freeing outside the pool is a remedy only where what is held there
    * covers the rest of the shortfall. */
-  if (r->device_known && e->shortfall > e->empty_cache_frees && e->outside_pool) {
+  if (!r->limit_refused && r->device_known && e->shortfall > e->empty_cache_frees &&
+      e->outside_pool) {
     uint64_t rest = e->shortfall - e->empty_cache_frees;
     if (rest <= e->outside_pool)
       e->free_outside_to_fit = rest;
@@ -245,6 +272,8 @@ static void write_message_text(pool_oom_report *r) {
   add(&m, " Reserved %s, allocated %s;",
       bytes(a, sizeof a, (uint64_t)r->stats.reserved_bytes[GPUPOOL_STAT_ALL].current),
       bytes(b, sizeof b, (uint64_t)r->stats.allocated_bytes[GPUPOOL_STAT_ALL].current));
+  if (r->has_limit)
+    add(&m, " limit %s (memory_fraction %g);", bytes(a, sizeof a, r->limit), r->memory_fraction);
   if (r->device_known)
     add(&m, " device free %s of %s (%s);", bytes(a, sizeof a, r->device_free),
         bytes(b, sizeof b, r->device_total), r->device_source);
@@ -264,7 +293,12 @@ static void write_message_text(pool_oom_report *r) {
     add(&m, " The request is larger than the device (%s): no setting makes it fit.",
         bytes(a, sizeof a, r->device_total));
   } else {
-    if (e->device_had_room && strcmp(r->cap.backend, "host") == 0)
+    if (r->limit_refused)
+      add(&m,
+          " The pool's limit refused it, not the device: it needs %s more than memory_fraction "
+          "%g allows.",
+          bytes(a, sizeof a, e->shortfall), r->memory_fraction);
+    else if (e->device_had_room && strcmp(r->cap.backend, "host") == 0)
       add(&m,
           " The device had room for the %s asked by its accounting: the host could not provide "
           "the memory the host backend simulates it with.",
@@ -274,8 +308,14 @@ static void write_message_text(pool_oom_report *r) {
           " The device had room for the %s asked by a reading %.1f s old: memory was taken "
           "since, or the driver refused for another reason.",
           bytes(a, sizeof a, e->need), (double)r->device_age_ns / 1e9);
-    add(&m, " Remedies: an empty_cache would free %s (%s);",
-        bytes(a, sizeof a, e->empty_cache_frees),
+    add(&m, " Remedies:");
+    if (r->limit_refused && e->fraction_needed > 0)
+      add(&m, " memory_fraction %.3f would allow it (set_per_process_memory_fraction);",
+          e->fraction_needed);
+    else if (r->limit_refused)
+      add(&m, " no memory_fraction would allow it (the device's size is %s);",
+          r->device_total ? "smaller" : "unknown");
+    add(&m, " an empty_cache would free %s (%s);", bytes(a, sizeof a, e->empty_cache_frees),
         answer(e->empty_cache_enough, "enough", "not enough", "enough unknown"));
     if (e->expandable == OOM_NOT_APPLICABLE)
       add(&m, " expandable_segments %s;",

@@ -50,6 +50,10 @@ typedef struct oom_explanation {
    * outside_not_enough, all they hold would not do) */
   uint64_t free_outside_to_fit;
   int outside_not_enough;
+  /* The report's limit_refused: shortfall is then the bytes past the cap,
+   * and the memory_fraction that would allow it (0 when the device is
+   * too small for any, or its size is unknown). */
+  double fraction_needed;
 } oom_explanation;
 
 typedef struct pool_oom_report {
@@ -70,6 +74,11 @@ typedef struct pool_oom_report {
   int other_known;
   uint64_t other_bytes;
   char other_source[64];
+  /* memory_fraction's cap (has_limit), and whether it, not the device,
+   * refused the allocation's last try. */
+  int has_limit, limit_refused;
+  uint64_t limit;
+  double memory_fraction;
   int observed; /* an observer keeps it: the message names /oom/<id> */
   oom_explanation ex;
   char message[OOM_MESSAGE_MAX]; /* the gpupool_last_error() line */

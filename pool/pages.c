@@ -560,6 +560,19 @@ static size_t pages_to_create(gpupool *p, const segment *seg, size_t len, size_t
   return pages < missing ? pages : missing;
 }
 
+/* n new pages into h, unless memory_fraction's cap (w->may_create) leaves
+ * no room for them. */
+static gpupool_status create_pages(gpupool *p, pages_work *w, void **h, size_t n) {
+  if (n > w->may_create / p->be->page_size) {
+    w->limit_refused = 1;
+    return pool_fail(GPUPOOL_ERR_OOM,
+                     "pool '%s': memory_fraction's limit leaves no room for %zu "
+                     "new pages",
+                     p->cfg.name, n);
+  }
+  return p->be->ops->vmm->create(p->be, h, n);
+}
+
 gpupool_status pages_back(gpupool *p, block *b, pages_work *w) {
   backend *be = p->be;
   segment *seg = b->seg;
@@ -584,15 +597,17 @@ gpupool_status pages_back(gpupool *p, block *b, pages_work *w) {
   }
 
   size_t create = pages_to_create(p, seg, len, missing);
+  if (create > w->may_create / ps) /* the cap leaves room for fewer: move more */
+    create = w->may_create / ps;
   size_t have = create < missing ? move_idle(p, seg, first, last, missing - create, h, w) : 0;
 
   uint64_t t0 = clock_monotonic_ns();
   gpupool_status st = GPUPOOL_OK;
   if (have < missing) {
-    st = be->ops->vmm->create(be, h + have, missing - have);
+    st = create_pages(p, w, h + have, missing - have);
     if (st != GPUPOOL_OK && create) { /* no room for new pages after all: move instead */
       have += move_idle(p, seg, first, last, missing - have, h + have, w);
-      st = have < missing ? be->ops->vmm->create(be, h + have, missing - have) : GPUPOOL_OK;
+      st = have < missing ? create_pages(p, w, h + have, missing - have) : GPUPOOL_OK;
     }
     if (st == GPUPOOL_OK) {
       reserved_add(p, seg, (int64_t)((missing - have) * ps));

@@ -157,6 +157,11 @@ typedef struct pages_work {
    * shard lock held; NULL: nobody is told. */
   void (*pages_changed)(void *ctx, int mapped, uintptr_t addr, size_t bytes, uint64_t ns);
   void *ctx;
+  /* pages_back: the bytes of new pages it may create (memory_fraction's cap
+   * less what the pool holds; SIZE_MAX: no cap), and whether that refused
+   * pages the block needed (then GPUPOOL_ERR_OOM). */
+  size_t may_create;
+  int limit_refused;
 } pages_work;
 
 /* A vmm segment of size bytes (a multiple of the page size): address space
@@ -173,7 +178,8 @@ size_t pages_segment_destroy(gpupool *p, segment *seg);
  * free blocks that share b's first or last page learn of their new pages
  * (block.mapped_run). The caller holds no shard lock: each is taken here in
  * turn, never across a device call. GPUPOOL_ERR_OOM when the device has no
- * page left for it. */
+ * page left for it, or when w->may_create leaves no room for the pages that
+ * moving idle ones does not cover. */
 gpupool_status pages_back(gpupool *p, block *b, pages_work *w);
 
 /* Returns the idle pages of every vmm segment of p to the device (w says

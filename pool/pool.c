@@ -1,5 +1,6 @@
 /* The public pool API: create/destroy, the malloc/free hot path, streams,
  * empty_cache and statistics. */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -421,6 +422,31 @@ size_t gpupool_empty_cache(gpupool *p) {
   if (released && !backend_is_sim(p->be))
     registry_notify_segment_change(p);
   return released;
+}
+
+gpupool_status gpupool_set_memory_fraction(gpupool *p, double fraction) {
+  if (!p)
+    return pool_fail(GPUPOOL_ERR_INVALID, "gpupool_set_memory_fraction: pool is NULL");
+  if (!(fraction >= 0 && fraction <= 1)) /* NaN too */
+    return pool_fail(GPUPOOL_ERR_INVALID,
+                     "gpupool_set_memory_fraction: %g is not a fraction from 0 to 1", fraction);
+  gpupool_status st = pool_check_not_inherited(p, "gpupool_set_memory_fraction");
+  if (st != GPUPOOL_OK)
+    return st;
+  pthread_mutex_lock(&p->slow_lock); /* the slow path reads it once per allocation */
+  __atomic_store(&p->cfg.memory_fraction, &fraction, __ATOMIC_RELAXED);
+  pthread_mutex_unlock(&p->slow_lock);
+  return GPUPOOL_OK;
+}
+
+double gpupool_memory_fraction(const gpupool *p) {
+  if (!p) {
+    pool_fail(GPUPOOL_ERR_INVALID, "gpupool_memory_fraction: pool is NULL");
+    return NAN;
+  }
+  double fraction;
+  __atomic_load(&p->cfg.memory_fraction, &fraction, __ATOMIC_RELAXED);
+  return fraction < 0 ? 1.0 : fraction;
 }
 
 const char *gpupool_name(const gpupool *p) {

@@ -85,6 +85,16 @@ static gpupool_status mem_info(gpupool *p, size_t *free_b, size_t *total_b) {
   return st;
 }
 
+/* The bytes reserved memory may still grow by under memory_fraction's cap
+ * (SIZE_MAX: no cap). */
+static size_t room_under_limit(gpupool *p) {
+  size_t limit = segment_reserved_limit(p);
+  if (limit == SIZE_MAX)
+    return SIZE_MAX;
+  int64_t reserved = stat_total(&p->c.reserved_bytes);
+  return reserved >= 0 && (uint64_t)reserved < limit ? limit - (size_t)reserved : 0;
+}
+
 typedef struct gc_candidate {
   segment *seg;
   uint64_t free_seq;
@@ -95,10 +105,13 @@ static int by_free_seq(const void *a, const void *b) {
   return x < y ? -1 : x > y;
 }
 
-/* garbage_collection_threshold: above threshold * device memory, return the
- * cached large segments freed longest ago until under it. */
+/* garbage_collection_threshold: above threshold * device memory (or, as in
+ * PyTorch, * memory_fraction's cap where one is set), return the cached large
+ * segments freed longest ago until under it. */
 static void garbage_collect(gpupool *p, shard *caller) {
-  size_t total = segment_device_total(p);
+  size_t total = segment_reserved_limit(p);
+  if (total == SIZE_MAX)
+    total = segment_device_total(p);
   if (!total)
     return;
   int64_t limit = (int64_t)(p->cfg.gc_threshold * (double)total);
@@ -199,6 +212,14 @@ static gpupool_status out_of_memory(gpupool *p, shard *sh, size_t rounded, size_
   shard_emit_locked(sh, &ev);
   if (!backend_is_sim(p->be)) /* a replay's OOM is the advisor's answer, not a report */
     pool_oom_capture(p, sh->stream, requested, rounded, segsize);
+  if (p->limit_refused)
+    return pool_fail(GPUPOOL_ERR_OOM,
+                     "CUDA out of memory. pool '%s': allocating %zu bytes (segment %zu) would take "
+                     "reserved memory past the pool's limit of %zu bytes (memory_fraction): "
+                     "reserved %lld, allocated %lld, free in pool %lld, largest free block %zu",
+                     p->cfg.name, requested, segsize, segment_reserved_limit(p),
+                     (long long)reserved, (long long)allocated, (long long)(reserved - allocated),
+                     largest);
   return pool_fail(GPUPOOL_ERR_OOM,
                    "CUDA out of memory. pool '%s': allocating %zu bytes (segment %zu): reserved "
                    "%lld, allocated %lld, free in pool %lld, largest free block %zu",
@@ -240,8 +261,9 @@ static gpupool_status out_of_address_space(gpupool *p, shard *sh, size_t range, 
  * hands b out, or returns it to the free blocks when that failed. */
 static gpupool_status back_claimed(gpupool *p, shard *sh, block *b, size_t requested, block **out) {
   page_events e = {p, sh};
-  pages_work w = {.pages_changed = emit_pages, .ctx = &e};
+  pages_work w = {.pages_changed = emit_pages, .ctx = &e, .may_create = room_under_limit(p)};
   gpupool_status st = pages_back(p, b, &w);
+  p->limit_refused = w.limit_refused;
   spin_lock(&sh->lock);
   if (st != GPUPOOL_OK)
     shard_unclaim(sh, b);
@@ -260,6 +282,7 @@ static gpupool_status attempt(gpupool *p, shard *sh, size_t rounded, size_t requ
   int large = size_is_large(rounded);
   gpupool_status st = GPUPOOL_OK;
   *unreserved = 0;
+  p->limit_refused = 0;
   spin_lock(&sh->lock);
   if (sh->pending)
     shard_poll_pending(sh);
@@ -287,6 +310,13 @@ static gpupool_status attempt(gpupool *p, shard *sh, size_t rounded, size_t requ
   size_t segsize = size_segment(&p->cfg, rounded);
   if (p->cfg.gc_threshold > 0)
     garbage_collect(p, sh);
+  /* A plain segment's memory is reserved whole (an expandable pool's
+   * segment is address space: its pages are checked as they are made). */
+  if (!p->cfg.expandable && segsize > room_under_limit(p)) {
+    p->limit_refused = 1;
+    return pool_fail(GPUPOOL_ERR_OOM, "pool '%s': a segment of %zu bytes would pass the limit",
+                     p->cfg.name, segsize);
+  }
   if (p->cfg.reserve_percent > 0)
     keep_reserve(p, segsize);
   segment *seg = NULL;
@@ -309,12 +339,17 @@ static gpupool_status attempt(gpupool *p, shard *sh, size_t rounded, size_t requ
 gpupool_status reclaim_malloc(gpupool *p, shard *sh, size_t rounded, size_t requested, block **out,
                               int *to_device) {
   *to_device = 0;
+  p->limit_refused = 0;
   size_t total = segment_device_total(p);
   if (total && rounded > total) {
     /* No cache or retry can serve a block larger than the device: fail now,
      * without emptying the cache first or, with expandable segments,
      * creating pages until the device refuses (a 16 TiB request took about
      * 4 s on an 80 GB H100 that way). */
+    return out_of_memory(p, sh, rounded, size_segment(&p->cfg, rounded), requested);
+  }
+  if (rounded > segment_reserved_limit(p)) { /* nor one past memory_fraction's cap */
+    p->limit_refused = 1;
     return out_of_memory(p, sh, rounded, size_segment(&p->cfg, rounded), requested);
   }
   size_t unreserved = 0;

@@ -55,6 +55,22 @@ size_t segment_device_total_known(const gpupool *p) {
   return __atomic_load_n(&p->device_total, __ATOMIC_RELAXED);
 }
 
+static size_t limit_of(const gpupool *p, size_t total) {
+  double fraction;
+  __atomic_load(&p->cfg.memory_fraction, &fraction, __ATOMIC_RELAXED);
+  if (fraction < 0 || !total)
+    return SIZE_MAX;
+  return (size_t)(fraction * (double)total);
+}
+
+size_t segment_reserved_limit(gpupool *p) {
+  return limit_of(p, segment_device_total(p));
+}
+
+size_t segment_reserved_limit_known(const gpupool *p) {
+  return limit_of(p, segment_device_total_known(p));
+}
+
 /* The address range of a large segment of an expandable pool: as much as the
  * device has memory, as PyTorch reserves, so that one range per stream holds
  * every large block, and blocks of different steps share pages in place

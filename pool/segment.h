@@ -16,6 +16,13 @@ size_t segment_device_total(gpupool *p);
 /* The device's memory if the pool has asked already, else 0: no device
  * call, from any thread (the agent's advice sizes its replays with it). */
 size_t segment_device_total_known(const gpupool *p);
+/* memory_fraction's cap on the pool's reserved bytes (the fraction of
+ * segment_device_total), SIZE_MAX when no fraction is set or the device's
+ * size is unknown. Under the slow lock. */
+size_t segment_reserved_limit(gpupool *p);
+/* The same from the device's size the pool knows already (no device call,
+ * any thread): SIZE_MAX also before the pool asked for it. */
+size_t segment_reserved_limit_known(const gpupool *p);
 /* A new segment of size bytes for shard sh, as one free block; not yet in
  * the shard (shard_add_segment). *unreserved: on GPUPOOL_ERR_OOM from an
  * expandable pool, the bytes of the address range that could not be

@@ -52,6 +52,11 @@ typedef struct pool_config {
   /* The last fault_* key given, whatever its value (NULL: none): only
    * backend host takes them, so gpupool_create refuses them on another. */
   const char *fault_key;
+  /* The cap on reserved bytes, as a fraction of the device's memory
+   * (PyTorch's per-process memory fraction); < 0: none. Changed by
+   * gpupool_set_memory_fraction under slow_lock while others read it:
+   * accessed with __atomic_load and __atomic_store. */
+  double memory_fraction;
 } pool_config;
 
 /* What each shard counts. "active" (allocated, or freed and waiting on other
@@ -290,6 +295,9 @@ struct gpupool {
    * reports, which make no device call; seen_ns 0: none. */
   size_t seen_free, seen_total;
   uint64_t seen_ns;
+  /* The memory_fraction cap refused the current allocation's last try at
+   * more device memory (reclaim.c), under slow_lock: its OOM says so. */
+  int limit_refused;
 
   pthread_mutex_t peak_lock; /* peaks of sums across shards (see stats.c) */
   int64_t agg_peak[VIEW_COUNT][GPUPOOL_STAT_TYPES];

@@ -162,6 +162,20 @@ gpupool_status gpupool_record_stream(gpupool *p, void *ptr, void *stream);
  * nothing and returns 0; having no status, it sets gpupool_last_error(). */
 size_t gpupool_empty_cache(gpupool *p);
 gpupool_status gpupool_get_stats(gpupool *p, gpupool_stats *out);
+/* PyTorch's per-process memory fraction (torch.cuda.set_per_process_memory_
+ * fraction), for one pool: its reserved bytes stay within fraction x the
+ * device's memory. An allocation that would pass the cap first waits for the
+ * device and returns the cached segments (the OOM retry), then fails with
+ * GPUPOOL_ERR_OOM, its message and OOM report naming the cap; idle pages of
+ * an expandable pool are moved rather than new ones made past it. A cap
+ * below what the pool holds releases nothing: cached blocks still serve,
+ * only growth is refused. The config key memory_fraction sets it at
+ * creation. 0 <= fraction <= 1, else GPUPOOL_ERR_INVALID and nothing
+ * changes. */
+gpupool_status gpupool_set_memory_fraction(gpupool *p, double fraction);
+/* The fraction set, 1.0 when none was (as PyTorch answers); NaN with p NULL
+ * (gpupool_last_error() says so). */
+double gpupool_memory_fraction(const gpupool *p);
 /* peak = current for every stat. With p NULL: nothing, and
  * gpupool_last_error() says so (no status to return). */
 void gpupool_reset_peak_stats(gpupool *p);

@@ -197,6 +197,50 @@ Test(gpu_cuda_async, oom_leaves_pool_usable) {
   check_oom_leaves_pool_usable(GPUPOOL_BACKEND_CUDA_ASYNC, "cuda_async");
 }
 
+/* memory_fraction on a real device: a fraction of about 64 MiB takes a
+ * 40 MiB block and refuses a second one (the device has room), naming the
+ * cap; raised, the pool grows; the memory holds data. */
+static void check_memory_fraction(gpupool_backend backend, const char *name, const char *conf) {
+  require_gpu(name);
+  size_t free_b, total_b;
+  CUDA_OK(cudaMemGetInfo(&free_b, &total_b));
+  gpupool_options opt = {.name = "gpu_cap", .backend = backend, .tunables = conf, .ignore_env = 1};
+  gpupool *p = NULL;
+  cr_assert_eq(gpupool_create(&opt, &p), GPUPOOL_OK, "%s", gpupool_last_error());
+  double fraction = (double)(64 * MiB) / (double)total_b;
+  cr_assert_eq(gpupool_set_memory_fraction(p, fraction), GPUPOOL_OK);
+  void *a = NULL, *b = NULL;
+  cr_assert_eq(gpupool_malloc(p, &a, 40 * MiB, NULL), GPUPOOL_OK, "%s", gpupool_last_error());
+  CUDA_OK(cudaMemset(a, 0x5a, 40 * MiB));
+  gpupool_status st = gpupool_malloc(p, &b, 40 * MiB, NULL);
+  cr_assert_eq(st, GPUPOOL_ERR_OOM, "%s", gpupool_status_string(st));
+  fprintf(stderr, "[gpu] %s (%s) capped OOM: %s\n", name, conf ? conf : "plain",
+          gpupool_last_error());
+  cr_assert(strstr(gpupool_last_error(), "limit refused it, not the device"), "%s",
+            gpupool_last_error());
+  CUDA_OK(cudaGetLastError());
+  gpupool_stats s = stats_of(p);
+  cr_assert_leq(s.reserved_bytes[GPUPOOL_STAT_ALL].current, (int64_t)(64 * MiB));
+  cr_assert_eq(gpupool_set_memory_fraction(p, 1.0), GPUPOOL_OK);
+  cr_assert_eq(gpupool_malloc(p, &b, 40 * MiB, NULL), GPUPOOL_OK, "%s", gpupool_last_error());
+  CUDA_OK(cudaMemset(b, 0x11, 40 * MiB));
+  expect_bytes(a, 40 * MiB, 0x5a);
+  expect_bytes(b, 40 * MiB, 0x11);
+  cr_assert_eq(gpupool_free(p, a), GPUPOOL_OK);
+  cr_assert_eq(gpupool_free(p, b), GPUPOOL_OK);
+  gpupool_destroy(p);
+}
+
+Test(gpu_cuda, memory_fraction_caps_the_pool) {
+  check_memory_fraction(GPUPOOL_BACKEND_CUDA, "cuda", NULL);
+}
+Test(gpu_cuda, memory_fraction_caps_an_expandable_pool) {
+  check_memory_fraction(GPUPOOL_BACKEND_CUDA, "cuda", "expandable_segments:True");
+}
+Test(gpu_cuda_async, memory_fraction_caps_the_pool) {
+  check_memory_fraction(GPUPOOL_BACKEND_CUDA_ASYNC, "cuda_async", NULL);
+}
+
 static void check_stats_and_empty_cache(gpupool_backend backend, const char *name) {
   require_gpu(name);
   gpupool *p = make_pool(backend, 0);
