@@ -7,6 +7,7 @@
 #include <dlfcn.h>
 #include <errno.h>
 #include <inttypes.h>
+#include <math.h>
 #include <pthread.h>
 #include <stdarg.h>
 #include <stdatomic.h>
@@ -23,6 +24,15 @@
 
 static _Atomic(gpupool *) pools[TORCH_MAX_DEVICES];
 static pthread_mutex_t create_lock = PTHREAD_MUTEX_INITIALIZER;
+/* set_per_process_memory_fraction before a device's first allocation: the
+ * fraction its pool is created with (< 0: none given). Under create_lock. */
+static double fraction_at_create[TORCH_MAX_DEVICES];
+static pthread_once_t fractions_once = PTHREAD_ONCE_INIT;
+
+static void fractions_init(void) {
+  for (int i = 0; i < TORCH_MAX_DEVICES; i++)
+    fraction_at_create[i] = -1;
+}
 static int setup_done;         /* under create_lock */
 static FILE *record;           /* GPUPOOL_RECORD; written before the first pool is published */
 static char record_path[4096]; /* its name, for the message of a failed write */
@@ -120,12 +130,15 @@ gpupool_status gpupool_torch_conf_check(const char *conf) {
 /* The device's pool, created at its first use; NULL with gpupool_last_error()
  * set when it cannot be created. */
 static gpupool *create_pool(int device) {
+  pthread_once(&fractions_once, fractions_init);
   pthread_mutex_lock(&create_lock);
   gpupool *p = atomic_load_explicit(&pools[device], memory_order_relaxed);
   if (!p) {
     setup_once();
     gpupool_options opt = torch_pool_options(device);
     if (gpupool_create(&opt, &p) == GPUPOOL_OK) {
+      if (fraction_at_create[device] >= 0) /* checked when it was given */
+        gpupool_set_memory_fraction(p, fraction_at_create[device]);
       atomic_store_explicit(&pools[device], p, memory_order_release);
       start_agent_once();
     } else {
@@ -280,4 +293,48 @@ gpupool *gpupool_torch_pool(int device) {
   if (device < 0 || device >= TORCH_MAX_DEVICES)
     return NULL;
   return atomic_load_explicit(&pools[device], memory_order_acquire);
+}
+
+void gpupool_torch_set_memory_fraction(double fraction, int device) {
+  if (device < 0 || device >= TORCH_MAX_DEVICES || !(fraction >= 0 && fraction <= 1)) {
+    fprintf(stderr,
+            "gpupool_torch: set_per_process_memory_fraction(%g, device %d): %s; nothing "
+            "changed\n",
+            fraction, device,
+            fraction >= 0 && fraction <= 1 ? "no such device" : "not a fraction from 0 to 1");
+    return;
+  }
+  pthread_once(&fractions_once, fractions_init);
+  pthread_mutex_lock(&create_lock); /* a pool being created takes it, or sees it */
+  gpupool *p = atomic_load_explicit(&pools[device], memory_order_relaxed);
+  gpupool_status st = GPUPOOL_OK;
+  if (p)
+    st = gpupool_set_memory_fraction(p, fraction);
+  else
+    fraction_at_create[device] = fraction;
+  pthread_mutex_unlock(&create_lock);
+  if (st != GPUPOOL_OK)
+    fprintf(stderr, "gpupool_torch: set_per_process_memory_fraction(%g, device %d): %s\n", fraction,
+            device, gpupool_last_error());
+}
+
+double gpupool_torch_memory_fraction(int device) {
+  if (device < 0 || device >= TORCH_MAX_DEVICES)
+    return NAN;
+  pthread_once(&fractions_once, fractions_init);
+  pthread_mutex_lock(&create_lock);
+  gpupool *p = atomic_load_explicit(&pools[device], memory_order_relaxed);
+  double f = fraction_at_create[device];
+  pthread_mutex_unlock(&create_lock);
+  if (p)
+    return gpupool_memory_fraction(p);
+  return f >= 0 ? f : 1.0;
+}
+
+void gpupool_torch_empty_cache(void) {
+  for (int device = 0; device < TORCH_MAX_DEVICES; device++) {
+    gpupool *p = gpupool_torch_pool(device);
+    if (p)
+      gpupool_empty_cache(p);
+  }
 }

@@ -42,6 +42,21 @@ void gpupool_torch_free(void *ptr, size_t size, int device, void *stream);
  * GPUPOOL_RECORD, the line "r <address> <stream>". */
 void gpupool_torch_record_stream(void *ptr, void *stream);
 
+/* torch.cuda.set_per_process_memory_fraction(fraction, device), as PyTorch's
+ * pluggable allocator passes it (set_memory_fraction_fn, which
+ * gpupool.torch.enable() sets): gpupool_set_memory_fraction on device's
+ * pool, or, before its first allocation, on the pool when it is created
+ * (over GPUPOOL_CONF's memory_fraction). A fraction outside [0, 1] or a
+ * device out of range is one line on stderr and changes nothing. */
+void gpupool_torch_set_memory_fraction(double fraction, int device);
+/* The fraction device's pool has, or will be created with: 1.0 when none
+ * (PyTorch's get_per_process_memory_fraction); NaN for a device out of
+ * range. */
+double gpupool_torch_memory_fraction(int device);
+/* torch.cuda.empty_cache() through PyTorch's own path (set_reset_fn, which
+ * enable() sets): gpupool_empty_cache on every device's pool. */
+void gpupool_torch_empty_cache(void);
+
 /* The pool of device, or NULL before its first allocation (for statistics:
  * gpupool_get_stats). */
 gpupool *gpupool_torch_pool(int device);

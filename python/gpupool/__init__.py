@@ -13,9 +13,10 @@ the first call (see library_path). docs/python.md has the details.
 """
 from ._lib import GpupoolError, library_path
 from ._snapshot import dump_snapshot, memory_snapshot, snapshot
-from ._stats import (empty_cache, max_memory_allocated, max_memory_reserved, memory_allocated,
-                     memory_reserved, memory_stats, memory_summary, reset_accumulated_memory_stats,
-                     reset_peak_memory_stats)
+from ._stats import (empty_cache, get_per_process_memory_fraction, max_memory_allocated,
+                     max_memory_reserved, memory_allocated, memory_reserved, memory_stats,
+                     memory_summary, reset_accumulated_memory_stats, reset_peak_memory_stats,
+                     set_per_process_memory_fraction)
 from ._tags import current_tag, memory_allocated_by_tag, tag
 
 __version__ = "0.1.0"
@@ -23,4 +24,5 @@ __version__ = "0.1.0"
 __all__ = ["GpupoolError", "library_path", "dump_snapshot", "memory_snapshot", "snapshot",
            "empty_cache", "max_memory_allocated", "max_memory_reserved", "memory_allocated",
            "memory_reserved", "memory_stats", "memory_summary", "reset_accumulated_memory_stats",
-           "reset_peak_memory_stats", "current_tag", "memory_allocated_by_tag", "tag"]
+           "reset_peak_memory_stats", "set_per_process_memory_fraction",
+           "get_per_process_memory_fraction", "current_tag", "memory_allocated_by_tag", "tag"]

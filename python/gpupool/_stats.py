@@ -172,6 +172,24 @@ def empty_cache():
     return released
 
 
+def set_per_process_memory_fraction(fraction, device=None):
+    """torch.cuda.set_per_process_memory_fraction for the device's pool: its
+    reserved memory stays within fraction x the device's memory (an
+    allocation past it fails as out of memory once the cache is returned).
+    Before the device's first allocation, the pool is created with it."""
+    if not isinstance(fraction, float):
+        raise TypeError("Invalid type for fraction argument, must be `float`")
+    if not 0 <= fraction <= 1:
+        raise ValueError(f"Invalid fraction value: {fraction}. Allowed range: 0~1")
+    _lib.lib().gpupool_torch_set_memory_fraction(fraction, device_index(device))
+
+
+def get_per_process_memory_fraction(device=None):
+    """The fraction set for the device's pool, 1.0 when none (as
+    torch.cuda.get_per_process_memory_fraction answers)."""
+    return _lib.lib().gpupool_torch_memory_fraction(device_index(device))
+
+
 # memory_summary's cells, formatted as torch.cuda.memory_summary formats
 # them: every cell of a column is in the unit its first ("all") row picks, the
 # value truncated to it, so a column's figures read against each other.

@@ -239,6 +239,8 @@ def _torch_cuda_memory_calls():
             "reset_peak_memory_stats": _stats.reset_peak_memory_stats,
             "reset_accumulated_memory_stats": _stats.reset_accumulated_memory_stats,
             "memory_summary": _stats.memory_summary,
+            "set_per_process_memory_fraction": _stats.set_per_process_memory_fraction,
+            "get_per_process_memory_fraction": _stats.get_per_process_memory_fraction,
             "empty_cache": empty_cache,
             "memory_snapshot": memory_snapshot,
             "_snapshot": snapshot,
@@ -256,20 +258,34 @@ def _answer_torch_cuda_memory_calls(torch):
                 setattr(namespace, name, call)
 
 
-def _pass_record_stream(allocator):
-    """Hands PyTorch's pluggable allocator gpupool_torch_record_stream, so
-    that tensor.record_stream(s) reaches the pool (PyTorch's pluggable
-    allocator passes it only to a function set so). A torch without the
-    setter gets a RuntimeWarning: its record_stream is then lost."""
+# What PyTorch's pluggable allocator passes on only to a function set for it
+# (its setter, the library's function, and what is lost without it).
+_ALLOCATOR_FUNCTIONS = (
+    ("set_record_stream_fn", "gpupool_torch_record_stream",
+     "tensor.record_stream() does not reach the pool, so a block freed while another stream "
+     "still uses it can be handed out again at once"),
+    ("set_memory_fraction_fn", "gpupool_torch_set_memory_fraction",
+     "torch.cuda.set_per_process_memory_fraction() reaches the pool only through the function "
+     "enable() puts in torch.cuda"),
+    ("set_reset_fn", "gpupool_torch_empty_cache",
+     "PyTorch's own empty_cache path (torch._C._cuda_emptyCache) does nothing"),
+)
+
+
+def _pass_allocator_functions(allocator):
+    """Hands PyTorch's pluggable allocator the library's record_stream,
+    memory fraction and empty_cache functions, which it calls only when they
+    are set. A torch without a setter gets a RuntimeWarning saying what is
+    lost."""
     native = allocator.allocator() if hasattr(allocator, "allocator") else None
-    setter = getattr(native, "set_record_stream_fn", None)
-    if not callable(setter):
-        warnings.warn("gpupool.torch.enable: this PyTorch's pluggable allocator takes no "
-                      "record_stream function (set_record_stream_fn): tensor.record_stream() "
-                      "does not reach the pool, so a block freed while another stream still "
-                      "uses it can be handed out again at once", RuntimeWarning, stacklevel=3)
-        return
-    setter(ctypes.cast(_lib.lib().gpupool_torch_record_stream, ctypes.c_void_p).value)
+    lib = _lib.lib()
+    for setter_name, function, lost in _ALLOCATOR_FUNCTIONS:
+        setter = getattr(native, setter_name, None)
+        if not callable(setter):
+            warnings.warn(f"gpupool.torch.enable: this PyTorch's pluggable allocator has no "
+                          f"{setter_name}: {lost}", RuntimeWarning, stacklevel=3)
+            continue
+        setter(ctypes.cast(getattr(lib, function), ctypes.c_void_p).value)
 
 
 def enable(conf=None, agent=None, torch_memory_calls=True):
@@ -286,12 +302,15 @@ def enable(conf=None, agent=None, torch_memory_calls=True):
     torch_memory_calls: torch.cuda's memory calls (memory_stats,
     memory_allocated, max_memory_allocated, memory_reserved,
     max_memory_reserved, reset_peak_memory_stats,
-    reset_accumulated_memory_stats, memory_summary, empty_cache,
-    memory_snapshot, memory._snapshot, memory._dump_snapshot,
+    reset_accumulated_memory_stats, memory_summary,
+    set_per_process_memory_fraction, get_per_process_memory_fraction,
+    empty_cache, memory_snapshot, memory._snapshot, memory._dump_snapshot,
     memory._record_memory_history and those that call them) are answered by
     the package's functions of the same names, which read the pools; False
-    leaves PyTorch's, which raise under a pluggable allocator (empty_cache
-    does nothing).
+    leaves PyTorch's: the statistics and snapshot calls then raise under a
+    pluggable allocator, while empty_cache and set_per_process_memory_fraction
+    still reach the pools through the functions enable() hands PyTorch's
+    allocator (record_stream's too, whatever torch_memory_calls says).
     A GPUPOOL_CONF the pools would refuse (conf, or the environment's when
     conf is None), or an agent string the agent would refuse (agent, or
     with agent=True the environment's), raises ValueError with the library's
@@ -327,7 +346,7 @@ def enable(conf=None, agent=None, torch_memory_calls=True):
     _set_env("GPUPOOL_AGENT_CONF", agent_conf)
     allocator = torch.cuda.memory.CUDAPluggableAllocator(path, "gpupool_torch_malloc",
                                                          "gpupool_torch_free")
-    _pass_record_stream(allocator)
+    _pass_allocator_functions(allocator)
     try:
         torch.cuda.memory.change_current_allocator(allocator)
     except RuntimeError as e:

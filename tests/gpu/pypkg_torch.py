@@ -217,6 +217,41 @@ def child_streams(out):
         json.dump({"busy": busy, "reused_while_busy": reused, "y_sum": y_sum, "n": n}, f)
 
 
+def child_fraction(out):
+    """The memory fraction through PyTorch's own C++ path
+    (torch._C._cuda_setMemoryFraction, which calls the allocator's
+    memory_fraction_fn) and through torch.cuda's function (the package's):
+    a tensor of 3 % of the device fits under 5 %, a second one does not
+    (torch.OutOfMemoryError naming the cap, while the device has room), and
+    under 50 % it does. Then PyTorch's own empty_cache path (reset_fn)."""
+    import torch
+    import gpupool
+    import gpupool.torch
+    gpupool.torch.enable()
+    torch._C._cuda_setMemoryFraction(0.05, 0)
+    res = {"fraction_read": torch.cuda.get_per_process_memory_fraction()}
+    free, total = torch.cuda.mem_get_info()
+    n = int(0.03 * total) // 4
+    a = torch.ones(n, device="cuda")
+    try:
+        b = torch.ones(n, device="cuda")
+        res["refused"] = False
+    except torch.OutOfMemoryError as e:
+        res["refused"] = True
+        res["message"] = str(e)[:900]
+    res["device_free_after"] = torch.cuda.mem_get_info()[0]
+    res["total"] = total
+    torch.cuda.set_per_process_memory_fraction(0.5)
+    b = torch.ones(n, device="cuda")
+    res["fits_under_half"] = float(b[-1].item()) == 1.0
+    del a, b
+    before = gpupool.memory_reserved()
+    torch._C._cuda_emptyCache()  # PyTorch's own path, not the package's empty_cache
+    res["reserved_before_after"] = [before, gpupool.memory_reserved()]
+    with open(out, "w") as f:
+        json.dump(res, f)
+
+
 def child_rank(base, out_dir):
     import urllib.request
     import torch
@@ -292,6 +327,8 @@ def main():
         return child_rank(a.base, a.out)
     if a.child == "streams":
         return child_streams(a.out)
+    if a.child == "fraction":
+        return child_fraction(a.out)
 
     try:
         import torch
@@ -385,6 +422,23 @@ def main():
               f"{r['y_sum']} (expected {2.0 * r['n']})")
     else:
         check("record_stream", False, "the child failed")
+
+    # 4c. set_per_process_memory_fraction caps the pool; PyTorch's empty_cache reaches it
+    out = os.path.join(work, "fraction.json")
+    if run_child(env, ["--child", "fraction", "--out", out], 300):
+        r = json.load(open(out))
+        msg = r.get("message", "")
+        rb, ra = r["reserved_before_after"]
+        check("memory_fraction", r["fraction_read"] == 0.05 and r["refused"] and
+              msg.startswith("CUDA out of memory.") and "memory_fraction 0.05" in msg and
+              "limit refused it" in msg and r["device_free_after"] > r["total"] // 2 and
+              r["fits_under_half"] and rb > 0 and ra == 0,
+              f"fraction read back {r['fraction_read']}; a second 3 % tensor under 5 % refused: "
+              f"{r['refused']} with the device {r['device_free_after'] / r['total']:.0%} free; "
+              f"fits under 50 %: {r['fits_under_half']}; reserved {rb} -> {ra} after "
+              f"torch._C._cuda_emptyCache(); message: {msg[:500]!r}")
+    else:
+        check("memory_fraction", False, "the child failed")
 
     # 5. two ranks with torchrun on the one GPU
     base = free_pair(9477)

@@ -574,6 +574,35 @@ class OutOfMemory(unittest.TestCase):
         self.assertEqual(tried, [256, 128, 64])
         self.assertEqual(gpupool.memory_stats(d)["num_ooms"], 2)
 
+    def test_memory_fraction(self):
+        """set_per_process_memory_fraction before the device's first
+        allocation caps its pool (64 MiB device, 0.25: 16 MiB), and the OOM
+        names the cap; bad values are refused as PyTorch refuses them."""
+        d = 40
+        self.assertEqual(gpupool.get_per_process_memory_fraction(d), 1.0)
+        gpupool.set_per_process_memory_fraction(0.25, d)
+        self.assertEqual(gpupool.get_per_process_memory_fraction(d), 0.25)
+        self.assertEqual(gpupool.get_per_process_memory_fraction(d + 1), 1.0)
+        a = malloc(12 * MiB, d)
+        self.assertTrue(a)
+        with captured_stderr() as err:
+            self.assertIsNone(malloc(12 * MiB, d))
+        self.assertIn("memory_fraction 0.25", err[0])
+        self.assertIn("memory_fraction 0.375 would allow it", err[0])  # (12 + 12) of 64
+        with self.assertRaises(TypeError):
+            gpupool.set_per_process_memory_fraction(1, d)  # PyTorch's check: a float
+        for bad in (1.5, -0.1, float("nan")):
+            with self.assertRaises(ValueError):
+                gpupool.set_per_process_memory_fraction(bad, d)
+        with self.assertRaises(ValueError):
+            gpupool.set_per_process_memory_fraction(0.5, "cpu")
+        self.assertEqual(gpupool.get_per_process_memory_fraction(d), 0.25)
+        gpupool.set_per_process_memory_fraction(0.5, f"cuda:{d}")
+        b = malloc(12 * MiB, d)
+        self.assertTrue(b)
+        free(a, d)
+        free(b, d)
+
     def test_message(self):
         with captured_stderr() as err:
             self.assertIsNone(malloc(1 << 40, 6))
@@ -586,10 +615,16 @@ def fake_torch(version="2.11.0+cu130", initialized=False, swap_error=None, avail
     calls = []
 
     class Native:  # torch._C's pluggable allocator: takes functions by address
-        record_stream_fn = None
+        record_stream_fn = memory_fraction_fn = reset_fn = None
 
         def set_record_stream_fn(self, address):
             self.record_stream_fn = address
+
+        def set_memory_fraction_fn(self, address):
+            self.memory_fraction_fn = address
+
+        def set_reset_fn(self, address):
+            self.reset_fn = address
 
     class CUDAPluggableAllocator:
         def __init__(self, path, alloc, free):
@@ -618,6 +653,9 @@ def fake_torch(version="2.11.0+cu130", initialized=False, swap_error=None, avail
                                    max_memory_allocated=unsupported("getDeviceStats"),
                                    reset_peak_memory_stats=unsupported("resetPeakStats"),
                                    empty_cache=lambda: None,  # reset_fn unset: nothing
+                                   set_per_process_memory_fraction=lambda f, device=None: None,
+                                   get_per_process_memory_fraction=unsupported(
+                                       "getMemoryFraction"),
                                    _dump_snapshot=unsupported("snapshot"),
                                    _record_memory_history=unsupported("recordHistory"))
     # As in torch.cuda.memory: a deprecated name that calls another through the module.
@@ -628,6 +666,10 @@ def fake_torch(version="2.11.0+cu130", initialized=False, swap_error=None, avail
                                  memory_reserved=memory.memory_reserved,
                                  max_memory_allocated=memory.max_memory_allocated,
                                  memory_cached=memory.memory_cached,
+                                 set_per_process_memory_fraction=(
+                                     memory.set_per_process_memory_fraction),
+                                 get_per_process_memory_fraction=(
+                                     memory.get_per_process_memory_fraction),
                                  empty_cache=memory.empty_cache)
     torch = types.ModuleType("torch")
     torch.__version__, torch.cuda = version, cuda
@@ -752,6 +794,10 @@ class Enable(unittest.TestCase):
         self.assertEqual(gpupool.max_memory_allocated(d), 0)
         self.assertIsNone(torch.cuda.empty_cache())  # PyTorch's returns None
         self.assertEqual(gpupool.memory_reserved(d), 0)  # the cache went back to the device
+        torch.cuda.set_per_process_memory_fraction(0.5, d)
+        self.assertEqual(torch.cuda.memory.get_per_process_memory_fraction(d), 0.5)
+        self.assertEqual(gpupool.get_per_process_memory_fraction(d), 0.5)
+        torch.cuda.memory.set_per_process_memory_fraction(1.0, d)
         if hasattr(L, _lib.SNAPSHOT_SYMBOL):
             with tempfile.TemporaryDirectory() as tmp:
                 path = os.path.join(tmp, "snap.pickle")
@@ -821,6 +867,11 @@ class Enable(unittest.TestCase):
         want = ctypes.cast(ctypes.CDLL(_lib.loaded_path()).gpupool_torch_record_stream,
                            ctypes.c_void_p).value
         self.assertEqual(a.native.record_stream_fn, want)
+        library = ctypes.CDLL(_lib.loaded_path())
+        for field, function in (("memory_fraction_fn", "gpupool_torch_set_memory_fraction"),
+                                ("reset_fn", "gpupool_torch_empty_cache")):
+            self.assertEqual(getattr(a.native, field),
+                             ctypes.cast(getattr(library, function), ctypes.c_void_p).value)
         # A torch whose pluggable allocator takes no such function: a warning, and it goes on.
         gpupool.torch._enabled = None
         torch, calls = fake_torch()

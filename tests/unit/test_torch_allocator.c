@@ -4,6 +4,7 @@
 #include <criterion/criterion.h>
 #include <errno.h>
 #include <inttypes.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -307,32 +308,108 @@ Test(torch_allocator, record_stream_defers_reuse_until_the_stream_completes, .in
   cr_expect_eq(stats_of(0).pending_free_blocks, 0);
 }
 
+/* Sends stderr into a file until stderr_end, which reads what came into
+ * out (NUL-terminated). */
+static FILE *stderr_file;
+static int stderr_saved = -1;
+
+static void stderr_begin(void) {
+  stderr_file = tmpfile();
+  cr_assert_not_null(stderr_file);
+  fflush(stderr);
+  stderr_saved = dup(2);
+  cr_assert_geq(stderr_saved, 0);
+  cr_assert_eq(dup2(fileno(stderr_file), 2), 2);
+}
+
+static void stderr_end(char *out, size_t cap) {
+  fflush(stderr);
+  dup2(stderr_saved, 2);
+  close(stderr_saved);
+  rewind(stderr_file);
+  size_t n = fread(out, 1, cap - 1, stderr_file);
+  out[n] = '\0';
+  fclose(stderr_file);
+}
+
 /* A pointer no pool holds (a foreign one, or one freed already): one line
  * on stderr (caught in a file for the call), and nothing changes. */
 Test(torch_allocator, record_stream_of_a_foreign_pointer_says_so, .init = host_pools) {
   void *x = gpupool_torch_malloc(4096, 0, NULL);
   cr_assert_not_null(x);
-  FILE *caught = tmpfile();
-  cr_assert_not_null(caught);
-  fflush(stderr);
-  int saved = dup(2);
-  cr_assert_geq(saved, 0);
-  cr_assert_eq(dup2(fileno(caught), 2), 2);
+  stderr_begin();
   int local;
   gpupool_torch_record_stream(&local, NULL);
   gpupool_torch_record_stream(NULL, NULL); /* PyTorch's empty tensors: nothing */
-  fflush(stderr);
-  dup2(saved, 2);
-  close(saved);
   char err[4096] = "";
-  rewind(caught);
-  size_t n = fread(err, 1, sizeof err - 1, caught);
-  err[n] = '\0';
-  fclose(caught);
+  stderr_end(err, sizeof err);
   cr_expect(strstr(err, "gpupool_torch: record_stream of ") &&
                 strstr(err, "no pool holds it (1 asked)"),
             "%s", err);
   cr_expect_eq(strchr(err, '\n'), strrchr(err, '\n'), "one line: %s", err);
   gpupool_torch_free(x, 4096, 0, NULL);
   cr_expect_eq(stats_of(0).allocation[GPUPOOL_STAT_ALL].current, 0);
+}
+
+/* set_per_process_memory_fraction before a device's first allocation: its
+ * pool is created with it (64 MiB device, 0.5: 32 MiB), the others not. */
+Test(torch_allocator, memory_fraction_given_before_the_pool_caps_it, .init = host_pools) {
+  gpupool_torch_set_memory_fraction(0.5, 1);
+  cr_expect_eq(gpupool_torch_memory_fraction(1), 0.5);
+  cr_expect_eq(gpupool_torch_memory_fraction(0), 1.0, "another device has none");
+  void *a = gpupool_torch_malloc(20 << 20, 1, NULL);
+  cr_assert_not_null(a);
+  cr_expect_eq(gpupool_memory_fraction(gpupool_torch_pool(1)), 0.5);
+  stderr_begin();
+  void *b = gpupool_torch_malloc(20 << 20, 1, NULL); /* 40 MiB > 32 */
+  char err[4096] = "";
+  stderr_end(err, sizeof err);
+  cr_expect_null(b);
+  cr_expect(strstr(err, "CUDA out of memory.") && strstr(err, "memory_fraction 0.5"), "%s", err);
+  void *c = gpupool_torch_malloc(20 << 20, 0, NULL), *d = gpupool_torch_malloc(20 << 20, 0, NULL);
+  cr_expect(c && d, "device 0 has the whole 64 MiB");
+  gpupool_torch_set_memory_fraction(1.0, 1); /* on the pool now */
+  b = gpupool_torch_malloc(20 << 20, 1, NULL);
+  cr_expect_not_null(b);
+  cr_expect_eq(gpupool_torch_memory_fraction(1), 1.0);
+  gpupool_torch_free(a, 20 << 20, 1, NULL);
+  gpupool_torch_free(b, 20 << 20, 1, NULL);
+  gpupool_torch_free(c, 20 << 20, 0, NULL);
+  gpupool_torch_free(d, 20 << 20, 0, NULL);
+}
+
+Test(torch_allocator, a_bad_memory_fraction_says_so_and_changes_nothing, .init = host_pools) {
+  gpupool_torch_set_memory_fraction(0.25, 0);
+  stderr_begin();
+  gpupool_torch_set_memory_fraction(1.5, 0);
+  gpupool_torch_set_memory_fraction(NAN, 0);
+  gpupool_torch_set_memory_fraction(0.5, -1);
+  gpupool_torch_set_memory_fraction(0.5, 64);
+  char err[4096] = "";
+  stderr_end(err, sizeof err);
+  cr_expect(strstr(err, "set_per_process_memory_fraction(1.5, device 0): not a fraction"), "%s",
+            err);
+  cr_expect(strstr(err, "(nan, device 0): not a fraction"), "%s", err);
+  cr_expect(strstr(err, "(0.5, device -1): no such device"), "%s", err);
+  cr_expect(strstr(err, "(0.5, device 64): no such device"), "%s", err);
+  cr_expect_eq(gpupool_torch_memory_fraction(0), 0.25, "unchanged");
+  cr_expect(isnan(gpupool_torch_memory_fraction(-1)));
+  cr_expect(isnan(gpupool_torch_memory_fraction(64)));
+  void *a = gpupool_torch_malloc(4096, 0, NULL);
+  cr_assert_not_null(a);
+  cr_expect_eq(gpupool_memory_fraction(gpupool_torch_pool(0)), 0.25);
+  gpupool_torch_free(a, 4096, 0, NULL);
+}
+
+/* PyTorch's own torch.cuda.empty_cache() path (set_reset_fn): every pool. */
+Test(torch_allocator, empty_cache_returns_every_pools_cache, .init = host_pools) {
+  gpupool_torch_empty_cache(); /* no pool yet: nothing to do */
+  for (int device = 0; device < 3; device += 2)
+    gpupool_torch_free(gpupool_torch_malloc(8 << 20, device, NULL), 8 << 20, device, NULL);
+  /* bfc: a 20 MiB segment for a block of 1 to 10 MiB */
+  cr_expect_eq(stats_of(0).reserved_bytes[GPUPOOL_STAT_ALL].current, 20 << 20);
+  cr_expect_eq(stats_of(2).reserved_bytes[GPUPOOL_STAT_ALL].current, 20 << 20);
+  gpupool_torch_empty_cache();
+  cr_expect_eq(stats_of(0).reserved_bytes[GPUPOOL_STAT_ALL].current, 0);
+  cr_expect_eq(stats_of(2).reserved_bytes[GPUPOOL_STAT_ALL].current, 0);
 }
