@@ -21,12 +21,15 @@ static double clock_s(clockid_t id) {
   return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
-/* kvconf_parse's callback: refuses the keys that would leave the simulation.
+/* kvconf_parse's callback: refuses the keys that would leave the simulation
+ * or change its device (memory_fraction caps it: /advice replays a capped
+ * pool on a device of the cap's size instead).
  * The keys come from the parser the pool itself uses (trimmed, split at the
  * same ',' and ':'), so no spelling reaches the pool unchecked. */
 static int refuse_key(void *ctx, const char *key, const char *value, char *err, size_t errlen) {
-  static const char *const refused[] = {
-      "backend", "device", "name", "host_capacity_mb", "fault_rate", "fault_every_n", "fault_seed"};
+  static const char *const refused[] = {"backend",          "device",         "name",
+                                        "host_capacity_mb", "fault_rate",     "fault_every_n",
+                                        "fault_seed",       "memory_fraction"};
   for (size_t i = 0; i < sizeof refused / sizeof *refused; i++)
     if (!strcmp(key, refused[i])) {
       snprintf(err, errlen,

@@ -28,7 +28,7 @@ typedef struct taken_pool {
   uint32_t id;    /* pool_id: the gauges follow the pool, whatever its label later */
   int device;
   char conf[256];
-  uint64_t device_bytes; /* the pool's device, 0 when it has not asked */
+  uint64_t device_bytes; /* the pool's device (or its memory_fraction cap), 0: not asked */
   event_ring **rings;
   size_t nrings;
 } taken_pool;
@@ -108,6 +108,9 @@ static void take_pool(gpupool *p, void *arg) {
   t->id = pool_id(p);
   t->device = gpupool_device(p);
   t->device_bytes = segment_device_total_known(p);
+  size_t limit = segment_reserved_limit_known(p); /* memory_fraction: what the pool may use */
+  if (limit < t->device_bytes)
+    t->device_bytes = limit;
   advisor_conf_of_pool(p, t->conf, sizeof t->conf);
   c->n++;
 }

@@ -10,6 +10,7 @@
 #include "sampler_backend.h"
 #include "pool/backend.h"
 #include "pool/registry.h"
+#include "pool/segment.h"
 
 _Static_assert(METRICS_DEVICE_MAX == DEVICE_INFO_MAX, "a snapshot holds every device");
 _Static_assert(METRICS_UUID_MAX >= DEVICE_UUID_MAX, "a snapshot holds every UUID");
@@ -61,6 +62,8 @@ static void copy_pool(gpupool *p, void *arg) {
     m->ntags = 0;
 
   pool_event_counts(p, &m->events_total, &m->events_dropped);
+  size_t limit = segment_reserved_limit_known(p);
+  m->reserved_limit = limit == SIZE_MAX ? UINT64_MAX : limit;
 
   size_t free_bytes, total_bytes;
   if (m->simulated && be->ops->mem_info(be, &free_bytes, &total_bytes) == GPUPOOL_OK) {

@@ -265,9 +265,22 @@ static void write_async_pools(prom_writer *w, const metrics_snapshot *s) {
   }
 }
 
+/* One series per pool with a cap: the family is empty (HELP and TYPE only)
+ * where no pool has one. */
+static void write_limits(prom_writer *w, const metrics_snapshot *s) {
+  prom_family(w, "gpupool_reserved_limit_bytes", PROM_GAUGE,
+              "The pool's cap on reserved bytes (memory_fraction of device memory).");
+  for (size_t i = 0; i < s->npools; i++) {
+    const metrics_pool *m = &s->pools[i];
+    if (m->reserved_limit != UINT64_MAX)
+      prom_gauge_u64(w, metrics_labels(s, m->labels), NULL, 0, m->reserved_limit);
+  }
+}
+
 void metrics_write_pools(prom_writer *w, const metrics_snapshot *s) {
   write_simple(w, s);
   write_labelled(w, s);
   write_histogram(w, s);
   write_async_pools(w, s);
+  write_limits(w, s);
 }

@@ -33,6 +33,7 @@ typedef struct metrics_pool {
   gpupool_tag_stat tags[GPUPOOL_TAG_MAX]; /* allocated bytes per tag */
   int ntags;
   uint64_t sim_total, sim_free; /* host backend: the simulated device's capacity and free */
+  uint64_t reserved_limit;      /* memory_fraction's cap in bytes; UINT64_MAX: none (known) */
   size_t labels; /* offset in label_text: device, UUID, pool, hostname, constant labels */
 } metrics_pool;
 

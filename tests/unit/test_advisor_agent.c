@@ -201,6 +201,28 @@ Test(advisor_agent, replays_on_the_pools_own_device) {
   gpupool_destroy(small);
 }
 
+/* A pool with a memory_fraction cap may use only the cap: its replays
+ * simulate a device of that size (here a quarter of 256 MiB). */
+Test(advisor_agent, a_capped_pool_replays_on_a_device_of_its_cap) {
+  gpupool *capped;
+  gpupool_options po = {.name = "capped",
+                        .backend = GPUPOOL_BACKEND_HOST,
+                        .host_capacity = 256 * MiB,
+                        .tunables = "memory_fraction:0.25",
+                        .ignore_env = 1};
+  cr_assert_eq(gpupool_create(&po, &capped), GPUPOOL_OK, "%s", gpupool_last_error());
+  for (int i = 0; i < 20; i++) {
+    void *x;
+    cr_assert_eq(gpupool_malloc(capped, &x, (size_t)(i + 1) * MiB, NULL), GPUPOOL_OK);
+    cr_assert_eq(gpupool_free(capped, x), GPUPOOL_OK);
+  }
+  cJSON *doc = http_get_json(gpupool_agent_port(), "/advice?pool=capped");
+  cr_expect_eq(cJSON_GetObjectItem(pool_of(doc, "capped"), "capacity_bytes")->valuedouble,
+               (double)(64 * MiB));
+  cJSON_Delete(doc);
+  gpupool_destroy(capped);
+}
+
 /* A what-if query (capacity_gib) is answered alone: the cached answer on
  * each pool's own device, which /ui and the gauges show, stays as it was. */
 Test(advisor_agent, capacity_query_leaves_the_cache) {

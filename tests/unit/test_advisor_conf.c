@@ -43,10 +43,11 @@ static void teardown(void) {
 TestSuite(advisor_conf, .init = setup, .fini = teardown);
 
 /* Each refused key with a value the pool would take: a bypass would replay
- * on the host backend, a real device, or with faults. */
+ * on the host backend, a real device, with faults, or on a device shrunk by
+ * a cap. */
 static const char *const refused[][2] = {
     {"backend", "host"},   {"device", "0"},        {"name", "x"},       {"host_capacity_mb", "1"},
-    {"fault_rate", "0.5"}, {"fault_every_n", "2"}, {"fault_seed", "3"},
+    {"fault_rate", "0.5"}, {"fault_every_n", "2"}, {"fault_seed", "3"}, {"memory_fraction", "0.5"},
 };
 #define N_REFUSED (sizeof refused / sizeof refused[0])
 

@@ -289,6 +289,31 @@ Test(agent_metrics, ooms_and_retries) {
   gpupool_destroy(p);
 }
 
+/* gpupool_reserved_limit_bytes: a series for a pool with a cap only, with
+ * the cap in bytes, following gpupool_set_memory_fraction. */
+Test(agent_metrics, reserved_limit_of_capped_pools_only) {
+  gpupool *capped = make_pool("capped", 0, 64 << 20),
+          *free_pool = make_pool("uncapped", 0, 64 << 20);
+  cr_assert_eq(gpupool_set_memory_fraction(capped, 0.25), GPUPOOL_OK);
+  void *x, *y;
+  cr_assert_eq(gpupool_malloc(capped, &x, 1 << 20, NULL), GPUPOOL_OK); /* asks the device size */
+  cr_assert_eq(gpupool_malloc(free_pool, &y, 1 << 20, NULL), GPUPOOL_OK);
+  start_agent(0);
+  char *text = scrape();
+  cr_assert(strstr(text, "\n# TYPE gpupool_reserved_limit_bytes gauge\n"), "%s", text);
+  cr_assert_eq(value(text, "gpupool_reserved_limit_bytes", "capped", NULL), 16 << 20);
+  cr_assert_eq(metrics_count(text, "gpupool_reserved_limit_bytes", NULL), 1, "one pool has a cap");
+  free(text);
+  cr_assert_eq(gpupool_set_memory_fraction(capped, 0.5), GPUPOOL_OK);
+  text = scrape();
+  cr_assert_eq(value(text, "gpupool_reserved_limit_bytes", "capped", NULL), 32 << 20);
+  free(text);
+  gpupool_free(capped, x);
+  gpupool_free(free_pool, y);
+  gpupool_destroy(capped);
+  gpupool_destroy(free_pool);
+}
+
 Test(agent_metrics, trace_event_counts) {
   gpupool *p = make_pool("traced", 0, 64 << 20);
   start_agent(16); /* a ring of 16 slots per stream: it keeps 15 events (event_ring.h) */

@@ -380,6 +380,7 @@ static void add_exported_names(name_set *known) {
 static const char *const conditional_names[] = {
     "gpupool_cuda_memory_bytes",       /* CUPTI: allocations seen on a GPU */
     "gpupool_agent_http_errors_total", /* after the first error answer */
+    "gpupool_reserved_limit_bytes",    /* pools with a memory_fraction cap */
 };
 static const char *const foreign_names[] = {
     "up",                      /* Prometheus: scrape health */
