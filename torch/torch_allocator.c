@@ -338,3 +338,20 @@ void gpupool_torch_empty_cache(void) {
       gpupool_empty_cache(p);
   }
 }
+
+void gpupool_torch_begin_allocate_to_pool(int device, gpupool_torch_mempool_id pool,
+                                          const void *filter) {
+  (void)filter;
+  char msg[768];
+  snprintf(msg, sizeof msg,
+           "gpupool_torch: CUDA graph capture into a private memory pool (torch.cuda.graph, "
+           "torch.compile(mode=\"reduce-overhead\"), torch.cuda.MemPool) is not supported on "
+           "device %d (memory pool id (%llu, %llu)): gpupool keeps no private pools yet, so the "
+           "graph's memory would be handed to other tensors after the capture and its replays "
+           "would overwrite them. Capture with PyTorch's own allocator (without "
+           "gpupool.torch.enable()), or run without CUDA graphs",
+           device, pool.first, pool.second);
+  if (inside_pytorch())
+    cxx_raise_runtime_error(msg);
+  fprintf(stderr, "%s\n", msg);
+}

@@ -57,6 +57,24 @@ double gpupool_torch_memory_fraction(int device);
  * enable() sets): gpupool_empty_cache on every device's pool. */
 void gpupool_torch_empty_cache(void);
 
+/* PyTorch's MempoolId_t (std::pair of two unsigned long long), as it is
+ * passed by value. */
+typedef struct gpupool_torch_mempool_id {
+  unsigned long long first, second;
+} gpupool_torch_mempool_id;
+/* PyTorch's call to route allocations into a private memory pool (a CUDA
+ * graph's capture: torch.cuda.graph, torch.compile's reduce-overhead mode,
+ * torch.cuda.MemPool), as its pluggable allocator passes it
+ * (set_begin_allocate_to_pool, which enable() sets); filter is the
+ * std::function PyTorch passes by reference to a copy. gpupool has no
+ * private pools yet: without this refusal a graph's memory would go back to
+ * the pool after its capture and be handed to other tensors, which the
+ * graph's replays would then overwrite. Inside PyTorch it throws
+ * std::runtime_error (a RuntimeError before the capture begins) saying so;
+ * elsewhere it writes the reason on stderr. */
+void gpupool_torch_begin_allocate_to_pool(int device, gpupool_torch_mempool_id pool,
+                                          const void *filter);
+
 /* The pool of device, or NULL before its first allocation (for statistics:
  * gpupool_get_stats). */
 gpupool *gpupool_torch_pool(int device);

@@ -269,14 +269,17 @@ _ALLOCATOR_FUNCTIONS = (
      "enable() puts in torch.cuda"),
     ("set_reset_fn", "gpupool_torch_empty_cache",
      "PyTorch's own empty_cache path (torch._C._cuda_emptyCache) does nothing"),
+    ("set_begin_allocate_to_pool", "gpupool_torch_begin_allocate_to_pool",
+     "CUDA graph capture (torch.cuda.graph, torch.compile's reduce-overhead mode) is not "
+     "refused, and the pool would hand a graph's memory to other tensors after its capture"),
 )
 
 
 def _pass_allocator_functions(allocator):
     """Hands PyTorch's pluggable allocator the library's record_stream,
-    memory fraction and empty_cache functions, which it calls only when they
-    are set. A torch without a setter gets a RuntimeWarning saying what is
-    lost."""
+    memory fraction, empty_cache and private-pool (refusal) functions, which
+    it calls only when they are set. A torch without a setter gets a
+    RuntimeWarning saying what is lost."""
     native = allocator.allocator() if hasattr(allocator, "allocator") else None
     lib = _lib.lib()
     for setter_name, function, lost in _ALLOCATOR_FUNCTIONS:

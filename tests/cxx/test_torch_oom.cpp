@@ -8,8 +8,10 @@
 
 #include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <stdexcept>
 #include <string>
+#include <utility>
 
 #include "fake_c10.h"
 #include "gpupool/gpupool.h"
@@ -101,4 +103,31 @@ Test(torch_oom, the_stand_in_throws_the_same_class) {
     caught = starts_with(e.msg(), "CUDA out of memory.");
   }
   cr_assert(caught);
+}
+
+// set_begin_allocate_to_pool: PyTorch casts the address to
+// void(int, std::pair<unsigned long long, unsigned long long>,
+// std::function<bool(cudaStream_t)>) and calls it at a CUDA graph's capture
+// begin. Called that way (the pair by value, the std::function by value), the
+// refusal must arrive as std::runtime_error naming the device and the pool id,
+// and the allocator must go on.
+Test(torch_oom, a_private_pool_is_refused_as_pytorch_calls_it, .init = host_pools) {
+  using MempoolId = std::pair<unsigned long long, unsigned long long>;
+  using BeginFn = void(int, MempoolId, std::function<bool(void *)>);
+  std::function<BeginFn> begin =
+      reinterpret_cast<BeginFn *>(reinterpret_cast<void *>(&gpupool_torch_begin_allocate_to_pool));
+  int filter_calls = 0;
+  std::string msg;
+  try {
+    begin(3, MempoolId{7, 11}, [&filter_calls](void *) { return ++filter_calls > 0; });
+  } catch (const std::runtime_error &e) {
+    msg = e.what();
+  }
+  cr_assert(msg.find("CUDA graph capture into a private memory pool") != std::string::npos,
+            "no refusal: '%s'", msg.c_str());
+  cr_assert(msg.find("device 3 (memory pool id (7, 11))") != std::string::npos, "%s", msg.c_str());
+  cr_assert_eq(filter_calls, 0);
+  void *p = gpupool_torch_malloc(1 << 20, 0, nullptr);
+  cr_assert_not_null(p);
+  gpupool_torch_free(p, 1 << 20, 0, nullptr);
 }

@@ -252,6 +252,77 @@ def child_fraction(out):
         json.dump(res, f)
 
 
+def child_graph(out):
+    """torch.cuda.graph under gpupool: the capture is refused before it
+    begins (a RuntimeError naming CUDA graph capture), rather than captured
+    with memory the pool would hand to other tensors; the program goes on."""
+    import torch
+    import gpupool.torch
+    gpupool.torch.enable()
+    x = torch.ones(1 << 20, device="cuda")
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):  # warm-up, as PyTorch's docs ask
+        y = x * 2
+    torch.cuda.current_stream().wait_stream(s)
+    g = torch.cuda.CUDAGraph()
+    res = {"refused": False, "message": ""}
+    try:
+        with torch.cuda.graph(g):
+            y = x * 2
+    except RuntimeError as e:
+        res["refused"] = True
+        res["message"] = str(e)[:600]
+    with torch.cuda.stream(torch.cuda.default_stream()):
+        z = torch.ones(1 << 20, device="cuda") * 3
+        res["after"] = float(z.sum().item())
+    with open(out, "w") as f:
+        json.dump(res, f)
+
+
+def child_graph_unguarded(out, lib):
+    """What the refusal prevents, shown (run by hand: --child graph-unguarded
+    --lib PATH): gpupool as PyTorch's allocator without
+    set_begin_allocate_to_pool, as enable() made it before. A graph captured
+    on stream s frees its intermediate t inside the capture; a tensor made
+    on s afterwards (victim, 7.0 everywhere) can get t's block, and each
+    replay of the graph writes x * 2 there."""
+    import torch
+    alloc = torch.cuda.memory.CUDAPluggableAllocator(lib, "gpupool_torch_malloc",
+                                                     "gpupool_torch_free")
+    torch.cuda.memory.change_current_allocator(alloc)
+    n = 1 << 20
+    x = torch.ones(n, device="cuda")
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):  # warm-up: the blocks the capture takes are cached on s
+        for _ in range(3):
+            t = x * 2
+            y = t + 1
+            del t, y
+    torch.cuda.current_stream().wait_stream(s)
+    torch.cuda.synchronize()
+    g = torch.cuda.CUDAGraph()
+    t_ptr = None
+    with torch.cuda.graph(g, stream=s):
+        t = x * 2
+        t_ptr = t.data_ptr()
+        y = t + 1
+        del t
+    with torch.cuda.stream(s):
+        victim = torch.full((n,), 7.0, device="cuda")
+    torch.cuda.synchronize()
+    before = float(victim.sum().item())
+    g.replay()
+    torch.cuda.synchronize()
+    res = {"victim_on_t_block": victim.data_ptr() == t_ptr, "victim_before": before,
+           "victim_after": float(victim.sum().item()), "expected": 7.0 * n,
+           "y_sum": float(y.sum().item())}
+    print(json.dumps(res))
+    with open(out, "w") as f:
+        json.dump(res, f)
+
+
 def child_rank(base, out_dir):
     import urllib.request
     import torch
@@ -329,6 +400,10 @@ def main():
         return child_streams(a.out)
     if a.child == "fraction":
         return child_fraction(a.out)
+    if a.child == "graph":
+        return child_graph(a.out)
+    if a.child == "graph-unguarded":
+        return child_graph_unguarded(a.out, a.lib)
 
     try:
         import torch
@@ -439,6 +514,18 @@ def main():
               f"torch._C._cuda_emptyCache(); message: {msg[:500]!r}")
     else:
         check("memory_fraction", False, "the child failed")
+
+    # 4d. CUDA graph capture is refused, not captured over memory the pool would reuse
+    out = os.path.join(work, "graph.json")
+    if run_child(env, ["--child", "graph", "--out", out], 300):
+        r = json.load(open(out))
+        check("cuda_graph", r["refused"] and
+              "CUDA graph capture into a private memory pool" in r["message"] and
+              r["after"] == 3.0 * (1 << 20),
+              f"torch.cuda.graph refused: {r['refused']}; the program went on: "
+              f"{r['after'] == 3.0 * (1 << 20)}; message: {r['message'][:300]!r}")
+    else:
+        check("cuda_graph", False, "the child failed")
 
     # 5. two ranks with torchrun on the one GPU
     base = free_pair(9477)

@@ -615,7 +615,7 @@ def fake_torch(version="2.11.0+cu130", initialized=False, swap_error=None, avail
     calls = []
 
     class Native:  # torch._C's pluggable allocator: takes functions by address
-        record_stream_fn = memory_fraction_fn = reset_fn = None
+        record_stream_fn = memory_fraction_fn = reset_fn = begin_allocate_to_pool = None
 
         def set_record_stream_fn(self, address):
             self.record_stream_fn = address
@@ -625,6 +625,9 @@ def fake_torch(version="2.11.0+cu130", initialized=False, swap_error=None, avail
 
         def set_reset_fn(self, address):
             self.reset_fn = address
+
+        def set_begin_allocate_to_pool(self, address):
+            self.begin_allocate_to_pool = address
 
     class CUDAPluggableAllocator:
         def __init__(self, path, alloc, free):
@@ -869,7 +872,9 @@ class Enable(unittest.TestCase):
         self.assertEqual(a.native.record_stream_fn, want)
         library = ctypes.CDLL(_lib.loaded_path())
         for field, function in (("memory_fraction_fn", "gpupool_torch_set_memory_fraction"),
-                                ("reset_fn", "gpupool_torch_empty_cache")):
+                                ("reset_fn", "gpupool_torch_empty_cache"),
+                                ("begin_allocate_to_pool",
+                                 "gpupool_torch_begin_allocate_to_pool")):
             self.assertEqual(getattr(a.native, field),
                              ctypes.cast(getattr(library, function), ctypes.c_void_p).value)
         # A torch whose pluggable allocator takes no such function: a warning, and it goes on.

@@ -413,3 +413,16 @@ Test(torch_allocator, empty_cache_returns_every_pools_cache, .init = host_pools)
   cr_expect_eq(stats_of(0).reserved_bytes[GPUPOOL_STAT_ALL].current, 0);
   cr_expect_eq(stats_of(2).reserved_bytes[GPUPOOL_STAT_ALL].current, 0);
 }
+
+/* Outside PyTorch (no libc10) a private pool's refusal is a line on stderr. */
+Test(torch_allocator, a_private_pool_is_refused_with_the_reason, .init = host_pools) {
+  stderr_begin();
+  gpupool_torch_begin_allocate_to_pool(1, (gpupool_torch_mempool_id){4, 9}, NULL);
+  char err[4096] = "";
+  stderr_end(err, sizeof err);
+  cr_expect(strstr(err, "CUDA graph capture into a private memory pool") &&
+                strstr(err, "device 1 (memory pool id (4, 9))") &&
+                strstr(err, "Capture with PyTorch's own allocator"),
+            "%s", err);
+  cr_expect_null(gpupool_torch_pool(1), "nothing was created");
+}
