@@ -368,6 +368,16 @@ def run_child(env, args, timeout):
     return p.returncode == 0
 
 
+def child_json(env, work, child, name):
+    """Runs this script's --child child and returns the JSON it wrote; None,
+    with check name failed, when the child failed."""
+    out = os.path.join(work, f"{child}.json")
+    if run_child(env, ["--child", child, "--out", out], 300):
+        return json.load(open(out))
+    check(name, False, "the child failed")
+    return None
+
+
 def free_pair(base):
     for b in [base] + list(range(25000, 25498, 2)):
         try:
@@ -388,22 +398,17 @@ def main():
     ap.add_argument("--out")
     ap.add_argument("--base", type=int)
     a = ap.parse_args()
-    if a.child == "torch" or a.child == "gpupool":
-        return child_train(a.child, a.out, a.steps)
-    if a.child == "tags":
-        return child_tags(a.out)
-    if a.child == "oom":
-        return child_oom(a.out)
-    if a.child == "rank":
-        return child_rank(a.base, a.out)
-    if a.child == "streams":
-        return child_streams(a.out)
-    if a.child == "fraction":
-        return child_fraction(a.out)
-    if a.child == "graph":
-        return child_graph(a.out)
-    if a.child == "graph-unguarded":
-        return child_graph_unguarded(a.out, a.lib)
+    children = {"torch": lambda: child_train(a.child, a.out, a.steps),
+                "gpupool": lambda: child_train(a.child, a.out, a.steps),
+                "tags": lambda: child_tags(a.out),
+                "oom": lambda: child_oom(a.out),
+                "rank": lambda: child_rank(a.base, a.out),
+                "streams": lambda: child_streams(a.out),
+                "fraction": lambda: child_fraction(a.out),
+                "graph": lambda: child_graph(a.out),
+                "graph-unguarded": lambda: child_graph_unguarded(a.out, a.lib)}
+    if a.child:
+        return children[a.child]()
 
     try:
         import torch
@@ -459,9 +464,8 @@ def main():
         check("stats", False, "a training child failed")
 
     # 3. tags
-    out = os.path.join(work, "tags.json")
-    if run_child(env, ["--child", "tags", "--out", out], 300):
-        r = json.load(open(out))
+    r = child_json(env, work, "tags", "tags")
+    if r:
         w, af, ab = r["weights_delta"], r["after_forward"], r["after_backward"]
         check("tags", af["weights"] == w and w >= r["param_bytes"] and
               af["activations"] == r["forward_delta"] > 0 and ab["activations"] == 0 and
@@ -469,13 +473,10 @@ def main():
               f"weights {af['weights']} (allocated by .cuda(): {w}, parameters {r['param_bytes']}); "
               f"activations after forward {af['activations']} (forward allocated "
               f"{r['forward_delta']}), after backward {ab['activations']}; by tag {ab}")
-    else:
-        check("tags", False, "the child failed")
 
     # 4. OOM and the batch-size finder
-    out = os.path.join(work, "oom.json")
-    if run_child(env, ["--child", "oom", "--out", out], 300):
-        r = json.load(open(out))
+    r = child_json(env, work, "oom", "oom")
+    if r:
         msg = r["messages"][0][1] if r["messages"] else ""
         check("oom", r["found"] < r["start"] and r["n_ooms"] >= 1 and
               msg.startswith("CUDA out of memory.") and r["num_ooms"] == r["n_ooms"] and
@@ -483,25 +484,19 @@ def main():
               f"batch sizes tried {r['tried']} -> {r['found']}; {r['n_ooms']} OOMs, "
               f"num_ooms {r['num_ooms']}; exception {r['messages'][0][0] if r['messages'] else '-'}"
               f" (torch.OutOfMemoryError: {r['torch_oom_error']}); message: {msg[:400]!r}")
-    else:
-        check("oom", False, "the child failed")
 
     # 4b. tensor.record_stream reaches the pool
-    out = os.path.join(work, "streams.json")
-    if run_child(env, ["--child", "streams", "--out", out], 300):
-        r = json.load(open(out))
+    r = child_json(env, work, "streams", "record_stream")
+    if r:
         check("record_stream", r["busy"] and not r["reused_while_busy"] and
               r["y_sum"] == 2.0 * r["n"],
               f"the second stream busy when the block was asked for: {r['busy']}; a freed "
               f"block it still used handed out again: {r['reused_while_busy']}; its result "
               f"{r['y_sum']} (expected {2.0 * r['n']})")
-    else:
-        check("record_stream", False, "the child failed")
 
     # 4c. set_per_process_memory_fraction caps the pool; PyTorch's empty_cache reaches it
-    out = os.path.join(work, "fraction.json")
-    if run_child(env, ["--child", "fraction", "--out", out], 300):
-        r = json.load(open(out))
+    r = child_json(env, work, "fraction", "memory_fraction")
+    if r:
         msg = r.get("message", "")
         rb, ra = r["reserved_before_after"]
         check("memory_fraction", r["fraction_read"] == 0.05 and r["refused"] and
@@ -512,20 +507,15 @@ def main():
               f"{r['refused']} with the device {r['device_free_after'] / r['total']:.0%} free; "
               f"fits under 50 %: {r['fits_under_half']}; reserved {rb} -> {ra} after "
               f"torch._C._cuda_emptyCache(); message: {msg[:500]!r}")
-    else:
-        check("memory_fraction", False, "the child failed")
 
     # 4d. CUDA graph capture is refused, not captured over memory the pool would reuse
-    out = os.path.join(work, "graph.json")
-    if run_child(env, ["--child", "graph", "--out", out], 300):
-        r = json.load(open(out))
+    r = child_json(env, work, "graph", "cuda_graph")
+    if r:
         check("cuda_graph", r["refused"] and
               "CUDA graph capture into a private memory pool" in r["message"] and
               r["after"] == 3.0 * (1 << 20),
               f"torch.cuda.graph refused: {r['refused']}; the program went on: "
               f"{r['after'] == 3.0 * (1 << 20)}; message: {r['message'][:300]!r}")
-    else:
-        check("cuda_graph", False, "the child failed")
 
     # 5. two ranks with torchrun on the one GPU
     base = free_pair(9477)

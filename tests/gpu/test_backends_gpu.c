@@ -30,13 +30,20 @@ static void require_gpu(const char *backend_name) {
   gpu_require(what);
 }
 
-static gpupool *make_pool(gpupool_backend backend, int device) {
-  gpupool_options opt = {.name = "gpu_test", .backend = backend, .device = device, .ignore_env = 1};
+/* A pool named name on device with tunables conf (NULL: none). */
+static gpupool *make_pool_with(gpupool_backend backend, int device, const char *name,
+                               const char *conf) {
+  gpupool_options opt = {
+      .name = name, .backend = backend, .device = device, .tunables = conf, .ignore_env = 1};
   gpupool *p = NULL;
   gpupool_status st = gpupool_create(&opt, &p);
   cr_assert_eq(st, GPUPOOL_OK, "gpupool_create: %s: %s", gpupool_status_string(st),
                gpupool_last_error());
   return p;
+}
+
+static gpupool *make_pool(gpupool_backend backend, int device) {
+  return make_pool_with(backend, device, "gpu_test", NULL);
 }
 
 static gpupool_stats stats_of(gpupool *p) {
@@ -204,9 +211,7 @@ static void check_memory_fraction(gpupool_backend backend, const char *name, con
   require_gpu(name);
   size_t free_b, total_b;
   CUDA_OK(cudaMemGetInfo(&free_b, &total_b));
-  gpupool_options opt = {.name = "gpu_cap", .backend = backend, .tunables = conf, .ignore_env = 1};
-  gpupool *p = NULL;
-  cr_assert_eq(gpupool_create(&opt, &p), GPUPOOL_OK, "%s", gpupool_last_error());
+  gpupool *p = make_pool_with(backend, 0, "gpu_cap", conf);
   double fraction = (double)(64 * MiB) / (double)total_b;
   cr_assert_eq(gpupool_set_memory_fraction(p, fraction), GPUPOOL_OK);
   void *a = NULL, *b = NULL;
@@ -283,9 +288,7 @@ Test(gpu_cuda_async, stats_and_empty_cache) {
 static void check_forked_child_is_refused(gpupool_backend backend, const char *name,
                                           const char *conf) {
   require_gpu(name);
-  gpupool_options opt = {.name = "gpu_fork", .backend = backend, .tunables = conf, .ignore_env = 1};
-  gpupool *p = NULL;
-  cr_assert_eq(gpupool_create(&opt, &p), GPUPOOL_OK, "%s", gpupool_last_error());
+  gpupool *p = make_pool_with(backend, 0, "gpu_fork", conf);
   void *a = NULL;
   cr_assert_eq(gpupool_malloc(p, &a, 3 * MiB, NULL), GPUPOOL_OK, "%s", gpupool_last_error());
   CUDA_OK(cudaMemset(a, 0x3c, 3 * MiB));
