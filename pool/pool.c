@@ -449,6 +449,16 @@ double gpupool_memory_fraction(const gpupool *p) {
   return fraction < 0 ? 1.0 : fraction;
 }
 
+gpupool_status gpupool_mem_get_info(gpupool *p, size_t *free_bytes, size_t *total_bytes) {
+  if (!p || !free_bytes || !total_bytes)
+    return pool_fail(GPUPOOL_ERR_INVALID, "gpupool_mem_get_info: %s is NULL",
+                     !p ? "pool" : "an output");
+  gpupool_status st = pool_check_not_inherited(p, "gpupool_mem_get_info");
+  if (st != GPUPOOL_OK)
+    return st;
+  return p->be->ops->mem_info(p->be, free_bytes, total_bytes);
+}
+
 const char *gpupool_name(const gpupool *p) {
   return p ? p->cfg.name : NULL;
 }

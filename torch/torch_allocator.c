@@ -16,6 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/errors.h"
 #include "cxx_raise.h"
 #include "gpupool/agent.h"
 #include "gpupool/torch.h"
@@ -170,6 +171,48 @@ static int inside_pytorch(void) {
  * catch it) it is a line on stderr and NULL. Out of memory starts with
  * PyTorch's own words, which batch-size finders (accelerate's
  * find_executable_batch_size) match on. */
+/* The out-of-memory observers, appended under observers_lock and published
+ * by the count (release): a reader sees every slot below it. */
+#define TORCH_MAX_OOM_OBSERVERS 16
+static gpupool_torch_oom_observer oom_observers[TORCH_MAX_OOM_OBSERVERS];
+static _Atomic int oom_observer_count;
+static pthread_mutex_t observers_lock = PTHREAD_MUTEX_INITIALIZER;
+
+gpupool_status gpupool_torch_attach_oom_observer(gpupool_torch_oom_observer fn) {
+  if (!fn)
+    return pool_fail(GPUPOOL_ERR_INVALID,
+                     "gpupool_torch_attach_oom_observer: the observer is NULL");
+  gpupool_status st = GPUPOOL_OK;
+  pthread_mutex_lock(&observers_lock);
+  int n = atomic_load_explicit(&oom_observer_count, memory_order_relaxed);
+  if (n == TORCH_MAX_OOM_OBSERVERS) {
+    st = GPUPOOL_ERR_UNSUPPORTED;
+  } else {
+    oom_observers[n] = fn;
+    atomic_store_explicit(&oom_observer_count, n + 1, memory_order_release);
+  }
+  pthread_mutex_unlock(&observers_lock);
+  if (st != GPUPOOL_OK)
+    return pool_fail(st, "gpupool_torch_attach_oom_observer: %d observers already",
+                     TORCH_MAX_OOM_OBSERVERS);
+  return GPUPOOL_OK;
+}
+
+/* Calls the observers of an OOM on device, with what PyTorch's allocator
+ * passes: the device's memory (its cap where the pool has one) and its free
+ * memory, read now (a device call, outside every lock). */
+static void tell_oom_observers(int device, size_t size) {
+  int n = atomic_load_explicit(&oom_observer_count, memory_order_acquire);
+  if (!n)
+    return;
+  size_t free_b = 0, total_b = 0;
+  gpupool *p = gpupool_torch_pool(device);
+  if (p && gpupool_mem_get_info(p, &free_b, &total_b) == GPUPOOL_OK)
+    total_b = (size_t)(gpupool_memory_fraction(p) * (double)total_b);
+  for (int i = 0; i < n; i++)
+    oom_observers[i](device, size, total_b, free_b);
+}
+
 static void *fail(size_t size, int device, gpupool_status st, const char *why) {
   static const char oom[] = "CUDA out of memory.";
   char msg[1536];
@@ -181,6 +224,8 @@ static void *fail(size_t size, int device, gpupool_status st, const char *why) {
   else
     snprintf(msg, sizeof msg, "gpupool_torch: cannot allocate %zu bytes on device %d: %s", size,
              device, why);
+  if (st == GPUPOOL_ERR_OOM) /* after msg: an observer may change gpupool_last_error() */
+    tell_oom_observers(device, size);
   if (inside_pytorch()) {
     if (st == GPUPOOL_ERR_OOM)
       cxx_raise_torch_oom(msg, "gpupool_torch_malloc", __FILE__, __LINE__);

@@ -176,6 +176,10 @@ gpupool_status gpupool_set_memory_fraction(gpupool *p, double fraction);
 /* The fraction set, 1.0 when none was (as PyTorch answers); NaN with p NULL
  * (gpupool_last_error() says so). */
 double gpupool_memory_fraction(const gpupool *p);
+/* The free and total memory of the pool's device, as torch.cuda.mem_get_info
+ * answers: a device call (cudaMemGetInfo) on the cuda backends, the
+ * simulated device's accounting on host. Takes none of the pool's locks. */
+gpupool_status gpupool_mem_get_info(gpupool *p, size_t *free_bytes, size_t *total_bytes);
 /* peak = current for every stat. With p NULL: nothing, and
  * gpupool_last_error() says so (no status to return). */
 void gpupool_reset_peak_stats(gpupool *p);

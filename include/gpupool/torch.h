@@ -57,6 +57,20 @@ double gpupool_torch_memory_fraction(int device);
  * enable() sets): gpupool_empty_cache on every device's pool. */
 void gpupool_torch_empty_cache(void);
 
+/* An out-of-memory observer, as PyTorch's allocator calls those given to
+ * torch._C._cuda_attach_out_of_memory_observer: the device, the bytes asked
+ * for, the device's memory (its memory_fraction cap where the pool has one)
+ * and its free memory then (0 when it cannot be read). */
+typedef void (*gpupool_torch_oom_observer)(int device, size_t requested, size_t device_total,
+                                           size_t device_free);
+/* Adds fn to the observers called, in the order given, on the failing
+ * thread before gpupool_torch_malloc reports out of memory (with no lock
+ * held: an observer may read the pools, take a snapshot, allocate).
+ * gpupool.torch.enable() puts torch._C._cuda_attach_out_of_memory_observer
+ * on it. At most 16: GPUPOOL_ERR_UNSUPPORTED past them, GPUPOOL_ERR_INVALID
+ * for NULL. */
+gpupool_status gpupool_torch_attach_oom_observer(gpupool_torch_oom_observer fn);
+
 /* PyTorch's MempoolId_t (std::pair of two unsigned long long), as it is
  * passed by value. */
 typedef struct gpupool_torch_mempool_id {

@@ -13,7 +13,8 @@ the first call (see library_path). docs/python.md has the details.
 """
 from ._lib import GpupoolError, library_path
 from ._snapshot import dump_snapshot, memory_snapshot, snapshot
-from ._stats import (empty_cache, get_per_process_memory_fraction, max_memory_allocated,
+from ._stats import (attach_out_of_memory_observer, empty_cache,
+                     get_per_process_memory_fraction, max_memory_allocated,
                      max_memory_reserved, memory_allocated, memory_reserved, memory_stats,
                      memory_summary, reset_accumulated_memory_stats, reset_peak_memory_stats,
                      set_per_process_memory_fraction)
@@ -25,4 +26,5 @@ __all__ = ["GpupoolError", "library_path", "dump_snapshot", "memory_snapshot", "
            "empty_cache", "max_memory_allocated", "max_memory_reserved", "memory_allocated",
            "memory_reserved", "memory_stats", "memory_summary", "reset_accumulated_memory_stats",
            "reset_peak_memory_stats", "set_per_process_memory_fraction",
-           "get_per_process_memory_fraction", "current_tag", "memory_allocated_by_tag", "tag"]
+           "get_per_process_memory_fraction", "attach_out_of_memory_observer", "current_tag",
+           "memory_allocated_by_tag", "tag"]

@@ -62,6 +62,7 @@ _SIGNATURES = {
     "gpupool_torch_set_memory_fraction": (None, [ctypes.c_double, ctypes.c_int]),
     "gpupool_torch_memory_fraction": (ctypes.c_double, [ctypes.c_int]),
     "gpupool_torch_empty_cache": (None, []),
+    "gpupool_torch_attach_oom_observer": (ctypes.c_int, [ctypes.c_void_p]),
     "gpupool_torch_conf_check": (ctypes.c_int, [ctypes.c_char_p]),
     "gpupool_agent_conf_check": (ctypes.c_int, [ctypes.c_char_p]),
     "gpupool_agent_start": (ctypes.c_int, [_P]),

@@ -1,6 +1,7 @@
 """torch.cuda's memory functions, answered from the torch adapter's pools
 (pool "torch", one per device) through the C API."""
 import collections
+import ctypes
 import os
 import re
 import sys
@@ -188,6 +189,31 @@ def get_per_process_memory_fraction(device=None):
     """The fraction set for the device's pool, 1.0 when none (as
     torch.cuda.get_per_process_memory_fraction answers)."""
     return _lib.lib().gpupool_torch_memory_fraction(device_index(device))
+
+
+# The observers handed to the library, as ctypes callbacks: they must live as
+# long as the library may call them, the process.
+_OOM_OBSERVER = ctypes.CFUNCTYPE(None, ctypes.c_int, ctypes.c_size_t, ctypes.c_size_t,
+                                 ctypes.c_size_t)
+_oom_observers = []
+
+
+def attach_out_of_memory_observer(observer):
+    """torch._C._cuda_attach_out_of_memory_observer for the torch adapter's
+    pools: observer(device, alloc, device_total, device_free) is called on
+    the failing thread before each out-of-memory error is raised, as PyTorch's
+    allocator calls it (device_total is the memory_fraction cap where one is
+    set); it may take a snapshot (torch.cuda.memory._snapshot()). An exception
+    it raises is printed and the OOM goes on."""
+    if not callable(observer):
+        raise TypeError(f"gpupool: the out-of-memory observer {observer!r} is not callable")
+    callback = _OOM_OBSERVER(lambda device, alloc, total, free: observer(device, alloc, total,
+                                                                         free))
+    status = _lib.lib().gpupool_torch_attach_oom_observer(
+        ctypes.cast(callback, ctypes.c_void_p).value)
+    if status != 0:
+        raise _lib.error(status, f"gpupool: attach_out_of_memory_observer: {_lib.last_error()}")
+    _oom_observers.append(callback)
 
 
 # memory_summary's cells, formatted as torch.cuda.memory_summary formats

@@ -251,11 +251,15 @@ def _torch_cuda_memory_calls():
 def _answer_torch_cuda_memory_calls(torch):
     """Puts the package's answers in place of torch.cuda's memory calls, in
     torch.cuda and in torch.cuda.memory (where PyTorch's other calls look
-    them up), for the names this torch has."""
+    them up), and of torch._C's OOM observer call, for the names this torch
+    has."""
     for name, call in _torch_cuda_memory_calls().items():
         for namespace in (torch.cuda, torch.cuda.memory):
             if hasattr(namespace, name):
                 setattr(namespace, name, call)
+    native = getattr(torch, "_C", None)
+    if hasattr(native, "_cuda_attach_out_of_memory_observer"):
+        native._cuda_attach_out_of_memory_observer = _stats.attach_out_of_memory_observer
 
 
 # What PyTorch's pluggable allocator passes on only to a function set for it

@@ -228,6 +228,13 @@ def child_fraction(out):
     import gpupool
     import gpupool.torch
     gpupool.torch.enable()
+    observed = []
+
+    def oom_observer(device, alloc, device_total, device_free):  # PyTorch's documented habit
+        snapshot = torch.cuda.memory._snapshot()
+        observed.append([device, alloc, device_total, device_free, len(snapshot["segments"])])
+
+    torch._C._cuda_attach_out_of_memory_observer(oom_observer)
     torch._C._cuda_setMemoryFraction(0.05, 0)
     res = {"fraction_read": torch.cuda.get_per_process_memory_fraction()}
     free, total = torch.cuda.mem_get_info()
@@ -241,6 +248,8 @@ def child_fraction(out):
         res["message"] = str(e)[:900]
     res["device_free_after"] = torch.cuda.mem_get_info()[0]
     res["total"] = total
+    res["observed"] = observed
+    res["asked"] = n * 4
     torch.cuda.set_per_process_memory_fraction(0.5)
     b = torch.ones(n, device="cuda")
     res["fits_under_half"] = float(b[-1].item()) == 1.0
@@ -499,6 +508,7 @@ def main():
     if r:
         msg = r.get("message", "")
         rb, ra = r["reserved_before_after"]
+        obs = r["observed"]
         check("memory_fraction", r["fraction_read"] == 0.05 and r["refused"] and
               msg.startswith("CUDA out of memory.") and "memory_fraction 0.05" in msg and
               "limit refused it" in msg and r["device_free_after"] > r["total"] // 2 and
@@ -507,6 +517,12 @@ def main():
               f"{r['refused']} with the device {r['device_free_after'] / r['total']:.0%} free; "
               f"fits under 50 %: {r['fits_under_half']}; reserved {rb} -> {ra} after "
               f"torch._C._cuda_emptyCache(); message: {msg[:500]!r}")
+        check("oom_observer", len(obs) == 1 and obs[0][0] == 0 and obs[0][1] == r["asked"] and
+              obs[0][2] == int(0.05 * r["total"]) and obs[0][3] > r["total"] // 2 and
+              obs[0][4] >= 1,
+              f"torch._C._cuda_attach_out_of_memory_observer's observer saw {obs} (device, bytes "
+              f"asked {r['asked']}, the cap {int(0.05 * r['total'])}, free, segments in the "
+              f"snapshot it took)")
 
     # 4d. CUDA graph capture is refused, not captured over memory the pool would reuse
     r = child_json(env, work, "graph", "cuda_graph")

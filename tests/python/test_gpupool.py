@@ -603,6 +603,24 @@ class OutOfMemory(unittest.TestCase):
         free(a, d)
         free(b, d)
 
+    def test_oom_observer(self):
+        """torch._C._cuda_attach_out_of_memory_observer's stand-in: called
+        before each OOM with PyTorch's arguments (device, bytes asked, the
+        device's memory, its free memory), one that raises changes nothing."""
+        d = 42
+        seen = []
+        gpupool.attach_out_of_memory_observer(lambda *args: seen.append(args))
+        gpupool.attach_out_of_memory_observer(lambda *args: 1 / 0)
+        a = malloc(4 * MiB, d)
+        with captured_stderr() as err:
+            self.assertIsNone(malloc(1 << 40, d))
+        self.assertIn((d, 1 << 40, 64 * MiB, 64 * MiB - gpupool.memory_reserved(d)), seen)
+        self.assertIn("ZeroDivisionError", err[0])  # printed by ctypes; the OOM went on
+        self.assertIn("CUDA out of memory.", err[0])
+        with self.assertRaises(TypeError):
+            gpupool.attach_out_of_memory_observer(None)
+        free(a, d)
+
     def test_message(self):
         with captured_stderr() as err:
             self.assertIsNone(malloc(1 << 40, 6))
@@ -676,6 +694,8 @@ def fake_torch(version="2.11.0+cu130", initialized=False, swap_error=None, avail
                                  empty_cache=memory.empty_cache)
     torch = types.ModuleType("torch")
     torch.__version__, torch.cuda = version, cuda
+    torch._C = types.SimpleNamespace(
+        _cuda_attach_out_of_memory_observer=unsupported("attachOutOfMemoryObserver"))
     return torch, calls
 
 
@@ -801,6 +821,8 @@ class Enable(unittest.TestCase):
         self.assertEqual(torch.cuda.memory.get_per_process_memory_fraction(d), 0.5)
         self.assertEqual(gpupool.get_per_process_memory_fraction(d), 0.5)
         torch.cuda.memory.set_per_process_memory_fraction(1.0, d)
+        self.assertIs(torch._C._cuda_attach_out_of_memory_observer,
+                      gpupool.attach_out_of_memory_observer)
         if hasattr(L, _lib.SNAPSHOT_SYMBOL):
             with tempfile.TemporaryDirectory() as tmp:
                 path = os.path.join(tmp, "snap.pickle")

@@ -426,3 +426,49 @@ Test(torch_allocator, a_private_pool_is_refused_with_the_reason, .init = host_po
             "%s", err);
   cr_expect_null(gpupool_torch_pool(1), "nothing was created");
 }
+
+/* The OOM observers (torch._C._cuda_attach_out_of_memory_observer): called
+ * in order before the failure, with PyTorch's arguments, the capped device
+ * size where a cap is set; NULL and a 17th are refused. */
+static int observed[4][4];
+static int nobserved;
+
+static void observer_a(int device, size_t requested, size_t total, size_t free_b) {
+  observed[nobserved][0] = 'a';
+  observed[nobserved][1] = device;
+  observed[nobserved][2] = (int)(requested >> 20);
+  observed[nobserved][3] = (int)(total >> 20) * 1000 + (int)(free_b >> 20);
+  nobserved++;
+}
+
+static void observer_b(int device, size_t requested, size_t total, size_t free_b) {
+  (void)requested, (void)total, (void)free_b;
+  observed[nobserved][0] = 'b';
+  observed[nobserved][1] = device;
+  nobserved++;
+}
+
+Test(torch_allocator, oom_observers_are_called_before_the_failure, .init = host_pools) {
+  cr_assert_eq(gpupool_torch_attach_oom_observer(NULL), GPUPOOL_ERR_INVALID);
+  cr_assert_eq(gpupool_torch_attach_oom_observer(observer_a), GPUPOOL_OK);
+  cr_assert_eq(gpupool_torch_attach_oom_observer(observer_b), GPUPOOL_OK);
+  void *kept = gpupool_torch_malloc(4 << 20, 2, NULL); /* a 20 MiB segment */
+  cr_assert_not_null(kept);
+  gpupool_torch_set_memory_fraction(0.5, 2); /* 32 MiB of 64 */
+  stderr_begin();
+  cr_expect_null(gpupool_torch_malloc(20 << 20, 2, NULL)); /* a second segment: past 32 */
+  char err[4096] = "";
+  stderr_end(err, sizeof err);
+  cr_assert_eq(nobserved, 2, "each observer once: %d", nobserved);
+  cr_expect_eq(observed[0][0], 'a');
+  cr_expect_eq(observed[0][1], 2);
+  cr_expect_eq(observed[0][2], 20);
+  cr_expect_eq(observed[0][3], 32 * 1000 + 44, "the cap (32 MiB), 44 MiB free: %d", observed[0][3]);
+  cr_expect_eq(observed[1][0], 'b', "in the order given");
+  cr_expect(strstr(err, "CUDA out of memory."), "%s", err);
+  for (int i = 2; i < 16; i++)
+    cr_assert_eq(gpupool_torch_attach_oom_observer(observer_b), GPUPOOL_OK);
+  cr_expect_eq(gpupool_torch_attach_oom_observer(observer_b), GPUPOOL_ERR_UNSUPPORTED);
+  cr_expect(strstr(gpupool_last_error(), "16 observers already"), "%s", gpupool_last_error());
+  gpupool_torch_free(kept, 4 << 20, 2, NULL);
+}
