@@ -31,7 +31,9 @@ static const struct {
     {"bfc", GPUPOOL_STRATEGY_BFC, "bfc", NULL},
     {"round", GPUPOOL_STRATEGY_ROUND, "round", "reserve_percent:5"},
     {"naive", GPUPOOL_STRATEGY_NAIVE, "naive", "reserve_percent:5"},
-    {"bfc-expandable", GPUPOOL_STRATEGY_BFC, "bfc", "expandable_segments:True"},
+    /* The cap (PyTorch's per-process memory fraction) is above what this pool
+     * holds: the dashboards draw it as the pool's limit line. */
+    {"bfc-expandable", GPUPOOL_STRATEGY_BFC, "bfc", "expandable_segments:True,memory_fraction:0.9"},
 };
 
 typedef struct demo_args {
@@ -75,7 +77,8 @@ static void usage(FILE *f) {
              "  --seed S               seed of the sequence lengths and free orders (default 1)\n"
              "  --quiet                no summary table every 10 seconds\n"
              "Pools on each device: bfc, round, naive and bfc-expandable (bfc with\n"
-             "expandable_segments:True where the backend has virtual memory management).\n"
+             "expandable_segments:True where the backend has virtual memory management,\n"
+             "capped at 90 %% of the device: memory_fraction:0.9).\n"
              "Environment: GPUPOOL_CONF (pool options, e.g. backend:host) applies to every pool;\n"
              "a pool that refuses one of its keys (round and naive refuse\n"
              "expandable_segments:True) runs without that key, and says so. GPUPOOL_AGENT_CONF.\n");
