@@ -25,6 +25,7 @@
 #include "core/utf8.h"
 #include "pool/pool_view.h"
 #include "pool/registry.h"
+#include "pool/segment.h"
 #include "ui.h"
 #include "ui_history.h"
 
@@ -146,6 +147,7 @@ typedef struct pool_now {
   int device;
   char name[TRACE_LABEL_MAX], label[POOL_LABEL_MAX], backend[16], strategy[16];
   gpupool_stats st;
+  uint64_t limit; /* memory_fraction's cap in bytes; UINT64_MAX: none (known) */
   int live;
 } pool_now;
 
@@ -172,6 +174,8 @@ static void note_live(gpupool *p, void *arg) {
   copy_name(pn->name, sizeof pn->name, gpupool_name(p));
   copy_name(pn->backend, sizeof pn->backend, gpupool_backend_name(p));
   copy_name(pn->strategy, sizeof pn->strategy, gpupool_strategy_name(p));
+  size_t limit = segment_reserved_limit_known(p);
+  pn->limit = limit == SIZE_MAX ? UINT64_MAX : limit;
   pn->live = 1;
   c->n++;
 }
@@ -260,6 +264,12 @@ static void write_pool(prom_buf *b, const pool_now *p, const counter_sample *s, 
     const gpupool_stats *st = &p->st;
     kv_u64(b, "allocated", (uint64_t)st->allocated_bytes[GPUPOOL_STAT_ALL].current);
     kv_u64(b, "reserved", (uint64_t)st->reserved_bytes[GPUPOOL_STAT_ALL].current);
+    if (p->limit != UINT64_MAX) {
+      kv_u64(b, "limit", p->limit);
+    } else {
+      key(b, "limit");
+      prom_buf_puts(b, "null,");
+    }
     kv_u64(b, "requested", (uint64_t)st->requested_bytes[GPUPOOL_STAT_ALL].current);
     kv_u64(b, "largest_free", st->largest_free_block);
     kv_u64(b, "segments", (uint64_t)st->segment[GPUPOOL_STAT_ALL].current);

@@ -186,6 +186,7 @@ function renderState(st) {
       const cells = [
         ["allocated", p.allocated, fmtBytes],
         ["reserved", p.reserved, fmtBytes],
+        ["limit", p.limit, fmtBytes],
         ["free", p.reserved - p.allocated, fmtBytes],
         ["largest_free", p.largest_free, fmtBytes],
         ["from_device", p.from_device, String],
@@ -197,10 +198,11 @@ function renderState(st) {
         const td = el("td", { class: "num", "data-k": k, "data-v": String(v) }, f(v));
         if (k === "ext_frag") td.title = "1 − " + p.largest_free + " / (" + p.reserved + " − " + p.allocated + ")";
         if (k === "overhead") td.title = "1 − " + p.allocated + " / " + p.reserved;
+        if (k === "limit") td.title = v === null ? "no memory_fraction cap" : "memory_fraction's cap on reserved";
         tr.append(td);
       }
     } else {
-      tr.append(el("td", { colspan: "8" }, "destroyed; its history stays while in the window"));
+      tr.append(el("td", { colspan: "9" }, "destroyed; its history stays while in the window"));
     }
     tr.addEventListener("click", () => {
       if (p.live) selectPool(p.id);

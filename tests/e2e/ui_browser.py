@@ -541,6 +541,16 @@ def part_fixture(args, profile):
                            % pool)
             check(want is not None and shown == want,
                   "fixture: %s reserved on the page %s == /metrics %s" % (pool, shown, want))
+            # The cap: expandable's (memory_fraction:0.5) as /metrics gives it, "—" without one.
+            cap = metric(base, "gpupool_reserved_limit_bytes", pool)
+            cell = b.eval("(() => { const c = document.querySelector('#pools tr[data-pool=\"%s\"] "
+                          "td[data-k=\"limit\"]'); return c ? [c.dataset.v, c.textContent] : null; })()"
+                          % pool)
+            check(cell is not None and (cell == ["null", "—"] if cap is None else
+                                        (float(cell[0]) == cap and cell[1] == "2.00 GiB")),
+                  "fixture: %s cap on the page %r, /metrics %s" % (pool, cell, cap))
+            if pool == "expandable":
+                check(cap == 2 << 30, "fixture: expandable's cap is half its 4 GiB (%s)" % cap)
         b.screenshot(os.path.join(args.out, "ui-fixture-frag.png"))
         check_oom(b, base)
         check_advice_view(b)

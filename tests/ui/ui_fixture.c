@@ -107,7 +107,8 @@ int main(int argc, char **argv) {
   pools[0] = make(names[0], NULL, big);
   pools[1] = make(names[1], NULL, big);
   pools[2] = make(names[2], NULL, big);
-  pools[3] = make(names[3], "expandable_segments:True,expandable_slack_percent:0", big);
+  pools[3] = make(names[3],
+                  "expandable_segments:True,expandable_slack_percent:0,memory_fraction:0.5", big);
   pools[4] = make(names[4], NULL, (size_t)64 << 20);
   for (int i = 5; i < 10; i++)
     pools[i] = make(names[i], NULL, big);
