@@ -190,24 +190,18 @@ static void compute(pool_oom_report *r) {
     e->expandable_low = t->small_reserved + (large ? round_up(t->large_live_bytes + r->rounded, P)
                                                    : round_up(t->large_live_bytes, P) + add);
     int bfc = strcmp(r->cap.strategy, "bfc") == 0; /* other roundings differ */
-    if (r->limit_refused) { /* under the cap; a firm yes needs the device's room too */
-      e->expandable_room = r->limit;
-      if (r->device_known && r->device_total - e->outside_pool < e->expandable_room)
-        e->expandable_room = r->device_total - e->outside_pool;
-      if (e->expandable_high <= e->expandable_room)
-        e->expandable = r->device_known ? OOM_YES : OOM_MAYBE;
-      else if (bfc && e->expandable_low > e->expandable_room)
-        e->expandable = OOM_NO;
-      else
-        e->expandable = OOM_MAYBE;
-    } else if (!r->device_known) {
+    if (!r->device_known && !r->limit_refused) {
       e->expandable = OOM_MAYBE;
     } else {
-      e->expandable_room = r->device_total - e->outside_pool;
-      if (e->device_had_room)
+      /* The device's room, and under a cap that refused, the cap's: a firm
+       * yes needs the device's reading too. */
+      e->expandable_room = r->device_known ? r->device_total - e->outside_pool : UINT64_MAX;
+      if (r->limit_refused && r->limit < e->expandable_room)
+        e->expandable_room = r->limit;
+      if (e->device_had_room) /* never with limit_refused */
         e->expandable = OOM_MAYBE;
       else if (e->expandable_high <= e->expandable_room)
-        e->expandable = OOM_YES;
+        e->expandable = r->device_known ? OOM_YES : OOM_MAYBE;
       else if (bfc && e->expandable_low > e->expandable_room)
         e->expandable = OOM_NO;
       else

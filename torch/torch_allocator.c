@@ -26,14 +26,9 @@
 static _Atomic(gpupool *) pools[TORCH_MAX_DEVICES];
 static pthread_mutex_t create_lock = PTHREAD_MUTEX_INITIALIZER;
 /* set_per_process_memory_fraction before a device's first allocation: the
- * fraction its pool is created with (< 0: none given). Under create_lock. */
+ * fraction its pool is created with, where given. Under create_lock. */
 static double fraction_at_create[TORCH_MAX_DEVICES];
-static pthread_once_t fractions_once = PTHREAD_ONCE_INIT;
-
-static void fractions_init(void) {
-  for (int i = 0; i < TORCH_MAX_DEVICES; i++)
-    fraction_at_create[i] = -1;
-}
+static unsigned char fraction_given[TORCH_MAX_DEVICES];
 static int setup_done;         /* under create_lock */
 static FILE *record;           /* GPUPOOL_RECORD; written before the first pool is published */
 static char record_path[4096]; /* its name, for the message of a failed write */
@@ -131,14 +126,13 @@ gpupool_status gpupool_torch_conf_check(const char *conf) {
 /* The device's pool, created at its first use; NULL with gpupool_last_error()
  * set when it cannot be created. */
 static gpupool *create_pool(int device) {
-  pthread_once(&fractions_once, fractions_init);
   pthread_mutex_lock(&create_lock);
   gpupool *p = atomic_load_explicit(&pools[device], memory_order_relaxed);
   if (!p) {
     setup_once();
     gpupool_options opt = torch_pool_options(device);
     if (gpupool_create(&opt, &p) == GPUPOOL_OK) {
-      if (fraction_at_create[device] >= 0) /* checked when it was given */
+      if (fraction_given[device]) /* checked when it was given */
         gpupool_set_memory_fraction(p, fraction_at_create[device]);
       atomic_store_explicit(&pools[device], p, memory_order_release);
       start_agent_once();
@@ -160,17 +154,6 @@ static int inside_pytorch(void) {
   return 1;
 }
 
-/* PyTorch does not check the pointer a pluggable allocator returns: NULL
- * would become a tensor at address 0 and the next kernel would fault. So
- * inside PyTorch a failure is thrown as a C++ exception, which PyTorch raises
- * in Python carrying this message: out of memory as c10::OutOfMemoryError,
- * torch.OutOfMemoryError in Python (what its own allocator raises, and what
- * `except torch.cuda.OutOfMemoryError` catches), where the PyTorch libraries
- * allow (cxx_raise.h), any other failure (and OOM where they do not) as
- * std::runtime_error, a RuntimeError. Elsewhere (a C program, which could not
- * catch it) it is a line on stderr and NULL. Out of memory starts with
- * PyTorch's own words, which batch-size finders (accelerate's
- * find_executable_batch_size) match on. */
 /* The out-of-memory observers, appended under observers_lock and published
  * by the count (release): a reader sees every slot below it. */
 #define TORCH_MAX_OOM_OBSERVERS 16
@@ -213,6 +196,17 @@ static void tell_oom_observers(int device, size_t size) {
     oom_observers[i](device, size, total_b, free_b);
 }
 
+/* PyTorch does not check the pointer a pluggable allocator returns: NULL
+ * would become a tensor at address 0 and the next kernel would fault. So
+ * inside PyTorch a failure is thrown as a C++ exception, which PyTorch raises
+ * in Python carrying this message: out of memory as c10::OutOfMemoryError,
+ * torch.OutOfMemoryError in Python (what its own allocator raises, and what
+ * `except torch.cuda.OutOfMemoryError` catches), where the PyTorch libraries
+ * allow (cxx_raise.h), any other failure (and OOM where they do not) as
+ * std::runtime_error, a RuntimeError. Elsewhere (a C program, which could not
+ * catch it) it is a line on stderr and NULL. Out of memory starts with
+ * PyTorch's own words, which batch-size finders (accelerate's
+ * find_executable_batch_size) match on. */
 static void *fail(size_t size, int device, gpupool_status st, const char *why) {
   static const char oom[] = "CUDA out of memory.";
   char msg[1536];
@@ -349,14 +343,15 @@ void gpupool_torch_set_memory_fraction(double fraction, int device) {
             fraction >= 0 && fraction <= 1 ? "no such device" : "not a fraction from 0 to 1");
     return;
   }
-  pthread_once(&fractions_once, fractions_init);
   pthread_mutex_lock(&create_lock); /* a pool being created takes it, or sees it */
   gpupool *p = atomic_load_explicit(&pools[device], memory_order_relaxed);
   gpupool_status st = GPUPOOL_OK;
   if (p)
     st = gpupool_set_memory_fraction(p, fraction);
-  else
+  else {
     fraction_at_create[device] = fraction;
+    fraction_given[device] = 1;
+  }
   pthread_mutex_unlock(&create_lock);
   if (st != GPUPOOL_OK)
     fprintf(stderr, "gpupool_torch: set_per_process_memory_fraction(%g, device %d): %s\n", fraction,
@@ -366,14 +361,11 @@ void gpupool_torch_set_memory_fraction(double fraction, int device) {
 double gpupool_torch_memory_fraction(int device) {
   if (device < 0 || device >= TORCH_MAX_DEVICES)
     return NAN;
-  pthread_once(&fractions_once, fractions_init);
   pthread_mutex_lock(&create_lock);
   gpupool *p = atomic_load_explicit(&pools[device], memory_order_relaxed);
-  double f = fraction_at_create[device];
+  double f = fraction_given[device] ? fraction_at_create[device] : 1.0;
   pthread_mutex_unlock(&create_lock);
-  if (p)
-    return gpupool_memory_fraction(p);
-  return f >= 0 ? f : 1.0;
+  return p ? gpupool_memory_fraction(p) : f;
 }
 
 void gpupool_torch_empty_cache(void) {
