@@ -191,6 +191,8 @@ gpupool_status history_from_rings(event_ring **rings, size_t nr, const char *nam
       if (r >= 0)
         r = hist_alloc(h, e->addr, e->requested ? e->requested : e->size, e->stream, err,
                        sizeof err);
+      if (r >= 0 && (e->flags & EVF_FREED)) /* its plain free, recorded in the same record */
+        r = hist_free(h, e->addr);
       break;
     case EV_FREE:
       if (e->flags & EVF_DEFERRED)

@@ -325,7 +325,7 @@ ssize_t trace_stream_read(trace_stream *s, char *buf, size_t max) {
   while (json_buf_pending(&s->out) < max && s->state != ST_DONE && !s->out.failed) {
     trace_record r;
     if (trace_merge_next(s->merge, &r)) {
-      s->records++;
+      s->records += trace_record_events(&r);
       trace_format_record(&s->fmt, &r);
     } else {
       write_footer(s);

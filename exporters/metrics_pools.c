@@ -111,10 +111,12 @@ static const pool_family families[] = {
      gc_runs},
     {"gpupool_sync_events", PROM_COUNTER,
      "Cross-stream events recorded when freeing blocks used on other streams.", sync_events},
-    {"gpupool_trace_events", PROM_COUNTER, "Allocation events recorded for the trace.",
+    {"gpupool_trace_events", PROM_COUNTER,
+     "Event records written for the trace: one an event, but an allocation freed in the same "
+     "tick of the event clock, with nothing recorded between, shares its record with the free.",
      events_total},
     {"gpupool_trace_events_dropped", PROM_COUNTER,
-     "Trace events overwritten in the bounded event ring before being read.", events_dropped},
+     "Event records overwritten in the bounded event rings before being read.", events_dropped},
 };
 
 static void write_simple(prom_writer *w, const metrics_snapshot *s) {

@@ -392,9 +392,15 @@ static void pool_record(trace_format *f, const trace_record *r) {
   trace_pool *p = &f->pools[r->tag];
   const pool_event *ev = &r->u.ev;
   switch (ev->type) {
-  case EV_ALLOC:
-    pool_alloc(f, p, ev, r->ts_ns);
+  case EV_ALLOC: {
+    pool_event part = event_alloc_part(ev);
+    pool_alloc(f, p, &part, r->ts_ns);
+    if (ev->flags & EVF_FREED) { /* and its free, in the same record */
+      part = event_freed_part(ev);
+      pool_free(f, p, &part, r->ts_ns);
+    }
     break;
+  }
   case EV_FREE:
     pool_free(f, p, ev, r->ts_ns);
     break;

@@ -16,6 +16,7 @@ typedef struct source {
   const counter_ring_ops *counters; /* the counter ring */
   uint64_t pos;                     /* forward: next position to read */
   uint64_t end;                     /* head when reading began */
+  int end_freed;                    /* a pool ring's record end - 1 was marked EVF_FREED then */
   uint64_t oldest;                  /* oldest position still held when reading began */
   uint64_t back;                    /* backward: positions below this are not read yet */
   uint64_t first;                   /* position of buf item 0 (backward pass) */
@@ -75,7 +76,19 @@ int trace_merge_add_counters(trace_merge *m, const counter_ring_ops *ring) {
 static size_t src_read(source *s, uint64_t *cursor, size_t max, uint64_t *skipped) {
   if (s->kind == TRACE_SRC_COUNTERS)
     return s->counters->read(cursor, (counter_sample *)s->buf, max, skipped);
-  return event_ring_read(s->ring, cursor, (pool_event *)s->buf, max, skipped);
+  pool_event *ev = (pool_event *)s->buf;
+  size_t got = event_ring_read(s->ring, cursor, ev, max, skipped);
+  /* The newest record of the window as it was when reading began, in both
+   * passes: a free marked into it later is after the window. */
+  if (got && *cursor == s->end && !s->end_freed && s->kind == TRACE_SRC_POOL)
+    ev[got - 1] = event_alloc_part(&ev[got - 1]);
+  return got;
+}
+
+/* The events item i stands for (a pool ring's record can be two: EVF_FREED),
+ * which the limit counts. */
+static uint64_t item_events(const source *s, size_t i) {
+  return s->kind == TRACE_SRC_POOL ? event_count(&((const pool_event *)s->buf)[i]) : 1;
 }
 
 static uint64_t item_ts(const source *s, size_t i) {
@@ -190,7 +203,12 @@ static void find_limit_start(trace_merge *m) {
     if (ts <= m->until) {
       item_record(s, i, &r);
       if (!m->accept || m->accept(m->ctx, &r)) {
-        count++;
+        uint64_t events = item_events(s, i);
+        if (count + events > m->limit) { /* the two events of a record stay together */
+          count = m->limit;
+          break;
+        }
+        count += events;
         s->pos = s->first + i;
       }
     }
@@ -246,6 +264,7 @@ int trace_merge_begin(trace_merge *m, uint64_t since_ns, uint64_t until_ns, uint
       cap = s->counters->capacity();
     } else {
       s->end = event_ring_head(s->ring);
+      s->end_freed = event_ring_newest_freed(s->ring, s->end);
       cap = event_ring_capacity(s->ring);
     }
     s->oldest = s->end > cap ? s->end - cap : 0;
@@ -269,10 +288,11 @@ int trace_merge_begin(trace_merge *m, uint64_t since_ns, uint64_t until_ns, uint
 /* The next record in time order that passes the filters, into m->pending. */
 static int fill_pending(trace_merge *m) {
   while (!m->has_pending && m->nheap > 0) {
-    if (m->limit && m->emitted >= m->limit)
-      return 0;
     size_t k = m->heap[0];
     source *s = &m->src[k];
+    uint64_t events = item_events(s, s->i);
+    if (m->limit && m->emitted + events > m->limit)
+      return 0;
     trace_record r;
     item_record(s, s->i, &r);
     r.ts_ns = s->cur_ts;
@@ -289,7 +309,7 @@ static int fill_pending(trace_merge *m) {
       continue;
     m->pending = r;
     m->has_pending = 1;
-    m->emitted++;
+    m->emitted += events;
   }
   return m->has_pending;
 }

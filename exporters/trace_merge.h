@@ -32,6 +32,13 @@ typedef struct trace_record {
   } u;
 } trace_record;
 
+/* The recorded events r stands for: 2 for a pool's allocation marked
+ * EVF_FREED (its free is in the same record), else 1. The limit counts
+ * these, and a record's two are never parted by it. */
+static inline uint64_t trace_record_events(const trace_record *r) {
+  return r->kind == TRACE_SRC_POOL ? event_count(&r->u.ev) : 1;
+}
+
 /* Returns nonzero to keep a record (applied before the limit is counted). */
 typedef int (*trace_accept_fn)(void *ctx, const trace_record *r);
 

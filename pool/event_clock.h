@@ -57,6 +57,13 @@ static inline uint64_t event_clock_stamp(void) {
   return t ? t : clock_stamp();
 }
 
+/* Whether an event now would take stamp, a stamp event_clock_stamp() gave
+ * earlier: in ticked mode, while the same tick is published (an exact stamp
+ * is never the published word, which is 0 then). */
+static inline int event_clock_ticked_at(uint64_t stamp) {
+  return atomic_load_explicit(&event_clock_coarse.stamp, memory_order_relaxed) == stamp;
+}
+
 /* The timestamp for the next event pushed into r (writer side, under the
  * caller's serialisation): event_clock_stamp(), but never older than the
  * previous one taken this way for r, so these stamps never decrease when

@@ -1,5 +1,6 @@
 #include "event_ring.h"
 
+#include "core/assert.h"
 #include "core/clock.h"
 
 #include <stdatomic.h>
@@ -189,6 +190,28 @@ size_t event_ring_read_before(event_ring *r, uint64_t *cursor, uint64_t before, 
     *cursor = end;
   }
   return got;
+}
+
+size_t event_ring_expand(pool_event *ev, size_t n) {
+  size_t m = n;
+  for (size_t i = 0; i < n; i++)
+    m += event_count(&ev[i]) - 1;
+  /* From the back: item i moves to j >= i, past the items before it. */
+  for (size_t i = n, j = m; i-- > 0;) {
+    pool_event e = ev[i];
+    if (event_count(&e) == 2)
+      ev[--j] = event_freed_part(&e);
+    ev[--j] = event_alloc_part(&e);
+    gp_assert_internal(j >= i);
+  }
+  return m;
+}
+
+int event_ring_newest_freed(const event_ring *r, uint64_t head) {
+  if (!r->recs || head == 0)
+    return 0;
+  uint64_t w3 = atomic_load_explicit(&r->recs[(head - 1) & r->mask].word[3], EVENT_RING_WORD_LOAD);
+  return !(w3 & EVENT_REC_SIDE) && (w3 >> EVENT_REC_FLAGS_SHIFT & EVF_FREED);
 }
 
 uint64_t event_ring_head(const event_ring *r) {

@@ -40,8 +40,11 @@ typedef enum {
 } event_type;
 
 /* EVF_PAGES: a segment event that mapped or unmapped pages of an expandable
- * segment (size = the bytes of those pages). */
-enum { EVF_FROM_DEVICE = 1, EVF_DEFERRED = 2, EVF_LARGE = 4, EVF_PAGES = 8 };
+ * segment (size = the bytes of those pages). EVF_FREED: an EV_ALLOC that
+ * stands for its block's EV_FREE as well, which came next in its ring with
+ * the same timestamp (event_ring_mark_freed): readers take it as the two
+ * events, event_alloc_part then event_freed_part. */
+enum { EVF_FROM_DEVICE = 1, EVF_DEFERRED = 2, EVF_LARGE = 4, EVF_PAGES = 8, EVF_FREED = 128 };
 
 typedef struct pool_event {
   uint64_t ts_ns; /* CLOCK_REALTIME nanoseconds (see clock.h) */
@@ -218,6 +221,33 @@ static inline void event_ring_push_block(event_ring *r, uint64_t ts, uint64_t tf
   __builtin_prefetch((const void *)((uintptr_t)s + EVENT_RING_SLOT * EVENT_RING_PREFETCH), 1);
 }
 
+/* The free of the block at addr, written into r's newest record where that
+ * record is the block's allocation (an EV_ALLOC at addr, not yet marked:
+ * the one of the live block there, since nothing was recorded after it):
+ * EVF_FREED is set in it, one store into a line the allocation just wrote,
+ * with no new record and the head unchanged. Then the record stands for
+ * both events (one record per lifetime where a block is freed before the
+ * ring records anything else, as in an allocation storm); a reader that
+ * copied it before the store saw the allocation alone, which it was then.
+ * The caller checked that the free's timestamp would be the allocation's
+ * (event_clock_ticked_at) and that the free is a plain one. 1 when written;
+ * 0: push an EV_FREE record. Compact rings only. */
+static inline int event_ring_mark_freed(event_ring *r, uint64_t addr) {
+  uint64_t n = atomic_load_explicit(&r->head, memory_order_relaxed);
+  event_ring_rec *s = &r->recs[(n - 1) & r->mask]; /* n = 0: a zeroed record, no EV_ALLOC */
+  uint64_t w3 = atomic_load_explicit(&s->word[3], memory_order_relaxed);
+  const uint64_t what = EVENT_REC_SIDE | EVENT_REC_TF(0xff, EVF_FREED);
+  if ((w3 & what) != EVENT_REC_TF(EV_ALLOC, 0) ||
+      atomic_load_explicit(&s->word[1], memory_order_relaxed) != addr)
+    return 0;
+  atomic_store_explicit(&s->word[3], w3 | EVENT_REC_TF(0, EVF_FREED), EVENT_RING_WORD_STORE);
+  return 1;
+}
+/* Whether record head - 1 of compact ring r is marked EVF_FREED, read while
+ * its writer is held off (the shard lock): a reader that stops at head and
+ * must match that moment (pool_capture) drops a mark set after it. */
+int event_ring_newest_freed(const event_ring *r, uint64_t head);
+
 /* Any event into a compact ring (out of line: block events that fit take
  * event_ring_push_block, others the side array). */
 void event_ring_push_compact(event_ring *r, const pool_event *ev);
@@ -261,8 +291,34 @@ size_t event_ring_read(event_ring *r, uint64_t *cursor, pool_event *out, size_t 
  * and the cursor skipped ahead. */
 size_t event_ring_read_before(event_ring *r, uint64_t *cursor, uint64_t before, pool_event *out,
                               size_t max, uint64_t *skipped);
-uint64_t event_ring_head(const event_ring *r);    /* events ever pushed */
-uint64_t event_ring_dropped(const event_ring *r); /* events overwritten: head - capacity */
-size_t event_ring_capacity(const event_ring *r);  /* events kept: slots - 1 */
+/* Records ever pushed: events, but for an EV_ALLOC marked EVF_FREED, two
+ * events in one record. */
+uint64_t event_ring_head(const event_ring *r);
+uint64_t event_ring_dropped(const event_ring *r); /* records overwritten: head - capacity */
+size_t event_ring_capacity(const event_ring *r);  /* records kept: slots - 1 */
+
+/* The two events an EV_ALLOC marked EVF_FREED stands for: the allocation
+ * (any other event unchanged), and its block's plain EV_FREE, at the same
+ * time. */
+static inline pool_event event_alloc_part(const pool_event *e) {
+  pool_event a = *e;
+  if (a.type == EV_ALLOC)
+    a.flags &= (uint8_t)~EVF_FREED;
+  return a;
+}
+static inline pool_event event_freed_part(const pool_event *alloc) {
+  pool_event f = *alloc;
+  f.type = EV_FREE;
+  f.flags = alloc->flags & EVF_LARGE;
+  return f;
+}
+/* The n events at ev (with room for 2n), read from rings, made the events
+ * they stand for: each EV_ALLOC marked EVF_FREED becomes its two, in place,
+ * the order kept. Returns how many there are then. */
+size_t event_ring_expand(pool_event *ev, size_t n);
+/* The events e stands for: 1, or 2 for a marked allocation. */
+static inline size_t event_count(const pool_event *e) {
+  return e->type == EV_ALLOC && (e->flags & EVF_FREED) ? 2 : 1;
+}
 
 #endif

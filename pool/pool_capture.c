@@ -54,6 +54,7 @@ static int copy_shard(shard *sh, pool_capture *c, size_t max_blocks, size_t max_
                       uint64_t split_limit, ring_part *part) {
   event_ring *ring = NULL;
   uint64_t head = 0;
+  int newest_freed = 0;
   spin_lock(&sh->lock);
   for (segment *seg = sh->segments; seg; seg = seg->next) {
     add_totals(&c->t, seg, split_limit);
@@ -71,6 +72,7 @@ static int copy_shard(shard *sh, pool_capture *c, size_t max_blocks, size_t max_
     ring = sh->ring;
     event_ring_ref(ring);
     head = event_ring_head(ring);
+    newest_freed = event_ring_newest_freed(ring, head);
   }
   spin_unlock(&sh->lock);
   if (!ring)
@@ -82,9 +84,16 @@ static int copy_shard(shard *sh, pool_capture *c, size_t max_blocks, size_t max_
     want = max_events;
   uint64_t cursor = head > want ? head - want : 0, lost = 0;
   part->partial = cursor > 0;
-  part->ev = malloc((size_t)(head - cursor + 1) * sizeof *part->ev);
-  if (part->ev)
+  /* Room for two events a record (EVF_FREED, expanded below). */
+  part->ev = malloc((size_t)(2 * (head - cursor) + 1) * sizeof *part->ev);
+  if (part->ev) {
     part->n = event_ring_read_before(ring, &cursor, head, part->ev, (size_t)(head - cursor), &lost);
+    /* A free marked into the newest record after the lock was let go is
+     * not in the blocks copied. */
+    if (part->n && !newest_freed)
+      part->ev[part->n - 1] = event_alloc_part(&part->ev[part->n - 1]);
+    part->n = event_ring_expand(part->ev, part->n);
+  }
   c->events_lost += lost;
   part->partial |= lost > 0;
   event_ring_unref(ring);

@@ -76,10 +76,11 @@ int gpupool_agent_port(void);
  * write failed: No space left on device"): part of the document may be in
  * the file; GPUPOOL_ERR_HOST_OOM when memory runs out (the document is cut). */
 gpupool_status gpupool_trace_write(FILE *f);
-/* Events pool's rings have recorded and overwritten so far, summed over its
- * streams: the figures of gpupool_trace_events_total and
- * gpupool_trace_events_dropped_total. GPUPOOL_ERR_INVALID when an argument
- * is NULL. */
+/* Event records pool's rings have written and overwritten so far, summed
+ * over its streams: the figures of gpupool_trace_events_total and
+ * gpupool_trace_events_dropped_total (a record is one event, or an
+ * allocation and its free in one tick of the event clock: docs/trace.md).
+ * GPUPOOL_ERR_INVALID when an argument is NULL. */
 gpupool_status gpupool_trace_event_counts(gpupool *pool, uint64_t *recorded, uint64_t *dropped);
 
 /* Write PyTorch's memory snapshot of the live pools (every pool when pool is

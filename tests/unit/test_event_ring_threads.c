@@ -1,7 +1,8 @@
 /* The event ring's protocol (pool/event_ring.h): readers racing a writer
  * that laps the ring never get a torn event, and what they miss is counted.
  * Every word of event n is derived from n, so a copy mixing two events is
- * caught; in a pool's (compact) ring, block records and side events mixed.
+ * caught; in a pool's (compact) ring, block records and side events mixed,
+ * and allocations marked freed while readers may be copying them.
  * CI runs this under ThreadSanitizer. */
 #include <criterion/criterion.h>
 #include <pthread.h>
@@ -64,6 +65,12 @@ static void push_compact(event_ring *r, uint64_t n) {
   }
 }
 
+/* Block allocations the writer marks freed (event_ring_mark_freed) right
+ * after pushing them: a reader sees the record with or without the mark. */
+static int is_marked(uint64_t n) {
+  return !is_side(n) && n % 4 == 2;
+}
+
 static uint64_t number_of_compact(const pool_event *ev) {
   uint64_t n = ev->ts_ns;
   int ok = ev->addr == word_of(n, 2) && ev->size == word_of(n, 3);
@@ -72,7 +79,8 @@ static uint64_t number_of_compact(const pool_event *ev) {
          ev->requested == word_of(n, 4) && ev->stream == word_of(n, 5) && ev->a == word_of(n, 6) &&
          ev->b == word_of(n, 7);
   else
-    ok = ok && ev->type == (n % 2 ? EV_FREE : EV_ALLOC) && ev->flags == (n & 7) &&
+    ok = ok && ev->type == (n % 2 ? EV_FREE : EV_ALLOC) &&
+         (ev->flags == (n & 7) || (is_marked(n) && ev->flags == ((n & 7) | EVF_FREED))) &&
          ev->dur_ns == 0 && ev->requested == (word_of(n, 4) & (EVENT_REC_SIDE - 1)) &&
          ev->stream == COMPACT_STREAM && ev->a == 0 && ev->b == 0;
   return ok ? n : UINT64_MAX;
@@ -129,6 +137,8 @@ static void race(size_t capacity, uint64_t events, int compact) {
   for (uint64_t n = 0; n < events; n++) { /* the only writer */
     if (compact) {
       push_compact(r, n);
+      if (is_marked(n))
+        cr_assert(event_ring_mark_freed(r, word_of(n, 2)));
       continue;
     }
     pool_event ev = event_of(n);
