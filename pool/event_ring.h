@@ -102,7 +102,14 @@ typedef struct pool_event {
  * entry a record names before its acquire fence, so the same argument
  * covers it: entry k is reused by side event k + S, which is at least S
  * events after the record naming k, so a reader that copied any word of the
- * reuse finds that record overwritten (h2 >= its number + S) and drops it. */
+ * reuse finds that record overwritten (h2 >= its number + S) and drops it.
+ *
+ * One store after publication: event_ring_mark_freed sets EVF_FREED in word
+ * 3 of record head - 1, and only while it is the newest (the next push
+ * makes the mark final). A reader copies the word before or after it, and
+ * either is whole: the allocation alone, or with its free. A reader that
+ * stops at a head seen at some moment and must match that moment reads the
+ * flag then too (event_ring_newest_freed) and drops a later one. */
 _Static_assert(offsetof(pool_event, oom.reserved_bytes) == offsetof(pool_event, addr) &&
                    offsetof(pool_event, oom.largest_free) == offsetof(pool_event, b),
                "an OOM event's fields are the words of the others");
