@@ -14,10 +14,13 @@
 #include <unistd.h>
 
 #include "agent/trace_counters.h"
+#include "core/clock.h"
+#include "gpupool/advisor.h"
 #include "gpupool/agent.h"
 #include "gpupool/host.h"
 #include "helpers/http_client.h"
 #include "helpers/trace_check.h"
+#include "pool/event_clock.h"
 #include "pool/pool_view.h"
 
 #define THREADS   8
@@ -45,6 +48,11 @@ static void *allocate(void *arg) {
     } else {
       size_t size = 256 + (size_t)rand_r(&w->seed) % (2u << 20);
       w->failed |= gpupool_malloc(w->pool, &held[slot], size, w->stream) != GPUPOOL_OK;
+    }
+    if (i % 4 == 0) { /* a block freed at once: with ticked stamps, one record */
+      void *t = NULL;
+      w->failed |= gpupool_malloc(w->pool, &t, 512 + (size_t)i % 4096, w->stream) != GPUPOOL_OK;
+      w->failed |= t && gpupool_free(w->pool, t) != GPUPOOL_OK;
     }
     if (i == 100)
       atomic_fetch_add(&running, 1);
@@ -138,6 +146,49 @@ Test(trace_stress_threads, streamed_documents_stay_valid_while_threads_allocate)
   workload_stop(&wl);
   cr_log_info("%d documents, %llu events skipped while streaming", DOCUMENTS,
               (unsigned long long)skipped);
+}
+
+/* The same in one tick of the event clock (a stamp published, as the
+ * ticker does in allocation storms): frees marked into their allocations'
+ * records while the documents are read, whole and with a limit. */
+Test(trace_stress_threads, streamed_documents_stay_valid_while_frees_are_marked) {
+  pool_events_enable(256);
+  trace_counters_reset();
+  event_clock_publish(clock_stamp());
+  workload wl;
+  workload_start(&wl, 1);
+  uint64_t skipped = 0;
+  for (int d = 0; d < DOCUMENTS; d++) {
+    char limit[32];
+    snprintf(limit, sizeof limit, "limit=%d", 1 + d * 37);
+    const char *q[] = {limit};
+    char *doc = d % 2 ? trace_read_query(q, 1, 1000 + (size_t)d % 7)
+                      : trace_read_all(NULL, 1000 + (size_t)d % 7, NULL);
+    skipped += check_document(doc, d);
+    free(doc);
+  }
+  event_ring *rings[THREADS + 1];
+  size_t n = pool_event_rings(wl.pool, rings, THREADS + 1);
+  uint64_t head = 0, marked = 0;
+  for (size_t i = 0; i < n; i++) {
+    static pool_event ev[256];
+    uint64_t h = event_ring_head(rings[i]), cap = event_ring_capacity(rings[i]);
+    uint64_t cursor = h > cap ? h - cap : 0, lost = 0;
+    size_t got = event_ring_read(rings[i], &cursor, ev, 256, &lost);
+    for (size_t k = 0; k < got; k++)
+      marked += event_count(&ev[k]) == 2;
+    head += h;
+    event_ring_unref(rings[i]);
+  }
+  cr_expect_gt(marked, 0, "no free was marked into its allocation's record");
+  gpupool_history *h = NULL;
+  cr_assert_eq(gpupool_history_from_pool(wl.pool, &h), GPUPOOL_OK, "%s", gpupool_last_error());
+  cr_expect_gt(gpupool_history_get_info(h)->frees, 0);
+  gpupool_history_free(h);
+  workload_stop(&wl);
+  event_clock_publish(0);
+  cr_log_info("%d documents, %llu events skipped while streaming, %llu records", DOCUMENTS,
+              (unsigned long long)skipped, (unsigned long long)head);
 }
 
 Test(trace_stress_threads, events_switched_off_and_on_while_threads_allocate) {
