@@ -63,7 +63,7 @@ int event_clock_meter_step(event_clock_meter *m, uint64_t now_ns, uint64_t event
     m->rate = (double)(events_total - m->last_events) * 1e9 / (double)(now_ns - m->last_ns);
     if (!m->ticked && m->rate >= on)
       m->ticked = 1;
-    else if (m->ticked && m->rate < on / 2)
+    else if (m->ticked && m->rate < on / 4)
       m->ticked = 0;
   }
   m->last_ns = now_ns;
