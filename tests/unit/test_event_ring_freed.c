@@ -213,14 +213,7 @@ static void expect_same_history(gpupool_history *a, gpupool_history *b, const ch
 
 static cJSON *trace_of(const char *pool_query, const char *limit_query) {
   const char *q[] = {pool_query, limit_query};
-  char *doc = trace_read_query(q, limit_query ? 2 : 1, 4096);
-  cr_assert_not_null(doc);
-  cJSON *root = cJSON_Parse(doc);
-  cr_assert_not_null(root, "not JSON: %.200s", doc);
-  char why[512];
-  cr_assert_eq(trace_check_format(root, why, sizeof why), 0, "format: %s", why);
-  free(doc);
-  return root;
+  return trace_parse_checked(trace_read_query(q, limit_query ? 2 : 1, 4096));
 }
 
 Test(event_ring_freed, readers_give_the_events_two_records_would) {

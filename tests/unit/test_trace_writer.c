@@ -33,19 +33,8 @@ static gpupool *host_pool(const char *name, int device, size_t capacity) {
   return p;
 }
 
-/* Parses doc (freed) and checks the format; the caller deletes the tree. */
-static cJSON *parse_checked(char *doc) {
-  cr_assert_not_null(doc, "the trace could not be read");
-  cJSON *root = cJSON_Parse(doc);
-  cr_assert_not_null(root, "the trace is not valid JSON: %.200s", doc);
-  char why[512];
-  cr_assert_eq(trace_check_format(root, why, sizeof why), 0, "format: %s", why);
-  free(doc);
-  return root;
-}
-
 static cJSON *read_checked(const char *const *pairs, size_t n) {
-  return parse_checked(trace_read_query(pairs, n, 4096));
+  return trace_parse_checked(trace_read_query(pairs, n, 4096));
 }
 
 static const cJSON *find_event(const cJSON *root, const char *ph, const char *name) {
@@ -139,7 +128,7 @@ Test(trace_writer, follows_the_format_and_records_what_the_pool_did) {
   cr_assert_eq(memcmp(d1, d3, len1), 0);
   free(d2);
   free(d3);
-  cJSON *root = parse_checked(d1);
+  cJSON *root = trace_parse_checked(d1);
 
   int allocs = 10 + 3 + 1;
   cr_expect_eq(trace_count(root, "b", "pool train alloc"), allocs);
@@ -218,13 +207,13 @@ Test(trace_writer, other_data_states_the_event_clock) {
   gpupool *p = host_pool("ticked", 0, 64 * MiB);
   pc_must_free(p, pc_must_malloc(p, 4096, NULL));
   cr_assert_eq(event_clock_start(250), 0);
-  cJSON *root = parse_checked(trace_read_all(NULL, 100, NULL));
+  cJSON *root = trace_parse_checked(trace_read_all(NULL, 100, NULL));
   cr_expect_eq(trace_other_number(root, "clock_tick_us"), 250, "the ticker's tick");
   double res = trace_other_number(root, "clock_resolution_us");
   cr_expect(res == 0 || res == 250, "0 (exact now) or the tick (ticked now): %g", res);
   cJSON_Delete(root);
   event_clock_stop();
-  root = parse_checked(trace_read_all(NULL, 100, NULL));
+  root = trace_parse_checked(trace_read_all(NULL, 100, NULL));
   cr_expect_eq(trace_other_number(root, "clock_tick_us"), 0);
   cr_expect_eq(trace_other_number(root, "clock_resolution_us"), 0);
   cJSON_Delete(root);
@@ -249,7 +238,7 @@ Test(trace_writer, overwritten_events_are_counted_and_the_trace_stays_valid) {
    * samples were added to it). */
   for (int i = 0; i < TRACE_COUNTERS_CAPACITY + 100; i++)
     trace_counters_sample();
-  cJSON *root = parse_checked(trace_read_all(NULL, 100, NULL));
+  cJSON *root = trace_parse_checked(trace_read_all(NULL, 100, NULL));
   cr_expect_eq(trace_other_number(root, "events_dropped"), (double)dropped);
   cr_expect_geq(trace_other_number(root, "samples_dropped"), 100);
   cr_expect_eq(trace_other_number(root, "cupti_events_dropped"), 0);
@@ -272,7 +261,7 @@ Test(trace_writer, requested_bytes_stay_within_allocated_when_a_free_was_overwri
   /* The 15 events kept: 6 whole pairs, then these three. */
   void *small = pc_must_malloc(p, 4096, NULL);
   void *big = pc_must_malloc(p, 32 * MiB, NULL); /* a new segment */
-  cJSON *root = parse_checked(trace_read_all(NULL, 100, NULL));
+  cJSON *root = trace_parse_checked(trace_read_all(NULL, 100, NULL));
   const cJSON *seg = find_event(root, "X", "segment alloc");
   cr_assert_not_null(seg);
   cr_expect_eq(arg_number(seg, "allocated_after"), 4096);
@@ -307,7 +296,7 @@ Test(trace_writer, events_overwritten_while_streaming_are_skipped_and_counted) {
   cr_assert_eq(got, 0);
   trace_stream_close(s);
   doc[len] = '\0';
-  cJSON *root = parse_checked(doc);
+  cJSON *root = trace_parse_checked(doc);
   cr_expect_gt(trace_other_number(root, "events_skipped_while_streaming"), 0);
   cJSON_Delete(root);
   gpupool_destroy(p);
@@ -651,7 +640,7 @@ Test(trace_writer, endpoint_streams_json_or_refuses) {
     len += (size_t)got;
   cr_expect_eq(got, 0);
   out.close(out.stream);
-  cJSON *root = parse_checked(doc);
+  cJSON *root = trace_parse_checked(doc);
   cr_expect_eq(trace_count(root, "b", NULL), 1);
   cJSON_Delete(root);
   gpupool_destroy(p);
@@ -673,7 +662,7 @@ Test(trace_writer, written_to_a_file) {
   pc_must_malloc(p, 4096, NULL);
   FILE *f = tmpfile();
   cr_assert_eq(gpupool_trace_write(f), GPUPOOL_OK);
-  cJSON *root = parse_checked(slurp(f));
+  cJSON *root = trace_parse_checked(slurp(f));
   fclose(f);
   cr_expect_eq(trace_count(root, "b", NULL), 1);
   cJSON_Delete(root);
@@ -686,7 +675,7 @@ Test(trace_writer, written_to_a_file) {
   cr_assert_eq(trace_write_file(path), 0);
   f = fopen(path, "r");
   cr_assert_not_null(f);
-  root = parse_checked(slurp(f));
+  root = trace_parse_checked(slurp(f));
   fclose(f);
   cJSON_Delete(root);
   char tmp[160];
@@ -723,14 +712,14 @@ Test(trace_writer, counter_ring_overwrites_are_counted) {
   for (size_t i = 0; i < n; i++)
     trace_counters_sample();
   cr_expect_eq(trace_counters_dropped(), 10);
-  cJSON *root = parse_checked(trace_read_all(NULL, 65536, NULL));
+  cJSON *root = trace_parse_checked(trace_read_all(NULL, 65536, NULL));
   cr_expect_eq(trace_count(root, "C", "pool samples allocations"), (int)trace_counters_capacity());
   cr_expect_eq(trace_other_number(root, "samples_dropped"), 10);
   cr_expect_eq(trace_other_number(root, "events_dropped"), 0, "the pool rings lost nothing");
   cJSON_Delete(root);
   trace_counters_reset();
   cr_expect_eq(trace_counters_dropped(), 0);
-  root = parse_checked(trace_read_all(NULL, 65536, NULL));
+  root = trace_parse_checked(trace_read_all(NULL, 65536, NULL));
   cr_expect_eq(trace_count(root, "C", NULL), 0, "a reset forgets the samples");
   cJSON_Delete(root);
   gpupool_destroy(p);
@@ -794,7 +783,7 @@ Test(trace_writer, cupti_records_get_their_own_track_per_device) {
   json_puts(&out, "],\"displayTimeUnit\":\"ns\",\"otherData\":{\"version\":\"t\",\"hostname\":"
                   "\"h\",\"pid\":1,\"events_dropped\":0,\"baseTimeNanoseconds\":5000000000}}");
   json_putc(&out, '\0');
-  cJSON *root = parse_checked(strdup(out.data));
+  cJSON *root = trace_parse_checked(strdup(out.data));
   cr_expect_eq(trace_count(root, "b", "CUDA device alloc"), 1);
   cr_expect_eq(trace_count(root, "e", "CUDA device alloc"), 1);
   cr_expect_eq(trace_count(root, "b", "CUDA pinned alloc"), 1);
@@ -832,7 +821,7 @@ Test(trace_writer, segment_events_give_the_reserved_bytes_after_them) {
   cr_assert_eq(gpupool_empty_cache(p), 122 * MiB);
   FILE *f = tmpfile();
   cr_assert_eq(gpupool_trace_write(f), GPUPOOL_OK, "%s", gpupool_last_error());
-  cJSON *root = parse_checked(slurp(f));
+  cJSON *root = trace_parse_checked(slurp(f));
   fclose(f);
   int64_t reserved = 0;
   int allocs = 0, frees = 0;

@@ -1,5 +1,7 @@
 #include "trace_check.h"
 
+#include <criterion/criterion.h>
+
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -314,6 +316,16 @@ int trace_check_format(const cJSON *root, char *why, size_t whylen) {
   free(c.open);
   free(c.names);
   return rc;
+}
+
+cJSON *trace_parse_checked(char *doc) {
+  cr_assert_not_null(doc, "the trace could not be read");
+  cJSON *root = cJSON_Parse(doc);
+  cr_assert_not_null(root, "the trace is not valid JSON: %.200s", doc);
+  char why[512];
+  cr_assert_eq(trace_check_format(root, why, sizeof why), 0, "format: %s", why);
+  free(doc);
+  return root;
 }
 
 const cJSON *trace_events(const cJSON *root) {

@@ -30,6 +30,9 @@ char *trace_read_query(const char *const *pairs, size_t n, size_t chunk);
 /* Checks the document against the format rules; 0 if it follows them, -1
  * with the first violation in why. */
 int trace_check_format(const cJSON *root, char *why, size_t whylen);
+/* Parses doc (freed) and checks its format, failing the current test where
+ * it was not read, is not JSON or breaks a rule; the caller deletes the tree. */
+cJSON *trace_parse_checked(char *doc);
 
 /* Helpers over a parsed trace. */
 const cJSON *trace_events(const cJSON *root);
