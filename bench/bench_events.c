@@ -151,7 +151,25 @@ typedef struct result {
   int ticked_rounds;         /* rounds whose ticker measurement started in ticked mode */
   uint64_t switches;         /* mode switches during the ticker measurements */
   double late_ms;            /* the latest tick, beyond its time (max over rounds) */
+  double records_exact;      /* ring records a pair with exact stamps (last round) */
+  double records_ticked;     /* the same in ticked mode */
 } result;
+
+#define RECORD_PAIRS 10000
+
+/* Ring records RECORD_PAIRS pairs on stream write, a pair's share: 2 with
+ * exact stamps, 1 where the free is marked into its allocation's record
+ * (ticked stamps, event_ring_mark_freed). -1 when an allocation failed. */
+static double records_a_pair(const bench_alloc *a, size_t size, void *stream) {
+  uint64_t before = pool_events_recorded_total();
+  for (int i = 0; i < RECORD_PAIRS; i++) {
+    void *p;
+    if (a->alloc(a->ctx, &p, size, stream) != 0)
+      return -1;
+    a->free(a->ctx, p, size, stream);
+  }
+  return (double)(pool_events_recorded_total() - before) / RECORD_PAIRS;
+}
 
 /* Medians of ROUNDS alternating off / on with the exact clock / on with the
  * ticker measurements. */
@@ -167,6 +185,7 @@ static int compare(const bench_alloc *a, size_t size, void *const *streams, int 
     v_off[r] = pair_ns_threads(a, size, streams, threads, plan);
     pool_events_enable(o->capacity);
     v_exact[r] = pair_ns_threads(a, size, streams, threads, plan);
+    res->records_exact = records_a_pair(a, size, streams[0]);
     if (event_clock_start(o->tick_us) != 0)
       return -1;
     /* until the ticker has switched to ticked mode (EVENT_CLOCK_ON_RATE
@@ -184,6 +203,7 @@ static int compare(const bench_alloc *a, size_t size, void *const *streams, int 
     res->switches += event_clock_switches() - sw0;
     double late = (double)event_clock_max_late_ns() / 1e6;
     res->late_ms = late > res->late_ms ? late : res->late_ms;
+    res->records_ticked = records_a_pair(a, size, streams[0]);
     event_clock_stop();
     pool_events_disable();
     if (isnan(v_off[r]) || isnan(v_exact[r]) || isnan(v_ticker[r]))
@@ -385,11 +405,15 @@ int main(int argc, char **argv) {
          "and its mode switches during the measurements (the threaded measurement ends with "
          "threads stopping: an idle tail that may switch it off); late tick: the most a tick "
          "was published after its time (a stamp is that much staler than the tick), max over "
-         "rounds\n\n");
+         "rounds; records a pair: ring records %d pairs on one stream wrote, per pair, with each "
+         "clock (a free in its allocation's tick is marked into the allocation's record: "
+         "pool/event_ring.h)\n\n",
+         RECORD_PAIRS);
   printf(
       "| size | threads | events off ns | on, exact clock ns | on, ticker ns | added ns, exact | "
-      "added ns, ticker | ticker/off | ticker CPU | clock | late tick |\n");
-  printf("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---:|\n");
+      "added ns, ticker | ticker/off | ticker CPU | clock | late tick | records a pair, exact, "
+      "ticker |\n");
+  printf("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---:|---:|\n");
   int failed = 0;
   const int thread_counts[2] = {1, o.threads};
   for (int t = 0; t < (o.threads > 1 ? 2 : 1); t++) {
@@ -398,15 +422,16 @@ int main(int argc, char **argv) {
       bench_bytes(sizes[s], size, sizeof size);
       result r;
       if (compare(&a, sizes[s], streams, thread_counts[t], &plan, &o, &r) != 0) {
-        printf("| %s | %d | failed | failed | failed | | | | | | |\n", size, thread_counts[t]);
+        printf("| %s | %d | failed | failed | failed | | | | | | | |\n", size, thread_counts[t]);
         failed = 1;
         continue;
       }
       printf("| %s | %d | %.1f | %.1f | %.1f | %+.1f | %+.1f | %.3f | %.2f %% | %s %d/%d, "
-             "%llu switches | %.2f ms |\n",
+             "%llu switches | %.2f ms | %.2f, %.2f |\n",
              size, thread_counts[t], r.off, r.exact, r.ticker, r.exact - r.off, r.ticker - r.off,
              r.ticker / r.off, r.ticker_cpu, r.ticked_rounds == ROUNDS ? "ticked" : "exact",
-             r.ticked_rounds, ROUNDS, (unsigned long long)r.switches, r.late_ms);
+             r.ticked_rounds, ROUNDS, (unsigned long long)r.switches, r.late_ms, r.records_exact,
+             r.records_ticked);
       fflush(stdout);
     }
   }
