@@ -112,8 +112,9 @@ static const pool_family families[] = {
     {"gpupool_sync_events", PROM_COUNTER,
      "Cross-stream events recorded when freeing blocks used on other streams.", sync_events},
     {"gpupool_trace_events", PROM_COUNTER,
-     "Event records written for the trace: one an event, but an allocation freed in the same "
-     "tick of the event clock, with nothing recorded between, shares its record with the free.",
+     "Event records written into the pool's trace rings: one per event, except that an "
+     "allocation freed in the same tick of the event clock, with nothing recorded between, "
+     "shares its record with its free.",
      events_total},
     {"gpupool_trace_events_dropped", PROM_COUNTER,
      "Event records overwritten in the bounded event rings before being read.", events_dropped},
