@@ -250,9 +250,11 @@ static inline int event_ring_mark_freed(event_ring *r, uint64_t addr) {
   atomic_store_explicit(&s->word[3], w3 | EVENT_REC_TF(0, EVF_FREED), EVENT_RING_WORD_STORE);
   return 1;
 }
-/* Whether record head - 1 of compact ring r is marked EVF_FREED, read while
- * its writer is held off (the shard lock): a reader that stops at head and
- * must match that moment (pool_capture) drops a mark set after it. */
+/* Whether record head - 1 of compact ring r is marked EVF_FREED now. A
+ * reader that stops at head and must match the moment it saw head drops a
+ * mark set after it: pool_capture reads both under the shard lock, so that
+ * the events match the blocks it copies; a trace reads both when its window
+ * begins (a mark set between the two reads is in the window or not). */
 int event_ring_newest_freed(const event_ring *r, uint64_t head);
 
 /* Any event into a compact ring (out of line: block events that fit take
