@@ -84,15 +84,25 @@ static int copy_shard(shard *sh, pool_capture *c, size_t max_blocks, size_t max_
     want = max_events;
   uint64_t cursor = head > want ? head - want : 0, lost = 0;
   part->partial = cursor > 0;
-  /* Room for two events a record (EVF_FREED, expanded below). */
-  part->ev = malloc((size_t)(2 * (head - cursor) + 1) * sizeof *part->ev);
+  part->ev = malloc((size_t)(head - cursor + 1) * sizeof *part->ev);
+  size_t n = 0, freed = 0;
   if (part->ev) {
-    part->n = event_ring_read_before(ring, &cursor, head, part->ev, (size_t)(head - cursor), &lost);
+    n = event_ring_read_before(ring, &cursor, head, part->ev, (size_t)(head - cursor), &lost);
     /* A free marked into the newest record after the lock was let go is
      * not in the blocks copied. */
-    if (part->n && !newest_freed)
-      part->ev[part->n - 1] = event_alloc_part(&part->ev[part->n - 1]);
-    part->n = event_ring_expand(part->ev, part->n);
+    if (n && !newest_freed)
+      part->ev[n - 1] = event_alloc_part(&part->ev[n - 1]);
+    for (size_t i = 0; i < n; i++)
+      freed += event_count(&part->ev[i]) - 1;
+  }
+  /* Room for the frees in marked records (EVF_FREED), expanded in place. */
+  pool_event *ev = freed ? realloc(part->ev, (n + freed) * sizeof *ev) : part->ev;
+  if (!ev) {
+    free(part->ev);
+    part->ev = NULL;
+  } else {
+    part->ev = ev;
+    part->n = event_ring_expand(ev, n);
   }
   c->events_lost += lost;
   part->partial |= lost > 0;
