@@ -321,9 +321,10 @@ static inline pool_event event_freed_part(const pool_event *alloc) {
   f.flags = alloc->flags & EVF_LARGE;
   return f;
 }
-/* The n events at ev (with room for 2n), read from rings, made the events
- * they stand for: each EV_ALLOC marked EVF_FREED becomes its two, in place,
- * the order kept. Returns how many there are then. */
+/* The n events at ev, read from rings, made the events they stand for:
+ * each EV_ALLOC marked EVF_FREED becomes its two, in place, the order kept
+ * (ev has room for them: n plus one a marked record). Returns how many
+ * there are then. */
 size_t event_ring_expand(pool_event *ev, size_t n);
 /* The events e stands for: 1, or 2 for a marked allocation. */
 static inline size_t event_count(const pool_event *e) {
