@@ -85,12 +85,6 @@ static size_t src_read(source *s, uint64_t *cursor, size_t max, uint64_t *skippe
   return got;
 }
 
-/* The events item i stands for (a pool ring's record can be two: EVF_FREED),
- * which the limit counts. */
-static uint64_t item_events(const source *s, size_t i) {
-  return s->kind == TRACE_SRC_POOL ? event_count(&((const pool_event *)s->buf)[i]) : 1;
-}
-
 static uint64_t item_ts(const source *s, size_t i) {
   if (s->kind == TRACE_SRC_COUNTERS)
     return ((const counter_sample *)s->buf)[i].ts_ns;
@@ -203,7 +197,7 @@ static void find_limit_start(trace_merge *m) {
     if (ts <= m->until) {
       item_record(s, i, &r);
       if (!m->accept || m->accept(m->ctx, &r)) {
-        uint64_t events = item_events(s, i);
+        uint64_t events = trace_record_events(&r);
         if (count + events > m->limit) { /* the two events of a record stay together */
           count = m->limit;
           break;
@@ -288,11 +282,10 @@ int trace_merge_begin(trace_merge *m, uint64_t since_ns, uint64_t until_ns, uint
 /* The next record in time order that passes the filters, into m->pending. */
 static int fill_pending(trace_merge *m) {
   while (!m->has_pending && m->nheap > 0) {
+    if (m->limit && m->emitted >= m->limit)
+      return 0;
     size_t k = m->heap[0];
     source *s = &m->src[k];
-    uint64_t events = item_events(s, s->i);
-    if (m->limit && m->emitted + events > m->limit)
-      return 0;
     trace_record r;
     item_record(s, s->i, &r);
     r.ts_ns = s->cur_ts;
@@ -307,6 +300,9 @@ static int fill_pending(trace_merge *m) {
       heap_pop(m, 0);
     if (r.ts_ns < m->since || (m->accept && !m->accept(m->ctx, &r)))
       continue;
+    uint64_t events = trace_record_events(&r); /* counted as the backward pass did */
+    if (m->limit && m->emitted + events > m->limit)
+      return 0;
     m->pending = r;
     m->has_pending = 1;
     m->emitted += events;

@@ -267,3 +267,28 @@ Test(event_ring_freed, readers_give_the_events_two_records_would) {
   gpupool_destroy(ticked);
   pool_events_disable();
 }
+
+/* A record of another pool that the filter leaves out weighs nothing
+ * against the limit, even a marked one of two events: the newest two
+ * events of pool a are its allocation and free, with pool b's marked pair
+ * stamped between them. */
+Test(event_ring_freed, a_filtered_out_pair_does_not_count_against_the_limit) {
+  pool_events_enable(4096);
+  trace_counters_reset();
+  gpupool *a = host_pool("a"), *b = host_pool("b");
+  pc_must_free(a, pc_must_malloc(a, 4096, NULL)); /* the segments' records, older */
+  pc_must_free(b, pc_must_malloc(b, 4096, NULL));
+  void *x = pc_must_malloc(a, 4096, NULL);
+  event_clock_publish(clock_stamp()); /* after x's exact stamp */
+  cr_assert_eq(pair_records(b, 4096), 1, "b's pair in one record");
+  event_clock_publish(0);
+  pc_must_free(a, x); /* an exact stamp after the published one */
+  cJSON *t = trace_of("pool=a", "limit=2");
+  cr_expect_eq(trace_other_number(t, "events_written"), 2, "x's allocation and free");
+  cr_expect_eq(trace_count(t, "b", NULL), 1);
+  cr_expect_eq(trace_count(t, "e", NULL), 1, "x's bar ends at its free");
+  cJSON_Delete(t);
+  gpupool_destroy(a);
+  gpupool_destroy(b);
+  pool_events_disable();
+}
