@@ -16,7 +16,7 @@ typedef struct source {
   const counter_ring_ops *counters; /* the counter ring */
   uint64_t pos;                     /* forward: next position to read */
   uint64_t end;                     /* head when reading began */
-  int end_freed;                    /* a pool ring's record end - 1 was marked EVF_FREED then */
+  event_ring_end ring_end;          /* a ring's end then (the mark of its newest record) */
   uint64_t oldest;                  /* oldest position still held when reading began */
   uint64_t back;                    /* backward: positions below this are not read yet */
   uint64_t first;                   /* position of buf item 0 (backward pass) */
@@ -76,13 +76,9 @@ int trace_merge_add_counters(trace_merge *m, const counter_ring_ops *ring) {
 static size_t src_read(source *s, uint64_t *cursor, size_t max, uint64_t *skipped) {
   if (s->kind == TRACE_SRC_COUNTERS)
     return s->counters->read(cursor, (counter_sample *)s->buf, max, skipped);
-  pool_event *ev = (pool_event *)s->buf;
-  size_t got = event_ring_read(s->ring, cursor, ev, max, skipped);
   /* The newest record of the window as it was when reading began, in both
    * passes: a free marked into it later is after the window. */
-  if (got && *cursor == s->end && !s->end_freed && s->kind == TRACE_SRC_POOL)
-    ev[got - 1] = event_alloc_part(&ev[got - 1]);
-  return got;
+  return event_ring_read_to(s->ring, cursor, s->ring_end, (pool_event *)s->buf, max, skipped);
 }
 
 static uint64_t item_ts(const source *s, size_t i) {
@@ -257,8 +253,8 @@ int trace_merge_begin(trace_merge *m, uint64_t since_ns, uint64_t until_ns, uint
       s->end = s->counters->head();
       cap = s->counters->capacity();
     } else {
-      s->end = event_ring_head(s->ring);
-      s->end_freed = event_ring_newest_freed(s->ring, s->end);
+      s->ring_end = event_ring_end_now(s->ring);
+      s->end = s->ring_end.head;
       cap = event_ring_capacity(s->ring);
     }
     s->oldest = s->end > cap ? s->end - cap : 0;

@@ -207,11 +207,24 @@ size_t event_ring_expand(pool_event *ev, size_t n) {
   return m;
 }
 
-int event_ring_newest_freed(const event_ring *r, uint64_t head) {
-  if (!r->recs || head == 0)
-    return 0;
-  uint64_t w3 = atomic_load_explicit(&r->recs[(head - 1) & r->mask].word[3], EVENT_RING_WORD_LOAD);
-  return !(w3 & EVENT_REC_SIDE) && (w3 >> EVENT_REC_FLAGS_SHIFT & EVF_FREED);
+event_ring_end event_ring_end_now(const event_ring *r) {
+  event_ring_end end = {.head = event_ring_head(r)};
+  if (r->recs && end.head) {
+    uint64_t w3 =
+        atomic_load_explicit(&r->recs[(end.head - 1) & r->mask].word[3], EVENT_RING_WORD_LOAD);
+    end.newest_freed = !(w3 & EVENT_REC_SIDE) && (w3 >> EVENT_REC_FLAGS_SHIFT & EVF_FREED);
+  }
+  return end;
+}
+
+size_t event_ring_read_to(event_ring *r, uint64_t *cursor, event_ring_end end, pool_event *out,
+                          size_t max, uint64_t *skipped) {
+  size_t got = event_ring_read_before(r, cursor, end.head, out, max, skipped);
+  /* out[got - 1] is record end.head - 1 when the cursor reached it; only a
+   * compact ring's records are marked */
+  if (got && *cursor == end.head && !end.newest_freed && r->recs)
+    out[got - 1] = event_alloc_part(&out[got - 1]);
+  return got;
 }
 
 uint64_t event_ring_head(const event_ring *r) {

@@ -109,7 +109,8 @@ typedef struct pool_event {
  * makes the mark final). A reader copies the word before or after it, and
  * either is whole: the allocation alone, or with its free. A reader that
  * stops at a head seen at some moment and must match that moment reads the
- * flag then too (event_ring_newest_freed) and drops a later one. */
+ * flag then too (event_ring_end_now) and drops a later one
+ * (event_ring_read_to). */
 _Static_assert(offsetof(pool_event, oom.reserved_bytes) == offsetof(pool_event, addr) &&
                    offsetof(pool_event, oom.largest_free) == offsetof(pool_event, b),
                "an OOM event's fields are the words of the others");
@@ -250,12 +251,16 @@ static inline int event_ring_mark_freed(event_ring *r, uint64_t addr) {
   atomic_store_explicit(&s->word[3], w3 | EVENT_REC_TF(0, EVF_FREED), EVENT_RING_WORD_STORE);
   return 1;
 }
-/* Whether record head - 1 of compact ring r is marked EVF_FREED now. A
- * reader that stops at head and must match the moment it saw head drops a
- * mark set after it: pool_capture reads both under the shard lock, so that
- * the events match the blocks it copies; a trace reads both when its window
- * begins (a mark set between the two reads is in the window or not). */
-int event_ring_newest_freed(const event_ring *r, uint64_t head);
+/* Where a reader stops to match one moment: the head then, and whether
+ * record head - 1 was marked EVF_FREED then (a mark set later is after that
+ * moment). pool_capture takes it under the shard lock, so that the events
+ * match the blocks it copies; a trace when its window begins (a mark set
+ * between the two reads is in the window or not). */
+typedef struct event_ring_end {
+  uint64_t head;
+  int newest_freed;
+} event_ring_end;
+event_ring_end event_ring_end_now(const event_ring *r);
 
 /* Any event into a compact ring (out of line: block events that fit take
  * event_ring_push_block, others the side array). */
@@ -300,6 +305,10 @@ size_t event_ring_read(event_ring *r, uint64_t *cursor, pool_event *out, size_t 
  * and the cursor skipped ahead. */
 size_t event_ring_read_before(event_ring *r, uint64_t *cursor, uint64_t before, pool_event *out,
                               size_t max, uint64_t *skipped);
+/* event_ring_read_before(end.head), and the moment of end kept: a mark set
+ * on record end.head - 1 after end was taken is dropped from its copy. */
+size_t event_ring_read_to(event_ring *r, uint64_t *cursor, event_ring_end end, pool_event *out,
+                          size_t max, uint64_t *skipped);
 /* Records ever pushed: events, but for an EV_ALLOC marked EVF_FREED, two
  * events in one record. */
 uint64_t event_ring_head(const event_ring *r);

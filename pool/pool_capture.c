@@ -53,8 +53,7 @@ static void add_totals(pool_capture_totals *t, const segment *seg, uint64_t spli
 static int copy_shard(shard *sh, pool_capture *c, size_t max_blocks, size_t max_events,
                       uint64_t split_limit, ring_part *part) {
   event_ring *ring = NULL;
-  uint64_t head = 0;
-  int newest_freed = 0;
+  event_ring_end end = {0};
   spin_lock(&sh->lock);
   for (segment *seg = sh->segments; seg; seg = seg->next) {
     add_totals(&c->t, seg, split_limit);
@@ -71,15 +70,15 @@ static int copy_shard(shard *sh, pool_capture *c, size_t max_blocks, size_t max_
   if (sh->ring && max_events) {
     ring = sh->ring;
     event_ring_ref(ring);
-    head = event_ring_head(ring);
-    newest_freed = event_ring_newest_freed(ring, head);
+    end = event_ring_end_now(ring);
   }
   spin_unlock(&sh->lock);
   if (!ring)
     return 0;
-  /* Read outside the lock: only events before `head` (those that match the
-   * blocks copied); the writer may overwrite the oldest meanwhile. */
-  uint64_t want = event_ring_capacity(ring);
+  /* Read outside the lock: only events before the head seen under it
+   * (those that match the blocks copied, a free marked later left out); the
+   * writer may overwrite the oldest meanwhile. */
+  uint64_t head = end.head, want = event_ring_capacity(ring);
   if (want > max_events)
     want = max_events;
   uint64_t cursor = head > want ? head - want : 0, lost = 0;
@@ -87,11 +86,7 @@ static int copy_shard(shard *sh, pool_capture *c, size_t max_blocks, size_t max_
   part->ev = malloc((size_t)(head - cursor + 1) * sizeof *part->ev);
   size_t n = 0, freed = 0;
   if (part->ev) {
-    n = event_ring_read_before(ring, &cursor, head, part->ev, (size_t)(head - cursor), &lost);
-    /* A free marked into the newest record after the lock was let go is
-     * not in the blocks copied. */
-    if (n && !newest_freed)
-      part->ev[n - 1] = event_alloc_part(&part->ev[n - 1]);
+    n = event_ring_read_to(ring, &cursor, end, part->ev, (size_t)(head - cursor), &lost);
     for (size_t i = 0; i < n; i++)
       freed += event_count(&part->ev[i]) - 1;
   }
