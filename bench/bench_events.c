@@ -104,10 +104,10 @@ static void breakdown(size_t capacity, int quick) {
   }
   const uint64_t tf = EVENT_REC_TF(EV_ALLOC, 0);
   for (size_t i = 0; i <= event_ring_capacity(r); i++) /* touch the whole ring first */
-    event_ring_push_block(r, 0, tf, 0, 4096, 4096);
+    event_ring_push_block(r, 0, tf, 0, 4096, 4096, NULL);
   uint64_t t0 = bench_clock_ns();
   for (int i = 0; i < n; i++)
-    event_ring_push_block(r, (uint64_t)i, tf, (uint64_t)i << 9, 4096, 4096);
+    event_ring_push_block(r, (uint64_t)i, tf, (uint64_t)i << 9, 4096, 4096, NULL);
   uint64_t t1 = bench_clock_ns();
   printf("- one event_ring_push_block() into a pool's ring of %zu events (32-byte records, the "
          "hot path's): %.1f ns\n",
@@ -158,8 +158,9 @@ typedef struct result {
 #define RECORD_PAIRS 10000
 
 /* Ring records RECORD_PAIRS pairs on stream write, a pair's share: 2 with
- * exact stamps, 1 where the free is marked into its allocation's record
- * (ticked stamps, event_ring_mark_freed). -1 when an allocation failed. */
+ * exact stamps, 1 where the allocation's record stands for the free too
+ * (ticked stamps: a free in its allocation's tick writes none). -1 when an
+ * allocation failed. */
 static double records_a_pair(const bench_alloc *a, size_t size, void *stream) {
   uint64_t before = pool_events_recorded_total();
   for (int i = 0; i < RECORD_PAIRS; i++) {

@@ -13,7 +13,8 @@
  * ticking on at EVENT_CLOCK_ON_RATE records/s and off again below a quarter
  * of that. The gap keeps a rate near the threshold from flapping: once
  * ticked, a storm of malloc+free pairs writes one record a pair instead of
- * two (event_ring_mark_freed), so its count halves while its rate does not.
+ * two (event_ring.h, "One record per lifetime"), so its count halves while
+ * its rate does not.
  * Why
  * 1,000,000 events/s: above that rate the ticker's fixed cost (its wake-ups)
  * is less than what exact stamps cost at that rate, below it more;

@@ -72,7 +72,7 @@ void event_ring_push_compact(event_ring *r, const pool_event *ev) {
       ev->stream == r->stream && ev->requested >> EVENT_REC_REQUESTED_BITS == 0 && !ev->dur_ns &&
       !ev->a && !ev->b && !ev->reserved0) {
     event_ring_push_block(r, ev->ts_ns, EVENT_REC_TF(ev->type, ev->flags), ev->addr, ev->size,
-                          ev->requested);
+                          ev->requested, NULL);
     return;
   }
   uint64_t n = atomic_load_explicit(&r->head, memory_order_relaxed), k = r->side_next++;
@@ -93,6 +93,7 @@ void event_ring_push_compact(event_ring *r, const pool_event *ev) {
   atomic_store_explicit(&s->word[3], EVENT_REC_SIDE | EVENT_REC_TF(ev->type, ev->flags),
                         EVENT_RING_WORD_STORE);
   atomic_store_explicit(&r->head, n + 1, memory_order_release);
+  r->last_block = NULL;
 }
 
 event_ring *event_ring_create_stamped(size_t capacity) {
@@ -125,8 +126,19 @@ static void copy_slot(const event_ring_slot *s, pool_event *out) {
   memcpy(out, w, sizeof w);
 }
 
-/* Record m of a compact ring as an event (its side entry, for the others).
- * What is copied may be torn: event_ring_read checks the head after. */
+/* The EVF_PREV_FREED bit of a record's word 3. */
+#define REC_PREV_FREED EVENT_REC_TF(0, EVF_PREV_FREED)
+
+/* Whether record m of compact ring r says that the record before it stands
+ * for its block's free too (EVF_PREV_FREED). */
+static int record_prev_freed(const event_ring *r, uint64_t m) {
+  uint64_t w3 = atomic_load_explicit(&r->recs[m & r->mask].word[3], EVENT_RING_WORD_LOAD);
+  return !(w3 & EVENT_REC_SIDE) && (w3 & REC_PREV_FREED);
+}
+
+/* Record m of a compact ring as an event (its side entry, for the others),
+ * EVF_PREV_FREED left in its flags for read_before to move. What is copied
+ * may be torn: event_ring_read checks the head after. */
 static void copy_record(const event_ring *r, uint64_t m, pool_event *out) {
   const event_ring_rec *s = &r->recs[m & r->mask];
   uint64_t w[4];
@@ -151,6 +163,19 @@ size_t event_ring_read(event_ring *r, uint64_t *cursor, pool_event *out, size_t 
   return event_ring_read_before(r, cursor, UINT64_MAX, out, max, skipped);
 }
 
+/* The n events at ev, copied from compact records in order, followed in the
+ * ring by one that says EVF_PREV_FREED where next_prev_freed: each record's
+ * EVF_PREV_FREED becomes EVF_FREED on the allocation before it (the first's
+ * names a record not copied, whose reader saw it then). */
+static void move_prev_freed(pool_event *ev, size_t n, int next_prev_freed) {
+  for (size_t i = 0; i < n; i++) {
+    int prev_freed = i + 1 < n ? (ev[i + 1].flags & EVF_PREV_FREED) != 0 : next_prev_freed;
+    ev[i].flags &= (uint8_t)~EVF_PREV_FREED;
+    if (prev_freed && ev[i].type == EV_ALLOC)
+      ev[i].flags |= EVF_FREED;
+  }
+}
+
 size_t event_ring_read_before(event_ring *r, uint64_t *cursor, uint64_t before, pool_event *out,
                               size_t max, uint64_t *skipped) {
   const uint64_t cap = r->mask; /* events kept: one slot fewer than the ring has */
@@ -173,6 +198,10 @@ size_t event_ring_read_before(event_ring *r, uint64_t *cursor, uint64_t before, 
       else
         copy_slot(&r->slots[m & r->mask], &out[got + (m - n)]);
     }
+    /* The record after the last copied, where it is wanted: whether its
+     * block's free is in no record of its own (newer than the copies, so
+     * whole when they are) */
+    int next_prev_freed = r->recs && end < h1 && record_prev_freed(r, end);
     EVENT_RING_FENCE(memory_order_acquire);
     uint64_t h2 = atomic_load_explicit(&r->head, memory_order_relaxed);
     /* Event m was copied whole iff m + slots > h2, i.e. m >= h2 - cap. */
@@ -184,6 +213,8 @@ size_t event_ring_read_before(event_ring *r, uint64_t *cursor, uint64_t before, 
         memmove(&out[got], &out[got + lost], (size_t)(end - n - lost) * sizeof *out);
       n += lost;
     }
+    if (r->recs)
+      move_prev_freed(&out[got], (size_t)(end - n), next_prev_freed);
     for (uint64_t m = n; m < end; m++, got++)
       if (r->stamped)
         out[got].ts_ns = clock_stamp_to_ns(out[got].ts_ns);

@@ -42,9 +42,19 @@ typedef enum {
 /* EVF_PAGES: a segment event that mapped or unmapped pages of an expandable
  * segment (size = the bytes of those pages). EVF_FREED: an EV_ALLOC that
  * stands for its block's EV_FREE as well, which came next in its ring with
- * the same timestamp (event_ring_mark_freed): readers take it as the two
- * events, event_alloc_part then event_freed_part. */
-enum { EVF_FROM_DEVICE = 1, EVF_DEFERRED = 2, EVF_LARGE = 4, EVF_PAGES = 8, EVF_FREED = 128 };
+ * the same timestamp (a free recorded in no record of its own: see "One
+ * record per lifetime" below): readers take it as the two events,
+ * event_alloc_part then event_freed_part. EVF_PREV_FREED lives in a
+ * compact ring's records only, never in an event read out: the record
+ * before this one is such an EV_ALLOC. */
+enum {
+  EVF_FROM_DEVICE = 1,
+  EVF_DEFERRED = 2,
+  EVF_LARGE = 4,
+  EVF_PAGES = 8,
+  EVF_PREV_FREED = 64,
+  EVF_FREED = 128
+};
 
 typedef struct pool_event {
   uint64_t ts_ns; /* CLOCK_REALTIME nanoseconds (see clock.h) */
@@ -104,12 +114,20 @@ typedef struct pool_event {
  * events after the record naming k, so a reader that copied any word of the
  * reuse finds that record overwritten (h2 >= its number + S) and drops it.
  *
- * One store after publication: event_ring_mark_freed sets EVF_FREED in word
- * 3 of record head - 1, and only while it is the newest (the next push
- * makes the mark final). A reader copies the word before or after it, and
- * either is whole: the allocation alone, or with its free. A reader that
- * stops at a head seen at some moment and must match that moment reads the
- * flag then too (event_ring_end_now) and drops a later one
+ * One record per lifetime. A plain free in its allocation's tick, while
+ * that allocation is still the newest record, writes nothing: the pool
+ * knows it happened from the block (shard.c, which keeps the block of the
+ * newest record in last_block). The next record says so, EVF_PREV_FREED in
+ * its own flags, stored with its other words; until one comes, the pool
+ * says so where a reader asks under its lock (event_ring_mark_newest_freed:
+ * EVF_FREED in word 3 of record head - 1, the one store after publication,
+ * and only while that record is the newest). A reader copies that word
+ * before or after the store, and either is whole: the allocation alone, or
+ * with its free. Readers move EVF_PREV_FREED onto the record before as
+ * EVF_FREED (event_ring_read peeks at the record after its last, where it
+ * exists). A reader that stops at a head seen at some moment and must match
+ * that moment reads the newest record's flag then too (event_ring_end_now),
+ * drops a later one and looks at no record past the head
  * (event_ring_read_to). */
 _Static_assert(offsetof(pool_event, oom.reserved_bytes) == offsetof(pool_event, addr) &&
                    offsetof(pool_event, oom.largest_free) == offsetof(pool_event, b),
@@ -172,6 +190,11 @@ _Static_assert(sizeof(event_ring_rec) == 32, "two records to a cache line");
  * two streams' threads. */
 typedef struct event_ring {
   _Alignas(EVENT_RING_SLOT) _Atomic uint64_t head; /* events ever pushed */
+  /* Writer only: the block whose allocation is record head - 1, as the
+   * push that wrote it said (event_ring_push_block's `last`), else NULL.
+   * Next to head, so that its store joins head's on the hot path. The pool
+   * reads the block's state through it (shard.c); the ring never does. */
+  const void *last_block;
   uint64_t last_stamp;    /* writer only: the newest timestamp pushed (event_clock.h) */
   size_t mask;            /* slots - 1 */
   event_ring_slot *slots; /* full layout; NULL in a compact ring */
@@ -211,11 +234,12 @@ static inline uint64_t event_ring_word1(const pool_event *ev) {
 
 /* A block event (EV_ALLOC, EV_FREE, EV_FREE_COMPLETED) into a compact ring:
  * tf = EVENT_REC_TF(type, flags), requested < 2^EVENT_REC_REQUESTED_BITS
- * (event_ring_push checks; a block that size cannot exist). The hot path's
+ * (event_ring_push checks; a block that size cannot exist); last becomes
+ * r->last_block (the block of an allocation, else NULL). The hot path's
  * whole cost of recording: four stores into a line shared with the
- * neighbouring record, and the head. */
+ * neighbouring record, and the head with last_block beside it. */
 static inline void event_ring_push_block(event_ring *r, uint64_t ts, uint64_t tf, uint64_t addr,
-                                         uint64_t size, uint64_t requested) {
+                                         uint64_t size, uint64_t requested, const void *last) {
   uint64_t n = atomic_load_explicit(&r->head, memory_order_relaxed);
   event_ring_rec *s = &r->recs[n & r->mask];
   EVENT_RING_FENCE(memory_order_release); /* head = n (stored before) -> these words */
@@ -224,29 +248,24 @@ static inline void event_ring_push_block(event_ring *r, uint64_t ts, uint64_t tf
   atomic_store_explicit(&s->word[2], size, EVENT_RING_WORD_STORE);
   atomic_store_explicit(&s->word[3], requested | tf, EVENT_RING_WORD_STORE);
   atomic_store_explicit(&r->head, n + 1, memory_order_release);
+  r->last_block = last;
   /* A few lines ahead, unmasked (a prefetch never faults; past the end it
    * is only wasted): an add, not the index arithmetic of a masked one. */
   __builtin_prefetch((const void *)((uintptr_t)s + EVENT_RING_SLOT * EVENT_RING_PREFETCH), 1);
 }
 
-/* The free of the block at addr, written into r's newest record where that
- * record is the block's allocation (an EV_ALLOC at addr, not yet marked:
- * the one of the live block there, since nothing was recorded after it):
- * EVF_FREED is set in it, one store into a line the allocation just wrote,
- * with no new record and the head unchanged. Then the record stands for
- * both events (one record per lifetime where a block is freed before the
- * ring records anything else, as in an allocation storm); a reader that
- * copied it before the store saw the allocation alone, which it was then.
- * The caller checked that the free's timestamp would be the allocation's
- * (event_clock_ticked_at) and that the free is a plain one. 1 when written;
- * 0: push an EV_FREE record. Compact rings only. */
-static inline int event_ring_mark_freed(event_ring *r, uint64_t addr) {
+/* Writer side, off the hot path: says in r's newest record, an EV_ALLOC
+ * whose block was freed with no record of its own, that it stands for that
+ * free too (EVF_FREED, one store; the pool calls it where a reader asks
+ * under its lock, "One record per lifetime" above). 1 when set; 0 where the
+ * newest record is no such allocation (none, another type, a side event,
+ * marked already). Compact rings only. */
+static inline int event_ring_mark_newest_freed(event_ring *r) {
   uint64_t n = atomic_load_explicit(&r->head, memory_order_relaxed);
   event_ring_rec *s = &r->recs[(n - 1) & r->mask]; /* n = 0: a zeroed record, no EV_ALLOC */
   uint64_t w3 = atomic_load_explicit(&s->word[3], memory_order_relaxed);
   const uint64_t what = EVENT_REC_SIDE | EVENT_REC_TF(0xff, EVF_FREED);
-  if ((w3 & what) != EVENT_REC_TF(EV_ALLOC, 0) ||
-      atomic_load_explicit(&s->word[1], memory_order_relaxed) != addr)
+  if ((w3 & what) != EVENT_REC_TF(EV_ALLOC, 0))
     return 0;
   atomic_store_explicit(&s->word[3], w3 | EVENT_REC_TF(0, EVF_FREED), EVENT_RING_WORD_STORE);
   return 1;

@@ -54,11 +54,21 @@ static inline event_ring *shard_recording(const shard *sh) {
   return atomic_load_explicit(&sh->recording, memory_order_relaxed);
 }
 
+/* Says in sh's ring r (sh->ring; the caller holds sh's lock) what its
+ * newest record does not say yet: that the allocation it holds has ended,
+ * its block freed with no record of its own (event_ring.h, "One record per
+ * lifetime"; event_ring_mark_newest_freed). Where a reader is about to take
+ * r's head, before an event the hot path does not write, and before events
+ * go off or the ring goes away; forget: the block is not followed further
+ * (an allocation still live is then freed in a record of its own). */
+void shard_settle_events(shard *sh, event_ring *r, int forget);
+
 /* Stamps ev (never older than r's previous such stamp) and pushes it into
- * r, the ring a caller holding the shard lock read; returns the stamp.
+ * r, the ring of sh a caller holding sh's lock read; returns the stamp.
  * ev->ts_ns: 0, now; else an event_clock_stamp() the caller took before
  * what the event reports. */
-static inline uint64_t shard_emit_into(event_ring *r, pool_event *ev) {
+static inline uint64_t shard_emit_into(shard *sh, event_ring *r, pool_event *ev) {
+  shard_settle_events(sh, r, 1);
   ev->ts_ns = ev->ts_ns ? event_clock_ring_stamp_at(r, ev->ts_ns) : event_clock_ring_stamp(r);
   event_ring_push(r, ev);
   return ev->ts_ns;
@@ -70,7 +80,7 @@ static inline void shard_emit(shard *sh, const pool_event *ev) {
   if (!r)
     return;
   pool_event e = *ev;
-  shard_emit_into(r, &e);
+  shard_emit_into(sh, r, &e);
 }
 
 /* shard_emit for a caller that does not hold sh's lock. */

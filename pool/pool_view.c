@@ -117,6 +117,8 @@ static void give_rings(gpupool *p, void *arg) {
     spin_lock(&sh->lock);
     event_ring *old = sh->ring;
     if (!old || event_ring_capacity(old) != event_ring_capacity(r)) {
+      if (old)
+        shard_settle_events(sh, old, 1);
       sh->ring = r;
       r = old;
     }
@@ -150,14 +152,21 @@ void pool_events_enable(size_t capacity) {
 
 /* Points each shard of p at its ring (*arg, the capacity, > 0) or at none.
  * Under shard_create_lock: a shard created meanwhile read the capacity
- * already stored (shard_get), so none is left recording after an off. Not
- * under the shard locks: a relaxed store, seen by the shard's next event
- * (events_lock keeps give_rings from changing sh->ring meanwhile). */
+ * already stored (shard_get), so none is left recording after an off. Under
+ * each shard's lock, which a thread allocating in a loop lets go between
+ * its calls: the ring's newest record is settled first, and its block
+ * forgotten, since frees while events are off record nothing (events_lock
+ * keeps give_rings from changing sh->ring meanwhile). */
 static void switch_recording(gpupool *p, void *arg) {
   int on = *(size_t *)arg != 0;
   pthread_mutex_lock(&p->shard_create_lock);
-  for (shard *sh = atomic_load(&p->shards); sh; sh = sh->next_shard)
+  for (shard *sh = atomic_load(&p->shards); sh; sh = sh->next_shard) {
+    spin_lock(&sh->lock);
+    if (sh->ring)
+      shard_settle_events(sh, sh->ring, 1);
     atomic_store_explicit(&sh->recording, on ? sh->ring : NULL, memory_order_relaxed);
+    spin_unlock(&sh->lock);
+  }
   pthread_mutex_unlock(&p->shard_create_lock);
 }
 
@@ -193,6 +202,7 @@ size_t pool_event_rings(gpupool *p, event_ring **out, size_t max) {
   for (shard *sh = atomic_load(&p->shards); sh && n < max; sh = sh->next_shard) {
     spin_lock(&sh->lock);
     if (sh->ring) {
+      shard_settle_events(sh, sh->ring, 0); /* the reader takes the head next */
       event_ring_ref(sh->ring);
       out[n++] = sh->ring;
     }

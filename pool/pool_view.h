@@ -88,7 +88,9 @@ int pool_events_enabled(void);
 uint64_t pool_events_recorded_total(void);
 /* Events p's rings have recorded and overwritten, summed over its streams. */
 void pool_event_counts(gpupool *p, uint64_t *recorded, uint64_t *dropped);
-/* Takes a reference on each ring of p (at most max); returns how many. */
+/* Takes a reference on each ring of p (at most max), its newest record
+ * settled (shard_settle_events): what was freed by then reads as freed up to
+ * the heads read next. Returns how many. */
 size_t pool_event_rings(gpupool *p, event_ring **out, size_t max);
 
 #endif

@@ -91,6 +91,8 @@ void shard_destroy(gpupool *p, shard *sh, void (*free_segment)(gpupool *p, segme
         p->be->ops->event_destroy(p->be, b->streams[i]);
   if (sh->fence)
     p->be->ops->event_destroy(p->be, sh->fence);
+  if (sh->ring) /* before the blocks go: a trace may outlive the pool */
+    shard_settle_events(sh, sh->ring, 1);
   for (segment *seg = sh->segments, *next; seg; seg = next) {
     next = seg->next;
     block *blocks = seg->first;
@@ -431,12 +433,48 @@ record_block_event_whole(shard *sh, event_ring *r, uint64_t tf, const block *b, 
                    .size = b->size,
                    .requested = requested,
                    .stream = (uint64_t)(uintptr_t)sh->stream};
-  return shard_emit_into(r, &ev);
+  return shard_emit_into(sh, r, &ev);
+}
+
+/* Whether the allocation that r's newest record holds (that of
+ * r->last_block) has ended, seen from a push about block b of type `type`:
+ * its block was then freed by a plain free in its tick, which wrote no
+ * record (record_free_event), since every other free of it while recording
+ * writes one. Block b allocated anew: its last lifetime ended; b's own free
+ * (deferred, or in a later tick): that is this record; another block: it
+ * ended where the block is no longer allocated (a reuse of the block would
+ * have pushed its own record, and events going off forget it, shard_settle).
+ * Block structs are freed only after a settle (segment_destroy's event,
+ * shard_destroy), so last_block can be read. */
+static inline int newest_allocation_ended(const event_ring *r, const block *b, uint8_t type) {
+  const block *last = r->last_block;
+  if (!last)
+    return 0;
+  if (last == b)
+    return type == EV_ALLOC;
+  gp_assert_internal(last->state != BLOCK_PENDING); /* a deferred free pushes a record */
+  return last->state != BLOCK_ALLOCATED;
+}
+
+void shard_settle_events(shard *sh, event_ring *r, int forget) {
+  const block *last = r->last_block;
+  if (!last)
+    return;
+  gp_assert_internal(r == sh->ring);
+  if (last->state != BLOCK_ALLOCATED) {
+    int marked = event_ring_mark_newest_freed(r);
+    gp_assert_internal(marked);
+    (void)marked;
+  } else if (!forget) {
+    return;
+  }
+  r->last_block = NULL;
 }
 
 /* Records an event about block b when events are on: one compact record
- * (event_ring.h); large is 0 or 1 (EVF_LARGE is added here, by a shift).
- * Returns its timestamp, 0 when events are off. The stamp is
+ * (event_ring.h), which says whether the allocation in the record before it
+ * has ended (EVF_PREV_FREED); large is 0 or 1 (EVF_LARGE is added here, by a
+ * shift). Returns its timestamp, 0 when events are off. The stamp is
  * event_clock_stamp() as it comes (no event_clock_ring_stamp: keeping a
  * ring's stamps from stepping back, by under a tick where the clock mode
  * switches, cost 1.5 ns a pair; the readers that merge rings keep each
@@ -452,21 +490,25 @@ static inline uint64_t record_block_event(shard *sh, uint8_t type, unsigned flag
   if (__builtin_expect(requested >> EVENT_REC_REQUESTED_BITS != 0, 0))
     return record_block_event_whole(sh, r, tf, b, requested);
   uint64_t ts = event_clock_stamp();
-  event_ring_push_block(r, ts, tf, b->addr, b->size, requested);
+  _Static_assert(EVF_PREV_FREED == 1 << 6, "the shift below sets EVF_PREV_FREED");
+  tf |= EVENT_REC_TF(0, (unsigned)newest_allocation_ended(r, b, type) << 6);
+  event_ring_push_block(r, ts, tf, b->addr, b->size, requested, type == EV_ALLOC ? b : NULL);
   return ts;
 }
 
 /* Records the free of allocated block b when events are on (deferred: it
  * waits on events of other streams, EVF_DEFERRED). A plain free in the tick
- * of the allocation's stamp, with nothing recorded since, goes into the
- * allocation's record (event_ring_mark_freed): in the allocation storms
- * that the ticked clock serves, one record per lifetime instead of two, for
- * the same events read (bench_events measures what it saves). */
+ * of the allocation's stamp, with nothing recorded since (b is the ring's
+ * last_block), writes nothing at all: the allocation's record stands for
+ * both, as the next record or shard_settle_events says (event_ring.h, "One
+ * record per lifetime"). In the allocation storms that the ticked clock
+ * serves, one record per lifetime instead of two, and no store at the free
+ * (bench_events measures what it saves). */
 static inline void record_free_event(shard *sh, int deferred, const block *b, int large) {
   event_ring *r = shard_recording(sh);
   if (!r)
     return;
-  if (!deferred && event_clock_ticked_at(b->alloc_stamp) && event_ring_mark_freed(r, b->addr))
+  if (!deferred && r->last_block == b && event_clock_ticked_at(b->alloc_stamp))
     return;
   record_block_event(sh, EV_FREE, deferred ? EVF_DEFERRED : 0, b, large, b->requested);
 }

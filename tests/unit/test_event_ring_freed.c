@@ -1,8 +1,9 @@
-/* One record per lifetime (pool/event_ring.h, EVF_FREED): a plain free in
- * the tick of its allocation's stamp, with nothing recorded between, is
- * marked into the allocation's record. The ring's rules for the mark, the
- * pool's, and every reader giving the events two records would give: the
- * trace (and its limit), PyTorch's snapshot, the advisor's history. */
+/* One record per lifetime (pool/event_ring.h): a plain free in the tick of
+ * its allocation's stamp, with nothing recorded between, writes no record;
+ * the next record says so (EVF_PREV_FREED), or the pool does in the
+ * allocation's record where a reader asks (EVF_FREED). The ring's rules,
+ * the pool's, and every reader giving the events two records would give:
+ * the trace (and its limit), PyTorch's snapshot, the advisor's history. */
 #include <criterion/criterion.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -25,67 +26,89 @@
 #define STREAM 0x77
 
 static void push(event_ring *r, uint64_t ts, event_type type, unsigned flags, uint64_t addr) {
-  event_ring_push_block(r, ts, EVENT_REC_TF(type, flags), addr, 4096, 1000 + ts);
+  event_ring_push_block(r, ts, EVENT_REC_TF(type, flags), addr, 4096, 1000 + ts, NULL);
 }
 
-Test(event_ring_freed, only_the_newest_unmarked_allocation_at_the_address_takes_the_mark) {
+static const struct {
+  event_type type;
+  unsigned flags;
+  uint64_t ts, addr;
+} ring_want[] = {{EV_ALLOC, EVF_LARGE, 1, 0x1000}, {EV_FREE, EVF_LARGE, 1, 0x1000},
+                 {EV_FREE, 0, 2, 0x3000},          {EV_ALLOC, 0, 3, 0x4000},
+                 {EV_FREE, 0, 3, 0x4000},          {EV_ALLOC, EVF_FROM_DEVICE, 4, 0x5000},
+                 {EV_ALLOC, 0, 5, 0x6000},         {EV_ALLOC, EVF_FROM_DEVICE, 6, 0x7000},
+                 {EV_FREE, 0, 6, 0x7000},          {EV_FREE, 0, 7, 0x8000},
+                 {EV_ALLOC, 0, 8, 0x9000}};
+#define RING_WANT (sizeof ring_want / sizeof ring_want[0])
+
+static void expect_ring_events(const pool_event *ev, size_t n, size_t first, size_t batch) {
+  for (size_t j = 0; j < n; j++) {
+    size_t i = first + j;
+    cr_assert_lt(i, RING_WANT, "batches of %zu: too many events", batch);
+    cr_expect_eq(ev[j].type, ring_want[i].type, "batches of %zu: event %zu", batch, i);
+    cr_expect_eq(ev[j].flags, ring_want[i].flags, "batches of %zu: event %zu: flags %u", batch, i,
+                 ev[j].flags);
+    cr_expect_eq(ev[j].ts_ns, ring_want[i].ts, "batches of %zu: event %zu", batch, i);
+    cr_expect_eq(ev[j].addr, ring_want[i].addr, "batches of %zu: event %zu", batch, i);
+    if (ring_want[i].addr != 0x6000) {
+      cr_expect_eq(ev[j].size, 4096, "event %zu", i);
+      cr_expect_eq(ev[j].requested, 1000 + ring_want[i].ts, "event %zu", i);
+      cr_expect_eq(ev[j].stream, STREAM, "event %zu", i);
+    }
+  }
+}
+
+Test(event_ring_freed, the_next_record_or_a_mark_says_the_newest_allocation_was_freed) {
   event_ring *r = event_ring_create_pool(64, STREAM);
   cr_assert_not_null(r);
   r->stamped = 0; /* ts as given */
-  cr_assert_not(event_ring_mark_freed(r, 0x1000), "an empty ring");
+  cr_assert_not(event_ring_mark_newest_freed(r), "an empty ring");
   push(r, 1, EV_ALLOC, EVF_LARGE, 0x1000);
-  cr_assert_not(event_ring_mark_freed(r, 0x2000), "another address");
   cr_assert_not(event_ring_end_now(r).newest_freed);
-  cr_assert(event_ring_mark_freed(r, 0x1000));
+  cr_assert(event_ring_mark_newest_freed(r));
   cr_assert_eq(event_ring_head(r), 1, "no new record");
   cr_assert(event_ring_end_now(r).newest_freed);
-  cr_assert_not(event_ring_mark_freed(r, 0x1000), "marked already");
+  cr_assert_not(event_ring_mark_newest_freed(r), "marked already");
   push(r, 2, EV_FREE, 0, 0x3000);
-  cr_assert_not(event_ring_mark_freed(r, 0x3000), "a free is no allocation");
+  cr_assert_not(event_ring_mark_newest_freed(r), "a free is no allocation");
   push(r, 3, EV_ALLOC, 0, 0x4000);
-  push(r, 4, EV_ALLOC, EVF_FROM_DEVICE, 0x5000);
-  cr_assert_not(event_ring_mark_freed(r, 0x4000), "not the newest record");
+  push(r, 4, EV_ALLOC, EVF_FROM_DEVICE | EVF_PREV_FREED, 0x5000); /* 0x4000 was freed */
   pool_event side = {.ts_ns = 5, .type = EV_ALLOC, .addr = 0x6000, .size = 512, .a = 1};
   event_ring_push(r, &side); /* a field a record has no room for: a side event */
-  cr_assert_not(event_ring_mark_freed(r, 0x6000), "a side event");
+  cr_assert_not(event_ring_mark_newest_freed(r), "a side event");
   cr_assert_not(event_ring_end_now(r).newest_freed);
   push(r, 6, EV_ALLOC, EVF_FROM_DEVICE, 0x7000);
-  cr_assert(event_ring_mark_freed(r, 0x7000));
+  push(r, 7, EV_FREE, EVF_PREV_FREED, 0x8000); /* 0x7000 was freed, then 0x8000 */
+  push(r, 8, EV_ALLOC, 0, 0x9000);
 
+  /* In batches of every size: the record after a batch's last is looked at */
+  for (size_t batch = 1; batch <= 10; batch++) {
+    pool_event ev[2 * 10];
+    uint64_t cursor = 0, skipped = 0;
+    size_t events = 0, n;
+    while ((n = event_ring_read(r, &cursor, ev, batch, &skipped)) > 0) {
+      n = event_ring_expand(ev, n);
+      expect_ring_events(ev, n, events, batch);
+      events += n;
+    }
+    cr_expect_eq(events, RING_WANT, "batches of %zu: %zu events", batch, events);
+    cr_expect_eq(skipped, 0);
+  }
+
+  /* A reader that stopped at a moment: a free said after it is not read */
+  event_ring_end end = event_ring_end_now(r);
+  push(r, 9, EV_ALLOC, EVF_PREV_FREED, 0xa000); /* 0x9000 was freed after the moment */
   pool_event ev[16];
   uint64_t cursor = 0, skipped = 0;
-  size_t n = event_ring_read(r, &cursor, ev, 8, &skipped);
-  cr_assert_eq(n, 6);
-  cr_assert_eq(skipped, 0);
-  cr_assert_eq(ev[0].flags, EVF_LARGE | EVF_FREED, "the mark reads back");
-  cr_assert_eq(event_count(&ev[0]), 2);
-  cr_assert_eq(event_count(&ev[3]), 1);
-  cr_assert_eq(ev[5].flags, EVF_FROM_DEVICE | EVF_FREED);
-  n = event_ring_expand(ev, n);
+  size_t n = event_ring_read_to(r, &cursor, end, ev, 16, &skipped);
   cr_assert_eq(n, 8);
-  const struct {
-    event_type type;
-    unsigned flags;
-    uint64_t ts, addr;
-  } want[] = {{EV_ALLOC, EVF_LARGE, 1, 0x1000},
-              {EV_FREE, EVF_LARGE, 1, 0x1000},
-              {EV_FREE, 0, 2, 0x3000},
-              {EV_ALLOC, 0, 3, 0x4000},
-              {EV_ALLOC, EVF_FROM_DEVICE, 4, 0x5000},
-              {EV_ALLOC, 0, 5, 0x6000},
-              {EV_ALLOC, EVF_FROM_DEVICE, 6, 0x7000},
-              {EV_FREE, 0, 6, 0x7000}};
-  for (size_t i = 0; i < n; i++) {
-    cr_expect_eq(ev[i].type, want[i].type, "event %zu", i);
-    cr_expect_eq(ev[i].flags, want[i].flags, "event %zu: flags %u", i, ev[i].flags);
-    cr_expect_eq(ev[i].ts_ns, want[i].ts, "event %zu", i);
-    cr_expect_eq(ev[i].addr, want[i].addr, "event %zu", i);
-    if (i != 5) {
-      cr_expect_eq(ev[i].size, 4096, "event %zu", i);
-      cr_expect_eq(ev[i].requested, 1000 + want[i].ts, "event %zu", i);
-      cr_expect_eq(ev[i].stream, STREAM, "event %zu", i);
-    }
-  }
+  cr_expect_eq(ev[7].addr, 0x9000);
+  cr_expect_eq(ev[7].flags, 0, "the free after the moment is not read");
+  cursor = 7;
+  n = event_ring_read(r, &cursor, ev, 16, &skipped);
+  cr_assert_eq(n, 2);
+  cr_expect_eq(ev[0].flags, EVF_FREED, "read on, it is");
+  cr_expect_eq(ev[1].flags, 0, "EVF_PREV_FREED is the ring's own");
   event_ring_unref(r);
 }
 
@@ -115,7 +138,7 @@ static uint64_t pair_records(gpupool *p, size_t size) {
   return records(p) - before;
 }
 
-Test(event_ring_freed, a_pool_marks_a_plain_free_in_its_allocations_tick_only) {
+Test(event_ring_freed, a_plain_free_in_its_allocations_tick_writes_no_record) {
   pool_events_enable(4096);
   gpupool *p = host_pool("marks");
   pc_must_free(p, pc_must_malloc(p, 4096, NULL)); /* the segments' records */
@@ -228,6 +251,109 @@ static void expect_same_history(gpupool_history *a, gpupool_history *b, const ch
 static cJSON *trace_of(const char *pool_query, const char *limit_query) {
   const char *q[] = {pool_query, limit_query};
   return trace_parse_checked(trace_read_query(q, limit_query ? 2 : 1, 4096));
+}
+
+/* The events ring r holds (expanded) into out (room for max), the oldest
+ * first; returns how many. */
+static size_t events_of_ring(event_ring *r, pool_event *out, size_t max) {
+  uint64_t head = event_ring_head(r), cap = event_ring_capacity(r);
+  uint64_t cursor = head > cap ? head - cap : 0, skipped = 0;
+  cr_assert_leq(2 * (head - cursor), max);
+  size_t n = event_ring_read(r, &cursor, out, max / 2, &skipped);
+  cr_assert_eq(skipped, 0);
+  return event_ring_expand(out, n);
+}
+
+/* The events of p's one stream, as a reader gets them. */
+static size_t events_of(gpupool *p, pool_event *out, size_t max) {
+  event_ring *rings[2];
+  cr_assert_eq(pool_event_rings(p, rings, 2), 1);
+  size_t n = events_of_ring(rings[0], out, max);
+  event_ring_unref(rings[0]);
+  return n;
+}
+
+/* Whether events ev[i..] are, in order, the types in want (EV_ALLOC, EV_FREE
+ * ...) of the block at addr, each at the same time as the first. */
+static void expect_lifetimes(const pool_event *ev, size_t n, size_t i, uintptr_t addr,
+                             const event_type *want, size_t nwant, const char *what) {
+  cr_assert_leq(i + nwant, n, "%s: %zu events", what, n);
+  for (size_t k = 0; k < nwant; k++) {
+    cr_expect_eq(ev[i + k].type, want[k], "%s: event %zu: type %u", what, k, ev[i + k].type);
+    cr_expect_eq(ev[i + k].addr, addr, "%s: event %zu", what, k);
+  }
+}
+
+#define RING_EVENTS 8192
+
+Test(event_ring_freed, a_free_with_no_record_reads_as_freed_however_it_is_read) {
+  pool_events_enable(4096);
+  gpupool *p = host_pool("settled");
+  pool_event *ev = malloc(RING_EVENTS * sizeof *ev);
+  cr_assert_not_null(ev);
+  pc_must_free(p, pc_must_malloc(p, 4096, NULL)); /* the segments' records */
+  event_clock_publish(clock_stamp());             /* ticked */
+
+  /* a reader asks while the free is in no record yet */
+  void *x = pc_must_malloc(p, 4096, NULL);
+  uint64_t before = records(p);
+  pc_must_free(p, x);
+  gpupool_history *h = torch_snapshot_history("settled"); /* read first */
+  cr_expect_eq(gpupool_history_get_info(h)->allocations, 2);
+  cr_expect_eq(gpupool_history_get_info(h)->frees, 2, "PyTorch's snapshot has x's free");
+  gpupool_history_free(h);
+  cr_assert_eq(records(p), before, "the free wrote no record");
+  size_t n = events_of(p, ev, RING_EVENTS);
+  static const event_type pair[] = {EV_ALLOC, EV_FREE}, two_allocs[] = {EV_ALLOC, EV_ALLOC},
+                          pair_then_alloc[] = {EV_ALLOC, EV_FREE, EV_ALLOC};
+  expect_lifetimes(ev, n, n - 2, (uintptr_t)x, pair, 2, "read right after the free");
+  cr_expect_eq(ev[n - 1].ts_ns, ev[n - 2].ts_ns, "the free at the allocation's time");
+  void *y = pc_must_malloc(p, 4096, NULL);
+  cr_assert_eq(y, x, "the same block again");
+  n = events_of(p, ev, RING_EVENTS);
+  expect_lifetimes(ev, n, n - 3, (uintptr_t)x, pair_then_alloc, 3, "the free said once");
+
+  /* events going off: the free before it is said, none after it */
+  pc_must_free(p, y);
+  pool_events_switch(0);
+  n = events_of(p, ev, RING_EVENTS);
+  expect_lifetimes(ev, n, n - 2, (uintptr_t)y, pair, 2, "a free before events went off");
+  pool_events_switch(4096);
+  x = pc_must_malloc(p, 4096, NULL); /* recorded */
+  pool_events_switch(0);
+  pc_must_free(p, x); /* not recorded: events are off */
+  pool_events_switch(4096);
+  y = pc_must_malloc(p, 4096, NULL);
+  cr_assert_eq(y, x);
+  n = events_of(p, ev, RING_EVENTS);
+  expect_lifetimes(ev, n, n - 2, (uintptr_t)x, two_allocs, 2, "no free while events were off");
+  pc_must_free(p, y);
+
+  /* the block's segment released before anything else is recorded: the
+   * free is said before the block goes (ASan: no read of a freed block) */
+  void *big = pc_must_malloc(p, 64 * PC_MiB, NULL);
+  pc_must_free(p, big);
+  cr_assert_gt(gpupool_empty_cache(p), 0);
+  n = events_of(p, ev, RING_EVENTS);
+  size_t at = n;
+  for (size_t i = 0; i < n; i++)
+    if (ev[i].type == EV_ALLOC && ev[i].addr == (uintptr_t)big)
+      at = i;
+  expect_lifetimes(ev, n, at, (uintptr_t)big, pair, 2, "a block whose segment was released");
+  cr_expect_eq(ev[at + 2].type, EV_SEGMENT_FREE);
+
+  /* the pool destroyed: a reader that kept the ring still reads the free */
+  event_ring *rings[2];
+  cr_assert_eq(pool_event_rings(p, rings, 2), 1);
+  x = pc_must_malloc(p, 4096, NULL);
+  pc_must_free(p, x);
+  gpupool_destroy(p);
+  n = events_of_ring(rings[0], ev, RING_EVENTS);
+  expect_lifetimes(ev, n, n - 2, (uintptr_t)x, pair, 2, "after the pool was destroyed");
+  event_ring_unref(rings[0]);
+  event_clock_publish(0);
+  free(ev);
+  pool_events_disable();
 }
 
 Test(event_ring_freed, readers_give_the_events_two_records_would) {
