@@ -407,8 +407,8 @@ int main(int argc, char **argv) {
          "threads stopping: an idle tail that may switch it off); late tick: the most a tick "
          "was published after its time (a stamp is that much staler than the tick), max over "
          "rounds; records a pair: ring records %d pairs on one stream wrote, per pair, with each "
-         "clock (a free in its allocation's tick is marked into the allocation's record: "
-         "pool/event_ring.h)\n\n",
+         "clock (a free in its allocation's tick writes nothing: the allocation's record "
+         "stands for both, pool/event_ring.h)\n\n",
          RECORD_PAIRS);
   printf(
       "| size | threads | events off ns | on, exact clock ns | on, ticker ns | added ns, exact | "
