@@ -77,7 +77,7 @@ static size_t src_read(source *s, uint64_t *cursor, size_t max, uint64_t *skippe
   if (s->kind == TRACE_SRC_COUNTERS)
     return s->counters->read(cursor, (counter_sample *)s->buf, max, skipped);
   /* The newest record of the window as it was when reading began, in both
-   * passes: a free marked into it later is after the window. */
+   * passes: its free said later is after the window. */
   return event_ring_read_to(s->ring, cursor, s->ring_end, (pool_event *)s->buf, max, skipped);
 }
 

@@ -99,7 +99,7 @@ Test(event_clock, pool_events_keep_their_order_across_mode_switches) {
   while (k < got && ev[k].type != EV_ALLOC) /* the first segment's allocation */
     k++;
   /* A pair in one tick of the published stamp is one record (the free
-   * marked into its allocation's); an exact pair is two. */
+   * writes none); an exact pair is two. */
   size_t records = 0;
   for (int i = 0; i < 1000; i++)
     records += coarse[i] ? 1 : 2;
@@ -126,8 +126,8 @@ Test(event_clock, pool_events_keep_their_order_across_mode_switches) {
   pool_events_disable();
 }
 
-/* The meter counts records (a free marked into its allocation's record
- * halves a storm of pairs' count once ticked): off below a quarter of the
+/* The meter counts records (a free in its allocation's tick writes none,
+ * which halves a storm of pairs' count once ticked): off below a quarter of the
  * threshold keeps such a storm from flapping. */
 Test(event_clock, meter_switches_on_at_the_threshold_and_off_below_a_quarter) {
   event_clock_meter m = {0};

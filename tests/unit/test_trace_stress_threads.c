@@ -149,9 +149,10 @@ Test(trace_stress_threads, streamed_documents_stay_valid_while_threads_allocate)
 }
 
 /* The same in one tick of the event clock (a stamp published, as the
- * ticker does in allocation storms): frees marked into their allocations'
- * records while the documents are read, whole and with a limit. */
-Test(trace_stress_threads, streamed_documents_stay_valid_while_frees_are_marked) {
+ * ticker does in allocation storms): frees that write no record (their
+ * allocations' records stand for them) while the documents are read, whole
+ * and with a limit. */
+Test(trace_stress_threads, streamed_documents_stay_valid_while_frees_write_no_record) {
   pool_events_enable(256);
   trace_counters_reset();
   event_clock_publish(clock_stamp());
@@ -180,7 +181,7 @@ Test(trace_stress_threads, streamed_documents_stay_valid_while_frees_are_marked)
     head += h;
     event_ring_unref(rings[i]);
   }
-  cr_expect_gt(marked, 0, "no free was marked into its allocation's record");
+  cr_expect_gt(marked, 0, "no allocation's record stood for its free");
   gpupool_history *h = NULL;
   cr_assert_eq(gpupool_history_from_pool(wl.pool, &h), GPUPOOL_OK, "%s", gpupool_last_error());
   cr_expect_gt(gpupool_history_get_info(h)->frees, 0);
