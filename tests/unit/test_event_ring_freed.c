@@ -356,6 +356,100 @@ Test(event_ring_freed, a_free_with_no_record_reads_as_freed_however_it_is_read) 
   pool_events_disable();
 }
 
+/* An independent oracle: random operations on a pool (allocations, frees
+ * of the newest block and of any, events off and on, new ticks and exact
+ * stamps, readers taking the ring, segments released, PyTorch snapshots),
+ * each block event logged as the program sees it while events are on. The
+ * ring, read at the end, must give exactly that sequence. */
+#define ORACLE_OPS 1500
+typedef struct logged {
+  event_type type;
+  uintptr_t addr;
+} logged;
+
+static uint32_t oracle_rand(uint32_t *s) {
+  *s ^= *s << 13;
+  *s ^= *s >> 17;
+  *s ^= *s << 5;
+  return *s;
+}
+
+static void oracle_run(uint32_t seed) {
+  pool_events_enable(4096);
+  gpupool *p = host_pool("oracle");
+  logged *log = malloc((2 * ORACLE_OPS + 2) * sizeof *log);
+  pool_event *ev = malloc(RING_EVENTS * sizeof *ev);
+  cr_assert(log && ev);
+  static const size_t sizes[] = {512, 3000, 4096, 64 << 10, PC_MiB, 16 * PC_MiB};
+  void *live[16];
+  size_t nlive = 0, nlog = 0, reads = 0;
+  int on = 1;
+  uint32_t rng = seed;
+  void *first = pc_must_malloc(p, 4096, NULL); /* the stream's shard and ring */
+  pc_must_free(p, first);
+  log[nlog++] = (logged){EV_ALLOC, (uintptr_t)first};
+  log[nlog++] = (logged){EV_FREE, (uintptr_t)first};
+  event_clock_publish(clock_stamp());
+  for (int op = 0; op < ORACLE_OPS; op++) {
+    uint32_t r = oracle_rand(&rng) % 100;
+    if (r < 40 && nlive < 16) {
+      void *x = pc_must_malloc(p, sizes[oracle_rand(&rng) % 6], NULL);
+      live[nlive++] = x;
+      if (on)
+        log[nlog++] = (logged){EV_ALLOC, (uintptr_t)x};
+    } else if (r < 75 && nlive) { /* the newest block mostly: the storm's case */
+      size_t i = r < 60 ? nlive - 1 : oracle_rand(&rng) % nlive;
+      pc_must_free(p, live[i]);
+      if (on)
+        log[nlog++] = (logged){EV_FREE, (uintptr_t)live[i]};
+      live[i] = live[--nlive];
+    } else if (r < 80) {
+      on = !on;
+      pool_events_switch(on ? 4096 : 0);
+    } else if (r < 88) {
+      event_clock_publish(oracle_rand(&rng) % 8 ? clock_stamp() : 0); /* a tick, or exact */
+    } else if (r < 96) {
+      events_of(p, ev, RING_EVENTS); /* a reader takes the ring */
+      reads++;
+    } else if (r < 98) {
+      gpupool_empty_cache(p);
+    } else { /* PyTorch's snapshot copies the pool (not loaded: events were off between) */
+      FILE *f = tmpfile();
+      cr_assert_not_null(f);
+      cr_assert_eq(gpupool_snapshot_write_torch(f, "oracle"), GPUPOOL_OK);
+      fclose(f);
+    }
+  }
+  event_clock_publish(0);
+  uint64_t records_pushed = records(p);
+  size_t n = events_of(p, ev, RING_EVENTS), k = 0;
+  for (size_t i = 0; i < n; i++) {
+    if (ev[i].type != EV_ALLOC && ev[i].type != EV_FREE)
+      continue;
+    cr_assert_lt(k, nlog, "more block events than logged (%zu)", nlog);
+    cr_assert_eq(ev[i].type, log[k].type, "seed %u: block event %zu: type %u, logged %u", seed, k,
+                 ev[i].type, log[k].type);
+    cr_assert_eq(ev[i].addr, log[k].addr, "block event %zu", k);
+    k++;
+  }
+  cr_assert_eq(k, nlog, "%zu block events read, %zu logged", k, nlog);
+  cr_assert_lt(records_pushed, n, "some records stood for two events (%zu events, %llu records)", n,
+               (unsigned long long)records_pushed);
+  cr_assert_gt(reads, 0);
+  for (size_t i = 0; i < nlive; i++)
+    pc_must_free(p, live[i]);
+  gpupool_destroy(p);
+  free(log);
+  free(ev);
+  pool_events_disable();
+}
+
+Test(event_ring_freed, random_operations_read_as_an_oracle_logged_them) {
+  static const uint32_t seeds[] = {12345, 777, 2024, 99991};
+  for (size_t i = 0; i < sizeof seeds / sizeof seeds[0]; i++)
+    oracle_run(seeds[i]);
+}
+
 Test(event_ring_freed, readers_give_the_events_two_records_would) {
   pool_events_enable(4096);
   trace_counters_reset();
