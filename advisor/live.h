@@ -10,9 +10,10 @@
 #include "gpupool/advisor.h"
 #include "pool/event_ring.h"
 
-/* Reads and unrefs the n rings (one pool's). */
-gpupool_status history_from_rings(event_ring **rings, size_t n, const char *name,
-                                  gpupool_history **out);
+/* Reads and unrefs the n rings (one pool's), each to its end in ends
+ * (pool_event_rings_at; every free up to then included). */
+gpupool_status history_from_rings(event_ring **rings, const event_ring_end *ends, size_t n,
+                                  const char *name, gpupool_history **out);
 /* The settings of p that the advisor varies, as a GPUPOOL_CONF line. */
 void advisor_conf_of_pool(const gpupool *p, char *out, size_t len);
 

@@ -135,16 +135,21 @@ gpupool_status gpupool_history_from_pool(gpupool *p, gpupool_history **out) {
   if (st != GPUPOOL_OK)
     return st;
   event_ring **rings = malloc(MAX_RINGS * sizeof *rings);
-  if (!rings)
+  event_ring_end *ends = malloc(MAX_RINGS * sizeof *ends);
+  if (!rings || !ends) {
+    free(rings);
+    free(ends);
     return pool_fail(GPUPOOL_ERR_HOST_OOM, "gpupool_history_from_pool: out of host memory");
-  size_t nr = pool_event_rings(p, rings, MAX_RINGS);
-  st = history_from_rings(rings, nr, gpupool_name(p), out);
+  }
+  size_t nr = pool_event_rings_at(p, rings, ends, MAX_RINGS);
+  st = history_from_rings(rings, ends, nr, gpupool_name(p), out);
   free(rings);
+  free(ends);
   return st;
 }
 
-gpupool_status history_from_rings(event_ring **rings, size_t nr, const char *name,
-                                  gpupool_history **out) {
+gpupool_status history_from_rings(event_ring **rings, const event_ring_end *ends, size_t nr,
+                                  const char *name, gpupool_history **out) {
   size_t total = 0;
   for (size_t i = 0; i < nr; i++)
     total += event_ring_capacity(rings[i]);
@@ -158,13 +163,13 @@ gpupool_status history_from_rings(event_ring **rings, size_t nr, const char *nam
   if (ev && h && ring_start) {
     for (size_t i = 0; i < nr; i++) {
       ring_start[i] = n;
-      /* Up to the head seen now: a ring still being written keeps no more
-       * than its capacity, the others' room. */
-      uint64_t head = event_ring_head(rings[i]), cap = event_ring_capacity(rings[i]);
+      /* Up to the end taken with the ring: a ring still being written
+       * keeps no more than its capacity, the others' room. */
+      uint64_t head = ends[i].head, cap = event_ring_capacity(rings[i]);
       uint64_t cursor = head > cap ? head - cap : 0, skipped = cursor;
       size_t got;
       while (n < total &&
-             (got = event_ring_read_before(rings[i], &cursor, head, ev + n, total - n, &skipped)))
+             (got = event_ring_read_to(rings[i], &cursor, ends[i], ev + n, total - n, &skipped)))
         n += got;
       dropped += skipped;
     }

@@ -30,6 +30,7 @@ typedef struct taken_pool {
   char conf[256];
   uint64_t device_bytes; /* the pool's device (or its memory_fraction cap), 0: not asked */
   event_ring **rings;
+  event_ring_end *ends; /* taken with the rings, under the pool's locks */
   size_t nrings;
 } taken_pool;
 
@@ -97,11 +98,11 @@ static void take_pool(gpupool *p, void *arg) {
   }
   taken_pool *t = &c->t[c->n];
   t->rings = malloc(MAX_RINGS * sizeof *t->rings);
-  if (!t->rings)
-    return;
-  t->nrings = pool_event_rings(p, t->rings, MAX_RINGS);
+  t->ends = malloc(MAX_RINGS * sizeof *t->ends);
+  t->nrings = t->rings && t->ends ? pool_event_rings_at(p, t->rings, t->ends, MAX_RINGS) : 0;
   if (!t->nrings) {
     free(t->rings);
+    free(t->ends);
     return;
   }
   snprintf(t->name, sizeof t->name, "%s", label); /* as /metrics: the gauges' pool label */
@@ -137,8 +138,12 @@ static size_t compute(advice_result *r, double capacity_gib, const char *only, i
   double t0 = now_s();
   cached_pool *fresh = c.n ? calloc(c.n, sizeof *fresh) : NULL;
   if (c.n && !fresh) { /* nothing can hold the answers: every pool left out */
-    for (size_t i = 0; i < c.n; i++)
+    for (size_t i = 0; i < c.n; i++) {
+      for (size_t k = 0; k < taken[i].nrings; k++)
+        event_ring_unref(taken[i].rings[k]);
       free(taken[i].rings);
+      free(taken[i].ends);
+    }
     c.n = 0;
   }
   for (size_t i = 0; i < c.n; i++) {
@@ -148,8 +153,10 @@ static size_t compute(advice_result *r, double capacity_gib, const char *only, i
     f->id = taken[i].id;
     f->device = taken[i].device;
     gpupool_history *h;
-    gpupool_status st = history_from_rings(taken[i].rings, taken[i].nrings, taken[i].name, &h);
+    gpupool_status st =
+        history_from_rings(taken[i].rings, taken[i].ends, taken[i].nrings, taken[i].name, &h);
     free(taken[i].rings);
+    free(taken[i].ends);
     if (st == GPUPOOL_OK) {
       double left = DEADLINE_S - (now_s() - t0);
       uint64_t own = taken[i].device_bytes ? taken[i].device_bytes

@@ -41,6 +41,7 @@ struct trace_stream {
 
 typedef struct ring_ref {
   event_ring *ring;
+  event_ring_end end; /* taken with the ring, under its pool's lock */
   uint32_t pool_id;
 } ring_ref;
 
@@ -90,15 +91,19 @@ static void take_rings(gather *g, gpupool *p, uint32_t id) {
   size_t cap = 64;
   for (;;) {
     event_ring **rs = malloc(cap * sizeof *rs);
-    if (!rs) {
+    event_ring_end *ends = malloc(cap * sizeof *ends);
+    if (!rs || !ends) {
+      free(rs);
+      free(ends);
       g->failed = 1;
       return;
     }
-    size_t n = pool_event_rings(p, rs, cap);
+    size_t n = pool_event_rings_at(p, rs, ends, cap);
     if (n == cap && cap < 65536) {
       for (size_t i = 0; i < n; i++)
         event_ring_unref(rs[i]);
       free(rs);
+      free(ends);
       cap *= 4;
       continue;
     }
@@ -114,9 +119,10 @@ static void take_rings(gather *g, gpupool *p, uint32_t id) {
         g->rings = r;
         g->caprings = c;
       }
-      g->rings[g->nrings++] = (ring_ref){rs[i], id};
+      g->rings[g->nrings++] = (ring_ref){rs[i], ends[i], id};
     }
     free(rs);
+    free(ends);
     return;
   }
 }
@@ -191,7 +197,8 @@ static int build_merge(trace_stream *s, gather *g) {
   for (size_t i = 0; i < g->nrings; i++) {
     trace_pool *p = trace_format_find_pool(&s->fmt, g->rings[i].pool_id);
     uint32_t tag = (uint32_t)(p - s->pools);
-    if (trace_merge_add_ring(s->merge, g->rings[i].ring, TRACE_SRC_POOL, tag) != 0)
+    if (trace_merge_add_ring_to(s->merge, g->rings[i].ring, g->rings[i].end, TRACE_SRC_POOL, tag) !=
+        0)
       rc = -1;
     g->rings[i].ring = NULL; /* the merge owns the reference now */
   }

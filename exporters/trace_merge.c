@@ -17,6 +17,7 @@ typedef struct source {
   uint64_t pos;                     /* forward: next position to read */
   uint64_t end;                     /* head when reading began */
   event_ring_end ring_end;          /* a ring's end then (the mark of its newest record) */
+  int end_given;                    /* ring_end came with the ring (trace_merge_add_ring_to) */
   uint64_t oldest;                  /* oldest position still held when reading began */
   uint64_t back;                    /* backward: positions below this are not read yet */
   uint64_t first;                   /* position of buf item 0 (backward pass) */
@@ -63,6 +64,15 @@ int trace_merge_add_ring(trace_merge *m, event_ring *r, trace_src_kind kind, uin
     event_ring_unref(r);
     return -1;
   }
+  return 0;
+}
+
+int trace_merge_add_ring_to(trace_merge *m, event_ring *r, event_ring_end end, trace_src_kind kind,
+                            uint32_t tag) {
+  if (trace_merge_add_ring(m, r, kind, tag) != 0)
+    return -1;
+  m->src[m->nsrc - 1].ring_end = end;
+  m->src[m->nsrc - 1].end_given = 1;
   return 0;
 }
 
@@ -253,7 +263,8 @@ int trace_merge_begin(trace_merge *m, uint64_t since_ns, uint64_t until_ns, uint
       s->end = s->counters->head();
       cap = s->counters->capacity();
     } else {
-      s->ring_end = event_ring_end_now(s->ring);
+      if (!s->end_given)
+        s->ring_end = event_ring_end_now(s->ring);
       s->end = s->ring_end.head;
       cap = event_ring_capacity(s->ring);
     }

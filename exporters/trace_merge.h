@@ -45,9 +45,14 @@ typedef int (*trace_accept_fn)(void *ctx, const trace_record *r);
 typedef struct trace_merge trace_merge;
 
 trace_merge *trace_merge_create(void);
-/* Adds a ring; the merge takes over one reference (released at destroy, or
- * at once if adding fails). 0 on success, -1 on allocation failure. */
+/* Adds a ring, read to its end when trace_merge_begin is called; the merge
+ * takes over one reference (released at destroy, or at once if adding
+ * fails). 0 on success, -1 on allocation failure. */
 int trace_merge_add_ring(trace_merge *m, event_ring *r, trace_src_kind kind, uint32_t tag);
+/* trace_merge_add_ring, read to end, taken earlier where the ring's writer
+ * lets go (a pool's: pool_event_rings_at). */
+int trace_merge_add_ring_to(trace_merge *m, event_ring *r, event_ring_end end, trace_src_kind kind,
+                            uint32_t tag);
 /* Adds the counter samples of ring (one counter source). */
 int trace_merge_add_counters(trace_merge *m, const counter_ring_ops *ring);
 

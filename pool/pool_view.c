@@ -197,16 +197,22 @@ void pool_event_counts(gpupool *p, uint64_t *recorded, uint64_t *dropped) {
   }
 }
 
-size_t pool_event_rings(gpupool *p, event_ring **out, size_t max) {
+size_t pool_event_rings_at(gpupool *p, event_ring **out, event_ring_end *ends, size_t max) {
   size_t n = 0;
   for (shard *sh = atomic_load(&p->shards); sh && n < max; sh = sh->next_shard) {
     spin_lock(&sh->lock);
     if (sh->ring) {
-      shard_settle_events(sh, sh->ring, 0); /* the reader takes the head next */
+      shard_settle_events(sh, sh->ring, 0);
       event_ring_ref(sh->ring);
+      if (ends)
+        ends[n] = event_ring_end_now(sh->ring);
       out[n++] = sh->ring;
     }
     spin_unlock(&sh->lock);
   }
   return n;
+}
+
+size_t pool_event_rings(gpupool *p, event_ring **out, size_t max) {
+  return pool_event_rings_at(p, out, NULL, max);
 }

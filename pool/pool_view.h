@@ -89,8 +89,12 @@ uint64_t pool_events_recorded_total(void);
 /* Events p's rings have recorded and overwritten, summed over its streams. */
 void pool_event_counts(gpupool *p, uint64_t *recorded, uint64_t *dropped);
 /* Takes a reference on each ring of p (at most max), its newest record
- * settled (shard_settle_events): what was freed by then reads as freed up to
- * the heads read next. Returns how many. */
+ * settled (shard_settle_events), and where ends is not NULL the ring's end
+ * then, under the shard's lock (event_ring_end_now): a reader that stops
+ * there (event_ring_read_to) reads every event up to that moment, each free
+ * included. Returns how many. */
+size_t pool_event_rings_at(gpupool *p, event_ring **out, event_ring_end *ends, size_t max);
+/* pool_event_rings_at without the ends. */
 size_t pool_event_rings(gpupool *p, event_ring **out, size_t max);
 
 #endif

@@ -356,6 +356,41 @@ Test(event_ring_freed, a_free_with_no_record_reads_as_freed_however_it_is_read) 
   pool_events_disable();
 }
 
+Test(event_ring_freed, a_reader_stops_at_the_end_taken_with_the_ring) {
+  pool_events_enable(4096);
+  gpupool *p = host_pool("moment");
+  pc_must_free(p, pc_must_malloc(p, 4096, NULL)); /* the segments' records */
+  event_clock_publish(clock_stamp());
+  void *x = pc_must_malloc(p, 4096, NULL);
+  pc_must_free(p, x);
+  event_ring *rings[2];
+  event_ring_end ends[2];
+  cr_assert_eq(pool_event_rings_at(p, rings, ends, 2), 1);
+  void *y = pc_must_malloc(p, 8192, NULL); /* after the moment */
+  pc_must_free(p, y);
+
+  pool_event ev[8];
+  uint64_t cursor = ends[0].head - 1, skipped = 0;
+  size_t n = event_ring_read_to(rings[0], &cursor, ends[0], ev, 4, &skipped);
+  cr_assert_eq(n, 1, "x's record only");
+  n = event_ring_expand(ev, n);
+  cr_assert_eq(n, 2);
+  cr_expect(ev[0].type == EV_ALLOC && ev[1].type == EV_FREE && ev[1].addr == (uintptr_t)x,
+            "x's free, settled when the ring was taken");
+  cursor = ends[0].head - 1;
+  n = event_ring_expand(ev, event_ring_read(rings[0], &cursor, ev, 4, &skipped));
+  cr_assert_eq(n, 3, "read on: y's allocation, whose free no record says yet");
+  cr_expect(ev[2].type == EV_ALLOC && ev[2].size == 8192);
+  event_ring_unref(rings[0]);
+
+  gpupool_history *h = history_of(p); /* its own moment: y's free is said */
+  cr_expect_eq(gpupool_history_get_info(h)->live_at_end, 0);
+  gpupool_history_free(h);
+  event_clock_publish(0);
+  gpupool_destroy(p);
+  pool_events_disable();
+}
+
 /* An independent oracle: random operations on a pool (allocations, frees
  * of the newest block and of any, events off and on, new ticks and exact
  * stamps, readers taking the ring, segments released, PyTorch snapshots),
