@@ -272,9 +272,11 @@ static inline int event_ring_mark_newest_freed(event_ring *r) {
 }
 /* Where a reader stops to match one moment: the head then, and whether
  * record head - 1 was marked EVF_FREED then (a mark set later is after that
- * moment). pool_capture takes it under the shard lock, so that the events
- * match the blocks it copies; a trace when its window begins (a mark set
- * between the two reads is in the window or not). */
+ * moment). A pool's readers take it under the shard lock right after the
+ * newest record is settled (pool_capture, so that the events match the
+ * blocks it copies; pool_event_rings_at, for the trace and the advisor); a
+ * trace takes other rings' when its window begins (a flag set between the
+ * two reads is in the window or not). */
 typedef struct event_ring_end {
   uint64_t head;
   int newest_freed;
