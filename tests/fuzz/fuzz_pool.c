@@ -1,16 +1,21 @@
 /* libFuzzer target: the pool's public API as a program. The first byte
  * chooses the pool (strategy, expandable segments, roundup divisions, a
- * garbage-collection threshold, device faults); every further 4 bytes are
- * one operation on a 64 MiB host-backend device with two host streams:
- * malloc (sizes from 1 B to 16 MiB, on either stream or the default one),
- * free, record_stream, stream work enqueued and completed, empty_cache, a
- * double free, an interior or a foreign pointer (each must be
- * GPUPOOL_ERR_INVALID), and a look at the statistics. The oracle,
- * independent of the pool: live blocks never overlap, each keeps the byte
- * pattern written into it until its free, and the statistics agree with what
- * the program holds (allocation count, requested bytes, allocated <=
- * reserved). At the end everything is freed, the streams complete and
- * empty_cache gives every byte back. */
+ * garbage-collection threshold, device faults) and whether allocation events
+ * are recorded; every further 4 bytes are one operation on a 64 MiB
+ * host-backend device with two host streams: malloc (sizes from 1 B to 16
+ * MiB, on either stream or the default one), free, record_stream, stream
+ * work enqueued and completed, empty_cache, a double free, an interior or a
+ * foreign pointer (each must be GPUPOOL_ERR_INVALID), a look at the
+ * statistics, and with events: events off and on, a new tick of the event
+ * clock or exact stamps, and a look at the events. The oracle, independent
+ * of the pool: live blocks never overlap, each keeps the byte pattern
+ * written into it until its free, the statistics agree with what the
+ * program holds (allocation count, requested bytes, allocated <= reserved),
+ * and each stream's ring gives exactly the allocations and frees the
+ * program made on it while events were on, in order (a free in its
+ * allocation's tick has no record of its own: pool/event_ring.h). At the
+ * end everything is freed, the streams complete and empty_cache gives every
+ * byte back. */
 #include <gpupool/gpupool.h>
 #include <gpupool/host.h>
 #include <stdint.h>
@@ -18,7 +23,14 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/clock.h"
+#include "pool/event_clock.h"
+#include "pool/event_ring.h"
+#include "pool/pool_view.h"
+
 #define MAX_LIVE 64
+#define MAX_LOG  1024 /* block events a stream can log: 4 bytes an operation, 1024 at most */
+#define RING_CAP 4096 /* records a stream's ring keeps: none is overwritten */
 #define MiB      ((size_t)1 << 20)
 
 typedef struct live {
@@ -27,11 +39,22 @@ typedef struct live {
   unsigned char fill;
 } live;
 
+/* A block event the program made while events were on: EV_ALLOC, EV_FREE. */
+typedef struct logged {
+  uint8_t type;
+  uintptr_t addr;
+} logged;
+
 typedef struct prog {
   gpupool *pool;
   gpupool_host_stream *streams[2];
   live lv[MAX_LIVE];
+  unsigned lv_stream[MAX_LIVE]; /* the stream (0: default, 1, 2) each live block came from */
   size_t nlive;
+  int events;    /* this program records events */
+  int recording; /* events are on now */
+  logged log[3][MAX_LOG];
+  size_t nlog[3];
   unsigned char mallocs; /* allocations so far: each block's pattern starts apart */
   void *freed[8];        /* pointers freed and not handed out again */
 } prog;
@@ -88,6 +111,13 @@ static void *stream_of(prog *g, unsigned k) {
   return k % 3 == 0 ? NULL : g->streams[k % 3 - 1];
 }
 
+static void log_event(prog *g, unsigned stream, uint8_t type, const void *addr) {
+  if (!g->recording)
+    return;
+  CHECK(g->nlog[stream] < MAX_LOG, "the log of stream %u is full", stream);
+  g->log[stream][g->nlog[stream]++] = (logged){type, (uintptr_t)addr};
+}
+
 static void op_malloc(prog *g, const uint8_t *a) {
   if (g->nlive == MAX_LIVE)
     return;
@@ -101,6 +131,8 @@ static void op_malloc(prog *g, const uint8_t *a) {
     return;
   }
   CHECK(p && !overlaps(g, p, size), "malloc(%zu) = %p overlaps a live block", size, p);
+  g->lv_stream[g->nlive] = a[3] % 3;
+  log_event(g, a[3] % 3, EV_ALLOC, p);
   live *l = &g->lv[g->nlive++];
   *l = (live){p, size, (unsigned char)(g->mallocs++ * 37)};
   write_pattern(l);
@@ -120,6 +152,8 @@ static void op_free(prog *g, const uint8_t *a, int record) {
           (void *)l.ptr);
   }
   CHECK(gpupool_free(g->pool, l.ptr) == GPUPOOL_OK, "free(%p)", (void *)l.ptr);
+  log_event(g, g->lv_stream[i], EV_FREE, l.ptr);
+  g->lv_stream[i] = g->lv_stream[g->nlive - 1];
   g->lv[i] = g->lv[--g->nlive];
   g->freed[a[3] % (sizeof g->freed / sizeof g->freed[0])] = l.ptr;
 }
@@ -156,6 +190,63 @@ static void check_stats(prog *g) {
         (long long)s.reserved_bytes[GPUPOOL_STAT_ALL].current);
 }
 
+/* Each stream's ring, read to the end taken with it, against the log. */
+static void check_events(prog *g) {
+  event_ring *rings[4];
+  event_ring_end ends[4];
+  size_t nr = pool_event_rings_at(g->pool, rings, ends, 4);
+  static pool_event ev[2 * RING_CAP];
+  size_t seen[3] = {0, 0, 0};
+  for (size_t i = 0; i < nr; i++) {
+    unsigned stream = 0;
+    for (unsigned k = 1; k < 3; k++)
+      if (rings[i]->stream == (uint64_t)(uintptr_t)g->streams[k - 1])
+        stream = k;
+    uint64_t cursor = 0, skipped = 0;
+    size_t n = event_ring_read_to(rings[i], &cursor, ends[i], ev, RING_CAP, &skipped);
+    CHECK(skipped == 0 && cursor == ends[i].head, "stream %u: events lost", stream);
+    n = event_ring_expand(ev, n);
+    size_t k = 0;
+    for (size_t j = 0; j < n; j++) {
+      if (ev[j].type != EV_ALLOC && ev[j].type != EV_FREE)
+        continue;
+      CHECK(k < g->nlog[stream] && ev[j].type == g->log[stream][k].type &&
+                ev[j].addr == g->log[stream][k].addr,
+            "stream %u: block event %zu (type %u at %#llx) is not the program's", stream, k,
+            ev[j].type, (unsigned long long)ev[j].addr);
+      k++;
+    }
+    seen[stream] = k;
+    event_ring_unref(rings[i]);
+  }
+  for (unsigned k = 0; k < 3; k++)
+    CHECK(seen[k] == g->nlog[k], "stream %u: %zu block events read, %zu made", k, seen[k],
+          g->nlog[k]);
+}
+
+/* Events off or on, a new tick or exact stamps, a look at the events, or
+ * (a program without events) the statistics. */
+static void op_events(prog *g, const uint8_t *a) {
+  switch (g->events ? a[1] % 4 : 0) {
+  case 0:
+    check_stats(g);
+    break;
+  case 1:
+    g->recording = !g->recording; /* as the agent stops and starts */
+    if (g->recording)
+      pool_events_enable(RING_CAP);
+    else
+      pool_events_disable();
+    break;
+  case 2:
+    event_clock_publish(a[2] % 4 ? clock_stamp() : 0);
+    break;
+  default:
+    check_events(g);
+    break;
+  }
+}
+
 static int make_pool(prog *g, uint8_t kind) {
   static const char *const tunables[] = {
       "strategy:bfc",
@@ -178,7 +269,13 @@ static int make_pool(prog *g, uint8_t kind) {
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   if (size < 1)
     return 0;
-  prog g = {0};
+  static prog g;
+  memset(&g, 0, sizeof g);
+  g.events = g.recording = (data[0] >> 3) & 1;
+  if (g.events) { /* ticked: a free in its allocation's tick writes no record */
+    pool_events_enable(RING_CAP);
+    event_clock_publish(clock_stamp());
+  }
   CHECK(make_pool(&g, data[0]), "gpupool_create");
   g.streams[0] = gpupool_host_stream_create();
   g.streams[1] = gpupool_host_stream_create();
@@ -207,11 +304,13 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
       op_bad_free(&g, a);
       break;
     default:
-      check_stats(&g);
+      op_events(&g, a);
       break;
     }
   }
   check_stats(&g);
+  if (g.events)
+    check_events(&g);
   while (g.nlive)
     op_free(&g, (const uint8_t[4]){0, 0, 0, 0}, 0);
   gpupool_host_stream_complete(g.streams[0]);
@@ -222,7 +321,13 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   CHECK(s.reserved_bytes[GPUPOOL_STAT_ALL].current == 0,
         "%lld bytes reserved after everything was freed and the cache emptied",
         (long long)s.reserved_bytes[GPUPOOL_STAT_ALL].current);
+  if (g.events)
+    check_events(&g);
   gpupool_destroy(g.pool);
+  if (g.events) {
+    pool_events_disable();
+    event_clock_publish(0);
+  }
   gpupool_host_stream_destroy(g.streams[0]);
   gpupool_host_stream_destroy(g.streams[1]);
   return 0;
