@@ -126,14 +126,11 @@ static void copy_slot(const event_ring_slot *s, pool_event *out) {
   memcpy(out, w, sizeof w);
 }
 
-/* The EVF_PREV_FREED bit of a record's word 3. */
-#define REC_PREV_FREED EVENT_REC_TF(0, EVF_PREV_FREED)
-
-/* Whether record m of compact ring r says that the record before it stands
- * for its block's free too (EVF_PREV_FREED). */
-static int record_prev_freed(const event_ring *r, uint64_t m) {
+/* Whether record m of compact ring r is a block event with flag set in its
+ * word 3 (a side event's flags are in its side entry). */
+static int record_has_flag(const event_ring *r, uint64_t m, unsigned flag) {
   uint64_t w3 = atomic_load_explicit(&r->recs[m & r->mask].word[3], EVENT_RING_WORD_LOAD);
-  return !(w3 & EVENT_REC_SIDE) && (w3 & REC_PREV_FREED);
+  return !(w3 & EVENT_REC_SIDE) && (w3 & EVENT_REC_TF(0, flag));
 }
 
 /* Record m of a compact ring as an event (its side entry, for the others),
@@ -201,7 +198,7 @@ size_t event_ring_read_before(event_ring *r, uint64_t *cursor, uint64_t before, 
     /* The record after the last copied, where it is wanted: whether its
      * block's free is in no record of its own (newer than the copies, so
      * whole when they are) */
-    int next_prev_freed = r->recs && end < h1 && record_prev_freed(r, end);
+    int next_prev_freed = r->recs && end < h1 && record_has_flag(r, end, EVF_PREV_FREED);
     EVENT_RING_FENCE(memory_order_acquire);
     uint64_t h2 = atomic_load_explicit(&r->head, memory_order_relaxed);
     /* Event m was copied whole iff m + slots > h2, i.e. m >= h2 - cap. */
@@ -240,11 +237,7 @@ size_t event_ring_expand(pool_event *ev, size_t n) {
 
 event_ring_end event_ring_end_now(const event_ring *r) {
   event_ring_end end = {.head = event_ring_head(r)};
-  if (r->recs && end.head) {
-    uint64_t w3 =
-        atomic_load_explicit(&r->recs[(end.head - 1) & r->mask].word[3], EVENT_RING_WORD_LOAD);
-    end.newest_freed = !(w3 & EVENT_REC_SIDE) && (w3 >> EVENT_REC_FLAGS_SHIFT & EVF_FREED);
-  }
+  end.newest_freed = r->recs && end.head && record_has_flag(r, end.head - 1, EVF_FREED);
   return end;
 }
 

@@ -70,8 +70,7 @@ static int copy_shard(shard *sh, pool_capture *c, size_t max_blocks, size_t max_
   if (sh->ring && max_events) {
     ring = sh->ring;
     event_ring_ref(ring);
-    shard_settle_events(sh, ring, 0);
-    end = event_ring_end_now(ring);
+    end = shard_events_end(sh);
   }
   spin_unlock(&sh->lock);
   if (!ring)

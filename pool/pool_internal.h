@@ -62,6 +62,11 @@ static inline event_ring *shard_recording(const shard *sh) {
  * go off or the ring goes away; forget: the block is not followed further
  * (an allocation still live is then freed in a record of its own). */
 void shard_settle_events(shard *sh, event_ring *r, int forget);
+/* The end of sh's ring now (sh->ring is set; the caller holds sh's lock),
+ * its newest record settled first: a reader that stops there
+ * (event_ring_read_to) reads every event up to this moment, each free
+ * included. */
+event_ring_end shard_events_end(shard *sh);
 
 /* Stamps ev (never older than r's previous such stamp) and pushes it into
  * r, the ring of sh a caller holding sh's lock read; returns the stamp.

@@ -202,10 +202,10 @@ size_t pool_event_rings_at(gpupool *p, event_ring **out, event_ring_end *ends, s
   for (shard *sh = atomic_load(&p->shards); sh && n < max; sh = sh->next_shard) {
     spin_lock(&sh->lock);
     if (sh->ring) {
-      shard_settle_events(sh, sh->ring, 0);
+      event_ring_end end = shard_events_end(sh);
       event_ring_ref(sh->ring);
       if (ends)
-        ends[n] = event_ring_end_now(sh->ring);
+        ends[n] = end;
       out[n++] = sh->ring;
     }
     spin_unlock(&sh->lock);

@@ -446,14 +446,17 @@ record_block_event_whole(shard *sh, event_ring *r, uint64_t tf, const block *b, 
  * have pushed its own record, and events going off forget it, shard_settle).
  * Block structs are freed only after a settle (segment_destroy's event,
  * shard_destroy), so last_block can be read. */
+static inline int allocation_ended(const block *last) {
+  gp_assert_internal(last->state != BLOCK_PENDING); /* a deferred free pushes a record */
+  return last->state != BLOCK_ALLOCATED;
+}
 static inline int newest_allocation_ended(const event_ring *r, const block *b, uint8_t type) {
   const block *last = r->last_block;
   if (!last)
     return 0;
   if (last == b)
     return type == EV_ALLOC;
-  gp_assert_internal(last->state != BLOCK_PENDING); /* a deferred free pushes a record */
-  return last->state != BLOCK_ALLOCATED;
+  return allocation_ended(last);
 }
 
 void shard_settle_events(shard *sh, event_ring *r, int forget) {
@@ -461,7 +464,7 @@ void shard_settle_events(shard *sh, event_ring *r, int forget) {
   if (!last)
     return;
   gp_assert_internal(r == sh->ring);
-  if (last->state != BLOCK_ALLOCATED) {
+  if (allocation_ended(last)) {
     int marked = event_ring_mark_newest_freed(r);
     gp_assert_internal(marked);
     (void)marked;
@@ -469,6 +472,11 @@ void shard_settle_events(shard *sh, event_ring *r, int forget) {
     return;
   }
   r->last_block = NULL;
+}
+
+event_ring_end shard_events_end(shard *sh) {
+  shard_settle_events(sh, sh->ring, 0);
+  return event_ring_end_now(sh->ring);
 }
 
 /* Records an event about block b when events are on: one compact record
