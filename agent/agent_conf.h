@@ -19,7 +19,7 @@
 #define AGENT_DEFAULT_TRACE_EVENTS  65536
 #define AGENT_MAX_TRACE_EVENTS      (1u << 24) /* 16777216, as agent_conf.c states it */
 #define AGENT_DEFAULT_TRACE_TICK_US 1000
-#define AGENT_MAX_TRACE_TICK_US     100000
+#define AGENT_MAX_TRACE_TICK_US     100000u
 #define AGENT_MAX_GZIP_THREADS      64 /* HTTP_GZIP_MAX_THREADS */
 
 typedef struct agent_config {
