@@ -85,7 +85,7 @@ static trace_pool *add_pool(gather *g, const trace_pool_info *info, const char *
   return p;
 }
 
-/* All rings of p: pool_event_rings fills at most `cap`, so ask again with
+/* All rings of p: pool_event_rings_at fills at most `cap`, so ask again with
  * more room until it leaves some unused. */
 static void take_rings(gather *g, gpupool *p, uint32_t id) {
   size_t cap = 64;

@@ -212,7 +212,3 @@ size_t pool_event_rings_at(gpupool *p, event_ring **out, event_ring_end *ends, s
   }
   return n;
 }
-
-size_t pool_event_rings(gpupool *p, event_ring **out, size_t max) {
-  return pool_event_rings_at(p, out, NULL, max);
-}

@@ -94,7 +94,5 @@ void pool_event_counts(gpupool *p, uint64_t *recorded, uint64_t *dropped);
  * there (event_ring_read_to) reads every event up to that moment, each free
  * included. Returns how many. */
 size_t pool_event_rings_at(gpupool *p, event_ring **out, event_ring_end *ends, size_t max);
-/* pool_event_rings_at without the ends. */
-size_t pool_event_rings(gpupool *p, event_ring **out, size_t max);
 
 #endif

@@ -89,7 +89,7 @@ Test(event_clock, pool_events_keep_their_order_across_mode_switches) {
   }
   event_clock_publish(0);
   event_ring *rings[4];
-  size_t n = pool_event_rings(p, rings, 4);
+  size_t n = pool_event_rings_at(p, rings, NULL, 4);
   cr_assert_eq(n, 1);
   static pool_event ev[4096];
   uint64_t cursor = 0, skipped = 0;
@@ -186,7 +186,7 @@ Test(event_clock, switching_events_off_and_on_keeps_the_rings) {
   cr_assert_not_null(s);
   one_pair(p, NULL);
   event_ring *before[4];
-  cr_assert_eq(pool_event_rings(p, before, 4), 1);
+  cr_assert_eq(pool_event_rings_at(p, before, NULL, 4), 1);
   uint64_t recorded = pool_events_recorded_total();
 
   pool_events_switch(0);
@@ -200,7 +200,7 @@ Test(event_clock, switching_events_off_and_on_keeps_the_rings) {
   one_pair(p, NULL);
   cr_assert_eq(pool_events_recorded_total(), recorded + 2, "the first stream records again");
   event_ring *after[4];
-  cr_assert_eq(pool_event_rings(p, after, 4), 1, "the stream seen while off got none");
+  cr_assert_eq(pool_event_rings_at(p, after, NULL, 4), 1, "the stream seen while off got none");
   cr_assert_eq(after[0], before[0], "the same ring, its events kept");
   cr_assert_eq(event_ring_head(after[0]), 5, "segment, alloc, free; then alloc, free");
   event_ring_unref(before[0]);

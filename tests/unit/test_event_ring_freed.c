@@ -125,7 +125,7 @@ static gpupool *host_pool(const char *name) {
 /* Records pushed into the ring of p's one stream. */
 static uint64_t records(gpupool *p) {
   event_ring *rings[2];
-  cr_assert_eq(pool_event_rings(p, rings, 2), 1);
+  cr_assert_eq(pool_event_rings_at(p, rings, NULL, 2), 1);
   uint64_t head = event_ring_head(rings[0]);
   event_ring_unref(rings[0]);
   return head;
@@ -267,7 +267,7 @@ static size_t events_of_ring(event_ring *r, pool_event *out, size_t max) {
 /* The events of p's one stream, as a reader gets them. */
 static size_t events_of(gpupool *p, pool_event *out, size_t max) {
   event_ring *rings[2];
-  cr_assert_eq(pool_event_rings(p, rings, 2), 1);
+  cr_assert_eq(pool_event_rings_at(p, rings, NULL, 2), 1);
   size_t n = events_of_ring(rings[0], out, max);
   event_ring_unref(rings[0]);
   return n;
@@ -344,7 +344,7 @@ Test(event_ring_freed, a_free_with_no_record_reads_as_freed_however_it_is_read) 
 
   /* the pool destroyed: a reader that kept the ring still reads the free */
   event_ring *rings[2];
-  cr_assert_eq(pool_event_rings(p, rings, 2), 1);
+  cr_assert_eq(pool_event_rings_at(p, rings, NULL, 2), 1);
   x = pc_must_malloc(p, 4096, NULL);
   pc_must_free(p, x);
   gpupool_destroy(p);

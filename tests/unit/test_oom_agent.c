@@ -672,7 +672,7 @@ Test(oom_agent, segment_events_are_numbered_across_pools) {
   size_t n[2] = {0, 0};
   for (int k = 0; k < 2; k++) {
     event_ring *rings[4];
-    size_t nr = pool_event_rings(k ? b : a, rings, 4);
+    size_t nr = pool_event_rings_at(k ? b : a, rings, NULL, 4);
     cr_assert_eq(nr, 1);
     pool_event ev[64];
     uint64_t cursor = 0, skipped = 0;

@@ -378,7 +378,7 @@ Test(pool_expandable, page_moves_are_segment_events_of_the_trace) {
   gpupool *p = moving_pool(0);
   void *pin, *b = pinned_move(p, &pin);
   event_ring *ring;
-  cr_assert_eq(pool_event_rings(p, &ring, 1), 1);
+  cr_assert_eq(pool_event_rings_at(p, &ring, NULL, 1), 1);
   pool_event ev[64];
   uint64_t cursor = 0, skipped = 0;
   size_t n = event_ring_read(ring, &cursor, ev, 64, &skipped);

@@ -113,7 +113,7 @@ static void workload_stop(workload *wl) {
   if (wl->with_sampler)
     pthread_join(wl->sampler, NULL);
   event_ring *rings[THREADS + 1];
-  size_t n = pool_event_rings(wl->pool, rings, THREADS + 1);
+  size_t n = pool_event_rings_at(wl->pool, rings, NULL, THREADS + 1);
   cr_expect_eq(n, THREADS, "one ring per stream, got %zu", n);
   for (size_t i = 0; i < n; i++)
     event_ring_unref(rings[i]);
@@ -169,7 +169,7 @@ Test(trace_stress_threads, streamed_documents_stay_valid_while_frees_write_no_re
     free(doc);
   }
   event_ring *rings[THREADS + 1];
-  size_t n = pool_event_rings(wl.pool, rings, THREADS + 1);
+  size_t n = pool_event_rings_at(wl.pool, rings, NULL, THREADS + 1);
   uint64_t head = 0, marked = 0;
   for (size_t i = 0; i < n; i++) {
     static pool_event ev[256];

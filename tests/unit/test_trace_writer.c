@@ -226,7 +226,7 @@ Test(trace_writer, overwritten_events_are_counted_and_the_trace_stays_valid) {
   for (int i = 0; i < 500; i++)
     pc_must_free(p, pc_must_malloc(p, 4096 + (size_t)i, NULL));
   event_ring *rings[8];
-  size_t n = pool_event_rings(p, rings, 8);
+  size_t n = pool_event_rings_at(p, rings, NULL, 8);
   uint64_t dropped = 0;
   for (size_t i = 0; i < n; i++) {
     dropped += event_ring_dropped(rings[i]);
