@@ -335,7 +335,7 @@ gpupool_status gpupool_free(gpupool *p, void *ptr) {
   return GPUPOOL_OK;
 }
 
-/* 0, or -1 when the block cannot hold another stream. */
+/* 0; -1 when the block holds 255 streams already; -2 out of host memory. */
 static int add_stream_use(block *b, void *stream) {
   if (stream == b->seg->sh->stream)
     return 0;
@@ -349,12 +349,21 @@ static int add_stream_use(block *b, void *stream) {
     cap = cap > 255 ? 255 : cap;
     void **s = realloc(b->streams, cap * sizeof *s);
     if (!s)
-      return -1;
+      return -2;
     b->streams = s;
     b->cap_streams = (uint8_t)cap;
   }
   b->streams[b->nstreams++] = stream;
   return 0;
+}
+
+static gpupool_status stream_use_status(int r) {
+  if (r == -2)
+    return pool_fail(GPUPOOL_ERR_HOST_OOM, "gpupool_record_stream: out of host memory");
+  if (r != 0)
+    return pool_fail(GPUPOOL_ERR_UNSUPPORTED,
+                     "gpupool_record_stream: a block is used on at most 255 streams");
+  return GPUPOOL_OK;
 }
 
 gpupool_status gpupool_record_stream(gpupool *p, void *ptr, void *stream) {
@@ -373,10 +382,7 @@ gpupool_status gpupool_record_stream(gpupool *p, void *ptr, void *stream) {
                      p->cfg.name, ptr);
   int r = add_stream_use(e->val, stream);
   spin_unlock(&sh->lock);
-  if (r != 0)
-    return pool_fail(GPUPOOL_ERR_UNSUPPORTED,
-                     "gpupool_record_stream: too many streams on one block, or out of host memory");
-  return GPUPOOL_OK;
+  return stream_use_status(r);
 }
 
 void pool_free_block(gpupool *p, block *b) {
@@ -391,10 +397,7 @@ gpupool_status pool_record_stream_block(block *b, void *stream) {
   spin_lock(&sh->lock);
   int r = add_stream_use(b, stream);
   spin_unlock(&sh->lock);
-  if (r != 0)
-    return pool_fail(GPUPOOL_ERR_UNSUPPORTED,
-                     "gpupool_record_stream: too many streams on one block, or out of host memory");
-  return GPUPOOL_OK;
+  return stream_use_status(r);
 }
 
 size_t gpupool_empty_cache(gpupool *p) {
@@ -433,7 +436,8 @@ gpupool_status gpupool_set_memory_fraction(gpupool *p, double fraction) {
   gpupool_status st = pool_check_not_inherited(p, "gpupool_set_memory_fraction");
   if (st != GPUPOOL_OK)
     return st;
-  pthread_mutex_lock(&p->slow_lock); /* the slow path reads it once per allocation */
+  fraction = fraction == 0 ? 0 : fraction; /* -0 is 0: read back and reported as "0" */
+  pthread_mutex_lock(&p->slow_lock);       /* the slow path reads it once per allocation */
   __atomic_store(&p->cfg.memory_fraction, &fraction, __ATOMIC_RELAXED);
   pthread_mutex_unlock(&p->slow_lock);
   return GPUPOOL_OK;

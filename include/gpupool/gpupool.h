@@ -131,10 +131,11 @@ gpupool_status gpupool_create(const gpupool_options *opt, gpupool **out);
  * environment read. GPUPOOL_OK, or GPUPOOL_ERR_INVALID with the reason
  * gpupool_create would give in gpupool_last_error() ("GPUPOOL_CONF: strategy:
  * unknown value 'nope' ...", or a combination it refuses, such as
- * expandable_segments with strategy round). NULL or "" is valid. What only
- * the machine can tell is left to gpupool_create: whether the backend starts,
- * and a fault_* key when neither opt nor conf names the backend (the default
- * is cuda where a GPU is present). */
+ * expandable_segments with strategy round), or GPUPOOL_ERR_UNSUPPORTED, as
+ * gpupool_create, for expandable_segments with backend cuda_async. NULL or ""
+ * is valid. What only the machine can tell is left to gpupool_create: whether
+ * the backend starts, and a fault_* key when neither opt nor conf names the
+ * backend (the default is cuda where a GPU is present). */
 gpupool_status gpupool_conf_check(const gpupool_options *opt, const char *conf);
 /* A pool serves the process that created it. In a child forked after its
  * creation, every call that would take its locks (malloc, free,
@@ -153,7 +154,9 @@ void gpupool_destroy(gpupool *p);
  * distinct streams over its lifetime: a 1025th is GPUPOOL_ERR_UNSUPPORTED. */
 gpupool_status gpupool_malloc(gpupool *p, void **ptr, size_t size, void *stream);
 gpupool_status gpupool_free(gpupool *p, void *ptr);
-/* Mark ptr as used on another stream: its reuse waits for that stream's work. */
+/* Mark ptr as used on another stream: its reuse waits for that stream's work.
+ * A block is used on at most 255 streams besides its own: another is
+ * GPUPOOL_ERR_UNSUPPORTED (host memory running out, GPUPOOL_ERR_HOST_OOM). */
 gpupool_status gpupool_record_stream(gpupool *p, void *ptr, void *stream);
 /* Return every cached segment that holds no live block to the device;
  * returns the bytes released. Unlike PyTorch's empty_cache it does not wait

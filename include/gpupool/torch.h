@@ -97,7 +97,9 @@ gpupool *gpupool_torch_pool(int device);
  * over the options they are created with: name torch, backend cuda), so that
  * a bad configuration is refused where it is given rather than at the first
  * allocation. Creates nothing, touches no device, reads no environment.
- * GPUPOOL_OK, or GPUPOOL_ERR_INVALID with the reason in gpupool_last_error(). */
+ * GPUPOOL_OK, or GPUPOOL_ERR_INVALID (GPUPOOL_ERR_UNSUPPORTED for
+ * expandable_segments with backend cuda_async, as gpupool_conf_check) with the
+ * reason in gpupool_last_error(). */
 gpupool_status gpupool_torch_conf_check(const char *conf);
 
 #ifdef __cplusplus

@@ -116,6 +116,20 @@ Test(memory_fraction, bad_values_are_refused_and_change_nothing) {
   gpupool_destroy(p);
 }
 
+Test(memory_fraction, minus_zero_is_zero) {
+  /* As the configuration's parser takes "-0": read back (and in an OOM's
+   * report) as 0, never "-0". */
+  gpupool *p = pc_pool(GPUPOOL_STRATEGY_BFC, DEV, NULL);
+  cr_assert_eq(gpupool_set_memory_fraction(p, -0.0), GPUPOOL_OK, "%s", gpupool_last_error());
+  double f = gpupool_memory_fraction(p);
+  cr_expect(f == 0 && !signbit(f), "read back as %g", f);
+  void *x = NULL;
+  cr_expect_eq(gpupool_malloc(p, &x, MiB, NULL), GPUPOOL_ERR_OOM);
+  cr_expect(strstr(gpupool_last_error(), "memory_fraction 0)"), "%s", gpupool_last_error());
+  cr_expect(!strstr(gpupool_last_error(), "-0"), "%s", gpupool_last_error());
+  gpupool_destroy(p);
+}
+
 Test(memory_fraction, an_expandable_pool_moves_idle_pages_rather_than_passing_the_cap) {
   /* A slack of 100 % would create every page the new block needs (the
    * reserved bytes reach 92 MiB without the cap); under it, idle pages move. */
