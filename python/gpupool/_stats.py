@@ -54,6 +54,16 @@ def any_pool():
     return any(lib.gpupool_torch_pool(d) for d in range(_lib.MAX_DEVICES))
 
 
+def _usable(p):
+    """p, once the library answers for it: a pool inherited over fork() is
+    refused (GpupoolError with the library's reason), as memory_stats is,
+    rather than the void calls below doing nothing in silence."""
+    status = _lib.lib().gpupool_get_stats(p, _lib.Stats())
+    if status != 0:
+        raise _lib.error(status, _lib.last_error())
+    return p
+
+
 def raw_stats(device=None):
     """The device's gpupool_stats (zeros before its first allocation)."""
     st = _lib.Stats()
@@ -148,7 +158,7 @@ def reset_peak_memory_stats(device=None):
     is set to its current value (gpupool_reset_peak_stats)."""
     p = pool(device)
     if p:
-        _lib.lib().gpupool_reset_peak_stats(p)
+        _lib.lib().gpupool_reset_peak_stats(_usable(p))
 
 
 def reset_accumulated_memory_stats(device=None):
@@ -157,7 +167,7 @@ def reset_accumulated_memory_stats(device=None):
     ...) start again from zero (gpupool_reset_accumulated_stats)."""
     p = pool(device)
     if p:
-        _lib.lib().gpupool_reset_accumulated_stats(p)
+        _lib.lib().gpupool_reset_accumulated_stats(_usable(p))
 
 
 def empty_cache():
@@ -169,7 +179,7 @@ def empty_cache():
     for d in range(_lib.MAX_DEVICES):
         p = lib.gpupool_torch_pool(d)
         if p:
-            released += lib.gpupool_empty_cache(p)
+            released += lib.gpupool_empty_cache(_usable(p))
     return released
 
 
@@ -182,7 +192,11 @@ def set_per_process_memory_fraction(fraction, device=None):
         raise TypeError("Invalid type for fraction argument, must be `float`")
     if not 0 <= fraction <= 1:
         raise ValueError(f"Invalid fraction value: {fraction}. Allowed range: 0~1")
-    _lib.lib().gpupool_torch_set_memory_fraction(fraction, device_index(device))
+    index = device_index(device)
+    p = pool(index)
+    if p:
+        _usable(p)
+    _lib.lib().gpupool_torch_set_memory_fraction(fraction, index)
 
 
 def get_per_process_memory_fraction(device=None):

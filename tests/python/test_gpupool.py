@@ -1082,18 +1082,28 @@ class Fork(unittest.TestCase):
         d = 21
         p = malloc(4096, d)
         self.assertTrue(p)
+        fraction = gpupool.get_per_process_memory_fraction(d)
         r, w = os.pipe()
         pid = os.fork()
         if pid == 0:  # the child: reports through the pipe, never returns
             try:
                 os.close(r)
                 signal.alarm(10)  # a hang ends the child with SIGALRM
-                try:
-                    gpupool.memory_stats(d)
-                    message = "no error"
-                except gpupool.GpupoolError as e:
-                    message = str(e)
-                os.write(w, message.encode())
+                # Every call on the parent's pool: those that return nothing
+                # refuse too, rather than doing nothing in silence.
+                calls = [lambda: gpupool.memory_stats(d),
+                         lambda: gpupool.reset_peak_memory_stats(d),
+                         lambda: gpupool.reset_accumulated_memory_stats(d),
+                         lambda: gpupool.empty_cache(),
+                         lambda: gpupool.set_per_process_memory_fraction(0.5, d)]
+                messages = []
+                for call in calls:
+                    try:
+                        call()
+                        messages.append("no error")
+                    except gpupool.GpupoolError as e:
+                        messages.append(str(e))
+                os.write(w, "\n".join(messages).encode())
             finally:
                 os._exit(0)
         os.close(w)
@@ -1101,9 +1111,14 @@ class Fork(unittest.TestCase):
             message = f.read().decode()
         _, status = os.waitpid(pid, 0)
         self.assertEqual(status, 0, "the child was killed (SIGALRM: a hang)")
-        self.assertIn("pool 'torch' was created before this process was forked", message)
-        self.assertIn("create a pool in the child", message)
+        messages = message.split("\n")
+        self.assertEqual(len(messages), 5, message)
+        for m in messages:
+            self.assertIn("pool 'torch' was created before this process was forked", m)
+            self.assertIn("create a pool in the child", m)
         self.assertEqual(gpupool.memory_stats(d)["allocated_bytes.all.current"], 4096)
+        self.assertEqual(gpupool.get_per_process_memory_fraction(d), fraction,
+                         "the child's call changed the parent's pool")
         free(p, d)
         self.assertEqual(gpupool.memory_stats(d)["allocated_bytes.all.current"], 0)
 
