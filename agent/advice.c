@@ -195,16 +195,37 @@ static void compute_shared(void) {
   pthread_mutex_unlock(&g_cache_lock);
 }
 
+/* Whether s is a plain decimal: digits, optionally '.' and more digits. No
+ * sign, space, exponent, hex float, inf or nan, all of which strtod takes
+ * ("0x10" as 16, " 1" as 1); /trace reads its numbers as strictly. */
+static int plain_decimal(const char *s) {
+  const char *p = s;
+  while (*p >= '0' && *p <= '9')
+    p++;
+  if (p == s)
+    return 0;
+  if (*p == '.') {
+    const char *fraction = ++p;
+    while (*p >= '0' && *p <= '9')
+      p++;
+    if (p == fraction)
+      return 0;
+  }
+  return *p == '\0';
+}
+
 static int number_arg(const endpoint_args *args, const char *key, double lo, double hi, double def,
                       double *out, endpoint_body *body) {
   const char *v = args->get(args->ctx, key);
   *out = def;
   if (!v)
     return 0;
-  char *end;
-  double d = c_strtod(v, &end);
-  if (end == v || *end || !(d >= lo && d <= hi)) {
-    endpoint_bad_request(body, "/advice: %s '%s' is not a number from %g to %g", key, v, lo, hi);
+  double d = plain_decimal(v) ? c_strtod(v, NULL) : NAN;
+  if (!(d >= lo && d <= hi)) {
+    char shown[80];
+    endpoint_printable(shown, sizeof shown, v);
+    endpoint_bad_request(body, "/advice: %s '%s' is not a number from %g to %g", key, shown, lo,
+                         hi);
     return -1;
   }
   *out = d;
@@ -297,7 +318,8 @@ void advice_endpoint(const endpoint_args *args, endpoint_body *out) {
   }
   const char *format = args->get(args->ctx, "format");
   if (format && strcmp(format, "json") && strcmp(format, "table")) {
-    endpoint_bad_request(out, "/advice: format '%s' is not json or table", format);
+    endpoint_printable(shown, sizeof shown, format);
+    endpoint_bad_request(out, "/advice: format '%s' is not json or table", shown);
     return;
   }
   double max_age, cap;

@@ -244,24 +244,19 @@ Test(advisor_agent, capacity_query_leaves_the_cache) {
 }
 
 Test(advisor_agent, bad_parameters) {
-  const char *bad[] = {"/advice?format=xml",
-                       "/advice?max_age=-1",
-                       "/advice?capacity_gib=abc",
-                       "/advice?nope=1",
-                       "/advice?pool",
-                       "/advice?pool=",
-                       "/advice?pool=train&pool=train",
-                       "/advice?format=json&format=json",
-                       "/advice?pool=nope",
-                       "/advice?pool=train%00x",
-                       "/advice?max_age=5%00",
-                       "/advice?device",
-                       "/advice?device=x",
-                       "/advice?device=-1",
-                       "/advice?device=4096",
-                       "/advice?device=0&device=0",
-                       "/advice?device=9",
-                       "/advice?pool=train&device=9"};
+  const char *bad[] = {
+      "/advice?format=xml", "/advice?max_age=-1", "/advice?capacity_gib=abc", "/advice?nope=1",
+      "/advice?pool", "/advice?pool=", "/advice?pool=train&pool=train",
+      "/advice?format=json&format=json", "/advice?pool=nope", "/advice?pool=train%00x",
+      "/advice?max_age=5%00", "/advice?device", "/advice?device=x", "/advice?device=-1",
+      "/advice?device=4096", "/advice?device=0&device=0", "/advice?device=9",
+      "/advice?pool=train&device=9",
+      /* plain decimals only: what strtod alone would take */
+      "/advice?capacity_gib=0x10", "/advice?capacity_gib=%201", "/advice?capacity_gib=1%20",
+      "/advice?capacity_gib=1e3", "/advice?capacity_gib=inf", "/advice?capacity_gib=+1",
+      "/advice?capacity_gib=.5", "/advice?capacity_gib=1.", "/advice?max_age=0x10",
+      "/advice?max_age=nan", "/advice?max_age=-0", "/advice?capacity_gib=0.001",
+      "/advice?capacity_gib=1048577"};
   for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
     http_response r;
     cr_assert_eq(http_request("127.0.0.1", gpupool_agent_port(), "GET", bad[i], NULL, &r), 0);
@@ -269,6 +264,31 @@ Test(advisor_agent, bad_parameters) {
     cr_expect(strstr(r.body, "/advice"), "%s", r.body);
     http_response_free(&r);
   }
+}
+
+/* A value echoed in a 400 is shown with bytes other than printable ASCII
+ * replaced: no terminal escape reaches the reader of the line. */
+Test(advisor_agent, bad_values_are_echoed_printable) {
+  const char *bad[] = {"/advice?format=%1b%5b2J%07x%ff", "/advice?capacity_gib=%1b%5b2J%ff",
+                       "/advice?max_age=%c3%a91"};
+  for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+    http_response r;
+    cr_assert_eq(http_request("127.0.0.1", gpupool_agent_port(), "GET", bad[i], NULL, &r), 0);
+    cr_expect_eq(r.status, 400, "%s: %d", bad[i], r.status);
+    cr_expect(strstr(r.body, "/advice"), "%s", r.body);
+    for (const unsigned char *c = (const unsigned char *)r.body; *c; c++)
+      cr_expect((*c >= 0x20 && *c < 0x7f) || *c == '\n', "%s: byte 0x%02x in %s", bad[i], *c,
+                r.body);
+    http_response_free(&r);
+  }
+}
+
+/* Plain decimals with a fraction are taken. */
+Test(advisor_agent, decimal_values_are_taken) {
+  cJSON *doc = http_get_json(gpupool_agent_port(), "/advice?capacity_gib=1.5&max_age=0.5");
+  cr_assert(doc);
+  cr_expect_eq(cJSON_GetObjectItem(doc, "capacity_gib")->valuedouble, 1.5);
+  cJSON_Delete(doc);
 }
 
 /* A request for one pool answers for it alone and leaves the shared answer
@@ -372,6 +392,13 @@ Test(advisor_agent, advice_gauges_follow_their_pool) {
     found++;
     cr_expect_not_null(memmem(at, len, "device=\"5\"", 10), "%.*s", (int)len, at);
     cr_expect_not_null(memmem(at, len, "} 20971520", 10), "%.*s", (int)len, at);
+    /* the labels of the pool's other series, UUID included */
+    const char *brace = memchr(at, '{', len), *close = memchr(at, '}', len);
+    cr_assert(brace && close);
+    char other[512];
+    snprintf(other, sizeof other, "\ngpupool_reserved_bytes%.*s} ", (int)(close - brace), brace);
+    cr_expect_not_null(strstr(r.body, other), "no series %s", other + 1);
+    cr_expect_not_null(memmem(at, len, "UUID=\"GPU-", 10), "%.*s", (int)len, at);
   }
   cr_expect_eq(found, 1, "one series for the pool now labelled z: %s", r.body);
   http_response_free(&r);
