@@ -1,7 +1,6 @@
 #include "metrics_advice.h"
 
 #include <stddef.h>
-#include <stdio.h>
 
 /* The live pool of this id in s, or NULL: a pool gone since the advice was
  * computed has no gauges, and a live one's take the label it has now (the
@@ -51,10 +50,8 @@ void metrics_write_advice(prom_writer *w, const metrics_snapshot *s, const advic
       uint64_t v = *(const uint64_t *)((const char *)p + fam[f].off);
       if (!now || (v == 0 && fam[f].off >= offsetof(advice_pool_summary, min_capacity_current)))
         continue; /* gone, or not searched, or no capacity fits */
-      char dev[16];
-      snprintf(dev, sizeof dev, "%d", now->device);
-      prom_label l[2] = {{"device", dev}, {"pool", now->name}};
-      prom_gauge_u64(w, labels, l, 2, v);
+      /* the pool's labels, as its other series have them: joins on UUID too */
+      prom_gauge_u64(w, metrics_labels(s, now->labels), NULL, 0, v);
     }
   }
 }
