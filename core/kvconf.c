@@ -94,10 +94,13 @@ int kvconf_parse(const char *text, kvconf_fn fn, void *ctx, char *err, size_t er
 int kvconf_u64(const char *s, uint64_t min, uint64_t max, uint64_t *out) {
   if (!s || !isdigit((unsigned char)s[0]))
     return -1;
+  int caller_errno = errno; /* a library never sets errno to 0 for its caller */
   errno = 0;
   char *end;
   unsigned long long v = strtoull(s, &end, 10);
-  if (errno || *end != '\0' || v < min || v > max)
+  int overflow = errno != 0;
+  errno = caller_errno;
+  if (overflow || *end != '\0' || v < min || v > max)
     return -1;
   *out = v;
   return 0;

@@ -3,6 +3,7 @@
  * gpupool_create accepts it, without creating a pool or reading the
  * environment. */
 #include <criterion/criterion.h>
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -91,6 +92,20 @@ Test(conf_check, a_success_leaves_the_last_error_as_it_was) {
   snprintf(before, sizeof before, "%s", gpupool_last_error());
   cr_assert_eq(gpupool_conf_check(NULL, "strategy:round"), GPUPOOL_OK);
   cr_expect_str_eq(gpupool_last_error(), before);
+}
+
+/* errno too: numbers are read with strtoull, which is told apart from an
+ * overflow by errno, but the caller's errno is never left 0 by it. */
+Test(conf_check, a_success_leaves_errno_as_it_was) {
+  errno = EAGAIN;
+  cr_assert_eq(gpupool_conf_check(NULL, "max_split_size_mb:64,roundup_power2_divisions:4"),
+               GPUPOOL_OK, "%s", gpupool_last_error());
+  cr_expect_eq(errno, EAGAIN, "errno %d", errno);
+  gpupool *p = NULL;
+  errno = EAGAIN;
+  cr_assert_eq(gpupool_create(&host, &p), GPUPOOL_OK, "%s", gpupool_last_error());
+  cr_expect_eq(errno, EAGAIN, "errno %d after gpupool_create", errno);
+  gpupool_destroy(p);
 }
 
 Test(conf_check, reads_opt_but_not_the_environment) {
