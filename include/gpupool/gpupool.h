@@ -17,7 +17,10 @@ extern "C" {
 typedef struct gpupool gpupool;
 
 /* One status per kind of failure, the same in every function. A call that
- * fails changes nothing unless its comment says otherwise. */
+ * fails changes nothing unless its comment says otherwise, but for the
+ * handle it was to create: gpupool_create, gpupool_share_export and
+ * gpupool_share_import set theirs to NULL once their out-pointer is given
+ * (so a failure never leaves a stale handle; gpupool_malloc leaves *ptr). */
 typedef enum {
   GPUPOOL_OK = 0,
   /* The device (or simulated device) is out of memory, after the pool
