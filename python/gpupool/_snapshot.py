@@ -48,6 +48,7 @@ def dump_snapshot(filename="dump_snapshot.pickle"):
         with open(filename, "wb") as f:
             pickle.dump(_EMPTY, f, protocol=4)
         return
+    _stats.check_pools_usable()  # else a forked child's pools read as none at all
     f = _libc.fopen(path, b"wb")
     if not f:
         err = ctypes.get_errno()

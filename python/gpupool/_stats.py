@@ -54,6 +54,16 @@ def any_pool():
     return any(lib.gpupool_torch_pool(d) for d in range(_lib.MAX_DEVICES))
 
 
+def check_pools_usable():
+    """Raises GpupoolError, with the library's reason, where a device's pool
+    cannot answer in this process (one inherited over fork())."""
+    lib = _lib.lib()
+    for d in range(_lib.MAX_DEVICES):
+        p = lib.gpupool_torch_pool(d)
+        if p:
+            _usable(p)
+
+
 def _usable(p):
     """p, once the library answers for it: a pool inherited over fork() is
     refused (GpupoolError with the library's reason), as memory_stats is,

@@ -1095,7 +1095,8 @@ class Fork(unittest.TestCase):
                          lambda: gpupool.reset_peak_memory_stats(d),
                          lambda: gpupool.reset_accumulated_memory_stats(d),
                          lambda: gpupool.empty_cache(),
-                         lambda: gpupool.set_per_process_memory_fraction(0.5, d)]
+                         lambda: gpupool.set_per_process_memory_fraction(0.5, d),
+                         lambda: gpupool.snapshot()]
                 messages = []
                 for call in calls:
                     try:
@@ -1112,7 +1113,7 @@ class Fork(unittest.TestCase):
         _, status = os.waitpid(pid, 0)
         self.assertEqual(status, 0, "the child was killed (SIGALRM: a hang)")
         messages = message.split("\n")
-        self.assertEqual(len(messages), 5, message)
+        self.assertEqual(len(messages), 6, message)
         for m in messages:
             self.assertIn("pool 'torch' was created before this process was forked", m)
             self.assertIn("create a pool in the child", m)
