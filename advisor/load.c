@@ -11,11 +11,16 @@
 
 #define MAX_DOCUMENT ((size_t)4 << 30) /* traces and snapshots are read whole */
 
-static gpupool_status slurp(FILE *f, const char *path, unsigned char **buf, size_t *len) {
-  size_t cap = 1 << 20, n = 0;
+/* The rest of f into *buf (NUL-terminated), after `spaces` spaces. */
+static gpupool_status slurp(FILE *f, const char *path, size_t spaces, unsigned char **buf,
+                            size_t *len) {
+  size_t cap = 1 << 20, n = spaces;
+  while (cap < spaces)
+    cap *= 2;
   unsigned char *b = malloc(cap + 1);
   if (!b)
     return pool_fail(GPUPOOL_ERR_HOST_OOM, "%s: out of host memory", path);
+  memset(b, ' ', spaces);
   for (;;) {
     if (n == cap) {
       if (cap >= MAX_DOCUMENT) {
@@ -59,9 +64,12 @@ gpupool_status gpupool_history_load(const char *path, const char *format, const 
   if (!f)
     return pool_fail(GPUPOOL_ERR_INVALID, "%s: cannot open: %s", path, strerror(errno));
   char fmt = format && *format && strcmp(format, "auto") ? format[1] : 0; /* 'e', 'r', 'o' */
+  size_t skipped = 0, skipped_lines = 0; /* white space read to find the format */
   if (!fmt) {
     int c;
     while ((c = getc(f)) == ' ' || c == '\n' || c == '\r' || c == '\t') {
+      skipped++;
+      skipped_lines += c == '\n';
     }
     fmt = c == 0x80 ? 'o' : (c == '{' || c == '[') ? 'r' : 'e';
     if (c != EOF)
@@ -69,11 +77,13 @@ gpupool_status gpupool_history_load(const char *path, const char *format, const 
   }
   gpupool_status st;
   if (fmt == 'e') {
-    st = read_record(f, path, out);
+    st = read_record(f, path, skipped_lines, out);
   } else {
     unsigned char *buf = NULL;
     size_t len = 0;
-    st = slurp(f, path, &buf, &len);
+    /* a trace gets the white space read to find the format back, as spaces,
+     * so that the "byte N" of an error is the file's byte N */
+    st = slurp(f, path, fmt == 'r' ? skipped : 0, &buf, &len);
     if (st == GPUPOOL_OK) {
       st = fmt == 'r' ? read_trace((const char *)buf, len, path, pool, out)
                       : read_torch(buf, len, path, pool, out);
@@ -200,7 +210,7 @@ gpupool_status history_from_rings(event_ring **rings, const event_ring_end *ends
         r = hist_free(h, e->addr);
       break;
     case EV_FREE:
-      if (e->flags & EVF_DEFERRED)
+      if ((e->flags & EVF_DEFERRED) && hist_is_live(h, e->addr))
         r = hist_record_stream(h, e->addr, HIST_OTHER_STREAM, err, sizeof err);
       if (r >= 0)
         r = hist_free(h, e->addr);

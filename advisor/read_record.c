@@ -69,7 +69,7 @@ static int parse_number(const char *s, uint64_t *out) {
   return parse_u64(s, U64_DECIMAL | U64_HEX, out);
 }
 
-gpupool_status read_record(FILE *f, const char *path, gpupool_history **out) {
+gpupool_status read_record(FILE *f, const char *path, size_t first_line, gpupool_history **out) {
   gpupool_history *h = hist_new(path, "record");
   if (!h)
     return pool_fail(GPUPOOL_ERR_HOST_OOM, "%s: out of host memory", path);
@@ -78,7 +78,7 @@ gpupool_status read_record(FILE *f, const char *path, gpupool_history **out) {
     gpupool_history_free(h);
     return pool_fail(GPUPOOL_ERR_HOST_OOM, "%s: out of host memory", path);
   }
-  size_t lineno = 0;
+  size_t lineno = first_line;
   int got;
   gpupool_status st = GPUPOOL_OK;
   flockfile(f);

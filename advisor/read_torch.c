@@ -134,7 +134,8 @@ gpupool_status read_torch(const unsigned char *buf, size_t len, const char *path
       int completed_now = i + 1 < tr->len && !read_entry(tr->items[i + 1], &next) &&
                           pv_is_str(next.action, "free_completed") &&
                           !int_of(next.addr, &next_addr) && next_addr == addr;
-      if (!completed_now && i + 1 < tr->len) /* waited on another stream's work */
+      if (!completed_now && i + 1 < tr->len &&
+          hist_is_live(h, addr)) /* waited on another stream's work */
         r = hist_record_stream(h, addr, HIST_OTHER_STREAM, err, sizeof err);
       if (r >= 0)
         r = hist_free(h, addr);

@@ -312,7 +312,7 @@ gpupool_status read_trace(const char *buf, size_t len, const char *path, const c
                        index - 1);
         break;
       }
-      if (!bad && deferred)
+      if (!bad && deferred && hist_is_live(h, id))
         r = hist_record_stream(h, id, HIST_OTHER_STREAM, err, sizeof err);
       if (!bad && r >= 0)
         r = hist_free(h, id);

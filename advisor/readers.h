@@ -9,7 +9,9 @@
 
 #include "history.h"
 
-gpupool_status read_record(FILE *f, const char *path, gpupool_history **out);
+/* first_line: the lines already read from f (a caller that skipped blank
+ * lines to find the format), so that errors name the file's own line. */
+gpupool_status read_record(FILE *f, const char *path, size_t first_line, gpupool_history **out);
 /* buf holds the whole document (len bytes). */
 gpupool_status read_trace(const char *buf, size_t len, const char *path, const char *pool,
                           gpupool_history **out);

@@ -379,6 +379,18 @@ Test(advisor_inputs, record_file_errors) {
   }
   write_file(p, "a 1 10 0\n\0f 1\n", 14);
   expect_bad(p, "record", ":2: a NUL byte");
+  /* blank lines before the first, read to tell the format, still count */
+  static const struct {
+    const char *text, *want;
+  } blank_first[] = {
+      {"\n\n\na 1 100 0\nbogus\n", "bad.record:5: expected"},
+      {" \n\t\n\na 1 100 0\nbogus\n", "bad.record:5: expected"},
+      {"\n\na 1 100 0\nf 1", "bad.record:4: the file ends inside this line"},
+  };
+  for (size_t i = 0; i < sizeof blank_first / sizeof *blank_first; i++) {
+    write_file(p, blank_first[i].text, strlen(blank_first[i].text));
+    expect_bad(p, NULL, blank_first[i].want);
+  }
   /* frees and record_streams of unknown ids (older than the history) are
    * skipped and counted; a request of 2^48 bytes, the largest, is read */
   const char *ok = "f 0x99\na 0x10 100 0x0\nr 0x10 0x5\nr 0x98 0x5\nf 0x10\na (nil) 7 0\n"
@@ -720,11 +732,35 @@ Test(advisor_inputs, trace_documents) {
       {"{\"traceEvents\":[{\"ph\":\"b\",\"cat\":\"alloc\",\"pid\":1,\"tid\":1000002,\"id\":5}]}",
        "traceEvents[0]: allocation event without a valid id, size or stream"},
       {"[1,2", "byte 4: truncated JSON"},
+      /* white space before the document, read to tell the format, counts */
+      {"\n\n \n\n[1,2", "byte 9: truncated JSON"},
   };
   for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
     write_file(p, bad[i][0], strlen(bad[i][0]));
     expect_bad(p, NULL, bad[i][1]);
   }
+}
+
+/* A deferred free ("e" with deferred 1) of an id the document never
+ * allocated is one unmatched free, not also a record_stream of it. */
+Test(advisor_inputs, trace_deferred_free_of_an_older_allocation) {
+  static const char older_free[] =
+      "{\"ph\":\"e\",\"name\":\"pool main alloc\",\"cat\":\"alloc\",\"pid\":1,\"tid\":1000002,"
+      "\"ts\":1,\"id\":\"0x900\",\"args\":{\"deferred\":1}},\n";
+  const char *first = strstr(trace_doc, "{\"ph\":\"i\",\"name\":\"free\"");
+  cr_assert_not_null(first);
+  const char *after = strstr(first, "\n") + 1; /* the instant free's line, replaced */
+  char doc[sizeof trace_doc + sizeof older_free], p[256];
+  snprintf(doc, sizeof doc, "%.*s%s%s", (int)(first - trace_doc), trace_doc, older_free, after);
+  path_of(p, sizeof p, "older.json");
+  write_file(p, doc, strlen(doc));
+  gpupool_history *h;
+  cr_assert_eq(gpupool_history_load(p, NULL, NULL, &h), GPUPOOL_OK, "%s", gpupool_last_error());
+  const gpupool_history_info *in = gpupool_history_get_info(h);
+  cr_expect_eq(in->unmatched_frees, 1);
+  cr_expect_eq(in->unmatched_record_streams, 0);
+  cr_expect_eq(in->record_streams, 1, "the live allocation's deferred free");
+  gpupool_history_free(h);
 }
 
 /* A /trace document is JSON as RFC 8259 has it, which cJSON alone does not
