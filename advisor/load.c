@@ -77,7 +77,7 @@ gpupool_status gpupool_history_load(const char *path, const char *format, const 
   }
   gpupool_status st;
   if (fmt == 'e') {
-    st = read_record(f, path, skipped_lines, out);
+    st = read_record(f, path, skipped_lines, pool, out);
   } else {
     unsigned char *buf = NULL;
     size_t len = 0;

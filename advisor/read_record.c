@@ -1,8 +1,13 @@
 /* GPUPOOL_RECORD files (torch/torch_allocator.c writes them; the format is
  * bench/trace_file.h's): one event a line,
- *   a <id> <size> <stream>   an allocation of <size> requested bytes
+ *   a <id> <size> <stream> [<device>]  an allocation of <size> requested
+ *                                      bytes on <device> (absent: 0)
  *   f <id>                   its free
  *   r <id> <stream>          record_stream of the live allocation <id>
+ * A process that used several devices wrote one file for all: their ids
+ * (device addresses) never collide, so a free or record_stream belongs to
+ * the device where its id is live. One device's history is read: the one
+ * asked for, else the busiest (most allocations), as for a snapshot.
  * numbers decimal or 0x-hex ("(nil)" is 0, as glibc prints a NULL %p; a
  * leading 0 is no octal: 010 is ten); blank lines and lines starting with
  * '#' are skipped. Writers end every line with a newline: a last line
@@ -69,13 +74,86 @@ static int parse_number(const char *s, uint64_t *out) {
   return parse_u64(s, U64_DECIMAL | U64_HEX, out);
 }
 
-gpupool_status read_record(FILE *f, const char *path, size_t first_line, gpupool_history **out) {
+/* Device ordinals a file may name, as the agent takes them (docs/trace.md). */
+#define MAX_DEVICE 4095
+
+/* The history of each device the file names, in order of appearance, and
+ * the frees and record_streams of ids live on none of them. */
+typedef struct record_devices {
+  uint64_t device[MAX_DEVICE + 1];
+  gpupool_history *h[MAX_DEVICE + 1];
+  size_t n;
+  uint64_t unmatched_frees, unmatched_record_streams;
+} record_devices;
+
+/* The history of device d, created at its first allocation; NULL out of
+ * host memory. */
+static gpupool_history *device_history(record_devices *rd, const char *path, uint64_t d) {
+  for (size_t i = 0; i < rd->n; i++)
+    if (rd->device[i] == d)
+      return rd->h[i];
   gpupool_history *h = hist_new(path, "record");
-  if (!h)
-    return pool_fail(GPUPOOL_ERR_HOST_OOM, "%s: out of host memory", path);
+  if (h) {
+    rd->device[rd->n] = d;
+    rd->h[rd->n++] = h;
+  }
+  return h;
+}
+
+/* The history in which id is live, else NULL. */
+static gpupool_history *live_in(record_devices *rd, uint64_t id) {
+  for (size_t i = 0; i < rd->n; i++)
+    if (hist_is_live(rd->h[i], id))
+      return rd->h[i];
+  return NULL;
+}
+
+/* The history to replay: device `want` (decimal, NULL: the busiest), named
+ * "path (device N)" where the file names a device other than 0; the others
+ * freed. NULL with the reason set. */
+static gpupool_history *pick_device(record_devices *rd, const char *path, const char *want) {
+  size_t pick = rd->n;
+  if (want) {
+    uint64_t d;
+    if (parse_u64(want, U64_DECIMAL, &d) == 0)
+      for (size_t i = 0; i < rd->n; i++)
+        if (rd->device[i] == d)
+          pick = i;
+    if (pick == rd->n) {
+      char list[128] = "";
+      for (size_t i = 0, len = 0; i < rd->n && len < sizeof list - 24; i++)
+        len += (size_t)snprintf(list + len, sizeof list - len, "%s%llu", i ? ", " : "",
+                                (unsigned long long)rd->device[i]);
+      pool_fail(GPUPOOL_ERR_INVALID, "%s: no allocations on device '%s' (devices in the file: %s)",
+                path, want, rd->n ? list : "none");
+      return NULL;
+    }
+  } else {
+    for (size_t i = 0; i < rd->n; i++)
+      if (pick == rd->n || rd->h[i]->info.allocations > rd->h[pick]->info.allocations)
+        pick = i;
+    if (pick == rd->n) {
+      pool_fail(GPUPOOL_ERR_INVALID, "%s: no allocation events", path);
+      return NULL;
+    }
+  }
+  gpupool_history *h = rd->h[pick];
+  rd->h[pick] = NULL;
+  if (rd->n > 1 || rd->device[pick] != 0)
+    snprintf(h->info.source, sizeof h->info.source, "%s (device %llu)", path,
+             (unsigned long long)rd->device[pick]);
+  h->info.unmatched_frees += rd->unmatched_frees;
+  h->info.unmatched_record_streams += rd->unmatched_record_streams;
+  return h;
+}
+
+gpupool_status read_record(FILE *f, const char *path, size_t first_line, const char *device,
+                           gpupool_history **out) {
+  record_devices *rd = calloc(1, sizeof *rd);
   char *line = malloc(MAX_LINE + 1), err[160];
-  if (!line) {
-    gpupool_history_free(h);
+  if (!rd || !line) {
+    free(rd);
+    free(line);
     return pool_fail(GPUPOOL_ERR_HOST_OOM, "%s: out of host memory", path);
   }
   size_t lineno = first_line;
@@ -110,24 +188,34 @@ gpupool_status read_record(FILE *f, const char *path, size_t first_line, gpupool
         n++;
     if (n == 0 || tok[0][0] == '#')
       continue;
-    uint64_t id, size, stream;
+    uint64_t id, size, stream, dev = 0;
     int bad = 0, r = 0;
+    gpupool_history *h;
     if (!strcmp(tok[0], "a")) {
-      if (n != 4 || parse_number(tok[1], &id) || parse_number(tok[2], &size) ||
-          parse_number(tok[3], &stream) || size == 0)
+      if ((n != 4 && n != 5) || parse_number(tok[1], &id) || parse_number(tok[2], &size) ||
+          parse_number(tok[3], &stream) || size == 0 ||
+          (n == 5 && (parse_u64(tok[4], U64_DECIMAL, &dev) || dev > MAX_DEVICE)))
         bad = 1;
+      else if ((h = live_in(rd, id)) != NULL) /* an id live on one device is on all */
+        r = hist_alloc(h, id, size, stream, err, sizeof err);
+      else if ((h = device_history(rd, path, dev)) == NULL)
+        r = HIST_HOST_OOM;
       else
         r = hist_alloc(h, id, size, stream, err, sizeof err);
     } else if (!strcmp(tok[0], "f")) {
       if (n != 2 || parse_number(tok[1], &id))
         bad = 1;
-      else
+      else if ((h = live_in(rd, id)) != NULL)
         r = hist_free(h, id);
+      else
+        rd->unmatched_frees++; /* allocated before the file began */
     } else if (!strcmp(tok[0], "r")) {
       if (n != 3 || parse_number(tok[1], &id) || parse_number(tok[2], &stream))
         bad = 1;
-      else
+      else if ((h = live_in(rd, id)) != NULL)
         r = hist_record_stream(h, id, stream, err, sizeof err);
+      else
+        rd->unmatched_record_streams++;
     } else {
       bad = 1;
     }
@@ -138,22 +226,22 @@ gpupool_status read_record(FILE *f, const char *path, size_t first_line, gpupool
     }
     if (bad) {
       st = pool_fail(GPUPOOL_ERR_INVALID,
-                     "%s:%zu: expected 'a <id> <size> <stream>', 'f <id>' or 'r <id> <stream>' "
-                     "(size > 0, unsigned numbers)",
-                     path, lineno);
+                     "%s:%zu: expected 'a <id> <size> <stream> [<device>]', 'f <id>' or 'r <id> "
+                     "<stream>' (size > 0, unsigned numbers, the device decimal, 0 to %d)",
+                     path, lineno, MAX_DEVICE);
       break;
     }
   }
   funlockfile(f);
   if (st == GPUPOOL_OK && ferror(f))
     st = pool_fail(GPUPOOL_ERR_INVALID, "%s:%zu: read error", path, lineno + 1);
-  if (st == GPUPOOL_OK && h->n_ops == 0)
-    st = pool_fail(GPUPOOL_ERR_INVALID, "%s: no allocation events", path);
   free(line);
-  if (st != GPUPOOL_OK) {
-    gpupool_history_free(h);
-    return st;
-  }
+  gpupool_history *h = st == GPUPOOL_OK ? pick_device(rd, path, device) : NULL;
+  for (size_t i = 0; i < rd->n; i++)
+    gpupool_history_free(rd->h[i]); /* the others; NULL in pick's place */
+  free(rd);
+  if (!h)
+    return st == GPUPOOL_OK ? GPUPOOL_ERR_INVALID : st; /* pick_device said why */
   hist_finish(h);
   *out = h;
   return GPUPOOL_OK;

@@ -10,8 +10,10 @@
 #include "history.h"
 
 /* first_line: the lines already read from f (a caller that skipped blank
- * lines to find the format), so that errors name the file's own line. */
-gpupool_status read_record(FILE *f, const char *path, size_t first_line, gpupool_history **out);
+ * lines to find the format), so that errors name the file's own line;
+ * device: the device whose history to read (decimal), NULL: the busiest. */
+gpupool_status read_record(FILE *f, const char *path, size_t first_line, const char *device,
+                           gpupool_history **out);
 /* buf holds the whole document (len bytes). */
 gpupool_status read_trace(const char *buf, size_t len, const char *path, const char *pool,
                           gpupool_history **out);

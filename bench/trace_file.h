@@ -1,6 +1,9 @@
 /* Allocation traces for the replay benchmark. One event a line:
  *
- *   a <id> <size> <stream>    an allocation of <size> bytes on <stream>
+ *   a <id> <size> <stream> [<device>]
+ *                             an allocation of <size> bytes on <stream> (of
+ *                             <device>, where not 0; trace_load reads the
+ *                             busiest device of a file that names several)
  *   f <id>                    the free of the live allocation <id>
  *   r <id> <stream>           record_stream of the live allocation <id> on <stream>
  *                             (the advisor replays it; bench_replay skips it)

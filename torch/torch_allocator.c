@@ -243,7 +243,12 @@ void *gpupool_torch_malloc(size_t size, int device, void *stream) {
   if (record)
     flockfile(record);
   gpupool_status st = gpupool_malloc(p, &ptr, size, stream);
-  if (record && st == GPUPOOL_OK)
+  /* The device after the stream, where not 0: a process's devices share one
+   * file, and a single-device run's lines stay as they always were. */
+  if (record && st == GPUPOOL_OK && device)
+    record_line("a 0x%" PRIxPTR " %zu 0x%" PRIxPTR " %d\n", (uintptr_t)ptr, size, (uintptr_t)stream,
+                device);
+  else if (record && st == GPUPOOL_OK)
     record_line("a 0x%" PRIxPTR " %zu 0x%" PRIxPTR "\n", (uintptr_t)ptr, size, (uintptr_t)stream);
   if (record)
     funlockfile(record);

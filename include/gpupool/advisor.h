@@ -40,8 +40,9 @@ typedef struct gpupool_history_info {
 
 /* format: NULL or "auto" (by content), "record" (GPUPOOL_RECORD files),
  * "trace" (a /trace document), "torch" (torch.cuda.memory._dump_snapshot()).
- * pool: for traces and snapshots with several pools or devices, which one
- * (a trace pool name, a snapshot device ordinal); NULL: the busiest. A path
+ * pool: for inputs with several pools or devices, which one (a trace pool
+ * name, a snapshot's or a record file's device ordinal); NULL: the busiest.
+ * A path
  * that cannot be opened or read, a malformed document, one without a
  * single allocation and one of more streams than a pool serves (1024) are
  * GPUPOOL_ERR_INVALID (the caller's input); the host out of memory for the

@@ -44,7 +44,7 @@ Test(advisor_host_oom, record_file) {
     cr_assert_eq(setvbuf(f, iobuf, _IOFBF, sizeof iobuf), 0);
     gpupool_history *h = NULL;
     alloc_fail_arm(n);
-    gpupool_status st = read_record(f, "oom.record", 0, &h);
+    gpupool_status st = read_record(f, "oom.record", 0, NULL, &h);
     int failed_here = alloc_fail_disarm();
     fclose(f);
     if (!failed_here) {

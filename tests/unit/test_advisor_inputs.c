@@ -408,6 +408,60 @@ Test(advisor_inputs, record_file_errors) {
   gpupool_history_free(h);
 }
 
+/* One file for a process's devices: device N's allocations name it after
+ * the stream; a free or record_stream belongs to the device its id is live
+ * on. One device is read: the one asked for, else the busiest. */
+Test(advisor_inputs, record_files_of_several_devices) {
+  static const char text[] = "f 0xdead\n"
+                             "a 0x1000 1073741824 0x0\n"
+                             "a 0x9000 1073741824 0x0 1\n"
+                             "a 0x5000 100 0x0 1\n"
+                             "f 0x1000\n"
+                             "r 0x5000 0x7\n"
+                             "f 0x9000\n"
+                             "f 0x5000\n";
+  char p[256];
+  path_of(p, sizeof p, "devices.record");
+  write_file(p, text, strlen(text));
+  static const struct {
+    const char *pool;
+    uint64_t allocations, peak, record_streams;
+    const char *source;
+  } want[] = {
+      {NULL, 2, 1073741824 + 100, 1, "devices.record (device 1)"},
+      {"1", 2, 1073741824 + 100, 1, "devices.record (device 1)"},
+      {"0", 1, 1073741824, 0, "devices.record (device 0)"},
+  };
+  for (size_t i = 0; i < sizeof want / sizeof *want; i++) {
+    gpupool_history *h;
+    cr_assert_eq(gpupool_history_load(p, NULL, want[i].pool, &h), GPUPOOL_OK, "%s",
+                 gpupool_last_error());
+    const gpupool_history_info *in = gpupool_history_get_info(h);
+    cr_expect_eq(in->allocations, want[i].allocations, "pool %s", want[i].pool);
+    cr_expect_eq(in->peak_requested, want[i].peak, "pool %s", want[i].pool);
+    cr_expect_eq(in->record_streams, want[i].record_streams, "pool %s", want[i].pool);
+    cr_expect_eq(in->unmatched_frees, 1, "f 0xdead, live on no device");
+    cr_expect(strstr(in->source, want[i].source), "%s", in->source);
+    gpupool_history_free(h);
+  }
+  expect_bad_pool(p, NULL, "2", "no allocations on device '2' (devices in the file: 0, 1)");
+  expect_bad_pool(p, NULL, "x", "no allocations on device 'x'");
+  /* a file of device 0 alone is named by its path, as before */
+  static const char one[] = "a 0x1000 100 0x0\nf 0x1000\n";
+  write_file(p, one, strlen(one));
+  gpupool_history *h;
+  cr_assert_eq(gpupool_history_load(p, NULL, NULL, &h), GPUPOOL_OK, "%s", gpupool_last_error());
+  cr_expect_null(strstr(gpupool_history_get_info(h)->source, "(device"), "%s",
+                 gpupool_history_get_info(h)->source);
+  gpupool_history_free(h);
+  static const char *const bad[] = {"a 1 10 0 4096\n", "a 1 10 0 -1\n", "a 1 10 0 0x1\n",
+                                    "a 1 10 0 1 2\n"};
+  for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+    write_file(p, bad[i], strlen(bad[i]));
+    expect_bad(p, NULL, "devices.record:1: expected");
+  }
+}
+
 /* Numbers are decimal or 0x-hex, as docs/advisor.md says and the writers
  * print them: a leading 0 is no octal (the old reader took 010 for 8 and
  * refused 0009), and anything else is an error naming the line. */

@@ -288,6 +288,49 @@ Test(torch_allocator, record_writes_the_trace, .init = host_pools) {
   cr_assert_eq(fb, b);
 }
 
+/* GPUPOOL_RECORD in a process with two devices: one file, whose allocation
+ * lines of device 1 name it after the stream (device 0's have no fifth
+ * field, as a single-device run's always had). */
+Test(torch_allocator, record_names_the_device_where_not_0, .init = host_pools) {
+  char path[] = "/tmp/gpupool_torch_record_XXXXXX";
+  int fd = mkstemp(path);
+  cr_assert_geq(fd, 0);
+  close(fd);
+  pid_t pid = fork();
+  cr_assert_geq(pid, 0);
+  if (pid == 0) {
+    setenv("GPUPOOL_RECORD", path, 1);
+    void *a = gpupool_torch_malloc(1000, 0, NULL);
+    void *b = gpupool_torch_malloc(3000, 1, NULL);
+    gpupool_torch_free(b, 3000, 1, NULL);
+    gpupool_torch_free(a, 1000, 0, NULL);
+    exit(a && b ? 0 : 1);
+  }
+  int status = 0;
+  cr_assert_eq(waitpid(pid, &status, 0), pid);
+  cr_assert(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+  FILE *f = fopen(path, "r");
+  cr_assert_not_null(f);
+  char line[4][128];
+  int n = 0;
+  while (n < 4 && fgets(line[n], sizeof line[n], f))
+    n++;
+  fclose(f);
+  unlink(path);
+  cr_assert_eq(n, 4);
+  uintptr_t a, b, sa, sb;
+  size_t za, zb;
+  int device, end = 0;
+  cr_assert_eq(sscanf(line[0], "a 0x%" SCNxPTR " %zu 0x%" SCNxPTR "\n%n", &a, &za, &sa, &end), 3,
+               "%s", line[0]);
+  cr_expect_eq((size_t)end, strlen(line[0]), "device 0 has no fifth field: %s", line[0]);
+  cr_assert_eq(sscanf(line[1], "a 0x%" SCNxPTR " %zu 0x%" SCNxPTR " %d", &b, &zb, &sb, &device), 4,
+               "%s", line[1]);
+  cr_expect_eq(device, 1);
+  cr_expect_eq(za, 1000);
+  cr_expect_eq(zb, 3000);
+}
+
 /* tensor.record_stream(b), as PyTorch passes it: the block's reuse after the
  * free waits for b's work, on the pool of whichever device holds it. */
 Test(torch_allocator, record_stream_defers_reuse_until_the_stream_completes, .init = host_pools) {
