@@ -202,7 +202,7 @@ static int stale_push(gpupool *p, const loose_page *pg) {
   return 0;
 }
 
-size_t pages_segment_destroy(gpupool *p, segment *seg) {
+size_t pages_segment_release(gpupool *p, segment *seg, pages_work *w) {
   page_list l = {0};
   size_t bytes = 0;
   stale_flush(p, seg, 0, SIZE_MAX, 0);
@@ -212,7 +212,9 @@ size_t pages_segment_destroy(gpupool *p, segment *seg) {
       continue;
     bytes += seg->page_size;
     if (list_push(&l, (loose_page){seg, i, h, 0, 0, 0}) != 0) {
+      uint64_t t0 = clock_monotonic_ns();
       p->be->ops->vmm->unmap(p->be, (void *)(seg->addr + i * seg->page_size), 1);
+      pages_tell(w, 0, seg->addr + i * seg->page_size, seg->page_size, clock_monotonic_ns() - t0);
       p->be->ops->vmm->release(p->be, &h, 1);
       POOL_COUNT(p, p->c.device_frees++);
     }
@@ -222,8 +224,13 @@ size_t pages_segment_destroy(gpupool *p, segment *seg) {
    * device has 64 MiB of bits, nearly all of them never touched */
   memset(seg->mapped, 0, (seg->top + 63) / 64 * sizeof *seg->mapped);
   seg->nmapped = 0;
-  unmap_list(p, &l, PAGES_RELEASE_DETACHED, NULL);
+  unmap_list(p, &l, PAGES_RELEASE_DETACHED, w);
   free(l.v);
+  return bytes;
+}
+
+size_t pages_segment_destroy(gpupool *p, segment *seg) {
+  size_t bytes = pages_segment_release(p, seg, NULL);
   segment_observers_note(p, seg->addr, seg->size, 0);
   p->be->ops->vmm->unreserve(p->be, (void *)seg->addr, seg->size);
   free(seg->mapped);

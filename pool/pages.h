@@ -169,8 +169,11 @@ typedef struct pages_work {
  * range that large left (no memory is taken here). */
 gpupool_status pages_segment_create(gpupool *p, size_t size, int large, segment **out);
 /* Unmaps and releases every page of seg (out of its shard, or never in
- * one) and frees its address range and the struct (not its blocks); returns
- * the bytes of pages released. */
+ * one), each run of pages unmapped told to w (NULL: none); returns the
+ * bytes of pages released. The range stays reserved. */
+size_t pages_segment_release(gpupool *p, segment *seg, pages_work *w);
+/* pages_segment_release, untold, then frees seg's address range and the
+ * struct (not its blocks); returns the bytes of pages released. */
 size_t pages_segment_destroy(gpupool *p, segment *seg);
 
 /* Maps every missing page under claimed block b (shard_claim), moving idle

@@ -158,6 +158,27 @@ void segment_free_memory(gpupool *p, segment *seg) {
   free(seg);
 }
 
+/* The pages a vmm range still has when it is released, unmapped run by run
+ * before the range goes: each run an event, as a move's unmaps are, so that
+ * the events alone say which memory was mapped when (a torch snapshot's
+ * segments are the mapped runs). Reserved after each: the pool's, plus the
+ * bytes already off the statistic but not yet returned (uncounted). */
+typedef struct range_release {
+  gpupool *p;
+  shard *sh;
+  int large;
+  size_t uncounted;
+} range_release;
+
+static void range_pages_unmapped(void *ctx, int mapped, uintptr_t addr, size_t bytes, uint64_t ns) {
+  range_release *r = ctx;
+  gp_assert_internal(!mapped && bytes <= r->uncounted);
+  (void)mapped;
+  r->uncounted -= bytes;
+  segment_emit_event(r->p, r->sh, EV_SEGMENT_FREE, (r->large ? EVF_LARGE : 0) | EVF_PAGES, addr,
+                     bytes, ns, NULL, r->uncounted);
+}
+
 void segment_destroy(gpupool *p, segment *seg, size_t still_held) {
   gp_assert_internal(segment_is_free(seg));
   shard *sh = seg->sh;
@@ -165,6 +186,12 @@ void segment_destroy(gpupool *p, segment *seg, size_t still_held) {
   uintptr_t addr = seg->addr;
   size_t size = seg->size;
   block *first = seg->first;
+  if (seg->pages) {
+    range_release r = {p, sh, large, still_held + segment_mapped_bytes(seg)};
+    pages_work w = {.pages_changed = range_pages_unmapped, .ctx = &r};
+    pages_segment_release(p, seg, &w);
+    gp_assert_internal(r.uncounted == still_held);
+  }
   segment_event_mark mark = segment_event_mark_now(); /* before the call: see there */
   uint64_t t0 = clock_monotonic_ns();
   segment_free_memory(p, seg);
