@@ -5,6 +5,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/assert.h"
+
 /* Pickle opcodes (protocol 2-4) used here. */
 enum {
   OP_PROTO = 0x80,
@@ -114,39 +116,87 @@ static void block(pbuf *b, const pool_block_info *bl) {
   op(b, OP_SETITEMS);
 }
 
-static void segment(pbuf *b, const pool_capture *c, const pool_capture_segment *s) {
-  /* PyTorch's requested_size of a segment: its active blocks', pending frees
-   * included (the segment info's is the allocated blocks'); a free block's
-   * requested is 0 (pool_view.h), so the sum over all blocks is that. */
-  uint64_t requested = 0;
-  for (size_t i = 0; i < s->info.nblocks; i++)
-    requested += c->blocks[s->first_block + i].requested;
+/* One segment dict: [addr, addr + size) with the blocks blocks[0, n) tile
+ * it exactly. PyTorch's requested_size of a segment: its active blocks',
+ * pending frees included (the segment info's is the allocated blocks'); a
+ * free block's requested is 0 (pool_view.h), so the sum over all blocks is
+ * that. */
+static void segment_dict(pbuf *b, int device, const pool_segment_info *info, int expandable,
+                         uint64_t addr, uint64_t size, const pool_block_info *blocks, size_t n) {
+  uint64_t requested = 0, allocated = 0, active = 0;
+  for (size_t i = 0; i < n; i++) {
+    requested += blocks[i].requested;
+    if (blocks[i].requested) { /* allocated or pending (pool_view.h): active */
+      active += blocks[i].size;
+      allocated += strcmp(blocks[i].state, "active_allocated") ? 0 : blocks[i].size;
+    }
+  }
   op(b, OP_EMPTY_DICT);
   op(b, OP_MARK);
-  key_num(b, "device", (uint64_t)(c->device < 0 ? 0 : c->device));
-  key_num(b, "address", s->info.addr);
-  key_num(b, "total_size", s->info.size);
-  key_num(b, "allocated_size", s->info.allocated);
-  key_num(b, "active_size", s->info.active);
+  key_num(b, "device", (uint64_t)(device < 0 ? 0 : device));
+  key_num(b, "address", addr);
+  key_num(b, "total_size", size);
+  key_num(b, "allocated_size", allocated);
+  key_num(b, "active_size", active);
   key_num(b, "requested_size", requested);
-  key_num(b, "stream", s->info.stream);
-  key_str(b, "segment_type", s->info.is_large ? "large" : "small");
+  key_num(b, "stream", info->stream);
+  key_str(b, "segment_type", info->is_large ? "large" : "small");
   str(b, "segment_pool_id");
   num(b, 0);
   num(b, 0);
   op(b, OP_TUPLE2);
   str(b, "is_expandable");
-  op(b, s->expandable ? OP_NEWTRUE : OP_NEWFALSE);
+  op(b, expandable ? OP_NEWTRUE : OP_NEWFALSE);
   empty_list(b, "frames");
   str(b, "blocks");
   op(b, OP_EMPTY_LIST);
-  if (s->info.nblocks) {
+  if (n) {
     op(b, OP_MARK);
-    for (size_t i = 0; i < s->info.nblocks; i++)
-      block(b, &c->blocks[s->first_block + i]);
+    for (size_t i = 0; i < n; i++)
+      block(b, &blocks[i]);
     op(b, OP_APPENDS);
   }
   op(b, OP_SETITEMS);
+}
+
+/* A segment of the pool as PyTorch reports it: a plain one whole; a vmm
+ * range (expandable segments) as one segment per run of mapped pages, as
+ * PyTorch's snapshot() does, with the parts of its blocks over that run (a
+ * free block can lie over mapped and unmapped pages; a live one is mapped
+ * whole). Its unmapped address space is no memory and is left out. */
+static void segment(pbuf *b, const pool_capture *c, const pool_capture_segment *s) {
+  const pool_block_info *blocks = &c->blocks[s->first_block];
+  if (!s->expandable) {
+    segment_dict(b, c->device, &s->info, 0, s->info.addr, s->info.size, blocks, s->info.nblocks);
+    return;
+  }
+  size_t i = 0;
+  for (size_t r = 0; r < s->nruns; r++) {
+    const pool_capture_run *run = &c->runs[s->first_run + r];
+    uint64_t run_end = run->addr + run->size;
+    while (i < s->info.nblocks && blocks[i].addr + blocks[i].size <= run->addr)
+      i++;
+    size_t n = 0;
+    for (size_t j = i; j < s->info.nblocks && blocks[j].addr < run_end; j++)
+      n++;
+    pool_block_info *part = malloc((n ? n : 1) * sizeof *part);
+    if (!part) {
+      b->failed = 1;
+      return;
+    }
+    for (size_t k = 0; k < n; k++) {
+      part[k] = blocks[i + k];
+      uint64_t from = part[k].addr > run->addr ? part[k].addr : run->addr;
+      uint64_t to = part[k].addr + part[k].size < run_end ? part[k].addr + part[k].size : run_end;
+      if (from != part[k].addr || to != part[k].addr + part[k].size) {
+        gp_assert_internal(!part[k].requested); /* only a free block is partly mapped */
+        part[k].addr = from;
+        part[k].size = to - from;
+      }
+    }
+    segment_dict(b, c->device, &s->info, 1, run->addr, run->size, part, n);
+    free(part);
+  }
 }
 
 static void entry(pbuf *b, const char *action, const pool_event *e, uint64_t addr, uint64_t size,
@@ -164,12 +214,79 @@ static void entry(pbuf *b, const char *action, const pool_event *e, uint64_t add
   op(b, OP_SETITEMS);
 }
 
+/* The vmm ranges of the expandable pools on a device, by address: those
+ * the captures hold and those their events reserved or released. A page
+ * event is written with its range's stream, as PyTorch writes its
+ * segment_map: the pool records it on the track of the stream whose call
+ * moved the pages, but a viewer joins mapped runs of one stream only. */
+typedef struct vmm_range {
+  uint64_t addr, size, stream;
+} vmm_range;
+
+typedef struct range_index {
+  vmm_range *r; /* by address */
+  size_t n;
+} range_index;
+
+static int by_addr(const void *a, const void *b) {
+  const vmm_range *x = a, *y = b;
+  return x->addr < y->addr ? -1 : x->addr > y->addr;
+}
+
+/* -1 out of host memory. */
+static int range_index_build(range_index *ix, const pool_capture *const *caps, size_t n,
+                             int device) {
+  size_t cap = 0;
+  for (size_t i = 0; i < n; i++)
+    if (caps[i]->device == device && caps[i]->expandable)
+      cap += caps[i]->nsegs + caps[i]->nevents;
+  *ix = (range_index){0};
+  if (!cap)
+    return 0;
+  if (!(ix->r = malloc(cap * sizeof *ix->r)))
+    return -1;
+  for (size_t i = 0; i < n; i++) {
+    const pool_capture *c = caps[i];
+    if (c->device != device || !c->expandable)
+      continue;
+    for (size_t k = 0; k < c->nsegs; k++)
+      ix->r[ix->n++] =
+          (vmm_range){c->segs[k].info.addr, c->segs[k].info.size, c->segs[k].info.stream};
+    for (size_t k = 0; k < c->nevents; k++) {
+      const pool_event *e = &c->events[k];
+      if ((e->type == EV_SEGMENT_ALLOC || e->type == EV_SEGMENT_FREE) && !(e->flags & EVF_PAGES))
+        ix->r[ix->n++] = (vmm_range){e->addr, e->size, e->stream};
+    }
+  }
+  qsort(ix->r, ix->n, sizeof *ix->r, by_addr);
+  return 0;
+}
+
+/* The stream of the range holding addr; dflt where none does. */
+static uint64_t range_stream(const range_index *ix, uint64_t addr, uint64_t dflt) {
+  size_t lo = 0, hi = ix->n; /* the first range starting above addr */
+  while (lo < hi) {
+    size_t mid = lo + (hi - lo) / 2;
+    if (ix->r[mid].addr <= addr)
+      lo = mid + 1;
+    else
+      hi = mid;
+  }
+  return lo > 0 && addr - ix->r[lo - 1].addr < ix->r[lo - 1].size ? ix->r[lo - 1].stream : dflt;
+}
+
 /* One ring event as trace entries (a free that did not wait on other
  * streams is requested and completed at once, as PyTorch records it). An
  * allocation's entries carry the bytes requested, as PyTorch's do (its
- * blocks' size is in segments). */
-static void trace_event(pbuf *b, const pool_event *e) {
+ * blocks' size is in segments). In an expandable pool (c), a vmm range's
+ * reservation and release are no entries: its memory is its pages, whose
+ * maps and unmaps (the range's release unmaps its last ones first) are
+ * segment_map and segment_unmap, on the range's stream, as PyTorch's. */
+static void trace_event(pbuf *b, const pool_event *e, const pool_capture *c,
+                        const range_index *ranges) {
   int pages = (e->flags & EVF_PAGES) != 0;
+  if (c->expandable && !pages && (e->type == EV_SEGMENT_ALLOC || e->type == EV_SEGMENT_FREE))
+    return;
   switch (e->type) {
   case EV_ALLOC:
     entry(b, "alloc", e, e->addr, e->requested, e->stream);
@@ -183,10 +300,16 @@ static void trace_event(pbuf *b, const pool_event *e) {
     entry(b, "free_completed", e, e->addr, e->requested, e->stream);
     break;
   case EV_SEGMENT_ALLOC:
-    entry(b, pages ? "segment_map" : "segment_alloc", e, e->addr, e->size, e->stream);
+    if (pages)
+      entry(b, "segment_map", e, e->addr, e->size, range_stream(ranges, e->addr, e->stream));
+    else
+      entry(b, "segment_alloc", e, e->addr, e->size, e->stream);
     break;
   case EV_SEGMENT_FREE:
-    entry(b, pages ? "segment_unmap" : "segment_free", e, e->addr, e->size, e->stream);
+    if (pages)
+      entry(b, "segment_unmap", e, e->addr, e->size, range_stream(ranges, e->addr, e->stream));
+    else
+      entry(b, "segment_free", e, e->addr, e->size, e->stream);
     break;
   case EV_OOM: /* PyTorch keeps the device's free bytes in addr */
     entry(b, "oom", e, e->oom.device_free, e->oom.requested_bytes, 0);
@@ -200,7 +323,9 @@ static void trace_event(pbuf *b, const pool_event *e) {
  * order kept). */
 static void device_trace(pbuf *b, const pool_capture *const *caps, size_t n, int device) {
   size_t *pos = calloc(n + 1, sizeof *pos);
-  if (!pos) {
+  range_index ranges;
+  if (!pos || range_index_build(&ranges, caps, n, device) != 0) {
+    free(pos);
     b->failed = 1;
     return;
   }
@@ -227,9 +352,10 @@ static void device_trace(pbuf *b, const pool_capture *const *caps, size_t n, int
     }
     if (best == n)
       break;
-    trace_event(b, &caps[best]->events[pos[best]++]);
+    trace_event(b, &caps[best]->events[pos[best]++], caps[best], &ranges);
   }
   op(b, OP_APPENDS);
+  free(ranges.r);
   free(pos);
 }
 

@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "core/clock.h"
+#include "pages.h"
 #include "pool_internal.h"
 #include "segment.h"
 #include "shard.h"
@@ -49,11 +50,37 @@ static void add_totals(pool_capture_totals *t, const segment *seg, uint64_t spli
   }
 }
 
+/* The runs of mapped pages of vmm segment seg into c->runs (s says where);
+ * -1 out of host memory. Under seg's shard lock. */
+static int copy_runs(pool_capture *c, const segment *seg, pool_capture_segment *s) {
+  s->first_run = c->nruns;
+  s->nruns = 0;
+  if (!seg->top)
+    return 0;
+  for (size_t i = pages_find(seg, 0, seg->top - 1, 1); i < seg->top;) {
+    size_t end = pages_find(seg, i, seg->top - 1, 0); /* one past the run */
+    if (c->nruns == c->cap_runs) {
+      size_t cap = c->cap_runs ? 2 * c->cap_runs : 64;
+      pool_capture_run *r = realloc(c->runs, cap * sizeof *r);
+      if (!r)
+        return -1;
+      c->runs = r;
+      c->cap_runs = cap;
+    }
+    c->runs[c->nruns++] =
+        (pool_capture_run){seg->addr + i * seg->page_size, (end - i) * seg->page_size};
+    s->nruns++;
+    i = end < seg->top ? pages_find(seg, end, seg->top - 1, 1) : seg->top;
+  }
+  return 0;
+}
+
 /* Copies sh's segments (while they fit in max_blocks) and its ring's head. */
 static int copy_shard(shard *sh, pool_capture *c, size_t max_blocks, size_t max_events,
                       uint64_t split_limit, ring_part *part) {
   event_ring *ring = NULL;
   event_ring_end end = {0};
+  int no_memory = 0;
   spin_lock(&sh->lock);
   for (segment *seg = sh->segments; seg; seg = seg->next) {
     add_totals(&c->t, seg, split_limit);
@@ -66,6 +93,9 @@ static int copy_shard(shard *sh, pool_capture *c, size_t max_blocks, size_t max_
     s->first_block = c->nblocks;
     segment_describe(seg, &s->info, &c->blocks[c->nblocks]); /* stamps: see stamps_to_ns */
     c->nblocks += seg->nblocks;
+    s->first_run = s->nruns = 0;
+    if (seg->pages && copy_runs(c, seg, s) != 0)
+      no_memory = 1;
   }
   if (sh->ring && max_events) {
     ring = sh->ring;
@@ -73,6 +103,11 @@ static int copy_shard(shard *sh, pool_capture *c, size_t max_blocks, size_t max_
     end = shard_events_end(sh);
   }
   spin_unlock(&sh->lock);
+  if (no_memory) {
+    if (ring)
+      event_ring_unref(ring);
+    return -1;
+  }
   if (!ring)
     return 0;
   /* Read outside the lock: only events before the head seen under it
@@ -224,9 +259,11 @@ int pool_capture_take(gpupool *p, int slow_locked, size_t max_blocks, size_t max
 void pool_capture_free(pool_capture *c) {
   free(c->segs);
   free(c->blocks);
+  free(c->runs);
   free(c->events);
   c->segs = NULL;
   c->blocks = NULL;
+  c->runs = NULL;
   c->events = NULL;
-  c->nsegs = c->nblocks = c->nevents = 0;
+  c->nsegs = c->nblocks = c->nruns = c->cap_runs = c->nevents = 0;
 }

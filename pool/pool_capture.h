@@ -19,7 +19,16 @@ typedef struct pool_capture_segment {
   pool_segment_info info;
   int expandable;     /* a vmm segment (expandable_segments) */
   size_t first_block; /* index into pool_capture.blocks */
+  /* A vmm segment's runs of mapped pages, in address order (maximal: two
+   * never touch): pool_capture.runs[first_run, first_run + nruns). A plain
+   * segment has none (all of it is device memory). */
+  size_t first_run, nruns;
 } pool_capture_segment;
+
+/* Mapped bytes [addr, addr + size) of a vmm segment. */
+typedef struct pool_capture_run {
+  uint64_t addr, size;
+} pool_capture_run;
 
 /* Sums over every block and segment (never truncated). */
 typedef struct pool_capture_totals {
@@ -49,6 +58,8 @@ typedef struct pool_capture {
   size_t nsegs;
   pool_block_info *blocks; /* state strings are static */
   size_t nblocks;
+  pool_capture_run *runs; /* of the vmm segments copied */
+  size_t nruns, cap_runs;
   int truncated;      /* not every segment was copied */
   pool_event *events; /* oldest first; CLOCK_REALTIME ns stamps */
   size_t nevents;

@@ -609,6 +609,44 @@ Test(oom_agent, expandable_range_released_and_reserved_again) {
   gpupool_destroy(p);
 }
 
+/* An expandable pool's segments in the pickle are its runs of mapped pages,
+ * as PyTorch's snapshot() reports them: a 3 MiB block maps two 2 MiB pages
+ * of its range, so the segment is those 4 MiB (the block, and the free
+ * block's first MiB over the second page), not the range's address space;
+ * the range's reservation and release are no trace entries, its pages'
+ * maps and unmaps are, the release's last unmap included. */
+Test(oom_agent, expandable_segments_are_their_mapped_runs) {
+  start("trace_events:1024");
+  gpupool *p = host_pool("runs", "expandable_segments:True");
+  void *a;
+  cr_assert_eq(gpupool_malloc(p, &a, 3 * MiB, NULL), GPUPOOL_OK);
+  write_and_check_pickle("runs");
+  char script[1024], path[160];
+  snprintf(path, sizeof path, "%s/runs.pickle", dir);
+  snprintf(script, sizeof script,
+           "python3 -c \"import pickle,sys; d=pickle.load(open(sys.argv[1],'rb')); "
+           "s=d['segments']; assert len(s)==1 and s[0]['is_expandable'], s; "
+           "assert s[0]['total_size']==%zu, s[0]['total_size']; "
+           "assert [(b['size'],b['state']) for b in s[0]['blocks']]==[(%zu,'active_allocated'),"
+           "(%zu,'inactive')], s[0]['blocks']; "
+           "t=[e['action'] for e in d['device_traces'][0]]; "
+           "assert t==['segment_map','alloc'], t\" %s",
+           4 * MiB, 3 * MiB, 1 * MiB, path);
+  cr_expect_eq(system(script), 0, "%s", script);
+  cr_assert_eq(gpupool_free(p, a), GPUPOOL_OK);
+  cr_assert_eq(gpupool_empty_cache(p), 4 * MiB, "the range's two pages");
+  write_and_check_pickle("runs");
+  snprintf(script, sizeof script,
+           "python3 -c \"import pickle,sys; d=pickle.load(open(sys.argv[1],'rb')); "
+           "assert d['segments']==[], d['segments']; "
+           "t=[(e['action'],e['size']) for e in d['device_traces'][0]]; "
+           "assert t==[('segment_map',%zu),('alloc',%zu),('free_requested',%zu),"
+           "('free_completed',%zu),('segment_unmap',%zu)], t\" %s",
+           4 * MiB, 3 * MiB, 3 * MiB, 3 * MiB, 4 * MiB, path);
+  cr_expect_eq(system(script), 0, "%s", script);
+  gpupool_destroy(p);
+}
+
 /* A block freed while another stream still uses it is active_pending_free:
  * in the pickle it keeps its requested bytes, and its segment's
  * requested_size counts them, as PyTorch's do, so undoing its allocation

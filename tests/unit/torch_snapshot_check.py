@@ -73,15 +73,29 @@ def check_segment(i, seg):
     need(requested == seg["requested_size"], f"segment {i}: requested_size != {requested}")
 
 
-def inside(segs, addr, size):
-    return any(a <= addr and addr + size <= a + s for a, s in segs.items())
+def find(segs, addr, size):
+    """The index of the segment holding [addr, addr + size), else None."""
+    for i, (a, s, _) in enumerate(segs):
+        if a <= addr and addr + size <= a + s:
+            return i
+    return None
+
+
+def overlaps(segs, addr, size):
+    return any(a < addr + size and addr < a + s for a, s, _ in segs)
 
 
 def replay(device, segments, trace):
-    """Backwards from the snapshot: every live block stays inside a segment,
-    and an allocation's entries carry its requested bytes (PyTorch's
-    meaning: the block's requested_size, not its size)."""
-    segs = {s["address"]: s["total_size"] for s in segments if s["device"] == device}
+    """Backwards from the snapshot, as memory_viz's allocator state history
+    does: segment_alloc and segment_free take or give back a whole segment;
+    segment_map and segment_unmap (expandable segments) cut pages out of the
+    one segment holding them or add them back, joined with a neighbour of
+    the same stream. Every step must find what it undoes (memory_viz's own
+    replay fails on a map outside every segment), and every live block stays
+    inside a segment. An allocation's entries carry its requested bytes
+    (PyTorch's meaning: the block's requested_size, not its size)."""
+    segs = sorted([s["address"], s["total_size"], s["stream"]]
+                  for s in segments if s["device"] == device)
     live = {}  # address: requested bytes
     for s in segments:
         if s["device"] != device:
@@ -103,27 +117,47 @@ def replay(device, segments, trace):
         last = e["time_us"]
     for n in range(len(trace) - 1, -1, -1):
         e = trace[n]
-        a, size, act = e["addr"], e["size"], e["action"]
+        a, size, act, stream = e["addr"], e["size"], e["action"], e["stream"]
         where = f"device {device} entry {n} ({act} {a:#x} {size})"
         if act == "alloc":
             need(live.get(a) == size,
                  f"{where}: undoing it finds no live block of {size} requested bytes there")
-            need(inside(segs, a, size), f"{where}: the block is outside every segment")
+            need(find(segs, a, size) is not None, f"{where}: the block is outside every segment")
             del live[a]
         elif act == "free_completed":
             need(a not in live, f"{where}: the block is live already")
-            need(inside(segs, a, size), f"{where}: the block would be outside every segment")
+            need(find(segs, a, size) is not None,
+                 f"{where}: the block would be outside every segment")
             live[a] = size
-        elif act == "segment_free":
-            need(a not in segs, f"{where}: the segment exists already")
-            segs[a] = size
+        elif act in ("segment_free", "segment_unmap"):
+            need(not overlaps(segs, a, size), f"{where}: the memory is a segment's already")
+            segs.append([a, size, stream])
+            segs.sort()
+            if act == "segment_unmap":  # joined with neighbours of its stream
+                i = segs.index([a, size, stream])
+                if i + 1 < len(segs) and segs[i + 1][0] == a + size and segs[i + 1][2] == stream:
+                    segs[i][1] += segs.pop(i + 1)[1]
+                if i > 0 and segs[i - 1][0] + segs[i - 1][1] == a and segs[i - 1][2] == stream:
+                    segs[i - 1][1] += segs.pop(i)[1]
         elif act == "segment_alloc":
-            need(segs.get(a) == size, f"{where}: no such segment to undo")
-            del segs[a]
+            i = next((i for i, s in enumerate(segs) if s[0] == a and s[1] == size), None)
+            need(i is not None, f"{where}: no such segment to undo")
+            del segs[i]
             stray = [b for b in live if a <= b < a + size]
             need(not stray, f"{where}: live blocks {stray} left outside every segment")
-        elif act in ("segment_map", "segment_unmap"):
-            need(inside(segs, a, size), f"{where}: pages outside every segment")
+        elif act == "segment_map":
+            i = find(segs, a, size)
+            need(i is not None, f"{where}: the pages are in no one segment")
+            sa, ss, st = segs[i]
+            need(st == stream, f"{where}: stream {stream}, the segment's is {st}")
+            del segs[i]
+            if a > sa:
+                segs.append([sa, a - sa, st])
+            if a + size < sa + ss:
+                segs.append([a + size, sa + ss - a - size, st])
+            segs.sort()
+            stray = [b for b in live if a <= b < a + size]
+            need(not stray, f"{where}: live blocks {stray} on pages not mapped yet")
     return len(trace)
 
 
@@ -153,9 +187,12 @@ def main(argv):
             snap = json.load(open(json_path))
             pools = [p for p in snap["pools"] if pool is None or p["name"] == pool]
             jsegs = [s for p in pools for s in p["segments"]]
-            need(len(jsegs) == len(data["segments"]),
-                 f"{len(data['segments'])} segments, /snapshot has {len(jsegs)}")
-            need(sum(s["size"] for s in jsegs) == reserved, "total_size differs from /snapshot")
+            # an expandable range is its mapped runs in the pickle, as in PyTorch's
+            if not any(s["is_expandable"] for s in data["segments"]):
+                need(len(jsegs) == len(data["segments"]),
+                     f"{len(data['segments'])} segments, /snapshot has {len(jsegs)}")
+            need(sum(s["mapped"] for s in jsegs) == reserved,
+                 "total_size differs from /snapshot's reserved (mapped) bytes")
             need(sum(s["allocated"] for s in jsegs) == allocated, "allocated differs from /snapshot")
     except (Bad, pickle.UnpicklingError, KeyError, TypeError, ValueError) as e:
         print(f"{path}: {e}", file=sys.stderr)
