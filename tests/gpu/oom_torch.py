@@ -23,6 +23,11 @@ snapshots read by torch's own tools (issue 13).
    for, and the run says so.
 4. The live pickle's totals (segments, reserved, allocated) must equal
    /snapshot's, and the report pickle's those of the report JSON.
+5. In a second process (--expandable), with expandable_segments:True: the
+   live pickle's segments are the pool's mapped runs (their total_size adds
+   up to /snapshot's mapped bytes, not to the ranges' address space), its
+   trace holds no segment_alloc/segment_free of a range, and _memory_viz
+   reads it (stats, trace).
 
 Prints every command it ran and a PASS/FAIL line per check; exit 0 when all
 passed, 77 when there is no CUDA (skipped).
@@ -86,14 +91,56 @@ def memory_viz(cmd, path, outdir):
                  f"exit {p.returncode}")
 
 
+def expandable(lib_path, outdir):
+    """Step 5, in a process of its own (the allocator is chosen once)."""
+    import ctypes
+    import torch
+    alloc = torch.cuda.memory.CUDAPluggableAllocator(lib_path, "gpupool_torch_malloc",
+                                                     "gpupool_torch_free")
+    torch.cuda.memory.change_current_allocator(alloc)
+    lib = ctypes.CDLL(lib_path)
+    side = torch.cuda.Stream()
+    keep = [torch.empty(n << 20, dtype=torch.uint8, device="cuda") for n in (3, 7, 1, 40)]
+    with torch.cuda.stream(side):
+        keep.append(torch.empty(5 << 20, dtype=torch.uint8, device="cuda"))
+    del keep[1]  # a free block over mapped pages, inside the range
+    torch.cuda.synchronize()
+    port = lib.gpupool_agent_port()
+    _, _, lpickle = fetch(port, "/snapshot?format=torch")
+    _, _, body = fetch(port, "/snapshot")
+    snap = json.loads(body)
+    live = pickle.loads(lpickle)
+    mapped = sum(s["mapped"] for p in snap["pools"] for s in p["segments"])
+    segs = live["segments"]
+    check("expandable: the pickle's segments are the mapped runs",
+          segs and all(s["is_expandable"] for s in segs) and
+          sum(s["total_size"] for s in segs) == mapped,
+          f"{len(segs)} segments, {sum(s['total_size'] for s in segs)} bytes, "
+          f"/snapshot mapped {mapped}")
+    actions = {e["action"] for t in live["device_traces"] for e in t}
+    check("expandable: pages are segment_map entries, ranges no segment_alloc",
+          "segment_map" in actions and "segment_alloc" not in actions, str(sorted(actions)))
+    path = os.path.join(outdir, "expandable.pickle")
+    with open(path, "wb") as f:
+        f.write(lpickle)
+    for cmd in ("stats", "trace"):  # segments and memory want flamegraph.pl (step 3)
+        memory_viz(cmd, path, outdir)
+    failed = [n for n, ok in RESULTS if not ok]
+    print(f"oom_torch --expandable: {len(RESULTS) - len(failed)} of {len(RESULTS)} checks passed")
+    return 1 if failed else 0
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--lib", required=True)
     ap.add_argument("--outdir", default=None)
     ap.add_argument("--max-seconds", type=float, default=180)
+    ap.add_argument("--expandable", action="store_true", help="step 5 alone (a child process)")
     a = ap.parse_args()
     outdir = a.outdir or tempfile.mkdtemp(prefix="gpupool-oom-torch.")
     os.makedirs(outdir, exist_ok=True)
+    if a.expandable:
+        return expandable(a.lib, outdir)
 
     os.environ["GPUPOOL_AGENT_CONF"] = "listen:127.0.0.1:0,oom_reports:8"
     os.environ.pop("GPUPOOL_CONF", None)
@@ -230,6 +277,15 @@ def main():
     finally:
         for fg in standins:
             os.unlink(fg)
+
+    # 5. An expandable pool's snapshot, in a process of its own.
+    env = dict(os.environ, GPUPOOL_CONF="expandable_segments:True",
+               GPUPOOL_AGENT_CONF="listen:127.0.0.1:0")
+    child = subprocess.run([sys.executable, "-u", os.path.abspath(__file__), "--lib", a.lib,
+                            "--outdir", outdir, "--expandable"], env=env, capture_output=True,
+                           text=True, timeout=300)
+    print(child.stdout + child.stderr, end="", flush=True)
+    check("expandable snapshot (step 5)", child.returncode == 0, f"exit {child.returncode}")
 
     failed = [n for n, ok in RESULTS if not ok]
     print(f"oom_torch: {len(RESULTS) - len(failed)} of {len(RESULTS)} checks passed"
