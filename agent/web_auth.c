@@ -87,12 +87,15 @@ int web_auth_parse_basic(const char *authorization, char **user, char **pass) {
     return -1;
   const char *b64 = authorization + 6;
   /* Only the base64 alphabet, as Go's decoder takes it: GnuTLS's would skip
-   * a space ("Basic  <b64>"), which Go's net/http answers with a 401. */
+   * a space ("Basic  <b64>"), which Go's net/http answers with a 401.
+   * Trailing white space is no part of the field value (RFC 9110 5.5; Go's
+   * textproto trims it), so it is dropped first. */
   static const char alphabet[] =
       "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/=";
-  if (b64[strspn(b64, alphabet)] != '\0')
+  size_t b64len = strspn(b64, alphabet);
+  if (b64[b64len + strspn(b64 + b64len, " \t")] != '\0')
     return -1;
-  gnutls_datum_t in = {(unsigned char *)b64, (unsigned)strlen(b64)}, out = {NULL, 0};
+  gnutls_datum_t in = {(unsigned char *)b64, (unsigned)b64len}, out = {NULL, 0};
   if (in.size == 0 || gnutls_base64_decode2(&in, &out) != 0)
     return -1;
   const char *colon = memchr(out.data, ':', out.size);

@@ -44,6 +44,17 @@ static char *read_file(const char *path, size_t *len, char *err, size_t errlen) 
   return buf;
 }
 
+/* One file's contents (data NULL: it could not be read) into a digest. A
+ * missing file and an empty one must differ. */
+static void digest_file(gnutls_hash_hd_t h, const char *data, size_t len) {
+  unsigned char tag = data ? 1 : 0;
+  size_t n = data ? len : 0;
+  gnutls_hash(h, &tag, 1);
+  gnutls_hash(h, &n, sizeof n);
+  if (data)
+    gnutls_hash(h, data, n);
+}
+
 void web_files_digest(const web_files *f, unsigned char out[32]) {
   gnutls_hash_hd_t h;
   memset(out, 0, 32);
@@ -53,15 +64,20 @@ void web_files_digest(const web_files *f, unsigned char out[32]) {
   for (size_t i = 0; i < f->n; i++) {
     size_t len = 0;
     char *data = read_file(f->path[i], &len, err, sizeof err);
-    /* A missing file and an empty one must differ. */
-    unsigned char tag = data ? 1 : 0;
-    gnutls_hash(h, &tag, 1);
-    gnutls_hash(h, &len, sizeof len);
-    if (data)
-      gnutls_hash(h, data, len);
+    digest_file(h, data, len);
     free(data);
   }
   gnutls_hash_deinit(h, out);
+}
+
+/* read_file, adding what it read (or that it could not) to digest (NULL:
+ * none) as web_files_digest does. */
+static char *read_hashed(gnutls_hash_hd_t digest, const char *path, size_t *len, char *err,
+                         size_t errlen) {
+  char *data = read_file(path, len, err, errlen);
+  if (digest)
+    digest_file(digest, data, data ? *len : 0);
+  return data;
 }
 
 /* ---- the loader ---- */
@@ -82,7 +98,8 @@ typedef struct raw_tls {
 
 typedef struct loader {
   yaml_document_t *doc;
-  char dir[PATH_MAX]; /* the configuration file's directory: relative paths start there */
+  gnutls_hash_hd_t digest; /* over the files as read (web_files_digest's format), or NULL */
+  char dir[PATH_MAX];      /* the configuration file's directory: relative paths start there */
   web_files *files;
   raw_tls tls;
   web_config *cfg;
@@ -326,6 +343,10 @@ static int header_pair(loader *l, const char *key, const yaml_node_t *v) {
   const char *value;
   if (scalar(l, v, "http_server_config.headers", &value) != 0)
     return -1;
+  if ((!value || !*value) && allowed_headers[i].values[0])
+    return fail(l, v, "http_server_config.headers.%s: '' is not one of: %s%s%s", key,
+                allowed_headers[i].values[0], allowed_headers[i].values[1] ? ", " : "",
+                allowed_headers[i].values[1] ? allowed_headers[i].values[1] : "");
   if (!value || !*value)
     return 0; /* blank: unset */
   if (strpbrk(value, "\r\n"))
@@ -804,10 +825,11 @@ static int load_pem(loader *l, const char *what, const char *file, const char *i
                          : snprintf(path, sizeof path, "%.*s/%s", PATH_MAX / 2, l->dir, file);
   if (n < 0 || (size_t)n >= sizeof path)
     return fail(l, NULL, "tls_server_config.%s_file: the path is too long", what);
-  if (l->files->n < WEB_MAX_FILES)
+  int listed = l->files->n < WEB_MAX_FILES;
+  if (listed)
     snprintf(l->files->path[l->files->n++], PATH_MAX, "%s", path);
   char why[PATH_MAX + 100];
-  *out = read_file(path, len, why, sizeof why);
+  *out = read_hashed(listed ? l->digest : NULL, path, len, why, sizeof why);
   if (!*out)
     return fail(l, NULL, "tls_server_config.%s_file: %s", what, why);
   if (strlen(*out) != *len) { /* libmicrohttpd reads PEM text up to the first NUL */
@@ -989,12 +1011,18 @@ int web_config_load(const char *path, int64_t now, web_config **out, web_files *
   snprintf(files->path[files->n++], PATH_MAX, "%s", path);
   char why[PATH_MAX + 200];
   size_t len;
-  char *text = read_file(path, &len, why, sizeof why);
+  gnutls_hash_hd_t digest = NULL;
+  memset(files->digest, 0, sizeof files->digest); /* without a digest: differs, a reload later */
+  if (gnutls_hash_init(&digest, GNUTLS_DIG_SHA256) != 0)
+    digest = NULL;
+  char *text = read_hashed(digest, path, &len, why, sizeof why);
   if (!text) {
+    if (digest)
+      gnutls_hash_deinit(digest, files->digest);
     snprintf(err, errlen, "web_config: %s", why);
     return -1;
   }
-  loader l = {.files = files, .err = why, .errlen = sizeof why};
+  loader l = {.files = files, .digest = digest, .err = why, .errlen = sizeof why};
   l.tls.prefer_server = 1;
   const char *slash = strrchr(path, '/');
   if (slash)
@@ -1022,6 +1050,7 @@ int web_config_load(const char *path, int64_t now, web_config **out, web_files *
   have_doc = 1;
   l.doc = &doc;
   yaml_node_t *root = yaml_document_get_root_node(&doc);
+  c->empty = root == NULL;
   if (root) {
     if (root->type != YAML_MAPPING_NODE && !is_null(root)) {
       fail(&l, root, "the file must be a mapping (tls_server_config:, basic_auth_users:, ...)");
@@ -1060,6 +1089,8 @@ done:
   if (have_doc)
     yaml_document_delete(&doc);
   free(text);
+  if (digest)
+    gnutls_hash_deinit(digest, files->digest);
   if (rc != 0) {
     snprintf(err, errlen, "web_config %s: %s", path, why);
     web_config_free(c);

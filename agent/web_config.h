@@ -69,6 +69,7 @@ typedef struct web_config {
   /* SHA-256 of everything the HTTP server is started with (TLS material and
    * policy): when it changes the server is restarted. */
   unsigned char tls_digest[32];
+  int empty; /* the file holds no YAML document (empty, or a write caught half-way) */
 } web_config;
 
 /* The files a load read (or tried to read), so that a watcher can tell when
@@ -76,6 +77,9 @@ typedef struct web_config {
 typedef struct web_files {
   size_t n;
   char path[WEB_MAX_FILES][PATH_MAX];
+  /* web_files_digest of the bytes the load itself read: a change made while
+   * it ran differs from it, so a watcher reloads again. */
+  unsigned char digest[32];
 } web_files;
 
 /* Reads and validates path; now is the time certificates must be valid at.

@@ -29,7 +29,23 @@ static void reload(void) {
   web_config *c = NULL;
   double now = (double)clock_realtime_ns() / 1e9;
   int rc = web_config_load(g_path, (int64_t)now, &c, &g_files, err, sizeof err);
-  web_files_digest(&g_files, g_seen);
+  /* What the load read, not the files now: a write that lands while it runs
+   * changes them again and is loaded at the next tick. */
+  memcpy(g_seen, g_files.digest, sizeof g_seen);
+  if (rc == 0 && c->empty) {
+    /* An empty file is most often one being rewritten (truncated, not yet
+     * written): it must not turn TLS and basic auth off. */
+    web_config *run = web_state_acquire();
+    int guarded = run && (run->tls || run->nusers || run->rate_interval_s > 0);
+    web_state_release(run);
+    if (guarded) {
+      web_config_free(c);
+      snprintf(err, sizeof err,
+               "web_config %.900s: the file is empty (write {} to turn TLS and basic auth off)",
+               g_path);
+      rc = -1;
+    }
+  }
   if (rc != 0) {
     agent_health_web_config(0, now);
     fprintf(stderr, "gpupool agent: %s; keeping the last good configuration\n", err);
@@ -104,7 +120,7 @@ int web_watch_start(const char *path, const web_config *running, const web_files
   }
   snprintf(g_path, sizeof g_path, "%s", path);
   g_files = *files;
-  web_files_digest(&g_files, g_seen);
+  memcpy(g_seen, files->digest, sizeof g_seen); /* as read by the start's load */
   memcpy(g_tls, running->tls_digest, sizeof g_tls);
   g_healthz_open = healthz_open;
   g_stop = 0;

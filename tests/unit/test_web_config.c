@@ -171,6 +171,10 @@ Test(web_config, bad_files_are_refused_with_a_reason) {
   refused("basic_auth_users:\n  alice:\n", "not a bcrypt hash");
   refused("http_server_config:\n  headers:\n    Server: x\n", "cannot be configured");
   refused("http_server_config:\n  headers:\n    X-Frame-Options: allow\n", "is not one of");
+  /* '' is no value of a header with a fixed set (exporter-toolkit refuses
+   * it); blank is unset only for the free-form ones */
+  refused("http_server_config:\n  headers:\n    X-Frame-Options: ''\n", "'' is not one of");
+  refused("http_server_config:\n  headers:\n    X-Content-Type-Options: ''\n", "'' is not one of");
   refused("http_server_config:\n  http3: true\n", "unknown key 'http3'");
   refused("rate_limit:\n  interval: soon\n  burst: 1\n", "not a Go duration");
   refused("rate_limit:\n  interval: 1s\n", "burst of at least 1");
@@ -377,13 +381,21 @@ Test(web_config, basic_credentials_are_read_as_go_reads_them) {
   struct {
     const char *header, *user, *pass; /* user NULL: none */
   } cases[] = {
-      {"Basic %s", "alice", "right"}, {"basic %s", "alice", "right"}, /* the scheme in any case */
-      {"BASIC %s", "alice", "right"}, {"Basic %s", "u", "p:q"},       /* the first colon splits */
-      {"Basic %s", "", ""},           {"Bearer %s", NULL, NULL},
+      {"Basic %s", "alice", "right"},
+      {"basic %s", "alice", "right"}, /* the scheme in any case */
+      {"BASIC %s", "alice", "right"},
+      {"Basic %s", "u", "p:q"}, /* the first colon splits */
+      {"Basic %s", "", ""},
+      {"Bearer %s", NULL, NULL},
       {"Basic  %s", NULL, NULL}, /* a space in the credentials: Go's decoder refuses it */
-      {"Basic %s!", NULL, NULL},      {"Basic %s", NULL, NULL}, /* no colon */
-      {"Basic %s", NULL, NULL},                                 /* a NUL in the password */
-      {"Basic %s", NULL, NULL},                                 /* nothing */
+      {"Basic %s!", NULL, NULL},
+      {"Basic %s", NULL, NULL}, /* no colon */
+      {"Basic %s", NULL, NULL}, /* a NUL in the password */
+      {"Basic %s", NULL, NULL}, /* nothing */
+      /* white space after the value is none of it (RFC 9110 5.5; Go trims it) */
+      {"Basic %s ", "alice", "right"},
+      {"Basic %s\t \t", "alice", "right"},
+      {"Basic %s x", NULL, NULL}, /* but a word after it is */
   };
   const char *b64[] = {"YWxpY2U6cmlnaHQ=",
                        "YWxpY2U6cmlnaHQ=",
@@ -395,7 +407,10 @@ Test(web_config, basic_credentials_are_read_as_go_reads_them) {
                        "YWxpY2U6cmlnaHQ=",
                        "bm9jb2xvbg==",
                        "YWxpY2U6cmkAZ2h0",
-                       ""};
+                       "",
+                       "YWxpY2U6cmlnaHQ=",
+                       "YWxpY2U6cmlnaHQ=",
+                       "YWxpY2U6cmlnaHQ="};
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
     char header[128], *user = (char *)"x", *pass = (char *)"x";
     snprintf(header, sizeof header, cases[i].header, b64[i]);
@@ -526,6 +541,63 @@ Test(web_config, a_reload_with_a_too_costly_hash_keeps_the_last_good_file) {
   }
   cr_expect_eq(ok, 0, "the file with a cost-31 hash was not refused");
   cr_expect_eq(strcasecmp(frame, "deny"), 0, "X-Frame-Options: %s", frame);
+}
+
+/* A file emptied while the agent runs with basic auth (a file being
+ * rewritten in place is empty for a moment) keeps the last good
+ * configuration: it must not turn authentication off. */
+Test(web_config, an_emptied_file_keeps_auth_on) {
+  char yml[512];
+  snprintf(yml, sizeof yml, "basic_auth_users:\n  alice: '%s'\n", hash_of("right"));
+  cr_assert_eq(start(write_yml(yml)), GPUPOOL_OK, "%s", gpupool_last_error());
+  write_yml("");
+  double ok = 1;
+  for (int i = 0; i < 100 && ok != 0; i++) {
+    usleep(100000);
+    http_response r;
+    cr_assert_eq(http_request("127.0.0.1", gpupool_agent_port(), "GET", "/metrics",
+                              "Authorization: Basic YWxpY2U6cmlnaHQ=\r\n", &r),
+                 0);
+    cr_assert_eq(r.status, 200);
+    cr_assert_eq(
+        metrics_value(r.body, "gpupool_agent_web_config_last_reload_successful", NULL, &ok), 0);
+    http_response_free(&r);
+  }
+  cr_expect_eq(ok, 0, "the emptied file was not refused");
+  http_response r;
+  cr_assert_eq(http_request("127.0.0.1", gpupool_agent_port(), "GET", "/metrics", NULL, &r), 0);
+  cr_expect_eq(r.status, 401, "without credentials: %d", r.status);
+  http_response_free(&r);
+  /* {} says it: no TLS, no users */
+  write_yml("{}\n");
+  int status = 401;
+  for (int i = 0; i < 100 && status == 401; i++) {
+    usleep(100000);
+    cr_assert_eq(http_request("127.0.0.1", gpupool_agent_port(), "GET", "/metrics", NULL, &r), 0);
+    status = r.status;
+    http_response_free(&r);
+  }
+  cr_expect_eq(status, 200, "{} did not turn basic auth off");
+}
+
+/* What a load read is what the watcher compares with later: a file that
+ * changes after the load's read (while it validates, or before the
+ * watcher's next look) differs from the load's digest, so the change is
+ * loaded at the next tick rather than taken as seen. */
+Test(web_config, a_change_during_a_load_is_seen_later) {
+  web_config *c = NULL;
+  web_files files;
+  char err[1024];
+  const char *path = write_yml(TLS);
+  cr_assert_eq(web_config_load(path, (int64_t)time(NULL), &c, &files, err, sizeof err), 0, "%s",
+               err);
+  unsigned char now[32];
+  web_files_digest(&files, now);
+  cr_expect_eq(memcmp(now, files.digest, 32), 0, "unchanged files: the same digest");
+  write_yml(TLS "  min_version: TLS13\n");
+  web_files_digest(&files, now);
+  cr_expect_neq(memcmp(now, files.digest, 32), 0, "a later write differs from what was read");
+  web_config_free(c);
 }
 
 static double interval_of(const char *duration) {
