@@ -243,6 +243,15 @@ Test(advisor_agent, capacity_query_leaves_the_cache) {
   cJSON_Delete(doc);
 }
 
+/* GET target, which must be a 400 of /advice's; the response, to free. */
+static http_response get_bad_request(const char *target) {
+  http_response r;
+  cr_assert_eq(http_request("127.0.0.1", gpupool_agent_port(), "GET", target, NULL, &r), 0);
+  cr_expect_eq(r.status, 400, "%s: %d", target, r.status);
+  cr_expect(strstr(r.body, "/advice"), "%s", r.body);
+  return r;
+}
+
 Test(advisor_agent, bad_parameters) {
   const char *bad[] = {
       "/advice?format=xml", "/advice?max_age=-1", "/advice?capacity_gib=abc", "/advice?nope=1",
@@ -258,10 +267,7 @@ Test(advisor_agent, bad_parameters) {
       "/advice?max_age=nan", "/advice?max_age=-0", "/advice?capacity_gib=0.001",
       "/advice?capacity_gib=1048577"};
   for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
-    http_response r;
-    cr_assert_eq(http_request("127.0.0.1", gpupool_agent_port(), "GET", bad[i], NULL, &r), 0);
-    cr_expect_eq(r.status, 400, "%s: %d", bad[i], r.status);
-    cr_expect(strstr(r.body, "/advice"), "%s", r.body);
+    http_response r = get_bad_request(bad[i]);
     http_response_free(&r);
   }
 }
@@ -272,10 +278,7 @@ Test(advisor_agent, bad_values_are_echoed_printable) {
   const char *bad[] = {"/advice?format=%1b%5b2J%07x%ff", "/advice?capacity_gib=%1b%5b2J%ff",
                        "/advice?max_age=%c3%a91"};
   for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
-    http_response r;
-    cr_assert_eq(http_request("127.0.0.1", gpupool_agent_port(), "GET", bad[i], NULL, &r), 0);
-    cr_expect_eq(r.status, 400, "%s: %d", bad[i], r.status);
-    cr_expect(strstr(r.body, "/advice"), "%s", r.body);
+    http_response r = get_bad_request(bad[i]);
     for (const unsigned char *c = (const unsigned char *)r.body; *c; c++)
       cr_expect((*c >= 0x20 && *c < 0x7f) || *c == '\n', "%s: byte 0x%02x in %s", bad[i], *c,
                 r.body);

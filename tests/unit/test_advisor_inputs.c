@@ -355,42 +355,34 @@ Test(advisor_inputs, torch_device_is_decimal) {
 
 Test(advisor_inputs, record_file_errors) {
   static const struct {
-    const char *text, *want;
+    const char *text, *want, *format;
   } cases[] = {
-      {"a 0x10 100 0\nx 1\n", ":2: expected"},
-      {"a 0x10 100\n", ":1: expected"},
-      {"a 0x10 0 0\n", ":1: expected"},
-      {"a 0x10 -5 0\n", ":1: expected"},
-      {"# c\n\na 0x10 12abc 0\n", ":3: expected"},
-      {"a 1 10 0\na 1 10 0\n", ":2: allocation 0x1 is already live"},
-      {"f 1 2\n", ":1: expected"},
-      {"r 1\n", ":1: expected"},
-      {"a 99999999999999999999999 1 0\n", ":1: expected"},
-      {"a 1 281474976710657 0\n",
-       ":1: allocation 0x1 of 281474976710657 bytes is larger than 2^48"},
-      {"", "no allocation events"},
-      {"# only a comment\n", "no allocation events"},
+      {"a 0x10 100 0\nx 1\n", ":2: expected", "record"},
+      {"a 0x10 100\n", ":1: expected", "record"},
+      {"a 0x10 0 0\n", ":1: expected", "record"},
+      {"a 0x10 -5 0\n", ":1: expected", "record"},
+      {"# c\n\na 0x10 12abc 0\n", ":3: expected", "record"},
+      {"a 1 10 0\na 1 10 0\n", ":2: allocation 0x1 is already live", "record"},
+      {"f 1 2\n", ":1: expected", "record"},
+      {"r 1\n", ":1: expected", "record"},
+      {"a 99999999999999999999999 1 0\n", ":1: expected", "record"},
+      {"a 1 281474976710657 0\n", ":1: allocation 0x1 of 281474976710657 bytes is larger than 2^48",
+       "record"},
+      {"", "no allocation events", "record"},
+      {"# only a comment\n", "no allocation events", "record"},
+      /* blank lines before the first, read to tell the format, still count */
+      {"\n\n\na 1 100 0\nbogus\n", "bad.record:5: expected", NULL},
+      {" \n\t\n\na 1 100 0\nbogus\n", "bad.record:5: expected", NULL},
+      {"\n\na 1 100 0\nf 1", "bad.record:4: the file ends inside this line", NULL},
   };
   char p[256];
   path_of(p, sizeof p, "bad.record");
   for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
     write_file(p, cases[i].text, strlen(cases[i].text));
-    expect_bad(p, "record", cases[i].want);
+    expect_bad(p, cases[i].format, cases[i].want);
   }
   write_file(p, "a 1 10 0\n\0f 1\n", 14);
   expect_bad(p, "record", ":2: a NUL byte");
-  /* blank lines before the first, read to tell the format, still count */
-  static const struct {
-    const char *text, *want;
-  } blank_first[] = {
-      {"\n\n\na 1 100 0\nbogus\n", "bad.record:5: expected"},
-      {" \n\t\n\na 1 100 0\nbogus\n", "bad.record:5: expected"},
-      {"\n\na 1 100 0\nf 1", "bad.record:4: the file ends inside this line"},
-  };
-  for (size_t i = 0; i < sizeof blank_first / sizeof *blank_first; i++) {
-    write_file(p, blank_first[i].text, strlen(blank_first[i].text));
-    expect_bad(p, NULL, blank_first[i].want);
-  }
   /* frees and record_streams of unknown ids (older than the history) are
    * skipped and counted; a request of 2^48 bytes, the largest, is read */
   const char *ok = "f 0x99\na 0x10 100 0x0\nr 0x10 0x5\nr 0x98 0x5\nf 0x10\na (nil) 7 0\n"

@@ -228,18 +228,43 @@ Test(torch_allocator, record_that_cannot_be_opened_says_why, .init = host_pools)
             "%s", err);
 }
 
-/* GPUPOOL_RECORD: the child allocates and exits (exit flushes the file); the
- * parent reads what it wrote: the allocations, record_streams and frees the
- * pool took, and nothing of the calls it refused. */
-Test(torch_allocator, record_writes_the_trace, .init = host_pools) {
-  char path[] = "/tmp/gpupool_torch_record_XXXXXX";
+/* Forks a child that records into a new file (path, "/tmp/...XXXXXX"
+ * filled in): 0 in the child, which has GPUPOOL_RECORD set and must exit. */
+static pid_t fork_recording(char *path) {
   int fd = mkstemp(path);
   cr_assert_geq(fd, 0);
   close(fd);
   pid_t pid = fork();
   cr_assert_geq(pid, 0);
-  if (pid == 0) {
+  if (pid == 0)
     setenv("GPUPOOL_RECORD", path, 1);
+  return pid;
+}
+
+/* Waits for the recording child, which must exit 0 (exit flushes the file),
+ * then reads the file's lines into line (at most max; max + 1 read means
+ * there were more) and removes it; returns how many. */
+static int recorded_lines(pid_t pid, const char *path, char (*line)[128], int max) {
+  int status = 0;
+  cr_assert_eq(waitpid(pid, &status, 0), pid);
+  cr_assert(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+  FILE *f = fopen(path, "r");
+  cr_assert_not_null(f);
+  int n = 0;
+  while (n <= max && fgets(line[n], sizeof line[n], f))
+    n++;
+  fclose(f);
+  unlink(path);
+  return n;
+}
+
+/* GPUPOOL_RECORD: the child allocates and exits (exit flushes the file); the
+ * parent reads what it wrote: the allocations, record_streams and frees the
+ * pool took, and nothing of the calls it refused. */
+Test(torch_allocator, record_writes_the_trace, .init = host_pools) {
+  char path[] = "/tmp/gpupool_torch_record_XXXXXX";
+  pid_t pid = fork_recording(path);
+  if (pid == 0) {
     gpupool_host_stream *s = gpupool_host_stream_create();
     void *a = gpupool_torch_malloc(1000, 0, s);
     void *b = gpupool_torch_malloc(2048, 0, NULL);
@@ -255,21 +280,8 @@ Test(torch_allocator, record_writes_the_trace, .init = host_pools) {
     gpupool_torch_record_stream(foreign, s);
     exit(a && b ? 0 : 1);
   }
-  int status = 0;
-  cr_assert_eq(waitpid(pid, &status, 0), pid);
-  cr_assert(WIFEXITED(status) && WEXITSTATUS(status) == 0);
-
-  FILE *f = fopen(path, "r");
-  cr_assert_not_null(f);
-  char line[5][128];
-  int n = 0;
-  while (n < 5 && fgets(line[n], sizeof line[n], f))
-    n++;
-  char extra[128];
-  cr_assert_null(fgets(extra, sizeof extra, f), "exactly five lines");
-  fclose(f);
-  unlink(path);
-  cr_assert_eq(n, 5);
+  char line[6][128];
+  cr_assert_eq(recorded_lines(pid, path, line, 5), 5, "exactly five lines");
   uintptr_t a, b, fa, fb, sa, sb, rb, rs;
   size_t za, zb;
   cr_assert_eq(sscanf(line[0], "a 0x%" SCNxPTR " %zu 0x%" SCNxPTR, &a, &za, &sa), 3, "%s", line[0]);
@@ -293,31 +305,16 @@ Test(torch_allocator, record_writes_the_trace, .init = host_pools) {
  * field, as a single-device run's always had). */
 Test(torch_allocator, record_names_the_device_where_not_0, .init = host_pools) {
   char path[] = "/tmp/gpupool_torch_record_XXXXXX";
-  int fd = mkstemp(path);
-  cr_assert_geq(fd, 0);
-  close(fd);
-  pid_t pid = fork();
-  cr_assert_geq(pid, 0);
+  pid_t pid = fork_recording(path);
   if (pid == 0) {
-    setenv("GPUPOOL_RECORD", path, 1);
     void *a = gpupool_torch_malloc(1000, 0, NULL);
     void *b = gpupool_torch_malloc(3000, 1, NULL);
     gpupool_torch_free(b, 3000, 1, NULL);
     gpupool_torch_free(a, 1000, 0, NULL);
     exit(a && b ? 0 : 1);
   }
-  int status = 0;
-  cr_assert_eq(waitpid(pid, &status, 0), pid);
-  cr_assert(WIFEXITED(status) && WEXITSTATUS(status) == 0);
-  FILE *f = fopen(path, "r");
-  cr_assert_not_null(f);
-  char line[4][128];
-  int n = 0;
-  while (n < 4 && fgets(line[n], sizeof line[n], f))
-    n++;
-  fclose(f);
-  unlink(path);
-  cr_assert_eq(n, 4);
+  char line[5][128];
+  cr_assert_eq(recorded_lines(pid, path, line, 4), 4, "exactly four lines");
   uintptr_t a, b, sa, sb;
   size_t za, zb;
   int device, end = 0;

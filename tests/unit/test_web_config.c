@@ -506,6 +506,19 @@ Test(web_config, a_bcrypt_cost_above_the_maximum_is_refused) {
   web_config_free(c);
 }
 
+/* /metrics as alice (password "right"), which must be served; *ok: its
+ * gpupool_agent_web_config_last_reload_successful. The response, to free. */
+static http_response alices_metrics(double *ok) {
+  http_response r;
+  cr_assert_eq(http_request("127.0.0.1", gpupool_agent_port(), "GET", "/metrics",
+                            "Authorization: Basic YWxpY2U6cmlnaHQ=\r\n", &r),
+               0);
+  cr_assert_eq(r.status, 200);
+  cr_assert_eq(metrics_value(r.body, "gpupool_agent_web_config_last_reload_successful", NULL, ok),
+               0);
+  return r;
+}
+
 /* The whole reloaded file is refused: the users and headers of the last
  * good one stay, and last_reload_successful turns 0. */
 Test(web_config, a_reload_with_a_too_costly_hash_keeps_the_last_good_file) {
@@ -528,15 +541,9 @@ Test(web_config, a_reload_with_a_too_costly_hash_keeps_the_last_good_file) {
   char frame[32] = "";
   for (int i = 0; i < 100 && ok != 0 && strcasecmp(frame, "sameorigin") != 0; i++) {
     usleep(100000);
-    http_response r;
-    cr_assert_eq(http_request("127.0.0.1", gpupool_agent_port(), "GET", "/metrics",
-                              "Authorization: Basic YWxpY2U6cmlnaHQ=\r\n", &r),
-                 0);
-    cr_assert_eq(r.status, 200);
+    http_response r = alices_metrics(&ok);
     if (!http_header(&r, "X-Frame-Options", frame, sizeof frame))
       frame[0] = '\0';
-    cr_assert_eq(
-        metrics_value(r.body, "gpupool_agent_web_config_last_reload_successful", NULL, &ok), 0);
     http_response_free(&r);
   }
   cr_expect_eq(ok, 0, "the file with a cost-31 hash was not refused");
@@ -554,13 +561,7 @@ Test(web_config, an_emptied_file_keeps_auth_on) {
   double ok = 1;
   for (int i = 0; i < 100 && ok != 0; i++) {
     usleep(100000);
-    http_response r;
-    cr_assert_eq(http_request("127.0.0.1", gpupool_agent_port(), "GET", "/metrics",
-                              "Authorization: Basic YWxpY2U6cmlnaHQ=\r\n", &r),
-                 0);
-    cr_assert_eq(r.status, 200);
-    cr_assert_eq(
-        metrics_value(r.body, "gpupool_agent_web_config_last_reload_successful", NULL, &ok), 0);
+    http_response r = alices_metrics(&ok);
     http_response_free(&r);
   }
   cr_expect_eq(ok, 0, "the emptied file was not refused");
