@@ -5,6 +5,7 @@
 
 #include "exporters/prom_buf.h"
 #include "labels.h"
+#include "pool_label.h"
 #include "pool/registry.h"
 
 #ifdef GPUPOOL_VERSION_STRING
@@ -34,14 +35,27 @@ static void html_escaped(prom_buf *b, const char *s) {
   }
 }
 
-/* One table row per pool, written under the registry lock (copies only). */
+typedef struct index_rows {
+  prom_buf *b;
+  pool_labeler labeler;
+} index_rows;
+
+/* One table row per pool, written under the registry lock (copies only),
+ * named by its /metrics label: two pools of one name on a device are
+ * name and name#2 there, and here too. */
 static void pool_row(gpupool *p, void *arg) {
-  prom_buf *b = arg;
+  index_rows *rows = arg;
+  prom_buf *b = rows->b;
+  char label[POOL_LABEL_MAX];
+  int labelled = pool_labeler_next(&rows->labeler, p, label) == 0;
   gpupool_stats st;
   if (gpupool_get_stats(p, &st) != GPUPOOL_OK)
     return;
-  char name[128];
-  utf8_sanitize(gpupool_name(p) ? gpupool_name(p) : "default", name, sizeof name);
+  char name[POOL_LABEL_MAX];
+  utf8_sanitize(labelled          ? label
+                : gpupool_name(p) ? gpupool_name(p)
+                                  : "default",
+                name, sizeof name);
   prom_buf_puts(b, "<tr><td>");
   html_escaped(b, name);
   prom_buf_puts(b, "</td><td>");
@@ -82,7 +96,9 @@ void index_endpoint(const endpoint_args *args, endpoint_body *out, const char *h
                     "</ul>\n<h2>Pools</h2>\n<table border=\"1\">\n"
                     "<tr><th>pool</th><th>device</th><th>backend</th><th>strategy</th>"
                     "<th>reserved bytes</th><th>allocated bytes</th></tr>\n");
-  registry_foreach(pool_row, &b);
+  index_rows rows = {.b = &b};
+  registry_foreach(pool_row, &rows);
+  pool_labeler_free(&rows.labeler);
   prom_buf_puts(&b, "</table>\n</body></html>\n");
   size_t len;
   char *data = prom_buf_take(&b, &len);

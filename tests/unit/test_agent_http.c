@@ -64,6 +64,10 @@ Test(agent_http, serves_every_endpoint) {
   int port = start_local(NULL);
   void *p;
   cr_assert_eq(gpupool_malloc(pool, &p, 4096, NULL), GPUPOOL_OK);
+  gpupool *twin; /* a second pool of the name on the device: web#2 in /metrics */
+  gpupool_options o = {
+      .name = gpupool_name(pool), .backend = GPUPOOL_BACKEND_HOST, .ignore_env = 1};
+  cr_assert_eq(gpupool_create(&o, &twin), GPUPOOL_OK, "%s", gpupool_last_error());
 
   http_response r = get(port, "GET", "/metrics", NULL);
   cr_assert_eq(r.status, 200);
@@ -88,7 +92,8 @@ Test(agent_http, serves_every_endpoint) {
                          "href=\"/ui\"",
                          "href=\"/advice?format=table\"",
                          GPUPOOL_VERSION,
-                         "<td>web</td>"};
+                         "<td>web</td>",
+                         "<td>web#2</td>"}; /* each pool by its /metrics label */
   for (size_t i = 0; i < sizeof links / sizeof links[0]; i++)
     cr_assert(strstr(r.body, links[i]), "the index page lacks %s", links[i]);
   http_response_free(&r);
@@ -104,6 +109,7 @@ Test(agent_http, serves_every_endpoint) {
     http_response_free(&r);
   }
   gpupool_free(pool, p);
+  gpupool_destroy(twin);
 }
 
 Test(agent_http, only_get_and_head) {
