@@ -25,9 +25,11 @@ static pthread_mutex_t table_lock = PTHREAD_MUTEX_INITIALIZER;
 
 typedef struct table_entry {
   trace_pool_info info;
-  char label[POOL_LABEL_MAX]; /* the pool's label at its last sample */
-  uint64_t last_seen;         /* sampling round, for eviction */
+  char label[POOL_LABEL_MAX];       /* the pool's label at its last sample */
+  uint64_t last_seen;               /* sampling round, for eviction */
+  uint64_t from_cache, from_device; /* its cumulative counts at its last sample */
   int used;
+  int ended; /* gone: its closing sample (nothing allocated or reserved) is written */
 } table_entry;
 static table_entry table[TRACE_POOL_TABLE_SIZE];
 static uint64_t round_no;
@@ -44,7 +46,7 @@ static void copy_str(char *dst, size_t size, const char *src) {
 
 /* Remembers (or refreshes) pool p and its label; when the table is full,
  * the pool seen least recently is forgotten. */
-static void remember(gpupool *p, uint32_t id, const char *label) {
+static void remember(gpupool *p, uint32_t id, const char *label, const counter_sample *cs) {
   pthread_mutex_lock(&table_lock);
   table_entry *slot_for = NULL, *oldest = NULL;
   for (size_t i = 0; i < TRACE_POOL_TABLE_SIZE; i++) {
@@ -69,6 +71,8 @@ static void remember(gpupool *p, uint32_t id, const char *label) {
   if (label) /* labels change as pools of the name come and go */
     memcpy(slot_for->label, label, sizeof slot_for->label);
   slot_for->last_seen = round_no;
+  slot_for->from_cache = cs->from_cache;
+  slot_for->from_device = cs->from_device;
   pthread_mutex_unlock(&table_lock);
 }
 
@@ -85,7 +89,6 @@ static void sample_pool(gpupool *p, void *arg) {
   if (gpupool_get_stats(p, &st) != GPUPOOL_OK)
     return;
   uint32_t id = pool_id(p);
-  remember(p, id, labelled ? label : NULL);
   counter_sample cs = {
       .ts_ns = c->now,
       .pool_id = id,
@@ -96,6 +99,7 @@ static void sample_pool(gpupool *p, void *arg) {
       .from_cache = st.num_cache_hits,
       .from_device = st.num_device_sourced,
   };
+  remember(p, id, labelled ? label : NULL, &cs);
   push(&cs);
 }
 
@@ -116,6 +120,23 @@ void trace_counters_sample(void) {
    * and the ring stays ordered by time. */
   sample_ctx c = {.now = clock_realtime_ns()};
   registry_foreach(sample_pool, &c);
+  /* A pool remembered but not in the registry any more was destroyed since
+   * the last round: one closing sample at zero, so that its counter tracks do
+   * not show its last bytes to the end of every later trace. */
+  pthread_mutex_lock(&table_lock);
+  for (size_t i = 0; i < TRACE_POOL_TABLE_SIZE; i++) {
+    table_entry *e = &table[i];
+    if (!e->used || e->ended || pool_labeler_saw(&c.labeler, e->info.id))
+      continue;
+    counter_sample cs = {.ts_ns = c.now,
+                         .pool_id = e->info.id,
+                         .device = e->info.device,
+                         .from_cache = e->from_cache,
+                         .from_device = e->from_device};
+    push(&cs);
+    e->ended = 1;
+  }
+  pthread_mutex_unlock(&table_lock);
   pool_labeler_free(&c.labeler);
   pthread_mutex_unlock(&writer_lock);
 }

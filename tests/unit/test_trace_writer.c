@@ -350,6 +350,46 @@ Test(trace_writer, pools_with_the_same_name_get_distinct_tracks) {
   gpupool_destroy(b);
 }
 
+/* The last sample of a track in root, or NULL. */
+static const cJSON *last_counter(const cJSON *root, const char *name) {
+  const cJSON *ev, *last = NULL;
+  cJSON_ArrayForEach(ev, trace_events(root)) {
+    const cJSON *p = cJSON_GetObjectItemCaseSensitive(ev, "ph");
+    const cJSON *nm = cJSON_GetObjectItemCaseSensitive(ev, "name");
+    if (!strcmp(p->valuestring, "C") && !strcmp(nm->valuestring, name))
+      last = ev;
+  }
+  return last;
+}
+
+/* A destroyed pool's memory tracks end at zero at the first sampling round
+ * after it went (its memory went with it), so that they do not show its
+ * last bytes to the end of every later trace; its cumulative counts stay,
+ * and a later round writes it no more samples. */
+Test(trace_writer, a_destroyed_pools_memory_track_ends_at_zero) {
+  init_events(1024);
+  gpupool *a = host_pool("brief", 0, 64 * MiB);
+  pc_must_malloc(a, MiB, NULL);
+  sample_apart();
+  const char *memory = "pool brief memory", *allocations = "pool brief allocations";
+  gpupool_destroy(a);
+  sample_apart();
+  sample_apart();
+  cJSON *root = read_checked(NULL, 0);
+  const cJSON *last = last_counter(root, memory);
+  cr_assert_not_null(last, "no samples of the destroyed pool");
+  const cJSON *args = cJSON_GetObjectItemCaseSensitive(last, "args");
+  cr_expect_eq(cJSON_GetObjectItemCaseSensitive(args, "allocated")->valuedouble, 0);
+  cr_expect_eq(cJSON_GetObjectItemCaseSensitive(args, "reserved")->valuedouble, 0);
+  cr_expect_eq(trace_count(root, "C", memory), 2, "its sample, then one closing sample");
+  last = last_counter(root, allocations);
+  cr_assert_not_null(last);
+  args = cJSON_GetObjectItemCaseSensitive(last, "args");
+  cr_expect_eq(cJSON_GetObjectItemCaseSensitive(args, "from_device")->valuedouble, 1,
+               "the cumulative counts stay");
+  cJSON_Delete(root);
+}
+
 /* pool= takes the labels /metrics gives pools that share a name ("dup",
  * "dup#2"); a destroyed pool is selected by its label at its last sample, a
  * live one by its label now, whatever label the table still has for it. */
