@@ -2,6 +2,7 @@
 
 #include <cjson/cJSON.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -65,9 +66,18 @@ int sd_file_write(const char *dir, const char *hostname, const char *listen_addr
     snprintf(err, errlen, "sd_dir: out of memory");
     return -1;
   }
-  FILE *f = fopen(tmp, "w");
-  int ok = f != NULL;
+  /* sd_dir is often shared (NFS, /var/run): never follow a link planted at
+   * the predictable temporary name, never write into a file that exists. */
+  unlink(tmp);
+  int fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0666);
   int e = errno;
+  FILE *f = fd >= 0 ? fdopen(fd, "w") : NULL;
+  if (fd >= 0 && !f) {
+    e = errno;
+    close(fd);
+    unlink(tmp);
+  }
+  int ok = f != NULL;
   if (f) {
     ok = fputs(text, f) >= 0 && fputc('\n', f) != EOF;
     e = errno;

@@ -204,8 +204,8 @@ expect(os.path.isfile(os.path.normpath(os.path.join(d, b["context"], b["dockerfi
        "compose: the demo's Dockerfile does not exist")
 expect(s["demo"].get("network_mode") == "service:prometheus",
        "compose: the demo does not share Prometheus's network (static target 127.0.0.1:9477)")
-expect(f"listen:127.0.0.1:{PORT}" in s["demo"]["environment"]["GPUPOOL_AGENT_CONF"],
-       "compose: the demo does not listen on 127.0.0.1:9477")
+expect(f"listen:0.0.0.0:{PORT}" in s["demo"]["environment"]["GPUPOOL_AGENT_CONF"],
+       "compose: the demo does not listen on 0.0.0.0:9477 (the published port reaches only that)")
 expect(s["demo"]["image"] == c["image"], "compose and k8s use different demo images")
 gvols = dict(v.split(":")[:2] for v in s["grafana"]["volumes"])
 expect(gvols.get("./grafana/provisioning") == "/etc/grafana/provisioning",

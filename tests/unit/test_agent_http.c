@@ -466,6 +466,43 @@ Test(agent_http, sd_dir_file_lives_while_the_agent_runs) {
   cr_assert_eq(rmdir(dir), 0, "sd_dir should be left empty");
 }
 
+/* sd_dir is often shared (NFS, /var/run): a link another user planted at
+ * the temporary file's name is not followed, and what it points to keeps
+ * its contents. */
+Test(agent_http, sd_dir_follows_no_link_at_the_temporary_name) {
+  char dir[] = "/tmp/gpupool-sd-XXXXXX";
+  cr_assert_not_null(mkdtemp(dir));
+  char victim[600], link[600], path[600];
+  snprintf(victim, sizeof victim, "%s.victim", dir);
+  FILE *f = fopen(victim, "w");
+  cr_assert_not_null(f);
+  fputs("precious\n", f);
+  fclose(f);
+  snprintf(link, sizeof link, "%s/.gpupool-node-8-%ld.json.tmp", dir, (long)getpid());
+  cr_assert_eq(symlink(victim, link), 0);
+  gpupool_agent_options o = {.listen = "127.0.0.1:0",
+                             .cupti = GPUPOOL_CUPTI_OFF,
+                             .sd_dir = dir,
+                             .hostname = "node-8",
+                             .ignore_env = 1};
+  cr_assert_eq(gpupool_agent_start(&o), GPUPOOL_OK, "%s", gpupool_last_error());
+  char text[64] = "";
+  f = fopen(victim, "r");
+  cr_assert_not_null(f);
+  cr_expect_not_null(fgets(text, sizeof text, f));
+  fclose(f);
+  cr_expect_str_eq(text, "precious\n", "the write went through the link");
+  snprintf(path, sizeof path, "%s/gpupool-node-8-%ld.json", dir, (long)getpid());
+  struct stat st;
+  cr_expect_eq(lstat(path, &st), 0, "no %s", path);
+  cr_expect(S_ISREG(st.st_mode), "the target file is no regular file");
+  gpupool_agent_stop();
+  cr_expect_neq(lstat(link, &st), 0, "the link is left behind");
+  unlink(link);
+  unlink(victim);
+  cr_assert_eq(rmdir(dir), 0, "sd_dir should be left empty");
+}
+
 Test(agent_http, sd_dir_that_cannot_be_written_fails_the_start) {
   cr_redirect_stderr();
   gpupool_agent_options o = {.listen = "127.0.0.1:0",
