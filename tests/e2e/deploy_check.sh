@@ -70,7 +70,7 @@ EOF
 
 check "names, ports and paths agree across k8s, compose, Grafana and Prometheus" \
   python3 - "$src" <<'EOF'
-import os, re, sys, yaml
+import json, os, re, sys, yaml
 
 root = sys.argv[1]
 d = os.path.join(root, "deploy")
@@ -249,6 +249,19 @@ for module in re.findall(r"pkg_check_modules\(\w+ REQUIRED IMPORTED_TARGET ([\w.
            f"Dockerfile: the build stage does not install {dev} ({module})")
     expect(re.search(rf"\b{re.escape(run)}\b", final_stage),
            f"Dockerfile: the final stage does not install {run} ({module})")
+
+# The detail dashboard's per-pool sums keep the labels that tell pools of
+# different processes and GPUs apart: device is the CUDA ordinal (0 in every
+# rank that sees one GPU), and two processes may share a GPU.
+detail = json.load(open(os.path.join(root, "dashboards", "gpupool-detail.json")))
+for p in detail["panels"]:
+    for t in p.get("targets", []):
+        for by in re.findall(r"sum by \(([^)]*)\)", t.get("expr", "")):
+            keys = {k.strip() for k in by.split(",")}
+            if "pool" in keys:
+                expect({"instance", "UUID"} <= keys,
+                       f"detail dashboard, {p['title']}: sum by ({by}) adds up pools of "
+                       "different processes or GPUs")
 
 if bad:
     sys.exit("\n".join(bad))
