@@ -16,7 +16,8 @@ from ._snapshot import dump_snapshot, memory_snapshot, snapshot
 from ._stats import (attach_out_of_memory_observer, empty_cache,
                      get_per_process_memory_fraction, max_memory_allocated,
                      max_memory_reserved, memory_allocated, memory_reserved, memory_stats,
-                     memory_summary, reset_accumulated_memory_stats, reset_peak_memory_stats,
+                     memory_stats_as_nested_dict, memory_summary,
+                     reset_accumulated_memory_stats, reset_peak_memory_stats,
                      set_per_process_memory_fraction)
 from ._tags import current_tag, memory_allocated_by_tag, tag
 
@@ -24,7 +25,7 @@ __version__ = "0.1.0"
 
 __all__ = ["GpupoolError", "library_path", "dump_snapshot", "memory_snapshot", "snapshot",
            "empty_cache", "max_memory_allocated", "max_memory_reserved", "memory_allocated",
-           "memory_reserved", "memory_stats", "memory_summary", "reset_accumulated_memory_stats",
-           "reset_peak_memory_stats", "set_per_process_memory_fraction",
+           "memory_reserved", "memory_stats", "memory_stats_as_nested_dict", "memory_summary",
+           "reset_accumulated_memory_stats", "reset_peak_memory_stats", "set_per_process_memory_fraction",
            "get_per_process_memory_fraction", "attach_out_of_memory_observer", "current_tag",
            "memory_allocated_by_tag", "tag"]

@@ -119,6 +119,19 @@ def memory_stats(device=None):
     return _stats_dict(raw_stats(device))
 
 
+def memory_stats_as_nested_dict(device=None):
+    """torch.cuda.memory_stats_as_nested_dict: memory_stats' flat keys
+    ("allocated_bytes.all.current") as nested dicts."""
+    nested = {}
+    for key, value in memory_stats(device).items():
+        *path, leaf = key.split(".")
+        node = nested
+        for part in path:
+            node = node.setdefault(part, {})
+        node[leaf] = value
+    return nested
+
+
 def _stats_dict(st):
     """memory_stats' OrderedDict of a gpupool_stats."""
     out = []

@@ -157,19 +157,6 @@ def _set_env(name, value):
         os.environ[name] = value
 
 
-def _nested(flat):
-    """memory_stats' flat keys ("allocated_bytes.all.current") as the nested
-    dicts torch.cuda.memory_stats_as_nested_dict() returns."""
-    nested = {}
-    for key, value in flat.items():
-        *path, leaf = key.split(".")
-        node = nested
-        for part in path:
-            node = node.setdefault(part, {})
-        node[leaf] = value
-    return nested
-
-
 def _record_memory_history(enabled="all", context="all", stacks="all", max_entries=sys.maxsize,
                            device=None, clear_history=False, **options):
     """torch.cuda.memory._record_memory_history, for gpupool's pools: the
@@ -215,13 +202,10 @@ def _torch_cuda_memory_calls():
     """torch.cuda's memory calls by name, each answered by the package with
     PyTorch's signature and return value. The ones not here (memory_cached,
     reset_max_memory_allocated, ...) call these through torch.cuda.memory."""
-    def memory_stats_as_nested_dict(device=None):
-        return _nested(_stats.memory_stats(device))
-
     def empty_cache():
         _stats.empty_cache()
 
-    def memory_snapshot(mempool_id=None):
+    def memory_snapshot(mempool_id=None, include_traces=True):
         return _snapshot.memory_snapshot()
 
     def snapshot(device=None, augment_with_fx_traces=False):
@@ -231,7 +215,7 @@ def _torch_cuda_memory_calls():
         _snapshot.dump_snapshot(filename)
 
     return {"memory_stats": _stats.memory_stats,
-            "memory_stats_as_nested_dict": memory_stats_as_nested_dict,
+            "memory_stats_as_nested_dict": _stats.memory_stats_as_nested_dict,
             "memory_allocated": _stats.memory_allocated,
             "max_memory_allocated": _stats.max_memory_allocated,
             "memory_reserved": _stats.memory_reserved,

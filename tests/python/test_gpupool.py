@@ -874,8 +874,10 @@ class Enable(unittest.TestCase):
             torch.cuda.memory_cached()
 
     def test_nested_stats(self):
+        """gpupool.memory_stats_as_nested_dict, with torch or without (the
+        one enable() installs is the same function)."""
         flat = gpupool.memory_stats(21)
-        nested = gpupool.torch._nested(flat)
+        nested = gpupool.memory_stats_as_nested_dict(21)
         self.assertEqual(nested["allocated_bytes"]["all"]["current"],
                          flat["allocated_bytes.all.current"])
         self.assertEqual(nested["num_ooms"], flat["num_ooms"])
@@ -885,6 +887,14 @@ class Enable(unittest.TestCase):
                 walk(v, path + [k]) if isinstance(v, dict) else leaves.append(".".join(path + [k]))
         walk(nested, [])
         self.assertEqual(sorted(leaves), sorted(flat))
+
+    def test_memory_snapshot_takes_pytorchs_arguments(self):
+        """torch.cuda.memory_snapshot(mempool_id=None, include_traces=True), as
+        current PyTorch has it: the one enable() installs takes both."""
+        calls = gpupool.torch._torch_cuda_memory_calls()
+        self.assertEqual(calls["memory_snapshot"](include_traces=False), gpupool.memory_snapshot())
+        self.assertEqual(calls["memory_snapshot"](None, True), gpupool.memory_snapshot())
+        self.assertIs(calls["memory_stats_as_nested_dict"], gpupool.memory_stats_as_nested_dict)
 
     def test_record_stream_is_passed(self):
         torch, calls = fake_torch()
