@@ -258,7 +258,10 @@ static void recommend(gpupool_advice *a) {
     gpupool_advice_candidate *c = &a->c[i];
     if (!c->done)
       continue;
-    c->added_ms = cur->done ? c->device_ms - cur->device_ms : 0;
+    /* to the nanosecond: the sums of prices differ by a rounding error
+     * (2505 us of calls as 2.5050000000000026 ms), which must not put a
+     * candidate that adds exactly max_added_ms over it */
+    c->added_ms = cur->done ? round((c->device_ms - cur->device_ms) * 1e6) / 1e6 : 0;
     if (c->r.ooms || c->added_ms > a->max_added_ms)
       continue;
     const gpupool_advice_candidate *b = &a->c[best];

@@ -387,3 +387,38 @@ Test(advisor_conf, a_negative_zero_is_written_as_zero) {
   cr_expect(!strstr(line, "-0"), "'%s'", line);
   gpupool_destroy(p);
 }
+
+/* A candidate that adds exactly the bound is within it: its device time is
+ * a sum of prices, and the difference of two such sums carries a rounding
+ * error (2505 us of calls came out as 2.5050000000000026 ms), which put it
+ * over a bound of 2.505 and recommended the current configuration, whose
+ * peak is higher. */
+Test(advisor_conf, a_candidate_that_adds_exactly_the_bound_is_within_it) {
+  const char *src = getenv("GPUPOOL_SOURCE_DIR");
+  char trace[512];
+  snprintf(trace, sizeof trace, "%s/tests/data/lm_train_24steps.trace", src ? src : ".");
+  gpupool_history *lm;
+  cr_assert_eq(gpupool_history_load(trace, NULL, NULL, &lm), GPUPOOL_OK, "%s",
+               gpupool_last_error());
+  const char *extra[] = {"expandable_segments:True,expandable_slack_percent:0"};
+  gpupool_advice_options o = {.current = "roundup_power2_divisions:2,expandable_segments:True",
+                              .extra = extra,
+                              .n_extra = 1,
+                              .no_defaults = 1,
+                              .no_capacity = 1,
+                              .threads = 1,
+                              .max_added_ms = 2.505};
+  gpupool_advice *a;
+  cr_assert_eq(gpupool_advise(lm, &o, &a), GPUPOOL_OK, "%s", gpupool_last_error());
+  cr_assert_eq(a->n, 2);
+  const gpupool_advice_candidate *c = &a->c[1];
+  cr_expect_eq(c->added_ms, 2.505, "added %.17g ms", c->added_ms);
+  cr_expect_lt(c->r.peak_reserved, a->c[0].r.peak_reserved);
+  cr_expect_eq(a->recommended, 1, "the candidate at the bound was left out");
+  char *table = gpupool_advice_render(a, "table");
+  cr_assert_not_null(table);
+  cr_expect_null(strstr(table, "[over the time bound]"), "%s", table);
+  free(table);
+  gpupool_advice_free(a);
+  gpupool_history_free(lm);
+}
