@@ -105,22 +105,37 @@ static void empty_list(pbuf *b, const char *k) {
   op(b, OP_EMPTY_LIST);
 }
 
-static void block(pbuf *b, const pool_block_info *bl) {
+/* The part of [addr, addr + size) inside [from, to). */
+typedef struct span {
+  uint64_t addr, size;
+} span;
+
+static span clip(uint64_t addr, uint64_t size, uint64_t from, uint64_t to) {
+  uint64_t lo = addr > from ? addr : from, hi = addr + size < to ? addr + size : to;
+  return (span){lo, hi - lo};
+}
+
+/* Block bl as it lies in a segment [from, to): a free block of a vmm range
+ * can reach over unmapped pages past the run of mapped ones the segment is;
+ * only its part over the run is written. */
+static void block(pbuf *b, const pool_block_info *bl, uint64_t from, uint64_t to) {
+  span part = clip(bl->addr, bl->size, from, to);
+  gp_assert_internal(!bl->requested || part.size == bl->size); /* a live block is mapped whole */
   op(b, OP_EMPTY_DICT);
   op(b, OP_MARK);
-  key_num(b, "size", bl->size);
+  key_num(b, "size", part.size);
   key_num(b, "requested_size", bl->requested);
-  key_num(b, "address", bl->addr);
+  key_num(b, "address", part.addr);
   key_str(b, "state", bl->state);
   empty_list(b, "frames");
   op(b, OP_SETITEMS);
 }
 
-/* One segment dict: [addr, addr + size) with the blocks blocks[0, n) tile
- * it exactly. PyTorch's requested_size of a segment: its active blocks',
- * pending frees included (the segment info's is the allocated blocks'); a
- * free block's requested is 0 (pool_view.h), so the sum over all blocks is
- * that. */
+/* One segment dict: [addr, addr + size), tiled exactly by the parts of
+ * blocks[0, n) that lie in it. PyTorch's requested_size of a segment: its
+ * active blocks', pending frees included (the segment info's is the
+ * allocated blocks'); a free block's requested is 0 (pool_view.h), so the
+ * sum over all blocks is that. A live block lies whole in its segment. */
 static void segment_dict(pbuf *b, int device, const pool_segment_info *info, int expandable,
                          uint64_t addr, uint64_t size, const pool_block_info *blocks, size_t n) {
   uint64_t requested = 0, allocated = 0, active = 0;
@@ -153,7 +168,7 @@ static void segment_dict(pbuf *b, int device, const pool_segment_info *info, int
   if (n) {
     op(b, OP_MARK);
     for (size_t i = 0; i < n; i++)
-      block(b, &blocks[i]);
+      block(b, &blocks[i], addr, addr + size);
     op(b, OP_APPENDS);
   }
   op(b, OP_SETITEMS);
@@ -170,32 +185,15 @@ static void segment(pbuf *b, const pool_capture *c, const pool_capture_segment *
     segment_dict(b, c->device, &s->info, 0, s->info.addr, s->info.size, blocks, s->info.nblocks);
     return;
   }
-  size_t i = 0;
+  size_t i = 0; /* the first block not wholly before the run */
   for (size_t r = 0; r < s->nruns; r++) {
     const pool_capture_run *run = &c->runs[s->first_run + r];
-    uint64_t run_end = run->addr + run->size;
     while (i < s->info.nblocks && blocks[i].addr + blocks[i].size <= run->addr)
       i++;
     size_t n = 0;
-    for (size_t j = i; j < s->info.nblocks && blocks[j].addr < run_end; j++)
+    while (i + n < s->info.nblocks && blocks[i + n].addr < run->addr + run->size)
       n++;
-    pool_block_info *part = malloc((n ? n : 1) * sizeof *part);
-    if (!part) {
-      b->failed = 1;
-      return;
-    }
-    for (size_t k = 0; k < n; k++) {
-      part[k] = blocks[i + k];
-      uint64_t from = part[k].addr > run->addr ? part[k].addr : run->addr;
-      uint64_t to = part[k].addr + part[k].size < run_end ? part[k].addr + part[k].size : run_end;
-      if (from != part[k].addr || to != part[k].addr + part[k].size) {
-        gp_assert_internal(!part[k].requested); /* only a free block is partly mapped */
-        part[k].addr = from;
-        part[k].size = to - from;
-      }
-    }
-    segment_dict(b, c->device, &s->info, 1, run->addr, run->size, part, n);
-    free(part);
+    segment_dict(b, c->device, &s->info, 1, run->addr, run->size, &blocks[i], n);
   }
 }
 

@@ -70,7 +70,7 @@ static int copy_runs(pool_capture *c, const segment *seg, pool_capture_segment *
     c->runs[c->nruns++] =
         (pool_capture_run){seg->addr + i * seg->page_size, (end - i) * seg->page_size};
     s->nruns++;
-    i = end < seg->top ? pages_find(seg, end, seg->top - 1, 1) : seg->top;
+    i = pages_find(seg, end, seg->top - 1, 1); /* top past the last run */
   }
   return 0;
 }
