@@ -224,6 +224,7 @@ size_t pages_segment_release(gpupool *p, segment *seg, pages_work *w) {
    * device has 64 MiB of bits, nearly all of them never touched */
   memset(seg->mapped, 0, (seg->top + 63) / 64 * sizeof *seg->mapped);
   seg->nmapped = 0;
+  seg->top = 0; /* nothing mapped now: a second release (pages_segment_destroy's) walks nothing */
   unmap_list(p, &l, PAGES_RELEASE_DETACHED, w);
   free(l.v);
   return bytes;
