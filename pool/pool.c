@@ -453,6 +453,14 @@ double gpupool_memory_fraction(const gpupool *p) {
   return fraction < 0 ? 1.0 : fraction;
 }
 
+size_t gpupool_max_split_size(const gpupool *p) {
+  if (!p) {
+    pool_fail(GPUPOOL_ERR_INVALID, "gpupool_max_split_size: pool is NULL");
+    return 0;
+  }
+  return p->cfg.max_split_size;
+}
+
 gpupool_status gpupool_mem_get_info(gpupool *p, size_t *free_bytes, size_t *total_bytes) {
   if (!p || !free_bytes || !total_bytes)
     return pool_fail(GPUPOOL_ERR_INVALID, "gpupool_mem_get_info: %s is NULL",

@@ -182,6 +182,10 @@ gpupool_status gpupool_set_memory_fraction(gpupool *p, double fraction);
 /* The fraction set, 1.0 when none was (as PyTorch answers); NaN with p NULL
  * (gpupool_last_error() says so). */
 double gpupool_memory_fraction(const gpupool *p);
+/* The max_split_size_mb the pool runs with, in bytes (as
+ * torch.cuda.memory_stats' "max_split_size"), SIZE_MAX when unlimited; 0
+ * with p NULL (gpupool_last_error() says so). Fixed at creation. */
+size_t gpupool_max_split_size(const gpupool *p);
 /* The free and total memory of the pool's device, as torch.cuda.mem_get_info
  * answers: a device call (cudaMemGetInfo) on the cuda backends, the
  * simulated device's accounting on host. Takes none of the pool's locks. */

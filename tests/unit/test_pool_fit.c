@@ -225,12 +225,14 @@ Test(pool_fit, bfc_small_and_large_pools_do_not_mix) {
 Test(pool_fit, bfc_max_split_size_keeps_small_requests_off_big_blocks) {
   /* default (no limit): 2 MiB is carved out of a cached 40 MiB block */
   gpupool *p = pc_pool(GPUPOOL_STRATEGY_BFC, 0, NULL);
+  cr_expect_eq(gpupool_max_split_size(p), SIZE_MAX, "unlimited");
   pc_must_free(p, pc_must_malloc(p, 40 * MiB, NULL));
   pc_must_malloc(p, 2 * MiB, NULL);
   cr_expect_eq(device_allocs(p), 1);
   gpupool_destroy(p);
 
   p = pc_pool(GPUPOOL_STRATEGY_BFC, 0, "max_split_size_mb:32");
+  cr_expect_eq(gpupool_max_split_size(p), 32 * MiB);
   void *big = pc_must_malloc(p, 40 * MiB, NULL);
   pc_must_free(p, big);
   pc_must_malloc(p, 2 * MiB, NULL);
@@ -333,4 +335,10 @@ Test(pool_fit, naive_reuses_only_the_exact_page_size) {
   cr_expect_eq(s.requested_bytes[GPUPOOL_STAT_ALL].current, 4096 * 2 + 12288 + 5000);
   pc_expect_consistent(p, GPUPOOL_STRATEGY_NAIVE);
   gpupool_destroy(p);
+}
+
+Test(pool_fit, max_split_size_of_no_pool_is_an_error) {
+  cr_expect_eq(gpupool_max_split_size(NULL), 0);
+  cr_expect(strstr(gpupool_last_error(), "gpupool_max_split_size: pool is NULL") != NULL, "%s",
+            gpupool_last_error());
 }
