@@ -71,6 +71,7 @@ _SIGNATURES = {
     "gpupool_reset_peak_stats": (None, [_P]),
     "gpupool_reset_accumulated_stats": (None, [_P]),
     "gpupool_empty_cache": (ctypes.c_size_t, [_P]),
+    "gpupool_max_split_size": (ctypes.c_size_t, [_P]),
     "gpupool_name": (ctypes.c_char_p, [_P]),
     "gpupool_backend_name": (ctypes.c_char_p, [_P]),
     "gpupool_strategy_name": (ctypes.c_char_p, [_P]),

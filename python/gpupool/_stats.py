@@ -9,27 +9,70 @@ import sys
 from . import _lib
 
 
-def device_index(device=None):
-    """A CUDA device ordinal from what torch.cuda's functions accept: None
-    (the current device), an int, "cuda", "cuda:N" or a torch.device."""
-    if device is None or device == "cuda":
+class DeviceError(ValueError, RuntimeError):
+    """A device argument refused where PyTorch raises RuntimeError (a string
+    torch.device does not take, a bool, an ordinal its allocator has no
+    device for) and this package has always raised ValueError: either
+    except clause catches it."""
+
+
+# torch.device's device types (c10's DeviceType names): a string naming one
+# of them other than cuda is a device, but not a CUDA one (PyTorch's
+# ValueError); any other name is none at all (torch.device's RuntimeError).
+_TORCH_DEVICE_TYPES = frozenset((
+    "cpu", "cuda", "ipu", "xpu", "mkldnn", "opengl", "opencl", "ideep", "hip", "ve", "fpga",
+    "maia", "xla", "lazy", "vulkan", "mps", "meta", "hpu", "mtia", "privateuseone"))
+# A device string as torch.device parses it: a name of ASCII letters and
+# '_', then optionally ':' and an index without leading zeros.
+_DEVICE_STRING = re.compile(r"([A-Za-z_]+)(?::(0|[1-9][0-9]*))?")
+
+
+def device_index(device=None, optional=True):
+    """A CUDA device ordinal from what torch.cuda's functions accept
+    (torch.cuda._utils._get_device_index): None (the current device), an
+    int, "cuda", "cuda:N", a torch.device, or a torch.cuda.device (its
+    .idx; torch.cuda.device_of too). optional=False, as PyTorch's
+    set/get_per_process_memory_fraction parse it: a CUDA device without an
+    index ("cuda", torch.device("cuda")) is refused (ValueError), None is
+    still the current device. Refused as PyTorch refuses: a device of
+    another type ("cpu", torch.device("cpu")) with ValueError; a string
+    torch.device does not take ("cuda:x", "cuda:01", "gpu"), a bool, or an
+    ordinal outside 0 to 63 with DeviceError (ValueError and RuntimeError).
+    Any other object is a ValueError, where PyTorch's memory_stats family
+    would read the current device in silence."""
+    if device is None:
         return _current_device()
-    if isinstance(device, int) and not isinstance(device, bool):
+    if isinstance(device, bool):  # an int to Python; PyTorch's C check refuses it
+        raise DeviceError(f"gpupool: {device!r} is not a CUDA device (a bool is no ordinal)")
+    if isinstance(device, int):
         index = device
     elif isinstance(device, str):
-        kind, _, index = device.partition(":")
-        if kind != "cuda" or not (index.isascii() and index.isdigit()):
-            raise ValueError(f"gpupool: {device!r} is not a CUDA device (expected 'cuda:N')")
-        index = int(index)
-    elif getattr(device, "type", None) == "cuda":  # torch.device
-        if device.index is None:
-            return _current_device()
+        m = _DEVICE_STRING.fullmatch(device)
+        if m is None or m.group(1) not in _TORCH_DEVICE_TYPES:
+            raise DeviceError(f"gpupool: {device!r} is not a CUDA device (not a device string "
+                              "torch.device takes; expected 'cuda' or 'cuda:N')")
+        if m.group(1) != "cuda":
+            raise ValueError(f"gpupool: {device!r} is not a CUDA device (expected 'cuda' or "
+                             "'cuda:N')")
+        index = None if m.group(2) is None else int(m.group(2))
+    elif isinstance(getattr(device, "type", None), str):  # torch.device
+        if device.type != "cuda":
+            raise ValueError(f"gpupool: {device!r} is not a CUDA device")
         index = device.index
+    elif hasattr(device, "idx"):  # torch.cuda.device (and device_of): an ordinal, -1 for none
+        index = device.idx
     else:
-        raise ValueError(f"gpupool: {device!r} is not a CUDA device")
-    if not 0 <= index < _lib.MAX_DEVICES:
-        raise ValueError(f"gpupool: device {index} is not an ordinal from 0 to "
-                         f"{_lib.MAX_DEVICES - 1}")
+        raise ValueError(f"gpupool: {device!r} is not a CUDA device (expected None, an "
+                         "ordinal, 'cuda:N', a torch.device or a torch.cuda.device)")
+    if index is None:  # "cuda", torch.device("cuda")
+        if not optional:
+            raise ValueError(f"gpupool: {device!r} has no device index (this call takes an "
+                             "ordinal, 'cuda:N' or None, as PyTorch's does)")
+        return _current_device()
+    if (not isinstance(index, int) or isinstance(index, bool) or
+            not 0 <= index < _lib.MAX_DEVICES):
+        raise DeviceError(f"gpupool: device {index!r} is not an ordinal from 0 to "
+                          f"{_lib.MAX_DEVICES - 1}")
     return index
 
 
@@ -89,14 +132,19 @@ def raw_stats(device=None):
 _C_SPACE = " \t\n\v\f\r"
 
 
-def _max_split_size():
-    """max_split_size_mb from GPUPOOL_CONF in bytes, -1 when unlimited (the
+def _max_split_size(p):
+    """max_split_size in bytes, -1 when unlimited (PyTorch's figure): the
+    limit pool p runs with (gpupool_max_split_size), or, before the device
+    has a pool, the one GPUPOOL_CONF gives the pool it will create (the
     torch adapter's pools take their tunables from there), read as the
     library reads it (core/kvconf.c, pool/conf.c): "key:value" entries
     separated by ',', the key and the value trimmed of C's white space, the
     last entry of a key the one that counts; "inf" and "unlimited" mean no
     limit; any other value is a whole number of MiB from 21 to 2^30. With a
     value the library refuses it creates no pool, and -1 is what is left."""
+    if p:
+        limit = _lib.lib().gpupool_max_split_size(p)
+        return -1 if limit == ctypes.c_size_t(-1).value else limit
     value = None
     for item in os.environ.get("GPUPOOL_CONF", "").split(","):
         key, colon, rest = item.partition(":")
@@ -116,7 +164,8 @@ def memory_stats(device=None):
     the pool's device synchronizations (expandable segments); the oversize_*
     keys are present (as zeros, which they are) only when max_split_size_mb
     is unlimited, since the pool does not count blocks above the limit."""
-    return _stats_dict(raw_stats(device))
+    index = device_index(device)
+    return _stats_dict(raw_stats(index), pool(index))
 
 
 def memory_stats_as_nested_dict(device=None):
@@ -132,8 +181,9 @@ def memory_stats_as_nested_dict(device=None):
     return nested
 
 
-def _stats_dict(st):
-    """memory_stats' OrderedDict of a gpupool_stats."""
+def _stats_dict(st, p):
+    """memory_stats' OrderedDict of a gpupool_stats, of pool p (None: the
+    device has none yet)."""
     out = []
     for name in _lib.STAT_ARRAYS:
         for i, kind in enumerate(_lib.STAT_TYPES):
@@ -143,7 +193,7 @@ def _stats_dict(st):
     out += [("num_alloc_retries", st.num_alloc_retries), ("num_ooms", st.num_ooms),
             ("num_device_alloc", st.num_device_alloc), ("num_device_free", st.num_device_free),
             ("num_sync_all_streams", st.num_device_syncs)]
-    max_split = _max_split_size()
+    max_split = _max_split_size(p)
     out.append(("max_split_size", max_split))
     if max_split == -1:
         for name in ("oversize_allocations", "oversize_segments"):
@@ -211,11 +261,11 @@ def set_per_process_memory_fraction(fraction, device=None):
     reserved memory stays within fraction x the device's memory (an
     allocation past it fails as out of memory once the cache is returned).
     Before the device's first allocation, the pool is created with it."""
+    index = device_index(device, optional=False)  # first, as PyTorch checks them
     if not isinstance(fraction, float):
         raise TypeError("Invalid type for fraction argument, must be `float`")
     if not 0 <= fraction <= 1:
         raise ValueError(f"Invalid fraction value: {fraction}. Allowed range: 0~1")
-    index = device_index(device)
     p = pool(index)
     if p:
         _usable(p)
@@ -225,7 +275,7 @@ def set_per_process_memory_fraction(fraction, device=None):
 def get_per_process_memory_fraction(device=None):
     """The fraction set for the device's pool, 1.0 when none (as
     torch.cuda.get_per_process_memory_fraction answers)."""
-    return _lib.lib().gpupool_torch_memory_fraction(device_index(device))
+    return _lib.lib().gpupool_torch_memory_fraction(device_index(device, optional=False))
 
 
 # The observers handed to the library, as ctypes callbacks: they must live as
@@ -337,7 +387,7 @@ def memory_summary(device=None, abbreviated=False):
                  f"{lib.gpupool_strategy_name(p).decode()}" if p else "no pool yet")
     largest = _size_cell(st.largest_free_block, st.largest_free_block).strip()
     half = (_WIDTH - 1) // 2
-    lines = _summary_table(_stats_dict(st), index, abbreviated)  # one read: the lines agree
+    lines = _summary_table(_stats_dict(st, p), index, abbreviated)  # one read: the lines agree
     lines += ["| " + f"gpupool ({pool_desc})".ljust(_WIDTH - 1) + "|",
               "| " + f"Cache hits: {st.num_cache_hits}".ljust(half) +
               f"From the device: {st.num_device_sourced}".ljust(_WIDTH - 1 - half) + "|",

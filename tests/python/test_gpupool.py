@@ -207,6 +207,98 @@ class Stats(unittest.TestCase):
                 gpupool.memory_allocated(types.SimpleNamespace(type="cuda", index=index))
         self.assertEqual(gpupool._stats.device_index(types.SimpleNamespace(type="cuda", index=5)), 5)
 
+    def test_devices_as_pytorch_takes_them(self):
+        """device as torch.cuda._utils._get_device_index takes it, in every
+        call that has one: a torch.cuda.device (the context manager; PyTorch
+        reads its .idx, the package looks for that attribute), a
+        torch.device (.type, .index), "cuda:N", an int; refused with the
+        exception PyTorch raises: ValueError for another device type, and
+        for a string torch.device does not take, a bool or an ordinal
+        PyTorch's allocator has no device for its RuntimeError (also a
+        ValueError, as the package raised before)."""
+        class CudaDevice:  # torch.cuda.device(d): .idx the ordinal, -1 for none
+            def __init__(self, idx):
+                self.idx, self.prev_idx = idx, -1
+
+        d = 50
+        p = malloc(3 * MiB, d)
+        self.assertTrue(p)
+        given = (d, f"cuda:{d}", types.SimpleNamespace(type="cuda", index=d), CudaDevice(d))
+        for device in given:
+            self.assertEqual(gpupool._stats.device_index(device), d, device)
+            self.assertEqual(gpupool.memory_allocated(device), 3 * MiB, device)
+            self.assertEqual(gpupool.memory_stats(device)["allocated_bytes.all.peak"], 3 * MiB)
+            self.assertEqual(
+                gpupool.memory_stats_as_nested_dict(device)["allocated_bytes"]["all"]["current"],
+                3 * MiB)
+            self.assertEqual(gpupool.max_memory_allocated(device), 3 * MiB)
+            self.assertEqual(gpupool.memory_reserved(device), gpupool.memory_reserved(d))
+            self.assertEqual(gpupool.max_memory_reserved(device), gpupool.max_memory_reserved(d))
+            self.assertIn(f"gpupool memory summary, device ID {d} ", gpupool.memory_summary(device))
+            self.assertEqual(gpupool.memory_allocated_by_tag(device)["untagged"], 3 * MiB)
+            gpupool.reset_peak_memory_stats(device)
+            gpupool.reset_accumulated_memory_stats(device)
+            gpupool.set_per_process_memory_fraction(0.75, device)
+            self.assertEqual(gpupool.get_per_process_memory_fraction(device), 0.75)
+        self.assertEqual(gpupool.memory_stats(d)["allocated_bytes.all.allocated"], 0)  # reset
+        self.assertEqual(gpupool._stats.device_index("cuda:0"), 0)
+        # What PyTorch refuses with ValueError: another device type, and (in
+        # set/get_per_process_memory_fraction, which want an index) "cuda".
+        for bad in ("cpu", "meta", "mps:0", types.SimpleNamespace(type="cpu", index=None), 1.5,
+                    object()):
+            with self.assertRaisesRegex(ValueError, "is not a CUDA device") as caught:
+                gpupool.memory_stats(bad)
+            self.assertNotIsInstance(caught.exception, RuntimeError)
+        for bad in ("cuda", types.SimpleNamespace(type="cuda", index=None)):
+            self.assertEqual(gpupool._stats.device_index(bad), 0)  # no torch: device 0
+            with self.assertRaisesRegex(ValueError, "has no device index"):
+                gpupool.set_per_process_memory_fraction(0.5, bad)
+            with self.assertRaisesRegex(ValueError, "has no device index"):
+                gpupool.get_per_process_memory_fraction(bad)
+        # What torch.device refuses (RuntimeError: "Invalid device string",
+        # "Expected one of cpu, cuda, ..."), a bool (PyTorch's C check), an
+        # ordinal out of range (its allocator's "Invalid device argument").
+        for bad in ("cuda:x", "cuda:01", "cuda:-1", "cuda:0 ", "CUDA:0", "gpu", "gpu:0",
+                    "cuda:\u00b2", "", True, -1, 64, CudaDevice(-1), CudaDevice(64),
+                    types.SimpleNamespace(type="cuda", index=64)):
+            for call in (gpupool.memory_stats, gpupool.memory_summary,
+                         gpupool.reset_peak_memory_stats, gpupool.get_per_process_memory_fraction):
+                with self.assertRaises(RuntimeError) as caught:
+                    call(bad)
+                self.assertIsInstance(caught.exception, ValueError)
+        with self.assertRaises(RuntimeError):  # the device is checked first, as in PyTorch
+            gpupool.set_per_process_memory_fraction(2.0, "cuda:x")
+        free(p, d)
+
+    def test_devices_with_torch_present(self):
+        """With torch imported and CUDA initialised: "cuda", a torch.device
+        without an index and None are the current device, and a
+        torch.cuda.device object is read by its .idx."""
+        d = 51
+        cuda = types.SimpleNamespace(is_initialized=lambda: True, current_device=lambda: d)
+
+        class device:  # torch.cuda.device's shape
+            def __init__(self, idx):
+                self.idx, self.prev_idx = idx, -1
+
+        cuda.device = device
+        torch = types.ModuleType("torch")
+        torch.cuda = cuda
+        saved = sys.modules.get("torch")
+        sys.modules["torch"] = torch
+        try:
+            p = malloc(2 * MiB, d)
+            for given in (None, "cuda", types.SimpleNamespace(type="cuda", index=None),
+                          torch.cuda.device(d)):
+                self.assertEqual(gpupool.memory_allocated(given), 2 * MiB, given)
+            self.assertEqual(gpupool.memory_allocated(torch.cuda.device(d - 1)), 0)
+            free(p, d)
+        finally:
+            if saved is None:
+                sys.modules.pop("torch", None)
+            else:
+                sys.modules["torch"] = saved
+
     def test_unlimited_split_spelt_in_capitals(self):
         saved = os.environ.get("GPUPOOL_CONF", "")
         os.environ["GPUPOOL_CONF"] = saved + ",max_split_size_mb:INF"
@@ -800,6 +892,60 @@ class Enable(unittest.TestCase):
                 self.assertEqual(len(texts), 1, pytorch)
                 self.assertRegex(texts[0], "PYTORCH_CUDA_ALLOC_CONF: " + warns)
                 self.assertEqual(seen[0].filename, __file__)  # the warning points at the caller
+
+    def test_max_split_size_of_each_source(self):
+        """memory_stats' max_split_size is the pool's own, wherever enable()'s
+        pools take it from: enable(conf=...) (over GPUPOOL_CONF), GPUPOOL_CONF
+        set after enable() but before the device's first allocation (the
+        library reads it when it creates the pool), GPUPOOL_CONF alone,
+        PYTORCH_CUDA_ALLOC_CONF's entry, and none of them (-1). What the pool
+        does says which: a cached 50 MiB block serves a 10 MiB request, with
+        no second device allocation, only without a limit (40 MiB keeps it
+        whole). A GPUPOOL_CONF changed after the pool exists is not the pool's,
+        nor its figure's."""
+        base = "backend:host,host_capacity_mb:64"
+
+        def reads(d):
+            p = malloc(50 * MiB, d)
+            free(p, d)
+            q = malloc(10 * MiB, d)
+            self.assertTrue(q)
+            s = gpupool.memory_stats(d)
+            free(q, d)
+            split = s["num_device_alloc"] == 1
+            self.assertEqual(split, s["max_split_size"] == -1, (d, s["max_split_size"]))
+            self.assertEqual("oversize_segments.current" in s, split)
+            return s["max_split_size"]
+
+        def enable(conf=None, env=None):
+            gpupool.torch._enabled = None
+            if env is not None:
+                os.environ["GPUPOOL_CONF"] = env
+            self.enable(fake_torch()[0], conf=conf)
+
+        enable(f"{base},max_split_size_mb:40", env=f"{base},max_split_size_mb:inf")
+        self.assertEqual(reads(52), 40 * MiB)  # enable(conf=...) over GPUPOOL_CONF
+        enable(f"{base},max_split_size_mb:inf")
+        os.environ["GPUPOOL_CONF"] = f"{base},max_split_size_mb:40"  # before the pool exists
+        self.assertEqual(reads(53), 40 * MiB)
+        enable(env=f"{base},max_split_size_mb:40")
+        self.assertEqual(reads(54), 40 * MiB)  # GPUPOOL_CONF
+        enable(env=base)
+        self.assertEqual(reads(55), -1)  # none: unlimited, as PyTorch reports it
+        # GPUPOOL_CONF changed once the pool exists: the pool keeps its limit,
+        # and so does the figure (gpupool_max_split_size)
+        os.environ["GPUPOOL_CONF"] = f"{base},max_split_size_mb:40"
+        self.assertEqual(reads(55), -1)
+        os.environ["GPUPOOL_CONF"] = f"{base},max_split_size_mb:inf"
+        self.assertEqual(reads(54), 40 * MiB)
+        # PYTORCH_CUDA_ALLOC_CONF's entry becomes the pools' GPUPOOL_CONF: read
+        # before the device's first allocation (on the cuda backend, which
+        # this machine may lack), the value the pool is to be created with.
+        os.environ.pop("GPUPOOL_CONF")
+        os.environ["PYTORCH_CUDA_ALLOC_CONF"] = "max_split_size_mb:40"
+        enable()
+        self.assertEqual(os.environ["GPUPOOL_CONF"], "max_split_size_mb:40")
+        self.assertEqual(gpupool.memory_stats(56)["max_split_size"], 40 * MiB)
 
     def test_torch_cuda_memory_calls(self):
         d = 20
