@@ -50,6 +50,38 @@ static gpupool_status slurp(FILE *f, const char *path, size_t spaces, unsigned c
   return GPUPOOL_OK;
 }
 
+/* Reads a UTF-8 byte-order mark (EF BB BF) at the start of f, where Windows
+ * tools and some editors put one before a text: UTF8_BOM_LEN when f began
+ * with one (read), 0 when it began with another byte (nothing read), -1
+ * with the reason set when it began with EF but not EF BB BF: a broken mark
+ * (no JSON document, record line or pickle begins with EF). */
+static int skip_bom(FILE *f, const char *path) {
+  const unsigned char *mark = (const unsigned char *)UTF8_BOM;
+  int c = getc(f);
+  if (c != mark[0]) {
+    if (c != EOF)
+      ungetc(c, f);
+    return 0;
+  }
+  size_t at = 1;
+  while (at < UTF8_BOM_LEN && (c = getc(f)) == mark[at])
+    at++;
+  if (at == UTF8_BOM_LEN)
+    return UTF8_BOM_LEN;
+  const char *read = at == 1 ? "EF" : "EF BB";
+  if (c == EOF)
+    pool_fail(GPUPOOL_ERR_INVALID,
+              "%s: byte %zu: a broken UTF-8 byte-order mark: the file is %s and ends there (a "
+              "mark is EF BB BF)",
+              path, at, read);
+  else
+    pool_fail(GPUPOOL_ERR_INVALID,
+              "%s: byte %zu: a broken UTF-8 byte-order mark: the file begins with %s %02X (a "
+              "mark is EF BB BF)",
+              path, at, read, (unsigned)c);
+  return -1;
+}
+
 gpupool_status gpupool_history_load(const char *path, const char *format, const char *pool,
                                     gpupool_history **out) {
   if (!path || !out)
@@ -64,6 +96,14 @@ gpupool_status gpupool_history_load(const char *path, const char *format, const 
   if (!f)
     return pool_fail(GPUPOOL_ERR_INVALID, "%s: cannot open: %s", path, strerror(errno));
   char fmt = format && *format && strcmp(format, "auto") ? format[1] : 0; /* 'e', 'r', 'o' */
+  /* The text formats (JSON, record files) may begin with a byte-order mark:
+   * skipped, the document read as what follows it. A pickle is binary. */
+  int marked = fmt == 'o' ? 0 : skip_bom(f, path);
+  if (marked < 0) {
+    if (f != stdin)
+      fclose(f);
+    return GPUPOOL_ERR_INVALID;
+  }
   size_t skipped = 0, skipped_lines = 0; /* white space read to find the format */
   if (!fmt) {
     int c;
@@ -71,7 +111,8 @@ gpupool_status gpupool_history_load(const char *path, const char *format, const 
       skipped++;
       skipped_lines += c == '\n';
     }
-    fmt = c == 0x80 ? 'o' : (c == '{' || c == '[') ? 'r' : 'e';
+    /* after a byte-order mark, text: JSON or a record file */
+    fmt = c == 0x80 && !marked ? 'o' : (c == '{' || c == '[') ? 'r' : 'e';
     if (c != EOF)
       ungetc(c, f);
   }
@@ -81,11 +122,12 @@ gpupool_status gpupool_history_load(const char *path, const char *format, const 
   } else {
     unsigned char *buf = NULL;
     size_t len = 0;
-    /* a trace gets the white space read to find the format back, as spaces,
-     * so that the "byte N" of an error is the file's byte N */
-    st = slurp(f, path, fmt == 'r' ? skipped : 0, &buf, &len);
+    /* a trace gets the byte-order mark and the white space read to find
+     * the format back, as spaces, so that the "byte N" of an error is the
+     * file's byte N */
+    st = slurp(f, path, fmt == 'r' ? (size_t)marked + skipped : 0, &buf, &len);
     if (st == GPUPOOL_OK) {
-      st = fmt == 'r' ? read_trace((const char *)buf, len, path, pool, out)
+      st = fmt == 'r' ? read_trace((const char *)buf, len, (size_t)marked, path, pool, out)
                       : read_torch(buf, len, path, pool, out);
       free(buf);
     }

@@ -10,11 +10,12 @@
  * asked for, else the busiest (most allocations), as for a snapshot.
  * numbers decimal or 0x-hex ("(nil)" is 0, as glibc prints a NULL %p; a
  * leading 0 is no octal: 010 is ten); blank lines and lines starting with
- * '#' are skipped. Writers end every line with a newline: a last line
- * without one is a file cut short, an error. A line is read into a
- * buffer of MAX_LINE bytes, never grown: an input that is no record file
- * (one without newlines, /dev/zero) is an error at its first line, not a
- * buffer as large as the input. */
+ * '#' are skipped (a byte-order mark at the start of the file is skipped
+ * by the caller; one anywhere else is an error). Writers end every line
+ * with a newline: a last line without one is a file cut short, an error.
+ * A line is read into a buffer of MAX_LINE bytes, never grown: an input
+ * that is no record file (one without newlines, /dev/zero) is an error at
+ * its first line, not a buffer as large as the input. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -179,6 +180,10 @@ gpupool_status read_record(FILE *f, const char *path, size_t first_line, const c
                      MAX_LINE);
       break;
     }
+    /* a byte-order mark is skipped only as the file's first bytes (by the
+     * caller): one in a line that is no comment is a file pasted onto
+     * another, or a stray one, and the error says so */
+    int marked = strstr(line, UTF8_BOM) != NULL;
     char *save, *tok[5] = {0};
     int n = 0;
     for (char *t = strtok_r(line, " \t\r\n", &save); t; t = strtok_r(NULL, " \t\r\n", &save))
@@ -222,6 +227,13 @@ gpupool_status read_record(FILE *f, const char *path, size_t first_line, const c
     if (r < 0) {
       st = pool_fail(hist_status(r), "%s:%zu: %s", path, lineno,
                      r == HIST_HOST_OOM ? "out of host memory" : err);
+      break;
+    }
+    if (bad && marked) {
+      st = pool_fail(GPUPOOL_ERR_INVALID,
+                     "%s:%zu: a UTF-8 byte-order mark inside the file (only its first bytes may "
+                     "be one): not a GPUPOOL_RECORD line",
+                     path, lineno);
       break;
     }
     if (bad) {

@@ -190,12 +190,22 @@ static const char *str_item(const cJSON *o, const char *key) {
   return cJSON_IsString(v) ? v->valuestring : "";
 }
 
-gpupool_status read_trace(const char *buf, size_t len, const char *path, const char *pool,
-                          gpupool_history **out) {
+gpupool_status read_trace(const char *buf, size_t len, size_t marked, const char *path,
+                          const char *pool, gpupool_history **out) {
   size_t off;
-  if (!json_document_ok(buf, len, &off))
-    return pool_fail(GPUPOOL_ERR_INVALID, "%s: byte %zu: %s", path, off,
+  if (!json_document_ok(buf, len, &off)) {
+    /* offsets count from the file's first byte: a skipped byte-order mark
+     * (spaces here) counts, which an editor that hides it does not show */
+    const char *counted =
+        marked ? " (from the start of the file, its byte-order mark counted)" : "";
+    if (len - off >= UTF8_BOM_LEN && !memcmp(buf + off, UTF8_BOM, UTF8_BOM_LEN))
+      return pool_fail(GPUPOOL_ERR_INVALID,
+                       "%s: byte %zu%s: a UTF-8 byte-order mark inside the document (only the "
+                       "file's first bytes may be one): malformed JSON",
+                       path, off, counted);
+    return pool_fail(GPUPOOL_ERR_INVALID, "%s: byte %zu%s: %s", path, off, counted,
                      off == len ? "truncated JSON" : "malformed JSON");
+  }
   cJSON *doc = cJSON_ParseWithLength(buf, len);
   if (!doc) /* well-formed (above): cJSON ran out of memory */
     return pool_fail(GPUPOOL_ERR_HOST_OOM, "%s: out of host memory parsing the JSON", path);

@@ -48,8 +48,54 @@ static const char *conf_name(const char *c) {
   return *c ? c : "(defaults: bfc)";
 }
 
-static double mib(uint64_t b) {
-  return (double)b / (1 << 20);
+/* Room for any size_text: 20 digits, a point, up to 63 decimals. */
+#define SIZE_TEXT 96
+
+/* bytes in units of 2^shift (20: MiB, 30: GiB) with prec decimals, as
+ * printf's "%.*f" writes the exact quotient (rounded half to even), with one
+ * exception: a value that is not a whole number of the unit is never
+ * rounded to look like one, but gets more decimals until one of them is not
+ * 0 (1023 MiB is "0.999" GiB, not "1.0"; 3 MiB is "0.003" GiB, not "0.00"),
+ * so that no figure claims a size the advisor did not use. In integers
+ * throughout: a double would round counts above 2^53. Returns out. */
+static const char *size_text(char out[SIZE_TEXT], uint64_t bytes, unsigned shift, int prec) {
+  const uint64_t mask = ((uint64_t)1 << shift) - 1, half = (mask + 1) / 2;
+  const uint64_t rem = bytes & mask;
+  char frac[64];
+  /* the quotient's decimals end after shift digits: there one is not 0 */
+  for (int p = prec; p < (int)sizeof frac; p++) {
+    uint64_t whole = bytes >> shift, r = rem;
+    for (int i = 0; i < p; i++) {
+      r *= 10; /* below 10 x 2^shift */
+      frac[i] = (char)('0' + (r >> shift));
+      r &= mask;
+    }
+    int last = p ? frac[p - 1] - '0' : (int)(whole % 10);
+    if (r > half || (r == half && r && last % 2)) { /* round up, carrying */
+      int i = p - 1;
+      for (; i >= 0 && frac[i] == '9'; i--)
+        frac[i] = '0';
+      if (i >= 0)
+        frac[i]++;
+      else
+        whole++;
+    }
+    frac[p] = 0;
+    int looks_whole = strspn(frac, "0") == (size_t)p;
+    if (!looks_whole || !rem) {
+      snprintf(out, SIZE_TEXT, "%llu%s%s", (unsigned long long)whole, p ? "." : "", frac);
+      return out;
+    }
+  }
+  snprintf(out, SIZE_TEXT, "%llu", (unsigned long long)bytes); /* not reached */
+  return out;
+}
+
+/* A capacity (a whole number of MiB, as the advisor's are) as MiB and GiB:
+ * "2432 MiB (2.38 GiB)", "1023 MiB (0.999 GiB)". */
+static void mib_gib_text(char *out, size_t n, uint64_t c) {
+  char m[SIZE_TEXT], g[SIZE_TEXT];
+  snprintf(out, n, "%s MiB (%s GiB)", size_text(m, c, 20, 0), size_text(g, c, 30, 2));
 }
 
 static void capacity_text(char *out, size_t n, uint64_t c) {
@@ -58,7 +104,7 @@ static void capacity_text(char *out, size_t n, uint64_t c) {
   else if (c == UINT64_MAX)
     snprintf(out, n, "does not fit the simulated device");
   else
-    snprintf(out, n, "%.0f MiB (%.2f GiB)", mib(c), (double)c / (1 << 30));
+    mib_gib_text(out, n, c);
 }
 
 /* Text of the caller's (a configuration, a history's path) into the table:
@@ -118,15 +164,21 @@ static void render_table(const gpupool_advice *a, sbuf *b) {
   put_table_text(b, in->source);
   put(b, " (");
   put_table_text(b, in->format);
-  put(b, "): %llu events, %llu allocations, peak requested %.1f MiB",
-      (unsigned long long)in->events, (unsigned long long)in->allocations, mib(in->peak_requested));
+  char num[SIZE_TEXT], num2[SIZE_TEXT], device[2 * SIZE_TEXT + 16];
+  put(b, "): %llu events, %llu allocations, peak requested %s MiB", (unsigned long long)in->events,
+      (unsigned long long)in->allocations, size_text(num, in->peak_requested, 20, 1));
   if (in->unmatched_frees || in->unmatched_record_streams || in->dropped)
     put(b,
         " (incomplete: %llu frees and %llu record_streams of older allocations, %llu events lost)",
         (unsigned long long)in->unmatched_frees, (unsigned long long)in->unmatched_record_streams,
         (unsigned long long)in->dropped);
-  put(b, "\nsimulated device: %.1f GiB; %zu configurations replayed on %u threads in %.3f s%s\n\n",
-      (double)a->capacity / (1 << 30), a->n, a->threads, a->wall_s,
+  /* in GiB where one decimal is exact (80.0, 2.5), else in MiB (and GiB) */
+  if (a->capacity % ((uint64_t)1 << 29) == 0)
+    snprintf(device, sizeof device, "%s GiB", size_text(num, a->capacity, 30, 1));
+  else
+    mib_gib_text(device, sizeof device, a->capacity);
+  put(b, "\nsimulated device: %s; %zu configurations replayed on %u threads in %.3f s%s\n\n",
+      device, a->n, a->threads, a->wall_s,
       a->truncated ? " (deadline reached: some not replayed)" : "");
   size_t *order = malloc(a->n * sizeof *order);
   if (!order) {
@@ -147,14 +199,15 @@ static void render_table(const gpupool_advice *a, sbuf *b) {
       put(b, "\n");
       continue;
     }
-    put(b, "%-7s %12.1f %7.3f %9llu %11.2f %+11.2f %5llu %6.3f  ", tag, mib(c->r.peak_reserved),
-        c->r.ratio, (unsigned long long)(c->r.device_allocs + c->r.device_frees), c->device_ms,
-        c->added_ms, (unsigned long long)c->r.ooms, c->r.fragmentation_at_peak);
+    put(b, "%-7s %12s %7.3f %9llu %11.2f %+11.2f %5llu %6.3f  ", tag,
+        size_text(num, c->r.peak_reserved, 20, 1), c->r.ratio,
+        (unsigned long long)(c->r.device_allocs + c->r.device_frees), c->device_ms, c->added_ms,
+        (unsigned long long)c->r.ooms, c->r.fragmentation_at_peak);
     put_table_text(b, conf_name(c->conf));
     put(b, "%s\n", c->added_ms > a->max_added_ms ? "  [over the time bound]" : "");
   }
   free(order);
-  char cc[64], rc[64];
+  char cc[2 * SIZE_TEXT + 16], rc[2 * SIZE_TEXT + 16];
   capacity_text(cc, sizeof cc, a->min_capacity_current);
   capacity_text(rc, sizeof rc, a->min_capacity_recommended);
   put(b,
@@ -163,16 +216,21 @@ static void render_table(const gpupool_advice *a, sbuf *b) {
       a->max_added_ms);
   put(b, "Current:     ");
   put_table_text(b, conf_name(cur->conf));
-  put(b, ": peak reserved %.1f MiB, device calls %.2f ms\n", mib(cur->r.peak_reserved),
-      cur->device_ms);
+  put(b, ": peak reserved %s MiB, device calls %.2f ms\n",
+      size_text(num, cur->r.peak_reserved, 20, 1), cur->device_ms);
   if (!rec->done)
     put(b, "Recommended: none: the deadline came before any configuration was replayed\n");
   else if (rec->r.ooms)
     put(b, "Recommended: none: every configuration replayed ran out of memory on the simulated "
            "device\n");
   else {
-    put(b, "Recommended: peak reserved %.1f MiB (%.1f MiB less), %+.2f ms of device calls\n",
-        mib(rec->r.peak_reserved), mib(cur->r.peak_reserved) - mib(rec->r.peak_reserved),
+    int more = rec->r.peak_reserved > cur->r.peak_reserved;
+    put(b, "Recommended: peak reserved %s MiB (%s%s MiB less), %+.2f ms of device calls\n",
+        size_text(num, rec->r.peak_reserved, 20, 1), more ? "-" : "",
+        size_text(num2,
+                  more ? rec->r.peak_reserved - cur->r.peak_reserved
+                       : cur->r.peak_reserved - rec->r.peak_reserved,
+                  20, 1),
         rec->added_ms);
     put(b, "  GPUPOOL_CONF=");
     put_table_text(b, *rec->conf ? rec->conf : "(unset: the defaults)");
@@ -186,11 +244,11 @@ static void render_table(const gpupool_advice *a, sbuf *b) {
     }
   }
   if (has_recommendation(a))
-    put(b, "Smallest device without an OOM (granularity %.0f MiB): current %s, recommended %s\n",
-        mib(a->capacity_step), cc, rc);
+    put(b, "Smallest device without an OOM (granularity %s MiB): current %s, recommended %s\n",
+        size_text(num, a->capacity_step, 20, 0), cc, rc);
   else
-    put(b, "Smallest device without an OOM (granularity %.0f MiB): current %s\n",
-        mib(a->capacity_step), cc);
+    put(b, "Smallest device without an OOM (granularity %s MiB): current %s\n",
+        size_text(num, a->capacity_step, 20, 0), cc);
 }
 
 /* A CSV field of text by RFC 4180: quoted (configurations hold commas),
@@ -239,11 +297,22 @@ static void num(cJSON *o, const char *k, double v) {
   cJSON_AddNumberToObject(o, k, v);
 }
 
+/* A count of bytes, exact: as its decimal digits, where a JSON number made
+ * from a double (cJSON's) rounds above 2^53 and may be written with an
+ * exponent from 10^15 (9000000000000001 as 9e+15). The same digits as cJSON
+ * writes for the counts it writes exactly. negative: minus bytes. */
+static void bytes_json(cJSON *o, const char *k, uint64_t bytes, int negative) {
+  char digits[32];
+  snprintf(digits, sizeof digits, "%s%llu", negative && bytes ? "-" : "",
+           (unsigned long long)bytes);
+  cJSON_AddRawToObject(o, k, digits);
+}
+
 static void add_capacity(cJSON *o, const char *k, uint64_t c) {
   if (c == 0 || c == UINT64_MAX)
     cJSON_AddNullToObject(o, k);
   else
-    num(o, k, (double)c);
+    bytes_json(o, k, c, 0);
 }
 
 static cJSON *candidate_json(const gpupool_advice_candidate *c) {
@@ -254,8 +323,8 @@ static cJSON *candidate_json(const gpupool_advice_candidate *c) {
   else
     cJSON_AddNullToObject(o, "pytorch_cuda_alloc_conf");
   cJSON_AddBoolToObject(o, "replayed", c->done);
-  num(o, "peak_reserved_bytes", (double)c->r.peak_reserved);
-  num(o, "peak_allocated_bytes", (double)c->r.peak_allocated);
+  bytes_json(o, "peak_reserved_bytes", c->r.peak_reserved, 0);
+  bytes_json(o, "peak_allocated_bytes", c->r.peak_allocated, 0);
   num(o, "ratio", c->r.ratio);
   num(o, "device_allocs", (double)c->r.device_allocs);
   num(o, "device_frees", (double)c->r.device_frees);
@@ -288,10 +357,10 @@ static cJSON *advice_json(const gpupool_advice *a) {
   num(i, "live_at_end", (double)in->live_at_end);
   num(i, "dropped_events", (double)in->dropped);
   num(i, "streams", (double)in->streams);
-  num(i, "peak_requested_bytes", (double)in->peak_requested);
+  bytes_json(i, "peak_requested_bytes", in->peak_requested, 0);
   num(i, "duration_s", in->duration_s);
-  num(root, "capacity_bytes", (double)a->capacity);
-  num(root, "capacity_step_bytes", (double)a->capacity_step);
+  bytes_json(root, "capacity_bytes", a->capacity, 0);
+  bytes_json(root, "capacity_step_bytes", a->capacity_step, 0);
   num(root, "max_added_ms", a->max_added_ms);
   num(root, "threads", a->threads);
   num(root, "wall_s", a->wall_s);
@@ -310,7 +379,11 @@ static cJSON *advice_json(const gpupool_advice *a) {
   cJSON_AddItemToObject(root, "current", c);
   cJSON *r = candidate_json(rec);
   add_capacity(r, "min_capacity_bytes", a->min_capacity_recommended);
-  num(r, "saved_bytes", (double)cur->r.peak_reserved - (double)rec->r.peak_reserved);
+  int more = rec->r.peak_reserved > cur->r.peak_reserved; /* saved a negative amount */
+  bytes_json(r, "saved_bytes",
+             more ? rec->r.peak_reserved - cur->r.peak_reserved
+                  : cur->r.peak_reserved - rec->r.peak_reserved,
+             more);
   cJSON_AddItemToObject(root, "recommended", r);
   cJSON *arr = cJSON_AddArrayToObject(root, "candidates");
   for (size_t k = 0; k < a->n; k++)

@@ -40,6 +40,8 @@ typedef struct gpupool_history_info {
 
 /* format: NULL or "auto" (by content), "record" (GPUPOOL_RECORD files),
  * "trace" (a /trace document), "torch" (torch.cuda.memory._dump_snapshot()).
+ * A UTF-8 byte-order mark that begins a text input (a trace, a record file)
+ * is skipped; one anywhere else, or a broken one, is malformed input.
  * pool: for inputs with several pools or devices, which one (a trace pool
  * name, a snapshot's or a record file's device ordinal); NULL: the busiest.
  * A path
@@ -149,7 +151,9 @@ gpupool_status gpupool_advise(const gpupool_history *h, const gpupool_advice_opt
                               gpupool_advice **out);
 void gpupool_advice_free(gpupool_advice *a);
 /* format "table" (for people), "json" or "csv". A malloc'd string (free()),
- * or NULL when out of memory or format is unknown. */
+ * or NULL when out of memory or format is unknown. The JSON and the CSV give
+ * sizes as exact byte counts; the table never rounds a size that is not a
+ * whole number of its unit (MiB, GiB) to look like one. */
 char *gpupool_advice_render(const gpupool_advice *a, const char *format);
 
 #ifdef __cplusplus

@@ -114,6 +114,36 @@ for format in --csv --json ''; do # '': the table
     echo "ok   gpupool-advise $format --capacity 0.5: no row marked recommended"
   fi
 done
+# --capacity is rounded down to a multiple of --step: 1 GiB in steps of 3 MiB
+# replays on 1023 MiB, which the table says as such (it said "1.0 GiB"), and
+# the JSON carries the bytes
+printf 'a 1 1048576 0\nf 1\n' > "$work/one.record"
+expect 0 '^simulated device: 1023 MiB \(0\.999 GiB\); ' --capacity 1 --step 3 --only \
+  --current strategy:bfc "$work/one.record"
+expect 0 '\(granularity 3 MiB\): current 3 MiB \(0\.003 GiB\), recommended 3 MiB \(0\.003 GiB\)$' \
+  --capacity 1 --step 3 --only --current strategy:bfc "$work/one.record"
+expect 0 '"capacity_bytes":1072693248,"capacity_step_bytes":3145728,' --json --capacity 1 \
+  --step 3 --only --current strategy:bfc "$work/one.record"
+expect 0 '^simulated device: 80\.0 GiB; ' --no-capacity --only --current strategy:bfc \
+  "$work/one.record"
+# a text input that begins with a UTF-8 byte-order mark (a Windows tool's) is
+# read as what follows it, from a file or from standard input; a broken mark
+# is an error that says so
+{ printf '\xef\xbb\xbf'; cat "$work/two.json"; } > "$work/bom.json"
+expect 0 'bom.json \(pool bfc@1\) \(trace\): 2 events, 2 allocations' --no-capacity \
+  "$work/bom.json"
+{ printf '\xef\xbb\xbf'; cat "$work/one.record"; } > "$work/bom.record"
+expect 0 'bom.record \(record\): 2 events, 1 allocations' --no-capacity "$work/bom.record"
+if "$bin" --no-capacity --only --current strategy:bfc - < "$work/bom.json" 2>&1 |
+  grep -q '^history: - (pool bfc@1) (trace): 2 events'; then
+  echo "ok   gpupool-advise - < bom.json"
+else
+  echo "FAIL gpupool-advise - < bom.json: not read as a trace"
+  failures=$((failures + 1))
+fi
+printf '\xef\xbb{"traceEvents":[]}' > "$work/broken.json"
+expect 1 'broken.json: byte 2: a broken UTF-8 byte-order mark: the file begins with EF BB 7B' \
+  "$work/broken.json"
 # the current configuration can be the recommendation: both roles, one row
 expect 0 '^current\+recommended,"strategy:naive"' --csv --only --current strategy:naive \
   --no-capacity "$work/lm.trace"

@@ -1162,6 +1162,160 @@ Test(advisor_inputs, json_of_a_path_that_is_not_utf8) {
   free(json);
 }
 
+#define BOM "\xEF\xBB\xBF"
+
+/* Writes BOM + text to path. */
+static void write_marked(const char *path, const char *text) {
+  char buf[4096];
+  int n = snprintf(buf, sizeof buf, BOM "%s", text);
+  cr_assert(n > 0 && (size_t)n < sizeof buf);
+  write_file(path, buf, (size_t)n);
+}
+
+/* Loads path (format NULL: by content) and checks what it read. */
+static void expect_loaded(const char *path, const char *format, const char *want_format,
+                          uint64_t allocations, uint64_t peak) {
+  gpupool_history *h = NULL;
+  cr_assert_eq(gpupool_history_load(path, format, NULL, &h), GPUPOOL_OK, "%s (format %s): %s", path,
+               format ? format : "auto", gpupool_last_error());
+  const gpupool_history_info *in = gpupool_history_get_info(h);
+  cr_expect_str_eq(in->format, want_format, "%s", path);
+  cr_expect_eq(in->allocations, allocations, "%s: %llu allocations", path,
+               (unsigned long long)in->allocations);
+  cr_expect_eq(in->peak_requested, peak, "%s: peak %llu", path,
+               (unsigned long long)in->peak_requested);
+  gpupool_history_free(h);
+}
+
+/* A text input that begins with a UTF-8 byte-order mark (EF BB BF), as
+ * Windows tools write one, is read as what follows it: a /trace document
+ * as JSON, a record file as records, by content and by name. The old loader
+ * saw EF, took every such input for a record file and refused its first
+ * line (a JSON document: "the file ends inside this line"). */
+Test(advisor_inputs, byte_order_mark_at_the_start) {
+  char t[256], r[256];
+  path_of(t, sizeof t, "bom.json");
+  path_of(r, sizeof r, "bom.record");
+  write_marked(t, trace_doc);
+  expect_loaded(t, NULL, "trace", 2, 3001000);
+  expect_loaded(t, "trace", "trace", 2, 3001000);
+  expect_loaded(t, "auto", "trace", 2, 3001000);
+  /* white space between the mark and the document */
+  char spaced[4096];
+  snprintf(spaced, sizeof spaced, "\r\n\t %s", trace_doc);
+  write_marked(t, spaced);
+  expect_loaded(t, NULL, "trace", 2, 3001000);
+  write_marked(t, "[{\"ph\":\"b\",\"cat\":\"alloc\",\"pid\":1,\"tid\":1000002,\"id\":\"0x10\","
+                  "\"args\":{\"requested\":4096,\"stream\":\"0x0\"}}]");
+  expect_loaded(t, NULL, "trace", 1, 4096);
+  static const char records[] = "# gpupool record\na 0x10 100 0\na 0x20 300 0\nf 0x10\n";
+  write_marked(r, records);
+  expect_loaded(r, NULL, "record", 2, 400);
+  expect_loaded(r, "record", "record", 2, 400);
+  write_marked(r, "a 0x10 100 0\n"); /* the mark right before the first record */
+  expect_loaded(r, NULL, "record", 1, 100);
+  expect_loaded(r, "record", "record", 1, 100);
+}
+
+/* Errors in a file that begins with a byte-order mark name the file's own
+ * line, and the file's own byte offset, the mark's 3 bytes counted (the
+ * message says so: an editor hides the mark). */
+Test(advisor_inputs, byte_order_mark_error_positions) {
+  char p[256];
+  path_of(p, sizeof p, "bom.record");
+  static const struct {
+    const char *text, *format, *want;
+  } cases[] = {
+      {"a 1 100 0\nbogus\n", NULL, "bom.record:2: expected"},
+      {"a 1 100 0\nbogus\n", "record", "bom.record:2: expected"},
+      {"\n\n \na 1 100 0\nbogus\n", NULL, "bom.record:5: expected"},
+      {"bogus\n", NULL, "bom.record:1: expected"},
+      {"a 1 100 0\nf 1", NULL, "bom.record:2: the file ends inside this line"},
+      {"[1,2", NULL,
+       "bom.record: byte 7 (from the start of the file, its byte-order mark counted): "
+       "truncated JSON"},
+      {"[1,2", "trace",
+       "bom.record: byte 7 (from the start of the file, its byte-order mark "
+       "counted): truncated JSON"},
+      {"\n\n \n\n[1,2", NULL, "bom.record: byte 12 (from the start of the file"},
+      {"[1,x]", NULL,
+       "bom.record: byte 6 (from the start of the file, its byte-order mark "
+       "counted): malformed JSON"},
+      {"", NULL, "no allocation events"},
+      {"", "trace",
+       "byte 3 (from the start of the file, its byte-order mark counted): truncated "
+       "JSON"},
+  };
+  for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+    write_marked(p, cases[i].text);
+    expect_bad(p, cases[i].format, cases[i].want);
+  }
+  /* a document without a mark: offsets as they were, nothing added */
+  write_file(p, "[1,x]", 5);
+  expect_bad(p, NULL, "bom.record: byte 3: malformed JSON");
+}
+
+/* A byte-order mark anywhere but at the very start (after white space, a
+ * second one, in a later line or between JSON tokens) and a broken one (EF
+ * BB without BF) stay errors, which say what they found. A pickle is
+ * binary: no mark is skipped before one. */
+Test(advisor_inputs, byte_order_mark_elsewhere_or_broken) {
+  char p[256];
+  path_of(p, sizeof p, "odd.json");
+  static const struct {
+    const char *text;
+    size_t len;
+    const char *format, *want;
+  } cases[] = {
+#define CASE(text, format, want) {text, sizeof text - 1, format, want}
+      CASE("a 1 100 0\n" BOM "f 1\n", NULL,
+           "odd.json:2: a UTF-8 byte-order mark inside the file (only its first bytes may be one)"),
+      CASE(BOM BOM "a 1 100 0\n", NULL, "odd.json:1: a UTF-8 byte-order mark inside the file"),
+      CASE(" " BOM "a 1 100 0\n", NULL, "odd.json:1: a UTF-8 byte-order mark inside the file"),
+      CASE("\n" BOM "{\"traceEvents\":[]}\n", NULL,
+           "odd.json:2: a UTF-8 byte-order mark inside the file"),
+      CASE("a 1 100 0 " BOM "\n", "record", "odd.json:1: a UTF-8 byte-order mark inside the file"),
+      CASE("{\"traceEvents\":[" BOM "]}", NULL,
+           "odd.json: byte 16: a UTF-8 byte-order mark inside the document (only the file's first "
+           "bytes may be one): malformed JSON"),
+      CASE(BOM "{\"traceEvents\":[" BOM "]}", NULL,
+           "odd.json: byte 19 (from the start of the file, its byte-order mark counted): a UTF-8 "
+           "byte-order mark inside the document"),
+      CASE(" " BOM "{\"traceEvents\":[]}", "trace",
+           "odd.json: byte 1: a UTF-8 byte-order mark inside the document"),
+      CASE(BOM BOM "{}", "trace",
+           "odd.json: byte 3 (from the start of the file, its byte-order "
+           "mark counted): a UTF-8 byte-order mark inside the document"),
+      CASE("\xEF\xBB{\"traceEvents\":[]}", NULL,
+           "odd.json: byte 2: a broken UTF-8 byte-order mark: the file begins with EF BB 7B (a "
+           "mark is EF BB BF)"),
+      CASE("\xEF\xBB{\"traceEvents\":[]}", "trace", "byte 2: a broken UTF-8 byte-order mark"),
+      CASE("\xEF\xBB\x61 1 100 0\n", "record", "byte 2: a broken UTF-8 byte-order mark"),
+      CASE("\xEF{}", NULL,
+           "odd.json: byte 1: a broken UTF-8 byte-order mark: the file begins with EF 7B"),
+      CASE("\xEF\xBB", NULL,
+           "odd.json: byte 2: a broken UTF-8 byte-order mark: the file is EF BB and ends there"),
+      CASE("\xEF", "trace", "byte 1: a broken UTF-8 byte-order mark: the file is EF and ends"),
+      CASE(BOM "\x80\x02}.\n", NULL, "odd.json:1: expected"), /* text after a mark */
+      CASE(BOM "\x80\x02}.", "torch", "odd.json: byte 0"),
+#undef CASE
+  };
+  for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+    write_file(p, cases[i].text, cases[i].len);
+    expect_bad(p, cases[i].format, cases[i].want);
+  }
+  /* a mark inside a JSON string is a character (U+FEFF) like any other,
+   * and one in a record file's comment is a comment's text */
+  char doc[4096];
+  const char *name = strstr(trace_doc, "pool main");
+  snprintf(doc, sizeof doc, "%.*s" BOM "%s", (int)(name - trace_doc), trace_doc, name);
+  write_file(p, doc, strlen(doc));
+  expect_loaded(p, NULL, "trace", 2, 3001000);
+  static const char comment[] = "# " BOM "\na 1 100 0\n";
+  write_file(p, comment, sizeof comment - 1);
+  expect_loaded(p, NULL, "record", 1, 100);
+}
+
 Test(advisor_inputs, load_arguments) {
   gpupool_history *h;
   cr_expect_eq(gpupool_history_load(NULL, NULL, NULL, &h), GPUPOOL_ERR_INVALID);

@@ -590,3 +590,137 @@ Test(advisor_search, the_largest_capacities_replay_without_false_ooms) {
             gpupool_last_error());
   gpupool_history_free(h);
 }
+
+/* An advice made by hand (gpupool_advice_render takes any), two replayed
+ * candidates, nothing over the bound: c[0] current, c[1] recommended. */
+static gpupool_advice *made_advice(uint64_t capacity, uint64_t step, uint64_t peak_requested,
+                                   uint64_t cur_peak, uint64_t rec_peak, uint64_t min_cur,
+                                   uint64_t min_rec) {
+  gpupool_advice *a = calloc(1, sizeof *a);
+  cr_assert(a);
+  a->c = calloc(2, sizeof *a->c);
+  cr_assert(a->c);
+  a->n = 2;
+  a->current = 0;
+  a->recommended = 1;
+  snprintf(a->c[1].conf, sizeof a->c[1].conf, "expandable_segments:True");
+  snprintf(a->input.source, sizeof a->input.source, "made");
+  snprintf(a->input.format, sizeof a->input.format, "record");
+  a->input.peak_requested = peak_requested;
+  const uint64_t peaks[2] = {cur_peak, rec_peak};
+  for (int i = 0; i < 2; i++) {
+    a->c[i].done = 1;
+    a->c[i].r.peak_reserved = peaks[i];
+    a->c[i].r.peak_allocated = peak_requested;
+  }
+  a->capacity = capacity;
+  a->capacity_step = step;
+  a->max_added_ms = 100;
+  a->threads = 1;
+  a->min_capacity_current = min_cur;
+  a->min_capacity_recommended = min_rec;
+  return a;
+}
+
+static void expect_in(const char *text, const char *want) {
+  cr_expect(strstr(text, want), "'%s' is not in:\n%s", want, text);
+}
+
+/* No byte figure of the table is rounded to look like a whole number of its
+ * unit when it is not one: gpupool-advise --capacity 1 --step 3 replays on
+ * 1023 MiB (rounded down to a multiple of the step), which the old table
+ * called "1.0 GiB", and the search's 3 MiB "0.00 GiB". Each figure is
+ * either exact or shows a decimal that is not 0. */
+Test(advisor_search, table_sizes_are_not_rounded_to_look_whole) {
+  gpupool_advice_options o = {.capacity = (uint64_t)1 << 30,
+                              .capacity_step = 3 * MiB,
+                              .threads = 1,
+                              .max_added_ms = NAN,
+                              .no_defaults = 1,
+                              .current = ""};
+  gpupool_advice *a;
+  cr_assert_eq(gpupool_advise(hist, &o, &a), GPUPOOL_OK, "%s", gpupool_last_error());
+  cr_assert_eq(a->capacity, 1023 * MiB);
+  char *t = gpupool_advice_render(a, "table");
+  cr_assert(t);
+  expect_in(t, "\nsimulated device: 1023 MiB (0.999 GiB); ");
+  cr_expect_null(strstr(t, "1.0 GiB"), "%s", t);
+  expect_in(t, "(granularity 3 MiB)");
+  free(t);
+  char *j = gpupool_advice_render(a, "json");
+  cr_assert(j);
+  expect_in(j, "\"capacity_bytes\":1072693248,\"capacity_step_bytes\":3145728,");
+  free(j);
+  gpupool_advice_free(a);
+
+  /* every byte figure of the table, by hand: none a whole number */
+  a = made_advice(1023 * MiB, 3 * MiB, MiB - 1, 2 * MiB, 2 * MiB - 512, 1023 * MiB, 3 * MiB);
+  t = gpupool_advice_render(a, "table");
+  cr_assert(t);
+  expect_in(t, "peak requested 0.999999 MiB\n");                           /* was 1.0 */
+  expect_in(t, "\nsimulated device: 1023 MiB (0.999 GiB); ");              /* was 1.0 GiB */
+  expect_in(t, "\nREC           1.9995 ");                                 /* was 2.0 */
+  expect_in(t, "\nCUR              2.0 ");                                 /* exact */
+  expect_in(t, ": peak reserved 2.0 MiB, device calls");                   /* exact */
+  expect_in(t, "Recommended: peak reserved 1.9995 MiB (0.0005 MiB less)"); /* was 2.0 (0.0 less) */
+  expect_in(t, "(granularity 3 MiB): current 1023 MiB (0.999 GiB), recommended 3 MiB (0.003 "
+               "GiB)\n"); /* were (1.00 GiB) and (0.00 GiB) */
+  free(t);
+  gpupool_advice_free(a);
+
+  /* a granularity that is no whole MiB (a hand-made advice), a saving that
+   * is negative, counts above 2^53 (which a double rounds) */
+  a = made_advice((uint64_t)1 << 50, MiB + MiB / 2, ((uint64_t)1 << 53) + 1, 4 * MiB - 1,
+                  4 * MiB + 1, 0, UINT64_MAX);
+  t = gpupool_advice_render(a, "table");
+  cr_assert(t);
+  expect_in(t, "peak requested 8589934592.000001 MiB\n");
+  expect_in(t, "simulated device: 1048576.0 GiB; ");
+  expect_in(t, "Recommended: peak reserved 4.000001 MiB (-0.000002 MiB less)");
+  expect_in(t, "(granularity 1.5 MiB): current not searched, recommended does not fit");
+  free(t);
+  j = gpupool_advice_render(a, "json");
+  cr_assert(j);
+  expect_in(j, "\"peak_requested_bytes\":9007199254740993,");
+  expect_in(j, "\"capacity_bytes\":1125899906842624,\"capacity_step_bytes\":1572864,");
+  expect_in(j, "\"min_capacity_bytes\":null,\"saved_bytes\":-2}");
+  expect_in(j, "\"peak_reserved_bytes\":4194303,\"peak_allocated_bytes\":9007199254740993,");
+  cJSON *doc = cJSON_Parse(j);
+  cr_expect(doc, "not JSON: %s", j);
+  cJSON_Delete(doc);
+  free(j);
+  gpupool_advice_free(a);
+  a = made_advice(5ull << 28, 2 * MiB, 100, 2 * MiB, 2 * MiB, 2 * MiB, 2 * MiB);
+  t = gpupool_advice_render(a, "table");
+  cr_assert(t);
+  expect_in(t, "peak requested 0.0001 MiB\n");                    /* 100 bytes: was 0.0 */
+  expect_in(t, "\nsimulated device: 1280 MiB (1.25 GiB); ");      /* was 1.2 GiB */
+  expect_in(t, "(granularity 2 MiB): current 2 MiB (0.002 GiB)"); /* was 0.00 GiB */
+  free(t);
+  gpupool_advice_free(a);
+}
+
+/* Figures that are exact print as they always have: whole GiB and halves
+ * with one decimal, the search's capacities as MiB and GiB to 2 decimals
+ * where those are not whole (README.md's example line). */
+Test(advisor_search, table_sizes_that_are_exact_print_as_before) {
+  gpupool_advice *a = made_advice(80ull << 30, 2 * MiB, 2424 * MiB + MiB / 2, 2834 * MiB,
+                                  2522 * MiB, 2732 * MiB, 2432 * MiB);
+  char *t = gpupool_advice_render(a, "table");
+  cr_assert(t);
+  expect_in(t, "peak requested 2424.5 MiB\n");
+  expect_in(t, "\nsimulated device: 80.0 GiB; ");
+  expect_in(t, "\nCUR           2834.0 ");
+  expect_in(t, "Recommended: peak reserved 2522.0 MiB (312.0 MiB less)");
+  expect_in(t, "Smallest device without an OOM (granularity 2 MiB): current 2732 MiB (2.67 GiB), "
+               "recommended 2432 MiB (2.38 GiB)\n");
+  free(t);
+  gpupool_advice_free(a);
+  a = made_advice(5ull << 29, 2 * MiB, 2 * MiB, 2 * MiB, 2 * MiB, 1024 * MiB, 1024 * MiB);
+  t = gpupool_advice_render(a, "table");
+  cr_assert(t);
+  expect_in(t, "\nsimulated device: 2.5 GiB; ");
+  expect_in(t, "current 1024 MiB (1.00 GiB), recommended 1024 MiB (1.00 GiB)\n");
+  free(t);
+  gpupool_advice_free(a);
+}
