@@ -236,11 +236,12 @@ static void list(endpoint_body *out) {
 }
 
 /* A report id: decimal digits of a number from 1 to 2^64 - 1 (every id a
- * report can have; before, 20 digits were refused, 2^64 - 1 among them):
- * 0, else -1. */
+ * report can have; before, 20 digits were refused, 2^64 - 1 among them),
+ * written as /oom writes it: no leading zero, so that a report has one URL
+ * (/oom/01 served report 1). 0, else -1. */
 static int parse_id(const char *s, uint64_t *id) {
   uint64_t v = 0;
-  if (!*s)
+  if (*s < '1' || *s > '9')
     return -1;
   for (; *s; s++) {
     if (*s < '0' || *s > '9')
@@ -261,7 +262,10 @@ static void one(const char *idtext, const char *format, endpoint_body *out) {
   uint64_t id;
   endpoint_printable(shown, sizeof shown, idtext);
   if (parse_id(idtext, &id) != 0) {
-    endpoint_bad_request(out, "bad OOM report id '%s': expected a number from 1", shown);
+    endpoint_bad_request(out,
+                         "bad OOM report id '%s': expected a number from 1 to 2^64 - 1 in "
+                         "decimal without leading zeros",
+                         shown);
     return;
   }
   int torch = format && strcmp(format, "torch") == 0;

@@ -300,6 +300,46 @@ Test(oom_agent, bad_ids_and_parameters) {
   gpupool_destroy(p);
 }
 
+/* A report's URL is /oom/<id> with the id as /oom writes it: decimal
+ * digits without a leading zero. /oom/01 served report 1 (a second URL for
+ * it, which a cache or a link check takes for another document); it is a
+ * bad id (400), as "0", "+1" and " 1" are, with or without ?format. */
+Test(oom_agent, ids_are_read_in_their_canonical_form_only) {
+  int port = start("oom_reports:2");
+  gpupool *p = host_pool("web", NULL);
+  void *big;
+  cr_assert_eq(gpupool_malloc(p, &big, 100 * MiB, NULL), GPUPOOL_ERR_OOM);
+  http_response r = get(port, "/oom");
+  cJSON *list = cJSON_Parse(r.body);
+  cr_assert(cJSON_IsArray(list) && cJSON_GetArraySize(list) == 1, "%s", r.body);
+  int id = cJSON_GetObjectItem(cJSON_GetArrayItem(list, 0), "id")->valueint;
+  cJSON_Delete(list);
+  http_response_free(&r);
+  char url[64];
+  snprintf(url, sizeof url, "/oom/%d", id);
+  r = get(port, url);
+  cr_assert_eq(r.status, 200, "%s: %d", url, r.status);
+  http_response_free(&r);
+  const char *forms[] = {"/oom/0%d",  "/oom/00%d",   "/oom/000000000000000000000%d",
+                         "/oom/+%d",  "/oom/%%20%d", "/oom/%d%%20",
+                         "/oom/%d.0", "/oom/0x%x",   "/oom/0%d?format=torch",
+                         "/oom/-0%d", "/oom/%%2B%d", "/oom/%d%%09"};
+  for (size_t i = 0; i < sizeof forms / sizeof forms[0]; i++) {
+    snprintf(url, sizeof url, forms[i], id);
+    r = get(port, url);
+    cr_expect_eq(r.status, 400, "%s: %d, expected 400 (%.100s)", url, r.status, r.body);
+    cr_expect(r.status != 400 || strstr(r.body, "bad OOM report id"), "%s: %s", url, r.body);
+    http_response_free(&r);
+    http_response h;
+    cr_assert_eq(http_request("127.0.0.1", port, "HEAD", url, NULL, &h), 0, "HEAD %s", url);
+    cr_expect_eq(h.status, 400, "HEAD %s: %d", url, h.status);
+    http_response_free(&h);
+  }
+  expect_status(port, "/oom/00", 400);
+  expect_status(port, "/oom/018446744073709551615", 400);
+  gpupool_destroy(p);
+}
+
 Test(oom_agent, snapshot_write_torch_refuses_bad_input) {
   cr_expect_eq(gpupool_snapshot_write_torch(NULL, NULL), GPUPOOL_ERR_INVALID);
   FILE *f = tmpfile();
