@@ -4,6 +4,7 @@
 #include <gnutls/crypto.h>
 #include <gnutls/gnutls.h>
 #include <gnutls/x509.h>
+#include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -123,11 +124,262 @@ __attribute__((format(printf, 3, 4))) static int fail(loader *l, const yaml_node
   return -1;
 }
 
+/* ---- plain scalars, as exporter-toolkit's YAML library resolves them ----
+ *
+ * exporter-toolkit reads the file with gopkg.in/yaml.v2 (yaml.UnmarshalStrict),
+ * which resolves a plain (unquoted) scalar by YAML 1.1's rules (its
+ * resolve.go): a word of a fixed table (booleans, nulls, .inf, .nan), else,
+ * for one that starts with a sign or a digit, with every '_' removed, Go's
+ * strconv.ParseInt(s, 0, 64), then ParseUint(s, 0, 64), then a decimal float
+ * (the regexp ^[-+]?(\.[0-9]+|[0-9]+(\.[0-9]*)?)([eE][-+]?[0-9]+)?$ and
+ * ParseFloat), then "0b" with a signed binary number (ParseInt(s[2:], 2, 64),
+ * ParseUint) or "-0b" and one (ParseInt("-" + s[3:], 2, 64)); one that starts
+ * with '.' is ParseFloat(s) as written. Anything else is a string. A quoted
+ * scalar is always a string (gpupool still reads quoted booleans and numbers
+ * as it did: see boolean() and rate_pair()). */
+
+typedef enum { PLAIN_STR, PLAIN_NULL, PLAIN_BOOL, PLAIN_INT, PLAIN_UINT, PLAIN_FLOAT } plain_kind;
+
+typedef struct plain_value {
+  plain_kind kind;
+  int b;      /* PLAIN_BOOL */
+  int64_t i;  /* PLAIN_INT */
+  uint64_t u; /* PLAIN_UINT: above INT64_MAX (a smaller one is PLAIN_INT) */
+  double f;   /* PLAIN_FLOAT */
+} plain_value;
+
+/* resolve.go's table, each spelling exactly ("TrUe" is a string). */
+static int plain_word(const char *in, plain_value *v) {
+  static const struct {
+    const char *text;
+    plain_kind kind;
+    int value; /* a boolean's; a float's: 0 NaN, 1 +Inf, -1 -Inf */
+  } words[] = {
+      {"y", PLAIN_BOOL, 1},       {"Y", PLAIN_BOOL, 1},       {"yes", PLAIN_BOOL, 1},
+      {"Yes", PLAIN_BOOL, 1},     {"YES", PLAIN_BOOL, 1},     {"true", PLAIN_BOOL, 1},
+      {"True", PLAIN_BOOL, 1},    {"TRUE", PLAIN_BOOL, 1},    {"on", PLAIN_BOOL, 1},
+      {"On", PLAIN_BOOL, 1},      {"ON", PLAIN_BOOL, 1},      {"n", PLAIN_BOOL, 0},
+      {"N", PLAIN_BOOL, 0},       {"no", PLAIN_BOOL, 0},      {"No", PLAIN_BOOL, 0},
+      {"NO", PLAIN_BOOL, 0},      {"false", PLAIN_BOOL, 0},   {"False", PLAIN_BOOL, 0},
+      {"FALSE", PLAIN_BOOL, 0},   {"off", PLAIN_BOOL, 0},     {"Off", PLAIN_BOOL, 0},
+      {"OFF", PLAIN_BOOL, 0},     {"", PLAIN_NULL, 0},        {"~", PLAIN_NULL, 0},
+      {"null", PLAIN_NULL, 0},    {"Null", PLAIN_NULL, 0},    {"NULL", PLAIN_NULL, 0},
+      {".nan", PLAIN_FLOAT, 0},   {".NaN", PLAIN_FLOAT, 0},   {".NAN", PLAIN_FLOAT, 0},
+      {".inf", PLAIN_FLOAT, 1},   {".Inf", PLAIN_FLOAT, 1},   {".INF", PLAIN_FLOAT, 1},
+      {"+.inf", PLAIN_FLOAT, 1},  {"+.Inf", PLAIN_FLOAT, 1},  {"+.INF", PLAIN_FLOAT, 1},
+      {"-.inf", PLAIN_FLOAT, -1}, {"-.Inf", PLAIN_FLOAT, -1}, {"-.INF", PLAIN_FLOAT, -1},
+  };
+  for (size_t i = 0; i < sizeof words / sizeof words[0]; i++)
+    if (!strcmp(in, words[i].text)) {
+      memset(v, 0, sizeof *v);
+      v->kind = words[i].kind;
+      if (v->kind == PLAIN_BOOL)
+        v->b = words[i].value;
+      else if (v->kind == PLAIN_FLOAT)
+        v->f = words[i].value ? words[i].value * (double)INFINITY : (double)NAN;
+      return 1;
+    }
+  return 0;
+}
+
+static int is_digit(char c) {
+  return c >= '0' && c <= '9';
+}
+
+/* Go's strconv.ParseUint(s, base, 64) for an s without '_': base 0 takes a
+ * 0b, 0o or 0x prefix (any case; followed by at least one character) or a
+ * leading 0 (octal). 0, or -1 when s is no such number or above 2^64 - 1. */
+static int go_parse_uint(const char *s, unsigned base, uint64_t *out) {
+  if (!*s)
+    return -1;
+  if (base == 0) {
+    base = 10;
+    if (s[0] == '0') {
+      char c = s[1] && s[2] ? (char)(s[1] | 0x20) : 0; /* a prefix needs len(s) >= 3 */
+      if (c == 'b' || c == 'o' || c == 'x') {
+        base = c == 'b' ? 2 : c == 'o' ? 8 : 16;
+        s += 2;
+      } else {
+        base = 8;
+        s++;
+      }
+    }
+  }
+  uint64_t v = 0;
+  for (; *s; s++) {
+    unsigned c = (unsigned char)*s, d;
+    if (is_digit((char)c))
+      d = c - '0';
+    else if ((c | 0x20) >= 'a' && (c | 0x20) <= 'z')
+      d = (c | 0x20) - 'a' + 10;
+    else
+      return -1;
+    if (d >= base || v > (UINT64_MAX - d) / base)
+      return -1;
+    v = v * base + d;
+  }
+  *out = v;
+  return 0;
+}
+
+/* Go's strconv.ParseInt(s, base, 64) for an s without '_': a sign, then
+ * go_parse_uint's number, within int64. 0, else -1. */
+static int go_parse_int(const char *s, unsigned base, int64_t *out) {
+  int neg = *s == '-';
+  if (*s == '-' || *s == '+')
+    s++;
+  uint64_t u;
+  if (go_parse_uint(s, base, &u) != 0 || u > (uint64_t)INT64_MAX + (uint64_t)neg)
+    return -1;
+  *out = !neg ? (int64_t)u : u ? -(int64_t)(u - 1) - 1 : 0;
+  return 0;
+}
+
+/* The regexp resolve.go tries floats with (on s without '_'). */
+static int yaml_style_float(const char *s) {
+  s += *s == '-' || *s == '+';
+  if (*s == '.') {
+    if (!is_digit(*++s))
+      return 0;
+  } else {
+    if (!is_digit(*s))
+      return 0;
+    while (is_digit(*s))
+      s++;
+    if (*s == '.')
+      s++;
+  }
+  while (is_digit(*s))
+    s++;
+  if (*s == 'e' || *s == 'E') {
+    s++;
+    s += *s == '-' || *s == '+';
+    if (!is_digit(*s))
+      return 0;
+    while (is_digit(*s))
+      s++;
+  }
+  return *s == '\0';
+}
+
+/* A decimal float's value as Go's ParseFloat gives it (correctly rounded,
+ * as glibc's strtod; an underflow is 0); -1 when it overflows (Go: ±Inf
+ * and ErrRange). s is a decimal float without '_'. */
+static int decimal_value(const char *s, double *out) {
+  double f = c_strtod(s, NULL);
+  if (isinf(f))
+    return -1;
+  *out = f;
+  return 0;
+}
+
+/* Copies s without its '_' into out (strlen(s) + 1 bytes). */
+static void drop_underscores(const char *s, char *out) {
+  for (; *s; s++)
+    if (*s != '_')
+      *out++ = *s;
+  *out = '\0';
+}
+
+/* Go's strconv.ParseFloat(s, 64) for an s that starts with '.': then
+ * digits, with '_' only between two of them (strconv's underscoreOK), and
+ * an optional exponent (e or E, a sign, a digit, then digits and '_').
+ * plain: room for s without '_'. 0, else -1. */
+static int go_parse_float_dot(const char *s, char *plain, double *out) {
+  const char *p = s + 1;
+  int digits = 0;
+  for (; is_digit(*p) || *p == '_'; p++)
+    digits += is_digit(*p);
+  if (!digits)
+    return -1;
+  if (*p == 'e' || *p == 'E') {
+    p++;
+    p += *p == '-' || *p == '+';
+    if (!is_digit(*p))
+      return -1;
+    while (is_digit(*p) || *p == '_')
+      p++;
+  }
+  if (*p)
+    return -1;
+  /* underscoreOK: each '_' between a digit and a digit */
+  for (p = s; *p; p++)
+    if (*p == '_' && (p == s || !is_digit(p[-1]) || !is_digit(p[1])))
+      return -1;
+  drop_underscores(s, plain);
+  return decimal_value(plain, out);
+}
+
+/* Resolves plain scalar in as yaml.v2 does (above) into *v. 0, or -1 when
+ * out of memory. */
+static int resolve_plain(const char *in, plain_value *v) {
+  if (plain_word(in, v))
+    return 0;
+  memset(v, 0, sizeof *v);
+  v->kind = PLAIN_STR;
+  if (in[0] != '.' && in[0] != '+' && in[0] != '-' && !is_digit(in[0]))
+    return 0;
+  char *plain = malloc(strlen(in) + 1);
+  if (!plain)
+    return -1;
+  if (in[0] == '.') {
+    if (go_parse_float_dot(in, plain, &v->f) == 0)
+      v->kind = PLAIN_FLOAT;
+    free(plain);
+    return 0;
+  }
+  /* (A timestamp, 2001-12-14, is tried first; it is never a number.) */
+  drop_underscores(in, plain);
+  if (go_parse_int(plain, 0, &v->i) == 0)
+    v->kind = PLAIN_INT;
+  else if (go_parse_uint(plain, 0, &v->u) == 0)
+    v->kind = PLAIN_UINT;
+  else if (yaml_style_float(plain) && decimal_value(plain, &v->f) == 0)
+    v->kind = PLAIN_FLOAT;
+  else if (!strncmp(plain, "0b", 2) && go_parse_int(plain + 2, 2, &v->i) == 0)
+    v->kind = PLAIN_INT;
+  else if (!strncmp(plain, "0b", 2) && go_parse_uint(plain + 2, 2, &v->u) == 0)
+    v->kind = PLAIN_UINT;
+  else if (!strncmp(plain, "-0b", 3)) {
+    memmove(plain + 1, plain + 3, strlen(plain + 3) + 1); /* "-" + s[3:] */
+    if (go_parse_int(plain, 2, &v->i) == 0)
+      v->kind = PLAIN_INT;
+  }
+  free(plain);
+  return 0;
+}
+
+/* A resolved plain scalar put into a Go int64 field (an int, or
+ * time.Duration) as yaml.v2's decoder puts it: an int; a uint up to
+ * 2^63 - 1; a float cut toward zero (1.9 is 1), where it lies in int64's
+ * range (yaml.v2 takes floats up to 2^63 and converts as the machine does:
+ * gpupool refuses a float out of range, whose value every field here would
+ * refuse); null is 0. 0 with *out, or -1: the field refuses it. */
+static int plain_int64(const plain_value *v, int64_t *out) {
+  switch (v->kind) {
+  case PLAIN_NULL:
+    *out = 0;
+    return 0;
+  case PLAIN_INT:
+    *out = v->i;
+    return 0;
+  case PLAIN_FLOAT:
+    if (!(v->f >= -9223372036854775808.0 && v->f < 9223372036854775808.0))
+      return -1;
+    *out = (int64_t)v->f;
+    return 0;
+  default: /* a uint is above INT64_MAX; a string or a boolean is no number */
+    return -1;
+  }
+}
+
+/* A null as yaml.v2 spells it: a plain "", "~", "null", "Null" or "NULL"
+ * ("nULL" is a string). */
 static int is_null(const yaml_node_t *n) {
   if (n->type != YAML_SCALAR_NODE || n->data.scalar.style != YAML_PLAIN_SCALAR_STYLE)
     return 0;
-  const char *v = (const char *)n->data.scalar.value;
-  return !*v || !strcmp(v, "~") || !strcasecmp(v, "null");
+  plain_value v;
+  return plain_word((const char *)n->data.scalar.value, &v) && v.kind == PLAIN_NULL;
 }
 
 /* The text of a scalar (NULL for an explicit null) or -1 for another node. */
@@ -140,12 +392,27 @@ static int scalar(loader *l, const yaml_node_t *n, const char *what, const char 
   return 0;
 }
 
+/* A Go bool. A plain scalar is one of resolve.go's words (y, Yes, TRUE, off,
+ * ...; a null is Go's zero value, false), as exporter-toolkit reads it; a
+ * quoted one (which exporter-toolkit refuses) true, yes, on, false, no or
+ * off in any case, as gpupool has always read it. */
 static int boolean(loader *l, const yaml_node_t *n, const char *what, int *out) {
   const char *v;
   if (scalar(l, n, what, &v) != 0)
     return -1;
-  if (!v)
-    return 0; /* null: the default */
+  if (!v) {
+    *out = 0; /* a null: Go's zero value */
+    return 0;
+  }
+  if (n->data.scalar.style == YAML_PLAIN_SCALAR_STYLE) {
+    plain_value pv;
+    if (plain_word(v, &pv) && pv.kind == PLAIN_BOOL)
+      return *out = pv.b, 0;
+    return fail(l, n,
+                "%s: '%s' is not a YAML boolean (true, false, yes, no, on, off, y or n; as "
+                "written, Title-cased or upper-cased)",
+                what, v);
+  }
   static const char *yes[] = {"true", "yes", "on"}, *no[] = {"false", "no", "off"};
   for (int i = 0; i < 3; i++) {
     if (!strcasecmp(v, yes[i]))
@@ -522,6 +789,25 @@ static int rate_pair(loader *l, const char *key, const yaml_node_t *v) {
   snprintf(what, sizeof what, "rate_limit.%s", key);
   if (scalar(l, v, what, &text) != 0)
     return -1;
+  /* A plain scalar as exporter-toolkit reads it into its Go int and
+   * time.Duration (resolve_plain); a quoted one as gpupool always read it. */
+  int plain = text && v->data.scalar.style == YAML_PLAIN_SCALAR_STYLE;
+  plain_value pv = {.kind = PLAIN_STR};
+  if (plain && resolve_plain(text, &pv) != 0)
+    return fail(l, v, "out of memory");
+  int64_t number = 0;
+  if (!strcmp(key, "interval") && plain && pv.kind != PLAIN_STR) {
+    /* a number is nanoseconds (yaml.v2 sets the Duration's int64) */
+    if (plain_int64(&pv, &number) != 0)
+      return fail(l, v,
+                  "%s: '%s' is not a Go duration (as 1s, 500ms, 1m30s; a plain number is "
+                  "nanoseconds, up to 2^63 - 1)",
+                  what, text);
+    if (number < 0)
+      return fail(l, v, "%s: '%s' is negative", what, text);
+    l->cfg->rate_interval_s = (double)number / 1e9;
+    return 0;
+  }
   if (!strcmp(key, "interval")) {
     uint64_t ns = 0;
     int neg = 0;
@@ -533,8 +819,12 @@ static int rate_pair(loader *l, const char *key, const yaml_node_t *v) {
     l->cfg->rate_interval_s = (double)ns / 1e9;
     return 0;
   }
-  char *end; /* burst */
-  long b = text ? strtol(text, &end, 10) : 0;
+  char *end = (char *)""; /* burst */
+  long b = 0;
+  if (plain)
+    b = plain_int64(&pv, &number) != 0 ? -1 : number > 1000000 ? 1000001 : (long)number;
+  else if (text)
+    b = strtol(text, &end, 10);
   if (text && (*end || b < 0 || b > 1000000))
     return fail(l, v, "%s: '%s' is not a number from 0 to 1000000", what, text);
   l->cfg->rate_burst = (unsigned)b;
@@ -589,19 +879,29 @@ static const struct {
     {"TLS_ECDHE_RSA_WITH_AES_256_GCM_SHA384", "ECDHE-RSA", "AES-256-GCM", "AEAD"},
     {"TLS_ECDHE_ECDSA_WITH_CHACHA20_POLY1305_SHA256", "ECDHE-ECDSA", "CHACHA20-POLY1305", "AEAD"},
     {"TLS_ECDHE_RSA_WITH_CHACHA20_POLY1305_SHA256", "ECDHE-RSA", "CHACHA20-POLY1305", "AEAD"},
-    {"TLS_ECDHE_ECDSA_WITH_CHACHA20_POLY1305", "ECDHE-ECDSA", "CHACHA20-POLY1305", "AEAD"},
-    {"TLS_ECDHE_RSA_WITH_CHACHA20_POLY1305", "ECDHE-RSA", "CHACHA20-POLY1305", "AEAD"},
     /* TLS 1.3 suites: always on with TLS 1.3, as in Go, whatever the list. */
     {"TLS_AES_128_GCM_SHA256", NULL, NULL, NULL},
     {"TLS_AES_256_GCM_SHA384", NULL, NULL, NULL},
     {"TLS_CHACHA20_POLY1305_SHA256", NULL, NULL, NULL},
 };
 
+/* Go's crypto/tls has these constants too, for the suites above that end
+ * in _SHA256; exporter-toolkit matches names against tls.CipherSuites(),
+ * which names them with _SHA256 only, and refuses the short ones. */
+static const char *const suite_aliases[] = {"TLS_ECDHE_RSA_WITH_CHACHA20_POLY1305",
+                                            "TLS_ECDHE_ECDSA_WITH_CHACHA20_POLY1305"};
+
 /* The suites[] row of Go's name, or -1 with the loader's error. */
 static int find_suite(loader *l, const char *name) {
   for (size_t j = 0; j < sizeof suites / sizeof suites[0]; j++)
     if (!strcmp(name, suites[j].go))
       return (int)j;
+  for (size_t j = 0; j < sizeof suite_aliases / sizeof suite_aliases[0]; j++)
+    if (!strcmp(name, suite_aliases[j]))
+      return fail(l, NULL,
+                  "tls_server_config.cipher_suites: unknown cipher suite '%s' (Go's constant "
+                  "alias, which exporter-toolkit refuses): write %s_SHA256",
+                  name, name);
   return fail(l, NULL,
               "tls_server_config.cipher_suites: unknown or insecure cipher suite '%s' (Go's "
               "names, e.g. TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256)",

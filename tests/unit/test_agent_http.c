@@ -152,6 +152,43 @@ Test(agent_http, bad_parameters_are_400_with_one_line) {
   }
 }
 
+/* A number in a query is decimal digits: a sign only where a parameter
+ * documents one (since=-5), no space, no 0x; leading zeros are read, as Go's
+ * strconv reads them (a path's number, /oom/<id>, takes none:
+ * test_oom_agent.c). */
+Test(agent_http, numbers_in_queries_take_no_sign_space_or_prefix) {
+  int port = start_local(NULL);
+  const char *bad[] = {"/trace?limit=+5",
+                       "/trace?limit=%2B5",
+                       "/trace?limit=%205",
+                       "/trace?limit=5%20",
+                       "/trace?limit=0x5",
+                       "/trace?limit=5.0",
+                       "/trace?device=+0",
+                       "/trace?device=%2B0",
+                       "/trace?since=%2B5",
+                       "/trace?until=%205",
+                       "/trace?since=-%205",
+                       "/trace?since=--5",
+                       "/trace?limit=1e3",
+                       "/ui/state.json?window=+60",
+                       "/ui/blocks.json?pool=+1",
+                       "/ui?device=+0",
+                       "/trace?limit=99999999999999999999"};
+  for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+    http_response r = get(port, "GET", bad[i], NULL);
+    cr_expect_eq(r.status, 400, "%s gave %d", bad[i], r.status);
+    http_response_free(&r);
+  }
+  const char *ok[] = {"/trace?limit=007", "/trace?device=00",          "/trace?since=-5",
+                      "/trace?since=-05", "/ui/state.json?window=060", "/ui/blocks.json?pool=01"};
+  for (size_t i = 0; i < sizeof ok / sizeof ok[0]; i++) {
+    http_response r = get(port, "GET", ok[i], NULL);
+    cr_expect_eq(r.status, 200, "%s gave %d: %.200s", ok[i], r.status, r.body);
+    http_response_free(&r);
+  }
+}
+
 /* Empty pieces of a query name nothing wherever they lie (a trailing one
  * was skipped, a leading or doubled one was an unknown parameter ''); the
  * empty name with a value is still refused. */

@@ -225,8 +225,8 @@ Test(web_config, go_names_become_a_gnutls_priority_string) {
   cr_expect_not(web_config_tls12_suite_allowed(c, ecdsa_aes256));
   cr_expect_not(web_config_tls12_suite_allowed(c, rsa_chacha));
   web_config_free(c);
-  /* Go's short alias is the same suite; TLS 1.3's suites are not TLS 1.2's. */
-  c = load(TLS "  cipher_suites: [TLS_ECDHE_RSA_WITH_CHACHA20_POLY1305, "
+  /* A suite listed twice is one; TLS 1.3's suites are not TLS 1.2's. */
+  c = load(TLS "  cipher_suites: [TLS_ECDHE_RSA_WITH_CHACHA20_POLY1305_SHA256, "
                "TLS_ECDHE_RSA_WITH_CHACHA20_POLY1305_SHA256, TLS_AES_128_GCM_SHA256]\n");
   cr_expect_eq(c->ntls12_suites, 1);
   cr_expect(web_config_tls12_suite_allowed(c, rsa_chacha));
@@ -734,4 +734,266 @@ Test(web_config, default_tls12_suites_are_forward_secret) {
   cr_expect_neq(handshake(TLS12 ":-CIPHER-ALL:+AES-128-CBC:+AES-256-CBC:-MAC-ALL:+SHA256:+SHA384"),
                 0, "AES-CBC with SHA-256/384 accepted");
 #undef TLS12
+}
+
+/* prefer_server_cipher_suites (a Go bool) read from a TLS file's plain
+ * scalar; -1 when the file is refused. */
+static int prefer_server_of(const char *scalar) {
+  char yml[512], err[1024];
+  snprintf(yml, sizeof yml, TLS "  prefer_server_cipher_suites: %s\n", scalar);
+  web_config *c = NULL;
+  web_files files;
+  if (web_config_load(write_yml(yml), (int64_t)time(NULL), &c, &files, err, sizeof err) != 0)
+    return -1;
+  int v = c->prefer_server;
+  web_config_free(c);
+  return v;
+}
+
+/* exporter-toolkit reads its file with gopkg.in/yaml.v2, whose plain
+ * (unquoted) scalars follow YAML 1.1 (resolve.go): y, Y, yes, Yes, YES,
+ * true, True, TRUE, on, On, ON and their n/no/false/off are booleans, each
+ * in exactly those spellings; a null (~, null, Null, NULL or nothing) puts
+ * Go's zero value, false, into a bool. gpupool took true/yes/on in any case
+ * and refused y and n, and a null kept the default (true). Quoted values,
+ * which exporter-toolkit refuses for a bool, are still read as before. */
+Test(web_config, plain_booleans_are_yaml_1_1_as_exporter_toolkit_reads_them) {
+  const char *yes[] = {"y", "Y", "yes", "Yes", "YES", "true", "True", "TRUE", "on", "On", "ON"};
+  const char *no[] = {"n", "N", "no", "No", "NO", "false", "False", "FALSE", "off", "Off", "OFF"};
+  for (size_t i = 0; i < sizeof yes / sizeof yes[0]; i++) {
+    cr_expect_eq(prefer_server_of(yes[i]), 1, "%s", yes[i]);
+    cr_expect_eq(prefer_server_of(no[i]), 0, "%s", no[i]);
+  }
+  const char *null[] = {"~", "null", "Null", "NULL", ""};
+  for (size_t i = 0; i < sizeof null / sizeof null[0]; i++)
+    cr_expect_eq(prefer_server_of(null[i]), 0, "'%s': Go's zero value", null[i]);
+  const char *bad[] = {"TrUe", "tRUE", "yES",  "YeS",  "oN", "oFF",   "nO",  "t",    "f", "1",
+                       "0",    "+",    "nULL", "nuLL", "~~", "true_", "0x1", ".inf", "-1"};
+  for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+    char yml[256], why[128];
+    snprintf(yml, sizeof yml, "tls_server_config:\n  prefer_server_cipher_suites: %s\n", bad[i]);
+    snprintf(why, sizeof why, "tls_server_config.prefer_server_cipher_suites: '%s' is not", bad[i]);
+    refused(yml, why);
+  }
+  web_config *c = load("http_server_config:\n  http2: y\n");
+  web_config_free(c);
+  c = load("http_server_config:\n  http2: OFF\n");
+  web_config_free(c);
+  refused("http_server_config:\n  http2: oFf\n", "http_server_config.http2: 'oFf' is not");
+  /* quoted: read as before (exporter-toolkit refuses a quoted bool) */
+  cr_expect_eq(prefer_server_of("'TrUe'"), 1);
+  cr_expect_eq(prefer_server_of("\"off\""), 0);
+  refused("tls_server_config:\n  prefer_server_cipher_suites: 'y'\n", "'y' is not");
+}
+
+/* The burst a file's plain scalar gives (interval 1s); -1 when refused. */
+static long burst_of(const char *scalar, const char *interval) {
+  char yml[512], err[1024];
+  snprintf(yml, sizeof yml, "rate_limit:\n  interval: %s\n  burst: %s\n", interval, scalar);
+  web_config *c = NULL;
+  web_files files;
+  if (web_config_load(write_yml(yml), (int64_t)time(NULL), &c, &files, err, sizeof err) != 0)
+    return -1;
+  long b = (long)c->rate_burst;
+  web_config_free(c);
+  return b;
+}
+
+/* yaml.v2's plain integers (resolve.go): Go's strconv.ParseInt(s, 0, 64)
+ * after every '_' is removed, so 0x, 0o, 0b (any case) and a leading 0
+ * (octal) set the base, and a sign is taken; then ParseUint; then a
+ * decimal float (yaml.v2 cuts it toward zero into an int: 1.5 is 1, and
+ * 09, not octal, is the float 9); then 0b with a signed binary number.
+ * gpupool read the burst with strtol base 10 ("0x10" refused, "010" 10). */
+Test(web_config, plain_integers_are_yaml_1_1_as_exporter_toolkit_reads_them) {
+  struct {
+    const char *text;
+    long burst;
+  } good[] = {
+      {"16", 16},
+      {"+16", 16},
+      {"0x10", 16},
+      {"0X10", 16},
+      {"0x_1_0", 16},
+      {"017", 15},
+      {"0o17", 15},
+      {"0O17", 15},
+      {"0b101", 5},
+      {"0B101", 5},
+      {"1_000", 1000},
+      {"1__0_", 10},
+      {"+_1_0", 10},
+      {"010", 8},
+      {"09", 9},
+      {"08", 8},
+      {"0_9", 9},
+      {"1.5", 1},
+      {"1.", 1},
+      {"2e2", 200},
+      {"2E+2", 200},
+      {"1_0.9", 10},
+      {".5e1", 5},
+      {".1_5e2", 15},
+      {"0b+11", 3},
+      {"1000000", 1000000},
+      {"0xF4240", 1000000},
+      {"1_000_000.99", 1000000},
+      {"000000000000000000000000000000000000000007", 7},
+      {"0.9999999999999999999", 1},
+      {"9.99999e5", 999999},
+  };
+  for (size_t i = 0; i < sizeof good / sizeof good[0]; i++)
+    cr_expect_eq(burst_of(good[i].text, "1s"), good[i].burst, "burst: %s", good[i].text);
+  /* zero, without an interval (a limit needs a burst of at least 1) */
+  const char *zero[] = {"0", "-0", "00", "0x0", "-0b0", "0.5", "-0.5", ".5", "~", ""};
+  for (size_t i = 0; i < sizeof zero / sizeof zero[0]; i++)
+    cr_expect_eq(burst_of(zero[i], "0"), 0, "burst: '%s'", zero[i]);
+  const char *bad[] = {"0x",
+                       "0xg",
+                       "0o8",
+                       "0b2",
+                       "1e",
+                       "_1",
+                       "1x",
+                       "1.2.3",
+                       "-1",
+                       "-0x1",
+                       "0b-1",
+                       "1e400",
+                       ".inf",
+                       "-.inf",
+                       ".nan",
+                       "0x1p4",
+                       "1000001",
+                       "0xF4241",
+                       "99999999999999999999",
+                       "18446744073709551616",
+                       "true",
+                       "y",
+                       "._5",
+                       ".5_",
+                       "1s",
+                       "2001-01-01",
+                       "1_000_001",
+                       "-.5e1",
+                       "+",
+                       "0b",
+                       "-0b",
+                       "-0b+1",
+                       ".",
+                       ".e1",
+                       "1e+",
+                       "0o"};
+  for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+    char yml[256], why[128];
+    snprintf(yml, sizeof yml, "rate_limit:\n  interval: 1s\n  burst: %s\n", bad[i]);
+    snprintf(why, sizeof why, "rate_limit.burst: '%s' is not a number from 0 to 1000000", bad[i]);
+    refused(yml, why);
+  }
+  /* quoted: read as before, a decimal (exporter-toolkit refuses a quoted int) */
+  cr_expect_eq(burst_of("'5'", "1s"), 5);
+  refused("rate_limit:\n  interval: 1s\n  burst: '0x10'\n", "'0x10' is not a number");
+}
+
+static double plain_interval_of(const char *scalar) {
+  char yml[256];
+  snprintf(yml, sizeof yml, "rate_limit:\n  interval: %s\n  burst: 1\n", scalar);
+  web_config *c = load(yml);
+  double s = c->rate_interval_s;
+  web_config_free(c);
+  return s;
+}
+
+/* rate_limit.interval is a Go time.Duration: yaml.v2 puts a plain number
+ * (an integer, or a float cut toward zero) into it as nanoseconds, and
+ * passes anything else to time.ParseDuration. gpupool took only the
+ * duration text (and refused "5" and "00" for a missing unit). */
+Test(web_config, a_plain_number_interval_is_nanoseconds) {
+  cr_expect_eq(plain_interval_of("1s"), 1.0);
+  cr_expect_eq(plain_interval_of("1000000000"), 1.0);
+  cr_expect_eq(plain_interval_of("1_000_000_000"), 1.0);
+  cr_expect_eq(plain_interval_of("0x3B9ACA00"), 1.0);
+  cr_expect_eq(plain_interval_of("1e9"), 1.0);
+  cr_expect_eq(plain_interval_of("1.5e9"), 1.5);
+  cr_expect_eq(plain_interval_of("5"), 5e-9);
+  cr_expect_eq(plain_interval_of("1.9"), 1e-9);
+  cr_expect_eq(plain_interval_of("00"), 0.0);
+  cr_expect_eq(plain_interval_of(".5"), 0.0);
+  cr_expect_eq(plain_interval_of("~"), 0.0);
+  cr_expect_eq(plain_interval_of("9223372036854775807"), 9223372036854775807.0 / 1e9);
+  refused("rate_limit:\n  interval: -5\n  burst: 1\n", "rate_limit.interval: '-5' is negative");
+  const char *bad[] = {"9223372036854775808", "1e19", ".inf", ".nan", "true", "1_0s", "2001-01-01"};
+  for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+    char yml[256], why[128];
+    snprintf(yml, sizeof yml, "rate_limit:\n  interval: %s\n  burst: 1\n", bad[i]);
+    snprintf(why, sizeof why, "rate_limit.interval: '%s' is not a Go duration", bad[i]);
+    refused(yml, why);
+  }
+  /* quoted: a duration's text, as before (Go's ParseDuration wants a unit) */
+  refused("rate_limit:\n  interval: '5'\n  burst: 1\n", "'5' is not a Go duration");
+}
+
+/* A null is exactly ~, null, Null, NULL or nothing (yaml.v2): nULL is a
+ * string, so a mapping's key with it is no mapping and a path is a file. */
+Test(web_config, a_null_is_spelled_as_yaml_1_1_spells_it) {
+  refused("basic_auth_users: nULL\n", "basic_auth_users: expected a mapping");
+  refused("tls_server_config:\n  cert_file: nuLL\n  key_file: server.key\n", "nuLL");
+  web_config *c = load("basic_auth_users: Null\nrate_limit: NULL\ntls_server_config: ~\n");
+  cr_expect_eq(c->nusers, 0);
+  web_config_free(c);
+}
+
+/* Go's crypto/tls names TLS_ECDHE_*_WITH_CHACHA20_POLY1305_SHA256 also by
+ * constants without _SHA256, but tls.CipherSuites(), whose names
+ * exporter-toolkit matches, has only the long ones: it refuses the short
+ * ones ("unknown cipher"), and so does gpupool now, naming the spelling it
+ * takes. */
+Test(web_config, go_short_chacha20_aliases_are_refused_naming_the_name) {
+  const char *alias[] = {"TLS_ECDHE_RSA_WITH_CHACHA20_POLY1305",
+                         "TLS_ECDHE_ECDSA_WITH_CHACHA20_POLY1305"};
+  for (int i = 0; i < 2; i++) {
+    char yml[256], why[256];
+    snprintf(why, sizeof why,
+             "tls_server_config.cipher_suites: unknown cipher suite '%s' (Go's constant alias, "
+             "which exporter-toolkit refuses): write %s_SHA256",
+             alias[i], alias[i]);
+    snprintf(yml, sizeof yml, TLS "  cipher_suites: [%s]\n", alias[i]);
+    refused(yml, why);
+    snprintf(yml, sizeof yml, "tls_server_config:\n  cipher_suites: [%s]\n", alias[i]); /* no TLS */
+    refused(yml, why);
+  }
+}
+
+/* /metrics' X-Frame-Options and last_reload_successful. */
+static void frame_and_reload(char *frame, size_t size, double *ok) {
+  http_response r;
+  cr_assert_eq(http_request("127.0.0.1", gpupool_agent_port(), "GET", "/metrics", NULL, &r), 0);
+  cr_assert_eq(r.status, 200);
+  if (!http_header(&r, "X-Frame-Options", frame, size))
+    frame[0] = '\0';
+  cr_assert_eq(metrics_value(r.body, "gpupool_agent_web_config_last_reload_successful", NULL, ok),
+               0);
+  http_response_free(&r);
+}
+
+/* A reload whose cipher_suites names an alias is a bad file: the last good
+ * configuration stays (its header here) and last_reload_successful is 0. */
+Test(web_config, a_reload_with_a_cipher_alias_keeps_the_last_good_file) {
+  cr_assert_eq(start(write_yml("tls_server_config:\n  cipher_suites: "
+                               "[TLS_ECDHE_RSA_WITH_CHACHA20_POLY1305_SHA256]\n"
+                               "http_server_config:\n  headers:\n    X-Frame-Options: deny\n")),
+               GPUPOOL_OK, "%s", gpupool_last_error());
+  char frame[32] = "";
+  double ok = 1;
+  frame_and_reload(frame, sizeof frame, &ok);
+  cr_assert_eq(ok, 1);
+  cr_assert_eq(strcasecmp(frame, "deny"), 0, "X-Frame-Options: %s", frame);
+  write_yml("tls_server_config:\n  cipher_suites: [TLS_ECDHE_RSA_WITH_CHACHA20_POLY1305]\n"
+            "http_server_config:\n  headers:\n    X-Frame-Options: sameorigin\n");
+  for (int i = 0; i < 100 && ok != 0; i++) { /* the watcher looks every second */
+    usleep(100000);
+    frame_and_reload(frame, sizeof frame, &ok);
+  }
+  cr_expect_eq(ok, 0, "the file with the alias was not refused");
+  cr_expect_eq(strcasecmp(frame, "deny"), 0, "X-Frame-Options: %s", frame);
 }
