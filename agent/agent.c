@@ -150,7 +150,7 @@ static gpupool_status start_locked(const agent_config *c, web_config *web, const
     return agent_fail(GPUPOOL_ERR_BACKEND, err);
   }
   g_running = 1; /* from here on, stop_locked undoes everything */
-  oom_store_start(c->oom_reports, c->oom_dir);
+  oom_store_start(c->oom_reports, c->oom_dir, c->oom_dir_max);
   web_auth_reset();
   if (web) {
     web_state_set(web, c->healthz_open); /* the first one always has a slot */

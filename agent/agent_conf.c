@@ -72,6 +72,7 @@ typedef struct raw_settings {
   uint64_t trace_tick_us; /* UINT64_MAX = not given */
   gpupool_cupti_mode cupti;
   uint64_t oom_reports; /* UINT64_MAX = not given */
+  uint64_t oom_dir_max; /* UINT64_MAX = not given */
   agent_config *cfg;    /* labels, trace_file, sd_dir, hostname and oom_dir go straight here */
 } raw_settings;
 
@@ -143,6 +144,11 @@ static int set_oom_reports(void *ctx, const kvopt *o, kvopt_value v, char *err, 
   return 0;
 }
 
+static int set_oom_dir_max(void *ctx, const kvopt *o, kvopt_value v, char *err, size_t errlen) {
+  ((raw_settings *)ctx)->oom_dir_max = v.u;
+  return 0;
+}
+
 static int set_oom_dir(void *ctx, const kvopt *o, kvopt_value v, char *err, size_t errlen) {
   agent_config *c = ((raw_settings *)ctx)->cfg;
   return copy_setting(o->key, v.s, c->oom_dir, sizeof c->oom_dir, err, errlen);
@@ -198,6 +204,8 @@ static const kvopt agent_options[] = {
     {"hostname", KVOPT_STRING, .set = set_hostname},
     {"oom_reports", KVOPT_U64, 0, OOM_STORE_MAX_KEEP, .set = set_oom_reports},
     {"oom_dir", KVOPT_STRING, .set = set_oom_dir},
+    {"oom_dir_max", KVOPT_U64, 0, 1000000, .range = "0 (no bound) to 1000000",
+     .set = set_oom_dir_max},
     {"web_config", KVOPT_STRING, .set = set_web_config},
     {"healthz_open", KVOPT_U64, 0, 1, .range = "0 or 1", .set = set_healthz_open},
     {"size_buckets", KVOPT_CHOICE, .choices = size_bucket_sets, .nocase = 1,
@@ -326,6 +334,7 @@ static int resolve(const gpupool_agent_options *o, const char *conf, int use_env
   raw_settings r = {.trace_events = UINT64_MAX,
                     .trace_tick_us = UINT64_MAX,
                     .oom_reports = UINT64_MAX,
+                    .oom_dir_max = UINT64_MAX,
                     .cfg = out};
 
   if (apply_options(o, &r, err, errlen) != 0)
@@ -352,6 +361,8 @@ static int resolve(const gpupool_agent_options *o, const char *conf, int use_env
       r.trace_tick_us != UINT64_MAX ? (unsigned)r.trace_tick_us : AGENT_DEFAULT_TRACE_TICK_US;
   out->cupti = r.cupti;
   out->oom_reports = r.oom_reports != UINT64_MAX ? (size_t)r.oom_reports : OOM_STORE_DEFAULT_KEEP;
+  out->oom_dir_max =
+      r.oom_dir_max != UINT64_MAX ? (size_t)r.oom_dir_max : OOM_STORE_DEFAULT_DIR_MAX;
   if (!out->gzip_threads)
     out->gzip_threads = agent_default_gzip_threads();
   if (!out->hostname[0] && gethostname(out->hostname, sizeof out->hostname) != 0)

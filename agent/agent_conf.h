@@ -36,6 +36,7 @@ typedef struct agent_config {
   char hostname[LABEL_VALUE_MAX];
   size_t oom_reports;        /* OOM reports kept (agent/oom_store.h) */
   char oom_dir[PATH_MAX];    /* "" = none: where each OOM report is written */
+  size_t oom_dir_max;        /* this agent's reports oom_dir holds at most (0: no bound) */
   char web_config[PATH_MAX]; /* "" = none: plain HTTP, no auth */
   int healthz_open;          /* /healthz without basic auth */
   int size_buckets_classic;  /* size_buckets:classic: all 41 power-of-two buckets */

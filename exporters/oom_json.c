@@ -127,6 +127,15 @@ static void explanation(jb *j, cJSON *root, const pool_oom_report *r) {
   num(j, x, "shortfall_bytes", (double)e->shortfall);
   flag(j, x, "device_had_room", e->device_had_room);
   flag(j, x, "larger_than_device", e->larger_than_device);
+  flag(j, x, "segment_larger_than_device", e->segment_larger_than_device);
+  flag(j, x, "injected_fault", e->injected_fault);
+  num(j, x, "largest_usable_free_block_bytes", (double)e->usable_largest);
+  num(j, x, "other_streams_free_bytes", (double)e->other_stream_free);
+  num(j, x, "other_streams_largest_free_block_bytes", (double)e->other_stream_largest);
+  num(j, x, "other_size_pool_free_bytes", (double)e->other_pool_free);
+  num(j, x, "other_size_pool_largest_free_block_bytes", (double)e->other_pool_largest);
+  num(j, x, "strategy_refused_free_bytes", (double)e->rules_free);
+  num(j, x, "strategy_refused_largest_free_block_bytes", (double)e->rules_largest);
   if (r->has_limit) {
     num(j, x, "limit_bytes", (double)r->limit);
     num(j, x, "memory_fraction", r->memory_fraction);
@@ -218,6 +227,8 @@ static void segments(jb *j, cJSON *root, const pool_capture *c) {
       num(j, bo, "size", (double)b->size);
       num(j, bo, "requested", (double)b->requested);
       text(j, bo, "state", b->state);
+      if (b->unmapped) /* as /snapshot: bytes of its pages not mapped (expandable segments) */
+        num(j, bo, "unmapped", (double)b->unmapped);
     }
   }
 }

@@ -101,12 +101,25 @@ void pool_oom_capture(gpupool *p, void *stream, size_t size, size_t rounded, siz
   r->rounded = rounded;
   r->segment_size = segsize;
   r->stream = (uint64_t)(uintptr_t)stream;
+  /* The device allocation that failed last said why in last_error: the
+   * host backend's "host backend: injected fault on device allocation N"
+   * (backend_host.c) when its fault injection failed it. */
+  static const char injected[] = "host backend: injected fault";
+  r->injected_fault =
+      backend_is_host(p->be) && strncmp(gpupool_last_error(), injected, sizeof injected - 1) == 0;
   /* Blocks and events are copied only for an observer to keep. */
   int keep = atomic_load(&observer_set);
   uint64_t limit =
       rounded > 21 * (uint64_t)MiB ? (rounded + (uint64_t)MiB - 1) / (uint64_t)MiB : 21;
-  if (pool_capture_take(p, 1, keep ? OOM_REPORT_MAX_BLOCKS : 0, keep ? OOM_REPORT_MAX_EVENTS : 0,
-                        limit * (uint64_t)MiB, &r->cap) != 0) {
+  pool_capture_limits lim = {.max_segments = keep ? OOM_REPORT_MAX_SEGMENTS : 0,
+                             .max_blocks = keep ? OOM_REPORT_MAX_BLOCKS : 0,
+                             .max_runs = keep ? OOM_REPORT_MAX_RUNS : 0,
+                             .max_events = keep ? OOM_REPORT_MAX_EVENTS : 0,
+                             .split_limit = limit * (uint64_t)MiB,
+                             .request = 1,
+                             .stream = r->stream,
+                             .rounded = rounded};
+  if (pool_capture_take_limited(p, 1, &lim, &r->cap) != 0) {
     free(r);
     return;
   }
@@ -164,8 +177,25 @@ static void compute(pool_oom_report *r) {
     if (r->device_total && after <= r->device_total) /* rounded up: a fraction that suffices */
       e->fraction_needed = ceil((double)after / (double)r->device_total * 1000.0) / 1000.0;
   }
-  if (r->device_total)
-    e->larger_than_device = r->rounded > r->device_total || e->need > r->device_total;
+  /* Only the request itself larger than the device is beyond every
+   * setting; a block or segment it is rounded to that is larger is the
+   * rounding's (a 5 MiB request takes a 20 MiB segment). */
+  if (r->device_total) {
+    e->larger_than_device = r->size > r->device_total;
+    e->segment_larger_than_device =
+        !e->larger_than_device && (r->rounded > r->device_total || e->need > r->device_total);
+  }
+  /* Only where the device had room does the last try's reason explain the
+   * failure (a request refused before any try leaves an older reason in
+   * last_error). */
+  e->injected_fault = r->injected_fault && e->device_had_room;
+  e->usable_largest = t->usable_largest;
+  e->other_stream_free = t->other_stream_free;
+  e->other_stream_largest = t->other_stream_largest;
+  e->other_pool_free = t->other_pool_free;
+  e->other_pool_largest = t->other_pool_largest;
+  e->rules_free = t->rules_free;
+  e->rules_largest = t->rules_largest;
   /* empty_cache returns the segments that hold no live block. */
   e->empty_cache_frees = t->cached_bytes;
   if (r->limit_refused)
@@ -211,9 +241,11 @@ static void compute(pool_oom_report *r) {
   /* max_split_size_mb:N, N the request in MiB (at least 21): blocks of
    * segments that large are not split, so only the free blocks of smaller
    * split segments stay stranded. Not a remedy in an expandable pool: its
-   * range blocks ignore the setting (docs/pool.md). */
+   * range blocks ignore the setting (docs/pool.md); nor for a small
+   * request, which takes small-pool blocks (the setting is about large
+   * ones). */
   uint64_t limit = e->split_limit_mb * (uint64_t)MiB;
-  if (t->split_free_bytes && !r->cap.expandable &&
+  if (t->split_free_bytes && !r->cap.expandable && large &&
       (r->cap.max_split_size == UINT64_MAX || r->cap.max_split_size > limit)) {
     e->split_unstranded = t->split_free_at_least;
     e->split_at_most = t->split_free_bytes - t->split_free_at_least;
@@ -236,28 +268,178 @@ static const char *answer(oom_answer a, const char *yes, const char *no, const c
   return a == OOM_YES ? yes : a == OOM_NO ? no : maybe;
 }
 
-/* Appends to the message; truncates quietly at its end. */
+/* The message, clause by clause: a clause that does not fit whole (with
+ * `keep` bytes left for the end: the cut mark and the report link) is left
+ * out, and every one after it, so that the message is never cut inside a
+ * clause, a word or a UTF-8 sequence (the pool's name is the only text
+ * that is not ASCII, and its clause always fits). */
 typedef struct msg {
   char *s;
   size_t n, len;
+  size_t keep;
+  int cut;     /* a clause was left out */
+  int compact; /* without the parenthetical details (the report has them) */
 } msg;
 
+#define CLAUSE_MAX 512 /* the longest clause: the first, with a 127-byte name */
+
 __attribute__((format(printf, 2, 3))) static void add(msg *m, const char *fmt, ...) {
-  if (m->len + 1 >= m->n)
+  if (m->cut)
     return;
+  char clause[CLAUSE_MAX];
   va_list ap;
   va_start(ap, fmt);
-  int w = vsnprintf(m->s + m->len, m->n - m->len, fmt, ap);
+  int w = vsnprintf(clause, sizeof clause, fmt, ap);
   va_end(ap);
-  if (w > 0)
-    m->len = m->len + (size_t)w < m->n ? m->len + (size_t)w : m->n - 1;
+  if (w < 0)
+    return;
+  if ((size_t)w >= sizeof clause || m->len + (size_t)w + m->keep >= m->n) {
+    m->cut = 1;
+    return;
+  }
+  memcpy(m->s + m->len, clause, (size_t)w + 1);
+  m->len += (size_t)w;
 }
 
-/* write_message's text, in the program's locale. */
-static void write_message_text(pool_oom_report *r) {
+/* The free blocks that looked large enough and why the request could not
+ * take them (another stream's, the other size pool's, the strategy's
+ * rules): without it, a largest free block above the request and no
+ * fragmentation would read as a contradiction. */
+static void add_unusable(msg *m, const pool_oom_report *r) {
   const oom_explanation *e = &r->ex;
   char a[32], b[32], c[32];
-  msg m = {r->message, sizeof r->message, 0};
+  int large = size_is_large(r->rounded);
+  if (e->other_stream_largest >= r->rounded)
+    add(m,
+        " The free blocks large enough for it are on other streams (%s free there, largest %s): "
+        "a block serves only the stream it was allocated on.",
+        bytes(a, sizeof a, e->other_stream_free), bytes(b, sizeof b, e->other_stream_largest));
+  if (e->other_pool_largest >= r->rounded)
+    add(m,
+        " A request %s takes %s-pool blocks: the %s free in %s-pool blocks (largest %s) cannot "
+        "serve it.",
+        large ? "over 1 MiB" : "of at most 1 MiB", large ? "large" : "small",
+        bytes(a, sizeof a, e->other_pool_free), large ? "small" : "large",
+        bytes(b, sizeof b, e->other_pool_largest));
+  if (e->rules_largest >= r->rounded && strcmp(r->cap.strategy, "bfc") == 0)
+    add(m,
+        " Its free blocks of max_split_size (%s) or more (%s, largest %s) are not split: they "
+        "serve only requests of that size or more within max_non_split_rounding_mb of theirs.",
+        bytes(a, sizeof a, r->cap.max_split_size), bytes(b, sizeof b, e->rules_free),
+        bytes(c, sizeof c, e->rules_largest));
+  else if (e->rules_largest >= r->rounded)
+    add(m,
+        " Strategy %s takes a free block of the rounded size only: its other free blocks (%s, "
+        "largest %s) cannot serve it.",
+        r->cap.strategy, bytes(a, sizeof a, e->rules_free), bytes(b, sizeof b, e->rules_largest));
+}
+
+/* Why the failure is not the device's memory, or is beyond the settings. */
+static void add_cause(msg *m, const pool_oom_report *r) {
+  const oom_explanation *e = &r->ex;
+  char a[32], b[32];
+  int hopeless = e->larger_than_device || (e->segment_larger_than_device && r->cap.expandable);
+  if (e->larger_than_device)
+    add(m, " The request is larger than the device (%s): no setting makes it fit.",
+        bytes(a, sizeof a, r->device_total));
+  else if (hopeless)
+    add(m, " The %s whole pages it needs are more than the device (%s): no setting makes it fit.",
+        bytes(a, sizeof a, e->need), bytes(b, sizeof b, r->device_total));
+  else if (e->segment_larger_than_device && r->rounded > r->device_total)
+    add(m, " The request fits the device (%s), but the %s block strategy %s rounds it to does not.",
+        bytes(a, sizeof a, r->device_total), bytes(b, sizeof b, r->rounded), r->cap.strategy);
+  else if (e->segment_larger_than_device)
+    add(m,
+        " The request fits the device (%s), but the %s segment it takes does not: with "
+        "expandable_segments:True it would take only its own 2 MiB pages.",
+        bytes(a, sizeof a, r->device_total), bytes(b, sizeof b, e->need));
+  else if (r->limit_refused)
+    add(m,
+        " The pool's limit refused it, not the device: it needs %s more than memory_fraction "
+        "%g allows.",
+        bytes(a, sizeof a, e->shortfall), r->memory_fraction);
+  else if (e->device_had_room && e->injected_fault)
+    add(m,
+        " The device had room for the %s asked by its accounting: the host backend's fault "
+        "injection (fault_every_n, fault_rate) failed the allocation on purpose.",
+        bytes(a, sizeof a, e->need));
+  else if (e->device_had_room && strcmp(r->cap.backend, "host") == 0)
+    add(m,
+        " The device had room for the %s asked by its accounting: the host could not provide "
+        "the memory the host backend simulates it with.",
+        bytes(a, sizeof a, e->need));
+  else if (e->device_had_room)
+    add(m,
+        " The device had room for the %s asked by a reading %.1f s old: memory was taken "
+        "since, or the driver refused for another reason.",
+        bytes(a, sizeof a, e->need), (double)r->device_age_ns / 1e9);
+}
+
+static void add_remedies(msg *m, const pool_oom_report *r) {
+  const oom_explanation *e = &r->ex;
+  char a[32], b[32], c[32];
+  add(m, " Remedies:");
+  if (r->limit_refused && e->fraction_needed > 0)
+    add(m, " memory_fraction %.3f would allow it%s;", e->fraction_needed,
+        m->compact ? "" : " (set_per_process_memory_fraction)");
+  else if (r->limit_refused)
+    add(m, " no memory_fraction would allow it (the device's size is %s);",
+        r->device_total ? "smaller" : "unknown");
+  add(m, " an empty_cache would free %s (%s);", bytes(a, sizeof a, e->empty_cache_frees),
+      answer(e->empty_cache_enough, "enough", "not enough", "enough unknown"));
+  if (e->expandable == OOM_NOT_APPLICABLE)
+    add(m, " expandable_segments %s;",
+        r->cap.expandable ? "is already on" : "is not available on this backend");
+  else if (m->compact)
+    add(m, " expandable_segments:True%s %s;",
+        strcmp(r->cap.strategy, "bfc") ? " (with strategy bfc)" : "",
+        answer(e->expandable, "would have served it", "would not have served it",
+               "might have served it"));
+  else
+    add(m, " expandable_segments:True%s %s (it would hold %s to %s of %s usable);",
+        strcmp(r->cap.strategy, "bfc") ? " (with strategy bfc)" : "",
+        answer(e->expandable, "would have served it", "would not have served it",
+               "might have served it"),
+        bytes(a, sizeof a, e->expandable_low), bytes(b, sizeof b, e->expandable_high),
+        r->device_known ? bytes(c, sizeof c, e->expandable_room) : "an unknown amount");
+  if (e->split_limit_mb && e->split_unstranded && m->compact)
+    add(m, " max_split_size_mb:%" PRIu64 " leaves at most %s in splits;", e->split_limit_mb,
+        bytes(a, sizeof a, e->split_at_most));
+  else if (e->split_limit_mb && e->split_unstranded)
+    add(m,
+        " max_split_size_mb:%" PRIu64 " leaves at most %s in splits (%s free now in larger "
+        "split segments);",
+        e->split_limit_mb, bytes(a, sizeof a, e->split_at_most),
+        bytes(b, sizeof b, e->split_unstranded));
+  else if (e->split_limit_mb)
+    add(m,
+        " max_split_size_mb:%" PRIu64 " would not help (the %s free in splits lie in "
+        "smaller segments);",
+        e->split_limit_mb, bytes(a, sizeof a, e->split_at_most));
+  if (e->free_outside_to_fit)
+    add(m, " it fits if %s held outside this pool is freed;",
+        bytes(a, sizeof a, e->free_outside_to_fit));
+  else if (e->outside_not_enough)
+    add(m, " freeing all %s held outside this pool would not be enough;",
+        bytes(a, sizeof a, e->outside_pool));
+}
+
+/* write_message's text, in the program's locale; compact: without the
+ * parenthetical details. Whether a clause was left out. */
+static int write_message_text(pool_oom_report *r, int compact) {
+  const oom_explanation *e = &r->ex;
+  char a[32], b[32], c[32];
+  /* The end, always there: the cut mark (where clauses were left out) and
+   * the report link. */
+  char link[128] = "";
+  if (r->observed)
+    snprintf(link, sizeof link, " Report: /oom/%" PRIu64 ", advice: /advice on the gpupool agent.",
+             r->id);
+  static const char mark_report[] = " [cut short: the report has the rest]";
+  static const char mark[] = " [cut short]";
+  const char *cut_mark = r->observed ? mark_report : mark;
+  msg m = {r->message, sizeof r->message, 0, strlen(link) + strlen(cut_mark), 0, compact};
+  r->message[0] = '\0';
   add(&m,
       "CUDA out of memory. Tried to allocate %s (block %s, from the device %s) in pool '%s' "
       "on device %d (%s, %s).",
@@ -268,87 +450,50 @@ static void write_message_text(pool_oom_report *r) {
       bytes(b, sizeof b, (uint64_t)r->stats.allocated_bytes[GPUPOOL_STAT_ALL].current));
   if (r->has_limit)
     add(&m, " limit %s (memory_fraction %g);", bytes(a, sizeof a, r->limit), r->memory_fraction);
-  if (r->device_known)
+  if (r->device_known && compact)
+    add(&m, " device free %s of %s;", bytes(a, sizeof a, r->device_free),
+        bytes(b, sizeof b, r->device_total));
+  else if (r->device_known)
     add(&m, " device free %s of %s (%s);", bytes(a, sizeof a, r->device_free),
         bytes(b, sizeof b, r->device_total), r->device_source);
   else
-    add(&m, " device free unknown (no reading without a device call);");
-  if (r->other_known)
+    add(&m, " device free unknown%s;", compact ? "" : " (no reading without a device call)");
+  if (r->other_known && compact)
+    add(&m, " other CUDA allocations %s.", bytes(a, sizeof a, r->other_bytes));
+  else if (r->other_known)
     add(&m, " other CUDA allocations %s (%s).", bytes(a, sizeof a, r->other_bytes),
         r->other_source);
   else
-    add(&m, " other CUDA allocations unknown (no CUPTI).");
+    add(&m, " other CUDA allocations unknown%s.", compact ? "" : " (no CUPTI)");
   add(&m,
       " Free in the pool %s in %" PRIu64 " blocks, largest %s (external fragmentation %.0f%%), "
       "inactive split %s.",
       bytes(a, sizeof a, e->free_in_pool), e->free_blocks, bytes(b, sizeof b, e->largest_free),
       e->external_fragmentation * 100.0, bytes(c, sizeof c, e->inactive_split_bytes));
-  if (e->larger_than_device) {
-    add(&m, " The request is larger than the device (%s): no setting makes it fit.",
-        bytes(a, sizeof a, r->device_total));
-  } else {
-    if (r->limit_refused)
-      add(&m,
-          " The pool's limit refused it, not the device: it needs %s more than memory_fraction "
-          "%g allows.",
-          bytes(a, sizeof a, e->shortfall), r->memory_fraction);
-    else if (e->device_had_room && strcmp(r->cap.backend, "host") == 0)
-      add(&m,
-          " The device had room for the %s asked by its accounting: the host could not provide "
-          "the memory the host backend simulates it with.",
-          bytes(a, sizeof a, e->need));
-    else if (e->device_had_room)
-      add(&m,
-          " The device had room for the %s asked by a reading %.1f s old: memory was taken "
-          "since, or the driver refused for another reason.",
-          bytes(a, sizeof a, e->need), (double)r->device_age_ns / 1e9);
-    add(&m, " Remedies:");
-    if (r->limit_refused && e->fraction_needed > 0)
-      add(&m, " memory_fraction %.3f would allow it (set_per_process_memory_fraction);",
-          e->fraction_needed);
-    else if (r->limit_refused)
-      add(&m, " no memory_fraction would allow it (the device's size is %s);",
-          r->device_total ? "smaller" : "unknown");
-    add(&m, " an empty_cache would free %s (%s);", bytes(a, sizeof a, e->empty_cache_frees),
-        answer(e->empty_cache_enough, "enough", "not enough", "enough unknown"));
-    if (e->expandable == OOM_NOT_APPLICABLE)
-      add(&m, " expandable_segments %s;",
-          r->cap.expandable ? "is already on" : "is not available on this backend");
-    else
-      add(&m, " expandable_segments:True%s %s (it would hold %s to %s of %s usable);",
-          strcmp(r->cap.strategy, "bfc") ? " (with strategy bfc)" : "",
-          answer(e->expandable, "would have served it", "would not have served it",
-                 "might have served it"),
-          bytes(a, sizeof a, e->expandable_low), bytes(b, sizeof b, e->expandable_high),
-          r->device_known ? bytes(c, sizeof c, e->expandable_room) : "an unknown amount");
-    if (e->split_limit_mb && e->split_unstranded)
-      add(&m,
-          " max_split_size_mb:%" PRIu64 " leaves at most %s in splits (%s free now in larger "
-          "split segments);",
-          e->split_limit_mb, bytes(a, sizeof a, e->split_at_most),
-          bytes(b, sizeof b, e->split_unstranded));
-    else if (e->split_limit_mb)
-      add(&m,
-          " max_split_size_mb:%" PRIu64 " would not help (the %s free in splits lie in "
-          "smaller segments);",
-          e->split_limit_mb, bytes(a, sizeof a, e->split_at_most));
-    if (e->free_outside_to_fit)
-      add(&m, " it fits if %s held outside this pool is freed;",
-          bytes(a, sizeof a, e->free_outside_to_fit));
-    else if (e->outside_not_enough)
-      add(&m, " freeing all %s held outside this pool would not be enough;",
-          bytes(a, sizeof a, e->outside_pool));
-  }
+  add_unusable(&m, r);
+  add_cause(&m, r);
+  if (!e->larger_than_device && !(e->segment_larger_than_device && r->cap.expandable))
+    add_remedies(&m, r);
+  m.keep = 0;
   if (m.len && r->message[m.len - 1] == ';') /* the last remedy ends the sentence */
     r->message[m.len - 1] = '.';
-  if (r->observed)
-    add(&m, " Report: /oom/%" PRIu64 ", advice: /advice on the gpupool agent.", r->id);
+  int cut = m.cut;
+  m.cut = 0;
+  if (cut)
+    add(&m, "%s", cut_mark);
+  add(&m, "%s", link);
+  return cut;
 }
 
-/* The message reads the same in every locale ("20.00 MiB", as PyTorch's). */
+/* The message reads the same in every locale ("20.00 MiB", as PyTorch's).
+ * Where the whole explanation does not fit OOM_MESSAGE_MAX, it is written
+ * without its parenthetical details, and where that does not fit either,
+ * as many clauses of it as fit. */
 static void write_message(pool_oom_report *r) {
   locale_t old = c_numeric_enter();
-  write_message_text(r);
+  r->message_cut = write_message_text(r, 0);
+  if (r->message_cut)
+    r->message_cut = write_message_text(r, 1);
   c_numeric_leave(old);
 }
 
@@ -369,7 +514,7 @@ void pool_oom_deliver(void) {
   pthread_mutex_lock(&observer_lock);
   pool_oom_observer o = observer;
   int have = atomic_load(&observer_set) && o.deliver;
-  r->observed = have;
+  r->observed = 0; /* annotate says whether the observer serves it */
   if (have && o.annotate)
     o.annotate(r, o.arg);
   pool_oom_explain(r);

@@ -13,12 +13,25 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "core/errors.h"
 #include "gpupool/gpupool.h"
 #include "pool_capture.h"
 
-#define OOM_REPORT_MAX_BLOCKS 4096 /* blocks copied into one report (whole segments) */
-#define OOM_REPORT_MAX_EVENTS 256  /* last events of the pool copied into one report */
-#define OOM_MESSAGE_MAX       1024
+/* What one report copies of its pool (whole segments, while all of these
+ * fit; pool_capture_limits): at most 4096 * 64 + 1024 * 104 + 1024 * 16 +
+ * 256 * 64 bytes = 392 KiB (pool_block_info, pool_capture_segment,
+ * pool_capture_run, pool_event), and the report's own 3 KiB: docs/oom.md
+ * states 395 KiB. */
+#define OOM_REPORT_MAX_BLOCKS   4096 /* blocks */
+#define OOM_REPORT_MAX_SEGMENTS 1024 /* segments (one block each is common: large tensors) */
+#define OOM_REPORT_MAX_RUNS     1024 /* runs of mapped pages of expandable segments */
+#define OOM_REPORT_MAX_EVENTS   256  /* last events of the pool */
+/* The message is gpupool_last_error()'s text: it must fit its buffer. The
+ * longest the explanation can be (a 127-byte pool name, every clause) is
+ * longer; the message is then written again without its parenthetical
+ * details, and where even that does not fit, cut at a clause boundary with
+ * the report link kept (pool_oom_explain). */
+#define OOM_MESSAGE_MAX POOL_ERROR_MAX
 
 /* A three-valued answer: computed yes, computed no, or bounds that straddle. */
 typedef enum { OOM_NO = 0, OOM_YES = 1, OOM_MAYBE = 2, OOM_NOT_APPLICABLE = 3 } oom_answer;
@@ -37,7 +50,23 @@ typedef struct oom_explanation {
    * for another reason), so the remedies that free memory are answered
    * maybe */
   int device_had_room;
-  int larger_than_device;
+  int larger_than_device; /* the request itself: no setting makes it fit */
+  /* The request fits the device, but the block or segment it is rounded to
+   * (the strategy's block, a plain segment of 20 MiB or whole 2 MiB pages)
+   * does not: expandable_segments:True may serve it (its answer tells), but
+   * not in an expandable pool (whose pages are already as small as pages
+   * get). */
+  int segment_larger_than_device;
+  /* The host backend's fault injection (fault_every_n, fault_rate) failed
+   * the device allocation on purpose. */
+  int injected_fault;
+  /* Free blocks the request could not take, and why (pool_capture_totals):
+   * the largest it could take; on other streams; in the other size pool of
+   * its stream; large enough but refused by the strategy's rules. */
+  uint64_t usable_largest;
+  uint64_t other_stream_free, other_stream_largest;
+  uint64_t other_pool_free, other_pool_largest;
+  uint64_t rules_free, rules_largest;
   uint64_t empty_cache_frees;
   oom_answer empty_cache_enough;
   oom_answer expandable;                    /* would expandable_segments:True have served it */
@@ -79,14 +108,23 @@ typedef struct pool_oom_report {
   int has_limit, limit_refused;
   uint64_t limit;
   double memory_fraction;
-  int observed; /* an observer keeps it: the message names /oom/<id> */
+  /* The observer will serve the report (annotate sets it: the agent keeps
+   * reports and listens): the message names /oom/<id>. */
+  int observed;
+  /* The last device allocation failed by the host backend's fault
+   * injection (its reason, in gpupool_last_error() at the capture, said
+   * so). */
+  int injected_fault;
+  int message_cut; /* the message left clauses out (OOM_MESSAGE_MAX) */
   oom_explanation ex;
   char message[OOM_MESSAGE_MAX]; /* the gpupool_last_error() line */
 } pool_oom_report;
 
 typedef struct pool_oom_observer {
-  /* Before the explanation: fill device_* (when !device_known) and other_*.
-   * Runs on the failing thread, no pool lock held; must only copy. */
+  /* Before the explanation: fill device_* (when !device_known) and other_*,
+   * and set observed when the observer will serve the report at /oom/<id>
+   * (the message then names it). Runs on the failing thread, no pool lock
+   * held; must only copy. */
   void (*annotate)(pool_oom_report *r, void *arg);
   /* The finished report; the observer owns it (pool_oom_report_free). */
   void (*deliver)(pool_oom_report *r, void *arg);

@@ -10,6 +10,7 @@
 #include "pool_internal.h"
 #include "segment.h"
 #include "shard.h"
+#include "sizeclass.h"
 
 /* Events of one stream, up to (not past) the head seen under its lock. */
 typedef struct ring_part {
@@ -18,7 +19,34 @@ typedef struct ring_part {
   int partial; /* the stream had older events than ev[0] */
 } ring_part;
 
-static void add_totals(pool_capture_totals *t, const segment *seg, uint64_t split_limit) {
+/* Where free block b of seg (longest: its longest stretch over mapped
+ * pages, mapped: its bytes over them) lies for the request of lim: see
+ * pool_capture_totals' usable_largest. */
+static void add_request_totals(pool_capture_totals *t, const pool_config *cfg, const segment *seg,
+                               const block *b, size_t longest, size_t mapped,
+                               const pool_capture_limits *lim) {
+  int large = size_is_large(lim->rounded);
+  if ((uint64_t)(uintptr_t)seg->sh->stream != lim->stream) {
+    t->other_stream_free += mapped;
+    if (longest > t->other_stream_largest)
+      t->other_stream_largest = longest;
+  } else if (seg->large != large && !(seg->pages && seg->large && !large)) {
+    /* (an expandable pool's small request may take mapped pages of its
+     * stream's large range: shard_place_ready) */
+    t->other_pool_free += mapped;
+    if (longest > t->other_pool_largest)
+      t->other_pool_largest = longest;
+  } else if (longest >= lim->rounded && !shard_fit_allowed(cfg, b, lim->rounded)) {
+    t->rules_free += mapped;
+    if (longest > t->rules_largest)
+      t->rules_largest = longest;
+  } else if (longest > t->usable_largest) {
+    t->usable_largest = longest;
+  }
+}
+
+static void add_totals(pool_capture_totals *t, const pool_config *cfg, const segment *seg,
+                       const pool_capture_limits *lim) {
   size_t mapped = segment_mapped_bytes(seg);
   t->segments++;
   t->blocks += seg->nblocks;
@@ -39,9 +67,11 @@ static void add_totals(pool_capture_totals *t, const segment *seg, uint64_t spli
         t->largest_free = longest;
       if (live) {
         t->split_free_bytes += mapped;
-        if (split_limit && seg->size >= split_limit)
+        if (lim->split_limit && seg->size >= lim->split_limit)
           t->split_free_at_least += mapped;
       }
+      if (lim->request)
+        add_request_totals(t, cfg, seg, b, longest, mapped, lim);
     } else if (seg->large) {
       t->large_live_bytes += b->size;
       if (t->page_size)
@@ -50,17 +80,26 @@ static void add_totals(pool_capture_totals *t, const segment *seg, uint64_t spli
   }
 }
 
-/* The runs of mapped pages of vmm segment seg into c->runs (s says where);
- * -1 out of host memory. Under seg's shard lock. */
-static int copy_runs(pool_capture *c, const segment *seg, pool_capture_segment *s) {
+/* The runs of mapped pages of vmm segment seg into c->runs (s says where),
+ * at most max_runs in all: 0; 1 when seg's would pass max_runs (none of
+ * them is kept then); -1 out of host memory. Under seg's shard lock. */
+static int copy_runs(pool_capture *c, const segment *seg, pool_capture_segment *s,
+                     size_t max_runs) {
   s->first_run = c->nruns;
   s->nruns = 0;
   if (!seg->top)
     return 0;
   for (size_t i = pages_find(seg, 0, seg->top - 1, 1); i < seg->top;) {
     size_t end = pages_find(seg, i, seg->top - 1, 0); /* one past the run */
+    if (c->nruns >= max_runs) {
+      c->nruns = s->first_run;
+      s->nruns = 0;
+      return 1;
+    }
     if (c->nruns == c->cap_runs) {
       size_t cap = c->cap_runs ? 2 * c->cap_runs : 64;
+      if (cap > max_runs)
+        cap = max_runs;
       pool_capture_run *r = realloc(c->runs, cap * sizeof *r);
       if (!r)
         return -1;
@@ -75,27 +114,36 @@ static int copy_runs(pool_capture *c, const segment *seg, pool_capture_segment *
   return 0;
 }
 
-/* Copies sh's segments (while they fit in max_blocks) and its ring's head. */
-static int copy_shard(shard *sh, pool_capture *c, size_t max_blocks, size_t max_events,
-                      uint64_t split_limit, ring_part *part) {
+/* Copies sh's segments (while they fit in lim's counts, those of the
+ * arrays) and its ring's head. */
+static int copy_shard(const pool_config *cfg, shard *sh, pool_capture *c,
+                      const pool_capture_limits *lim, ring_part *part) {
+  size_t max_events = lim->max_events;
   event_ring *ring = NULL;
   event_ring_end end = {0};
   int no_memory = 0;
   spin_lock(&sh->lock);
   for (segment *seg = sh->segments; seg; seg = seg->next) {
-    add_totals(&c->t, seg, split_limit);
-    if (c->truncated || c->nblocks + seg->nblocks > max_blocks) {
+    add_totals(&c->t, cfg, seg, lim);
+    if (c->truncated || no_memory || c->nsegs >= lim->max_segments ||
+        c->nblocks + seg->nblocks > lim->max_blocks) {
       c->truncated = 1;
       continue;
     }
-    pool_capture_segment *s = &c->segs[c->nsegs++];
+    pool_capture_segment *s = &c->segs[c->nsegs];
     s->expandable = seg->pages != NULL;
     s->first_block = c->nblocks;
     segment_describe(seg, &s->info, &c->blocks[c->nblocks]); /* stamps: see stamps_to_ns */
-    c->nblocks += seg->nblocks;
     s->first_run = s->nruns = 0;
-    if (seg->pages && copy_runs(c, seg, s) != 0)
+    int runs = seg->pages ? copy_runs(c, seg, s, lim->max_runs) : 0;
+    if (runs < 0)
       no_memory = 1;
+    if (runs != 0) {
+      c->truncated |= runs > 0;
+      continue;
+    }
+    c->nsegs++;
+    c->nblocks += seg->nblocks;
   }
   if (sh->ring && max_events) {
     ring = sh->ring;
@@ -205,8 +253,30 @@ void pool_capture_let_go(gpupool *p) {
   pthread_mutex_unlock(&p->slow_lock);
 }
 
-int pool_capture_take(gpupool *p, int slow_locked, size_t max_blocks, size_t max_events,
-                      uint64_t split_limit, pool_capture *out) {
+/* Gives back what the arrays hold beyond their counts (a bounded copy's
+ * arrays were allocated for its limits). */
+static void trim(pool_capture *c) {
+  pool_capture_segment *s = realloc(c->segs, (c->nsegs + 1) * sizeof *s);
+  if (s)
+    c->segs = s;
+  pool_block_info *b = realloc(c->blocks, (c->nblocks + 1) * sizeof *b);
+  if (b)
+    c->blocks = b;
+  if (c->nruns < c->cap_runs) {
+    pool_capture_run *r = realloc(c->runs, (c->nruns + 1) * sizeof *r);
+    if (r) {
+      c->runs = r;
+      c->cap_runs = c->nruns + 1;
+    }
+  }
+}
+
+static size_t at_most(size_t v, size_t limit) {
+  return v < limit ? v : limit;
+}
+
+int pool_capture_take_limited(gpupool *p, int slow_locked, const pool_capture_limits *lim,
+                              pool_capture *out) {
   memset(out, 0, sizeof *out);
   out->pool_id = p->id;
   snprintf(out->name, sizeof out->name, "%s", p->cfg.name);
@@ -229,22 +299,23 @@ int pool_capture_take(gpupool *p, int slow_locked, size_t max_blocks, size_t max
     }
     spin_unlock(&sh->lock);
   }
-  /* Blocks split and merge under shard locks only: allow for growth. */
-  size_t cap_blocks = nblocks + 2 * nsegs + 16;
-  if (cap_blocks > max_blocks)
-    cap_blocks = max_blocks;
-  out->segs = malloc((nsegs + 1) * sizeof *out->segs);
-  out->blocks = malloc((cap_blocks + 1) * sizeof *out->blocks);
+  /* Blocks split and merge under shard locks only: allow for growth. The
+   * arrays hold at most the limits. */
+  pool_capture_limits room = *lim;
+  room.max_segments = at_most(nsegs, lim->max_segments);
+  room.max_blocks = at_most(nblocks + 2 * nsegs + 16, lim->max_blocks);
+  out->segs = malloc((room.max_segments + 1) * sizeof *out->segs);
+  out->blocks = malloc((room.max_blocks + 1) * sizeof *out->blocks);
   ring_part *parts = calloc(nshards + 1, sizeof *parts);
   int rc = out->segs && out->blocks && parts ? 0 : -1;
   size_t np = 0;
   for (shard *sh = atomic_load(&p->shards); sh && rc == 0 && np < nshards; sh = sh->next_shard)
-    rc = copy_shard(sh, out, cap_blocks, max_events, split_limit, &parts[np++]);
+    rc = copy_shard(&p->cfg, sh, out, &room, &parts[np++]);
   if (!slow_locked)
     pthread_mutex_unlock(&p->slow_lock);
   if (rc == 0) {
     stamps_to_ns(out);
-    rc = merge_events(out, parts, np, max_events);
+    rc = merge_events(out, parts, np, lim->max_events);
   }
   for (size_t i = 0; parts && i < np; i++)
     free(parts[i].ev);
@@ -253,7 +324,19 @@ int pool_capture_take(gpupool *p, int slow_locked, size_t max_blocks, size_t max
     pool_capture_free(out);
     return -1;
   }
+  if (lim->max_segments != SIZE_MAX || lim->max_blocks != SIZE_MAX || lim->max_runs != SIZE_MAX)
+    trim(out);
   return 0;
+}
+
+int pool_capture_take(gpupool *p, int slow_locked, size_t max_blocks, size_t max_events,
+                      uint64_t split_limit, pool_capture *out) {
+  pool_capture_limits lim = {.max_segments = SIZE_MAX,
+                             .max_blocks = max_blocks,
+                             .max_runs = SIZE_MAX,
+                             .max_events = max_events,
+                             .split_limit = split_limit};
+  return pool_capture_take_limited(p, slow_locked, &lim, out);
 }
 
 void pool_capture_free(pool_capture *c) {

@@ -2,8 +2,9 @@
  * blocks, and the last events of its rings, taken under the pool's slow lock
  * and each stream's lock, so that replaying the events backwards from the
  * blocks stays within the segments (PyTorch's memory snapshot needs that).
- * Bounded: at most max_blocks blocks (whole segments only) and max_events
- * events are copied; the aggregates below always cover every block. No
+ * Bounded (pool_capture_limits): whole segments only, while their count,
+ * their blocks and their runs of mapped pages fit the limits, and the last
+ * max_events events; the aggregates below always cover every block. No
  * device call. */
 #ifndef GPUPOOL_POOL_CAPTURE_H
 #define GPUPOOL_POOL_CAPTURE_H
@@ -45,6 +46,19 @@ typedef struct pool_capture_totals {
   uint64_t large_live_bytes;    /* allocated and pending blocks of large segments */
   uint64_t large_live_pages;    /* the same, in whole pages of page_size (no sharing) */
   uint64_t page_size;           /* the backend's vmm page size (0: none) */
+  /* With a request (pool_capture_limits.request): where the free blocks
+   * lie that it could not take. A block serves only its stream, and only
+   * requests of its size pool (small: up to 1 MiB; an expandable pool's
+   * small request may also take mapped pages of its stream's large range);
+   * and the strategy's rules keep some blocks large enough from it
+   * (round and naive take a block of the rounded size only; bfc's blocks
+   * of max_split_size or more serve only requests within
+   * max_non_split_rounding of their size). Bytes over mapped pages; the
+   * largest: the longest such stretch, as largest_free. */
+  uint64_t usable_largest;                          /* the largest free block it could take */
+  uint64_t other_stream_free, other_stream_largest; /* free blocks of other streams */
+  uint64_t other_pool_free, other_pool_largest;     /* its stream's, of the other size pool */
+  uint64_t rules_free, rules_largest; /* large enough, but refused by the strategy's rules */
 } pool_capture_totals;
 
 typedef struct pool_capture {
@@ -60,7 +74,7 @@ typedef struct pool_capture {
   size_t nblocks;
   pool_capture_run *runs; /* of the vmm segments copied */
   size_t nruns, cap_runs;
-  int truncated;      /* not every segment was copied */
+  int truncated;      /* not every segment was copied (a limit of pool_capture_limits) */
   pool_event *events; /* oldest first; CLOCK_REALTIME ns stamps */
   size_t nevents;
   uint64_t events_lost; /* events of the window overwritten before the copy */
@@ -111,9 +125,31 @@ static inline int pool_capture_goes_first(const pool_event *a, const pool_event 
 
 /* Copies p (taking its slow lock unless slow_locked) into out. split_limit:
  * see split_free_at_least (0: not wanted). 0, or -1 when out of host memory
- * (out is then empty). */
+ * (out is then empty). As pool_capture_take_limited with max_blocks and
+ * max_events, and no other limit. */
 int pool_capture_take(gpupool *p, int slow_locked, size_t max_blocks, size_t max_events,
                       uint64_t split_limit, pool_capture *out);
+
+/* What a copy may hold: whole segments, in the pools' order, while all of
+ * them, their blocks and their runs of mapped pages fit (the first that
+ * does not ends the copy: truncated), and the last max_events events. The
+ * arrays are allocated for at most these counts and trimmed to what was
+ * copied, so that a copy holds at most
+ * max_segments * sizeof(pool_capture_segment) + max_blocks *
+ * sizeof(pool_block_info) + max_runs * sizeof(pool_capture_run) +
+ * max_events * sizeof(pool_event) bytes of host memory. */
+typedef struct pool_capture_limits {
+  size_t max_segments, max_blocks, max_runs, max_events;
+  uint64_t split_limit; /* see split_free_at_least (0: not wanted) */
+  /* The request the copy explains (an OOM report's): its stream and its
+   * rounded size fill the totals' usable_largest, other_stream_*,
+   * other_pool_* and rules_*. */
+  int request;
+  uint64_t stream;
+  uint64_t rounded;
+} pool_capture_limits;
+int pool_capture_take_limited(gpupool *p, int slow_locked, const pool_capture_limits *lim,
+                              pool_capture *out);
 void pool_capture_free(pool_capture *c);
 /* Takes and lets go of p's slow lock, for pool_capture_take(p, 1, ...):
  * while it is held, p's segments do not change. Pools captured each under

@@ -40,6 +40,16 @@ Test(agent_conf, defaults) {
   cr_assert_str_eq(cfg.sd_dir, "");
   cr_assert_neq(cfg.hostname[0], '\0');
   cr_assert_eq(cfg.gzip_threads, agent_default_gzip_threads());
+  cr_assert_eq(cfg.oom_dir_max, 64);
+}
+
+Test(agent_conf, oom_dir_max) {
+  cr_assert_eq(resolve_env("oom_dir_max:0"), 0, "%s", err);
+  cr_assert_eq(cfg.oom_dir_max, 0, "0: no bound");
+  cr_assert_eq(resolve_env("oom_dir_max:1000000"), 0, "%s", err);
+  cr_assert_eq(cfg.oom_dir_max, 1000000);
+  cr_assert_neq(resolve_env("oom_dir_max:1000001"), 0);
+  cr_assert(strstr(err, "oom_dir_max") != NULL, "%s", err);
 }
 
 Test(agent_conf, every_key) {

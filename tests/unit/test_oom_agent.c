@@ -9,6 +9,8 @@
 #include <signal.h>
 #include <errno.h>
 #include <limits.h>
+#include <pthread.h>
+#include <semaphore.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -152,6 +154,30 @@ static void workload(gpupool *p, gpupool *x) {
   gpupool_host_stream_destroy(s);
 }
 
+/* The name (without extension) of this process's report id in oom_dir:
+ * gpupool-oom-<YYYYMMDDTHHMMSS.uuuuuuZ>-<pid>-<id>.json. 1 when found. */
+static int report_name(unsigned long long id, char *out, size_t n) {
+  char tail[64];
+  snprintf(tail, sizeof tail, "Z-%ld-%llu.json", (long)getpid(), id);
+  DIR *d = opendir(dir);
+  cr_assert_not_null(d);
+  int found = 0;
+  for (struct dirent *e; !found && (e = readdir(d));) {
+    size_t len = strlen(e->d_name), k = strlen(tail);
+    unsigned y, mo, day, h, mi, sec, us;
+    char z;
+    if (len > k && !strcmp(e->d_name + len - k, tail) &&
+        sscanf(e->d_name, "gpupool-oom-%4u%2u%2uT%2u%2u%2u.%6u%c", &y, &mo, &day, &h, &mi, &sec,
+               &us, &z) == 8 &&
+        z == 'Z' && y >= 2024 && len - k == strlen("gpupool-oom-20240101T000000.000000")) {
+      snprintf(out, n, "%.*s", (int)(len - 5), e->d_name);
+      found = 1;
+    }
+  }
+  closedir(d);
+  return found;
+}
+
 Test(oom_agent, serves_reports_and_torch_snapshots) {
   char conf[160];
   snprintf(conf, sizeof conf, "oom_reports:4,oom_dir:%s", dir);
@@ -245,10 +271,13 @@ Test(oom_agent, serves_reports_and_torch_snapshots) {
   fclose(f);
   check_pickle(path, NULL);
 
-  /* oom_dir has the report as JSON and as a pickle. */
-  snprintf(path, sizeof path, "%s/gpupool-oom-%ld-%d.json", dir, (long)getpid(), id);
+  /* oom_dir has the report as JSON and as a pickle:
+   * gpupool-oom-<UTC time>-<pid>-<id>.json and .pickle. */
+  char name[80];
+  cr_assert(report_name(id, name, sizeof name), "no report %d in %s", id, dir);
+  snprintf(path, sizeof path, "%s/%s.json", dir, name);
   cr_expect_eq(access(path, R_OK), 0, "%s", path);
-  snprintf(path, sizeof path, "%s/gpupool-oom-%ld-%d.pickle", dir, (long)getpid(), id);
+  snprintf(path, sizeof path, "%s/%s.pickle", dir, name);
   cr_expect_eq(access(path, R_OK), 0, "%s", path);
   check_pickle(path, NULL);
 
@@ -467,52 +496,100 @@ Test(oom_agent, oom_dir_on_a_full_disk_counts_and_says_why) {
   gpupool_destroy(p);
 }
 
-/* oom_dir holds both files of a report or neither: a report whose pickle
- * cannot be put in place leaves no JSON (it stayed alone, as after a full
- * disk), and one whose JSON cannot leaves no pickle. Each counts as not
- * written, stderr says why once, and no temporary file is left. A
- * directory of the file's name makes its rename fail (EISDIR). */
-Test(oom_agent, oom_dir_holds_both_files_of_a_report_or_neither) {
-  char conf[160], path[256];
+static void put_text(const char *name, const char *text) {
+  char path[sizeof dir + 160];
+  snprintf(path, sizeof path, "%s/%s", dir, name);
+  save(path, text, strlen(text));
+}
+
+static int text_is(const char *name, const char *text) {
+  char path[sizeof dir + 160], got[256] = "";
+  snprintf(path, sizeof path, "%s/%s", dir, name);
+  FILE *f = fopen(path, "r");
+  if (!f)
+    return 0;
+  size_t n = fread(got, 1, sizeof got - 1, f);
+  got[n] = '\0';
+  fclose(f);
+  return !strcmp(got, text);
+}
+
+/* The reports of an earlier run of a program with the same pid (PID 1 in a
+ * container, ids from 1 again) had the names gpupool-oom-<pid>-<id>, which
+ * a new report renamed its files over; and a link planted at a temporary
+ * name (a shared oom_dir) had the report written through it into its
+ * target. A report replaces no file of oom_dir and writes through no link:
+ * each has a name of its own (with the time), put in place without
+ * replacing, and its temporary files are new files. Here at the names the
+ * next reports had. Both files of each report are there. */
+Test(oom_agent, reports_replace_no_file_and_follow_no_link) {
+  char conf[160], name[128], path[256], victim[128];
   snprintf(conf, sizeof conf, "oom_dir:%s", dir);
   start(conf);
-  gpupool *p = host_pool("pairs", NULL);
-  cr_redirect_stderr();
+  gpupool *p = host_pool("restarted", NULL);
   void *big;
   cr_assert_eq(gpupool_malloc(p, &big, 100 * MiB, NULL), GPUPOOL_ERR_OOM);
-  unsigned long long id = 0; /* the first report's; the next ones follow */
-  DIR *d = opendir(dir);
-  cr_assert_not_null(d);
-  for (struct dirent *e; (e = readdir(d));) {
-    long of;
-    sscanf(e->d_name, "gpupool-oom-%ld-%llu.json", &of, &id);
-  }
-  closedir(d);
-  cr_assert_gt(id, 0, "the first report was not written");
+  http_response r = get(gpupool_agent_port(), "/oom");
+  cJSON *list = cJSON_Parse(r.body);
+  cr_assert(cJSON_IsArray(list) && cJSON_GetArraySize(list) == 1, "%s", r.body);
+  unsigned long long id =
+      (unsigned long long)cJSON_GetObjectItem(cJSON_GetArrayItem(list, 0), "id")->valuedouble;
+  cJSON_Delete(list);
+  http_response_free(&r);
   long pid = (long)getpid();
-  snprintf(path, sizeof path, "%s/gpupool-oom-%ld-%llu.pickle", dir, pid, id + 1);
-  cr_assert_eq(mkdir(path, 0700), 0);
-  snprintf(path, sizeof path, "%s/gpupool-oom-%ld-%llu.json", dir, pid, id + 2);
-  cr_assert_eq(mkdir(path, 0700), 0);
+  /* report id + 1's names: an earlier run's pair */
+  snprintf(name, sizeof name, "gpupool-oom-%ld-%llu.json", pid, id + 1);
+  put_text(name, "an earlier run's JSON");
+  snprintf(name, sizeof name, "gpupool-oom-%ld-%llu.pickle", pid, id + 1);
+  put_text(name, "an earlier run's pickle");
+  /* report id + 2's temporary name: a link to a file of someone else's */
+  snprintf(victim, sizeof victim, "%s/victim", dir);
+  put_text("victim", "precious");
+  snprintf(path, sizeof path, "%s/gpupool-oom-%ld-%llu.json.tmp", dir, pid, id + 2);
+  cr_assert_eq(symlink(victim, path), 0);
   for (int i = 0; i < 2; i++)
     cr_assert_eq(gpupool_malloc(p, &big, 100 * MiB, NULL), GPUPOOL_ERR_OOM);
   oom_store_counts c;
   oom_store_get_counts(&c);
   cr_expect_eq(c.total, 3);
-  cr_expect_eq(c.write_errors, 2);
-  snprintf(path, sizeof path, "%s/gpupool-oom-%ld-%llu.json", dir, pid, id + 1);
-  cr_expect_neq(access(path, F_OK), 0, "report %llu's JSON without its pickle", id + 1);
-  snprintf(path, sizeof path, "%s/gpupool-oom-%ld-%llu.pickle", dir, pid, id + 2);
-  cr_expect_neq(access(path, F_OK), 0, "report %llu's pickle without its JSON", id + 2);
-  cr_expect_eq(count_files(dir, ".tmp"), 0, "a temporary file was left");
-  fflush(stderr);
-  char text[1024] = "", want[64];
-  size_t n = fread(text, 1, sizeof text - 1, cr_get_redirected_stderr());
-  text[n] = '\0';
-  snprintf(want, sizeof want, "cannot write OOM report %llu to oom_dir ", id + 1);
-  const char *line = strstr(text, want);
-  cr_expect(line && strstr(line, strerror(EISDIR)), "%s", text);
-  cr_expect(line && !strstr(line + 1, "cannot write OOM report"), "more than one line: %s", text);
+  cr_expect_eq(c.write_errors, 0);
+  snprintf(name, sizeof name, "gpupool-oom-%ld-%llu.json", pid, id + 1);
+  cr_expect(text_is(name, "an earlier run's JSON"), "%s was replaced", name);
+  snprintf(name, sizeof name, "gpupool-oom-%ld-%llu.pickle", pid, id + 1);
+  cr_expect(text_is(name, "an earlier run's pickle"), "%s was replaced", name);
+  cr_expect(text_is("victim", "precious"), "the report was written through the link");
+  for (unsigned long long k = id; k <= id + 2; k++) {
+    cr_expect(report_name(k, name, sizeof name), "report %llu's JSON", k);
+    snprintf(path, sizeof path, "%s/%s.pickle", dir, name);
+    cr_expect_eq(access(path, R_OK), 0, "report %llu's pickle", k);
+  }
+  cr_expect_eq(count_files(dir, ".json"), 4, "three reports and the earlier run's");
+  cr_expect_eq(count_files(dir, ".pickle"), 4);
+  gpupool_destroy(p);
+}
+
+/* An OOM retry loop does not fill the disk: oom_dir keeps the last 64
+ * reports of an agent (OOM_STORE_DEFAULT_DIR_MAX); 300 OOMs left 600
+ * files. */
+Test(oom_agent, oom_dir_keeps_the_last_reports_of_a_retry_loop, .timeout = 300) {
+  char conf[160];
+  snprintf(conf, sizeof conf, "oom_reports:2,oom_dir:%s", dir);
+  start(conf);
+  gpupool *p = host_pool("loop", NULL);
+  void *big;
+  for (int i = 0; i < 70; i++)
+    cr_assert_eq(gpupool_malloc(p, &big, 100 * MiB, NULL), GPUPOOL_ERR_OOM);
+  oom_store_counts c;
+  oom_store_get_counts(&c);
+  cr_expect_eq(c.total, 70);
+  cr_expect_eq(c.write_errors, 0);
+  cr_expect_eq(count_files(dir, ".json"), 64);
+  cr_expect_eq(count_files(dir, ".pickle"), 64);
+  /* the newest are kept: the report the last message names */
+  const char *at = strstr(gpupool_last_error(), "Report: /oom/");
+  cr_assert_not_null(at, "%s", gpupool_last_error());
+  char name[128];
+  cr_expect(report_name(strtoull(at + 13, NULL, 10), name, sizeof name));
   gpupool_destroy(p);
 }
 
@@ -805,4 +882,147 @@ Test(oom_agent, pages_moved_from_two_places_are_two_unmaps) {
   gpupool_host_stream_destroy(s1);
   gpupool_host_stream_destroy(s2);
   gpupool_destroy(p);
+}
+
+/* The message links /oom/<id> only where the agent serves that report:
+ * with oom_reports:0 (counted, not kept) /oom/<id> is 404, and with
+ * listen:off nothing serves it. */
+Test(oom_agent, the_message_links_a_report_only_where_the_agent_serves_it) {
+  int port = start("oom_reports:0");
+  gpupool *p = host_pool("linked", NULL);
+  void *big;
+  cr_assert_eq(gpupool_malloc(p, &big, 100 * MiB, NULL), GPUPOOL_ERR_OOM);
+  cr_expect(strncmp(gpupool_last_error(), "CUDA out of memory.", 19) == 0);
+  cr_expect_null(strstr(gpupool_last_error(), "/oom/"), "oom_reports:0: %s", gpupool_last_error());
+  cr_expect_null(strstr(gpupool_last_error(), "/advice"), "%s", gpupool_last_error());
+  http_response r = get(port, "/oom");
+  cr_expect_str_eq(r.body, "[]");
+  http_response_free(&r);
+  gpupool_agent_stop();
+
+  setenv("GPUPOOL_AGENT_CONF", "oom_reports:4", 1);
+  gpupool_agent_options off = {.listen = "off", .cupti = GPUPOOL_CUPTI_OFF};
+  cr_assert_eq(gpupool_agent_start(&off), GPUPOOL_OK, "%s", gpupool_last_error());
+  cr_assert_eq(gpupool_malloc(p, &big, 100 * MiB, NULL), GPUPOOL_ERR_OOM);
+  cr_expect_null(strstr(gpupool_last_error(), "/oom/"), "listen:off: %s", gpupool_last_error());
+  oom_store_counts c;
+  oom_store_get_counts(&c);
+  cr_expect_eq(c.kept, 1, "kept all the same");
+  gpupool_agent_stop();
+
+  port = start("oom_reports:4");
+  cr_assert_eq(gpupool_malloc(p, &big, 100 * MiB, NULL), GPUPOOL_ERR_OOM);
+  const char *at = strstr(gpupool_last_error(), " Report: /oom/");
+  cr_assert_not_null(at, "%s", gpupool_last_error());
+  char url[64];
+  snprintf(url, sizeof url, "/oom/%llu", strtoull(at + 14, NULL, 10));
+  r = get(port, url);
+  cr_expect_eq(r.status, 200, "%s: %d", url, r.status);
+  http_response_free(&r);
+  gpupool_destroy(p);
+}
+
+/* Reports take their ids at the capture and reach the agent later, not
+ * always in that order (threads that fail at once). /oom lists them by id,
+ * oldest first, and a full store lets the lowest id go, not the one
+ * delivered first. Here report a is captured first and delivered last. */
+static gpupool *order_pool;
+static sem_t order_captured, order_delivered;
+
+static void capture_one(void) {
+  pool_capture_hold(order_pool);
+  pool_oom_capture(order_pool, NULL, 100 * MiB, 100 * MiB, 100 * MiB);
+  pool_capture_let_go(order_pool);
+}
+
+static void *captured_first_delivered_last(void *arg) {
+  (void)arg;
+  capture_one();
+  sem_post(&order_captured);
+  sem_wait(&order_delivered);
+  pool_oom_deliver();
+  return NULL;
+}
+
+static int list_ids(int port, double *ids, int max) {
+  http_response r = get(port, "/oom");
+  cJSON *list = cJSON_Parse(r.body);
+  cr_assert(cJSON_IsArray(list), "%s", r.body);
+  int n = cJSON_GetArraySize(list);
+  for (int i = 0; i < n && i < max; i++)
+    ids[i] = cJSON_GetObjectItem(cJSON_GetArrayItem(list, i), "id")->valuedouble;
+  cJSON_Delete(list);
+  http_response_free(&r);
+  return n;
+}
+
+Test(oom_agent, reports_are_kept_by_id_whatever_order_they_arrive_in) {
+  int port = start("oom_reports:2");
+  order_pool = host_pool("order", NULL);
+  cr_assert_eq(sem_init(&order_captured, 0, 0), 0);
+  cr_assert_eq(sem_init(&order_delivered, 0, 0), 0);
+  pthread_t t;
+  cr_assert_eq(pthread_create(&t, NULL, captured_first_delivered_last, NULL), 0);
+  sem_wait(&order_captured);
+  capture_one(); /* a + 1, delivered first */
+  pool_oom_deliver();
+  sem_post(&order_delivered);
+  pthread_join(t, NULL);
+  double ids[4];
+  cr_assert_eq(list_ids(port, ids, 4), 2);
+  cr_expect_lt(ids[0], ids[1], "oldest first: %.0f, %.0f", ids[0], ids[1]);
+  double a = ids[0] < ids[1] ? ids[0] : ids[1];
+  capture_one(); /* a + 2: a goes */
+  pool_oom_deliver();
+  cr_assert_eq(list_ids(port, ids, 4), 2);
+  cr_expect(ids[0] == a + 1 && ids[1] == a + 2, "kept %.0f, %.0f; expected %.0f, %.0f", ids[0],
+            ids[1], a + 1, a + 2);
+  char url[64];
+  snprintf(url, sizeof url, "/oom/%.0f", a);
+  expect_status(port, url, 404);
+  sem_destroy(&order_captured);
+  sem_destroy(&order_delivered);
+  gpupool_destroy(order_pool);
+}
+
+/* An expandable pool's free block over unmapped pages says how many of its
+ * bytes are unmapped (as /snapshot's blocks do), so that its blocks add up
+ * to free_in_pool_bytes. */
+Test(oom_agent, expandable_blocks_say_their_unmapped_bytes) {
+  int port = start("oom_reports:2");
+  gpupool *x = host_pool("unmapped", "expandable_segments:True");
+  void *a, *big;
+  cr_assert_eq(gpupool_malloc(x, &a, 3 * MiB, NULL), GPUPOOL_OK); /* two pages: 1 MiB free */
+  cr_assert_eq(gpupool_malloc(x, &big, 100 * MiB, NULL), GPUPOOL_ERR_OOM);
+  double ids[1];
+  cr_assert_eq(list_ids(port, ids, 1), 1);
+  char url[64];
+  snprintf(url, sizeof url, "/oom/%.0f", ids[0]);
+  http_response r = get(port, url);
+  cr_assert_eq(r.status, 200);
+  cJSON *rep = cJSON_Parse(r.body);
+  cr_assert_not_null(rep);
+  double free_in_pool =
+      cJSON_GetObjectItem(cJSON_GetObjectItem(rep, "explanation"), "free_in_pool_bytes")
+          ->valuedouble;
+  cr_expect_eq(free_in_pool, 1.0 * MiB);
+  double free_mapped = 0, unmapped = 0;
+  cJSON *seg;
+  cJSON_ArrayForEach(seg, cJSON_GetObjectItem(rep, "segments")) {
+    cJSON *b;
+    cJSON_ArrayForEach(b, cJSON_GetObjectItem(seg, "blocks")) {
+      if (strcmp(cJSON_GetObjectItem(b, "state")->valuestring, "inactive"))
+        continue;
+      cJSON *u = cJSON_GetObjectItem(b, "unmapped");
+      free_mapped += cJSON_GetObjectItem(b, "size")->valuedouble - (u ? u->valuedouble : 0);
+      unmapped += u ? u->valuedouble : 0;
+    }
+  }
+  cr_expect_gt(unmapped, 0, "no block says its unmapped bytes: %.300s", r.body);
+  cr_expect_eq(free_mapped, free_in_pool, "free blocks less their unmapped bytes: %.0f",
+               free_mapped);
+  cJSON_Delete(rep);
+  http_response_free(&r);
+  cr_assert_eq(gpupool_free(x, a), GPUPOOL_OK);
+  gpupool_destroy(x);
 }

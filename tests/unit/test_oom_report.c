@@ -8,6 +8,7 @@
  * backend gpupool_host_hold_other() stands in for the allocations CUPTI
  * would report as owner="other" on a GPU. */
 #include <criterion/criterion.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -31,9 +32,16 @@ static void keep(pool_oom_report *r, void *arg) {
   delivered++;
 }
 
+/* The test observer serves what it keeps, as the agent does when it keeps
+ * reports and listens: the message links the report. */
+static void serve(pool_oom_report *r, void *arg) {
+  (void)arg;
+  r->observed = 1;
+}
+
 static void observe(void) {
   pool_events_enable(4096); /* the agent's part: rings for the last events */
-  pool_oom_observer o = {NULL, keep, NULL};
+  pool_oom_observer o = {serve, keep, NULL};
   pool_oom_set_observer(&o);
 }
 
@@ -90,7 +98,7 @@ static int replay_fits(gpupool_strategy strategy, const char *tunables, size_t o
   void *x = NULL;
   int fits = gpupool_malloc(p, &x, final, NULL) == GPUPOOL_OK;
   gpupool_destroy(p);
-  pool_oom_observer o = {NULL, keep, NULL};
+  pool_oom_observer o = {serve, keep, NULL};
   pool_oom_set_observer(&o);
   return fits;
 }
@@ -293,6 +301,12 @@ Test(oom_report, device_had_room) {
                   strstr(last->message, "had room for the 2.00 MiB asked by its accounting") ||
                   strstr(last->message, "had room for the 4.00 MiB asked by its accounting"),
               "%s: %s", sname(s), last->message);
+    /* The fault was injected (fault_every_n), and the message says so
+     * rather than blame the host. */
+    cr_expect(strstr(last->message, "fault injection (fault_every_n, fault_rate) failed the "
+                                    "allocation on purpose"),
+              "%s: %s", sname(s), last->message);
+    cr_expect_null(strstr(last->message, "the host could not provide"), "%s", last->message);
     cr_expect_null(strstr(last->message, "(enough)"), "%s", last->message);
     gpupool_destroy(p);
     unobserve();
@@ -382,4 +396,232 @@ Test(oom_report, host_hold_other_refuses_bad_input) {
   cr_expect_eq(gpupool_host_hold_other(p, 0), GPUPOOL_OK);
   pc_must_free(p, x);
   gpupool_destroy(p);
+}
+
+/* s is well-formed UTF-8 (no sequence cut short). */
+static int utf8_whole(const char *s) {
+  const unsigned char *p = (const unsigned char *)s;
+  while (*p) {
+    int n = *p < 0x80             ? 0
+            : (*p & 0xe0) == 0xc0 ? 1
+            : (*p & 0xf0) == 0xe0 ? 2
+            : (*p & 0xf8) == 0xf0 ? 3
+                                  : -1;
+    if (n < 0)
+      return 0;
+    p++;
+    for (int i = 0; i < n; i++, p++)
+      if ((*p & 0xc0) != 0x80)
+        return 0;
+  }
+  return 1;
+}
+
+static int ends_with(const char *s, const char *suffix) {
+  size_t n = strlen(s), k = strlen(suffix);
+  return n >= k && !strcmp(s + n - k, suffix);
+}
+
+/* The longest pool name (127 bytes, here of two-byte UTF-8 characters) with
+ * a memory_fraction cap, fragmentation and memory held outside the pool:
+ * the message keeps its remedies and ends with the report link (it was cut
+ * at 1023 bytes, mid-word, before the link). */
+Test(oom_report, a_long_name_and_every_clause_keep_the_remedies_and_the_link) {
+  observe();
+  char name[128] = "";
+  for (int i = 0; i < 63; i++)
+    strcat(name, "\xc3\xa9"); /* é */
+  strcat(name, "x");
+  cr_assert_eq(strlen(name), 127);
+  gpupool_options o = {.name = name,
+                       .backend = GPUPOOL_BACKEND_HOST,
+                       .host_capacity = CAP,
+                       .tunables = "memory_fraction:0.95",
+                       .ignore_env = 1};
+  gpupool *p = NULL;
+  cr_assert_eq(gpupool_create(&o, &p), GPUPOOL_OK, "%s", gpupool_last_error());
+  cr_assert_eq(gpupool_host_hold_other(p, MiB), GPUPOOL_OK);
+  void *a[12];
+  for (int i = 0; i < 12; i++)
+    a[i] = pc_must_malloc(p, 5 * MiB, NULL);
+  for (int i = 0; i < 12; i += 2)
+    pc_must_free(p, a[i]);
+  void *x = NULL;
+  cr_assert_eq(gpupool_malloc(p, &x, 7 * MiB, NULL), GPUPOOL_ERR_OOM);
+  const char *why = gpupool_last_error();
+  cr_expect(strstr(why, name), "the whole name: %s", why);
+  cr_expect(strstr(why, "limit ") && strstr(why, "(memory_fraction 0.95)"), "%s", why);
+  cr_expect(strstr(why, " Remedies: "), "%s", why);
+  cr_expect(strstr(why, "max_split_size_mb:21"), "%s", why);
+  cr_expect(strstr(why, "expandable_segments:True"), "%s", why);
+  char link[64];
+  snprintf(link, sizeof link, " Report: /oom/%llu, advice: /advice on the gpupool agent.",
+           (unsigned long long)last->id);
+  cr_expect(ends_with(why, link), "the message ends with the report link (%zu bytes): %s",
+            strlen(why), why);
+  cr_expect_null(strstr(why, "[cut short"), "nothing is left out: %s", why);
+  cr_expect(utf8_whole(why), "%s", why);
+  cr_expect_str_eq(why, last->message);
+  for (int i = 1; i < 12; i += 2)
+    pc_must_free(p, a[i]);
+  gpupool_destroy(p);
+  unobserve();
+}
+
+/* The longest explanation the code writes: every number as long as 64 bits
+ * make it, the longest name, sources and every remedy. It does not fit
+ * gpupool_last_error()'s buffer; the message is what fits of it, cut between
+ * clauses (never inside a word or a UTF-8 sequence), and keeps the link. */
+Test(oom_report, the_longest_message_is_cut_between_clauses_and_keeps_the_link) {
+  pool_oom_report *r = calloc(1, sizeof *r);
+  cr_assert_not_null(r);
+  r->id = UINT64_MAX;
+  r->size = r->rounded = r->segment_size = UINT64_MAX / 2;
+  for (int i = 0; i < 42; i++)
+    strcat(r->cap.name, "\xe2\x82\xac"); /* €, three bytes */
+  strcat(r->cap.name, "x");
+  r->cap.device = -2147483647;
+  r->cap.backend = "cuda_async";
+  r->cap.strategy = "round";
+  r->cap.max_split_size = UINT64_MAX;
+  r->stats.reserved_bytes[GPUPOOL_STAT_ALL].current = INT64_MAX;
+  r->stats.allocated_bytes[GPUPOOL_STAT_ALL].current = INT64_MAX / 3;
+  r->stats.inactive_split_bytes[GPUPOOL_STAT_ALL].current = INT64_MAX / 5;
+  r->has_limit = 1;
+  r->limit = UINT64_MAX - 1;
+  r->memory_fraction = 0.123456789;
+  r->device_known = 1;
+  r->device_free = 1;
+  r->device_total = UINT64_MAX - 2;
+  memset(r->device_source, 'd', sizeof r->device_source - 1);
+  r->other_known = 1;
+  r->other_bytes = UINT64_MAX - 3;
+  memset(r->other_source, 'o', sizeof r->other_source - 1);
+  r->cap.t.page_size = 2 * MiB;
+  r->cap.t.free_blocks = UINT64_MAX;
+  r->cap.t.free_bytes = UINT64_MAX - 4;
+  r->cap.t.largest_free = UINT64_MAX / 7;
+  r->cap.t.cached_bytes = UINT64_MAX / 9;
+  r->cap.t.split_free_bytes = UINT64_MAX - 5;
+  r->cap.t.split_free_at_least = UINT64_MAX / 11;
+  r->cap.t.small_reserved = UINT64_MAX / 13;
+  r->ex.split_limit_mb = UINT64_MAX / MiB;
+  r->observed = 1;
+  pool_oom_explain(r);
+  const char *m = r->message;
+  cr_expect_lt(strlen(m), sizeof r->message);
+  cr_expect(strncmp(m, "CUDA out of memory. ", 20) == 0, "%s", m);
+  cr_expect(strstr(m, r->cap.name), "the whole name: %s", m);
+  cr_expect(ends_with(m, " Report: /oom/18446744073709551615, advice: /advice on the gpupool "
+                         "agent."),
+            "%s", m);
+  cr_expect(utf8_whole(m), "%s", m);
+  const char *mark = strstr(m, " [cut short");
+  if (mark) /* what is left out, is left out between clauses */
+    cr_expect(mark[-1] == '.', "cut inside a clause: %s", m);
+  free(r);
+}
+
+/* A 5 MiB request on a 16 MiB device: the request fits the device, its
+ * 20 MiB segment does not. Not "larger than the device: no setting makes it
+ * fit": expandable_segments:True, which maps only its pages, serves it. */
+Test(oom_report, a_segment_larger_than_the_device_is_not_a_request_larger_than_it) {
+  observe();
+  gpupool *p = pc_pool(GPUPOOL_STRATEGY_BFC, 16 * MiB, NULL);
+  oplog l = {0};
+  cr_assert_neq(log_malloc(p, &l, 5 * MiB), 0, "a 20 MiB segment on a 16 MiB device");
+  cr_assert_not_null(last);
+  const char *m = last->message;
+  cr_expect_null(strstr(m, "no setting makes it fit"), "%s", m);
+  cr_expect_null(strstr(m, "request is larger than the device"), "%s", m);
+  cr_expect(strstr(m, "The request fits the device (16.00 MiB), but the 20.00 MiB segment it "
+                      "takes does not"),
+            "%s", m);
+  cr_expect(strstr(m, "expandable_segments:True would have served it"), "%s", m);
+  cr_expect_eq(last->ex.larger_than_device, 0);
+  cr_expect_eq(last->ex.expandable, OOM_YES);
+  /* Applied: replayed with expandable_segments:True it fits. */
+  pool_oom_set_observer(NULL);
+  gpupool *x = pc_pool(GPUPOOL_STRATEGY_BFC, 16 * MiB, "expandable_segments:True");
+  void *ptr = NULL;
+  cr_expect_eq(gpupool_malloc(x, &ptr, 5 * MiB, NULL), GPUPOOL_OK, "%s", gpupool_last_error());
+  gpupool_destroy(x);
+  gpupool_destroy(p);
+  unobserve();
+}
+
+/* Blocks serve only their stream: a free block large enough on another
+ * stream is not the request's, and the message says that is why (it showed
+ * a largest free block above the request with no fragmentation and no
+ * reason). */
+Test(oom_report, free_blocks_of_another_stream_are_named_as_the_reason) {
+  observe();
+  gpupool *p = pc_pool(GPUPOOL_STRATEGY_BFC, CAP, NULL);
+  gpupool_host_stream *s1 = gpupool_host_stream_create();
+  void *a = pc_must_malloc(p, 5 * MiB, s1); /* a 20 MiB segment on s1: 15 MiB free there */
+  void *b = pc_must_malloc(p, 20 * MiB, NULL), *c = pc_must_malloc(p, 20 * MiB, NULL);
+  void *x = NULL;
+  cr_assert_eq(gpupool_malloc(p, &x, 7 * MiB, NULL), GPUPOOL_ERR_OOM);
+  cr_assert_not_null(last);
+  const char *m = last->message;
+  cr_expect(strstr(m, "largest 15.00 MiB (external fragmentation 0%)"), "%s", m);
+  cr_expect(strstr(m, "The free blocks large enough for it are on other streams (15.00 MiB free "
+                      "there, largest 15.00 MiB): a block serves only the stream it was "
+                      "allocated on."),
+            "%s", m);
+  pc_must_free(p, a);
+  pc_must_free(p, b);
+  pc_must_free(p, c);
+  gpupool_host_stream_destroy(s1);
+  gpupool_destroy(p);
+  unobserve();
+}
+
+/* A small request (up to 1 MiB) takes small-pool blocks only: free
+ * large-pool blocks larger than it do not serve it, the message says so,
+ * and max_split_size_mb (a setting of large blocks) is not suggested. */
+Test(oom_report, a_small_request_is_told_large_pool_blocks_do_not_serve_it) {
+  observe();
+  gpupool *p = pc_pool(GPUPOOL_STRATEGY_BFC, CAP, NULL);
+  void *a[12], *s[64];
+  for (int i = 0; i < 12; i++)
+    a[i] = pc_must_malloc(p, 5 * MiB, NULL);
+  for (int i = 0; i < 12; i += 2)
+    pc_must_free(p, a[i]);
+  int n = 0;
+  while (n < 64 && gpupool_malloc(p, &s[n], 512 * 1024, NULL) == GPUPOOL_OK)
+    n++;
+  cr_assert_lt(n, 64);
+  cr_assert_not_null(last);
+  const char *m = last->message;
+  cr_expect(strstr(m, "A request of at most 1 MiB takes small-pool blocks: the 30.00 MiB free in "
+                      "large-pool blocks (largest 5.00 MiB) cannot serve it."),
+            "%s", m);
+  cr_expect_null(strstr(m, "max_split_size_mb"), "%s", m);
+  for (int i = 0; i < n; i++)
+    pc_must_free(p, s[i]);
+  for (int i = 1; i < 12; i += 2)
+    pc_must_free(p, a[i]);
+  gpupool_destroy(p);
+  unobserve();
+}
+
+/* A report copies at most OOM_REPORT_MAX_SEGMENTS segments (1024), whole,
+ * as it copies at most 4096 blocks: a pool of 1100 one-block segments (large
+ * tensors) is truncated, its totals still cover every segment. */
+Test(oom_report, segments_are_bounded_as_blocks_are, .timeout = 120) {
+  observe();
+  const size_t nseg = 1100;
+  gpupool *p = pc_pool(GPUPOOL_STRATEGY_BFC, nseg * 12 * MiB + 8 * MiB, NULL);
+  for (size_t i = 0; i < nseg; i++)
+    pc_must_malloc(p, 12 * MiB, NULL);
+  void *x = NULL;
+  cr_assert_eq(gpupool_malloc(p, &x, 64 * MiB, NULL), GPUPOOL_ERR_OOM);
+  cr_assert_not_null(last);
+  cr_expect(last->cap.truncated, "not every segment copied");
+  cr_expect_leq(last->cap.nsegs, 1024);
+  cr_expect_eq(last->cap.t.segments, nseg, "the totals cover every segment");
+  cr_expect_eq(last->cap.t.blocks, nseg);
+  gpupool_destroy(p);
+  unobserve();
 }
