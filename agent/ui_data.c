@@ -3,14 +3,17 @@
  * counter samples, thinned to at most UI_POINTS points per pool), CUPTI's
  * view per device and which optional endpoints exist; /ui/blocks.json?pool=ID,
  * one pool's segments and blocks in a compact form (six numbers per block,
- * and a tag index per block where a segment has tagged blocks),
- * written directly rather than through cJSON because a pool may have 10^5
- * blocks. */
+ * and a tag index per block where a segment has tagged blocks) from one
+ * consistent copy of the pool (pool/pool_capture.h), with the block that is
+ * its largest free block, written directly rather than through cJSON because
+ * a pool may have 10^5 blocks. */
 #include <inttypes.h>
+#include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
 #include <unistd.h>
 
 #include "cupti.h"
@@ -23,6 +26,7 @@
 #include "pool_label.h"
 #include "core/clock.h"
 #include "core/utf8.h"
+#include "pool/pool_capture.h"
 #include "pool/pool_view.h"
 #include "pool/registry.h"
 #include "pool/segment.h"
@@ -194,9 +198,9 @@ static void window_edge(const counter_sample *s, size_t ns, uint32_t id, uint64_
  * (the last sample of each slice), and the cumulative counters before the
  * first point (which stands for its whole slice), so that its increments
  * count too: those of the pool's last sample before the window; 0 when it
- * has none and no sample was overwritten (`complete`: its first sample ever,
- * counting from its creation); else its first sample in the window's own
- * (that sample's increments unknown). */
+ * has none and its first sample ever is among those read (`complete`,
+ * pool_complete: counting from its creation); else its first sample in the
+ * window's own (that sample's increments unknown). */
 static void pool_series(prom_buf *b, const counter_sample *s, size_t ns, uint32_t id,
                         uint64_t since, uint64_t slice, int complete) {
   static const char *const names[] = {"t",         "allocated",   "reserved",
@@ -237,6 +241,46 @@ static void pool_series(prom_buf *b, const counter_sample *s, size_t ns, uint32_
   close_with(b, '}');
   prom_buf_putc(b, '}');
   prom_buf_putc(b, ',');
+}
+
+/* Where the samples read may lack some of a pool's: all are there when none
+ * was overwritten (`all_kept`). Otherwise the oldest round read (every
+ * round's samples share one timestamp) may have lost its first samples,
+ * while every later round is whole: [0, full_end) are the samples up to the
+ * end of the first whole round (full_end 0: no whole round read). */
+typedef struct sample_span {
+  int all_kept;
+  size_t full_end;
+} sample_span;
+
+static sample_span span_of(const counter_sample *s, size_t ns, int all_kept) {
+  sample_span sp = {.all_kept = all_kept, .full_end = 0};
+  if (all_kept || ns == 0)
+    return sp;
+  size_t i = 1;
+  while (i < ns && s[i].ts_ns == s[0].ts_ns)
+    i++; /* the rest of the oldest round, perhaps cut at its start */
+  if (i == ns)
+    return sp;
+  size_t j = i + 1;
+  while (j < ns && s[j].ts_ns == s[i].ts_ns)
+    j++; /* the first whole round */
+  sp.full_end = j;
+  return sp;
+}
+
+/* Whether the samples read hold pool id's first sample ever: every sample
+ * was kept, or the pool has none in the first whole round read (nor before
+ * it), so it did not exist then and came after, all its samples kept. */
+static int pool_complete(const counter_sample *s, const sample_span *sp, uint32_t id) {
+  if (sp->all_kept)
+    return 1;
+  if (!sp->full_end)
+    return 0;
+  for (size_t i = 0; i < sp->full_end; i++)
+    if (s[i].pool_id == id)
+      return 0;
+  return 1;
 }
 
 static void write_pool(prom_buf *b, const pool_now *p, const counter_sample *s, size_t ns,
@@ -373,6 +417,26 @@ static int torch_snapshot_answers(void) {
   return yes;
 }
 
+/* Sixteen hex digits drawn once per process: with the pid, they tell the
+ * page that the agent it polls is another process (restarted on the same
+ * port, perhaps with the same pid, as in a container), whose pool ids and
+ * OOM report ids mean other things. */
+static char instance[17];
+static pthread_once_t instance_once = PTHREAD_ONCE_INIT;
+
+static void make_instance(void) {
+  uint64_t v = 0;
+  if (getrandom(&v, sizeof v, GRND_NONBLOCK) != (ssize_t)sizeof v)
+    v = 0; /* no entropy yet: the clock and the pid still differ */
+  v ^= clock_realtime_ns() ^ ((uint64_t)getpid() << 40);
+  snprintf(instance, sizeof instance, "%016" PRIx64, v);
+}
+
+static const char *process_instance(void) {
+  pthread_once(&instance_once, make_instance);
+  return instance;
+}
+
 void ui_state_json(const endpoint_args *args, endpoint_body *out) {
   if (check_params(args, "window", out) != 0)
     return;
@@ -398,8 +462,8 @@ void ui_state_json(const endpoint_args *args, endpoint_body *out) {
   uint64_t head = trace_counters_head(), skipped = 0;
   uint64_t cursor = head > TRACE_COUNTERS_CAPACITY ? head - TRACE_COUNTERS_CAPACITY : 0;
   size_t ns = trace_counters_read(&cursor, s, TRACE_COUNTERS_CAPACITY, &skipped);
-  /* Every sample since the first is here: a pool without an earlier one had none. */
-  int complete = skipped == 0 && trace_counters_dropped() == 0;
+  /* Which pools' samples are all here (a pool without an earlier one had none). */
+  sample_span span = span_of(s, ns, skipped == 0 && trace_counters_dropped() == 0);
   registry_foreach(note_live, &c);
   pool_labeler_free(&c.labeler);
   /* Pools gone since, whose samples are still in the window. */
@@ -428,6 +492,9 @@ void ui_state_json(const endpoint_args *args, endpoint_body *out) {
   kv_u64(&b, "now_ms", now / 1000000);
   kv_u64(&b, "window_s", (uint64_t)window);
   kv_u64(&b, "pid", (uint64_t)getpid());
+  key(&b, "instance");
+  json_str(&b, process_instance());
+  prom_buf_putc(&b, ',');
   key(&b, "hostname");
   json_str(&b, host);
   prom_buf_putc(&b, ',');
@@ -448,7 +515,8 @@ void ui_state_json(const endpoint_args *args, endpoint_body *out) {
   key(&b, "pools");
   prom_buf_putc(&b, '[');
   for (size_t i = 0; i < c.n; i++)
-    write_pool(&b, &c.pools[i], s, ns, since, slice ? slice : 1, complete);
+    write_pool(&b, &c.pools[i], s, ns, since, slice ? slice : 1,
+               pool_complete(s, &span, c.pools[i].id));
   close_with(&b, ']');
   prom_buf_putc(&b, ',');
   write_cupti(&b, since, slice ? slice : 1);
@@ -462,121 +530,25 @@ done:
 
 /* ---- /ui/blocks.json ---- */
 
-#define UI_TAGS_MAX (2 * GPUPOOL_TAG_MAX) /* the process has at most GPUPOOL_TAG_MAX */
+#define UI_TAGS_MAX      (2 * GPUPOOL_TAG_MAX) /* the process has at most GPUPOOL_TAG_MAX */
+#define UI_CAPTURE_TRIES 4
 
+/* What is read of the pool under the registry lock (it cannot be destroyed
+ * meanwhile); the answer is written from it afterwards. */
 typedef struct blocks_ctx {
   uint32_t id;
-  int found;
+  int found, failed;    /* failed: out of host memory */
   pool_labeler labeler; /* every pool up to the one shown: labels as /metrics gives them */
-  uint64_t now_ns;
-  uint64_t seg_addr;
-  int in_segment;
-  prom_buf *b;
-  /* The pool's tag table (the process's tags in their order, then any met
-   * in the walk that were not known yet) and the tag index of each block of
-   * the current segment (-1: none). */
-  const char *tags[UI_TAGS_MAX];
-  int ntags;
-  signed char *seg_tags;
-  size_t seg_n, seg_cap;
-  int seg_tagged;
+  char label[POOL_LABEL_MAX];
+  int have_stats;
+  gpupool_stats st;
+  /* The pool's bytes per tag before the copy (their order: the process's
+   * tags) and after it (every tag a block had is known by then). */
+  gpupool_tag_stat tags_before[GPUPOOL_TAG_MAX], tags_after[GPUPOOL_TAG_MAX];
+  int ntags_before, ntags_after;
+  pool_capture cap;
+  int captured;
 } blocks_ctx;
-
-/* Ends the current segment: its blocks, then their tag indexes when one of
- * them has a tag. */
-static void end_segment(blocks_ctx *c) {
-  prom_buf *b = c->b;
-  close_with(b, ']');
-  if (c->seg_tagged) {
-    prom_buf_putc(b, ',');
-    key(b, "block_tags");
-    prom_buf_putc(b, '[');
-    for (size_t i = 0; i < c->seg_n; i++) {
-      prom_buf_i64(b, c->seg_tags[i]);
-      prom_buf_putc(b, ',');
-    }
-    close_with(b, ']');
-  }
-  prom_buf_putc(b, '}');
-  c->seg_n = 0;
-  c->seg_tagged = 0;
-}
-
-/* The index of a block's tag in the table, added when new; -1 for none. */
-static int tag_index(blocks_ctx *c, const char *tag) {
-  if (!tag)
-    return -1;
-  for (int i = 0; i < c->ntags; i++) /* names are static: the pointer mostly matches */
-    if (c->tags[i] == tag || strcmp(c->tags[i], tag) == 0)
-      return i;
-  if (c->ntags == UI_TAGS_MAX)
-    return -1;
-  c->tags[c->ntags] = tag;
-  return c->ntags++;
-}
-
-static void on_segment(void *arg, const pool_segment_info *s) {
-  blocks_ctx *c = arg;
-  prom_buf *b = c->b;
-  if (c->in_segment) {
-    end_segment(c);
-    prom_buf_putc(b, ',');
-  }
-  c->in_segment = 1;
-  c->seg_addr = s->addr;
-  prom_buf_putc(b, '{');
-  kv_hex(b, "address", s->addr);
-  kv_u64(b, "size", s->size);
-  kv_u64(b, "mapped", s->mapped);
-  kv_u64(b, "allocated", s->allocated);
-  kv_u64(b, "requested", s->requested);
-  kv_hex(b, "stream", s->stream);
-  key(b, "large");
-  prom_buf_puts(b, s->is_large ? "true," : "false,");
-  key(b, "blocks");
-  prom_buf_putc(b, '[');
-}
-
-/* Six numbers a block: offset in the segment, size, requested, state (0 free,
- * 1 allocated, 2 pending on another stream), age in ms (-1 unknown),
- * bytes of unmapped pages. */
-static void on_block(void *arg, const pool_block_info *bi) {
-  blocks_ctx *c = arg;
-  prom_buf *b = c->b;
-  if (prom_buf_reserve(b, 6 * 21))
-    return;
-  if (c->seg_n == c->seg_cap) {
-    size_t cap = c->seg_cap ? 2 * c->seg_cap : 256;
-    signed char *t = realloc(c->seg_tags, cap);
-    if (!t) {
-      b->failed = 1;
-      return;
-    }
-    c->seg_tags = t;
-    c->seg_cap = cap;
-  }
-  int tag = tag_index(c, bi->tag);
-  c->seg_tags[c->seg_n++] = (signed char)tag;
-  c->seg_tagged |= tag >= 0;
-  int state = strcmp(bi->state, "active_allocated") == 0      ? 1
-              : strcmp(bi->state, "active_pending_free") == 0 ? 2
-                                                              : 0;
-  prom_buf_u64(b, bi->addr - c->seg_addr);
-  prom_buf_putc(b, ',');
-  prom_buf_u64(b, bi->size);
-  prom_buf_putc(b, ',');
-  prom_buf_u64(b, bi->requested);
-  prom_buf_putc(b, ',');
-  prom_buf_i64(b, state);
-  prom_buf_putc(b, ',');
-  if (bi->alloc_ns && bi->alloc_ns <= c->now_ns)
-    prom_buf_u64(b, (c->now_ns - bi->alloc_ns) / 1000000);
-  else
-    prom_buf_puts(b, "-1");
-  prom_buf_putc(b, ',');
-  prom_buf_u64(b, bi->unmapped);
-  prom_buf_putc(b, ',');
-}
 
 static void blocks_of(gpupool *p, void *arg) {
   blocks_ctx *c = arg;
@@ -584,53 +556,206 @@ static void blocks_of(gpupool *p, void *arg) {
     return;
   char label[POOL_LABEL_MAX] = "";
   if (pool_labeler_next(&c->labeler, p, label) != 0)
-    c->b->failed = 1; /* out of host memory: the labels after it would be wrong */
+    c->failed = 1; /* out of host memory: the labels after it would be wrong */
   if (pool_id(p) != c->id)
     return;
   c->found = 1;
-  prom_buf *b = c->b;
-  gpupool_stats st;
-  int have = gpupool_get_stats(p, &st) == GPUPOOL_OK;
+  memcpy(c->label, label, sizeof label);
+  c->have_stats = gpupool_get_stats(p, &c->st) == GPUPOOL_OK;
+  c->ntags_before = gpupool_get_tag_stats(p, c->tags_before, GPUPOOL_TAG_MAX);
+  /* One consistent copy of the segments, their blocks and the mapped pages
+   * of expandable segments (pool/pool_capture.h; no events). Blocks split
+   * while it is taken: a copy that outgrew the room counted at its start
+   * leaves segments out, and is taken again. */
+  for (int tries = 0; tries < UI_CAPTURE_TRIES; tries++) {
+    if (c->captured)
+      pool_capture_free(&c->cap);
+    c->captured = pool_capture_take(p, 0, SIZE_MAX, 0, 0, &c->cap) == 0;
+    if (!c->captured || !c->cap.truncated)
+      break;
+  }
+  if (!c->captured)
+    c->failed = 1;
+  c->ntags_after = gpupool_get_tag_stats(p, c->tags_after, GPUPOOL_TAG_MAX);
+}
+
+/* The pool's tag table: the process's tags in their order, then any met in
+ * the blocks that were not known yet. */
+typedef struct tag_table {
+  const char *tags[UI_TAGS_MAX];
+  int n;
+} tag_table;
+
+/* The index of a block's tag in the table, added when new; -1 for none. */
+static int tag_index(tag_table *t, const char *tag) {
+  if (!tag)
+    return -1;
+  for (int i = 0; i < t->n; i++) /* names are static: the pointer mostly matches */
+    if (t->tags[i] == tag || strcmp(t->tags[i], tag) == 0)
+      return i;
+  if (t->n == UI_TAGS_MAX)
+    return -1;
+  t->tags[t->n] = tag;
+  return t->n++;
+}
+
+/* The longest stretch of free block bi of segment s over mapped pages (as
+ * the pool's largest_free_block counts it): all of the block in a plain
+ * segment. *run: the first of s's runs that may reach a later block. */
+static uint64_t mapped_stretch(const pool_capture *c, const pool_capture_segment *s,
+                               const pool_block_info *bi, size_t *run) {
+  if (!s->expandable)
+    return bi->size;
+  uint64_t lo = bi->addr, hi = bi->addr + bi->size, best = 0;
+  size_t end = s->first_run + s->nruns;
+  while (*run < end && c->runs[*run].addr + c->runs[*run].size <= lo)
+    (*run)++;
+  for (size_t r = *run; r < end && c->runs[r].addr < hi; r++) {
+    uint64_t from = c->runs[r].addr > lo ? c->runs[r].addr : lo;
+    uint64_t to = c->runs[r].addr + c->runs[r].size;
+    to = to < hi ? to : hi;
+    if (to > from && to - from > best)
+      best = to - from;
+  }
+  return best;
+}
+
+/* One segment: its numbers, six per block (offset in the segment, size,
+ * requested, state: 0 free, 1 allocated, 2 pending on another stream, age
+ * in ms or -1, bytes of unmapped pages), then the blocks' tag indexes when
+ * one of them has a tag. *largest: the index of the first free block whose
+ * stretch over mapped pages is the pool's largest free block, if it is here
+ * (-1 else). */
+static void write_segment(prom_buf *b, const pool_capture *c, const pool_capture_segment *s,
+                          tag_table *tags, signed char *seg_tags, uint64_t now_ns, long *largest) {
+  const pool_segment_info *si = &s->info;
+  prom_buf_putc(b, '{');
+  kv_hex(b, "address", si->addr);
+  kv_u64(b, "size", si->size);
+  kv_u64(b, "mapped", si->mapped);
+  kv_u64(b, "allocated", si->allocated);
+  kv_u64(b, "requested", si->requested);
+  kv_hex(b, "stream", si->stream);
+  key(b, "large");
+  prom_buf_puts(b, si->is_large ? "true," : "false,");
+  key(b, "blocks");
+  prom_buf_putc(b, '[');
+  size_t run = s->first_run;
+  int tagged = 0;
+  *largest = -1;
+  for (size_t j = 0; j < si->nblocks; j++) {
+    const pool_block_info *bi = &c->blocks[s->first_block + j];
+    if (prom_buf_reserve(b, 6 * 21))
+      return;
+    int state = strcmp(bi->state, "active_allocated") == 0      ? 1
+                : strcmp(bi->state, "active_pending_free") == 0 ? 2
+                                                                : 0;
+    int tag = tag_index(tags, bi->tag);
+    seg_tags[j] = (signed char)tag;
+    tagged |= tag >= 0;
+    if (state == 0 && *largest < 0 && c->t.largest_free &&
+        mapped_stretch(c, s, bi, &run) == c->t.largest_free)
+      *largest = (long)j;
+    prom_buf_u64(b, bi->addr - si->addr);
+    prom_buf_putc(b, ',');
+    prom_buf_u64(b, bi->size);
+    prom_buf_putc(b, ',');
+    prom_buf_u64(b, bi->requested);
+    prom_buf_putc(b, ',');
+    prom_buf_i64(b, state);
+    prom_buf_putc(b, ',');
+    if (bi->alloc_ns && bi->alloc_ns <= now_ns)
+      prom_buf_u64(b, (now_ns - bi->alloc_ns) / 1000000);
+    else
+      prom_buf_puts(b, "-1");
+    prom_buf_putc(b, ',');
+    prom_buf_u64(b, bi->unmapped);
+    prom_buf_putc(b, ',');
+  }
+  close_with(b, ']');
+  if (tagged) {
+    prom_buf_putc(b, ',');
+    key(b, "block_tags");
+    prom_buf_putc(b, '[');
+    for (size_t j = 0; j < si->nblocks; j++) {
+      prom_buf_i64(b, seg_tags[j]);
+      prom_buf_putc(b, ',');
+    }
+    close_with(b, ']');
+  }
+  prom_buf_putc(b, '}');
+}
+
+static void write_blocks(prom_buf *b, const blocks_ctx *c, uint64_t now_ns) {
+  const pool_capture *cap = &c->cap;
+  tag_table tags = {.n = 0};
+  for (int i = 0; i < c->ntags_before; i++)
+    tag_index(&tags, c->tags_before[i].tag);
+  size_t most = 1;
+  for (size_t k = 0; k < cap->nsegs; k++)
+    most = cap->segs[k].info.nblocks > most ? cap->segs[k].info.nblocks : most;
+  signed char *seg_tags = malloc(most);
+  if (!seg_tags) {
+    b->failed = 1;
+    return;
+  }
   key(b, "pool");
   prom_buf_putc(b, '{');
   kv_u64(b, "id", c->id);
   key(b, "name");
-  json_str(b, gpupool_name(p));
+  json_str(b, cap->name);
   prom_buf_putc(b, ',');
   key(b, "label");
-  json_str(b, label);
+  json_str(b, c->label);
   prom_buf_putc(b, ',');
   key(b, "device");
-  prom_buf_i64(b, gpupool_device(p));
+  prom_buf_i64(b, cap->device);
   prom_buf_putc(b, ',');
-  if (have) {
-    kv_u64(b, "allocated", (uint64_t)st.allocated_bytes[GPUPOOL_STAT_ALL].current);
-    kv_u64(b, "reserved", (uint64_t)st.reserved_bytes[GPUPOOL_STAT_ALL].current);
-    kv_u64(b, "largest_free", st.largest_free_block);
+  if (c->have_stats) {
+    kv_u64(b, "allocated", (uint64_t)c->st.allocated_bytes[GPUPOOL_STAT_ALL].current);
+    kv_u64(b, "reserved", (uint64_t)c->st.reserved_bytes[GPUPOOL_STAT_ALL].current);
   }
-  gpupool_tag_stat ts[GPUPOOL_TAG_MAX];
-  int nts = gpupool_get_tag_stats(p, ts, GPUPOOL_TAG_MAX);
-  for (int i = 0; i < nts; i++)
-    tag_index(c, ts[i].tag);
+  /* The copy's own: the segments below hold it. */
+  kv_u64(b, "largest_free", cap->t.largest_free);
+  if (cap->truncated) {
+    key(b, "truncated");
+    prom_buf_puts(b, "true,");
+  }
   key(b, "segments");
   prom_buf_putc(b, '[');
-  pool_walker w = {on_segment, on_block, c};
-  pool_walk(p, &w);
-  if (c->in_segment)
-    end_segment(c);
-  prom_buf_puts(b, "],");
-  /* The bytes per tag after the walk: every tag a block had is known by then. */
-  nts = gpupool_get_tag_stats(p, ts, GPUPOOL_TAG_MAX);
+  long at_seg = -1, at_block = -1;
+  for (size_t k = 0; k < cap->nsegs; k++) {
+    long largest;
+    write_segment(b, cap, &cap->segs[k], &tags, seg_tags, now_ns, &largest);
+    prom_buf_putc(b, ',');
+    if (largest >= 0 && at_seg < 0) {
+      at_seg = (long)k;
+      at_block = largest;
+    }
+  }
+  close_with(b, ']');
+  prom_buf_putc(b, ',');
+  free(seg_tags);
+  key(b, "largest_free_block");
+  if (at_seg >= 0) {
+    prom_buf_putc(b, '{');
+    kv_u64(b, "segment", (uint64_t)at_seg);
+    kv_u64(b, "block", (uint64_t)at_block);
+    close_with(b, '}');
+    prom_buf_putc(b, ',');
+  } else {
+    prom_buf_puts(b, "null,");
+  }
   key(b, "tags");
   prom_buf_putc(b, '[');
-  for (int i = 0; i < c->ntags; i++) {
+  for (int i = 0; i < tags.n; i++) {
     int64_t bytes = 0;
-    for (int k = 0; k < nts; k++)
-      if (ts[k].tag == c->tags[i] || strcmp(ts[k].tag, c->tags[i]) == 0)
-        bytes = ts[k].allocated_bytes;
+    for (int k = 0; k < c->ntags_after; k++)
+      if (c->tags_after[k].tag == tags.tags[i] || strcmp(c->tags_after[k].tag, tags.tags[i]) == 0)
+        bytes = c->tags_after[k].allocated_bytes;
     prom_buf_putc(b, '{');
     key(b, "name");
-    json_str(b, c->tags[i]);
+    json_str(b, tags.tags[i]);
     prom_buf_putc(b, ',');
     key(b, "allocated");
     prom_buf_i64(b, bytes);
@@ -648,16 +773,29 @@ void ui_blocks_json(const endpoint_args *args, endpoint_body *out) {
     endpoint_bad_request(out, "bad or missing pool: expected a pool id from /ui/state.json");
     return;
   }
+  blocks_ctx *c = calloc(1, sizeof *c);
   prom_buf b;
   prom_buf_init(&b, 1 << 16);
-  blocks_ctx c = {.id = (uint32_t)id, .now_ns = clock_realtime_ns(), .b = &b};
+  if (!c) {
+    b.failed = 1;
+    take_json(&b, out);
+    return;
+  }
+  c->id = (uint32_t)id;
+  uint64_t now_ns = clock_realtime_ns();
+  registry_foreach(blocks_of, c);
+  pool_labeler_free(&c->labeler);
+  if (c->failed)
+    b.failed = 1;
   prom_buf_putc(&b, '{');
-  kv_u64(&b, "now_ms", c.now_ns / 1000000);
-  registry_foreach(blocks_of, &c);
-  pool_labeler_free(&c.labeler);
-  if (!c.found) /* gone: an answer, not an error, so that the page just says so */
+  kv_u64(&b, "now_ms", now_ns / 1000000);
+  if (!c->found) /* gone: an answer, not an error, so that the page just says so */
     prom_buf_puts(&b, "\"pool\":null");
+  else if (!b.failed)
+    write_blocks(&b, c, now_ns);
   prom_buf_putc(&b, '}');
-  free(c.seg_tags);
+  if (c->captured)
+    pool_capture_free(&c->cap);
+  free(c);
   take_json(&b, out);
 }

@@ -23,6 +23,9 @@ const STATE_NAMES = { 0: "free", 1: "allocated", 2: "pending on another stream",
 const STATE_POLL_MS = 1000;
 const BLOCKS_POLL_MS = 2000;
 const RETRY_MAX_MS = 10000;
+const RETRY_AFTER_MAX_MS = 60000; // a 429's Retry-After is heeded up to this
+const FETCH_TIMEOUT_MS = 5000; // a request not answered by then failed (a hung agent)
+const ADVICE_TIMEOUT_MS = 20000; // /advice may compute for a while
 const ROW_H = 14; // one segment bar, while the canvas has room
 const ROW_H_MIN = 3; // thinner bars when there are many segments
 const ROW_GAP = 4;
@@ -40,6 +43,8 @@ const ui = (window.gpupoolUI = {
   lastDrawMs: 0, // how long the last map took to draw
   stateUpdates: 0,
   lastState: null,
+  restarts: 0, // times the agent polled turned out to be another process
+  largest: null, // where the largest free block's outline is drawn (and the block), null when none is
   adviceView: (data) => adviceView(data), // the advice renderer, for any shape of /advice
   fmtBytes: (v) => fmtBytes(v),
 });
@@ -89,6 +94,12 @@ function overhead(p) {
 // in the DOM a <bdi>, in a string (an <option>, the tooltip) U+2068 ... U+2069.
 const bdi = (text) => el("bdi", {}, String(text));
 const iso = (text) => "\u2068" + text + "\u2069";
+// Text of the process's that merely contains such names (an OOM report's
+// message, the advice's notes, ...): its bidi controls are shown, escaped,
+// rather than obeyed, so none reorders the text after it.
+const BIDI_CONTROLS = /[\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069]/g;
+const bidiVisible = (text) =>
+  String(text).replace(BIDI_CONTROLS, (c) => "<U+" + c.charCodeAt(0).toString(16).toUpperCase().padStart(4, "0") + ">");
 
 // An element with attributes and children (strings or nodes).
 function el(tag, attrs, ...children) {
@@ -113,12 +124,20 @@ function mapNote(...parts) {
 let selectedPool = null; // id
 const query = new URLSearchParams(location.search);
 // ?pool= names a pool as /metrics labels it (one label per device), ?device= its device: the
-// pool the block map shows first; either alone narrows the choice (the first live pool that fits).
-let wantPoolName = query.get("pool");
-let wantDevice = query.has("device") ? Number(query.get("device")) : null;
-let wanted = wantPoolName !== null || wantDevice !== null; // until a live pool fits
+// pool the block map shows; either alone narrows the choice (the first live pool that fits).
+// The map follows that label (a pool destroyed and made again, or the label passing to
+// another pool of the name) until the user picks another pool.
+let want =
+  query.has("pool") || query.has("device")
+    ? { label: query.get("pool"), device: query.has("device") ? Number(query.get("device")) : null }
+    : null;
+let restartWant = null; // after a restart of the agent: the label shown before, looked for once
 let failures = 0;
 let retryTimer = null; // counts the status' seconds down to the next try
+// The process the page polls (state.json's pid and instance): another one
+// (the agent restarted) means other pools and reports under the same ids.
+let agentIdentity = null;
+let epoch = 0; // bumped at such a restart: answers for the process before are dropped
 
 function setStatus(text, cls) {
   const s = $("status");
@@ -126,18 +145,67 @@ function setStatus(text, cls) {
   s.className = "status" + (cls ? " " + cls : "");
 }
 
-async function getJSON(url) {
-  const r = await fetch(url, { cache: "no-store" });
-  if (!r.ok) throw new Error(url + ": HTTP " + r.status);
-  return r.json();
+// An answer other than 2xx, and a request that got no answer in time.
+class HttpError extends Error {
+  constructor(path, status, retryAfterMs) {
+    super(path + ": HTTP " + status);
+    this.status = status;
+    this.retryAfterMs = retryAfterMs;
+  }
+}
+class NoAnswer extends Error {
+  constructor(path, ms) {
+    super(path + ": no answer in " + ms / 1000 + " s");
+    this.ms = ms;
+  }
 }
 
-// "retrying in N s", N counting down each second to the next try.
-function showRetry(delay) {
+// Requests go to this page's origin, never through its URL: a page opened
+// as https://user:pass@host/ui has credentials in its URL, which fetch()
+// refuses; the browser sends the ones it logged in with by itself.
+async function getJSON(path, timeoutMs = FETCH_TIMEOUT_MS) {
+  const ctl = new AbortController();
+  const timer = setTimeout(() => ctl.abort(), timeoutMs);
+  try {
+    const r = await fetch(location.origin + path, { cache: "no-store", signal: ctl.signal });
+    if (!r.ok) {
+      const after = Number(r.headers.get("Retry-After"));
+      throw new HttpError(path, r.status, after > 0 ? after * 1000 : 0);
+    }
+    return await r.json();
+  } catch (e) {
+    if (ctl.signal.aborted) throw new NoAnswer(path, timeoutMs);
+    throw e;
+  } finally {
+    clearTimeout(timer);
+  }
+}
+
+// What a failed request says in the status, and its style.
+function failureText(e) {
+  if (e instanceof HttpError) {
+    if (e.status === 401) return ["the agent refused the credentials (HTTP 401): reload the page to log in", "stale"];
+    if (e.status === 429) return ["rate-limited by the agent (HTTP 429)", "stale"];
+    return ["the agent answered HTTP " + e.status, "stale"];
+  }
+  if (e instanceof NoAnswer) return ["agent unreachable (no answer in " + e.ms / 1000 + " s)", "down"];
+  return ["agent unreachable", "down"];
+}
+
+// The wait before the next try after `n` failures in a row of a poll of
+// period `base`: doubling, up to RETRY_MAX_MS; at least a 429's Retry-After.
+function backoff(n, base, e) {
+  const d = Math.min(RETRY_MAX_MS, base * 2 ** Math.min(n, 4));
+  return e instanceof HttpError && e.retryAfterMs ? Math.max(d, Math.min(RETRY_AFTER_MAX_MS, e.retryAfterMs)) : d;
+}
+
+// "<why> · retrying in N s", N counting down each second to the next try.
+function showRetry(delay, e) {
+  const [text, cls] = failureText(e);
   const at = Date.now() + delay;
   const tick = () => {
     const left = Math.max(0, Math.ceil((at - Date.now()) / 1000));
-    setStatus("agent unreachable · retrying in " + left + " s", "down");
+    setStatus(text + " · retrying in " + left + " s", cls);
     if (!left) clearInterval(retryTimer);
   };
   clearInterval(retryTimer);
@@ -146,97 +214,193 @@ function showRetry(delay) {
 }
 
 async function pollState() {
-  let delay = STATE_POLL_MS;
+  let st = null;
+  let err = null;
   try {
-    const st = await getJSON("/ui/state.json?window=" + $("window").value);
-    failures = 0;
-    clearInterval(retryTimer);
-    ui.lastState = st;
-    renderState(st);
-    ui.stateUpdates++;
-    setStatus("live · " + new Date(st.now_ms).toLocaleTimeString());
+    st = await getJSON("/ui/state.json?window=" + $("window").value);
   } catch (e) {
-    failures++;
-    delay = Math.min(RETRY_MAX_MS, STATE_POLL_MS * 2 ** Math.min(failures, 4));
-    showRetry(delay);
+    err = e;
   }
-  setTimeout(pollState, delay);
+  // The next poll is set before drawing, so that no error while drawing stops polling.
+  if (err) {
+    failures++;
+    const delay = backoff(failures, STATE_POLL_MS, err);
+    setTimeout(pollState, delay);
+    showRetry(delay, err);
+    return;
+  }
+  setTimeout(pollState, STATE_POLL_MS);
+  failures = 0;
+  clearInterval(retryTimer);
+  acceptState(st);
+  ui.stateUpdates++;
+  setStatus("live · " + new Date(st.now_ms).toLocaleTimeString());
+}
+
+// A state from the agent: when it comes from another process than the last
+// one (restarted on this port), everything kept of the one before goes.
+function acceptState(st) {
+  const identity = st.pid + "/" + st.instance;
+  if (agentIdentity !== null && identity !== agentIdentity) forgetProcess();
+  agentIdentity = identity;
+  ui.lastState = st;
+  renderState(st);
+}
+
+let selectedLabel = null; // {label, device} of the pool selected, at the last state
+
+function forgetProcess() {
+  epoch++;
+  ui.restarts++;
+  oomDetails.clear();
+  oomFetchedAt = 0;
+  if (!want && selectedLabel) restartWant = selectedLabel;
+  selectedPool = null;
+  selectedLabel = null;
+  blocks = null;
+  clearTimeout(blocksTimer);
+  blocksFailures = 0;
+  tableKey = "";
+  document.querySelector("#pools tbody").replaceChildren();
+  $("map-pool").dataset.key = "";
+  for (const box of document.querySelectorAll(".chart")) box.remove();
+  $("oom").replaceChildren();
+  $("advice").replaceChildren();
 }
 
 // ---- pools table ----
 
+const setText = (node, text) => {
+  if (node.textContent !== text) node.textContent = text;
+};
+const setAttr = (node, k, v) => {
+  if (node.getAttribute(k) !== v) node.setAttribute(k, v);
+};
+
+const CELLS = ["allocated", "reserved", "limit", "free", "largest_free", "from_device", "from_cache", "ext_frag", "overhead"];
+let tableKey = ""; // the rows drawn: their pools' ids and liveness
+
+// The rows are made again only when the pools listed change; otherwise
+// their cells are updated in place (a selection and a tooltip stay).
+function renderTable(st) {
+  const tbody = document.querySelector("#pools tbody");
+  const key = st.pools.map((p) => p.id + (p.live ? "" : "-")).join(",");
+  if (key !== tableKey) {
+    tbody.replaceChildren(
+      ...st.pools.map((p) => {
+        const tr = el("tr", { "data-pool-id": String(p.id) });
+        if (!p.live) tr.className = "gone";
+        tr.append(el("td", {}, bdi(""), ""), el("td"), el("td"));
+        if (p.live) for (const k of CELLS) tr.append(el("td", { class: "num", "data-k": k }));
+        else tr.append(el("td", { colspan: "9" }, "destroyed; its history stays while in the window"));
+        tr.addEventListener("click", () => {
+          if (tr.classList.contains("gone")) return;
+          want = null; // the user's choice: no label followed any more
+          restartWant = null;
+          selectPool(Number(tr.dataset.poolId));
+        });
+        return tr;
+      })
+    );
+    tableKey = key;
+  }
+  st.pools.forEach((p, i) => {
+    const tr = tbody.rows[i];
+    setAttr(tr, "data-pool", p.label);
+    tr.classList.toggle("selected", p.id === selectedPool);
+    const name = tr.cells[0];
+    setText(name.firstChild, p.label);
+    setText(name.lastChild, p.live ? "" : " (gone)");
+    setText(tr.cells[1], String(p.device));
+    setText(tr.cells[2], p.backend + " / " + p.strategy);
+    if (!p.live) return;
+    const values = {
+      allocated: [p.allocated, fmtBytes],
+      reserved: [p.reserved, fmtBytes],
+      limit: [p.limit, fmtBytes],
+      free: [p.reserved - p.allocated, fmtBytes],
+      largest_free: [p.largest_free, fmtBytes],
+      from_device: [p.from_device, String],
+      from_cache: [p.from_cache, String],
+      ext_frag: [extFrag(p), fmtRatio],
+      overhead: [overhead(p), fmtRatio],
+    };
+    CELLS.forEach((k, j) => {
+      const td = tr.cells[3 + j];
+      const [v, f] = values[k];
+      setAttr(td, "data-v", String(v));
+      setText(td, f(v));
+      let title = null;
+      if (k === "ext_frag") title = "1 − " + p.largest_free + " / (" + p.reserved + " − " + p.allocated + ")";
+      if (k === "overhead") title = "1 − " + p.allocated + " / " + p.reserved;
+      if (k === "limit") title = v === null ? "no memory_fraction cap" : "memory_fraction's cap on reserved";
+      if (title !== null) setAttr(td, "title", title);
+    });
+  });
+}
+
+// Whether live pool q is the one {label, device} names (either may be null: any).
+const fits = (q, w) => (w.label === null || q.label === w.label) && (w.device === null || q.device === w.device);
+
 function renderState(st) {
-  $("host").textContent = st.hostname + " · pid " + st.pid + " · v" + st.version;
+  setText($("host"), bidiVisible(st.hostname) + " · pid " + st.pid + " · v" + st.version);
   $("link-torch").hidden = !st.links.torch;
   $("link-oom").hidden = !st.links.oom;
   $("link-advice").hidden = !st.links.advice;
-  const tbody = document.querySelector("#pools tbody");
-  tbody.replaceChildren();
-  const live = st.pools.filter((p) => p.live);
   $("no-pools").hidden = st.pools.length > 0;
-  for (const p of st.pools) {
-    const tr = el("tr", { "data-pool": p.label, "data-pool-id": String(p.id) });
-    if (!p.live) tr.className = "gone";
-    if (p.id === selectedPool) tr.classList.add("selected");
-    const name = el("td");
-    name.append(bdi(p.label), p.live ? "" : " (gone)");
-    tr.append(name, el("td", {}, String(p.device)));
-    tr.append(el("td", {}, p.backend + " / " + p.strategy));
-    if (p.live) {
-      const cells = [
-        ["allocated", p.allocated, fmtBytes],
-        ["reserved", p.reserved, fmtBytes],
-        ["limit", p.limit, fmtBytes],
-        ["free", p.reserved - p.allocated, fmtBytes],
-        ["largest_free", p.largest_free, fmtBytes],
-        ["from_device", p.from_device, String],
-        ["from_cache", p.from_cache, String],
-        ["ext_frag", extFrag(p), fmtRatio],
-        ["overhead", overhead(p), fmtRatio],
-      ];
-      for (const [k, v, f] of cells) {
-        const td = el("td", { class: "num", "data-k": k, "data-v": String(v) }, f(v));
-        if (k === "ext_frag") td.title = "1 − " + p.largest_free + " / (" + p.reserved + " − " + p.allocated + ")";
-        if (k === "overhead") td.title = "1 − " + p.allocated + " / " + p.reserved;
-        if (k === "limit") td.title = v === null ? "no memory_fraction cap" : "memory_fraction's cap on reserved";
-        tr.append(td);
-      }
-    } else {
-      tr.append(el("td", { colspan: "9" }, "destroyed; its history stays while in the window"));
-    }
-    tr.addEventListener("click", () => {
-      if (p.live) selectPool(p.id);
-    });
-    tbody.append(tr);
+  const live = st.pools.filter((p) => p.live);
+  if (restartWant) {
+    const p = live.find((q) => fits(q, restartWant));
+    restartWant = null;
+    if (p) selectPool(p.id);
   }
-  // The map's pool list: live pools only.
-  const sel = $("map-pool");
-  const ids = live.map((p) => String(p.id)).join(",");
-  if (sel.dataset.ids !== ids) {
-    sel.replaceChildren(...live.map((p) => el("option", { value: String(p.id) }, iso(p.label) + " (device " + p.device + ")")));
-    sel.dataset.ids = ids;
+  const shown = () => st.pools.find((q) => q.id === selectedPool);
+  if (want) {
+    // The label followed: whichever live pool has it now.
+    const p = live.find((q) => fits(q, want));
+    if (p) selectPool(p.id);
+    // None: the pool shown stays while it is listed as gone (the map says so), not
+    // once it has another label or left the list.
+    else if (selectedPool !== null && (!shown() || shown().live)) selectPool(null);
+  } else if (selectedPool !== null && !shown()) {
+    selectPool(null); // gone from the list too (its samples left the window)
   }
-  if (wanted) {
-    const p = live.find(
-      (q) => (wantPoolName === null || q.label === wantPoolName) && (wantDevice === null || q.device === wantDevice),
-    );
-    if (p) {
-      wanted = false;
-      selectPool(p.id);
-    }
+  if (selectedPool === null && live.length && !want) selectPool(live[0].id);
+  const sel = shown();
+  selectedLabel = sel ? { label: sel.label, device: sel.device } : null;
+  renderTable(st);
+  // The map's pool list: live pools, and a placeholder while none is chosen
+  // (or the one chosen is gone), so that choosing any pool is a change.
+  const where = want && want.device !== null ? " on device " + want.device : "";
+  let placeholder = null;
+  if (sel && !sel.live) placeholder = iso(sel.label) + " (device " + sel.device + "): gone";
+  else if (!sel && want && want.label !== null) placeholder = "waiting for pool " + iso(want.label) + where + "…";
+  else if (!sel && want) placeholder = "waiting for a pool" + where + "…";
+  else if (!sel) placeholder = "no live pool";
+  renderPoolSelect(live, placeholder);
+  // With a pool chosen, pollBlocks draws the map; without, the map says why.
+  if (!sel) {
+    if (want && want.label === null) mapNote("waiting for a pool on device " + want.device + ": none is live yet.");
+    else if (want && want.device !== null)
+      mapNote("waiting for pool ", want.label, " on device " + want.device + ": no live pool has this label there yet.");
+    else if (want) mapNote("waiting for pool ", want.label, ": no live pool has this label yet.");
+    else mapNote("No live pool in this process: nothing to map.");
   }
-  // A pool gone from the list too (the agent restarted, or its samples left
-  // the window): show another.
-  if (selectedPool !== null && !st.pools.some((p) => p.id === selectedPool)) selectedPool = null;
-  if (selectedPool === null && live.length && !wanted) selectPool(live[0].id);
-  if (selectedPool !== null) sel.value = String(selectedPool);
-  else if (wanted && wantPoolName === null) mapNote("waiting for a pool on device " + wantDevice + ": none is live yet.");
-  else if (wanted && wantDevice !== null)
-    mapNote("waiting for pool ", wantPoolName, " on device " + wantDevice + ": no live pool has this label there yet.");
-  else if (wanted) mapNote("waiting for pool ", wantPoolName, ": no live pool has this label yet.");
-  else if (!live.length) mapNote("No live pool in this process: nothing to map.");
   renderCharts(st);
   renderOomAdvice(st);
+}
+
+function renderPoolSelect(live, placeholder) {
+  const sel = $("map-pool");
+  const key = JSON.stringify([live.map((p) => [p.id, p.label, p.device]), placeholder]);
+  if (sel.dataset.key !== key) {
+    const options = live.map((p) => el("option", { value: String(p.id) }, iso(p.label) + " (device " + p.device + ")"));
+    if (placeholder !== null) options.unshift(el("option", { value: "", disabled: "", class: "placeholder" }, placeholder));
+    sel.replaceChildren(...options);
+    sel.dataset.key = key;
+  }
+  if (placeholder !== null) sel.options[0].selected = true;
+  else sel.value = String(selectedPool);
 }
 
 // ---- charts ----
@@ -354,7 +518,7 @@ function renderCharts(st) {
   }
   $("cupti-note").textContent = c.up
     ? "CUPTI is recording: purple is CUDA memory outside every gpupool pool, blue inside them."
-    : "CUPTI is not recording (" + c.reason + "): no view of other CUDA memory.";
+    : "CUPTI is not recording (" + bidiVisible(c.reason) + "): no view of other CUDA memory.";
   for (const box of document.querySelectorAll(".chart")) if (!box.dataset.seen) box.remove();
 }
 
@@ -369,26 +533,33 @@ async function renderOomAdvice(st) {
   $("oom-section").hidden = !any;
   if (!any || Date.now() - oomFetchedAt < 5000) return;
   oomFetchedAt = Date.now();
+  const ep = epoch; // an agent restarted meanwhile: what was fetched is the old one's
   try {
-    if (st.links.oom) await renderOoms();
+    if (st.links.oom) await renderOoms(ep);
     else $("oom").replaceChildren();
-    if (st.links.advice) await renderAdvice();
+    if (ep !== epoch) return;
+    if (st.links.advice) await renderAdvice(ep);
     else $("advice").replaceChildren();
   } catch (e) {
     // A document of a shape this page does not know: the links above still lead to it.
-    $("oom").replaceChildren(el("p", { class: "note" }, "could not show /oom or /advice here: " + e.message));
+    if (ep === epoch)
+      $("oom").replaceChildren(el("p", { class: "note" }, "could not show /oom or /advice here: " + bidiVisible(e.message)));
   }
 }
 
-async function renderOoms() {
+// Why a request for a document failed, in a note.
+const notAnswered = (what, e) => what + " did not answer: " + bidiVisible(e instanceof HttpError || e instanceof NoAnswer ? failureText(e)[0] : e.message);
+
+async function renderOoms(ep) {
   const box = $("oom");
   let list;
   try {
     list = await getJSON("/oom");
   } catch (e) {
-    box.replaceChildren(el("p", { class: "note" }, "/oom did not answer: " + e.message));
+    if (ep === epoch) box.replaceChildren(el("p", { class: "note" }, notAnswered("/oom", e)));
     return;
   }
+  if (ep !== epoch) return;
   if (!Array.isArray(list)) list = [];
   list = list.filter((r) => r && typeof r === "object" && typeof r.id === "number");
   const h = el("h3", {}, "Out-of-memory reports ");
@@ -397,11 +568,14 @@ async function renderOoms() {
   for (const r of list.slice(-OOM_SHOWN).reverse()) {
     if (!oomDetails.has(r.id)) {
       try {
-        oomDetails.set(r.id, await getJSON("/oom/" + r.id));
+        const detail = await getJSON("/oom/" + r.id);
+        if (ep !== epoch) return;
+        oomDetails.set(r.id, detail);
       } catch (e) {
         // Evicted meanwhile: the summary still makes a card.
       }
     }
+    if (ep !== epoch) return;
     cards.push(oomCard(r, oomDetails.get(r.id)));
   }
   for (const id of oomDetails.keys()) if (!list.some((r) => r.id === id)) oomDetails.delete(id);
@@ -422,7 +596,7 @@ function oomCard(r, detail) {
   const head = el("div", { class: "oom-head" });
   head.append(
     el("b", {}, "OOM #" + r.id),
-    el("span", { title: r.time }, when.toLocaleString()),
+    el("span", { title: bidiVisible(r.time) }, when.toLocaleString()),
     el("span", {}, "pool ", bdi(r.pool), " · device " + r.device),
     el("span", {}, "request " + fmtBytes(r.size)),
     el("span", {}, "reserved " + fmtBytes(r.reserved_bytes) + " · allocated " + fmtBytes(r.allocated_bytes))
@@ -436,7 +610,8 @@ function oomCard(r, detail) {
   head.append(links);
   card.append(head);
   // The message's explanation; its remedies are listed below from the report.
-  const msg = String(r.message || "");
+  // It names the pool: a bidi control of the name is shown, not obeyed.
+  const msg = bidiVisible(r.message || "");
   const cut = msg.search(/ (Remedies:|The request is larger than the device|Report: \/oom)/);
   card.append(el("p", { class: "oom-msg" }, cut > 0 ? msg.slice(0, cut) : msg));
   const ul = el("ul", { class: "remedies" });
@@ -497,7 +672,7 @@ function advicePools(data) {
   return data.pools.slice(0, 64).map((p) => {
     const label = [bdi(p.pool), " (device " + p.device + ")"];
     const rec = p.recommended && typeof p.recommended === "object" ? p.recommended : null;
-    if (p.error) return { label, note: "no advice: " + p.error };
+    if (p.error) return { label, note: "no advice: " + bidiVisible(p.error) };
     if (p.has_recommendation === false || !rec) return { label, note: "no recommendation" };
     const saved = rec.saved_bytes > 0 ? "saves " + fmtBytes(rec.saved_bytes) + " of peak reserved" : "";
     if (typeof rec.gpupool_conf !== "string" || rec.gpupool_conf === "")
@@ -541,11 +716,11 @@ function adviceView(data) {
     for (const r of adviceFind(data)) {
       const row = el("div", { class: "advice-rec" });
       if (r.text === undefined) {
-        row.append(el("span", { class: "advice-key" }, ...[].concat(r.label)), el("span", { class: "advice-note" }, r.note));
+        row.append(el("span", { class: "advice-key" }, ...[].concat(r.label)), el("span", { class: "advice-note" }, bidiVisible(r.note)));
         box.append(row);
         continue;
       }
-      const code = el("code", {}, r.text);
+      const code = el("code", {}, bidiVisible(r.text));
       const copy = el("button", { type: "button", title: "copy to the clipboard" }, "copy");
       copy.addEventListener("click", () => {
         const sel = () => window.getSelection().selectAllChildren(code);
@@ -553,8 +728,8 @@ function adviceView(data) {
           navigator.clipboard.writeText(r.text).then(() => (copy.textContent = "copied"), sel);
         else sel();
       });
-      row.append(el("span", { class: "advice-key" }, ...[].concat(r.label || "recommendation")), code, copy);
-      if (r.note) row.append(el("span", { class: "advice-note" }, r.note));
+      row.append(el("span", { class: "advice-key" }, ...[].concat(typeof r.label === "string" ? bidiVisible(r.label) : r.label || "recommendation")), code, copy);
+      if (r.note) row.append(el("span", { class: "advice-note" }, bidiVisible(r.note)));
       box.append(row);
     }
     const top = Array.isArray(data) ? data[data.length - 1] : data;
@@ -565,12 +740,12 @@ function adviceView(data) {
         if (v === null || typeof v === "object") continue;
         const text = k === "computed_at" && typeof v === "number" ? fmtWhen(v, top.age_s) : typeof v === "number" && !Number.isInteger(v) ? v.toFixed(2) : String(v);
         const tr = el("tr");
-        tr.append(el("th", {}, k), el("td", {}, text.length > 300 ? text.slice(0, 300) + "…" : text));
+        tr.append(el("th", {}, bidiVisible(k)), el("td", {}, bidiVisible(text.length > 300 ? text.slice(0, 300) + "…" : text)));
         table.append(tr);
       }
     else if (top !== null && typeof top !== "object" && top !== undefined) {
       const tr = el("tr");
-      tr.append(el("th", {}, "value"), el("td", {}, String(top)));
+      tr.append(el("th", {}, "value"), el("td", {}, bidiVisible(String(top))));
       table.append(tr);
     }
     if (table.children.length) box.append(el("div", { class: "table-wrap" }, table));
@@ -581,15 +756,18 @@ function adviceView(data) {
   return box;
 }
 
-async function renderAdvice() {
+async function renderAdvice(ep) {
   const box = $("advice");
   const h = el("h3", {}, "Advice ");
   h.append(el("a", { href: "/advice" }, "/advice"));
+  let doc;
   try {
-    box.replaceChildren(h, adviceView(await getJSON("/advice")));
+    doc = await getJSON("/advice", ADVICE_TIMEOUT_MS);
   } catch (e) {
-    box.replaceChildren(h, el("p", { class: "note" }, "/advice did not answer: " + e.message));
+    if (ep === epoch) box.replaceChildren(h, el("p", { class: "note" }, notAnswered("/advice", e)));
+    return;
   }
+  if (ep === epoch) box.replaceChildren(h, adviceView(doc));
 }
 
 // ---- block map ----
@@ -597,35 +775,45 @@ async function renderAdvice() {
 let blocks = null; // the last /ui/blocks.json
 let blocksBusy = false;
 let blocksTimer = null;
+let blocksFailures = 0; // in a row: the blocks poll backs off as the state poll does
 
+// id: a pool's, or null for none (the map then says why, renderState).
 function selectPool(id) {
   if (selectedPool === id) return;
   selectedPool = id;
+  const p = ui.lastState && ui.lastState.pools.find((q) => q.id === id);
+  selectedLabel = p ? { label: p.label, device: p.device } : null;
   blocks = null;
   for (const tr of document.querySelectorAll("#pools tbody tr"))
     tr.classList.toggle("selected", tr.dataset.poolId === String(id));
-  $("map-pool").value = String(id);
+  if (id !== null) $("map-pool").value = String(id);
   pollBlocks();
 }
 
 async function pollBlocks() {
   clearTimeout(blocksTimer);
+  let delay = BLOCKS_POLL_MS;
   if (selectedPool !== null && !blocksBusy) {
     blocksBusy = true;
     const id = selectedPool;
+    const ep = epoch;
+    let got = null;
     try {
-      const b = await getJSON("/ui/blocks.json?pool=" + id);
-      if (id === selectedPool) {
-        blocks = b;
-        drawMap();
-      }
+      got = await getJSON("/ui/blocks.json?pool=" + id);
+      blocksFailures = 0;
     } catch (e) {
-      // The state poll says the agent is unreachable; keep the last map.
+      // The state poll says why; the last map stays.
+      blocksFailures++;
+      delay = backoff(blocksFailures, BLOCKS_POLL_MS, e);
     }
     blocksBusy = false;
-    if (id !== selectedPool) return pollBlocks(); // the selection changed meanwhile
+    if (id !== selectedPool || ep !== epoch) return pollBlocks(); // the selection changed meanwhile
+    if (got) {
+      blocks = got;
+      drawMap();
+    }
   }
-  blocksTimer = setTimeout(pollBlocks, BLOCKS_POLL_MS);
+  blocksTimer = setTimeout(pollBlocks, delay);
 }
 
 // Segment rows in the order and subset the controls ask for.
@@ -738,7 +926,12 @@ function drawMap() {
   const info = $("map-info");
   const pool = blocks && blocks.pool;
   if (!blocks) return;
-  if (!pool) return mapNote("This pool is gone (destroyed).");
+  ui.largest = null;
+  if (!pool) {
+    if (want && want.label !== null)
+      return mapNote("pool ", want.label, " is gone (destroyed): waiting for a live pool with this label.");
+    return mapNote("This pool is gone (destroyed).");
+  }
   const t0 = performance.now();
   const all = mapRows(pool);
   // Bars thin down to ROW_H_MIN to keep every segment; beyond that the
@@ -778,12 +971,18 @@ function drawMap() {
   }
   const stack = byTag ? tags.map((t, i) => 4 + i).concat(STACK) : STACK;
   const top = stack.length - 1;
-  // The largest free block of the pool, to mark.
+  // The pool's largest free block, to mark: the block blocks.json names
+  // (largest over mapped pages in expandable segments, as the pool counts
+  // it), wherever the rows drawn leave it.
   let largest = null;
-  for (const r of rows) {
-    const b = r.seg.blocks;
-    for (let i = 0; i < b.length; i += 6)
-      if (b[i + 3] === 0 && (!largest || b[i + 1] > largest.size)) largest = { row: r, off: b[i], size: b[i + 1] };
+  let largestNote = "";
+  const at = pool.largest_free_block;
+  const atSeg = at ? pool.segments[at.segment] : null;
+  if (atSeg) {
+    const r = rows.find((x) => x.seg === atSeg);
+    if (r) largest = { row: r, off: atSeg.blocks[at.block * 6], size: atSeg.blocks[at.block * 6 + 1] };
+    else if (all.some((x) => x.seg === atSeg)) largestNote = ", in a segment past those drawn";
+    else largestNote = ", in a segment the filter hides";
   }
   ui.layout = [];
   ctx.font = "10px sans-serif";
@@ -836,17 +1035,23 @@ function drawMap() {
     ctx.strokeStyle = "#d62728";
     ctx.lineWidth = 2;
     ctx.strokeRect(x + 1, r.y + 1, w - 2, rowH - 2);
+    ui.largest = { x: x, y: r.y, w: w, h: rowH, address: r.seg.address, offset: largest.off, size: largest.size };
   }
   ui.rows = rows;
   ui.mapBlocks = total;
   ui.lastDrawMs = performance.now() - t0;
   const frag = extFrag(pool);
+  // Which segments are drawn: those the filter keeps, and of those as many as the canvas holds.
+  const filter = $("map-filter");
+  let shown = "";
+  if (all.length < pool.segments.length) shown += " · " + all.length + " shown by the filter (" + filter.selectedOptions[0].textContent + ")";
+  if (rows.length < all.length) shown += " · the first " + rows.length + " of them drawn (no room for more: sort or filter to see the others)";
   info.replaceChildren(
     bdi(pool.label),
-    ": " + pool.segments.length + " segments, " + total + " blocks" +
-    (rows.length < pool.segments.length ? " (" + rows.length + " shown: sort or filter for others)" : "") +
+    ": " + pool.segments.length + " segments, " + total + " blocks" + shown +
+    (pool.truncated ? " · segments changed while they were copied: some are missing" : "") +
     " · scale " + fmtBytes(Math.round(bpp)) + " per pixel" +
-    " · largest free " + fmtBytes(pool.largest_free) +
+    " · largest free " + fmtBytes(pool.largest_free) + largestNote +
     " · external fragmentation " + fmtRatio(frag) + " · cache overhead " + fmtRatio(overhead(pool))
   );
   markDrawn();
@@ -920,7 +1125,12 @@ function start() {
   $("window").addEventListener("change", () => {
     if (ui.lastState) pollNow();
   });
-  $("map-pool").addEventListener("change", (e) => selectPool(Number(e.target.value)));
+  $("map-pool").addEventListener("change", (e) => {
+    if (e.target.value === "") return; // the placeholder
+    want = null; // the user's choice: no label followed any more
+    restartWant = null;
+    selectPool(Number(e.target.value));
+  });
   for (const id of ["map-sort", "map-filter", "map-highlight", "map-colour"]) $(id).addEventListener("change", drawMap);
   $("map").addEventListener("mousemove", onHover);
   $("map").addEventListener("mouseleave", () => ($("tip").hidden = true));
@@ -931,13 +1141,14 @@ function start() {
 
 // A window change answers at once, beside the regular poll.
 async function pollNow() {
+  let st;
   try {
-    const st = await getJSON("/ui/state.json?window=" + $("window").value);
-    ui.lastState = st;
-    renderState(st);
+    st = await getJSON("/ui/state.json?window=" + $("window").value);
   } catch (e) {
-    setStatus("agent unreachable · retrying", "down");
+    setStatus(failureText(e)[0] + " · retrying", failureText(e)[1]);
+    return;
   }
+  acceptState(st);
 }
 
 start();

@@ -3,7 +3,7 @@
 (--remote-debugging-pipe: commands on fd 3, replies and events on fd 4, each
 message JSON ended by a NUL byte). Standard library only.
 
-  ui_browser.py --chromium PATH --demo PATH --fixture PATH --out DIR
+  ui_browser.py --chromium PATH --demo PATH --fixture PATH --out DIR [--parts LIST]
 
 Part 1, the demo (gpupool-demo on the host backend, workload running): the
 pools are listed, every segment bar is drawn to scale (pixels on the canvas),
@@ -29,18 +29,35 @@ and the tooltip stays inside it; fmtBytes reaches PiB; the advice table shows
 computed_at as a time and an age; a destroyed pool shows as gone, its chart's
 lines ending at its last sample; a stopped agent shows "agent unreachable"
 with the seconds to the next try counting down, without a script error.
+Also: the pools table is updated in place (a selected cell stays selected);
+an OOM card of a pool whose name holds U+202E (renamed on its way, DevTools'
+Fetch domain) reads in order; the largest free block's outline is the block
+blocks.json names, and none is drawn on another block when a filter hides it
+or nothing is free over mapped pages; ?pool= shows a placeholder while it
+waits and follows its label to another pool; a hung (SIGSTOPped) agent shows
+"agent unreachable" after the requests' timeout; the map's poll backs off.
 Screenshots ui-fixture*.png.
 
-Part 3, the fixture with no pool: the block map says there is none."""
+Part 3, the fixture with no pool: the block map says there is none.
+
+Part 4, basic auth: the page opened with credentials in its URL polls; a
+rate limit's 429 and refused credentials (401) are told apart from an agent
+that does not answer.
+
+Part 5, restarts on one port (fixture, fixture, demo): the page drops what
+it kept of the process before (OOM details, the pool list)."""
 
 import argparse
 import base64
+import ctypes
+import ctypes.util
 import fcntl
 import json
 import os
 import re
 import select
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -83,6 +100,8 @@ class Browser:
         self.next_id = 0
         self.events = []
         self.session = None
+        self.paused = []  # Fetch.requestPaused events not answered yet
+        self.rewrite = None  # intercept()'s function
 
     def send(self, method, params=None, session=True, timeout=30):
         self.next_id += 1
@@ -113,12 +132,61 @@ class Browser:
         m = json.loads(raw)
         if "method" in m:
             self.events.append(m)
+            if m["method"] in ("Fetch.requestPaused", "Fetch.authRequired"):
+                self.paused.append(m)
         return m
 
     def pump(self, seconds):
         deadline = time.monotonic() + seconds
+        self.answer_paused()
         while self.read(deadline) is not None:
-            pass
+            self.answer_paused()
+
+    def intercept(self, patterns, rewrite):
+        """Answers the page's requests for URLs matching `patterns` (Fetch
+        domain, at the response) with rewrite(url, status, body) -> body of
+        the agent's answer; rewrite None stops intercepting."""
+        if rewrite is None:
+            self.send("Fetch.disable")
+            self.rewrite = None
+            self.answer_paused()
+            return
+        self.rewrite = rewrite
+        self.send("Fetch.enable", {"patterns": [{"urlPattern": p, "requestStage": "Response"}
+                                                for p in patterns]})
+
+    def cancel_logins(self):
+        """Every login prompt the browser would show (a 401 with
+        WWW-Authenticate) is cancelled at once, as by a user, so that the
+        page gets the 401 (headless, the request would wait for an answer)."""
+        self.rewrite = None
+        self.send("Fetch.enable", {"patterns": [{"urlPattern": "*", "requestStage": "Request"}],
+                                   "handleAuthRequests": True})
+
+    def answer_paused(self):
+        # Not from within send(): its loop reads the events these answers cause.
+        while self.paused:
+            m = self.paused.pop(0)
+            ev = m["params"]
+            rid = ev["requestId"]
+            try:
+                if m["method"] == "Fetch.authRequired":
+                    self.send("Fetch.continueWithAuth", {"requestId": rid, "authChallengeResponse":
+                                                         {"response": "CancelAuth"}})
+                    continue
+                if self.rewrite is None or ev.get("responseStatusCode") != 200:
+                    self.send("Fetch.continueRequest", {"requestId": rid})
+                    continue
+                got = self.send("Fetch.getResponseBody", {"requestId": rid})
+                body = base64.b64decode(got["body"]) if got.get("base64Encoded") else got["body"].encode()
+                body = self.rewrite(ev["request"]["url"], ev["responseStatusCode"], body)
+                headers = [h for h in ev.get("responseHeaders", [])
+                           if h["name"].lower() not in ("content-length", "content-encoding")]
+                self.send("Fetch.fulfillRequest", {"requestId": rid, "responseCode": 200,
+                                                   "responseHeaders": headers,
+                                                   "body": base64.b64encode(body).decode()})
+            except RuntimeError:  # the request went meanwhile (the page navigated)
+                pass
 
     def open_page(self):
         target = self.send("Target.createTarget", {"url": "about:blank"}, session=False)
@@ -263,6 +331,39 @@ def check_oom(b, base):
               "fixture: %s answers %s" % (link, kind))
 
 
+def check_oom_bidi(b, out):
+    """The OOM card of a pool whose name holds U+202E (the fixture's OOM,
+    its pool renamed in /oom and /oom/<id> on their way to the page): the
+    control is shown, not obeyed, so the message reads in order."""
+    name = "rtl\u202ename"
+
+    def rename(url, status, body):
+        doc = json.loads(body)
+        for r in doc if isinstance(doc, list) else [doc]:
+            if isinstance(r, dict) and r.get("pool") == "oom":
+                r["pool"] = name
+                r["message"] = str(r.get("message", "")).replace("pool 'oom'", "pool '%s'" % name)
+        return json.dumps(doc).encode()
+
+    b.intercept(["*/oom*"], rename)
+    try:
+        ok = b.wait_for("(() => { const m = document.querySelector('.oom-card .oom-msg');"
+                        " return m !== null && m.textContent.includes('rtl'); })()", 20,
+                        "fixture: the OOM card of pool rtl<U+202E>name shown")
+        if not ok:
+            return
+        got = b.eval(OOM_ORDER_JS)
+        check("pool 'rtl<U+202E>name' on device 0" in got["text"] and got["back"] == 0,
+              "fixture: the OOM message shows U+202E escaped and reads left to right (%d characters"
+              " out of order): %r" % (got["back"], got["text"][:140]))
+        bidi = b.eval(BIDI_JS)
+        check(not bidi["bad"], "fixture: no bidi control of the OOM card acts on the page (not: %s)"
+              % bidi["bad"])
+        b.screenshot(os.path.join(out, "ui-fixture-oom-bidi.png"))
+    finally:
+        b.intercept(None, None)
+
+
 def check_advice_view(b):
     """The advice renderer on documents of other shapes: a recommendation line
     to copy where there is one, a table of scalars otherwise, never a throw."""
@@ -345,22 +446,24 @@ def check_tags(b, base):
           "fixture: each tag's own colour drawn on the map (pixels %s)" % counts)
 
 
-# Text nodes holding a bidi override (U+202E) not isolated from the text
-# around them: neither the pool's label alone in an element whose
-# unicode-bidi isolates nor between U+2068 and U+2069.
+# Text nodes holding a bidi control (U+202E and the others: embeddings,
+# overrides, isolates, marks) not isolated from the text around them:
+# neither the pool's label alone in an element whose unicode-bidi isolates
+# nor between U+2068 and U+2069.
 BIDI_JS = r"""(() => {
   const bad = [];
   let n = 0;
+  const controls = /[\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069]/;
   const w = document.createTreeWalker(document.body, NodeFilter.SHOW_TEXT);
   for (let t; (t = w.nextNode()); ) {
-    const d = t.data, i = d.indexOf('\u202e');
-    if (i < 0) continue;
-    n++;
+    if (!controls.test(t.data)) continue;
+    if (t.data.includes('\u202e')) n++; // a place pool rtl<U+202E>name is shown
+    const d = t.data.replace(/\u2068[^\u2068\u2069]*\u2069/g, ''); // isolated between U+2068 and U+2069
+    if (!controls.test(d)) continue;
     const p = t.parentElement;
     const alone = d === 'rtl\u202ename' && p.childNodes.length === 1
       && /isolate|plaintext/.test(getComputedStyle(p).unicodeBidi);
-    const marked = d.lastIndexOf('\u2068', i) >= 0 && d.indexOf('\u2069', i) > i;
-    if (!alone && !marked) bad.push(p.tagName + ': ' + JSON.stringify(p.textContent));
+    if (!alone) bad.push(p.tagName + '.' + p.className + ': ' + JSON.stringify(p.textContent.slice(0, 200)));
   }
   return {n: n, bad: bad};
 })()"""
@@ -389,6 +492,97 @@ CHART_GAP_JS = """(() => {
   x0 = Math.max(x0, st.now_ms - st.window_s * 1000);
   return st.now_ms - p.series.t[p.series.t.length - 1] >= 0.05 * (st.now_ms - x0);
 })()"""
+
+# Pixels of the largest free block's outline (#d62728) on the map.
+RED_JS = """(() => {
+  const cv = document.getElementById('map');
+  const d = cv.getContext('2d').getImageData(0, 0, cv.width, cv.height).data;
+  let n = 0;
+  for (let i = 0; i < d.length; i += 4) if (d[i] === 214 && d[i+1] === 39 && d[i+2] === 40) n++;
+  return n;
+})()"""
+
+# As a user chooses a pool in the map's list: a change only if the choice changes.
+CHOOSE_JS = """(() => {
+  const s = document.getElementById('map-pool');
+  const o = [...s.options].find(o => o.textContent.startsWith('\\u2068' + %s + '\\u2069'));
+  if (!o || o.selected) return false;
+  o.selected = true;
+  s.dispatchEvent(new Event('change'));
+  return true;
+})()"""
+
+# Every request the page makes, with its time: [performance.now(), url].
+FETCH_LOG_JS = """(() => {
+  if (window.fetchLog) return true;
+  window.fetchLog = [];
+  const f = window.fetch.bind(window);
+  window.fetch = (u, o) => { window.fetchLog.push([performance.now(), String(u)]); return f(u, o); };
+  return true;
+})()"""
+
+# The characters of the OOM card's message whose box lies left of the one
+# before them on the same line: text a bidi control reordered.
+OOM_ORDER_JS = r"""(() => {
+  const p = document.querySelector('.oom-card .oom-msg');
+  const t = p && p.firstChild;
+  if (!t || t.nodeType !== 3) return {text: p ? p.textContent : null, back: -1};
+  const r = document.createRange();
+  let back = 0, prev = null;
+  for (let i = 0; i < t.data.length; i++) {
+    if (/\s/.test(t.data[i])) continue;
+    r.setStart(t, i);
+    r.setEnd(t, i + 1);
+    const b = r.getBoundingClientRect();
+    if (!b.width) continue;
+    if (prev && Math.abs(b.top - prev.top) < 2 && b.left < prev.left - 0.5) back++;
+    prev = b;
+  }
+  return {text: t.data, back: back};
+})()"""
+
+
+def set_control(b, id, value):
+    b.eval("(() => { const s = document.getElementById(%s); s.value = %s;"
+           " s.dispatchEvent(new Event('change')); })()" % (json.dumps(id), json.dumps(value)))
+
+
+def status(b):
+    return b.eval("[document.getElementById('status').textContent,"
+                  " document.getElementById('status').className]")
+
+
+def check_largest(b, base):
+    """Pool steady: the red outline is the block blocks.json names as the
+    pool's largest free block; with a filter that hides its segment none is
+    drawn (not another block's), and the caption says so without sending the
+    user to the filter that hid it."""
+    sid = b.eval("document.querySelector('#pools tr[data-pool=\"steady\"]').dataset.poolId")
+    doc = json.loads(urllib.request.urlopen(base + "/ui/blocks.json?pool=" + sid, timeout=10).read())
+    pool = doc["pool"]
+    at = pool.get("largest_free_block")
+    check(at is not None, "fixture: blocks.json names steady's largest free block (%s)" % at)
+    if at is not None:
+        seg = pool["segments"][at["segment"]]
+        want = [seg["address"], seg["blocks"][6 * at["block"]], seg["blocks"][6 * at["block"] + 1]]
+        check(want[2] == pool["largest_free"], "fixture: that block is largest_free %s (%s)"
+              % (pool["largest_free"], want))
+        set_control(b, "map-filter", "all")
+        got = b.eval("gpupoolUI.largest && [gpupoolUI.largest.address, gpupoolUI.largest.offset,"
+                     " gpupoolUI.largest.size]")
+        red = b.eval(RED_JS)
+        check(got == want and red > 0, "fixture: steady's outline is on the block blocks.json names"
+              " (%s, %s; %d red px)" % (got, want, red))
+    set_control(b, "map-filter", "small")  # the 2 MiB segment only: the largest is in another
+    red = b.eval(RED_JS)
+    info = b.eval("document.getElementById('map-info').textContent")
+    check(red == 0 and not b.eval("gpupoolUI.largest"),
+          "fixture: filter 'small pool': no outline on another block than the largest (%d red px)" % red)
+    check("filter hides" in info and "sort or filter for others" not in info
+          and "1 shown by the filter" in info,
+          "fixture: filter 'small pool': the caption says the filter hides the largest free block"
+          " and how many segments it shows (%r)" % info)
+    set_control(b, "map-filter", "all")
 
 
 def check_narrow(b, base, out):
@@ -502,6 +696,17 @@ def part_fixture(args, profile):
                                              b.eval("gpupoolUI.lastDrawMs")), flush=True)
         b.wait_for("document.querySelectorAll('#pools tbody tr[data-pool]').length >= 10", 30,
                    "fixture: pools listed")
+        # The table is updated in place: a cell the user selected stays, and selected.
+        picked = b.eval("(() => { const td = document.querySelector('#pools tr[data-pool=\"frag\"]"
+                        " td[data-k=\"reserved\"]'); window.keptCell = td; const r = document.createRange();"
+                        " r.selectNodeContents(td); getSelection().removeAllRanges(); getSelection().addRange(r);"
+                        " return getSelection().toString(); })()")
+        n0 = b.eval("gpupoolUI.stateUpdates")
+        b.wait_for("gpupoolUI.stateUpdates >= %d" % (n0 + 2), 20, "fixture: page polled twice more")
+        kept = b.eval("[document.contains(window.keptCell), getSelection().toString()]")
+        check(picked != "" and kept == [True, picked],
+              "fixture: a selected cell of the pools table stays, selected, across polls (%r, %r)"
+              % (picked, kept))
         # The pools were made within the window: every device allocation counts.
         for pool in ("steady", "frag", "expandable"):
             want = metric(base, "gpupool_allocations_total", pool, 'source="device"')
@@ -553,6 +758,7 @@ def part_fixture(args, profile):
                 check(cap == 2 << 30, "fixture: expandable's cap is half its 4 GiB (%s)" % cap)
         b.screenshot(os.path.join(args.out, "ui-fixture-frag.png"))
         check_oom(b, base)
+        check_oom_bidi(b, args.out)
         check_advice_view(b)
         # steady: bars to scale, a pending block, a free block marked largest.
         b.eval("(() => { const s = document.getElementById('map-pool');"
@@ -560,6 +766,7 @@ def part_fixture(args, profile):
                " s.dispatchEvent(new Event('change')); })()")
         b.wait_for("gpupoolUI.layout.length === 4", 20, "fixture: steady's 4 segments drawn")
         check_bars(b, "fixture steady")
+        check_largest(b, base)
         check_tags(b, base)
         # Hover over the start of the 20 MiB segment: the block pending on
         # another stream (freed after record_stream), with its size and age.
@@ -581,6 +788,11 @@ def part_fixture(args, profile):
                    " s.dispatchEvent(new Event('change')); })()" % pool)
             b.wait_for("document.getElementById('map-info').textContent.includes(%s)"
                        % json.dumps(text), 20, "fixture: %s pool's map says %r" % (pool, text))
+            if pool == "expandable":  # its free blocks are unmapped: no free block to mark
+                red = b.eval(RED_JS)
+                info = b.eval("document.getElementById('map-info').textContent")
+                check(red == 0 and "largest free 0 B" in info,
+                      "fixture: expandable: no outline on an unmapped block (%d red px; %r)" % (red, info))
         unmapped = b.eval("(() => { const cv = document.getElementById('map');"
                           " const d = cv.getContext('2d').getImageData(0, 9, cv.width, 1).data;"
                           " let n = 0; for (let i = 0; i < d.length; i += 4)"
@@ -608,6 +820,31 @@ def part_fixture(args, profile):
         b.send("Page.navigate", {"url": base + "/ui?pool=nosuch"})
         b.wait_for("document.getElementById('map-info').textContent.includes('waiting for pool nosuch')",
                    20, "fixture: ?pool=nosuch says it waits for pool nosuch")
+        # Meanwhile the pool list shows a placeholder, not the first pool as if chosen, so
+        # that choosing that pool (steady) is a change and maps it.
+        chosen = b.eval("(() => { const o = document.getElementById('map-pool').selectedOptions[0];"
+                        " return o ? [o.value, o.textContent] : null; })()")
+        check(chosen is not None and chosen[0] == "" and "waiting for pool" in chosen[1],
+              "fixture: ?pool=nosuch: the pool list shows a placeholder (%r)" % chosen)
+        b.eval(CHOOSE_JS % json.dumps("steady"))
+        b.wait_for("document.getElementById('map-info').textContent.startsWith('steady: ')", 10,
+                   "fixture: ?pool=nosuch, then choosing steady in the list maps it")
+        # ?pool= follows its label: pools same, same, same and same#2 are labelled same,
+        # same#2, same#3 and same#2#2; once the three named same are destroyed, the pool
+        # named same#2 is labelled same#2, and the map shows it.
+        b.send("Page.navigate", {"url": base + "/ui?pool=same%232"})
+        b.wait_for("document.getElementById('map-info').textContent.startsWith('same#2: no segments')",
+                   20, "fixture: ?pool=same%232 maps same#2")
+        before = b.eval("document.getElementById('map-pool').value")
+        fx.stdin.write(b"destroy same\n")
+        fx.stdin.flush()
+        b.wait_for("(() => { const st = gpupoolUI.lastState;"
+                   " const p = st && st.pools.find(q => q.live && q.label === 'same#2');"
+                   " return !!p && String(p.id) !== %s"
+                   " && document.getElementById('map-pool').value === String(p.id)"
+                   " && document.getElementById('map-info').textContent.startsWith('same#2: no segments');"
+                   " })()" % json.dumps(before), 20,
+                   "fixture: ?pool=same%232 follows the label to the pool that has it now")
         check_narrow(b, base, args.out)
         b.send("Page.navigate", {"url": base + "/ui?pool=frag"})
         b.wait_for("document.querySelectorAll('.chart canvas').length >= 5", 20,
@@ -629,8 +866,23 @@ def part_fixture(args, profile):
                   " ends at %d)" % (end["right"], end["width"] - 5))
         errs = b.errors()
         check(not errs, "fixture: no console errors" + ("" if not errs else ": " + "; ".join(errs)))
+        # A hung agent (stopped, as in a debugger): its answers do not come, the page
+        # says so after its timeout, and is live again once the agent runs again.
+        os.kill(fx.pid, signal.SIGSTOP)
+        try:
+            ok = b.wait_for("document.getElementById('status').textContent.includes('agent unreachable')",
+                            25, "fixture: a hung (SIGSTOPped) agent shows 'agent unreachable'")
+            if ok:
+                got = status(b)
+                check("no answer in 5 s" in got[0] and "down" in got[1],
+                      "fixture: the status says there was no answer (%r)" % got)
+        finally:
+            os.kill(fx.pid, signal.SIGCONT)
+        b.wait_for("document.getElementById('status').textContent.startsWith('live')", 30,
+                   "fixture: live again once the agent runs again")
         # A stopped agent: the page says so and retries; no script error
         # (the refused fetches are network log entries, expected here).
+        b.eval(FETCH_LOG_JS)
         fx.stdin.write(b"quit\n")
         fx.stdin.flush()
         fx.wait(timeout=30)
@@ -646,6 +898,14 @@ def part_fixture(args, profile):
         later = b.eval(left)
         check(0 <= later < first, "fixture: 'retrying in N s' counts down (%s s, then %s s 1.5 s later)"
               % (first, later))
+        # The block map's poll backs off too (every 2 s while the agent answers; 4, 8, 10 s
+        # between tries while it does not): at most 4 tries in 16 s.
+        t0 = b.eval("performance.now()")
+        b.pump(16)
+        tries = b.eval("window.fetchLog.filter(f => f[0] >= %f && f[1].includes('/ui/blocks.json'))"
+                       ".length" % t0)
+        check(tries <= 4, "fixture: the block map's poll backs off while the agent is down"
+              " (%d tries in 16 s)" % tries)
         exc = [e for e in b.errors() if not e.startswith("log: ")]
         check(not exc, "fixture: no script error after the agent stopped" +
               ("" if not exc else ": " + "; ".join(exc)))
@@ -676,6 +936,158 @@ def part_no_pool(args, profile):
         fx.wait(timeout=30)
 
 
+def bcrypt(password):
+    """A bcrypt hash of password (libcrypt's, as the agent checks it)."""
+    lib = ctypes.CDLL(ctypes.util.find_library("crypt") or "libcrypt.so.1")
+    lib.crypt_gensalt.restype = ctypes.c_char_p
+    lib.crypt_gensalt.argtypes = [ctypes.c_char_p, ctypes.c_ulong, ctypes.c_char_p, ctypes.c_int]
+    lib.crypt.restype = ctypes.c_char_p
+    lib.crypt.argtypes = [ctypes.c_char_p, ctypes.c_char_p]
+    salt = lib.crypt_gensalt(b"$2b$", 4, None, 0)
+    h = lib.crypt(password.encode(), salt) if salt else None
+    if not h or not h.startswith(b"$2b$"):
+        raise RuntimeError("libcrypt made no bcrypt hash")
+    return h.decode()
+
+
+def write_web_config(path, text):
+    """Replaces the agent's web configuration at once (never an empty file)."""
+    with open(path + ".new", "w") as f:
+        f.write(text)
+    os.replace(path + ".new", path)
+
+
+def part_auth(args, profile):
+    """Basic auth (web_config): the page opened with the credentials in its
+    URL polls with them; a rate limit's 429 says "rate-limited", and the
+    agent refusing the credentials says so (reload to log in); neither says
+    "agent unreachable"."""
+    conf_dir = tempfile.mkdtemp(prefix="gpupool-ui-web.")
+    web = os.path.join(conf_dir, "web.yml")
+    good = "basic_auth_users:\n  gp: '%s'\n" % bcrypt("pw1")
+    write_web_config(web, good)
+    env = dict(os.environ, GPUPOOL_AGENT_CONF="listen:127.0.0.1:0,sample_interval_ms:250,web_config:" + web)
+    env.pop("GPUPOOL_CONF", None)
+    fx, port = start_process([args.fixture, "100"], env, r"^port (\d+)")
+    b = Browser(args.chromium, profile)
+    try:
+        b.open_page()
+        b.send("Page.navigate", {"url": "http://gp:pw1@127.0.0.1:%d/ui?pool=steady" % port})
+        b.wait_for("document.getElementById('status').textContent.startsWith('live')"
+                   " && gpupoolUI.layout.length === 4", 20,
+                   "auth: opened as http://gp:pw1@host/ui, the page polls (live, map drawn)")
+        # What the status says from now on.
+        b.eval("(() => { window.statusSeen = []; const s = document.getElementById('status');"
+               " new MutationObserver(() => window.statusSeen.push(s.textContent))"
+               ".observe(s, {childList: true, characterData: true, subtree: true}); })()")
+        # One request every 2 s: about every other state poll is refused.
+        write_web_config(web, good + "rate_limit:\n  interval: 2s\n  burst: 1\n")
+        ok = b.wait_for("document.getElementById('status').textContent.startsWith("
+                        "'rate-limited by the agent (HTTP 429)')", 20,
+                        "auth: a rate-limited agent's 429 says 'rate-limited'")
+        if ok:
+            check("stale" in status(b)[1], "auth: rate-limited: the status' style is 'stale' (%r)"
+                  % (status(b),))
+        # The credentials refused: a browser asks for others (here: none given).
+        b.cancel_logins()
+        write_web_config(web, "basic_auth_users:\n  gp: '%s'\n" % bcrypt("pw2"))
+        ok = b.wait_for("document.getElementById('status').textContent.includes("
+                        "'the agent refused the credentials (HTTP 401): reload the page to log in')", 20,
+                        "auth: refused credentials say so")
+        seen = b.eval("window.statusSeen")
+        bad = [t for t in seen if "unreachable" in t]
+        check(not bad, "auth: never 'agent unreachable' while the agent answers (%s)" % bad[:3])
+        b.screenshot(os.path.join(args.out, "ui-auth-refused.png"))
+        exc = [e for e in b.errors() if not e.startswith("log: ")]
+        check(not exc, "auth: no script error" + ("" if not exc else ": " + "; ".join(exc)))
+    finally:
+        b.close()
+        fx.stdin.write(b"quit\n")
+        fx.stdin.flush()
+        fx.wait(timeout=30)
+        shutil.rmtree(conf_dir, ignore_errors=True)
+
+
+def part_restart(args, profile):
+    """The agent restarted on its port (another process: pool ids and OOM
+    ids mean other things): the page forgets what it kept of the process
+    before. Fixture A, then fixture B: OOM report 1 is fetched again; then
+    the demo, whose pools 1-4 are other pools than B's 1-4: the map's pool
+    list names the demo's pools, and the map shows the pool chosen there."""
+    env = dict(os.environ, GPUPOOL_AGENT_CONF="listen:127.0.0.1:0,sample_interval_ms:250")
+    env.pop("GPUPOOL_CONF", None)
+    fx, port = start_process([args.fixture, "100"], env, r"^port (\d+)")
+    env["GPUPOOL_AGENT_CONF"] = "listen:127.0.0.1:%d,sample_interval_ms:250" % port
+    base = "http://127.0.0.1:%d" % port
+    b = Browser(args.chromium, profile)
+    procs = [fx]
+    try:
+        b.open_page()
+        b.send("Page.navigate", {"url": base + "/ui"})
+        b.wait_for("document.querySelector('.oom-card .remedies li') !== null"
+                   " && gpupoolUI.layout.length > 0", 30, "restart: fixture A's OOM card and map shown")
+        b.eval(CHOOSE_JS % json.dumps("frag"))
+        b.eval(FETCH_LOG_JS)
+        # Fixture B on the same port.
+        fx.stdin.write(b"quit\n")
+        fx.stdin.flush()
+        fx.wait(timeout=30)
+        t0 = b.eval("performance.now()")
+        fx, _ = start_process([args.fixture, "100"], env, r"^port (\d+)")
+        procs.append(fx)
+        b.wait_for("document.getElementById('host').textContent.includes('pid %d ')"
+                   " && document.getElementById('status').textContent.startsWith('live')" % fx.pid, 30,
+                   "restart: the page polls fixture B (pid %d)" % fx.pid)
+        b.wait_for("window.fetchLog.some(f => f[0] >= %f && /\\/oom\\/1$/.test(f[1]))" % t0, 20,
+                   "restart: OOM report 1 of fixture B fetched, not the one of A kept")
+        b.wait_for("document.getElementById('map-info').textContent.startsWith('frag: ')", 20,
+                   "restart: fixture B's pool frag mapped, as A's was")
+        # B keeps pools 1-4 (steady, frag, empty, expandable), then the demo (pools 1-4:
+        # bfc, round, naive, bfc-expandable) takes the port.
+        for name in ("oom", "same", "same#2", "rtl\u202ename", "twin"):
+            fx.stdin.write(("destroy %s\n" % name).encode())
+        fx.stdin.flush()
+        b.wait_for("document.querySelectorAll('#map-pool option:not(.placeholder)').length === 4", 20,
+                   "restart: fixture B lists 4 live pools")
+        fx.stdin.write(b"quit\n")
+        fx.stdin.flush()
+        fx.wait(timeout=30)
+        denv = dict(env, GPUPOOL_CONF="backend:host")
+        demo, _ = start_process([args.demo, "--quiet", "--seconds", "300"], denv,
+                                r"metrics\s+http://[^:]+:(\d+)/metrics")
+        procs.append(demo)
+        ok = b.wait_for("document.getElementById('host').textContent.includes('pid %d ')"
+                        " && document.querySelectorAll('#pools tbody tr[data-pool=\"bfc\"]').length === 1"
+                        % demo.pid, 30, "restart: the page polls the demo (pid %d)" % demo.pid)
+        if ok:
+            b.pump(3)  # a blocks poll or two
+            got = b.eval("""(() => {
+              const st = gpupoolUI.lastState, s = document.getElementById('map-pool');
+              const wrong = [...s.options].filter(o => o.value !== '').filter(o => {
+                const p = st.pools.find(q => String(q.id) === o.value);
+                return !p || o.textContent !== '\\u2068' + p.label + '\\u2069 (device ' + p.device + ')';
+              }).map(o => o.textContent);
+              const o = s.selectedOptions[0];
+              return {wrong: wrong, chosen: o ? o.textContent : null,
+                      caption: document.getElementById('map-info').textContent};
+            })()""")
+            check(not got["wrong"], "restart: the map's pool list names the demo's pools (not: %s)"
+                  % got["wrong"])
+            label = re.sub(r"^\u2068(.*)\u2069 \(device \d+\)$", r"\1", got["chosen"] or "")
+            check(label != "" and got["caption"].startswith(label + ": "),
+                  "restart: the map shows the pool its list names (%r; %r)"
+                  % (got["chosen"], got["caption"][:60]))
+        b.screenshot(os.path.join(args.out, "ui-restart-demo.png"))
+        exc = [e for e in b.errors() if not e.startswith("log: ")]
+        check(not exc, "restart: no script error" + ("" if not exc else ": " + "; ".join(exc)))
+    finally:
+        b.close()
+        for p in procs:
+            if p.poll() is None:
+                p.terminate()
+                p.wait(timeout=30)
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--chromium", required=True)
@@ -683,9 +1095,14 @@ def main():
     ap.add_argument("--fixture", required=True)
     ap.add_argument("--out", required=True)
     ap.add_argument("--blocks", type=int, default=100000)
+    ap.add_argument("--parts", default="demo,fixture,no_pool,auth,restart",
+                    help="the parts to run, comma-separated (all by default)")
     args = ap.parse_args()
     os.makedirs(args.out, exist_ok=True)
-    for part in (part_demo, part_fixture, part_no_pool):
+    parts = {"demo": part_demo, "fixture": part_fixture, "no_pool": part_no_pool,
+             "auth": part_auth, "restart": part_restart}
+    for name in args.parts.split(","):
+        part = parts[name]
         profile = tempfile.mkdtemp(prefix="gpupool-ui-chromium.")
         try:
             part(args, profile)

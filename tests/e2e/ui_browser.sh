@@ -6,7 +6,8 @@
 # blocks, tagged blocks and an OOM. Asserts on the rendered DOM and canvas
 # (pools listed, segment bars to scale, values equal to /metrics', the OOM
 # card, the tag legend and colours, no console errors, a destroyed pool, a
-# stopped agent) and saves screenshots in $GPUPOOL_BINARY_DIR/ui-test/.
+# hung and a stopped agent, basic auth and its 401 and 429, the agent
+# restarted on its port) and saves screenshots in $GPUPOOL_BINARY_DIR/ui-test/.
 # Prints the time from navigation to a drawn map of 10^5 blocks (a figure,
 # not an assertion). Exit 77 (skip) when chromium or python3 is missing.
 set -uo pipefail
@@ -20,5 +21,5 @@ for exe in "$bin/examples/gpupool-demo" "$bin/tests/ui_fixture"; do
   [[ -x $exe ]] || { echo "FAIL: $exe is not built"; exit 1; }
 done
 # Bounded: the driver's own waits are bounded too; this catches a hung browser.
-timeout -k 10 400 python3 "$src/tests/e2e/ui_browser.py" --chromium "$(command -v chromium)" \
+timeout -k 10 540 python3 "$src/tests/e2e/ui_browser.py" --chromium "$(command -v chromium)" \
   --demo "$bin/examples/gpupool-demo" --fixture "$bin/tests/ui_fixture" --out "$bin/ui-test"
