@@ -281,59 +281,6 @@ Test(oom_bounds, oom_dir_keeps_the_last_reports_of_an_agent) {
   gpupool_destroy(p);
 }
 
-/* The longest explanation, with the clauses that say why free blocks did
- * not serve it: longer than gpupool_last_error()'s buffer even without its
- * parenthetical details, it is cut between clauses, says so, and keeps the
- * report link; without a link it ends with the mark. */
-Test(oom_bounds, a_message_too_long_is_cut_between_clauses) {
-  pool_oom_report *r = calloc(1, sizeof *r);
-  cr_assert_not_null(r);
-  r->id = UINT64_MAX;
-  r->size = r->rounded = r->segment_size = UINT64_MAX / 2;
-  for (int i = 0; i < 42; i++)
-    strcat(r->cap.name, "\xe2\x82\xac"); /* €, three bytes */
-  strcat(r->cap.name, "x");
-  r->cap.backend = "cuda_async";
-  r->cap.strategy = "round";
-  r->cap.max_split_size = UINT64_MAX;
-  r->stats.reserved_bytes[GPUPOOL_STAT_ALL].current = INT64_MAX;
-  r->has_limit = 1;
-  r->limit = UINT64_MAX - 1;
-  r->memory_fraction = 0.123456789;
-  r->device_known = 1;
-  r->device_free = 1;
-  r->device_total = UINT64_MAX - 2;
-  memset(r->device_source, 'd', sizeof r->device_source - 1);
-  r->other_known = 1;
-  r->other_bytes = UINT64_MAX - 3;
-  memset(r->other_source, 'o', sizeof r->other_source - 1);
-  pool_capture_totals *t = &r->cap.t;
-  t->page_size = 2 * MiB;
-  t->free_blocks = UINT64_MAX;
-  t->free_bytes = t->split_free_bytes = UINT64_MAX - 4;
-  t->largest_free = UINT64_MAX / 7;
-  t->other_stream_free = t->other_pool_free = t->rules_free = UINT64_MAX - 9;
-  t->other_stream_largest = t->other_pool_largest = t->rules_largest = UINT64_MAX / 2;
-  r->ex.split_limit_mb = UINT64_MAX / MiB;
-  r->observed = 1;
-  pool_oom_explain(r);
-  const char *m = r->message;
-  cr_expect(r->message_cut);
-  cr_expect_lt(strlen(m), sizeof r->message);
-  cr_expect(strstr(m, "on other streams") && strstr(m, "Remedies:"), "%s", m);
-  const char *mark = strstr(m, " [cut short: the report has the rest] Report: /oom/");
-  cr_assert_not_null(mark, "%s", m);
-  cr_expect(mark[-1] == '.', "cut inside a clause: %s", m);
-  cr_expect(ends_with(m, "Report: /oom/18446744073709551615, advice: /advice on the gpupool "
-                         "agent."),
-            "%s", m);
-  r->observed = 0;
-  pool_oom_explain(r);
-  cr_expect(ends_with(r->message, ". [cut short]"), "%s", r->message);
-  cr_expect_null(strstr(r->message, "/oom/"));
-  free(r);
-}
-
 /* A copy holds at most max_runs runs of mapped pages, whole segments only. */
 Test(oom_bounds, runs_of_mapped_pages_are_bounded) {
   gpupool *p = pc_pool(GPUPOOL_STRATEGY_BFC, 64 * MiB, "expandable_segments:True");

@@ -505,20 +505,30 @@ Test(oom_report, the_longest_message_is_cut_between_clauses_and_keeps_the_link) 
   r->cap.t.split_free_bytes = UINT64_MAX - 5;
   r->cap.t.split_free_at_least = UINT64_MAX / 11;
   r->cap.t.small_reserved = UINT64_MAX / 13;
+  r->cap.t.other_stream_free = r->cap.t.other_pool_free = r->cap.t.rules_free = UINT64_MAX - 9;
+  r->cap.t.other_stream_largest = r->cap.t.other_pool_largest = r->cap.t.rules_largest =
+      UINT64_MAX / 2;
   r->ex.split_limit_mb = UINT64_MAX / MiB;
   r->observed = 1;
   pool_oom_explain(r);
   const char *m = r->message;
+  cr_expect(r->message_cut);
   cr_expect_lt(strlen(m), sizeof r->message);
+  cr_expect(strstr(m, "on other streams") && strstr(m, "Remedies:"), "%s", m);
   cr_expect(strncmp(m, "CUDA out of memory. ", 20) == 0, "%s", m);
   cr_expect(strstr(m, r->cap.name), "the whole name: %s", m);
   cr_expect(ends_with(m, " Report: /oom/18446744073709551615, advice: /advice on the gpupool "
                          "agent."),
             "%s", m);
   cr_expect(utf8_whole(m), "%s", m);
-  const char *mark = strstr(m, " [cut short");
-  if (mark) /* what is left out, is left out between clauses */
-    cr_expect(mark[-1] == '.', "cut inside a clause: %s", m);
+  /* what is left out, is left out between clauses */
+  const char *mark = strstr(m, " [cut short: the report has the rest] Report: /oom/");
+  cr_assert_not_null(mark, "%s", m);
+  cr_expect(mark[-1] == '.', "cut inside a clause: %s", m);
+  r->observed = 0; /* no report served: no link, and nothing to point at for the rest */
+  pool_oom_explain(r);
+  cr_expect(ends_with(r->message, ". [cut short]"), "%s", r->message);
+  cr_expect_null(strstr(r->message, "/oom/"));
   free(r);
 }
 
