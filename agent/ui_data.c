@@ -599,32 +599,11 @@ static int tag_index(tag_table *t, const char *tag) {
   return t->n++;
 }
 
-/* The longest stretch of free block bi of segment s over mapped pages (as
- * the pool's largest_free_block counts it): all of the block in a plain
- * segment. *run: the first of s's runs that may reach a later block. */
-static uint64_t mapped_stretch(const pool_capture *c, const pool_capture_segment *s,
-                               const pool_block_info *bi, size_t *run) {
-  if (!s->expandable)
-    return bi->size;
-  uint64_t lo = bi->addr, hi = bi->addr + bi->size, best = 0;
-  size_t end = s->first_run + s->nruns;
-  while (*run < end && c->runs[*run].addr + c->runs[*run].size <= lo)
-    (*run)++;
-  for (size_t r = *run; r < end && c->runs[r].addr < hi; r++) {
-    uint64_t from = c->runs[r].addr > lo ? c->runs[r].addr : lo;
-    uint64_t to = c->runs[r].addr + c->runs[r].size;
-    to = to < hi ? to : hi;
-    if (to > from && to - from > best)
-      best = to - from;
-  }
-  return best;
-}
-
 /* One segment: its numbers, six per block (offset in the segment, size,
  * requested, state: 0 free, 1 allocated, 2 pending on another stream, age
  * in ms or -1, bytes of unmapped pages), then the blocks' tag indexes when
- * one of them has a tag. *largest: the index of the first free block whose
- * stretch over mapped pages is the pool's largest free block, if it is here
+ * one of them has a tag. *largest: the index of the block the capture found
+ * to be the pool's largest free block (largest_free_addr), if it is here
  * (-1 else). */
 static void write_segment(prom_buf *b, const pool_capture *c, const pool_capture_segment *s,
                           tag_table *tags, signed char *seg_tags, uint64_t now_ns, long *largest) {
@@ -640,7 +619,6 @@ static void write_segment(prom_buf *b, const pool_capture *c, const pool_capture
   prom_buf_puts(b, si->is_large ? "true," : "false,");
   key(b, "blocks");
   prom_buf_putc(b, '[');
-  size_t run = s->first_run;
   int tagged = 0;
   *largest = -1;
   for (size_t j = 0; j < si->nblocks; j++) {
@@ -653,8 +631,7 @@ static void write_segment(prom_buf *b, const pool_capture *c, const pool_capture
     int tag = tag_index(tags, bi->tag);
     seg_tags[j] = (signed char)tag;
     tagged |= tag >= 0;
-    if (state == 0 && *largest < 0 && c->t.largest_free &&
-        mapped_stretch(c, s, bi, &run) == c->t.largest_free)
+    if (state == 0 && c->t.largest_free && bi->addr == c->t.largest_free_addr)
       *largest = (long)j;
     prom_buf_u64(b, bi->addr - si->addr);
     prom_buf_putc(b, ',');

@@ -63,8 +63,10 @@ static void add_totals(pool_capture_totals *t, const pool_config *cfg, const seg
       size_t longest, mapped = free_block_mapped(b, &longest);
       t->free_blocks++;
       t->free_bytes += mapped;
-      if (longest > t->largest_free)
+      if (longest > t->largest_free) {
         t->largest_free = longest;
+        t->largest_free_addr = b->addr;
+      }
       if (live) {
         t->split_free_bytes += mapped;
         if (lim->split_limit && seg->size >= lim->split_limit)

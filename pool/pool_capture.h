@@ -39,6 +39,7 @@ typedef struct pool_capture_totals {
   /* Free blocks; in vmm segments their bytes over mapped pages only, and the
    * longest such stretch (free_block_mapped). */
   uint64_t free_bytes, free_blocks, largest_free;
+  uint64_t largest_free_addr;   /* the first free block (in the capture's order) of largest_free */
   uint64_t cached_bytes;        /* device memory of segments with no live block:
                                    what an empty_cache would return now */
   uint64_t split_free_bytes;    /* free blocks inside segments that hold live blocks */
