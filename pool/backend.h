@@ -79,6 +79,9 @@ typedef struct host_backend_config {
 } host_backend_config;
 
 gpupool_status backend_host_create(const host_backend_config *cfg, backend **out);
+/* How the reason (gpupool_last_error) of an allocation failed by fault
+ * injection begins: the OOM report tells such a failure by it. */
+#define HOST_INJECTED_FAULT "host backend: injected fault"
 /* Change fault injection on a host backend at run time. */
 void backend_host_set_faults(backend *b, unsigned every_n, double rate, uint64_t seed);
 int backend_is_host(const backend *b);

@@ -70,7 +70,7 @@ gpupool_status host_charge(host_backend *h, size_t size) {
     h->used += size;
   pthread_mutex_unlock(&h->lock);
   if (injected)
-    return pool_fail(GPUPOOL_ERR_OOM, "host backend: injected fault on device allocation %llu",
+    return pool_fail(GPUPOOL_ERR_OOM, HOST_INJECTED_FAULT " on device allocation %llu",
                      (unsigned long long)attempt);
   if (full)
     return pool_fail(GPUPOOL_ERR_OOM,

@@ -101,12 +101,11 @@ void pool_oom_capture(gpupool *p, void *stream, size_t size, size_t rounded, siz
   r->rounded = rounded;
   r->segment_size = segsize;
   r->stream = (uint64_t)(uintptr_t)stream;
-  /* The device allocation that failed last said why in last_error: the
-   * host backend's "host backend: injected fault on device allocation N"
-   * (backend_host.c) when its fault injection failed it. */
-  static const char injected[] = "host backend: injected fault";
-  r->injected_fault =
-      backend_is_host(p->be) && strncmp(gpupool_last_error(), injected, sizeof injected - 1) == 0;
+  /* The device allocation that failed last said why in last_error, which
+   * begins with HOST_INJECTED_FAULT when the host backend's fault injection
+   * failed it. */
+  r->injected_fault = backend_is_host(p->be) && strncmp(gpupool_last_error(), HOST_INJECTED_FAULT,
+                                                        sizeof HOST_INJECTED_FAULT - 1) == 0;
   /* Blocks and events are copied only for an observer to keep. */
   int keep = atomic_load(&observer_set);
   uint64_t limit =
