@@ -245,9 +245,13 @@ gpupool_status history_from_rings(event_ring **rings, const event_ring_end *ends
     case EV_ALLOC:
       if (hist_is_live(h, e->addr)) /* its free was overwritten while read */
         r = hist_free(h, e->addr);
-      if (r >= 0)
+      /* its repeated lifetimes, then itself (event_ring.h) */
+      for (unsigned k = 0; k <= e->repeats && r >= 0; k++) {
         r = hist_alloc(h, e->addr, e->requested ? e->requested : e->size, e->stream, err,
                        sizeof err);
+        if (r >= 0 && k < e->repeats)
+          r = hist_free(h, e->addr);
+      }
       if (r >= 0 && (e->flags & EVF_FREED)) /* its plain free, recorded in the same record */
         r = hist_free(h, e->addr);
       break;

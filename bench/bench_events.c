@@ -158,9 +158,10 @@ typedef struct result {
 #define RECORD_PAIRS 10000
 
 /* Ring records RECORD_PAIRS pairs on stream write, a pair's share: 2 with
- * exact stamps, 1 where the allocation's record stands for the free too
- * (ticked stamps: a free in its allocation's tick writes none). -1 when an
- * allocation failed. */
+ * exact stamps; with ticked stamps 1 where the allocation's record stands
+ * for the free too (a free in its allocation's tick writes none), and 1/128
+ * where the same block's lifetimes in one tick repeat a record (up to 128
+ * lifetimes a record). -1 when an allocation failed. */
 static double records_a_pair(const bench_alloc *a, size_t size, void *stream) {
   uint64_t before = pool_events_recorded_total();
   for (int i = 0; i < RECORD_PAIRS; i++) {
@@ -408,7 +409,8 @@ int main(int argc, char **argv) {
          "was published after its time (a stamp is that much staler than the tick), max over "
          "rounds; records a pair: ring records %d pairs on one stream wrote, per pair, with each "
          "clock (a free in its allocation's tick writes nothing: the allocation's record "
-         "stands for both, pool/event_ring.h)\n\n",
+         "stands for both, and the same block's next lifetimes in that tick are repeats of that "
+         "record, up to 128 lifetimes a record: pool/event_ring.h)\n\n",
          RECORD_PAIRS);
   printf(
       "| size | threads | events off ns | on, exact clock ns | on, ticker ns | added ns, exact | "
@@ -428,7 +430,7 @@ int main(int argc, char **argv) {
         continue;
       }
       printf("| %s | %d | %.1f | %.1f | %.1f | %+.1f | %+.1f | %.3f | %.2f %% | %s %d/%d, "
-             "%llu switches | %.2f ms | %.2f, %.2f |\n",
+             "%llu switches | %.2f ms | %.2f, %.3f |\n",
              size, thread_counts[t], r.off, r.exact, r.ticker, r.exact - r.off, r.ticker - r.off,
              r.ticker / r.off, r.ticker_cpu, r.ticked_rounds == ROUNDS ? "ticked" : "exact",
              r.ticked_rounds, ROUNDS, (unsigned long long)r.switches, r.late_ms, r.records_exact,

@@ -392,13 +392,15 @@ static void pool_record(trace_format *f, const trace_record *r) {
   trace_pool *p = &f->pools[r->tag];
   const pool_event *ev = &r->u.ev;
   switch (ev->type) {
-  case EV_ALLOC: {
-    pool_event part = event_alloc_part(ev);
-    pool_alloc(f, p, &part, r->ts_ns);
-    if (ev->flags & EVF_FREED) { /* and its free, in the same record */
-      part = event_freed_part(ev);
-      pool_free(f, p, &part, r->ts_ns);
+  case EV_ALLOC: { /* its repeated lifetimes first, then itself and its free if said */
+    pool_event alloc = event_alloc_part(ev), freed = event_freed_part(ev);
+    for (unsigned i = 0; i < ev->repeats; i++) {
+      pool_alloc(f, p, &alloc, r->ts_ns);
+      pool_free(f, p, &freed, r->ts_ns);
     }
+    pool_alloc(f, p, &alloc, r->ts_ns);
+    if (ev->flags & EVF_FREED) /* and its free, in the same record */
+      pool_free(f, p, &freed, r->ts_ns);
     break;
   }
   case EV_FREE:

@@ -8,13 +8,13 @@
  * both).
  *
  * The ticker costs wake-ups, so it ticks only while events are frequent: it
- * measures the rate of records (the heads of all pools' rings, counted by
- * the function event_clock_set_event_source gave it) every 50 ms, switches
- * ticking on at EVENT_CLOCK_ON_RATE records/s and off again below a quarter
- * of that. The gap keeps a rate near the threshold from flapping: once
- * ticked, a storm of malloc+free pairs writes one record a pair instead of
- * two (event_ring.h, "One record per lifetime"), so its count halves while
- * its rate does not.
+ * measures the rate of writes into the rings (records, and lifetimes
+ * folded into records: the function event_clock_set_event_source gave it)
+ * every 50 ms, switches ticking on at EVENT_CLOCK_ON_RATE writes/s and off
+ * again below a quarter of that. The gap keeps a rate near the threshold
+ * from flapping: once ticked, a storm of malloc+free pairs makes one write a
+ * pair instead of two (event_ring.h, "One record per lifetime" and
+ * "Repeated lifetimes"), so its count halves while its rate does not.
  * Why
  * 1,000,000 events/s: above that rate the ticker's fixed cost (its wake-ups)
  * is less than what exact stamps cost at that rate, below it more;
@@ -129,9 +129,9 @@ void event_clock_set_on_rate(uint64_t events_per_s);
  * tests, while no ticker runs. */
 void event_clock_publish(uint64_t stamp);
 /* Sets the function the ticker measures the event rate with: the number of
- * events ever pushed into the rings it stamps. The clock knows no pools:
+ * writes ever made into the rings it stamps. The clock knows no pools:
  * whoever gives them rings sets it (pool_events_enable sets
- * pool_events_recorded_total). NULL, the default: no events, never ticked. */
+ * pool_events_written_total). NULL, the default: no events, never ticked. */
 void event_clock_set_event_source(uint64_t (*events_total)(void));
 
 #endif

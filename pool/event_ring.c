@@ -70,7 +70,7 @@ event_ring *event_ring_create_pool(size_t capacity, uint64_t stream) {
 void event_ring_push_compact(event_ring *r, const pool_event *ev) {
   if ((ev->type == EV_ALLOC || ev->type == EV_FREE || ev->type == EV_FREE_COMPLETED) &&
       ev->stream == r->stream && ev->requested >> EVENT_REC_REQUESTED_BITS == 0 && !ev->dur_ns &&
-      !ev->a && !ev->b && !ev->reserved0) {
+      !ev->a && !ev->b && !ev->repeats) {
     event_ring_push_block(r, ev->ts_ns, EVENT_REC_TF(ev->type, ev->flags), ev->addr, ev->size,
                           ev->requested, NULL);
     return;
@@ -151,7 +151,8 @@ static void copy_record(const event_ring *r, uint64_t m, pool_event *out) {
                       .flags = (uint8_t)(w[3] >> EVENT_REC_FLAGS_SHIFT),
                       .addr = w[1],
                       .size = w[2],
-                      .requested = w[3] & (EVENT_REC_SIDE - 1),
+                      .repeats = (uint16_t)((w[3] & EVENT_REC_REPEATS) >> EVENT_REC_REPEATS_SHIFT),
+                      .requested = w[3] & (EVENT_REC_REPEAT_ONE - 1),
                       .stream = r->stream};
 }
 
@@ -227,10 +228,19 @@ size_t event_ring_expand(pool_event *ev, size_t n) {
   /* From the back: item i moves to j >= i, past the items before it. */
   for (size_t i = n, j = m; i-- > 0;) {
     pool_event e = ev[i];
-    if (event_count(&e) == 2)
-      ev[--j] = event_freed_part(&e);
-    ev[--j] = event_alloc_part(&e);
+    size_t count = event_count(&e);
+    j -= count;
     gp_assert_internal(j >= i);
+    pool_event alloc = event_alloc_part(&e), freed = event_freed_part(&e);
+    size_t k = j;
+    for (unsigned r = 0; r < (e.type == EV_ALLOC ? e.repeats : 0u); r++) {
+      ev[k++] = alloc;
+      ev[k++] = freed;
+    }
+    ev[k++] = alloc;
+    if (k < j + count)
+      ev[k++] = freed;
+    gp_assert_internal(k == j + count);
   }
   return m;
 }
@@ -238,6 +248,12 @@ size_t event_ring_expand(pool_event *ev, size_t n) {
 event_ring_end event_ring_end_now(const event_ring *r) {
   event_ring_end end = {.head = event_ring_head(r)};
   end.newest_freed = r->recs && end.head && record_has_flag(r, end.head - 1, EVF_FREED);
+  if (r->recs && end.head) {
+    uint64_t w3 =
+        atomic_load_explicit(&r->recs[(end.head - 1) & r->mask].word[3], EVENT_RING_WORD_LOAD);
+    if (!(w3 & EVENT_REC_SIDE))
+      end.newest_repeats = (unsigned)((w3 & EVENT_REC_REPEATS) >> EVENT_REC_REPEATS_SHIFT);
+  }
   return end;
 }
 
@@ -245,9 +261,14 @@ size_t event_ring_read_to(event_ring *r, uint64_t *cursor, event_ring_end end, p
                           size_t max, uint64_t *skipped) {
   size_t got = event_ring_read_before(r, cursor, end.head, out, max, skipped);
   /* out[got - 1] is record end.head - 1 when the cursor reached it; only a
-   * compact ring's records are marked */
-  if (got && *cursor == end.head && !end.newest_freed && r->recs)
-    out[got - 1] = event_alloc_part(&out[got - 1]);
+   * compact ring's records are marked or repeated */
+  pool_event *newest = got && *cursor == end.head && r->recs ? &out[got - 1] : NULL;
+  if (newest && newest->type == EV_ALLOC) {
+    gp_assert_internal(newest->repeats >= end.newest_repeats); /* they only grow */
+    newest->repeats = (uint16_t)end.newest_repeats;
+    if (!end.newest_freed)
+      newest->flags &= (uint8_t)~EVF_FREED;
+  }
   return got;
 }
 

@@ -60,7 +60,10 @@ typedef struct pool_event {
   uint64_t ts_ns; /* CLOCK_REALTIME nanoseconds (see clock.h) */
   uint8_t type;   /* event_type */
   uint8_t flags;
-  uint16_t reserved0;
+  /* An EV_ALLOC read from a pool's ring: the lifetimes before this one that
+   * its record stands for too, each this allocation and then its free, all
+   * at this time ("Repeated lifetimes" below); 0 in every other event. */
+  uint16_t repeats;
   uint32_t dur_ns; /* device call duration for segment events (saturates) */
   union {
     struct { /* every type but EV_OOM */
@@ -128,7 +131,19 @@ typedef struct pool_event {
  * exists). A reader that stops at a head seen at some moment and must match
  * that moment reads the newest record's flag then too (event_ring_end_now),
  * drops a later one and looks at no record past the head
- * (event_ring_read_to). */
+ * (event_ring_read_to).
+ *
+ * Repeated lifetimes. Where the pool allocates the block of the newest
+ * record again, with the same timestamp, address and sizes, after a free that
+ * wrote no record, it writes no record either: it adds one to that record's
+ * repeats (word 3, one store after publication, event_ring_repeat_newest),
+ * up to EVENT_REC_REPEATS_MAX. The record then stands for that many
+ * lifetimes (allocation, then free) before its own allocation. A storm of
+ * malloc+free pairs on one block thus writes one record per 128 pairs, and
+ * the ring keeps that many more events. A reader copies word 3 before or
+ * after such a store, either whole: fewer lifetimes, which is what there
+ * were then. A reader that stops at a moment takes the newest record's
+ * repeats then (event_ring_end_now) and keeps those (event_ring_read_to). */
 _Static_assert(offsetof(pool_event, oom.reserved_bytes) == offsetof(pool_event, addr) &&
                    offsetof(pool_event, oom.largest_free) == offsetof(pool_event, b),
                "an OOM event's fields are the words of the others");
@@ -170,13 +185,19 @@ _Static_assert(offsetof(pool_event, addr) == 2 * sizeof(uint64_t) &&
 _Static_assert(sizeof(event_ring_slot) == EVENT_RING_SLOT, "a slot is exactly one event");
 
 /* A compact record: ts, then addr and size for a block event (the side
- * entry's number k and 0 for any other), then the requested bytes (47 bits)
- * with EVENT_REC_SIDE, the type and the flags above them. */
+ * entry's number k and 0 for any other), then the requested bytes (40 bits),
+ * an EV_ALLOC's repeats (7 bits) and EVENT_REC_SIDE, the type and the flags
+ * above them. A request of 2^40 bytes (1 TiB) or more, which no device can
+ * serve today, goes whole into the side array. */
 typedef struct event_ring_rec {
   _Alignas(32) _Atomic uint64_t word[4];
 } event_ring_rec;
 _Static_assert(sizeof(event_ring_rec) == 32, "two records to a cache line");
-#define EVENT_REC_REQUESTED_BITS 47
+#define EVENT_REC_REQUESTED_BITS 40
+#define EVENT_REC_REPEATS_SHIFT  40
+#define EVENT_REC_REPEAT_ONE     (1ull << EVENT_REC_REPEATS_SHIFT)
+#define EVENT_REC_REPEATS_MAX    127u
+#define EVENT_REC_REPEATS        ((uint64_t)EVENT_REC_REPEATS_MAX << EVENT_REC_REPEATS_SHIFT)
 #define EVENT_REC_SIDE           (1ull << 47) /* the event is side entry word[1] */
 #define EVENT_REC_TYPE_SHIFT     48
 #define EVENT_REC_FLAGS_SHIFT    56
@@ -195,6 +216,9 @@ typedef struct event_ring {
    * Next to head, so that its store joins head's on the hot path. The pool
    * reads the block's state through it (shard.c); the ring never does. */
   const void *last_block;
+  /* Lifetimes folded into records (event_ring_repeat_newest), ever: the
+   * writer stores it, the event clock's rate measure reads it. */
+  _Atomic uint64_t repeated;
   uint64_t last_stamp;    /* writer only: the newest timestamp pushed (event_clock.h) */
   size_t mask;            /* slots - 1 */
   event_ring_slot *slots; /* full layout; NULL in a compact ring */
@@ -218,10 +242,10 @@ event_ring *event_ring_create_pool(size_t capacity, uint64_t stream);
 void event_ring_ref(event_ring *r);
 void event_ring_unref(event_ring *r); /* frees at zero */
 
-/* Word 1 of an event as it lies in memory (type, flags, reserved0, dur_ns). */
+/* Word 1 of an event as it lies in memory (type, flags, repeats, dur_ns). */
 static inline uint64_t event_ring_word1(const pool_event *ev) {
 #if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
-  return (uint64_t)ev->type | (uint64_t)ev->flags << 8 | (uint64_t)ev->reserved0 << 16 |
+  return (uint64_t)ev->type | (uint64_t)ev->flags << 8 | (uint64_t)ev->repeats << 16 |
          (uint64_t)ev->dur_ns << 32;
 #else
   uint64_t w;
@@ -270,16 +294,45 @@ static inline int event_ring_mark_newest_freed(event_ring *r) {
   atomic_store_explicit(&s->word[3], w3 | EVENT_REC_TF(0, EVF_FREED), EVENT_RING_WORD_STORE);
   return 1;
 }
+/* Writer side, the pool's hot path: where r's newest record is the
+ * allocation of a block at addr of size bytes, stamped ts, with w3 its word 3
+ * but for EVF_PREV_FREED and the repeats (so neither marked EVF_FREED nor a
+ * side event), and room for one more repeat: adds one (the block allocated
+ * again, its last lifetime ended with no record) and returns 1. Else 0: the
+ * caller pushes a record. Compact rings only; the pool calls it only where
+ * that record is its block's allocation (last_block). */
+static inline int event_ring_repeat_newest(event_ring *r, uint64_t ts, uint64_t addr, uint64_t size,
+                                           uint64_t w3) {
+  uint64_t n = atomic_load_explicit(&r->head, memory_order_relaxed);
+  event_ring_rec *s = &r->recs[(n - 1) & r->mask];
+  uint64_t have = atomic_load_explicit(&s->word[3], memory_order_relaxed);
+  const uint64_t ignored = EVENT_REC_REPEATS | EVENT_REC_TF(0, EVF_PREV_FREED);
+  if ((have & ~ignored) != w3 || (have & EVENT_REC_REPEATS) == EVENT_REC_REPEATS ||
+      atomic_load_explicit(&s->word[0], memory_order_relaxed) != ts ||
+      atomic_load_explicit(&s->word[1], memory_order_relaxed) != addr ||
+      atomic_load_explicit(&s->word[2], memory_order_relaxed) != size)
+    return 0;
+  atomic_store_explicit(&s->word[3], have + EVENT_REC_REPEAT_ONE, EVENT_RING_WORD_STORE);
+  atomic_store_explicit(&r->repeated, atomic_load_explicit(&r->repeated, memory_order_relaxed) + 1,
+                        memory_order_relaxed);
+  return 1;
+}
+
+/* Lifetimes folded into r's records so far (event_ring_repeat_newest). */
+static inline uint64_t event_ring_repeated(const event_ring *r) {
+  return atomic_load_explicit(&((event_ring *)r)->repeated, memory_order_relaxed);
+}
+
 /* Where a reader stops to match one moment: the head then, and whether
  * record head - 1 was marked EVF_FREED then (a mark set later is after that
- * moment). A pool's readers take it under the shard lock right after the
- * newest record is settled (pool_capture, so that the events match the
- * blocks it copies; pool_event_rings_at, for the trace and the advisor); a
- * trace takes other rings' when its window begins (a flag set between the
- * two reads is in the window or not). */
+ * moment), and its repeats then (repeats added later are after it). A pool's readers take it under
+ * the shard lock right after the newest record is settled (pool_capture, so that the events match
+ * the blocks it copies; pool_event_rings_at, for the trace and the advisor); a trace takes other
+ * rings' when its window begins (a flag set between the two reads is in the window or not). */
 typedef struct event_ring_end {
   uint64_t head;
   int newest_freed;
+  unsigned newest_repeats;
 } event_ring_end;
 event_ring_end event_ring_end_now(const event_ring *r);
 
@@ -327,38 +380,45 @@ size_t event_ring_read(event_ring *r, uint64_t *cursor, pool_event *out, size_t 
 size_t event_ring_read_before(event_ring *r, uint64_t *cursor, uint64_t before, pool_event *out,
                               size_t max, uint64_t *skipped);
 /* event_ring_read_before(end.head), and the moment of end kept: a mark set
- * on record end.head - 1 after end was taken is dropped from its copy. */
+ * on record end.head - 1 after end was taken is dropped from its copy, and
+ * repeats added to it after are too. */
 size_t event_ring_read_to(event_ring *r, uint64_t *cursor, event_ring_end end, pool_event *out,
                           size_t max, uint64_t *skipped);
-/* Records ever pushed: events, but for an EV_ALLOC marked EVF_FREED, two
- * events in one record. */
+/* Records ever pushed: events, but for an EV_ALLOC marked EVF_FREED or
+ * with repeats, which stands for more (event_count). */
 uint64_t event_ring_head(const event_ring *r);
 uint64_t event_ring_dropped(const event_ring *r); /* records overwritten: head - capacity */
 size_t event_ring_capacity(const event_ring *r);  /* records kept: slots - 1 */
 
-/* The two events an EV_ALLOC marked EVF_FREED stands for: the allocation
- * (any other event unchanged), and its block's plain EV_FREE, at the same
- * time. */
+/* The events an EV_ALLOC with repeats or marked EVF_FREED stands for: its
+ * lifetimes' allocations (any other event unchanged), and its block's plain
+ * EV_FREEs, all at the same time. */
 static inline pool_event event_alloc_part(const pool_event *e) {
   pool_event a = *e;
-  if (a.type == EV_ALLOC)
+  if (a.type == EV_ALLOC) {
     a.flags &= (uint8_t)~EVF_FREED;
+    a.repeats = 0;
+  }
   return a;
 }
 static inline pool_event event_freed_part(const pool_event *alloc) {
   pool_event f = *alloc;
   f.type = EV_FREE;
   f.flags = alloc->flags & EVF_LARGE;
+  f.repeats = 0;
   return f;
 }
 /* The n events at ev, read from rings, made the events they stand for:
- * each EV_ALLOC marked EVF_FREED becomes its two, in place, the order kept
- * (ev has room for them: n plus one a marked record). Returns how many
- * there are then. */
+ * each EV_ALLOC with repeats or marked EVF_FREED becomes its allocations and
+ * frees, in place, the order kept (ev has room for the sum of their
+ * event_count). Returns how many there are then. */
 size_t event_ring_expand(pool_event *ev, size_t n);
-/* The events e stands for: 1, or 2 for a marked allocation. */
+/* The events e stands for: 1, or for an allocation 2 per repeat, 1, and 1
+ * more where marked EVF_FREED. */
 static inline size_t event_count(const pool_event *e) {
-  return e->type == EV_ALLOC && (e->flags & EVF_FREED) ? 2 : 1;
+  if (e->type != EV_ALLOC)
+    return 1;
+  return 2 * (size_t)e->repeats + 1 + ((e->flags & EVF_FREED) != 0);
 }
 
 #endif

@@ -169,14 +169,23 @@ static int copy_shard(const pool_config *cfg, shard *sh, pool_capture *c,
   uint64_t cursor = head > want ? head - want : 0, lost = 0;
   part->partial = cursor > 0;
   part->ev = malloc((size_t)(head - cursor + 1) * sizeof *part->ev);
-  size_t n = 0, freed = 0;
+  size_t n = 0, events = 0;
   if (part->ev) {
     n = event_ring_read_to(ring, &cursor, end, part->ev, (size_t)(head - cursor), &lost);
-    for (size_t i = 0; i < n; i++)
-      freed += event_count(&part->ev[i]) - 1;
+    /* The newest records whose events fit in max_events (a record with
+     * repeats stands for up to 256: event_count), each whole. */
+    size_t first = n;
+    while (first > 0 && events + event_count(&part->ev[first - 1]) <= max_events)
+      events += event_count(&part->ev[--first]);
+    if (first) {
+      n -= first;
+      memmove(part->ev, part->ev + first, n * sizeof *part->ev);
+      part->partial = 1;
+    }
   }
-  /* Room for the frees in marked records (EVF_FREED), expanded in place. */
-  pool_event *ev = freed ? realloc(part->ev, (n + freed) * sizeof *ev) : part->ev;
+  /* Room for the events that records with repeats or marked EVF_FREED stand
+   * for, expanded in place. */
+  pool_event *ev = events > n ? realloc(part->ev, events * sizeof *ev) : part->ev;
   if (!ev) {
     free(part->ev);
     part->ev = NULL;

@@ -140,6 +140,21 @@ uint64_t pool_events_recorded_total(void) {
   return total;
 }
 
+static void add_written(gpupool *p, void *arg) {
+  for (shard *sh = atomic_load(&p->shards); sh; sh = sh->next_shard) {
+    spin_lock(&sh->lock);
+    if (sh->ring)
+      *(uint64_t *)arg += event_ring_head(sh->ring) + event_ring_repeated(sh->ring);
+    spin_unlock(&sh->lock);
+  }
+}
+
+uint64_t pool_events_written_total(void) {
+  uint64_t total = 0;
+  registry_foreach(add_written, &total);
+  return total;
+}
+
 void pool_events_enable(size_t capacity) {
   if (!capacity)
     return pool_events_disable();
@@ -147,7 +162,7 @@ void pool_events_enable(size_t capacity) {
   shard_set_events_capacity(capacity);
   registry_foreach(give_rings, &capacity);
   pthread_mutex_unlock(&events_lock);
-  event_clock_set_event_source(pool_events_recorded_total);
+  event_clock_set_event_source(pool_events_written_total);
 }
 
 /* Points each shard of p at its ring (*arg, the capacity, > 0) or at none.

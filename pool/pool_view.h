@@ -83,9 +83,14 @@ void pool_events_disable(void);
  * between phases. */
 void pool_events_switch(size_t capacity);
 int pool_events_enabled(void);
-/* Events ever pushed into the rings of all registered pools: the event
- * clock's measure of the event rate (pool_events_enable hands it over). */
+/* Records ever pushed into the rings of all registered pools. */
 uint64_t pool_events_recorded_total(void);
+/* Records ever pushed into those rings and lifetimes folded into their
+ * records (event_ring_repeat_newest): the writes a storm of malloc+free
+ * pairs makes, one a pair whether each pair has a record or repeats one.
+ * The event clock's measure of the event rate (pool_events_enable hands it
+ * over). */
+uint64_t pool_events_written_total(void);
 /* Events p's rings have recorded and overwritten, summed over its streams. */
 void pool_event_counts(gpupool *p, uint64_t *recorded, uint64_t *dropped);
 /* Takes a reference on each ring of p (at most max), its newest record

@@ -421,7 +421,7 @@ size_t shard_carve_size(const shard *sh, const block *b, size_t rounded) {
 }
 
 /* record_block_event's rare case: a request too large for a compact
- * record (never seen: no device has 2^47 bytes), written whole into the
+ * record (1 TiB or more: no device has that much today), written whole into the
  * side array of r, the ring the caller read once (a switch may clear the
  * shard's pointer meanwhile). Out of line, so the hot path keeps no
  * registers for it. */
@@ -481,7 +481,8 @@ event_ring_end shard_events_end(shard *sh) {
 
 /* Records an event about block b when events are on: one compact record
  * (event_ring.h), which says whether the allocation in the record before it
- * has ended (EVF_PREV_FREED); large is 0 or 1 (EVF_LARGE is added here, by a
+ * has ended (EVF_PREV_FREED), or a repeat of the newest record where b's
+ * lifetime repeats its last one; large is 0 or 1 (EVF_LARGE is added here, by a
  * shift). Returns its timestamp, 0 when events are off. The stamp is
  * event_clock_stamp() as it comes (no event_clock_ring_stamp: keeping a
  * ring's stamps from stepping back, by under a tick where the clock mode
@@ -498,6 +499,12 @@ static inline uint64_t record_block_event(shard *sh, uint8_t type, unsigned flag
   if (__builtin_expect(requested >> EVENT_REC_REQUESTED_BITS != 0, 0))
     return record_block_event_whole(sh, r, tf, b, requested);
   uint64_t ts = event_clock_stamp();
+  /* b allocated again, its last lifetime the newest record and ended with
+   * no record of its free: the same lifetime again, in the same tick, is a
+   * repeat of that record (event_ring.h, "Repeated lifetimes") */
+  if (r->last_block == b && type == EV_ALLOC &&
+      event_ring_repeat_newest(r, ts, b->addr, b->size, requested | tf))
+    return ts;
   _Static_assert(EVF_PREV_FREED == 1 << 6, "the shift below sets EVF_PREV_FREED");
   tf |= EVENT_REC_TF(0, (unsigned)newest_allocation_ended(r, b, type) << 6);
   event_ring_push_block(r, ts, tf, b->addr, b->size, requested, type == EV_ALLOC ? b : NULL);

@@ -21,6 +21,7 @@
 #include "helpers/trace_check.h"
 #include "pool/event_clock.h"
 #include "pool/event_ring.h"
+#include "pool/pool_capture.h"
 #include "pool/pool_view.h"
 
 #define STREAM 0x77
@@ -258,9 +259,12 @@ static cJSON *trace_of(const char *pool_query, const char *limit_query) {
 static size_t events_of_ring(event_ring *r, pool_event *out, size_t max) {
   uint64_t head = event_ring_head(r), cap = event_ring_capacity(r);
   uint64_t cursor = head > cap ? head - cap : 0, skipped = 0;
-  cr_assert_leq(2 * (head - cursor), max);
-  size_t n = event_ring_read(r, &cursor, out, max / 2, &skipped);
+  cr_assert_leq(head - cursor, max);
+  size_t n = event_ring_read(r, &cursor, out, max, &skipped), events = 0;
   cr_assert_eq(skipped, 0);
+  for (size_t i = 0; i < n; i++)
+    events += event_count(&out[i]);
+  cr_assert_leq(events, max, "%zu events in %zu records", events, n);
   return event_ring_expand(out, n);
 }
 
@@ -559,5 +563,99 @@ Test(event_ring_freed, a_filtered_out_pair_does_not_count_against_the_limit) {
   cJSON_Delete(t);
   gpupool_destroy(a);
   gpupool_destroy(b);
+  pool_events_disable();
+}
+
+/* Repeated lifetimes: a storm of pairs on one block in one tick writes one
+ * record per 128 pairs, and every reader still gets each allocation and
+ * free, in order, at the tick's time. */
+Test(event_ring_freed, a_storm_on_one_block_repeats_its_record) {
+  pool_events_enable(4096);
+  trace_counters_reset();
+  gpupool *p = host_pool("storm");
+  pool_event *ev = malloc(RING_EVENTS * sizeof *ev);
+  cr_assert_not_null(ev);
+  void *x = pc_must_malloc(p, 4096, NULL); /* the segments' records, exact stamps */
+  pc_must_free(p, x);
+  event_clock_publish(clock_stamp());
+  uint64_t before = records(p), written = pool_events_written_total();
+  for (int i = 0; i < 1000; i++) {
+    void *y = pc_must_malloc(p, 4096, NULL);
+    cr_assert_eq(y, x, "the same block each time");
+    pc_must_free(p, y);
+  }
+  cr_expect_eq(records(p) - before, 8, "1000 pairs in records of up to 128 lifetimes each");
+  cr_expect_eq(pool_events_written_total() - written, 1000, "one write a pair for the clock");
+
+  size_t n = events_of(p, ev, RING_EVENTS);
+  cr_assert_geq(n, 2000);
+  for (size_t i = n - 2000; i < n; i++) {
+    cr_assert_eq(ev[i].type, (i - (n - 2000)) % 2 ? EV_FREE : EV_ALLOC, "event %zu", i);
+    cr_assert_eq(ev[i].addr, (uintptr_t)x);
+    cr_assert_eq(ev[i].requested, 4096);
+    cr_assert_eq(ev[i].repeats, 0, "expanded");
+    cr_assert_eq(ev[i].ts_ns, ev[n - 1].ts_ns, "the tick's time");
+  }
+  gpupool_history *h = history_of(p);
+  cr_expect_eq(gpupool_history_get_info(h)->allocations, 1001);
+  cr_expect_eq(gpupool_history_get_info(h)->frees, 1001);
+  cr_expect_eq(gpupool_history_get_info(h)->live_at_end, 0);
+  gpupool_history_free(h);
+  h = torch_snapshot_history("storm");
+  cr_expect_eq(gpupool_history_get_info(h)->allocations, 1001, "PyTorch's snapshot");
+  cr_expect_eq(gpupool_history_get_info(h)->frees, 1001);
+  gpupool_history_free(h);
+  cJSON *t = trace_of("pool=storm", NULL);
+  cr_expect_eq(trace_count(t, "b", NULL), 1001, "an allocation's bar each");
+  cr_expect_eq(trace_count(t, "e", NULL), 1001, "and its end");
+  cJSON_Delete(t);
+
+  /* another requested size, the same block: a record of its own */
+  before = records(p);
+  pc_must_free(p, pc_must_malloc(p, 4000, NULL));
+  pc_must_free(p, pc_must_malloc(p, 4000, NULL));
+  cr_expect_eq(records(p) - before, 1, "4000 bytes: a new record, then its repeat");
+
+  /* a reader that stops at a moment keeps the repeats of then (records()
+   * took the ring as a reader does, which said the 4000-byte record's last
+   * free in it: a new record for 3000 bytes) */
+  pc_must_free(p, pc_must_malloc(p, 3000, NULL));
+  pc_must_free(p, pc_must_malloc(p, 3000, NULL));
+  void *y = pc_must_malloc(p, 3000, NULL); /* the record's third lifetime, live */
+  event_ring *rings[2];
+  event_ring_end ends[2];
+  cr_assert_eq(pool_event_rings_at(p, rings, ends, 2), 1);
+  cr_expect_eq(ends[0].newest_repeats, 2);
+  cr_expect_eq(ends[0].newest_freed, 0);
+  pc_must_free(p, y);
+  for (int i = 0; i < 3; i++) /* after the moment */
+    pc_must_free(p, pc_must_malloc(p, 3000, NULL));
+  uint64_t cursor = ends[0].head - 1, skipped = 0;
+  n = event_ring_read_to(rings[0], &cursor, ends[0], ev, 4, &skipped);
+  cr_assert_eq(n, 1);
+  cr_expect_eq(ev[0].repeats, 2, "the repeats taken with the moment");
+  n = event_ring_expand(ev, n);
+  cr_assert_eq(n, 5, "two lifetimes, then the allocation still live then");
+  cr_expect(ev[4].type == EV_ALLOC && ev[3].type == EV_FREE && ev[4].requested == 3000);
+  cursor = ends[0].head - 1;
+  n = event_ring_read(rings[0], &cursor, ev, 4, &skipped);
+  cr_assert_eq(n, 1);
+  cr_expect_eq(ev[0].repeats, 5, "read on: the later ones too");
+  event_ring_unref(rings[0]);
+
+  /* a copy of the pool keeps at most its limit of events, whole records */
+  pool_capture c;
+  cr_assert_eq(pool_capture_take(p, 0, 1024, 10, 0, &c), 0);
+  cr_expect_leq(c.nevents, 10, "%zu events", c.nevents);
+  pool_capture_free(&c);
+
+  /* exact stamps: no repeats */
+  event_clock_publish(0);
+  before = records(p);
+  for (int i = 0; i < 3; i++)
+    pc_must_free(p, pc_must_malloc(p, 4096, NULL));
+  cr_expect_eq(records(p) - before, 6, "exact stamps: two records a pair");
+  gpupool_destroy(p);
+  free(ev);
   pool_events_disable();
 }

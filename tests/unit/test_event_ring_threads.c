@@ -2,7 +2,8 @@
  * that laps the ring never get a torn event, and what they miss is counted.
  * Every word of event n is derived from n, so a copy mixing two events is
  * caught; in a pool's (compact) ring, block records and side events mixed,
- * and allocations marked freed while readers may be copying them.
+ * and allocations marked freed or repeated while readers may be copying
+ * them.
  * CI runs this under ThreadSanitizer. */
 #include <criterion/criterion.h>
 #include <pthread.h>
@@ -42,8 +43,15 @@ static uint64_t number_of(const pool_event *ev) {
 /* A pool's ring: event n is a side event (a device call, every field
  * derived from n) when n % 3 == 0, else a block record. ts carries n. */
 #define COMPACT_STREAM 0x5151
+#define REQUESTED_MASK ((1ull << EVENT_REC_REQUESTED_BITS) - 1)
 static int is_side(uint64_t n) {
   return n % 3 == 0;
+}
+
+/* The repeats the writer adds to block allocation n right after pushing it
+ * (event_ring_repeat_newest): a reader sees from none up to these. */
+static unsigned repeats_of(uint64_t n) {
+  return !is_side(n) && n % 8 == 4 ? (unsigned)(n % 5) : 0;
 }
 
 static void push_compact(event_ring *r, uint64_t n) {
@@ -62,7 +70,7 @@ static void push_compact(event_ring *r, uint64_t n) {
   } else {
     unsigned prev_freed = n % 8 == 7 && !is_side(n - 1) ? EVF_PREV_FREED : 0;
     event_ring_push_block(r, n, EVENT_REC_TF(n % 2 ? EV_FREE : EV_ALLOC, (n & 7) | prev_freed),
-                          word_of(n, 2), word_of(n, 3), word_of(n, 4) & (EVENT_REC_SIDE - 1), NULL);
+                          word_of(n, 2), word_of(n, 3), word_of(n, 4) & REQUESTED_MASK, NULL);
   }
 }
 
@@ -85,8 +93,8 @@ static uint64_t number_of_compact(const pool_event *ev) {
   else
     ok = ok && ev->type == (n % 2 ? EV_FREE : EV_ALLOC) &&
          (ev->flags == (n & 7) || (is_marked(n) && ev->flags == ((n & 7) | EVF_FREED))) &&
-         ev->dur_ns == 0 && ev->requested == (word_of(n, 4) & (EVENT_REC_SIDE - 1)) &&
-         ev->stream == COMPACT_STREAM && ev->a == 0 && ev->b == 0;
+         ev->dur_ns == 0 && ev->requested == (word_of(n, 4) & REQUESTED_MASK) &&
+         ev->repeats <= repeats_of(n) && ev->stream == COMPACT_STREAM && ev->a == 0 && ev->b == 0;
   return ok ? n : UINT64_MAX;
 }
 
@@ -143,6 +151,10 @@ static void race(size_t capacity, uint64_t events, int compact) {
       push_compact(r, n);
       if (is_marked(n) && n % 8 == 2)
         cr_assert(event_ring_mark_newest_freed(r));
+      for (unsigned k = 0; k < repeats_of(n); k++)
+        cr_assert(event_ring_repeat_newest(r, n, word_of(n, 2), word_of(n, 3),
+                                           (word_of(n, 4) & REQUESTED_MASK) |
+                                               EVENT_REC_TF(EV_ALLOC, n & 7)));
       continue;
     }
     pool_event ev = event_of(n);

@@ -633,9 +633,9 @@ Test(oom_agent, capture_leaves_out_a_tick_with_lost_events) {
   gpupool *p = host_pool("ticks", NULL);
   clock_stamp_init();
   event_clock_publish(clock_stamp()); /* ticked: every event gets this stamp */
-  for (int i = 0; i < 20; i++) {
+  for (int i = 0; i < 20; i++) {      /* sizes that alternate: a record a pair, no repeats */
     void *a;
-    cr_assert_eq(gpupool_malloc(p, &a, 4096, NULL), GPUPOOL_OK);
+    cr_assert_eq(gpupool_malloc(p, &a, i % 2 ? 8192 : 4096, NULL), GPUPOOL_OK);
     cr_assert_eq(gpupool_free(p, a), GPUPOOL_OK);
   }
   pool_capture c;
@@ -647,7 +647,7 @@ Test(oom_agent, capture_leaves_out_a_tick_with_lost_events) {
   event_clock_publish(clock_stamp()); /* the next tick */
   for (int i = 0; i < 5; i++) {
     void *a;
-    cr_assert_eq(gpupool_malloc(p, &a, 4096, NULL), GPUPOOL_OK);
+    cr_assert_eq(gpupool_malloc(p, &a, i % 2 ? 8192 : 4096, NULL), GPUPOOL_OK);
     cr_assert_eq(gpupool_free(p, a), GPUPOOL_OK);
   }
   cr_assert_eq(pool_capture_take(p, 0, SIZE_MAX, SIZE_MAX, 0, &c), 0);
