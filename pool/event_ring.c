@@ -151,8 +151,8 @@ static void copy_record(const event_ring *r, uint64_t m, pool_event *out) {
                       .flags = (uint8_t)(w[3] >> EVENT_REC_FLAGS_SHIFT),
                       .addr = w[1],
                       .size = w[2],
-                      .repeats = (uint16_t)((w[3] & EVENT_REC_REPEATS) >> EVENT_REC_REPEATS_SHIFT),
-                      .requested = w[3] & (EVENT_REC_REPEAT_ONE - 1),
+                      .repeats = (uint16_t)(w[3] & EVENT_REC_REPEATS_MAX),
+                      .requested = (w[3] & (EVENT_REC_SIDE - 1)) >> EVENT_REC_REQUESTED_SHIFT,
                       .stream = r->stream};
 }
 
@@ -252,7 +252,7 @@ event_ring_end event_ring_end_now(const event_ring *r) {
     uint64_t w3 =
         atomic_load_explicit(&r->recs[(end.head - 1) & r->mask].word[3], EVENT_RING_WORD_LOAD);
     if (!(w3 & EVENT_REC_SIDE))
-      end.newest_repeats = (unsigned)((w3 & EVENT_REC_REPEATS) >> EVENT_REC_REPEATS_SHIFT);
+      end.newest_repeats = (unsigned)(w3 & EVENT_REC_REPEATS_MAX);
   }
   return end;
 }

@@ -185,22 +185,24 @@ _Static_assert(offsetof(pool_event, addr) == 2 * sizeof(uint64_t) &&
 _Static_assert(sizeof(event_ring_slot) == EVENT_RING_SLOT, "a slot is exactly one event");
 
 /* A compact record: ts, then addr and size for a block event (the side
- * entry's number k and 0 for any other), then the requested bytes (40 bits),
- * an EV_ALLOC's repeats (7 bits) and EVENT_REC_SIDE, the type and the flags
+ * entry's number k and 0 for any other), then an EV_ALLOC's repeats (7 bits)
+ * with the requested bytes (40 bits), EVENT_REC_SIDE, the type and the flags
  * above them. A request of 2^40 bytes (1 TiB) or more, which no device can
- * serve today, goes whole into the side array. */
+ * serve today, goes whole into the side array. The repeats are the lowest
+ * bits so that one subtraction tells a record that can take one more
+ * (event_ring_repeat_newest). */
 typedef struct event_ring_rec {
   _Alignas(32) _Atomic uint64_t word[4];
 } event_ring_rec;
 _Static_assert(sizeof(event_ring_rec) == 32, "two records to a cache line");
-#define EVENT_REC_REQUESTED_BITS 40
-#define EVENT_REC_REPEATS_SHIFT  40
-#define EVENT_REC_REPEAT_ONE     (1ull << EVENT_REC_REPEATS_SHIFT)
-#define EVENT_REC_REPEATS_MAX    127u
-#define EVENT_REC_REPEATS        ((uint64_t)EVENT_REC_REPEATS_MAX << EVENT_REC_REPEATS_SHIFT)
-#define EVENT_REC_SIDE           (1ull << 47) /* the event is side entry word[1] */
-#define EVENT_REC_TYPE_SHIFT     48
-#define EVENT_REC_FLAGS_SHIFT    56
+#define EVENT_REC_REPEATS_MAX     127u /* bits 0-6 */
+#define EVENT_REC_REQUESTED_SHIFT 7
+#define EVENT_REC_REQUESTED_BITS  40           /* bits 7-46 */
+#define EVENT_REC_SIDE            (1ull << 47) /* the event is side entry word[1] */
+#define EVENT_REC_TYPE_SHIFT      48
+#define EVENT_REC_FLAGS_SHIFT     56
+/* The requested bytes of a block event in its record's word 3. */
+#define EVENT_REC_REQUESTED(requested) ((uint64_t)(requested) << EVENT_REC_REQUESTED_SHIFT)
 /* The type and flags of a block event in its record's word 3. */
 #define EVENT_REC_TF(type, flags)                                                                  \
   ((uint64_t)(type) << EVENT_REC_TYPE_SHIFT | (uint64_t)(flags) << EVENT_REC_FLAGS_SHIFT)
@@ -216,9 +218,10 @@ typedef struct event_ring {
    * Next to head, so that its store joins head's on the hot path. The pool
    * reads the block's state through it (shard.c); the ring never does. */
   const void *last_block;
-  /* Lifetimes folded into records (event_ring_repeat_newest), ever: the
-   * writer stores it, the event clock's rate measure reads it. */
-  _Atomic uint64_t repeated;
+  event_ring_rec *newest_block; /* writer only: last_block's record, where set */
+  /* Lifetimes folded into records (event_ring_repeat_newest), ever: stored
+   * and read only under the writer's lock (the pool's shard lock). */
+  uint64_t repeated;
   uint64_t last_stamp;    /* writer only: the newest timestamp pushed (event_clock.h) */
   size_t mask;            /* slots - 1 */
   event_ring_slot *slots; /* full layout; NULL in a compact ring */
@@ -270,9 +273,10 @@ static inline void event_ring_push_block(event_ring *r, uint64_t ts, uint64_t tf
   atomic_store_explicit(&s->word[0], ts, EVENT_RING_WORD_STORE);
   atomic_store_explicit(&s->word[1], addr, EVENT_RING_WORD_STORE);
   atomic_store_explicit(&s->word[2], size, EVENT_RING_WORD_STORE);
-  atomic_store_explicit(&s->word[3], requested | tf, EVENT_RING_WORD_STORE);
+  atomic_store_explicit(&s->word[3], EVENT_REC_REQUESTED(requested) | tf, EVENT_RING_WORD_STORE);
   atomic_store_explicit(&r->head, n + 1, memory_order_release);
   r->last_block = last;
+  r->newest_block = s;
   /* A few lines ahead, unmasked (a prefetch never faults; past the end it
    * is only wasted): an add, not the index arithmetic of a masked one. */
   __builtin_prefetch((const void *)((uintptr_t)s + EVENT_RING_SLOT * EVENT_RING_PREFETCH), 1);
@@ -294,33 +298,28 @@ static inline int event_ring_mark_newest_freed(event_ring *r) {
   atomic_store_explicit(&s->word[3], w3 | EVENT_REC_TF(0, EVF_FREED), EVENT_RING_WORD_STORE);
   return 1;
 }
-/* Writer side, the pool's hot path: where r's newest record is the
- * allocation of a block at addr of size bytes, stamped ts, with w3 its word 3
- * but for EVF_PREV_FREED and the repeats (so neither marked EVF_FREED nor a
- * side event), and room for one more repeat: adds one (the block allocated
+/* Writer side, the pool's hot path, where r->last_block is set (its
+ * allocation is the newest record): where that record is stamped ts, of a
+ * block at addr of size bytes, of requested bytes and type and flags tf
+ * (EVENT_REC_TF) but for EVF_PREV_FREED (so neither marked EVF_FREED nor a
+ * side event), with room for one more repeat, adds one (the block allocated
  * again, its last lifetime ended with no record) and returns 1. Else 0: the
- * caller pushes a record. Compact rings only; the pool calls it only where
- * that record is its block's allocation (last_block). */
+ * caller pushes a record. Compact rings only. */
 static inline int event_ring_repeat_newest(event_ring *r, uint64_t ts, uint64_t addr, uint64_t size,
-                                           uint64_t w3) {
-  uint64_t n = atomic_load_explicit(&r->head, memory_order_relaxed);
-  event_ring_rec *s = &r->recs[(n - 1) & r->mask];
+                                           uint64_t requested, uint64_t tf) {
+  event_ring_rec *s = r->newest_block;
   uint64_t have = atomic_load_explicit(&s->word[3], memory_order_relaxed);
-  const uint64_t ignored = EVENT_REC_REPEATS | EVENT_REC_TF(0, EVF_PREV_FREED);
-  if ((have & ~ignored) != w3 || (have & EVENT_REC_REPEATS) == EVENT_REC_REPEATS ||
+  /* the repeats, the lowest bits, are what is left where the rest matches */
+  uint64_t repeats =
+      (have & ~EVENT_REC_TF(0, EVF_PREV_FREED)) - (EVENT_REC_REQUESTED(requested) | tf);
+  if (repeats >= EVENT_REC_REPEATS_MAX ||
       atomic_load_explicit(&s->word[0], memory_order_relaxed) != ts ||
       atomic_load_explicit(&s->word[1], memory_order_relaxed) != addr ||
       atomic_load_explicit(&s->word[2], memory_order_relaxed) != size)
     return 0;
-  atomic_store_explicit(&s->word[3], have + EVENT_REC_REPEAT_ONE, EVENT_RING_WORD_STORE);
-  atomic_store_explicit(&r->repeated, atomic_load_explicit(&r->repeated, memory_order_relaxed) + 1,
-                        memory_order_relaxed);
+  atomic_store_explicit(&s->word[3], have + 1, EVENT_RING_WORD_STORE);
+  r->repeated++;
   return 1;
-}
-
-/* Lifetimes folded into r's records so far (event_ring_repeat_newest). */
-static inline uint64_t event_ring_repeated(const event_ring *r) {
-  return atomic_load_explicit(&((event_ring *)r)->repeated, memory_order_relaxed);
 }
 
 /* Where a reader stops to match one moment: the head then, and whether

@@ -503,7 +503,7 @@ static inline uint64_t record_block_event(shard *sh, uint8_t type, unsigned flag
    * no record of its free: the same lifetime again, in the same tick, is a
    * repeat of that record (event_ring.h, "Repeated lifetimes") */
   if (r->last_block == b && type == EV_ALLOC &&
-      event_ring_repeat_newest(r, ts, b->addr, b->size, requested | tf))
+      event_ring_repeat_newest(r, ts, b->addr, b->size, requested, tf))
     return ts;
   _Static_assert(EVF_PREV_FREED == 1 << 6, "the shift below sets EVF_PREV_FREED");
   tf |= EVENT_REC_TF(0, (unsigned)newest_allocation_ended(r, b, type) << 6);
