@@ -23,7 +23,10 @@ typedef struct source {
   uint64_t first;                   /* position of buf item 0 (backward pass) */
   uint64_t last_ts;                 /* forward: time of the previous record (kept non-decreasing) */
   uint64_t cur_ts;                  /* forward: time of the current item */
-  size_t n, i;                      /* items in buf, index of the current one */
+  /* The limit's oldest record of this source, where it keeps only the newest
+   * of its repeated lifetimes: the repeats to drop from it (0: none). */
+  unsigned trim;
+  size_t n, i; /* items in buf, index of the current one */
   unsigned char *buf;
 } source;
 
@@ -204,7 +207,15 @@ static void find_limit_start(trace_merge *m) {
       item_record(s, i, &r);
       if (!m->accept || m->accept(m->ctx, &r)) {
         uint64_t events = trace_record_events(&r);
-        if (count + events > m->limit) { /* the two events of a record stay together */
+        if (count + events > m->limit) {
+          /* A record's last lifetime stays whole (an allocation and its
+           * free); of its repeated ones, the newest that fit are kept. */
+          uint64_t own = events - 2 * (uint64_t)(r.kind == TRACE_SRC_POOL ? r.u.ev.repeats : 0);
+          if (own < events && count + own <= m->limit) {
+            uint64_t keep = (m->limit - count - own) / 2;
+            s->trim = (unsigned)(r.u.ev.repeats - keep);
+            s->pos = s->first + i;
+          }
           count = m->limit;
           break;
         }
@@ -226,8 +237,14 @@ static int load_forward(trace_merge *m, source *s) {
   if (++s->i >= s->n) { /* the batch is used up: read the next one */
     s->n = s->i = 0;
     while (s->n == 0 && s->pos < s->end) {
-      uint64_t want = s->end - s->pos;
+      uint64_t want = s->end - s->pos, at = s->pos, skipped = m->skipped;
       s->n = src_read(s, &s->pos, want < m->batch ? (size_t)want : m->batch, &m->skipped);
+      if (s->trim && s->n) { /* the first batch begins at the limit's record, unless it was lost */
+        pool_event *first = (pool_event *)s->buf;
+        if (m->skipped == skipped && at < s->pos && first->repeats >= s->trim)
+          first->repeats = (uint16_t)(first->repeats - s->trim);
+        s->trim = 0;
+      }
     }
     if (s->n == 0)
       return 0;

@@ -32,9 +32,11 @@ typedef struct trace_record {
   } u;
 } trace_record;
 
-/* The recorded events r stands for: 2 for a pool's allocation marked
- * EVF_FREED (its free is in the same record), else 1. The limit counts
- * these, and a record's two are never parted by it. */
+/* The recorded events r stands for: for a pool's allocation, 2 for each
+ * repeated lifetime, 1, and 1 more where marked EVF_FREED (its free is in
+ * the same record); else 1. The limit counts these; it never parts an
+ * allocation from its free, and of a record's repeated lifetimes it keeps
+ * the newest that fit. */
 static inline uint64_t trace_record_events(const trace_record *r) {
   return r->kind == TRACE_SRC_POOL ? event_count(&r->u.ev) : 1;
 }

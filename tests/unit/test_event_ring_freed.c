@@ -659,3 +659,36 @@ Test(event_ring_freed, a_storm_on_one_block_repeats_its_record) {
   free(ev);
   pool_events_disable();
 }
+
+/* `limit` keeps whole records, but of a record's repeated lifetimes only
+ * the newest that fit: 300 pairs in one tick are records of 128, 128 and
+ * 44 lifetimes; the newest 100 events are the last record's 88 and 6
+ * lifetimes of the one before. */
+Test(event_ring_freed, a_limit_keeps_the_newest_lifetimes_of_a_repeated_record) {
+  pool_events_enable(4096);
+  trace_counters_reset();
+  gpupool *p = host_pool("limited");
+  pc_must_free(p, pc_must_malloc(p, 4096, NULL)); /* the segments' records, exact stamps */
+  event_clock_publish(clock_stamp());
+  uint64_t before = records(p);
+  for (int i = 0; i < 300; i++)
+    pc_must_free(p, pc_must_malloc(p, 4096, NULL));
+  cr_assert_eq(records(p) - before, 3);
+  cJSON *t = trace_of("pool=limited", "limit=100");
+  cr_expect_eq(trace_other_number(t, "events_written"), 100);
+  cr_expect_eq(trace_count(t, "b", NULL), 50, "an allocation's bar each");
+  cr_expect_eq(trace_count(t, "e", NULL), 50, "and its end");
+  cr_expect(
+      cJSON_IsTrue(cJSON_GetObjectItem(cJSON_GetObjectItem(t, "otherData"), "limit_reached")));
+  cJSON_Delete(t);
+  t = trace_of("pool=limited", "limit=91");
+  cr_expect_eq(trace_other_number(t, "events_written"), 90, "the last lifetime kept whole");
+  cr_expect_eq(trace_count(t, "b", NULL), 45);
+  cJSON_Delete(t);
+  t = trace_of("pool=limited", "limit=1");
+  cr_expect_eq(trace_other_number(t, "events_written"), 0, "a lifetime is never cut");
+  cJSON_Delete(t);
+  event_clock_publish(0);
+  gpupool_destroy(p);
+  pool_events_disable();
+}
