@@ -172,10 +172,13 @@ static int copy_shard(const pool_config *cfg, shard *sh, pool_capture *c,
   size_t n = 0, events = 0;
   if (part->ev) {
     n = event_ring_read_to(ring, &cursor, end, part->ev, (size_t)(head - cursor), &lost);
-    /* The newest records whose events fit in max_events (a record with
-     * repeats stands for up to 256: event_count), each whole. */
-    size_t first = n;
-    while (first > 0 && events + event_count(&part->ev[first - 1]) <= max_events)
+    /* The newest records whose events fit in max_events, and in twice the
+     * ring's capacity (what its records held before a record could repeat
+     * lifetimes: a record with repeats stands for up to 256 events,
+     * event_count), each whole. */
+    size_t budget = 2 * event_ring_capacity(ring), first = n;
+    budget = budget < max_events ? budget : max_events;
+    while (first > 0 && events + event_count(&part->ev[first - 1]) <= budget)
       events += event_count(&part->ev[--first]);
     if (first) {
       n -= first;

@@ -133,7 +133,9 @@ int pool_capture_take(gpupool *p, int slow_locked, size_t max_blocks, size_t max
 
 /* What a copy may hold: whole segments, in the pools' order, while all of
  * them, their blocks and their runs of mapped pages fit (the first that
- * does not ends the copy: truncated), and the last max_events events. The
+ * does not ends the copy: truncated), and the last max_events events, of
+ * each ring at most twice its capacity (what its records held before a
+ * record could repeat lifetimes, event_ring.h). The
  * arrays are allocated for at most these counts and trimmed to what was
  * copied, so that a copy holds at most
  * max_segments * sizeof(pool_capture_segment) + max_blocks *

@@ -692,3 +692,42 @@ Test(event_ring_freed, a_limit_keeps_the_newest_lifetimes_of_a_repeated_record) 
   gpupool_destroy(p);
   pool_events_disable();
 }
+
+/* Readers that copy a ring's events keep at most twice its capacity, the
+ * newest, whole records: what its records held before they could repeat
+ * lifetimes. A ring of 15 records: a storm of 1000 pairs in one tick (8
+ * records), 10 pairs in the next, 5 in the one after. */
+Test(event_ring_freed, copies_keep_at_most_twice_a_rings_capacity) {
+  pool_events_enable(16);
+  gpupool *p = host_pool("bounded");
+  pc_must_free(p, pc_must_malloc(p, 4096, NULL)); /* the segments' records, exact stamps */
+  event_clock_publish(clock_stamp());
+  for (int i = 0; i < 1000; i++)
+    pc_must_free(p, pc_must_malloc(p, 4096, NULL));
+  event_clock_publish(clock_stamp());
+  for (int i = 0; i < 10; i++)
+    pc_must_free(p, pc_must_malloc(p, 8192, NULL));
+  event_clock_publish(clock_stamp());
+  for (int i = 0; i < 5; i++)
+    pc_must_free(p, pc_must_malloc(p, 12288, NULL));
+  cr_assert_leq(records(p), 15, "nothing overwritten");
+
+  pool_capture c;
+  cr_assert_eq(pool_capture_take(p, 0, 1024, SIZE_MAX, 0, &c), 0);
+  /* the newest 30 events are the last two ticks' whole; the older tick's
+   * left out, the oldest tick kept is too (it may have lost events) */
+  cr_expect_eq(c.nevents, 10, "%zu events", c.nevents);
+  for (size_t i = 0; i < c.nevents; i++)
+    cr_expect_eq(c.events[i].requested, 12288);
+  pool_capture_free(&c);
+
+  gpupool_history *h = history_of(p);
+  cr_expect_eq(gpupool_history_get_info(h)->allocations, 15, "the last 30 events");
+  cr_expect_eq(gpupool_history_get_info(h)->dropped, 2003,
+               "%llu: the storm's, the first pair's and its segment's",
+               (unsigned long long)gpupool_history_get_info(h)->dropped);
+  gpupool_history_free(h);
+  event_clock_publish(0);
+  gpupool_destroy(p);
+  pool_events_disable();
+}
