@@ -200,22 +200,6 @@ gpupool_status gpupool_history_from_pool(gpupool *p, gpupool_history **out) {
   return st;
 }
 
-/* Keeps, of the n records at ev (one ring's, oldest first), the newest
- * whose events fit in max_events, each whole (a record with repeated
- * lifetimes stands for up to 256 events: event_count), moved to ev's start;
- * the events of those left out are added to *dropped. Returns how many
- * are kept. */
-static size_t newest_that_fit(pool_event *ev, size_t n, uint64_t max_events, uint64_t *dropped) {
-  uint64_t events = 0;
-  size_t first = n;
-  while (first > 0 && events + event_count(&ev[first - 1]) <= max_events)
-    events += event_count(&ev[--first]);
-  for (size_t i = 0; i < first; i++)
-    *dropped += event_count(&ev[i]);
-  memmove(ev, ev + first, (n - first) * sizeof *ev);
-  return n - first;
-}
-
 gpupool_status history_from_rings(event_ring **rings, const event_ring_end *ends, size_t nr,
                                   const char *name, gpupool_history **out) {
   size_t total = 0;
@@ -240,7 +224,12 @@ gpupool_status history_from_rings(event_ring **rings, const event_ring_end *ends
              (got = event_ring_read_to(rings[i], &cursor, ends[i], ev + n, total - n, &skipped)))
         n += got;
       dropped += skipped;
-      n = ring_start[i] + newest_that_fit(ev + ring_start[i], n - ring_start[i], 2 * cap, &dropped);
+      /* At most twice the ring's capacity: what its records held before a
+       * record could repeat lifetimes; the older ones count as dropped. */
+      uint64_t events, left;
+      n = ring_start[i] +
+          event_ring_keep_newest(ev + ring_start[i], n - ring_start[i], 2 * cap, &events, &left);
+      dropped += left;
     }
   }
   for (size_t i = 0; i < nr; i++)

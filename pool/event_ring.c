@@ -245,14 +245,27 @@ size_t event_ring_expand(pool_event *ev, size_t n) {
   return m;
 }
 
+size_t event_ring_keep_newest(pool_event *ev, size_t n, uint64_t max_events, uint64_t *events,
+                              uint64_t *left) {
+  size_t first = n;
+  *events = *left = 0;
+  while (first > 0 && *events + event_count(&ev[first - 1]) <= max_events)
+    *events += event_count(&ev[--first]);
+  for (size_t i = 0; i < first; i++)
+    *left += event_count(&ev[i]);
+  memmove(ev, ev + first, (n - first) * sizeof *ev);
+  return n - first;
+}
+
 event_ring_end event_ring_end_now(const event_ring *r) {
   event_ring_end end = {.head = event_ring_head(r)};
-  end.newest_freed = r->recs && end.head && record_has_flag(r, end.head - 1, EVF_FREED);
-  if (r->recs && end.head) {
+  if (r->recs && end.head) { /* the newest record's flag and repeats, from one load */
     uint64_t w3 =
         atomic_load_explicit(&r->recs[(end.head - 1) & r->mask].word[3], EVENT_RING_WORD_LOAD);
-    if (!(w3 & EVENT_REC_SIDE))
+    if (!(w3 & EVENT_REC_SIDE)) {
+      end.newest_freed = (w3 & EVENT_REC_TF(0, EVF_FREED)) != 0;
       end.newest_repeats = (unsigned)(w3 & EVENT_REC_REPEATS_MAX);
+    }
   }
   return end;
 }

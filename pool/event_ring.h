@@ -412,6 +412,14 @@ static inline pool_event event_freed_part(const pool_event *alloc) {
  * frees, in place, the order kept (ev has room for the sum of their
  * event_count). Returns how many there are then. */
 size_t event_ring_expand(pool_event *ev, size_t n);
+/* Of the n events at ev, read from one ring (oldest first) and not yet
+ * expanded, keeps the newest records whose events (event_count) fit in
+ * max_events, each whole, moved to ev's start. Returns how many it keeps;
+ * *events: the events those stand for; *left: the events of the records
+ * left out. Readers that copy a ring bound their copies so (a record with
+ * repeats stands for up to 256 events). */
+size_t event_ring_keep_newest(pool_event *ev, size_t n, uint64_t max_events, uint64_t *events,
+                              uint64_t *left);
 /* The events e stands for: 1, or for an allocation 2 per repeat, 1, and 1
  * more where marked EVF_FREED. */
 static inline size_t event_count(const pool_event *e) {

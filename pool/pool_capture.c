@@ -169,26 +169,21 @@ static int copy_shard(const pool_config *cfg, shard *sh, pool_capture *c,
   uint64_t cursor = head > want ? head - want : 0, lost = 0;
   part->partial = cursor > 0;
   part->ev = malloc((size_t)(head - cursor + 1) * sizeof *part->ev);
-  size_t n = 0, events = 0;
+  size_t n = 0;
+  uint64_t events = 0;
   if (part->ev) {
     n = event_ring_read_to(ring, &cursor, end, part->ev, (size_t)(head - cursor), &lost);
-    /* The newest records whose events fit in max_events, and in twice the
-     * ring's capacity (what its records held before a record could repeat
-     * lifetimes: a record with repeats stands for up to 256 events,
-     * event_count), each whole. */
-    size_t budget = 2 * event_ring_capacity(ring), first = n;
+    /* At most max_events, and twice the ring's capacity: what its records
+     * held before a record could repeat lifetimes. */
+    uint64_t budget = 2 * (uint64_t)event_ring_capacity(ring), left;
     budget = budget < max_events ? budget : max_events;
-    while (first > 0 && events + event_count(&part->ev[first - 1]) <= budget)
-      events += event_count(&part->ev[--first]);
-    if (first) {
-      n -= first;
-      memmove(part->ev, part->ev + first, n * sizeof *part->ev);
-      part->partial = 1;
-    }
+    size_t kept = event_ring_keep_newest(part->ev, n, budget, &events, &left);
+    part->partial |= kept < n;
+    n = kept;
   }
   /* Room for the events that records with repeats or marked EVF_FREED stand
    * for, expanded in place. */
-  pool_event *ev = events > n ? realloc(part->ev, events * sizeof *ev) : part->ev;
+  pool_event *ev = events > n ? realloc(part->ev, (size_t)events * sizeof *ev) : part->ev;
   if (!ev) {
     free(part->ev);
     part->ev = NULL;
