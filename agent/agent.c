@@ -98,9 +98,13 @@ static void stop_at_exit(void) {
   gpupool_agent_stop();
 }
 
+static int on_loopback(const http_listener *l) {
+  return !strncmp(l->address, "127.", 4) || !strncmp(l->address, "[::1]", 5);
+}
+
 /* Listening beyond loopback without TLS or without authentication: say so. */
 static void warn_exposed(const http_listener *l, const web_config *web) {
-  if (!strncmp(l->address, "127.", 4) || !strncmp(l->address, "[::1]", 5))
+  if (on_loopback(l))
     return;
   int tls = web && web->tls;
   int auth = web && (web->nusers || web->client_auth == WEB_CLIENT_REQUIRE_AND_VERIFY);
@@ -156,7 +160,16 @@ static gpupool_status start_locked(const agent_config *c, web_config *web, const
     web_state_set(web, c->healthz_open); /* the first one always has a slot */
     agent_health_web_config(1, (double)clock_realtime_ns() / 1e9);
   }
-  if (!c->listen_off && http_start(&l, web, err, sizeof err) != 0) {
+  /* A loopback listener answers the Host names of this machine only
+   * (host_guard.h): its own name, as the hostname label and the system
+   * give it, and the names of allowed_hosts. */
+  host_guard guard = c->allowed_hosts;
+  char system_name[256] = "";
+  gethostname(system_name, sizeof system_name - 1);
+  host_guard_add(&guard, c->hostname);
+  host_guard_add(&guard, system_name);
+  int guarded = on_loopback(&l) && !guard.any;
+  if (!c->listen_off && http_start(&l, web, guarded ? &guard : NULL, err, sizeof err) != 0) {
     stop_locked(0);
     return agent_fail(GPUPOOL_ERR_BACKEND, err);
   }

@@ -164,6 +164,10 @@ static int set_healthz_open(void *ctx, const kvopt *o, kvopt_value v, char *err,
   return 0;
 }
 
+static int set_allowed_hosts(void *ctx, const kvopt *o, kvopt_value v, char *err, size_t errlen) {
+  return host_guard_parse(v.s, &((raw_settings *)ctx)->cfg->allowed_hosts, err, errlen);
+}
+
 static int set_size_buckets(void *ctx, const kvopt *o, kvopt_value v, char *err, size_t errlen) {
   ((raw_settings *)ctx)->cfg->size_buckets_classic = (int)v.u;
   return 0;
@@ -208,6 +212,7 @@ static const kvopt agent_options[] = {
      .set = set_oom_dir_max},
     {"web_config", KVOPT_STRING, .set = set_web_config},
     {"healthz_open", KVOPT_U64, 0, 1, .range = "0 or 1", .set = set_healthz_open},
+    {"allowed_hosts", KVOPT_STRING, .set = set_allowed_hosts},
     {"size_buckets", KVOPT_CHOICE, .choices = size_bucket_sets, .nocase = 1,
      .set = set_size_buckets},
     {"gzip_threads", KVOPT_U64, 1, AGENT_MAX_GZIP_THREADS, .set = set_gzip_threads},
@@ -270,6 +275,8 @@ static int apply_options(const gpupool_agent_options *o, raw_settings *r, char *
     return -1;
   if (o->healthz_open)
     r->cfg->healthz_open = 1;
+  if (o->allowed_hosts && apply_pair(r, "allowed_hosts", o->allowed_hosts, err, errlen) != 0)
+    return -1;
   return 0;
 }
 

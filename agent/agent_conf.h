@@ -11,6 +11,7 @@
 #include <stddef.h>
 
 #include "gpupool/agent.h"
+#include "host_guard.h"
 #include "labels.h"
 
 #define AGENT_DEFAULT_HOST          "127.0.0.1"
@@ -39,6 +40,7 @@ typedef struct agent_config {
   size_t oom_dir_max;        /* this agent's reports oom_dir holds at most (0: no bound) */
   char web_config[PATH_MAX]; /* "" = none: plain HTTP, no auth */
   int healthz_open;          /* /healthz without basic auth */
+  host_guard allowed_hosts;  /* Host names a loopback listener answers besides its own */
   int size_buckets_classic;  /* size_buckets:classic: all 41 power-of-two buckets */
   unsigned gzip_threads;     /* threads that compress one gzip'd /metrics (1 = serial) */
 } agent_config;

@@ -32,6 +32,8 @@ static struct MHD_Daemon *g_daemon;
 static atomic_uint g_generation;
 static web_config *g_daemon_cfg; /* what g_daemon was started with (a reference), or NULL */
 static int g_ipv6;
+static host_guard g_guard; /* with g_guarded: set by http_start, read by the server's threads */
+static int g_guarded;
 static atomic_int g_port;
 static char g_address[300];
 
@@ -321,6 +323,19 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
   static int headers_seen;
   endpoint_body body = {0};
   int old = (unsigned)(uintptr_t)cls != atomic_load(&g_generation);
+  if (!*con_cls && g_guarded &&
+      !host_guard_allows(&g_guard,
+                         MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_HOST))) {
+    /* answered at once, before any other check: the connection closes */
+    endpoint_text(&body, 403,
+                  "forbidden: this agent listens on loopback and answers only Host headers that "
+                  "name it (localhost, an IP address, this machine's name, allowed_hosts), "
+                  "against DNS rebinding; add the name to allowed_hosts (docs/security.md)\n");
+    web_config *wc = web_state_acquire();
+    enum MHD_Result ok = queue(c, &body, !strcmp(method, MHD_HTTP_METHOD_HEAD), NULL, wc, old);
+    web_state_release(wc);
+    return ok;
+  }
   if (strcmp(method, MHD_HTTP_METHOD_GET) != 0 && strcmp(method, MHD_HTTP_METHOD_HEAD) != 0) {
     /* Answered at once, without reading a body: the connection closes.
      * Basic auth and the rate limit come first, as for any request. */
@@ -479,13 +494,17 @@ static struct MHD_Daemon *start_daemon(int fd, const web_config *cfg) {
       MHD_OPTION_UNESCAPE_CALLBACK, unescape_but_nul, NULL, MHD_OPTION_ARRAY, tls, MHD_OPTION_END);
 }
 
-int http_start(http_listener *l, web_config *cfg, char *err, size_t errlen) {
+int http_start(http_listener *l, web_config *cfg, const host_guard *guard, char *err,
+               size_t errlen) {
   if (g_daemon) {
     close(l->fd);
     snprintf(err, errlen, "the HTTP server is already running");
     return -1;
   }
   g_ipv6 = l->ipv6;
+  g_guarded = guard != NULL;
+  if (guard)
+    g_guard = *guard;
   g_daemon = start_daemon(l->fd, cfg);
   if (!g_daemon) {
     close(l->fd);

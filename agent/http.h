@@ -8,6 +8,7 @@
 
 #include <stddef.h>
 
+#include "host_guard.h"
 #include "http_listen.h"
 #include "web_config.h"
 
@@ -18,10 +19,13 @@
 
 /* Serves on a listener from http_listen_open, which it takes over (closed on
  * failure too). cfg (NULL = none, else installed in web_state.h, which the
- * server takes a reference of) gives TLS.
+ * server takes a reference of) gives TLS. guard (NULL = none; copied): the
+ * Host headers answered, others get 403 (host_guard.h), kept across
+ * http_restart.
  * Basic auth, headers and rate limits come from web_state.h per request.
  * 0 or -1 with a reason. */
-int http_start(http_listener *l, web_config *cfg, char *err, size_t errlen);
+int http_start(http_listener *l, web_config *cfg, const host_guard *guard, char *err,
+               size_t errlen);
 /* Moves the listening socket to a new server with cfg's TLS (certificates,
  * client CAs, versions changed), with no moment where the port is closed;
  * the old server's connections finish first (at most HTTP_TIMEOUT_S + 2 s,

@@ -51,6 +51,11 @@ typedef struct gpupool_agent_options {
                              Prometheus exporter-toolkit (node_exporter's --web.config.file);
                              re-read when it changes. See docs/security.md */
   int healthz_open;       /* nonzero: /healthz answers without basic auth */
+  /* Listening on loopback, the agent answers only Host headers that name this
+   * machine: localhost, an IP address, its host name (against DNS rebinding).
+   * More names here, ';'-separated (".example.com": every name under it), or
+   * "*" for any Host. See docs/security.md */
+  const char *allowed_hosts;
 } gpupool_agent_options;
 
 gpupool_status gpupool_agent_start(const gpupool_agent_options *opt);

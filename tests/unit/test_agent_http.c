@@ -830,3 +830,96 @@ Test(agent_http, strict_framing_and_absolute_form) {
   cr_assert(strstr(got, "\r\n\r\nok\n"), "%s", got);
   free(got);
 }
+
+/* The first line of the answer to GET target with Host header host, on a
+ * new connection. */
+static char *status_for_host(int port, const char *method, const char *target, const char *host) {
+  char req[512];
+  snprintf(req, sizeof req, "%s %s HTTP/1.1\r\nHost: %s\r\nConnection: close\r\n\r\n", method,
+           target, host);
+  return exchange(port, req);
+}
+
+/* A loopback listener answers Host headers that name this machine only, so
+ * that a web page whose name was rebound to 127.0.0.1 cannot read the agent
+ * (agent/host_guard.h); allowed_hosts adds names, "*" any; a listener on
+ * every interface is not guarded. */
+Test(agent_http, a_loopback_listener_refuses_a_rebound_host) {
+  int port = start_local(NULL);
+  static const char *const answered[] = {"127.0.0.1", "localhost:1", "ui.localhost", "[::1]:9",
+                                         "gpu-node"};
+  for (size_t i = 0; i < sizeof answered / sizeof *answered; i++) {
+    char *got = status_for_host(port, "GET", "/healthz", answered[i]);
+    cr_expect_eq(strncmp(got, "HTTP/1.1 200 ", 13), 0, "Host %s: %.80s", answered[i], got);
+    free(got);
+  }
+  char system_name[256] = "";
+  cr_assert_eq(gethostname(system_name, sizeof system_name - 1), 0);
+  char *got = status_for_host(port, "GET", "/metrics", system_name);
+  cr_expect_eq(strncmp(got, "HTTP/1.1 200 ", 13), 0, "this machine's name %s: %.80s", system_name,
+               got);
+  free(got);
+  static const char *const targets[] = {"/metrics", "/snapshot", "/trace", "/ui", "/healthz"};
+  for (size_t i = 0; i < sizeof targets / sizeof *targets; i++) {
+    got = status_for_host(port, "GET", targets[i], "attacker.example:9477");
+    cr_expect_eq(strncmp(got, "HTTP/1.1 403 ", 13), 0, "%s: %.80s", targets[i], got);
+    cr_expect(strstr(got, "allowed_hosts"), "%s: %s", targets[i], got);
+    cr_expect_null(strstr(got, "gpupool_"), "%s: the refused answer has metrics", targets[i]);
+    free(got);
+  }
+  got = status_for_host(port, "HEAD", "/metrics", "attacker.example");
+  cr_expect_eq(strncmp(got, "HTTP/1.1 403 ", 13), 0, "HEAD: %.80s", got);
+  cr_expect_null(strstr(got, "forbidden"), "HEAD has no body: %s", got);
+  free(got);
+  got = status_for_host(port, "POST", "/metrics", "attacker.example");
+  cr_expect_eq(strncmp(got, "HTTP/1.1 403 ", 13), 0, "POST: %.80s", got);
+  free(got);
+  gpupool_agent_stop();
+
+  gpupool_agent_options o = {.listen = "127.0.0.1:0",
+                             .cupti = GPUPOOL_CUPTI_OFF,
+                             .ignore_env = 1,
+                             .allowed_hosts = "attacker.example;.svc.cluster.local"};
+  cr_assert_eq(gpupool_agent_start(&o), GPUPOOL_OK, "%s", gpupool_last_error());
+  port = gpupool_agent_port();
+  static const char *const listed[][2] = {{"attacker.example:9477", "200"},
+                                          {"agent.ns.svc.cluster.local", "200"},
+                                          {"other.example", "403"}};
+  for (size_t i = 0; i < 3; i++) {
+    got = status_for_host(port, "GET", "/healthz", listed[i][0]);
+    cr_expect_eq(strncmp(got + 9, listed[i][1], 3), 0, "Host %s: %.80s", listed[i][0], got);
+    free(got);
+  }
+  gpupool_agent_stop();
+
+  setenv("GPUPOOL_AGENT_CONF", "listen:127.0.0.1:0,allowed_hosts:*", 1);
+  cr_assert_eq(gpupool_agent_start(NULL), GPUPOOL_OK, "%s", gpupool_last_error());
+  unsetenv("GPUPOOL_AGENT_CONF");
+  got = status_for_host(gpupool_agent_port(), "GET", "/healthz", "other.example");
+  cr_expect_eq(strncmp(got, "HTTP/1.1 200 ", 13), 0, "allowed_hosts:*: %.80s", got);
+  free(got);
+  gpupool_agent_stop();
+
+  gpupool_agent_options every = {.listen = ":0", .cupti = GPUPOOL_CUPTI_OFF, .ignore_env = 1};
+  cr_redirect_stderr(); /* its warning */
+  cr_assert_eq(gpupool_agent_start(&every), GPUPOOL_OK, "%s", gpupool_last_error());
+  got = status_for_host(gpupool_agent_port(), "GET", "/healthz", "other.example");
+  cr_expect_eq(strncmp(got, "HTTP/1.1 200 ", 13), 0, "every interface: %.80s", got);
+  free(got);
+}
+
+/* A bad allowed_hosts fails the start with the reason, and starts nothing. */
+Test(agent_http, a_bad_allowed_hosts_starts_nothing) {
+  gpupool_agent_options o = {.listen = "127.0.0.1:0",
+                             .cupti = GPUPOOL_CUPTI_OFF,
+                             .ignore_env = 1,
+                             .allowed_hosts = "good.example;bad name"};
+  cr_assert_eq(gpupool_agent_start(&o), GPUPOOL_ERR_INVALID);
+  cr_expect(strstr(gpupool_last_error(), "allowed_hosts: 'bad name'"), "%s", gpupool_last_error());
+  cr_expect_eq(gpupool_agent_port(), 0);
+  cr_expect_eq(gpupool_agent_conf_check("allowed_hosts:a;;b"), GPUPOOL_ERR_INVALID);
+  cr_expect_eq(gpupool_agent_conf_check("allowed_hosts:a.example;.b.example"), GPUPOOL_OK, "%s",
+               gpupool_last_error());
+  o.allowed_hosts = "good.example";
+  cr_assert_eq(gpupool_agent_start(&o), GPUPOOL_OK, "%s", gpupool_last_error());
+}

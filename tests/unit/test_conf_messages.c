@@ -114,7 +114,8 @@ Test(conf_messages, agent_messages) {
                    "GPUPOOL_AGENT_CONF: unknown key 'sample_intervl_ms': did you mean "
                    "sample_interval_ms? (known: listen, sample_interval_ms, trace_events, "
                    "trace_tick_us, cupti, labels, trace_file, sd_dir, hostname, oom_reports, "
-                   "oom_dir, oom_dir_max, web_config, healthz_open, size_buckets, gzip_threads)");
+                   "oom_dir, oom_dir_max, web_config, healthz_open, allowed_hosts, size_buckets, "
+                   "gzip_threads)");
   /* the integration's keys are rows of the same table */
   const char *r = agent_reason("oom_reports:5000");
   cr_expect(strstr(r, "GPUPOOL_AGENT_CONF: oom_reports: 5000 is out of range (0 to "), "%s", r);

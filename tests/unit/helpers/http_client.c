@@ -126,9 +126,10 @@ int http_request(const char *host, int port, const char *method, const char *tar
   if (fd < 0)
     return -1;
   char head[4096];
-  int n =
-      snprintf(head, sizeof head, "%s %s HTTP/1.1\r\nHost: %s:%d\r\nConnection: close\r\n%s\r\n",
-               method, target, host, port, extra_headers ? extra_headers : "");
+  const char *v6 = strchr(host, ':') ? "[" : ""; /* an IPv6 literal goes in brackets */
+  int n = snprintf(head, sizeof head,
+                   "%s %s HTTP/1.1\r\nHost: %s%s%s:%d\r\nConnection: close\r\n%s\r\n", method,
+                   target, v6, host, *v6 ? "]" : "", port, extra_headers ? extra_headers : "");
   char *raw = NULL;
   size_t len = 0;
   int rc = (n > 0 && (size_t)n < sizeof head && send_all(fd, head, (size_t)n) == 0)
