@@ -128,10 +128,31 @@ static void give_rings(gpupool *p, void *arg) {
   }
 }
 
+/* What p's rings have written, summed over its streams. */
+typedef struct ring_counts {
+  uint64_t recorded; /* records pushed */
+  uint64_t dropped;  /* of those, overwritten */
+  uint64_t repeated; /* repeats added to records (event_ring_repeat_newest) */
+} ring_counts;
+
+static ring_counts ring_counts_of(gpupool *p) {
+  ring_counts c = {0};
+  for (shard *sh = atomic_load(&p->shards); sh; sh = sh->next_shard) {
+    /* the writer's lock, which repeated is read under; a ring replaced
+     * meanwhile is released after the swap */
+    spin_lock(&sh->lock);
+    if (sh->ring) {
+      c.recorded += event_ring_head(sh->ring);
+      c.dropped += event_ring_dropped(sh->ring);
+      c.repeated += sh->ring->repeated;
+    }
+    spin_unlock(&sh->lock);
+  }
+  return c;
+}
+
 static void add_recorded(gpupool *p, void *arg) {
-  uint64_t recorded, dropped;
-  pool_event_counts(p, &recorded, &dropped);
-  *(uint64_t *)arg += recorded;
+  *(uint64_t *)arg += ring_counts_of(p).recorded;
 }
 
 uint64_t pool_events_recorded_total(void) {
@@ -141,12 +162,8 @@ uint64_t pool_events_recorded_total(void) {
 }
 
 static void add_written(gpupool *p, void *arg) {
-  for (shard *sh = atomic_load(&p->shards); sh; sh = sh->next_shard) {
-    spin_lock(&sh->lock); /* the writer's: repeated is read under it */
-    if (sh->ring)
-      *(uint64_t *)arg += event_ring_head(sh->ring) + sh->ring->repeated;
-    spin_unlock(&sh->lock);
-  }
+  ring_counts c = ring_counts_of(p);
+  *(uint64_t *)arg += c.recorded + c.repeated;
 }
 
 uint64_t pool_events_written_total(void) {
@@ -201,15 +218,9 @@ int pool_events_enabled(void) {
 }
 
 void pool_event_counts(gpupool *p, uint64_t *recorded, uint64_t *dropped) {
-  *recorded = *dropped = 0;
-  for (shard *sh = atomic_load(&p->shards); sh; sh = sh->next_shard) {
-    spin_lock(&sh->lock); /* a ring replaced meanwhile is released after the swap */
-    if (sh->ring) {
-      *recorded += event_ring_head(sh->ring);
-      *dropped += event_ring_dropped(sh->ring);
-    }
-    spin_unlock(&sh->lock);
-  }
+  ring_counts c = ring_counts_of(p);
+  *recorded = c.recorded;
+  *dropped = c.dropped;
 }
 
 size_t pool_event_rings_at(gpupool *p, event_ring **out, event_ring_end *ends, size_t max) {

@@ -65,13 +65,19 @@ static void *observe(void *arg) {
   return NULL;
 }
 
-Test(oom_threads, concurrent_ooms_are_each_explained_and_counted) {
+/* The agent keeping 4 OOM reports (listening on listen), and the 64 MiB
+ * pool named name that the threads fail in. */
+static void start_agent_and_pool(const char *listen, const char *name) {
   setenv("GPUPOOL_AGENT_CONF", "oom_reports:4", 1);
-  gpupool_agent_options o = {.listen = "off", .cupti = GPUPOOL_CUPTI_OFF};
+  gpupool_agent_options o = {.listen = listen, .cupti = GPUPOOL_CUPTI_OFF};
   cr_assert_eq(gpupool_agent_start(&o), GPUPOOL_OK, "%s", gpupool_last_error());
   gpupool_options po = {
-      .name = "race", .backend = GPUPOOL_BACKEND_HOST, .host_capacity = 64 * MiB, .ignore_env = 1};
+      .name = name, .backend = GPUPOOL_BACKEND_HOST, .host_capacity = 64 * MiB, .ignore_env = 1};
   cr_assert_eq(gpupool_create(&po, &pool), GPUPOOL_OK, "%s", gpupool_last_error());
+}
+
+Test(oom_threads, concurrent_ooms_are_each_explained_and_counted) {
+  start_agent_and_pool("off", "race");
   worker w[THREADS] = {{0}};
   pthread_t t[THREADS], obs;
   int obs_failures = 0;
@@ -130,12 +136,7 @@ static void *fail_linked(void *arg) {
 }
 
 Test(oom_threads, concurrent_reports_are_listed_by_id) {
-  setenv("GPUPOOL_AGENT_CONF", "oom_reports:4", 1);
-  gpupool_agent_options o = {.listen = "127.0.0.1:0", .cupti = GPUPOOL_CUPTI_OFF};
-  cr_assert_eq(gpupool_agent_start(&o), GPUPOOL_OK, "%s", gpupool_last_error());
-  gpupool_options po = {
-      .name = "ids", .backend = GPUPOOL_BACKEND_HOST, .host_capacity = 64 * MiB, .ignore_env = 1};
-  cr_assert_eq(gpupool_create(&po, &pool), GPUPOOL_OK, "%s", gpupool_last_error());
+  start_agent_and_pool("127.0.0.1:0", "ids");
   linked w[THREADS] = {{0}};
   pthread_t t[THREADS];
   for (int i = 0; i < THREADS; i++) {
