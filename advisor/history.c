@@ -5,6 +5,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/array_grow.h"
+
 #define MAP_EMPTY   UINT32_MAX
 #define MAP_DELETED (UINT32_MAX - 1)
 
@@ -34,26 +36,12 @@ void gpupool_history_free(gpupool_history *h) {
   free(h);
 }
 
-static int grow(void **p, size_t *cap, size_t need, size_t elem) {
-  if (need <= *cap)
-    return 0;
-  size_t n = *cap ? *cap : 1024;
-  while (n < need)
-    n *= 2;
-  void *q = realloc(*p, n * elem);
-  if (!q)
-    return -1;
-  *p = q;
-  *cap = n;
-  return 0;
-}
-
 gpupool_status hist_status(int r) {
   return r == HIST_HOST_OOM ? GPUPOOL_ERR_HOST_OOM : GPUPOOL_ERR_INVALID;
 }
 
 static int push(gpupool_history *h, hist_op op) {
-  if (h->n_ops == h->cap_ops && grow((void **)&h->ops, &h->cap_ops, h->n_ops + 1, sizeof op))
+  if (array_grow((void **)&h->ops, &h->cap_ops, h->n_ops + 1, sizeof op, 1024))
     return -1;
   h->ops[h->n_ops++] = op;
   return 0;
@@ -146,8 +134,7 @@ int hist_alloc(gpupool_history *h, uint64_t id, uint64_t size, uint64_t stream, 
   int si = stream_index(h, stream, err, errlen);
   if (si < 0)
     return HIST_REFUSED;
-  if (h->n_slots == h->cap_slots &&
-      grow((void **)&h->size, &h->cap_slots, h->n_slots + 1, sizeof *h->size))
+  if (array_grow((void **)&h->size, &h->cap_slots, h->n_slots + 1, sizeof *h->size, 1024))
     goto oom;
   uint32_t slot = (uint32_t)h->n_slots;
   if (push(h, (hist_op){slot, (uint16_t)si, HOP_ALLOC, 0}))

@@ -9,6 +9,7 @@
 
 #include <cjson/cJSON.h>
 
+#include "core/array_grow.h"
 #include "core/json_text.h"
 #include "endpoint.h"
 #include "exporters/json_u64.h"
@@ -46,19 +47,6 @@ typedef struct collected {
   size_t nblocks, cap_blocks;
   int failed;
 } collected;
-
-/* Room for one more item in *v (n used of *cap); 0 or -1. */
-static int grow(void **v, size_t *cap, size_t n, size_t item) {
-  if (n < *cap)
-    return 0;
-  size_t ncap = *cap ? 2 * *cap : 16;
-  void *nv = realloc(*v, ncap * item);
-  if (!nv)
-    return -1;
-  *v = nv;
-  *cap = ncap;
-  return 0;
-}
 
 typedef struct build {
   int failed;
@@ -115,7 +103,8 @@ static void add_stats(cJSON *obj, const gpupool_stats *st, build *b) {
 
 static void on_segment(void *arg, const pool_segment_info *s) {
   collected *c = arg;
-  if (grow((void **)&c->segments, &c->cap_segments, c->nsegments, sizeof *c->segments) != 0) {
+  if (array_grow((void **)&c->segments, &c->cap_segments, c->nsegments + 1, sizeof *c->segments,
+                 16) != 0) {
     c->failed = 1;
     return;
   }
@@ -127,7 +116,7 @@ static void on_block(void *arg, const pool_block_info *bi) {
   collected *c = arg;
   if (c->failed || !c->nsegments)
     return;
-  if (grow((void **)&c->blocks, &c->cap_blocks, c->nblocks, sizeof *c->blocks) != 0) {
+  if (array_grow((void **)&c->blocks, &c->cap_blocks, c->nblocks + 1, sizeof *c->blocks, 16) != 0) {
     c->failed = 1;
     return;
   }
@@ -144,7 +133,7 @@ static void copy_pool(gpupool *p, void *arg) {
     c->failed = 1;
   if (c->failed || !pool_label_selects(c->pool, label))
     return;
-  if (grow((void **)&c->pools, &c->cap_pools, c->npools, sizeof *c->pools) != 0) {
+  if (array_grow((void **)&c->pools, &c->cap_pools, c->npools + 1, sizeof *c->pools, 16) != 0) {
     c->failed = 1;
     return;
   }

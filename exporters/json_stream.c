@@ -3,7 +3,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "buf_grow.h"
+#include "core/array_grow.h"
 #include "core/utf8.h"
 
 void json_buf_init(json_buf *b) {
@@ -45,7 +45,7 @@ static int reserve(json_buf *b, size_t n) {
     if (b->len + n <= b->cap)
       return 0;
   }
-  if (buf_grow(&b->data, &b->cap, b->len + n, 4096) == 0)
+  if (array_grow((void **)&b->data, &b->cap, b->len + n, 1, 4096) == 0)
     return 0;
   b->failed = 1;
   return -1;

@@ -6,7 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "buf_grow.h"
+#include "core/array_grow.h"
 #include "core/c_numeric.h"
 
 void prom_buf_init(prom_buf *b, size_t initial_cap) {
@@ -41,7 +41,7 @@ int prom_buf_reserve(prom_buf *b, size_t n) {
     return -1;
   if (b->cap - b->len > n)
     return 0; /* keeps one byte for the terminating NUL */
-  if (n < SIZE_MAX - b->len && buf_grow(&b->data, &b->cap, b->len + n + 1, 256) == 0)
+  if (n < SIZE_MAX - b->len && array_grow((void **)&b->data, &b->cap, b->len + n + 1, 1, 256) == 0)
     return 0; /* + 1: the terminating NUL */
   b->failed = 1;
   return -1;
