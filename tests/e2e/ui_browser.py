@@ -74,7 +74,7 @@ def check(cond, what):
 
 
 class Browser:
-    def __init__(self, chromium, profile):
+    def __init__(self, chromium, profile, extra_args=()):
         to_chrome_r, self.to_chrome = os.pipe()
         self.from_chrome, from_chrome_w = os.pipe()
 
@@ -91,7 +91,7 @@ class Browser:
             [chromium, "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run",
              "--disable-background-networking", "--disable-component-update", "--disable-sync",
              "--user-data-dir=" + profile, "--remote-debugging-pipe", "--window-size=1400,1000",
-             "about:blank"],
+             *extra_args, "about:blank"],
             preexec_fn=child_fds, close_fds=False,
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         os.close(to_chrome_r)
@@ -936,6 +936,51 @@ def part_no_pool(args, profile):
         fx.wait(timeout=30)
 
 
+def part_rebinding(args, profile):
+    """DNS rebinding, as a browser does it: Chromium resolves attacker.example
+    to 127.0.0.1 (--host-resolver-rules), and a page of that name asks the
+    loopback agent for /ui and /snapshot. The agent refuses its Host
+    (agent/host_guard.h); the same page by localhost renders; allowed_hosts
+    names it, and it renders by that name too."""
+    env = dict(os.environ)
+    env.pop("GPUPOOL_CONF", None)
+    rules = ["--host-resolver-rules=MAP attacker.example 127.0.0.1"]
+    for allowed in ("", "attacker.example"):
+        conf = "listen:127.0.0.1:0,sample_interval_ms:250"
+        env["GPUPOOL_AGENT_CONF"] = conf + (",allowed_hosts:" + allowed if allowed else "")
+        fx, port = start_process([args.fixture, "empty"], env, r"^port (\d+)")
+        b = Browser(args.chromium, profile, rules)
+        what = "rebinding (allowed_hosts:%s)" % allowed if allowed else "rebinding"
+        try:
+            b.open_page()
+            b.send("Page.navigate", {"url": "http://attacker.example:%d/ui" % port})
+            if allowed:
+                b.wait_for("document.getElementById('map-info').textContent.includes('No live pool')",
+                           20, what + ": the page of the allowed name renders")
+            else:
+                b.wait_for("document.body && document.body.innerText.includes('forbidden')", 20,
+                           what + ": the page of the rebound name gets the refusal")
+                text = b.eval("document.body.innerText")
+                check("allowed_hosts" in text and typeof_ui_missing(b),
+                      what + ": the refusal says what to set, and no page script ran (%r)"
+                      % text[:120])
+                snap = b.eval("fetch('/snapshot').then(r => r.status + ' ' + r.statusText)")
+                check(snap.startswith("403"), what + ": /snapshot from that page: %s" % snap)
+                b.screenshot(os.path.join(args.out, "ui-rebinding-refused.png"))
+                b.send("Page.navigate", {"url": "http://localhost:%d/ui" % port})
+                b.wait_for("document.getElementById('map-info').textContent.includes('No live pool')",
+                           20, what + ": the same page by localhost renders")
+        finally:
+            b.close()
+            fx.stdin.write(b"quit\n")
+            fx.stdin.flush()
+            fx.wait(timeout=30)
+
+
+def typeof_ui_missing(b):
+    return b.eval("typeof gpupoolUI === 'undefined'")
+
+
 def bcrypt(password):
     """A bcrypt hash of password (libcrypt's, as the agent checks it)."""
     lib = ctypes.CDLL(ctypes.util.find_library("crypt") or "libcrypt.so.1")
@@ -1095,11 +1140,12 @@ def main():
     ap.add_argument("--fixture", required=True)
     ap.add_argument("--out", required=True)
     ap.add_argument("--blocks", type=int, default=100000)
-    ap.add_argument("--parts", default="demo,fixture,no_pool,auth,restart",
+    ap.add_argument("--parts", default="demo,fixture,no_pool,rebinding,auth,restart",
                     help="the parts to run, comma-separated (all by default)")
     args = ap.parse_args()
     os.makedirs(args.out, exist_ok=True)
     parts = {"demo": part_demo, "fixture": part_fixture, "no_pool": part_no_pool,
+             "rebinding": part_rebinding,
              "auth": part_auth, "restart": part_restart}
     for name in args.parts.split(","):
         part = parts[name]

@@ -7,7 +7,7 @@
 # (pools listed, segment bars to scale, values equal to /metrics', the OOM
 # card, the tag legend and colours, no console errors, a destroyed pool, a
 # hung and a stopped agent, basic auth and its 401 and 429, the agent
-# restarted on its port) and saves screenshots in $GPUPOOL_BINARY_DIR/ui-test/.
+# restarted on its port, a page whose name was rebound to 127.0.0.1 refused) and saves screenshots in $GPUPOOL_BINARY_DIR/ui-test/.
 # Prints the time from navigation to a drawn map of 10^5 blocks (a figure,
 # not an assertion). Exit 77 (skip) when chromium or python3 is missing.
 set -uo pipefail
