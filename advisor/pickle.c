@@ -6,6 +6,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/array_grow.h"
+
 #define CHUNK     4096
 #define MAX_STACK (1u << 20)
 #define MAX_ITEMS UINT32_MAX / 2
@@ -87,16 +89,10 @@ static uint64_t le(const unsigned char *s, size_t n) {
 static int push(parser *p, pv *v) {
   if (!v)
     return out_of_memory(p);
-  if (p->sp == p->cap_stack) {
-    if (p->cap_stack >= MAX_STACK)
-      return fail(p, "stack too deep");
-    size_t cap = p->cap_stack ? 2 * p->cap_stack : 256;
-    pv **s = realloc(p->stack, cap * sizeof *s);
-    if (!s)
-      return out_of_memory(p);
-    p->stack = s;
-    p->cap_stack = cap;
-  }
+  if (p->sp == p->cap_stack && p->cap_stack >= MAX_STACK)
+    return fail(p, "stack too deep");
+  if (array_grow((void **)&p->stack, &p->cap_stack, p->sp + 1, sizeof *p->stack, 256) != 0)
+    return out_of_memory(p);
   p->stack[p->sp++] = v;
   return 0;
 }
@@ -302,16 +298,11 @@ static int step(parser *p, int *stop) {
   case 0x8f: /* EMPTY_SET */
     return push(p, node(p, PV_LIST));
   case '(':
-    if (p->nmarks == p->cap_marks) {
-      size_t cap = p->cap_marks ? 2 * p->cap_marks : 64;
-      if (cap > MAX_STACK)
-        return fail(p, "too many MARKs");
-      size_t *m = realloc(p->marks, cap * sizeof *m);
-      if (!m)
-        return out_of_memory(p);
-      p->marks = m;
-      p->cap_marks = cap;
-    }
+    /* cap_marks is 0 or 64 doubled: the next doubling would pass MAX_STACK */
+    if (p->nmarks == p->cap_marks && p->cap_marks >= MAX_STACK)
+      return fail(p, "too many MARKs");
+    if (array_grow((void **)&p->marks, &p->cap_marks, p->nmarks + 1, sizeof *p->marks, 64) != 0)
+      return out_of_memory(p);
     p->marks[p->nmarks++] = p->sp;
     return 0;
   case 's': { /* SETITEM */

@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/array_grow.h"
 #include "core/errors.h"
 #include "json_syntax.h"
 #include "parse_u64.h"
@@ -147,14 +148,8 @@ static track *track_of(track_set *s, int64_t pid, int64_t tid) {
       if (t->pid == pid && t->tid == tid)
         return t;
     }
-  if (s->n == s->cap) {
-    size_t cap = s->cap ? 2 * s->cap : 16;
-    track *tracks = realloc(s->tracks, cap * sizeof *tracks);
-    if (!tracks)
-      return NULL;
-    s->tracks = tracks;
-    s->cap = cap;
-  }
+  if (array_grow((void **)&s->tracks, &s->cap, s->n + 1, sizeof *s->tracks, 16) != 0)
+    return NULL;
   if (2 * (s->n + 1) > s->index_cap) {
     size_t cap = s->index_cap ? 2 * s->index_cap : 64;
     size_t *index = calloc(cap, sizeof *index);

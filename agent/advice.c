@@ -10,6 +10,7 @@
 
 #include "pool_label.h"
 #include "advisor/live.h"
+#include "core/array_grow.h"
 #include "core/assert.h"
 #include "core/clock.h"
 #include "core/json_text.h"
@@ -88,14 +89,8 @@ static void take_pool(gpupool *p, void *arg) {
   c->named++;
   if (!labelled)
     return; /* out of host memory: left out, as a pool whose rings cannot be held */
-  if (c->n == c->cap) {
-    size_t cap = c->cap ? 2 * c->cap : 16;
-    taken_pool *g = realloc(c->t, cap * sizeof *g);
-    if (!g)
-      return; /* out of host memory: left out, as below */
-    c->t = g;
-    c->cap = cap;
-  }
+  if (array_grow((void **)&c->t, &c->cap, c->n + 1, sizeof *c->t, 16) != 0)
+    return; /* out of host memory: left out, as below */
   taken_pool *t = &c->t[c->n];
   t->rings = malloc(MAX_RINGS * sizeof *t->rings);
   t->ends = malloc(MAX_RINGS * sizeof *t->ends);

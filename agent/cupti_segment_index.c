@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/array_grow.h"
 #include "core/clock.h"
 
 typedef struct live_segment {
@@ -61,16 +62,6 @@ static size_t upper_bound(uint64_t addr) {
   return lo;
 }
 
-static int grow(void) {
-  size_t cap = g_cap ? 2 * g_cap : 256;
-  live_segment *n = realloc(g_live, cap * sizeof *n);
-  if (!n)
-    return -1;
-  g_live = n;
-  g_cap = cap;
-  return 0;
-}
-
 static void add_dead(uint64_t addr, uint64_t size, uint64_t died_ns) {
   size_t slot = g_ndead;
   if (g_ndead == DEAD_MAX) {
@@ -116,7 +107,7 @@ void cupti_note_segment(uint64_t addr, uint64_t size, int device, int alive) {
   } else if (alive) {
     /* An overlap means a free was never noted: the new segment wins. */
     remove_overlapping(addr, addr + size, now);
-    if (g_nlive < g_cap || grow() == 0) {
+    if (array_grow((void **)&g_live, &g_cap, g_nlive + 1, sizeof *g_live, 256) == 0) {
       size_t pos = upper_bound(addr);
       memmove(&g_live[pos + 1], &g_live[pos], (g_nlive - pos) * sizeof *g_live);
       g_live[pos] = (live_segment){addr, size};

@@ -8,6 +8,7 @@
 #include "exporters/prom_writer.h"
 #include "pool_label.h"
 #include "sampler_backend.h"
+#include "core/array_grow.h"
 #include "pool/backend.h"
 #include "pool/registry.h"
 #include "pool/segment.h"
@@ -36,14 +37,8 @@ static void copy_pool(gpupool *p, void *arg) {
   char label[POOL_LABEL_MAX];
   if (pool_labeler_next(&c->labeler, p, label) != 0)
     return; /* the pool is left out of this scrape */
-  if (s->npools == s->pools_cap) {
-    size_t cap = s->pools_cap ? 2 * s->pools_cap : 16;
-    metrics_pool *n = realloc(s->pools, cap * sizeof *n);
-    if (!n)
-      return; /* the pool is left out of this scrape */
-    s->pools = n;
-    s->pools_cap = cap;
-  }
+  if (array_grow((void **)&s->pools, &s->pools_cap, s->npools + 1, sizeof *s->pools, 16) != 0)
+    return; /* the pool is left out of this scrape */
   metrics_pool *m = &s->pools[s->npools];
   memset(m, 0, sizeof *m);
   m->id = pool_id(p);

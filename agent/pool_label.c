@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "labels.h"
+#include "core/array_grow.h"
 #include "pool/backend.h"
 #include "pool/pool_view.h"
 
@@ -39,14 +40,8 @@ static void add_ordinal(char *label, size_t ordinal) {
 }
 
 int pool_labeler_next(pool_labeler *l, gpupool *p, char *label) {
-  if (l->n == l->cap) {
-    size_t cap = l->cap ? 2 * l->cap : 16;
-    pool_labelled *seen = realloc(l->seen, cap * sizeof *seen);
-    if (!seen)
-      return -1;
-    l->seen = seen;
-    l->cap = cap;
-  }
+  if (array_grow((void **)&l->seen, &l->cap, l->n + 1, sizeof *l->seen, 16) != 0)
+    return -1;
   pool_labelled *me = &l->seen[l->n];
   *me = (pool_labelled){gpupool_name(p) ? gpupool_name(p) : "default", gpupool_device(p),
                         backend_is_host(pool_get_backend(p)), pool_id(p), ""};

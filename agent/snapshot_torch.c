@@ -11,6 +11,7 @@
 #include "pool_label.h"
 #include "exporters/torch_snapshot.h"
 #include "gpupool/agent.h"
+#include "core/array_grow.h"
 #include "core/errors.h"
 #include "pool/pool_capture.h"
 #include "pool/registry.h"
@@ -20,7 +21,7 @@ typedef struct collection {
   pool_labeler labeler;
   pool_capture *caps;
   gpupool **held; /* the pools whose slow locks are held, caps[i]'s */
-  size_t n, cap;
+  size_t n, cap_caps, cap_held;
   int matched, failed;
 } collection;
 
@@ -40,18 +41,12 @@ static void collect_pool(gpupool *p, void *arg) {
     c->failed = 1;
   if (c->failed)
     return;
-  if (c->n == c->cap) {
-    size_t cap = c->cap ? 2 * c->cap : 8;
-    pool_capture *caps = realloc(c->caps, cap * sizeof *caps);
-    gpupool **held = caps ? realloc(c->held, cap * sizeof *held) : NULL;
-    if (caps)
-      c->caps = caps;
-    if (!held) {
-      c->failed = 1;
-      return;
-    }
-    c->held = held;
-    c->cap = cap;
+  /* Each array has its own capacity: where caps grew and held could not,
+   * both still say what their array holds. */
+  if (array_grow((void **)&c->caps, &c->cap_caps, c->n + 1, sizeof *c->caps, 8) != 0 ||
+      array_grow((void **)&c->held, &c->cap_held, c->n + 1, sizeof *c->held, 8) != 0) {
+    c->failed = 1;
+    return;
   }
   pool_capture_hold(p);
   /* Every block and the events the rings still hold. */

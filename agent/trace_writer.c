@@ -12,6 +12,7 @@
 #include "pool_label.h"
 #include "trace_counters.h"
 #include "gpupool/agent.h"
+#include "core/array_grow.h"
 #include "core/clock.h"
 #include "core/errors.h"
 #include "pool/event_clock.h"
@@ -67,15 +68,9 @@ static void copy_str(char *dst, size_t size, const char *src) {
 /* A pool for the trace, with its /metrics label (a gone pool's at its last
  * sample). */
 static trace_pool *add_pool(gather *g, const trace_pool_info *info, const char *label, int live) {
-  if (g->npools == g->cap) {
-    size_t cap = g->cap ? g->cap * 2 : 16;
-    trace_pool *p = realloc(g->pools, cap * sizeof *p);
-    if (!p) {
-      g->failed = 1;
-      return NULL;
-    }
-    g->pools = p;
-    g->cap = cap;
+  if (array_grow((void **)&g->pools, &g->cap, g->npools + 1, sizeof *g->pools, 16) != 0) {
+    g->failed = 1;
+    return NULL;
   }
   trace_pool *p = &g->pools[g->npools++];
   memset(p, 0, sizeof *p);
@@ -108,16 +103,10 @@ static void take_rings(gather *g, gpupool *p, uint32_t id) {
       continue;
     }
     for (size_t i = 0; i < n; i++) {
-      if (g->nrings == g->caprings) {
-        size_t c = g->caprings ? g->caprings * 2 : 64;
-        ring_ref *r = realloc(g->rings, c * sizeof *r);
-        if (!r) {
-          g->failed = 1;
-          event_ring_unref(rs[i]);
-          continue;
-        }
-        g->rings = r;
-        g->caprings = c;
+      if (array_grow((void **)&g->rings, &g->caprings, g->nrings + 1, sizeof *g->rings, 64) != 0) {
+        g->failed = 1;
+        event_ring_unref(rs[i]);
+        continue;
       }
       g->rings[g->nrings++] = (ring_ref){rs[i], ends[i], id};
     }

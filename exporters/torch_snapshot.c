@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/array_grow.h"
 #include "core/assert.h"
 
 /* Pickle opcodes (protocol 2-4) used here. */
@@ -34,17 +35,9 @@ typedef struct pbuf {
 static void put(pbuf *b, const void *p, size_t n) {
   if (b->failed)
     return;
-  if (b->len + n > b->cap) {
-    size_t cap = b->cap ? b->cap : 4096;
-    while (cap < b->len + n)
-      cap *= 2;
-    unsigned char *d = realloc(b->data, cap);
-    if (!d) {
-      b->failed = 1;
-      return;
-    }
-    b->data = d;
-    b->cap = cap;
+  if (array_grow((void **)&b->data, &b->cap, b->len + n, 1, 4096) != 0) {
+    b->failed = 1;
+    return;
   }
   memcpy(b->data + b->len, p, n);
   b->len += n;

@@ -3,6 +3,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/array_grow.h"
+
 /* Batch buffers of all sources together stay under this many bytes. */
 #define BUFFER_BUDGET (512 * 1024)
 #define BATCH_MIN     8
@@ -46,14 +48,8 @@ trace_merge *trace_merge_create(void) {
 }
 
 static int add_source(trace_merge *m, trace_src_kind kind, event_ring *r, uint32_t tag) {
-  if (m->nsrc == m->capsrc) {
-    size_t cap = m->capsrc ? m->capsrc * 2 : 16;
-    source *s = realloc(m->src, cap * sizeof *s);
-    if (!s)
-      return -1;
-    m->src = s;
-    m->capsrc = cap;
-  }
+  if (array_grow((void **)&m->src, &m->capsrc, m->nsrc + 1, sizeof *m->src, 16) != 0)
+    return -1;
   source *s = &m->src[m->nsrc++];
   memset(s, 0, sizeof *s);
   s->kind = kind;
