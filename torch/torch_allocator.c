@@ -17,6 +17,7 @@
 #include <string.h>
 
 #include "core/errors.h"
+#include "core/kvconf.h"
 #include "cxx_raise.h"
 #include "gpupool/agent.h"
 #include "gpupool/torch.h"
@@ -118,7 +119,34 @@ static gpupool_options torch_pool_options(int device) {
   return opt;
 }
 
+/* kvconf_parse's callback over a GPUPOOL_CONF for the adapter's pools: a
+ * pool serves the device PyTorch allocates on, so a device key (which would
+ * put every device's pool on one GPU) is refused, and so is the advisor's
+ * sim backend, whose addresses are fake. (backend host stays: the tests of
+ * this path run without a GPU on it.) The keys and values come trimmed from
+ * the parser the pool itself uses. */
+static int refuse_torch_key(void *ctx, const char *key, const char *value, char *err,
+                            size_t errlen) {
+  (void)ctx;
+  if (!strcmp(key, "device")) {
+    snprintf(err, errlen,
+             "device: the torch adapter's pools are one per device, each on the device PyTorch "
+             "allocates on (choose it with CUDA_VISIBLE_DEVICES or torch.cuda.set_device)");
+    return -1;
+  }
+  if (!strcmp(key, "backend") && !strcmp(value, "sim")) {
+    snprintf(err, errlen,
+             "backend: 'sim' is the advisor's replay device, whose addresses are fake: the torch "
+             "adapter's pools need cuda or cuda_async (host for tests without a GPU)");
+    return -1;
+  }
+  return 0;
+}
+
 gpupool_status gpupool_torch_conf_check(const char *conf) {
+  char why[512];
+  if (kvconf_parse(conf, refuse_torch_key, NULL, why, sizeof why) != 0)
+    return pool_fail(GPUPOOL_ERR_INVALID, "GPUPOOL_CONF: %s", why);
   gpupool_options opt = torch_pool_options(0);
   return gpupool_conf_check(&opt, conf);
 }
@@ -131,7 +159,8 @@ static gpupool *create_pool(int device) {
   if (!p) {
     setup_once();
     gpupool_options opt = torch_pool_options(device);
-    if (gpupool_create(&opt, &p) == GPUPOOL_OK) {
+    if (gpupool_torch_conf_check(getenv("GPUPOOL_CONF")) == GPUPOOL_OK &&
+        gpupool_create(&opt, &p) == GPUPOOL_OK) {
       if (fraction_given[device]) /* checked when it was given */
         gpupool_set_memory_fraction(p, fraction_at_create[device]);
       atomic_store_explicit(&pools[device], p, memory_order_release);

@@ -94,9 +94,10 @@ void gpupool_torch_begin_allocate_to_pool(int device, gpupool_torch_mempool_id p
 gpupool *gpupool_torch_pool(int device);
 
 /* Checks conf as GPUPOOL_CONF for the adapter's pools (gpupool_conf_check
- * over the options they are created with: name torch, backend cuda), so that
- * a bad configuration is refused where it is given rather than at the first
- * allocation. Creates nothing, touches no device, reads no environment.
+ * over the options they are created with: name torch, backend cuda; and a
+ * device key or backend sim refused: each pool serves PyTorch's device, with
+ * device memory), so that a bad configuration is refused where it is given
+ * rather than at the first allocation. Creates nothing, touches no device, reads no environment.
  * GPUPOOL_OK, or GPUPOOL_ERR_INVALID (GPUPOOL_ERR_UNSUPPORTED for
  * expandable_segments with backend cuda_async, as gpupool_conf_check) with the
  * reason in gpupool_last_error(). */

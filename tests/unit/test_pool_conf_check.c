@@ -154,6 +154,30 @@ Test(conf_check, torch_checks_over_the_adapters_options) {
   cr_expect_null(gpupool_torch_pool(0), "checking creates no pool");
 }
 
+/* Keys that the pools take but that would leave PyTorch's device: a device
+ * key would put every device's pool on one GPU, and the sim backend's
+ * addresses are fake. Refused, whatever the rest of the string, with the
+ * key named; the pools' own keys and backends stay as they were. */
+Test(conf_check, torch_refuses_a_device_and_the_sim_backend) {
+  const char *refused[] = {"device:1", "device:0", "strategy:bfc, device :3", "backend:sim",
+                           "max_split_size_mb:64,backend: sim"};
+  for (size_t i = 0; i < sizeof refused / sizeof *refused; i++) {
+    cr_expect_eq(gpupool_torch_conf_check(refused[i]), GPUPOOL_ERR_INVALID, "%s", refused[i]);
+    const char *why = gpupool_last_error();
+    cr_expect(strncmp(why, "GPUPOOL_CONF: device: ", 22) == 0 ||
+                  strncmp(why, "GPUPOOL_CONF: backend: 'sim' ", 29) == 0,
+              "%s: %s", refused[i], why);
+  }
+  cr_expect_eq(gpupool_conf_check(NULL, "device:1"), GPUPOOL_OK, "a plain pool takes a device");
+  cr_expect_eq(gpupool_conf_check(NULL, "backend:sim"), GPUPOOL_OK, "and the sim backend");
+  cr_expect_eq(gpupool_torch_conf_check("backend:cuda_async"), GPUPOOL_OK);
+  cr_expect_eq(gpupool_torch_conf_check("backend:cuda,name:trainer"), GPUPOOL_OK);
+  cr_expect_eq(gpupool_torch_conf_check("garbage"), GPUPOOL_ERR_INVALID);
+  cr_expect_str_eq(gpupool_last_error(), "GPUPOOL_CONF: 'garbage' is not key:value",
+                   "a malformed string is refused as the pools refuse it");
+  cr_expect_null(gpupool_torch_pool(0), "checking creates no pool");
+}
+
 /* Expandable segments on the cuda_async backend, which maps no pages of its
  * own: gpupool_create refuses it as unsupported before it looks for a
  * device, and gpupool_conf_check says the same (before, it took it). */

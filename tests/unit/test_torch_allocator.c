@@ -118,6 +118,16 @@ Test(torch_allocator, bad_conf_gives_null_not_a_crash) {
   cr_assert_null(gpupool_torch_pool(0));
 }
 
+/* GPUPOOL_CONF=device:1 would put device 0's pool on GPU 1: the first
+ * allocation is refused with the reason, and no pool is created. */
+Test(torch_allocator, a_device_key_is_refused_at_the_first_allocation) {
+  setenv("GPUPOOL_CONF", "backend:host,host_capacity_mb:64,device:1", 1);
+  unsetenv("GPUPOOL_AGENT_CONF");
+  cr_assert_null(gpupool_torch_malloc(512, 0, NULL));
+  cr_expect(strstr(gpupool_last_error(), "GPUPOOL_CONF: device: "), "%s", gpupool_last_error());
+  cr_assert_null(gpupool_torch_pool(0));
+}
+
 Test(torch_allocator, agent_starts_from_its_conf, .init = host_pools) {
   setenv("GPUPOOL_AGENT_CONF", "listen:127.0.0.1:0,cupti:off", 1);
   cr_assert_eq(gpupool_agent_port(), 0);
