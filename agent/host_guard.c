@@ -64,7 +64,7 @@ int host_guard_parse(const char *list, host_guard *g, char *err, size_t errlen) 
 
 void host_guard_add(host_guard *g, const char *name) {
   size_t len = name ? strlen(name) : 0;
-  if (g->n < HOST_GUARD_MAX_NAMES && valid_name(name, len, 0))
+  if (g->n < sizeof g->names / sizeof *g->names && valid_name(name, len, 0))
     put_name(g, name, len);
 }
 

@@ -14,21 +14,22 @@
 
 #include <stddef.h>
 
-#define HOST_GUARD_MAX_NAMES 16
+#define HOST_GUARD_MAX_NAMES 16  /* in allowed_hosts */
 #define HOST_GUARD_NAME_MAX  254 /* a DNS name's 253 characters and a NUL */
 
 typedef struct host_guard {
   int any; /* allowed_hosts:*: every Host answered */
   size_t n;
-  /* lower case, without a trailing dot; ".example.com" is every name under it */
-  char names[HOST_GUARD_MAX_NAMES][HOST_GUARD_NAME_MAX];
+  /* lower case, without a trailing dot; ".example.com" is every name under
+   * it: allowed_hosts', then the machine's two (host_guard_add) */
+  char names[HOST_GUARD_MAX_NAMES + 2][HOST_GUARD_NAME_MAX];
 } host_guard;
 
 /* Reads allowed_hosts: names separated by ';' ("gpu1.example.com;.cluster.local"),
  * or "*". 0, or -1 with a reason (g unchanged). */
 int host_guard_parse(const char *list, host_guard *g, char *err, size_t errlen);
-/* Adds name (the machine's host name) where it is a valid one and there is
- * room; silently not otherwise. */
+/* Adds name (the machine's host name: two have room beside a full
+ * allowed_hosts) where it is a valid one; silently not otherwise. */
 void host_guard_add(host_guard *g, const char *name);
 /* 1 when a request with Host header host (NULL: none) is answered. */
 int host_guard_allows(const host_guard *g, const char *host);

@@ -72,6 +72,25 @@ Test(host_guard, allowed_hosts_adds_names_and_domains) {
   cr_expect_eq(g.n, 3);
 }
 
+/* A full allowed_hosts leaves room for the machine's two names, which a
+ * loopback listener always answers (docs/security.md). */
+Test(host_guard, the_machines_names_fit_beside_a_full_list) {
+  char list[HOST_GUARD_MAX_NAMES * 8 + 8] = "";
+  for (int i = 0; i < HOST_GUARD_MAX_NAMES; i++)
+    snprintf(list + strlen(list), sizeof list - strlen(list), "%sh%d.x", i ? ";" : "", i);
+  host_guard g;
+  char err[512];
+  cr_assert_eq(host_guard_parse(list, &g, err, sizeof err), 0, "%s", err);
+  cr_assert_eq(g.n, HOST_GUARD_MAX_NAMES);
+  host_guard_add(&g, "node7.example.org");
+  host_guard_add(&g, "node7.cluster.internal");
+  cr_expect(host_guard_allows(&g, "node7.example.org:9477"), "the hostname setting refused");
+  cr_expect(host_guard_allows(&g, "node7.cluster.internal"), "the system's name refused");
+  cr_expect(host_guard_allows(&g, "h15.x"), "the list's last name refused");
+  host_guard_add(&g, "third.example"); /* no room: silently not added */
+  cr_expect_not(host_guard_allows(&g, "third.example"));
+}
+
 Test(host_guard, star_answers_any_host) {
   host_guard g;
   char err[256];
