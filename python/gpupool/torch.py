@@ -39,19 +39,25 @@ def _check_torch(torch):
 
 def _rank_labels(conf):
     """conf (GPUPOOL_AGENT_CONF) with labels:rank=<RANK> added when torchrun
-    (or another launcher) set RANK or LOCAL_RANK and conf has no rank label."""
+    (or another launcher) set RANK or LOCAL_RANK and conf has no rank label.
+    The agent takes the last labels entry of conf (each replaces the ones
+    before), so the rank joins that one; the rest of conf is kept as it is,
+    for the library to check."""
     rank = os.environ.get("RANK") or os.environ.get("LOCAL_RANK")
     if not rank or not rank.isdigit():
         return conf
-    items = [i for i in conf.split(",") if i.strip()] if conf else []
-    for n, item in enumerate(items):
-        key, _, value = item.partition(":")
+    if not conf or not conf.strip():
+        return f"labels:rank={rank}"
+    items = conf.split(",")
+    for n in range(len(items) - 1, -1, -1):
+        key, _, value = items[n].partition(":")
         if key.strip() == "labels":
             if re.search(r"(^|;)\s*rank\s*=", value):
                 return conf
-            items[n] = f"{item};rank={rank}"
+            items[n] = f"{items[n].rstrip()};rank={rank}"
             return ",".join(items)
-    return ",".join(items + [f"labels:rank={rank}"])
+    # a new last entry, after the one trailing ',' that the grammar allows
+    return f"{conf}{'' if conf.rstrip().endswith(',') else ','}labels:rank={rank}"
 
 
 def _checked(name, conf, check):

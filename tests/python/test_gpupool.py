@@ -1074,6 +1074,10 @@ class Enable(unittest.TestCase):
             ("listen:127.0.0.1:1", None, "2", "listen:127.0.0.1:1,labels:rank=2"),
             ("labels:team=a", None, "2", "labels:team=a;rank=2"),
             ("labels:rank=9", None, "2", "labels:rank=9"),
+            # the agent takes the last labels entry: the rank joins that one
+            ("labels:team=a,labels:team=b", None, "2", "labels:team=a,labels:team=b;rank=2"),
+            ("labels:rank=1,labels:team=b", None, "2", "labels:rank=1,labels:team=b;rank=2"),
+            ("listen:127.0.0.1:1,", None, "2", "listen:127.0.0.1:1,labels:rank=2"),
             (False, "listen:0.0.0.0:9477", "1", None),
         ]
         for agent, before, rank, after in cases:
