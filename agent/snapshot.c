@@ -24,6 +24,7 @@
  * is released. */
 typedef struct snap_pool {
   char name[128];
+  char label[POOL_LABEL_MAX]; /* the pool label of /metrics: name, or name#2, ... */
   uint32_t id;
   int device;
   const char *backend, *strategy; /* static strings */
@@ -140,6 +141,7 @@ static void copy_pool(gpupool *p, void *arg) {
   snap_pool *sp = &c->pools[c->npools++];
   memset(sp, 0, sizeof *sp);
   snprintf(sp->name, sizeof sp->name, "%s", name ? name : "");
+  snprintf(sp->label, sizeof sp->label, "%s", label);
   sp->id = pool_id(p);
   sp->device = gpupool_device(p);
   sp->backend = gpupool_backend_name(p);
@@ -211,7 +213,7 @@ static void add_pool(cJSON *pools, const collected *c, const snap_pool *sp, buil
     b->failed = 1;
     return;
   }
-  if (!json_add_text(obj, "name", sp->name))
+  if (!json_add_text(obj, "name", sp->name) || !json_add_text(obj, "label", sp->label))
     b->failed = 1;
   add_num(obj, "id", sp->id, b);
   add_num(obj, "device", sp->device, b);

@@ -111,6 +111,13 @@ Test(agent_pool_label, snapshot_selects_the_pools_of_the_label) {
   cr_expect_eq(snapshot_ids("/snapshot?pool=bfc"), bit(first) | bit(other), "one per device");
   cr_expect_eq(snapshot_ids("/snapshot"), bit(first) | bit(second) | bit(other));
   cr_expect_eq(status_of("/snapshot?pool=bfc%233"), 400);
+  /* each pool says its label, the value that selects it */
+  cJSON *root = http_get_json(gpupool_agent_port(), "/snapshot?pool=bfc%232");
+  const cJSON *only = cJSON_GetArrayItem(cJSON_GetObjectItem(root, "pools"), 0);
+  cr_assert_not_null(only);
+  cr_expect_str_eq(cJSON_GetObjectItem(only, "name")->valuestring, "bfc");
+  cr_expect_str_eq(cJSON_GetObjectItem(only, "label")->valuestring, "bfc#2");
+  cJSON_Delete(root);
   cr_expect_eq(status_of("/snapshot?format=torch&pool=bfc%232"), 200);
   cr_expect_eq(status_of("/snapshot?format=torch&pool=bfc%233"), 400);
 }
