@@ -219,8 +219,8 @@ static int number_arg(const endpoint_args *args, const char *key, double lo, dou
   if (!(d >= lo && d <= hi)) {
     char shown[80];
     endpoint_printable(shown, sizeof shown, v);
-    endpoint_bad_request(body, "/advice: %s '%s' is not a number from %g to %g", key, shown, lo,
-                         hi);
+    endpoint_bad_request(body, "/advice: %s '%s' is not a number from %.15g to %.15g", key, shown,
+                         lo, hi);
     return -1;
   }
   *out = d;

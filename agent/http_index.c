@@ -102,7 +102,11 @@ void index_endpoint(const endpoint_args *args, endpoint_body *out, const char *h
   prom_buf_puts(&b, "</table>\n</body></html>\n");
   size_t len;
   char *data = prom_buf_take(&b, &len);
-  out->status = data ? 200 : 500;
+  if (!data) {
+    endpoint_out_of_memory(out, "rendering the index page");
+    return;
+  }
+  out->status = 200;
   out->content_type = "text/html; charset=utf-8";
   out->data = data;
   out->len = len;

@@ -107,16 +107,18 @@ int trace_query_parse_at(trace_query *q, const endpoint_args *args, uint64_t now
   if ((v = args->get(args->ctx, "since")) && trace_time_parse(v, now_ns, &q->since_ns) != 0) {
     endpoint_printable(shown, sizeof shown, v);
     snprintf(err, errlen,
-             "bad since '%s': expected microseconds since the epoch (e.g. 1700000000000000.5) "
-             "or negative seconds before now (e.g. -30)",
+             "bad since '%s': expected microseconds since the epoch, up to "
+             "9223372036854775.807 (2^63 - 1 ns, the year 2262; e.g. 1700000000000000.5), or "
+             "negative seconds before now (e.g. -30)",
              shown);
     return -1;
   }
   if ((v = args->get(args->ctx, "until")) && trace_time_parse(v, now_ns, &q->until_ns) != 0) {
     endpoint_printable(shown, sizeof shown, v);
     snprintf(err, errlen,
-             "bad until '%s': expected microseconds since the epoch (e.g. 1700000000000000.5) "
-             "or negative seconds before now (e.g. -5)",
+             "bad until '%s': expected microseconds since the epoch, up to "
+             "9223372036854775.807 (2^63 - 1 ns, the year 2262; e.g. 1700000000000000.5), or "
+             "negative seconds before now (e.g. -5)",
              shown);
     return -1;
   }

@@ -29,6 +29,16 @@ static void make_headers(void) {
   }
 }
 
+/* The same headers on the page's and the assets' error answers (400, 404,
+ * 503), which have no ETag. */
+static const char *const error_headers[] = {"Content-Security-Policy",
+                                            UI_CSP,
+                                            "X-Content-Type-Options",
+                                            "nosniff",
+                                            "Referrer-Policy",
+                                            "no-referrer",
+                                            NULL};
+
 static const ui_asset *find_asset(const char *name) {
   for (unsigned i = 0; i < ui_asset_count && i < UI_ASSETS_MAX; i++)
     if (strcmp(ui_assets[i].name, name) == 0)
@@ -104,7 +114,7 @@ static void serve_asset(const endpoint_args *args, endpoint_body *out, const ui_
   out->content_type = a->content_type;
   out->data = malloc(a->len ? a->len : 1);
   if (!out->data) {
-    out->status = 503;
+    endpoint_out_of_memory(out, "serving /ui");
     return;
   }
   memcpy(out->data, a->data, a->len);
@@ -120,14 +130,11 @@ void ui_endpoint(const endpoint_args *args, endpoint_body *out) {
   if (strcmp(rest, "blocks.json") == 0)
     return ui_blocks_json(args, out);
   const ui_asset *a = find_asset(*rest ? rest : "index.html");
-  if (!a || strcmp(rest, "index.html") == 0) {
-    out->status = 404;
-    out->content_type = "text/plain; charset=utf-8";
-    static const char msg[] =
-        "not found: /ui serves the page, /ui/state.json and /ui/blocks.json its data\n";
-    out->data = strdup(msg);
-    out->len = out->data ? strlen(msg) : 0;
-    return;
-  }
-  serve_asset(args, out, a);
+  if (!a || strcmp(rest, "index.html") == 0)
+    endpoint_text(out, 404,
+                  "not found: /ui serves the page, /ui/state.json and /ui/blocks.json its data\n");
+  else
+    serve_asset(args, out, a);
+  if (out->status >= 400)
+    out->headers = error_headers;
 }

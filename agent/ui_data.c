@@ -131,9 +131,14 @@ static int check_params(const endpoint_args *args, const char *allowed, endpoint
   return 0;
 }
 
-/* A decimal in [min, max]; -1 when it is not one. */
+/* A decimal in [min, max] (leading zeros read, as every query number,
+ * docs/metrics.md); -1 when it is not one. */
 static long parse_range(const char *s, long min, long max) {
-  if (!s || !*s || strlen(s) > 9)
+  if (!s || !*s)
+    return -1;
+  while (s[0] == '0' && s[1])
+    s++;
+  if (strlen(s) > 9)
     return -1;
   long v = 0;
   for (const char *p = s; *p; p++) {
@@ -408,7 +413,7 @@ static int torch_snapshot_answers(void) {
     return k;
   endpoint_args a = {.get = probe_get, .each = probe_each, .path = "/snapshot"};
   endpoint_body o = {0};
-  snapshot_endpoint(&a, &o);
+  snapshot_route(&a, &o); /* as http.c routes /snapshot: its format is read there */
   int yes = o.status == 200 || (o.data && !strstr(o.data, "format"));
   if (o.read && o.close)
     o.close(o.stream);
@@ -443,7 +448,10 @@ void ui_state_json(const endpoint_args *args, endpoint_body *out) {
   const char *w = args->get(args->ctx, "window");
   long window = w ? parse_range(w, 10, UI_WINDOW_MAX) : UI_WINDOW_DEFAULT;
   if (window < 0) {
-    endpoint_bad_request(out, "bad window: expected seconds from 10 to %d", UI_WINDOW_MAX);
+    char shown[64];
+    endpoint_printable(shown, sizeof shown, w);
+    endpoint_bad_request(out, "bad window '%s': expected seconds from 10 to %d", shown,
+                         UI_WINDOW_MAX);
     return;
   }
   state_ctx c = {.pools = calloc(UI_POOLS_MAX, sizeof *c.pools)};

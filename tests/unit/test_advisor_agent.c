@@ -272,6 +272,17 @@ Test(advisor_agent, bad_parameters) {
   }
 }
 
+/* The range in a refusal is written as the parameter takes numbers (plain
+ * decimals: no exponent), so that a client can send its bounds back. */
+Test(advisor_agent, ranges_are_written_as_plain_decimals) {
+  http_response r = get_bad_request("/advice?max_age=1000000001");
+  cr_expect(strstr(r.body, "is not a number from 0 to 1000000000\n"), "%s", r.body);
+  http_response_free(&r);
+  r = get_bad_request("/advice?capacity_gib=1048577");
+  cr_expect(strstr(r.body, "is not a number from 0.01 to 1048576\n"), "%s", r.body);
+  http_response_free(&r);
+}
+
 /* A value echoed in a 400 is shown with bytes other than printable ASCII
  * replaced: no terminal escape reaches the reader of the line. */
 Test(advisor_agent, bad_values_are_echoed_printable) {

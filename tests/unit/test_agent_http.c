@@ -180,8 +180,14 @@ Test(agent_http, numbers_in_queries_take_no_sign_space_or_prefix) {
     cr_expect_eq(r.status, 400, "%s gave %d", bad[i], r.status);
     http_response_free(&r);
   }
-  const char *ok[] = {"/trace?limit=007", "/trace?device=00",          "/trace?since=-5",
-                      "/trace?since=-05", "/ui/state.json?window=060", "/ui/blocks.json?pool=01"};
+  const char *ok[] = {"/trace?limit=007",
+                      "/trace?device=00",
+                      "/trace?since=-5",
+                      "/trace?since=-05",
+                      "/ui/state.json?window=060",
+                      "/ui/blocks.json?pool=01",
+                      "/ui/state.json?window=0000000300",
+                      "/ui/blocks.json?pool=00000000001"};
   for (size_t i = 0; i < sizeof ok / sizeof ok[0]; i++) {
     http_response r = get(port, "GET", ok[i], NULL);
     cr_expect_eq(r.status, 200, "%s gave %d: %.200s", ok[i], r.status, r.body);

@@ -383,6 +383,30 @@ Test(agent_ui, bad_parameters) {
   }
 }
 
+/* The page's and the assets' refusals carry their security headers too,
+ * and a bad window is quoted in the reason. */
+Test(agent_ui, error_answers_carry_the_security_headers) {
+  int port = start_local();
+  const char *refused[] = {"/ui?device=x", "/ui/favicon.svg?v=1&v=2", "/ui/nope.js",
+                           "/ui/index.html"};
+  for (size_t i = 0; i < sizeof refused / sizeof *refused; i++) {
+    http_response r = get(port, refused[i], NULL);
+    cr_expect_geq(r.status, 400, "%s gave %d", refused[i], r.status);
+    const char *csp = header(&r, "Content-Security-Policy");
+    cr_expect(csp && strstr(csp, "default-src 'none'"), "%s: CSP %s", refused[i],
+              csp ? csp : "(none)");
+    const char *nosniff = header(&r, "X-Content-Type-Options");
+    cr_expect(nosniff && !strcmp(nosniff, "nosniff"), "%s: no nosniff", refused[i]);
+    cr_expect_null(header(&r, "ETag"), "%s: an error answer has no ETag", refused[i]);
+    http_response_free(&r);
+  }
+  http_response r = get(port, "/ui/state.json?window=abc", NULL);
+  cr_expect_eq(r.status, 400);
+  cr_expect(strstr(r.body, "bad window 'abc'"), "%s", r.body);
+  http_response_free(&r);
+  gpupool_agent_stop();
+}
+
 static int tag_of(cJSON *tags, const char *name) {
   int i = 0;
   cJSON *t;
