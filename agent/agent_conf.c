@@ -193,7 +193,7 @@ static const kvopt_choice cupti_modes[] = {{"auto", GPUPOOL_CUPTI_AUTO},
                                            {"force", GPUPOOL_CUPTI_FORCE},
                                            {NULL, 0}};
 
-/* The keys of GPUPOOL_AGENT_CONF (README.md, "Agent configuration"). */
+/* The keys of GPUPOOL_AGENT_CONF (docs/metrics.md, "Configuration"). */
 static const kvopt agent_options[] = {
     {"listen", KVOPT_STRING, .set = set_listen},
     {"sample_interval_ms", KVOPT_U64, 1, 86400000, .set = set_sample_ms},

@@ -81,7 +81,7 @@ static const kvopt_choice strategies[] = {{"bfc", GPUPOOL_STRATEGY_BFC},
                                           {NULL, 0}};
 static const kvopt_choice unlimited[] = {{"inf", UINT64_MAX}, {"unlimited", UINT64_MAX}, {NULL, 0}};
 
-/* The keys of GPUPOOL_CONF and of gpupool_options.tunables (docs/pool.md). */
+/* The keys of GPUPOOL_CONF and of gpupool_options.tunables (README.md, the key table). */
 static const kvopt pool_options[] = {
     {"backend", KVOPT_CHOICE, .choices = backends, .set = set_backend},
     {"strategy", KVOPT_CHOICE, .choices = strategies, .set = set_strategy},

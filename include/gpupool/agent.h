@@ -37,9 +37,10 @@ typedef struct gpupool_agent_options {
   const char *labels;     /* constant labels "name=value;name=value" */
   const char *trace_file; /* write the trace there at gpupool_agent_stop / exit; a
                              directory that is missing or not writable fails the start.
-                             This and the other paths (sd_dir, web_config, oom_dir): a
-                             relative one is resolved at gpupool_agent_start, whatever
-                             chdir() the program makes later */
+                             This and the other paths (sd_dir, web_config, and
+                             GPUPOOL_AGENT_CONF's oom_dir): a relative one is resolved at
+                             gpupool_agent_start, whatever chdir() the program makes
+                             later */
   const char *sd_dir;     /* write a Prometheus file_sd target file there */
   int ignore_env;         /* nonzero: do not read GPUPOOL_AGENT_CONF (nor LOCAL_RANK) */
   const char *hostname;   /* the `hostname` label; default gethostname() */
@@ -62,8 +63,9 @@ gpupool_status gpupool_agent_start(const gpupool_agent_options *opt);
 /* Checks conf as gpupool_agent_start(NULL) would read it from
  * GPUPOOL_AGENT_CONF (LOCAL_RANK added to its port included), without
  * starting anything: GPUPOOL_OK, or GPUPOOL_ERR_INVALID with the reason the
- * start would give in gpupool_last_error() ("gpupool agent:
- * GPUPOOL_AGENT_CONF: ..."). NULL or "" is valid. What only the start tells
+ * start would give in gpupool_last_error() ("gpupool agent: ...",
+ * naming the key: "gpupool agent: GPUPOOL_AGENT_CONF: cupti: ...", "gpupool
+ * agent: listen: ..."). NULL or "" is valid. What only the start tells
  * is left to it: whether the port is free, the directories (trace_file's,
  * oom_dir) writable, web_config's file readable. */
 gpupool_status gpupool_agent_conf_check(const char *conf);
