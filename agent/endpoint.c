@@ -8,6 +8,7 @@
 #include "core/assert.h"
 #include "core/c_numeric.h"
 #include "core/kvconf.h"
+#include "pool_label.h"
 
 void endpoint_bad_request(endpoint_body *out, const char *fmt, ...) {
   char line[512];
@@ -131,4 +132,34 @@ int endpoint_no_params(const endpoint_args *args, const char *path, endpoint_bod
     return 0;
   endpoint_bad_request(out, "%s takes no query parameters (got '%s')", path, unknown);
   return -1;
+}
+
+int endpoint_pool_selection(const endpoint_args *args, const char *path, const char **pool,
+                            int *device, endpoint_body *out) {
+  static const char *const names[] = {"pool", "device", NULL};
+  endpoint_params p;
+  endpoint_count_params(args, names, &p);
+  if (p.count[0] > 1 || p.count[1] > 1) {
+    endpoint_bad_request(out, "parameter '%s' given more than once", names[p.count[0] > 1 ? 0 : 1]);
+    return -1;
+  }
+  *pool = args->get(args->ctx, "pool");
+  if (*pool && !**pool) {
+    endpoint_bad_request(out, "bad pool '': expected a pool name");
+    return -1;
+  }
+  return endpoint_device_param(args, path, device, out);
+}
+
+void endpoint_pool_unmatched(endpoint_body *out, const char *pool, int device) {
+  char shown[80];
+  if (!pool) {
+    endpoint_bad_request(out, "bad device '%d': no live pool is on it", device);
+    return;
+  }
+  endpoint_printable(shown, sizeof shown, pool);
+  if (device >= 0)
+    endpoint_bad_request(out, "bad pool '%s' on device %d: %s", shown, device, POOL_LABEL_UNKNOWN);
+  else
+    endpoint_bad_request(out, "bad pool '%s': %s", shown, POOL_LABEL_UNKNOWN);
 }

@@ -82,11 +82,21 @@ int endpoint_parse_device(const char *v, int *device, char *err, size_t errlen);
 int endpoint_device_param(const endpoint_args *args, const char *path, int *device,
                           endpoint_body *out);
 
+/* A request's pool= (a pool label, pool_label.h) and device= into *pool
+ * (NULL: every label) and *device (-1: every device); -1 with a 400 where
+ * either is given twice, pool is empty or device no ordinal (path: the
+ * route, for the reason), else 0. */
+int endpoint_pool_selection(const endpoint_args *args, const char *path, const char **pool,
+                            int *device, endpoint_body *out);
+/* The 400 of a selection (pool, device; at least one given) that no live
+ * pool matched. */
+void endpoint_pool_unmatched(endpoint_body *out, const char *pool, int device);
+
 /* agent/trace_endpoint.c: GET /trace?since=&until=&pool=&device=&limit= */
 void trace_endpoint(const endpoint_args *args, endpoint_body *out);
-/* agent/snapshot.c: GET /snapshot?pool= */
+/* agent/snapshot.c: GET /snapshot?pool=&device= */
 void snapshot_endpoint(const endpoint_args *args, endpoint_body *out);
-/* agent/snapshot_torch.c: GET /snapshot?format=json|torch&pool= (json: the
+/* agent/snapshot_torch.c: GET /snapshot?format=json|torch&pool=&device= (json: the
  * above; torch: PyTorch's memory snapshot pickle) */
 void snapshot_route(const endpoint_args *args, endpoint_body *out);
 

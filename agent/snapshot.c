@@ -39,6 +39,7 @@ typedef struct snap_segment {
 
 typedef struct collected {
   const char *pool; /* a pool label (pool_label.h); NULL: every pool */
+  int device;       /* -1: every device */
   pool_labeler labeler;
   snap_pool *pools;
   size_t npools, cap_pools;
@@ -132,7 +133,8 @@ static void copy_pool(gpupool *p, void *arg) {
   char label[POOL_LABEL_MAX];
   if (pool_labeler_next(&c->labeler, p, label) != 0)
     c->failed = 1;
-  if (c->failed || !pool_label_selects(c->pool, label))
+  if (c->failed || !pool_label_selects(c->pool, label) ||
+      (c->device >= 0 && gpupool_device(p) != c->device))
     return;
   if (array_grow((void **)&c->pools, &c->cap_pools, c->npools + 1, sizeof *c->pools, 16) != 0) {
     c->failed = 1;
@@ -235,30 +237,23 @@ static void add_pool(cJSON *pools, const collected *c, const snap_pool *sp, buil
 }
 
 void snapshot_endpoint(const endpoint_args *args, endpoint_body *out) {
-  char shown[80];
   /* format (json or torch) is checked by snapshot_route */
-  static const char *const names[] = {"pool", "format", NULL};
+  static const char *const names[] = {"pool", "device", "format", NULL};
   endpoint_params pc;
   endpoint_count_params(args, names, &pc);
   if (pc.unknown) {
+    char shown[80];
     endpoint_printable(shown, sizeof shown, pc.unknown);
-    endpoint_bad_request(out, "unknown parameter '%s' (expected pool or format)", shown);
+    endpoint_bad_request(out, "unknown parameter '%s' (expected pool, device or format)", shown);
     return;
   }
-  if (pc.count[0] > 1) {
-    endpoint_bad_request(out, "parameter 'pool' given more than once");
+  collected c = {0};
+  if (endpoint_pool_selection(args, "/snapshot", &c.pool, &c.device, out) != 0)
     return;
-  }
-  collected c = {.pool = args->get(args->ctx, "pool")};
-  if (c.pool && !*c.pool) {
-    endpoint_bad_request(out, "bad pool '': expected a pool name");
-    return;
-  }
   registry_foreach(copy_pool, &c);
-  if (c.pool && !c.npools && !c.failed) {
+  if ((c.pool || c.device >= 0) && !c.npools && !c.failed) {
     collected_free(&c);
-    endpoint_printable(shown, sizeof shown, c.pool);
-    endpoint_bad_request(out, "bad pool '%s': %s", shown, POOL_LABEL_UNKNOWN);
+    endpoint_pool_unmatched(out, c.pool, c.device);
     return;
   }
   build b = {.failed = c.failed};

@@ -18,6 +18,7 @@
 
 typedef struct collection {
   const char *pool; /* a pool label (pool_label.h); NULL: every pool */
+  int device;       /* -1: every device */
   pool_labeler labeler;
   pool_capture *caps;
   gpupool **held; /* the pools whose slow locks are held, caps[i]'s */
@@ -34,7 +35,8 @@ static void collect_pool(gpupool *p, void *arg) {
   collection *c = arg;
   char label[POOL_LABEL_MAX];
   int labelled = pool_labeler_next(&c->labeler, p, label) == 0;
-  if (labelled && !pool_label_selects(c->pool, label))
+  if (labelled &&
+      (!pool_label_selects(c->pool, label) || (c->device >= 0 && gpupool_device(p) != c->device)))
     return;
   c->matched++; /* unlabelled too: the answer is then "out of memory", not "no such pool" */
   if (!labelled)
@@ -91,7 +93,7 @@ static char *render(collection *c, size_t *len) {
 gpupool_status gpupool_snapshot_write_torch(FILE *f, const char *pool) {
   if (!f)
     return pool_fail(GPUPOOL_ERR_INVALID, "gpupool_snapshot_write_torch: f is NULL");
-  collection c = {.pool = pool};
+  collection c = {.pool = pool, .device = -1};
   size_t len = 0;
   char *data = render(&c, &len);
   int matched = c.matched;
@@ -112,35 +114,29 @@ gpupool_status gpupool_snapshot_write_torch(FILE *f, const char *pool) {
   return GPUPOOL_OK;
 }
 
-enum { PARAM_POOL, PARAM_FORMAT };
-static const char *const param_names[] = {[PARAM_POOL] = "pool", [PARAM_FORMAT] = "format", NULL};
+enum { PARAM_POOL, PARAM_DEVICE, PARAM_FORMAT };
+static const char *const param_names[] = {
+    [PARAM_POOL] = "pool", [PARAM_DEVICE] = "device", [PARAM_FORMAT] = "format", NULL};
 
 static void torch_endpoint(const endpoint_args *args, endpoint_body *out) {
-  char shown[80];
   endpoint_params p;
   endpoint_count_params(args, param_names, &p);
   if (p.unknown) {
+    char shown[80];
     endpoint_printable(shown, sizeof shown, p.unknown);
-    endpoint_bad_request(out, "unknown parameter '%s' (expected pool or format)", shown);
+    endpoint_bad_request(out, "unknown parameter '%s' (expected pool, device or format)", shown);
     return;
   }
-  if (p.count[PARAM_POOL] > 1) {
-    endpoint_bad_request(out, "parameter 'pool' given more than once");
+  collection c = {0};
+  if (endpoint_pool_selection(args, "/snapshot", &c.pool, &c.device, out) != 0)
     return;
-  }
-  collection c = {.pool = args->get(args->ctx, "pool")};
-  if (c.pool && !*c.pool) {
-    endpoint_bad_request(out, "bad pool '': expected a pool name");
-    return;
-  }
   size_t len = 0;
   char *data = render(&c, &len);
   int matched = c.matched;
   collection_free(&c);
-  if (c.pool && !matched) {
+  if ((c.pool || c.device >= 0) && !matched) {
     free(data);
-    endpoint_printable(shown, sizeof shown, c.pool);
-    endpoint_bad_request(out, "bad pool '%s': %s", shown, POOL_LABEL_UNKNOWN);
+    endpoint_pool_unmatched(out, c.pool, c.device);
     return;
   }
   if (!data) {

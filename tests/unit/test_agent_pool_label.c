@@ -110,6 +110,15 @@ Test(agent_pool_label, snapshot_selects_the_pools_of_the_label) {
   cr_expect_eq(snapshot_ids("/snapshot?pool=bfc%232"), bit(second));
   cr_expect_eq(snapshot_ids("/snapshot?pool=bfc"), bit(first) | bit(other), "one per device");
   cr_expect_eq(snapshot_ids("/snapshot"), bit(first) | bit(second) | bit(other));
+  /* a label is per device: device= picks one of them, alone or with pool= */
+  cr_expect_eq(snapshot_ids("/snapshot?pool=bfc&device=1"), bit(other));
+  cr_expect_eq(snapshot_ids("/snapshot?device=0"), bit(first) | bit(second));
+  cr_expect_eq(status_of("/snapshot?device=9"), 400);
+  cr_expect_eq(status_of("/snapshot?pool=bfc%232&device=1"), 400);
+  cr_expect_eq(status_of("/snapshot?device=x"), 400);
+  cr_expect_eq(status_of("/snapshot?device=0&device=0"), 400);
+  cr_expect_eq(status_of("/snapshot?format=torch&pool=bfc&device=1"), 200);
+  cr_expect_eq(status_of("/snapshot?format=torch&device=9"), 400);
   cr_expect_eq(status_of("/snapshot?pool=bfc%233"), 400);
   /* each pool says its label, the value that selects it */
   cJSON *root = http_get_json(gpupool_agent_port(), "/snapshot?pool=bfc%232");
