@@ -321,13 +321,9 @@ void advice_endpoint(const endpoint_args *args, endpoint_body *out) {
   if (number_arg(args, "max_age", 0, 1e9, DEFAULT_MAX_AGE_S, &max_age, out) ||
       number_arg(args, "capacity_gib", 0.01, 1 << 20, 0 /* each pool's device */, &cap, out))
     return;
-  const char *only = args->get(args->ctx, "pool");
-  if (only && !*only) {
-    endpoint_bad_request(out, "/advice: bad pool '': expected a pool name");
-    return;
-  }
+  const char *only;
   int device;
-  if (endpoint_device_param(args, "/advice", &device, out) != 0)
+  if (endpoint_pool_selection(args, "/advice: ", &only, &device, out) != 0)
     return;
   int json = !format || !strcmp(format, "json");
   char *body = NULL;
@@ -351,16 +347,7 @@ void advice_endpoint(const endpoint_args *args, endpoint_body *out) {
     result_clear(&g_fresh);
     pthread_mutex_unlock(&g_compute);
     if (selected && !named) {
-      if (!only) {
-        endpoint_bad_request(out, "/advice: bad device '%d': no live pool is on it", device);
-        return;
-      }
-      endpoint_printable(shown, sizeof shown, only);
-      if (device >= 0)
-        endpoint_bad_request(out, "/advice: bad pool '%s' on device %d: %s", shown, device,
-                             POOL_LABEL_UNKNOWN);
-      else
-        endpoint_bad_request(out, "/advice: bad pool '%s': %s", shown, POOL_LABEL_UNKNOWN);
+      endpoint_pool_unmatched(out, "/advice: ", only, device);
       return;
     }
     valid = 1;

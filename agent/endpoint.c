@@ -134,32 +134,40 @@ int endpoint_no_params(const endpoint_args *args, const char *path, endpoint_bod
   return -1;
 }
 
-int endpoint_pool_selection(const endpoint_args *args, const char *path, const char **pool,
+int endpoint_pool_selection(const endpoint_args *args, const char *prefix, const char **pool,
                             int *device, endpoint_body *out) {
   static const char *const names[] = {"pool", "device", NULL};
   endpoint_params p;
   endpoint_count_params(args, names, &p);
-  if (p.count[0] > 1 || p.count[1] > 1) {
-    endpoint_bad_request(out, "parameter '%s' given more than once", names[p.count[0] > 1 ? 0 : 1]);
+  if (p.repeated) {
+    endpoint_bad_request(out, "%sparameter '%s' given more than once", prefix, p.repeated);
     return -1;
   }
   *pool = args->get(args->ctx, "pool");
   if (*pool && !**pool) {
-    endpoint_bad_request(out, "bad pool '': expected a pool name");
+    endpoint_bad_request(out, "%sbad pool '': expected a pool name", prefix);
     return -1;
   }
-  return endpoint_device_param(args, path, device, out);
+  const char *v = args->get(args->ctx, "device");
+  char err[128];
+  *device = -1;
+  if (v && endpoint_parse_device(v, device, err, sizeof err) != 0) {
+    endpoint_bad_request(out, "%s%s", prefix, err);
+    return -1;
+  }
+  return 0;
 }
 
-void endpoint_pool_unmatched(endpoint_body *out, const char *pool, int device) {
+void endpoint_pool_unmatched(endpoint_body *out, const char *prefix, const char *pool, int device) {
   char shown[80];
   if (!pool) {
-    endpoint_bad_request(out, "bad device '%d': no live pool is on it", device);
+    endpoint_bad_request(out, "%sbad device '%d': no live pool is on it", prefix, device);
     return;
   }
   endpoint_printable(shown, sizeof shown, pool);
   if (device >= 0)
-    endpoint_bad_request(out, "bad pool '%s' on device %d: %s", shown, device, POOL_LABEL_UNKNOWN);
+    endpoint_bad_request(out, "%sbad pool '%s' on device %d: %s", prefix, shown, device,
+                         POOL_LABEL_UNKNOWN);
   else
-    endpoint_bad_request(out, "bad pool '%s': %s", shown, POOL_LABEL_UNKNOWN);
+    endpoint_bad_request(out, "%sbad pool '%s': %s", prefix, shown, POOL_LABEL_UNKNOWN);
 }

@@ -84,13 +84,13 @@ int endpoint_device_param(const endpoint_args *args, const char *path, int *devi
 
 /* A request's pool= (a pool label, pool_label.h) and device= into *pool
  * (NULL: every label) and *device (-1: every device); -1 with a 400 where
- * either is given twice, pool is empty or device no ordinal (path: the
- * route, for the reason), else 0. */
-int endpoint_pool_selection(const endpoint_args *args, const char *path, const char **pool,
+ * either is given twice, pool is empty or device no ordinal, else 0. prefix
+ * begins each reason ("" or "/advice: "). */
+int endpoint_pool_selection(const endpoint_args *args, const char *prefix, const char **pool,
                             int *device, endpoint_body *out);
 /* The 400 of a selection (pool, device; at least one given) that no live
- * pool matched. */
-void endpoint_pool_unmatched(endpoint_body *out, const char *pool, int device);
+ * pool matched, its reason after prefix. */
+void endpoint_pool_unmatched(endpoint_body *out, const char *prefix, const char *pool, int device);
 
 /* agent/trace_endpoint.c: GET /trace?since=&until=&pool=&device=&limit= */
 void trace_endpoint(const endpoint_args *args, endpoint_body *out);

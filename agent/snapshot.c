@@ -248,12 +248,12 @@ void snapshot_endpoint(const endpoint_args *args, endpoint_body *out) {
     return;
   }
   collected c = {0};
-  if (endpoint_pool_selection(args, "/snapshot", &c.pool, &c.device, out) != 0)
+  if (endpoint_pool_selection(args, "", &c.pool, &c.device, out) != 0)
     return;
   registry_foreach(copy_pool, &c);
   if ((c.pool || c.device >= 0) && !c.npools && !c.failed) {
     collected_free(&c);
-    endpoint_pool_unmatched(out, c.pool, c.device);
+    endpoint_pool_unmatched(out, "", c.pool, c.device);
     return;
   }
   build b = {.failed = c.failed};

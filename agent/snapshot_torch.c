@@ -128,7 +128,7 @@ static void torch_endpoint(const endpoint_args *args, endpoint_body *out) {
     return;
   }
   collection c = {0};
-  if (endpoint_pool_selection(args, "/snapshot", &c.pool, &c.device, out) != 0)
+  if (endpoint_pool_selection(args, "", &c.pool, &c.device, out) != 0)
     return;
   size_t len = 0;
   char *data = render(&c, &len);
@@ -136,7 +136,7 @@ static void torch_endpoint(const endpoint_args *args, endpoint_body *out) {
   collection_free(&c);
   if ((c.pool || c.device >= 0) && !matched) {
     free(data);
-    endpoint_pool_unmatched(out, c.pool, c.device);
+    endpoint_pool_unmatched(out, "", c.pool, c.device);
     return;
   }
   if (!data) {
