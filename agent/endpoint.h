@@ -96,6 +96,10 @@ void endpoint_pool_unmatched(endpoint_body *out, const char *prefix, const char 
 void trace_endpoint(const endpoint_args *args, endpoint_body *out);
 /* agent/snapshot.c: GET /snapshot?pool=&device= */
 void snapshot_endpoint(const endpoint_args *args, endpoint_body *out);
+/* /snapshot's parameters, for either format: endpoint_pool_selection, and a
+ * 400 for a name other than pool, device and format. */
+int snapshot_selection(const endpoint_args *args, const char **pool, int *device,
+                       endpoint_body *out);
 /* agent/snapshot_torch.c: GET /snapshot?format=json|torch&pool=&device= (json: the
  * above; torch: PyTorch's memory snapshot pickle) */
 void snapshot_route(const endpoint_args *args, endpoint_body *out);

@@ -236,7 +236,8 @@ static void add_pool(cJSON *pools, const collected *c, const snap_pool *sp, buil
     add_segment(segments, c, &c->segments[sp->first_segment + i], b);
 }
 
-void snapshot_endpoint(const endpoint_args *args, endpoint_body *out) {
+int snapshot_selection(const endpoint_args *args, const char **pool, int *device,
+                       endpoint_body *out) {
   /* format (json or torch) is checked by snapshot_route */
   static const char *const names[] = {"pool", "device", "format", NULL};
   endpoint_params pc;
@@ -245,10 +246,14 @@ void snapshot_endpoint(const endpoint_args *args, endpoint_body *out) {
     char shown[80];
     endpoint_printable(shown, sizeof shown, pc.unknown);
     endpoint_bad_request(out, "unknown parameter '%s' (expected pool, device or format)", shown);
-    return;
+    return -1;
   }
+  return endpoint_pool_selection(args, "", pool, device, out);
+}
+
+void snapshot_endpoint(const endpoint_args *args, endpoint_body *out) {
   collected c = {0};
-  if (endpoint_pool_selection(args, "", &c.pool, &c.device, out) != 0)
+  if (snapshot_selection(args, &c.pool, &c.device, out) != 0)
     return;
   registry_foreach(copy_pool, &c);
   if ((c.pool || c.device >= 0) && !c.npools && !c.failed) {

@@ -114,21 +114,9 @@ gpupool_status gpupool_snapshot_write_torch(FILE *f, const char *pool) {
   return GPUPOOL_OK;
 }
 
-enum { PARAM_POOL, PARAM_DEVICE, PARAM_FORMAT };
-static const char *const param_names[] = {
-    [PARAM_POOL] = "pool", [PARAM_DEVICE] = "device", [PARAM_FORMAT] = "format", NULL};
-
 static void torch_endpoint(const endpoint_args *args, endpoint_body *out) {
-  endpoint_params p;
-  endpoint_count_params(args, param_names, &p);
-  if (p.unknown) {
-    char shown[80];
-    endpoint_printable(shown, sizeof shown, p.unknown);
-    endpoint_bad_request(out, "unknown parameter '%s' (expected pool, device or format)", shown);
-    return;
-  }
   collection c = {0};
-  if (endpoint_pool_selection(args, "", &c.pool, &c.device, out) != 0)
+  if (snapshot_selection(args, &c.pool, &c.device, out) != 0)
     return;
   size_t len = 0;
   char *data = render(&c, &len);
@@ -151,10 +139,12 @@ static void torch_endpoint(const endpoint_args *args, endpoint_body *out) {
 }
 
 void snapshot_route(const endpoint_args *args, endpoint_body *out) {
+  /* the other parameters are the handlers' (snapshot_selection) */
+  static const char *const format_only[] = {"format", NULL};
   endpoint_params p;
-  endpoint_count_params(args, param_names, &p);
+  endpoint_count_params(args, format_only, &p);
   const char *format = args->get(args->ctx, "format");
-  if (p.count[PARAM_FORMAT] > 1) {
+  if (p.count[0] > 1) {
     endpoint_bad_request(out, "parameter 'format' given more than once");
     return;
   }
