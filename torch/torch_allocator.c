@@ -143,10 +143,19 @@ static int refuse_torch_key(void *ctx, const char *key, const char *value, char 
   return 0;
 }
 
-gpupool_status gpupool_torch_conf_check(const char *conf) {
+/* GPUPOOL_OK where conf has none of the keys refuse_torch_key refuses, else
+ * GPUPOOL_ERR_INVALID with the reason. */
+static gpupool_status torch_keys_check(const char *conf) {
   char why[512];
   if (kvconf_parse(conf, refuse_torch_key, NULL, why, sizeof why) != 0)
     return pool_fail(GPUPOOL_ERR_INVALID, "GPUPOOL_CONF: %s", why);
+  return GPUPOOL_OK;
+}
+
+gpupool_status gpupool_torch_conf_check(const char *conf) {
+  gpupool_status st = torch_keys_check(conf);
+  if (st != GPUPOOL_OK)
+    return st;
   gpupool_options opt = torch_pool_options(0);
   return gpupool_conf_check(&opt, conf);
 }
@@ -159,7 +168,8 @@ static gpupool *create_pool(int device) {
   if (!p) {
     setup_once();
     gpupool_options opt = torch_pool_options(device);
-    if (gpupool_torch_conf_check(getenv("GPUPOOL_CONF")) == GPUPOOL_OK &&
+    /* gpupool_create checks the rest of GPUPOOL_CONF as it reads it */
+    if (torch_keys_check(getenv("GPUPOOL_CONF")) == GPUPOOL_OK &&
         gpupool_create(&opt, &p) == GPUPOOL_OK) {
       if (fraction_given[device]) /* checked when it was given */
         gpupool_set_memory_fraction(p, fraction_at_create[device]);
