@@ -114,16 +114,22 @@ int endpoint_parse_device(const char *v, int *device, char *err, size_t errlen) 
   return 0;
 }
 
-int endpoint_device_param(const endpoint_args *args, const char *path, int *device,
-                          endpoint_body *out) {
+/* endpoint_device_param with the reason after prefix and sep. */
+static int device_param(const endpoint_args *args, const char *prefix, const char *sep, int *device,
+                        endpoint_body *out) {
   const char *v = args->get(args->ctx, "device");
   *device = -1;
   char err[128];
   if (v && endpoint_parse_device(v, device, err, sizeof err) != 0) {
-    endpoint_bad_request(out, "%s: %s", path, err);
+    endpoint_bad_request(out, "%s%s%s", prefix, sep, err);
     return -1;
   }
   return 0;
+}
+
+int endpoint_device_param(const endpoint_args *args, const char *path, int *device,
+                          endpoint_body *out) {
+  return device_param(args, path, ": ", device, out);
 }
 
 int endpoint_no_params(const endpoint_args *args, const char *path, endpoint_body *out) {
@@ -148,14 +154,7 @@ int endpoint_pool_selection(const endpoint_args *args, const char *prefix, const
     endpoint_bad_request(out, "%sbad pool '': expected a pool name", prefix);
     return -1;
   }
-  const char *v = args->get(args->ctx, "device");
-  char err[128];
-  *device = -1;
-  if (v && endpoint_parse_device(v, device, err, sizeof err) != 0) {
-    endpoint_bad_request(out, "%s%s", prefix, err);
-    return -1;
-  }
-  return 0;
+  return device_param(args, prefix, "", device, out);
 }
 
 void endpoint_pool_unmatched(endpoint_body *out, const char *prefix, const char *pool, int device) {
