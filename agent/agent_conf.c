@@ -87,8 +87,16 @@ static int copy_setting(const char *key, const char *value, char *dst, size_t ds
   return 0;
 }
 
+/* Checked here, where the value is read, so that a bad one is refused with
+ * the name of where it came from, as every other key's (resolve_listen
+ * parses it again once every source is read). */
 static int set_listen(void *ctx, const kvopt *o, kvopt_value v, char *err, size_t errlen) {
   raw_settings *r = ctx;
+  char host[sizeof r->cfg->listen_host];
+  int port;
+  if (strcasecmp(v.s, "off") != 0 &&
+      agent_parse_listen(v.s, host, sizeof host, &port, err, errlen) != 0)
+    return -1;
   r->have_listen = 1;
   return copy_setting(o->key, v.s, r->listen, sizeof r->listen, err, errlen);
 }

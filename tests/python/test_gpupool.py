@@ -1145,7 +1145,8 @@ class Enable(unittest.TestCase):
                 ("garbage", "gpupool agent: GPUPOOL_AGENT_CONF: 'garbage' is not key:value"),
                 ("sample_interval_ms:0", "gpupool agent: GPUPOOL_AGENT_CONF: sample_interval_ms: "
                                          "0 is out of range"),
-                ("listen:host:65536", "gpupool agent: listen: 'host:65536': the port must be"),
+                ("listen:host:65536", "gpupool agent: GPUPOOL_AGENT_CONF: listen: 'host:65536': "
+                                      "the port must be"),
                 ("listen:off,sd_dir:/tmp", "gpupool agent: sd_dir needs the HTTP server")]:
             torch, calls = fake_torch()
             reason = self.assert_refused(torch, calls, env, conf="strategy:round", agent=agent)

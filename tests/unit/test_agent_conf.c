@@ -138,8 +138,14 @@ Test(agent_conf, bad_listen_values) {
                        "listen:host:65536", "listen:host:-1", "listen:host:12ab", "listen:host:"};
   for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
     cr_assert_eq(resolve_env(bad[i]), -1, "%s was accepted", bad[i]);
-    cr_assert(strstr(err, "listen"), "the reason names the key: %s", err);
+    cr_assert(!strncmp(err, "GPUPOOL_AGENT_CONF: listen: '", 29),
+              "the reason names where the value came from and the key: %s", err);
   }
+  /* the struct's field: the key alone, as for its other fields */
+  clean_env();
+  gpupool_agent_options o = {.listen = "[::1"};
+  cr_assert_eq(agent_config_resolve(&o, &cfg, err, sizeof err), -1);
+  cr_assert_str_eq(err, "listen: '[::1': missing ']'");
 }
 
 Test(agent_conf, bad_values_are_refused_with_the_key_named) {
