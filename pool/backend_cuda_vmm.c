@@ -456,8 +456,8 @@ const backend_vmm_ops *cuda_vmm_ops(int device, size_t *page_size, int *shareabl
   }
   if (r != CUDA_SUCCESS)
     return unavailable("device %d: cuMemGetAllocationGranularity: %s", device, cu_error_name(r));
-  if (page == 0)
-    return unavailable("device %d: %s", device, "unusable allocation granularity");
+  if (page == 0 || (page & (page - 1))) /* pages.h finds a page by a shift */
+    return unavailable("device %d: allocation granularity %zu is not a power of two", device, page);
   *page_size = page;
   *shareable = fd_ok != 0;
   return &cuda_vmm;

@@ -51,6 +51,7 @@ static void reserved_add(gpupool *p, const segment *seg, int64_t bytes) {
 gpupool_status pages_segment_create(gpupool *p, size_t size, int large, segment **out) {
   backend *be = p->be;
   size_t ps = be->page_size;
+  gp_assert_internal(ps && !(ps & (ps - 1))); /* every backend's (page_of) */
   size = (size + ps - 1) / ps * ps;
   segment *seg = calloc(1, sizeof *seg);
   void ***pages = seg ? calloc((size / ps + PAGE_CHUNK - 1) / PAGE_CHUNK, sizeof *pages) : NULL;
@@ -74,7 +75,7 @@ gpupool_status pages_segment_create(gpupool *p, size_t size, int large, segment 
   seg->pages = pages;
   seg->mapped = mapped;
   seg->page_size = ps;
-  seg->page_shift = (ps & (ps - 1)) ? 0 : (unsigned)__builtin_ctzll(ps);
+  seg->page_shift = (unsigned)__builtin_ctzll(ps);
   seg->npages = size / ps;
   segment_observers_note(p, seg->addr, size, 1); /* the mappings lie inside this range */
   *out = seg;

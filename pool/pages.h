@@ -50,9 +50,10 @@ static inline void page_set_mapped(segment *seg, size_t i, int on) {
 }
 
 /* The page of vmm segment seg under address a: a shift, not a division,
- * on the hot path (pages_cover for every allocation). */
+ * on the hot path (pages_cover for every allocation); page sizes are
+ * powers of two (the CUDA backend refuses any other). */
 static inline size_t page_of(const segment *seg, uintptr_t a) {
-  return seg->page_shift ? (a - seg->addr) >> seg->page_shift : (a - seg->addr) / seg->page_size;
+  return (a - seg->addr) >> seg->page_shift;
 }
 
 /* How many pages of seg in [first, last] are mapped. */

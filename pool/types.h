@@ -203,7 +203,7 @@ struct segment {
   void ***pages;
   uint64_t *mapped; /* a bit per page: mapped for its blocks (page_mapped) */
   size_t page_size, npages, nmapped;
-  unsigned page_shift; /* log2(page_size) when a power of two (always, in practice), else 0 */
+  unsigned page_shift; /* log2(page_size), a power of two */
   size_t top;          /* no page at or above this index was mapped since the range was made or last
                           released whole: scans stop there */
   size_t chunks_top;   /* no chunk of pages at or above this index was made */
