@@ -259,6 +259,15 @@ static enum MHD_Result queue(struct MHD_Connection *c, endpoint_body *b, int hea
   return ok;
 }
 
+/* An answer decided before the request was served (a refusal): queued
+ * with the headers of the web configuration in force now. */
+static enum MHD_Result queue_now(struct MHD_Connection *c, endpoint_body *b, int head, int old) {
+  web_config *wc = web_state_acquire();
+  enum MHD_Result ok = queue(c, b, head, NULL, wc, old);
+  web_state_release(wc);
+  return ok;
+}
+
 static enum MHD_Result serve(struct MHD_Connection *c, const char *url, int head,
                              const web_config *wc, int old);
 static int admit(struct MHD_Connection *c, const char *url, const web_config *wc,
@@ -331,10 +340,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
                   "forbidden: this agent listens on loopback and answers only Host headers that "
                   "name it (localhost, an IP address, this machine's name, allowed_hosts), "
                   "against DNS rebinding; add the name to allowed_hosts (docs/security.md)\n");
-    web_config *wc = web_state_acquire();
-    enum MHD_Result ok = queue(c, &body, !strcmp(method, MHD_HTTP_METHOD_HEAD), NULL, wc, old);
-    web_state_release(wc);
-    return ok;
+    return queue_now(c, &body, !strcmp(method, MHD_HTTP_METHOD_HEAD), old);
   }
   if (strcmp(method, MHD_HTTP_METHOD_GET) != 0 && strcmp(method, MHD_HTTP_METHOD_HEAD) != 0) {
     /* Answered at once, without reading a body: the connection closes.
@@ -358,10 +364,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
     const char *why = framing_error(c, version);
     if (why) {
       endpoint_text(&body, 400, why);
-      web_config *wc = web_state_acquire();
-      enum MHD_Result ok = queue(c, &body, 0, NULL, wc, old);
-      web_state_release(wc);
-      return ok;
+      return queue_now(c, &body, 0, old);
     }
     *con_cls = &headers_seen;
     return MHD_YES;
