@@ -82,10 +82,9 @@ static void take_pool(gpupool *p, void *arg) {
   take_ctx *c = arg;
   char label[POOL_LABEL_MAX];
   int labelled = pool_labeler_next(&c->labeler, p, label) == 0;
-  if (labelled && !pool_label_selects(c->only, label))
+  /* after its label: the labeler numbers the pools of a name on each device */
+  if (!pool_label_selects(c->only, c->device, labelled ? label : NULL, gpupool_device(p)))
     return;
-  if (c->device >= 0 && gpupool_device(p) != c->device)
-    return; /* after its label: the labeler numbers the pools of a name on each device */
   c->named++;
   if (!labelled)
     return; /* out of host memory: left out, as a pool whose rings cannot be held */

@@ -79,6 +79,6 @@ void pool_labeler_free(pool_labeler *l) {
   memset(l, 0, sizeof *l);
 }
 
-int pool_label_selects(const char *want, const char *label) {
-  return !want || strcmp(want, label) == 0;
+int pool_label_selects(const char *want, int want_device, const char *label, int device) {
+  return (want_device < 0 || device == want_device) && (!want || !label || !strcmp(want, label));
 }

@@ -39,8 +39,10 @@ void pool_labeler_free(pool_labeler *l);
   "no live pool has this name or label (the label /metrics gives it: name#2, name#3, ... for "     \
   "pools that share a name on a device)"
 
-/* Whether a pool= value (NULL: no parameter, every pool) selects the pool
- * labelled label. */
-int pool_label_selects(const char *want, const char *label);
+/* Whether a request's pool= (want: NULL, no parameter, every pool) and
+ * device= (want_device: -1, every device) select the pool labelled label
+ * on device; label NULL: a pool the labeler could not label (out of host
+ * memory), selected by its device alone. */
+int pool_label_selects(const char *want, int want_device, const char *label, int device);
 
 #endif

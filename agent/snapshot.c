@@ -133,8 +133,7 @@ static void copy_pool(gpupool *p, void *arg) {
   char label[POOL_LABEL_MAX];
   if (pool_labeler_next(&c->labeler, p, label) != 0)
     c->failed = 1;
-  if (c->failed || !pool_label_selects(c->pool, label) ||
-      (c->device >= 0 && gpupool_device(p) != c->device))
+  if (c->failed || !pool_label_selects(c->pool, c->device, label, gpupool_device(p)))
     return;
   if (array_grow((void **)&c->pools, &c->cap_pools, c->npools + 1, sizeof *c->pools, 16) != 0) {
     c->failed = 1;

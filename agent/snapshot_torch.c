@@ -35,8 +35,7 @@ static void collect_pool(gpupool *p, void *arg) {
   collection *c = arg;
   char label[POOL_LABEL_MAX];
   int labelled = pool_labeler_next(&c->labeler, p, label) == 0;
-  if (labelled &&
-      (!pool_label_selects(c->pool, label) || (c->device >= 0 && gpupool_device(p) != c->device)))
+  if (labelled && !pool_label_selects(c->pool, c->device, label, gpupool_device(p)))
     return;
   c->matched++; /* unlabelled too: the answer is then "out of memory", not "no such pool" */
   if (!labelled)

@@ -57,8 +57,7 @@ typedef struct gather {
 } gather;
 
 static int selected(const trace_query *q, const char *label, int device) {
-  return pool_label_selects(q->pool[0] ? q->pool : NULL, label) &&
-         (q->device < 0 || device == q->device);
+  return pool_label_selects(q->pool[0] ? q->pool : NULL, q->device, label, device);
 }
 
 static void copy_str(char *dst, size_t size, const char *src) {
