@@ -25,6 +25,7 @@
 #include "http.h"
 #include "pool_label.h"
 #include "core/clock.h"
+#include "core/kvconf.h"
 #include "core/utf8.h"
 #include "pool/pool_capture.h"
 #include "pool/pool_view.h"
@@ -132,21 +133,10 @@ static int check_params(const endpoint_args *args, const char *allowed, endpoint
 }
 
 /* A decimal in [min, max] (leading zeros read, as every query number,
- * docs/metrics.md); -1 when it is not one. */
+ * docs/metrics.md: kvconf_u64); -1 when it is not one. */
 static long parse_range(const char *s, long min, long max) {
-  if (!s || !*s)
-    return -1;
-  while (s[0] == '0' && s[1])
-    s++;
-  if (strlen(s) > 9)
-    return -1;
-  long v = 0;
-  for (const char *p = s; *p; p++) {
-    if (*p < '0' || *p > '9')
-      return -1;
-    v = v * 10 + (*p - '0');
-  }
-  return v >= min && v <= max ? v : -1;
+  uint64_t v;
+  return kvconf_u64(s, (uint64_t)min, (uint64_t)max, &v) == 0 ? (long)v : -1;
 }
 
 /* ---- /ui/state.json ---- */
