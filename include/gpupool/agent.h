@@ -64,8 +64,9 @@ gpupool_status gpupool_agent_start(const gpupool_agent_options *opt);
  * GPUPOOL_AGENT_CONF (LOCAL_RANK added to its port included), without
  * starting anything: GPUPOOL_OK, or GPUPOOL_ERR_INVALID with the reason the
  * start would give in gpupool_last_error() ("gpupool agent: ...",
- * naming the key: "gpupool agent: GPUPOOL_AGENT_CONF: cupti: ...", "gpupool
- * agent: listen: ..."). NULL or "" is valid. What only the start tells
+ * naming the key: "gpupool agent: GPUPOOL_AGENT_CONF: cupti: ...", or the
+ * settings together: "gpupool agent: sd_dir needs the HTTP server ...").
+ * NULL or "" is valid. What only the start tells
  * is left to it: whether the port is free, the directories (trace_file's,
  * oom_dir) writable, web_config's file readable. */
 gpupool_status gpupool_agent_conf_check(const char *conf);
