@@ -14,30 +14,29 @@
 
 #define UI_ASSETS_MAX 8
 
+/* The security headers of every /ui answer: alone on the page's and the
+ * assets' error answers (400, 404, 503), before an ETag on the assets'. */
+#define UI_SECURITY_HEADERS 6 /* three names and values */
+static const char *const security_headers[UI_SECURITY_HEADERS + 1] = {"Content-Security-Policy",
+                                                                      UI_CSP,
+                                                                      "X-Content-Type-Options",
+                                                                      "nosniff",
+                                                                      "Referrer-Policy",
+                                                                      "no-referrer",
+                                                                      NULL};
+
 /* Each asset's response headers, with its ETag; made once. */
-static const char *asset_headers[UI_ASSETS_MAX][9];
+static const char *asset_headers[UI_ASSETS_MAX][UI_SECURITY_HEADERS + 3];
 static pthread_once_t headers_once = PTHREAD_ONCE_INIT;
 
 static void make_headers(void) {
   for (unsigned i = 0; i < ui_asset_count && i < UI_ASSETS_MAX; i++) {
     const char **h = asset_headers[i];
-    h[0] = "Content-Security-Policy", h[1] = UI_CSP;
-    h[2] = "X-Content-Type-Options", h[3] = "nosniff";
-    h[4] = "Referrer-Policy", h[5] = "no-referrer";
-    h[6] = "ETag", h[7] = ui_assets[i].etag;
-    h[8] = NULL;
+    memcpy(h, security_headers, UI_SECURITY_HEADERS * sizeof *h);
+    h[UI_SECURITY_HEADERS] = "ETag", h[UI_SECURITY_HEADERS + 1] = ui_assets[i].etag;
+    h[UI_SECURITY_HEADERS + 2] = NULL;
   }
 }
-
-/* The same headers on the page's and the assets' error answers (400, 404,
- * 503), which have no ETag. */
-static const char *const error_headers[] = {"Content-Security-Policy",
-                                            UI_CSP,
-                                            "X-Content-Type-Options",
-                                            "nosniff",
-                                            "Referrer-Policy",
-                                            "no-referrer",
-                                            NULL};
 
 static const ui_asset *find_asset(const char *name) {
   for (unsigned i = 0; i < ui_asset_count && i < UI_ASSETS_MAX; i++)
@@ -136,5 +135,5 @@ void ui_endpoint(const endpoint_args *args, endpoint_body *out) {
   else
     serve_asset(args, out, a);
   if (out->status >= 400)
-    out->headers = error_headers;
+    out->headers = security_headers;
 }
