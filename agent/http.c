@@ -268,6 +268,20 @@ static enum MHD_Result queue_now(struct MHD_Connection *c, endpoint_body *b, int
   return ok;
 }
 
+/* Whether an answer is deflated as it is sent where the client accepts
+ * gzip: a streamed document (/trace: tens of MB), and a whole one that no
+ * cache keeps (no-store: /snapshot, whose pickle runs to tens of MB,
+ * /advice, /oom, /ui's JSON, the index) of more than GZIP_MIN_BODY bytes.
+ * Not an error, a body encoded already (/metrics compresses its own), nor
+ * one with a cache policy (/ui's page and assets: their ETag validates one
+ * encoding). */
+#define GZIP_MIN_BODY 1024
+static int deflate_as_sent(const endpoint_body *b) {
+  if (b->content_encoding || b->status != 200)
+    return 0;
+  return b->read || (b->data && !b->cache_control && b->len > GZIP_MIN_BODY);
+}
+
 static enum MHD_Result serve(struct MHD_Connection *c, const char *url, int head,
                              const web_config *wc, int old);
 static int admit(struct MHD_Connection *c, const char *url, const web_config *wc,
@@ -441,9 +455,8 @@ static enum MHD_Result serve(struct MHD_Connection *c, const char *url, int head
   rt->handler(&args, &body);
   if (!body.status)
     body.status = 200;
-  /* A streamed document (/trace: tens of MB) is deflated as it is sent. */
-  if (body.read && !body.content_encoding && http_accepts_gzip(args.accept_encoding))
-    http_gzip_wrap_stream(&body);
+  if (deflate_as_sent(&body) && http_accepts_gzip(args.accept_encoding))
+    http_gzip_wrap_body(&body);
   return queue(c, &body, head, NULL, wc, old);
 }
 

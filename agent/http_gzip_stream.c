@@ -2,6 +2,7 @@
 
 #include <stdint.h>
 #include <stdlib.h>
+#include <string.h>
 
 #ifdef GPUPOOL_HAVE_ZLIB
 #include <zlib.h>
@@ -78,8 +79,54 @@ int http_gzip_wrap_stream(endpoint_body *out) {
   out->content_encoding = "gzip";
   return 0;
 }
+
+/* A whole body read as a stream: the input of its deflate. */
+typedef struct whole_body {
+  char *data;
+  size_t len, off;
+} whole_body;
+
+static ssize_t whole_read(void *stream, char *buf, size_t max) {
+  whole_body *w = stream;
+  size_t n = w->len - w->off < max ? w->len - w->off : max;
+  memcpy(buf, w->data + w->off, n);
+  w->off += n;
+  return (ssize_t)n;
+}
+
+static void whole_close(void *stream) {
+  whole_body *w = stream;
+  free(w->data);
+  free(w);
+}
+
+int http_gzip_wrap_body(endpoint_body *out) {
+  if (out->read)
+    return http_gzip_wrap_stream(out);
+  whole_body *w = malloc(sizeof *w);
+  if (!w)
+    return -1;
+  *w = (whole_body){.data = out->data, .len = out->len};
+  endpoint_body streamed = *out;
+  streamed.data = NULL;
+  streamed.len = 0;
+  streamed.stream = w;
+  streamed.read = whole_read;
+  streamed.close = whole_close;
+  if (http_gzip_wrap_stream(&streamed) != 0) {
+    free(w); /* out, its data included, unchanged */
+    return -1;
+  }
+  *out = streamed;
+  return 0;
+}
 #else
 int http_gzip_wrap_stream(endpoint_body *out) {
+  (void)out;
+  return -1;
+}
+
+int http_gzip_wrap_body(endpoint_body *out) {
   (void)out;
   return -1;
 }

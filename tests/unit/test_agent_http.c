@@ -351,6 +351,58 @@ Test(agent_http, gzip_when_allowed) {
   http_response_free(&r);
 }
 
+/* A whole document that no cache keeps (/snapshot here, /snapshot's pickle
+ * in use: tens of MB) is deflated as it is sent where the client accepts
+ * gzip and it is over 1 KiB: the same bytes once inflated, and HEAD
+ * announces the deflated length. Errors, small bodies and /ui's page (its
+ * ETag validates one encoding) go as they are. */
+Test(agent_http, whole_documents_gzip_when_allowed) {
+  int port = start_local(NULL);
+  void *p[16];
+  for (int i = 0; i < 16; i++)
+    cr_assert_eq(gpupool_malloc(pool, &p[i], (size_t)4096 << (i % 8), NULL), GPUPOOL_OK);
+  http_response plain = get(port, "GET", "/snapshot", NULL);
+  cr_assert_eq(plain.status, 200);
+  cr_assert_gt(plain.body_len, 1024, "%zu bytes: too small to be deflated", plain.body_len);
+  cr_assert_null(header(&plain, "Content-Encoding"));
+  http_response zipped = get(port, "GET", "/snapshot", "Accept-Encoding: gzip\r\n");
+  cr_assert_eq(zipped.status, 200);
+#ifdef GPUPOOL_HAVE_ZLIB
+  cr_assert_str_eq(header(&zipped, "Content-Encoding"), "gzip");
+  cr_assert_lt(zipped.body_len, plain.body_len);
+  char *text;
+  size_t len;
+  cr_assert_eq(http_gunzip(zipped.body, zipped.body_len, &text, &len), 0, "not a gzip stream");
+  cr_assert_eq(len, plain.body_len);
+  cr_assert_eq(memcmp(text, plain.body, len), 0, "inflated, not the identity body");
+  free(text);
+  http_response head = get(port, "HEAD", "/snapshot", "Accept-Encoding: gzip\r\n");
+  cr_assert_str_eq(header(&head, "Content-Encoding"), "gzip");
+  char announced[32];
+  snprintf(announced, sizeof announced, "%zu", zipped.body_len);
+  cr_assert_str_eq(header(&head, "Content-Length"), announced);
+  cr_assert_eq(head.body_len, 0);
+  http_response_free(&head);
+#else
+  cr_assert_null(header(&zipped, "Content-Encoding"), "built without zlib: no gzip");
+#endif
+  http_response_free(&zipped);
+  http_response_free(&plain);
+
+  const char *as_they_are[] = {"/healthz", "/snapshot?format=xml", "/ui"};
+  for (size_t i = 0; i < sizeof as_they_are / sizeof as_they_are[0]; i++) {
+    http_response r = get(port, "GET", as_they_are[i], "Accept-Encoding: gzip\r\n");
+    cr_assert_null(header(&r, "Content-Encoding"), "%s was deflated", as_they_are[i]);
+    cr_assert(r.body_len > 0 && r.body[0] != '\x1f', "%s", as_they_are[i]);
+    http_response_free(&r);
+  }
+  http_response r = get(port, "GET", "/snapshot", "Accept-Encoding: gzip;q=0\r\n");
+  cr_assert_null(header(&r, "Content-Encoding"));
+  http_response_free(&r);
+  for (int i = 0; i < 16; i++)
+    cr_assert_eq(gpupool_free(pool, p[i]), GPUPOOL_OK);
+}
+
 Test(agent_http, busy_port_is_a_clear_error) {
   int fd = socket(AF_INET, SOCK_STREAM, 0);
   struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
