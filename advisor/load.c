@@ -1,8 +1,15 @@
 /* gpupool_history_load: picks the reader by name or by content, and
  * gpupool_history_from_pool: the live event rings of a pool. */
 #include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#ifdef GPUPOOL_HAVE_ZLIB
+#include <zlib.h>
+#endif
 
 #include "core/errors.h"
 #include "pool/pool_view.h"
@@ -82,28 +89,132 @@ static int skip_bom(FILE *f, const char *path) {
   return -1;
 }
 
-gpupool_status gpupool_history_load(const char *path, const char *format, const char *pool,
-                                    gpupool_history **out) {
-  if (!path || !out)
-    return pool_fail(GPUPOOL_ERR_INVALID, "gpupool_history_load: %s is NULL",
-                     path ? "out" : "path");
-  *out = NULL;
-  if (format && *format && strcmp(format, "auto") && strcmp(format, "record") &&
-      strcmp(format, "trace") && strcmp(format, "torch"))
-    return pool_fail(GPUPOOL_ERR_INVALID,
-                     "unknown history format '%s' (auto, record, trace or torch)", format);
-  FILE *f = strcmp(path, "-") ? fopen(path, "rb") : stdin;
-  if (!f)
-    return pool_fail(GPUPOOL_ERR_INVALID, "%s: cannot open: %s", path, strerror(errno));
-  char fmt = format && *format && strcmp(format, "auto") ? format[1] : 0; /* 'e', 'r', 'o' */
-  /* The text formats (JSON, record files) may begin with a byte-order mark:
-   * skipped, the document read as what follows it. A pickle is binary. */
-  int marked = fmt == 'o' ? 0 : skip_bom(f, path);
-  if (marked < 0) {
-    if (f != stdin)
-      fclose(f);
-    return GPUPOOL_ERR_INVALID;
+#ifdef GPUPOOL_HAVE_ZLIB
+/* A history file read through zlib's gzread, which inflates a gzip'd file
+ * (one member or several, as gzip and a gzip'd /trace download write them)
+ * and reads any other as it is: wrapped in a FILE (fopencookie), every
+ * reader takes either. The first inflate error (a corrupt or truncated
+ * member) is kept, for gpupool_history_load to report over whatever the
+ * reader made of the bytes before it. */
+typedef struct gz_source {
+  gzFile gz;
+  int fd;            /* the descriptor zlib names the file by ("<fd:N>") */
+  uint64_t inflated; /* bytes handed to the reader */
+  int err;           /* zlib's code for why: Z_ERRNO, Z_MEM_ERROR or an inflate error */
+  char why[160];     /* the first read or inflate error; empty while none */
+} gz_source;
+
+static ssize_t gz_source_read(void *cookie, char *buf, size_t size) {
+  gz_source *s = cookie;
+  int n = gzread(s->gz, buf, size > (1u << 30) ? 1u << 30 : (unsigned)size);
+  int err;
+  const char *msg = gzerror(s->gz, &err);
+  /* a member cut short ends in 0 bytes and Z_BUF_ERROR, not -1 */
+  if (n < 0 || (n == 0 && err != Z_OK)) {
+    if (!s->why[0]) {
+      char prefix[32]; /* zlib's messages begin "<fd:N>: " */
+      size_t skip = (size_t)snprintf(prefix, sizeof prefix, "<fd:%d>: ", s->fd);
+      snprintf(s->why, sizeof s->why, "%s", strncmp(msg, prefix, skip) == 0 ? msg + skip : msg);
+      s->err = err;
+    }
+    return -1;
   }
+  s->inflated += (uint64_t)n;
+  return n;
+}
+
+static int gz_source_close(void *cookie) {
+  gz_source *s = cookie;
+  int rc = gzclose(s->gz); /* closes the descriptor */
+  free(s);
+  return rc == Z_OK ? 0 : EOF;
+}
+
+/* Opens path ("-": standard input, whose descriptor is duplicated so that
+ * closing leaves it open) for the readers; NULL with errno set when it
+ * cannot be opened. *src: the source whose error gpupool_history_load
+ * checks. */
+static FILE *open_history(const char *path, gz_source **src) {
+  *src = NULL;
+  int fd = strcmp(path, "-") ? open(path, O_RDONLY | O_CLOEXEC) : dup(STDIN_FILENO);
+  if (fd < 0)
+    return NULL;
+  struct stat st;
+  if (fstat(fd, &st) == 0 && S_ISDIR(st.st_mode)) {
+    close(fd);
+    errno = EISDIR;
+    return NULL;
+  }
+  gz_source *s = calloc(1, sizeof *s);
+  gzFile gz = s ? gzdopen(fd, "rb") : NULL;
+  if (!gz) {
+    free(s);
+    close(fd);
+    errno = ENOMEM;
+    return NULL;
+  }
+  s->gz = gz;
+  s->fd = fd;
+  FILE *f = fopencookie(s, "rb",
+                        (cookie_io_functions_t){.read = gz_source_read, .close = gz_source_close});
+  if (!f) {
+    gz_source_close(s);
+    errno = ENOMEM;
+    return NULL;
+  }
+  *src = s;
+  return f;
+}
+
+/* The inflate error of src, where there was one: the history the reader
+ * made (of the bytes before it) is dropped and the error is the load's. A
+ * reader that stopped at bytes that made no sense to it may have read what
+ * a corrupt member inflated to: the rest of a gzip'd file is then read to
+ * find its error (at the latest the member's check sum, at its end). */
+static gpupool_status inflate_check(gz_source *src, const char *path, gpupool_status st,
+                                    gpupool_history **out) {
+  if (!src)
+    return st;
+  if (st != GPUPOOL_OK && !gzdirect(src->gz)) {
+    char scratch[4096];
+    while (!src->why[0] && src->inflated < MAX_DOCUMENT &&
+           gz_source_read(src, scratch, sizeof scratch) > 0)
+      ;
+  }
+  if (!src->why[0])
+    return st;
+  gpupool_history_free(*out);
+  *out = NULL;
+  if (src->err == Z_MEM_ERROR) /* zlib's buffers, allocated at the first read */
+    return pool_fail(GPUPOOL_ERR_HOST_OOM, "%s: out of host memory (inflating it)", path);
+  if (src->err == Z_ERRNO)
+    return pool_fail(GPUPOOL_ERR_INVALID, "%s: read error after %llu bytes: %s", path,
+                     (unsigned long long)src->inflated, src->why);
+  return pool_fail(GPUPOOL_ERR_INVALID,
+                   "%s: a gzip'd file cut short or corrupt (%s) after %llu bytes of its document",
+                   path, src->why, (unsigned long long)src->inflated);
+}
+#else
+typedef struct gz_source gz_source;
+
+static FILE *open_history(const char *path, gz_source **src) {
+  *src = NULL;
+  return strcmp(path, "-") ? fopen(path, "rb") : stdin;
+}
+
+static gpupool_status inflate_check(gz_source *src, const char *path, gpupool_status st,
+                                    gpupool_history **out) {
+  (void)src;
+  (void)path;
+  (void)out;
+  return st;
+}
+#endif
+
+/* Reads f, whose format fmt is named ('e', 'r', 'o') or 0 (found from the
+ * content), after a byte-order mark of `marked` bytes. */
+static gpupool_status read_history(FILE *f, const char *path, char fmt, int marked,
+                                   const char *pool, gpupool_history **out) {
   size_t skipped = 0, skipped_lines = 0; /* white space read to find the format */
   if (!fmt) {
     int c;
@@ -132,6 +243,32 @@ gpupool_status gpupool_history_load(const char *path, const char *format, const 
       free(buf);
     }
   }
+  return st;
+}
+
+gpupool_status gpupool_history_load(const char *path, const char *format, const char *pool,
+                                    gpupool_history **out) {
+  if (!path || !out)
+    return pool_fail(GPUPOOL_ERR_INVALID, "gpupool_history_load: %s is NULL",
+                     path ? "out" : "path");
+  *out = NULL;
+  if (format && *format && strcmp(format, "auto") && strcmp(format, "record") &&
+      strcmp(format, "trace") && strcmp(format, "torch"))
+    return pool_fail(GPUPOOL_ERR_INVALID,
+                     "unknown history format '%s' (auto, record, trace or torch)", format);
+  gz_source *src;
+  FILE *f = open_history(path, &src);
+  if (!f)
+    return errno == ENOMEM
+               ? pool_fail(GPUPOOL_ERR_HOST_OOM, "%s: out of host memory", path)
+               : pool_fail(GPUPOOL_ERR_INVALID, "%s: cannot open: %s", path, strerror(errno));
+  char fmt = format && *format && strcmp(format, "auto") ? format[1] : 0; /* 'e', 'r', 'o' */
+  /* The text formats (JSON, record files) may begin with a byte-order mark:
+   * skipped, the document read as what follows it. A pickle is binary. */
+  int marked = fmt == 'o' ? 0 : skip_bom(f, path);
+  gpupool_status st =
+      marked < 0 ? GPUPOOL_ERR_INVALID : read_history(f, path, fmt, marked, pool, out);
+  st = inflate_check(src, path, st, out);
   if (f != stdin)
     fclose(f);
   return st;

@@ -40,8 +40,11 @@ typedef struct gpupool_history_info {
 
 /* format: NULL or "auto" (by content), "record" (GPUPOOL_RECORD files),
  * "trace" (a /trace document), "torch" (torch.cuda.memory._dump_snapshot()).
- * A UTF-8 byte-order mark that begins a text input (a trace, a record file)
- * is skipped; one anywhere else, or a broken one, is malformed input.
+ * Any of them may be gzip'd (one member or several): it is inflated as it is
+ * read (with zlib; a build without it reads plain files only), and a member
+ * cut short or corrupt is malformed input, whatever the bytes before it
+ * held. A UTF-8 byte-order mark that begins a text input (a trace, a record
+ * file) is skipped; one anywhere else, or a broken one, is malformed input.
  * pool: for inputs with several pools or devices, which one (a trace pool
  * name, a snapshot's or a record file's device ordinal); NULL: the busiest.
  * A path

@@ -1329,3 +1329,138 @@ Test(advisor_inputs, load_arguments) {
   expect_bad("/dev/null", "torch", "byte 0: empty input");
   expect_bad("/dev/null", "trace", "byte 0");
 }
+
+#ifdef GPUPOOL_HAVE_ZLIB
+#include <fcntl.h>
+#include <zlib.h>
+
+/* Writes buf gzip'd to path as one member, or appended as a further one. */
+static void write_gz(const char *path, const void *buf, size_t len, int append) {
+  gzFile g = gzopen(path, append ? "ab" : "wb");
+  cr_assert(g);
+  cr_assert_eq(gzwrite(g, buf, (unsigned)len), (int)len);
+  cr_assert_eq(gzclose(g), Z_OK);
+}
+
+/* path (format NULL: by content) loads as plain does: the same format,
+ * events, allocations and peak. */
+static void expect_same_history(const char *path, const char *format, const char *plain) {
+  gpupool_history *h, *p;
+  cr_assert_eq(gpupool_history_load(path, format, NULL, &h), GPUPOOL_OK, "%s: %s", path,
+               gpupool_last_error());
+  cr_assert_eq(gpupool_history_load(plain, NULL, NULL, &p), GPUPOOL_OK, "%s", gpupool_last_error());
+  const gpupool_history_info *a = gpupool_history_get_info(h), *b = gpupool_history_get_info(p);
+  cr_expect_str_eq(a->format, b->format, "%s", path);
+  cr_expect_eq(a->events, b->events, "%s: %llu events, plain %llu", path,
+               (unsigned long long)a->events, (unsigned long long)b->events);
+  cr_expect_gt(a->allocations, 0);
+  cr_expect_eq(a->allocations, b->allocations, "%s", path);
+  cr_expect_eq(a->peak_requested, b->peak_requested, "%s", path);
+  gpupool_history_free(h);
+  gpupool_history_free(p);
+}
+
+#define CNN_RECORD "tests/data/cnn_train_60steps.trace"
+
+/* Every format may come gzip'd (a /trace saved with Accept-Encoding: gzip,
+ * a record file or a pickle compressed to keep): it is inflated as it is
+ * read and reads as the plain file does, found by content or named;
+ * members written one after the other read as their concatenation, and a
+ * byte-order mark at the start of the inflated text is skipped as in a
+ * plain file. The old loader took the gzip header for a record line. */
+Test(advisor_inputs, gzip_compressed_inputs) {
+  char gz[256], plain[256], pk[256], rec[256];
+  size_t len;
+  unsigned char *records = read_file(CNN_RECORD, &len);
+  path_of(gz, sizeof gz, "cnn.record.gz");
+  write_gz(gz, records, len, 0);
+  expect_same_history(gz, NULL, CNN_RECORD);
+  expect_same_history(gz, "record", CNN_RECORD);
+  /* two members, cut inside a line */
+  write_gz(gz, records, len / 2, 0);
+  write_gz(gz, records + len / 2, len - len / 2, 1);
+  expect_same_history(gz, NULL, CNN_RECORD);
+  free(records);
+
+  path_of(plain, sizeof plain, "t.json");
+  write_file(plain, trace_doc, strlen(trace_doc));
+  path_of(gz, sizeof gz, "t.json.gz");
+  write_gz(gz, trace_doc, strlen(trace_doc), 0);
+  expect_same_history(gz, NULL, plain);
+  expect_same_history(gz, "trace", plain);
+  char marked[4096];
+  snprintf(marked, sizeof marked, BOM "%s", trace_doc);
+  write_gz(gz, marked, strlen(marked), 0);
+  expect_same_history(gz, NULL, plain);
+
+  make_snapshot(4, pk, rec, sizeof pk);
+  unsigned char *pickle = read_file(pk, &len);
+  path_of(gz, sizeof gz, "s.pickle.gz");
+  write_gz(gz, pickle, len, 0);
+  free(pickle);
+  expect_same_history(gz, NULL, pk);
+  expect_same_history(gz, "torch", pk);
+}
+
+/* A gzip'd input cut short or corrupt is refused with zlib's reason and
+ * no history, also where the reader would have made sense of the bytes
+ * before the damage (a record file cut at a line's end) or stopped at the
+ * garbage a damaged member inflated to (then the rest is read to find the
+ * member's error). A read error and a directory are said as such. */
+Test(advisor_inputs, gzip_inputs_cut_short_or_corrupt) {
+  char gz[256], cut[256];
+  size_t len, zlen;
+  unsigned char *records = read_file(CNN_RECORD, &len);
+  path_of(gz, sizeof gz, "cnn.record.gz");
+  write_gz(gz, records, len, 0);
+  free(records);
+  unsigned char *z = read_file(gz, &zlen);
+  path_of(cut, sizeof cut, "cut.gz");
+  const size_t cuts[] = {2, 10, 11, zlen / 2, zlen - 8, zlen - 1};
+  for (size_t i = 0; i < sizeof cuts / sizeof cuts[0]; i++) {
+    write_file(cut, z, cuts[i]);
+    expect_bad(cut, NULL, "a gzip'd file cut short or corrupt (unexpected end of file)");
+    expect_bad(cut, "record", "cut short or corrupt");
+  }
+  z[zlen - 6] ^= 0x55; /* the member's CRC-32 */
+  write_file(cut, z, zlen);
+  expect_bad(cut, NULL, "a gzip'd file cut short or corrupt (incorrect data check) after ");
+  z[zlen - 6] ^= 0x55;
+  memcpy(z + zlen / 2, "XXXX", 4); /* the middle of the deflate data */
+  write_file(cut, z, zlen);
+  expect_bad(cut, NULL, "a gzip'd file cut short or corrupt (");
+  free(z);
+
+  expect_bad("/proc/self/mem", NULL, "/proc/self/mem: read error after 0 bytes: ");
+  expect_bad(dir, NULL, "cannot open: Is a directory");
+}
+
+/* "-" reads standard input, gzip'd or not, and leaves it open. */
+Test(advisor_inputs, gzip_input_on_stdin) {
+  size_t len;
+  unsigned char *records = read_file(CNN_RECORD, &len);
+  char gz[256];
+  path_of(gz, sizeof gz, "cnn.record.gz");
+  write_gz(gz, records, len, 0);
+  free(records);
+  int saved = dup(STDIN_FILENO), fd = open(gz, O_RDONLY);
+  cr_assert(saved >= 0 && fd >= 0);
+  cr_assert_eq(dup2(fd, STDIN_FILENO), STDIN_FILENO);
+  close(fd);
+  gpupool_history *h = NULL;
+  gpupool_status st = gpupool_history_load("-", NULL, NULL, &h);
+  int still_open = fcntl(STDIN_FILENO, F_GETFD) != -1;
+  dup2(saved, STDIN_FILENO);
+  close(saved);
+  cr_assert_eq(st, GPUPOOL_OK, "%s", gpupool_last_error());
+  cr_expect(still_open, "standard input closed");
+  gpupool_history *p;
+  cr_assert_eq(gpupool_history_load(CNN_RECORD, NULL, NULL, &p), GPUPOOL_OK);
+  cr_expect_str_eq(gpupool_history_get_info(h)->source, "-");
+  cr_expect_eq(gpupool_history_get_info(h)->allocations, gpupool_history_get_info(p)->allocations);
+  cr_expect_eq(gpupool_history_get_info(h)->events, gpupool_history_get_info(p)->events);
+  cr_expect_gt(gpupool_history_get_info(p)->allocations, 0);
+  gpupool_history_free(p);
+  gpupool_history_free(h);
+}
+#endif

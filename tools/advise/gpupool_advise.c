@@ -16,7 +16,8 @@ static void usage(FILE *f) {
   fprintf(f,
           "usage: gpupool-advise [options] HISTORY\n"
           "HISTORY: a GPUPOOL_RECORD file, a /trace document saved from the agent, or a PyTorch\n"
-          "memory snapshot (torch.cuda.memory._dump_snapshot()); '-' reads standard input.\n"
+          "memory snapshot (torch.cuda.memory._dump_snapshot()), plain or gzip'd; '-' reads\n"
+          "standard input.\n"
           "  --format auto|record|trace|torch   how to read HISTORY (default: by content)\n"
           "  --pool NAME        trace: the pool to advise on, NAME@DEVICE where pools of\n"
           "                     that name are on several devices; snapshot or record\n"
