@@ -21,6 +21,9 @@
 #include "writable_dir.h"
 #include "exporters/trace_format.h"
 #include "exporters/trace_merge.h"
+#ifdef GPUPOOL_HAVE_ZLIB
+#include <zlib.h>
+#endif
 
 #define NS_PER_S      1000000000ull
 #define TRACE_TMP_MAX 4096 /* the temporary file's name, and so trace_file's */
@@ -359,6 +362,56 @@ static void dir_of(const char *path, char *dir, size_t dirlen) {
     snprintf(dir, dirlen, "%.*s", slash == path ? 1 : (int)(slash - path), path);
 }
 
+/* Whether trace_file names a gzip'd file: it ends in ".gz". */
+static int gzip_named(const char *path) {
+  size_t n = strlen(path);
+  return n > 3 && strcmp(path + n - 3, ".gz") == 0;
+}
+
+#ifdef GPUPOOL_HAVE_ZLIB
+/* A FILE whose writes are deflated into tmp's descriptor (a duplicate, so
+ * that the caller still syncs and closes tmp): a trace_file named *.gz,
+ * which Perfetto, chrome://tracing and gpupool-advise read gzip'd. Level 1,
+ * as /trace's gzip. Closing it writes the gzip trailer. NULL with errno. */
+static ssize_t gz_write(void *cookie, const char *buf, size_t size) {
+  for (size_t done = 0; done < size;) {
+    unsigned n = size - done > (1u << 30) ? 1u << 30 : (unsigned)(size - done);
+    int w = gzwrite(cookie, buf + done, n);
+    if (w <= 0) {
+      int zerr;
+      gzerror(cookie, &zerr);
+      if (zerr != Z_ERRNO) /* else write(2)'s errno stands */
+        errno = zerr == Z_MEM_ERROR ? ENOMEM : EIO;
+      return -1;
+    }
+    done += (size_t)w;
+  }
+  return (ssize_t)size;
+}
+
+static int gz_close(void *cookie) {
+  return gzclose(cookie) == Z_OK ? 0 : EOF;
+}
+
+static FILE *gzip_writer(FILE *tmp) {
+  int fd = dup(fileno(tmp));
+  if (fd < 0)
+    return NULL;
+  gzFile gz = gzdopen(fd, "wb1");
+  if (!gz) {
+    close(fd);
+    errno = ENOMEM;
+    return NULL;
+  }
+  FILE *f = fopencookie(gz, "w", (cookie_io_functions_t){.write = gz_write, .close = gz_close});
+  if (!f) {
+    gzclose(gz);
+    errno = ENOMEM;
+  }
+  return f;
+}
+#endif
+
 int trace_file_check(const char *path, char *err, size_t errlen) {
   char tmp[TRACE_TMP_MAX], dir[TRACE_TMP_MAX];
   const char *slash = strrchr(path, '/');
@@ -371,6 +424,12 @@ int trace_file_check(const char *path, char *err, size_t errlen) {
     snprintf(err, errlen, "trace_file '%.400s' is a directory (give a file name)", path);
     return -1;
   }
+#ifndef GPUPOOL_HAVE_ZLIB
+  if (gzip_named(path)) {
+    snprintf(err, errlen, "trace_file '%.400s': a .gz name needs a build with zlib", path);
+    return -1;
+  }
+#endif
   dir_of(path, dir, sizeof dir);
   int why = writable_dir_errno(dir);
   if (why) {
@@ -394,8 +453,26 @@ int trace_write_file(const char *path) {
     fprintf(stderr, "gpupool: trace_file: cannot create %s: %s\n", tmp, strerror(errno));
     return -1;
   }
-  gpupool_status st = gpupool_trace_write(f); /* flushes f */
-  int err = st == GPUPOOL_OK && fsync(fileno(f)) != 0 ? errno : 0;
+  FILE *out = f;
+#ifdef GPUPOOL_HAVE_ZLIB
+  if (gzip_named(path) && !(out = gzip_writer(f))) {
+    int why = errno;
+    fclose(f);
+    unlink(tmp);
+    pool_fail(GPUPOOL_ERR_BACKEND, "trace_file: cannot deflate into %s: %s", tmp, strerror(why));
+    fprintf(stderr, "gpupool: trace_file: cannot deflate into %s: %s\n", tmp, strerror(why));
+    return -1;
+  }
+#endif
+  gpupool_status st = gpupool_trace_write(out); /* flushes out */
+  int err = 0;
+  if (out != f) { /* writes the deflate's end and the gzip trailer */
+    errno = 0;
+    if (fclose(out) != 0 && st == GPUPOOL_OK)
+      err = errno ? errno : EIO;
+  }
+  if (st == GPUPOOL_OK && !err && fsync(fileno(f)) != 0)
+    err = errno;
   if (fclose(f) != 0 && st == GPUPOOL_OK && !err)
     err = errno;
   if (st == GPUPOOL_OK && !err && rename(tmp, path) != 0)

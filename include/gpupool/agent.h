@@ -35,8 +35,9 @@ typedef struct gpupool_agent_options {
   int trace_off;               /* nonzero: record no allocation events */
   gpupool_cupti_mode cupti;
   const char *labels;     /* constant labels "name=value;name=value" */
-  const char *trace_file; /* write the trace there at gpupool_agent_stop / exit; a
-                             directory that is missing or not writable fails the start.
+  const char *trace_file; /* write the trace there at gpupool_agent_stop / exit, gzip'd
+                             where the name ends in ".gz"; a directory that is missing
+                             or not writable fails the start.
                              This and the other paths (sd_dir, web_config, and
                              GPUPOOL_AGENT_CONF's oom_dir): a relative one is resolved at
                              gpupool_agent_start, whatever chdir() the program makes

@@ -17,6 +17,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "gpupool/advisor.h"
 #include "gpupool/agent.h"
 #include "helpers/http_client.h"
 
@@ -670,6 +671,49 @@ Test(agent_http, trace_file_is_written_at_stop) {
   cJSON_Delete(doc);
   unlink(path);
 }
+
+#ifdef GPUPOOL_HAVE_ZLIB
+/* A trace_file named *.gz is written gzip'd (one member, as Perfetto and
+ * chrome://tracing read it): inflated, the same JSON document, whose
+ * allocation reads back as a history (gpupool-advise reads the file as it
+ * is). */
+Test(agent_http, trace_file_named_gz_is_gzipped) {
+  char path[128];
+  snprintf(path, sizeof path, "/tmp/gpupool-trace-%ld.json.gz", (long)getpid());
+  unlink(path);
+  gpupool_agent_options o = {
+      .listen = "off", .cupti = GPUPOOL_CUPTI_OFF, .trace_file = path, .ignore_env = 1};
+  cr_assert_eq(gpupool_agent_start(&o), GPUPOOL_OK, "%s", gpupool_last_error());
+  void *p;
+  cr_assert_eq(gpupool_malloc(pool, &p, 1 << 20, NULL), GPUPOOL_OK);
+  gpupool_free(pool, p);
+  gpupool_agent_stop();
+  FILE *f = fopen(path, "rb");
+  cr_assert_not_null(f, "%s is missing", path);
+  fseek(f, 0, SEEK_END);
+  long n = ftell(f);
+  rewind(f);
+  char *zipped = malloc((size_t)n);
+  cr_assert_eq(fread(zipped, 1, (size_t)n, f), (size_t)n);
+  fclose(f);
+  cr_assert(n > 2 && (unsigned char)zipped[0] == 0x1f && (unsigned char)zipped[1] == 0x8b,
+            "%s is not gzip'd", path);
+  char *text;
+  size_t len;
+  cr_assert_eq(http_gunzip(zipped, (size_t)n, &text, &len), 0, "not one whole gzip member");
+  free(zipped);
+  cJSON *doc = cJSON_ParseWithLength(text, len);
+  free(text);
+  cr_assert_not_null(doc, "inflated, not JSON");
+  cr_assert(cJSON_IsArray(cJSON_GetObjectItem(doc, "traceEvents")));
+  cJSON_Delete(doc);
+  gpupool_history *h;
+  cr_assert_eq(gpupool_history_load(path, NULL, "web", &h), GPUPOOL_OK, "%s", gpupool_last_error());
+  cr_expect_eq(gpupool_history_get_info(h)->allocations, 1);
+  gpupool_history_free(h);
+  unlink(path);
+}
+#endif
 
 /* A trace_file the agent could not write at stop fails the start, with the
  * path and the reason, and starts nothing: a later good start works. */
