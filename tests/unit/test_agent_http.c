@@ -654,9 +654,9 @@ static cJSON *read_json(const char *path) {
   return doc;
 }
 
-Test(agent_http, trace_file_is_written_at_stop) {
-  char path[128];
-  snprintf(path, sizeof path, "/tmp/gpupool-trace-%ld.json", (long)getpid());
+/* Runs the agent with trace_file path (removed first) over one allocation's
+ * lifetime and stops it: the trace is written then. */
+static void trace_one_lifetime_into(const char *path) {
   unlink(path);
   gpupool_agent_options o = {
       .listen = "off", .cupti = GPUPOOL_CUPTI_OFF, .trace_file = path, .ignore_env = 1};
@@ -665,6 +665,12 @@ Test(agent_http, trace_file_is_written_at_stop) {
   cr_assert_eq(gpupool_malloc(pool, &p, 1 << 20, NULL), GPUPOOL_OK);
   gpupool_free(pool, p);
   gpupool_agent_stop();
+}
+
+Test(agent_http, trace_file_is_written_at_stop) {
+  char path[128];
+  snprintf(path, sizeof path, "/tmp/gpupool-trace-%ld.json", (long)getpid());
+  trace_one_lifetime_into(path);
   cJSON *doc = read_json(path);
   cr_assert_not_null(doc, "%s is missing or not JSON", path);
   cr_assert(cJSON_IsArray(cJSON_GetObjectItem(doc, "traceEvents")));
@@ -680,14 +686,7 @@ Test(agent_http, trace_file_is_written_at_stop) {
 Test(agent_http, trace_file_named_gz_is_gzipped) {
   char path[128];
   snprintf(path, sizeof path, "/tmp/gpupool-trace-%ld.json.gz", (long)getpid());
-  unlink(path);
-  gpupool_agent_options o = {
-      .listen = "off", .cupti = GPUPOOL_CUPTI_OFF, .trace_file = path, .ignore_env = 1};
-  cr_assert_eq(gpupool_agent_start(&o), GPUPOOL_OK, "%s", gpupool_last_error());
-  void *p;
-  cr_assert_eq(gpupool_malloc(pool, &p, 1 << 20, NULL), GPUPOOL_OK);
-  gpupool_free(pool, p);
-  gpupool_agent_stop();
+  trace_one_lifetime_into(path);
   FILE *f = fopen(path, "rb");
   cr_assert_not_null(f, "%s is missing", path);
   fseek(f, 0, SEEK_END);
