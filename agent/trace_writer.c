@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include "cupti.h"
+#include "http_gzip_stream.h"
 #include "metrics.h"
 #include "pool_label.h"
 #include "trace_counters.h"
@@ -21,9 +22,6 @@
 #include "writable_dir.h"
 #include "exporters/trace_format.h"
 #include "exporters/trace_merge.h"
-#ifdef GPUPOOL_HAVE_ZLIB
-#include <zlib.h>
-#endif
 
 #define NS_PER_S      1000000000ull
 #define TRACE_TMP_MAX 4096 /* the temporary file's name, and so trace_file's */
@@ -362,55 +360,59 @@ static void dir_of(const char *path, char *dir, size_t dirlen) {
     snprintf(dir, dirlen, "%.*s", slash == path ? 1 : (int)(slash - path), path);
 }
 
+static ssize_t body_read(void *stream, char *buf, size_t max) {
+  return trace_stream_read(stream, buf, max);
+}
+
+static void body_close(void *stream) {
+  trace_stream_close(stream);
+}
+
+int trace_stream_body(const trace_query *q, endpoint_body *out) {
+  trace_stream *s = trace_stream_open(q);
+  if (!s)
+    return -1;
+  out->stream = s;
+  out->read = body_read;
+  out->close = body_close;
+  return 0;
+}
+
+#define FILE_CHUNK 65536
+
+gpupool_status trace_write_whole(FILE *f, int gzip) {
+  endpoint_body body = {0};
+  char *buf = malloc(FILE_CHUNK);
+  int opened = buf && trace_stream_body(NULL, &body) == 0;
+  if (!opened || (gzip && http_gzip_wrap_stream(&body) != 0)) {
+    if (opened)
+      body.close(body.stream);
+    free(buf);
+    return pool_fail(GPUPOOL_ERR_HOST_OOM, "gpupool_trace_write: out of host memory");
+  }
+  gpupool_status st = GPUPOOL_OK;
+  ssize_t n;
+  while ((n = body.read(body.stream, buf, FILE_CHUNK)) > 0) {
+    if (fwrite(buf, 1, (size_t)n, f) != (size_t)n)
+      break;
+  }
+  /* n > 0: the loop stopped at a failed write. Otherwise the end of the
+   * document (all of a small one) may still sit in f's buffer, and a full
+   * disk shows only when it is flushed: written means flushed. */
+  if (n > 0 || fflush(f) != 0)
+    st = pool_fail(GPUPOOL_ERR_BACKEND, "gpupool_trace_write: write failed: %s", strerror(errno));
+  else if (n < 0)
+    st = pool_fail(GPUPOOL_ERR_HOST_OOM, "gpupool_trace_write: out of host memory (trace cut)");
+  body.close(body.stream);
+  free(buf);
+  return st;
+}
+
 /* Whether trace_file names a gzip'd file: it ends in ".gz". */
 static int gzip_named(const char *path) {
   size_t n = strlen(path);
   return n > 3 && strcmp(path + n - 3, ".gz") == 0;
 }
-
-#ifdef GPUPOOL_HAVE_ZLIB
-/* A FILE whose writes are deflated into tmp's descriptor (a duplicate, so
- * that the caller still syncs and closes tmp): a trace_file named *.gz,
- * which Perfetto, chrome://tracing and gpupool-advise read gzip'd. Level 1,
- * as /trace's gzip. Closing it writes the gzip trailer. NULL with errno. */
-static ssize_t gz_write(void *cookie, const char *buf, size_t size) {
-  for (size_t done = 0; done < size;) {
-    unsigned n = size - done > (1u << 30) ? 1u << 30 : (unsigned)(size - done);
-    int w = gzwrite(cookie, buf + done, n);
-    if (w <= 0) {
-      int zerr;
-      gzerror(cookie, &zerr);
-      if (zerr != Z_ERRNO) /* else write(2)'s errno stands */
-        errno = zerr == Z_MEM_ERROR ? ENOMEM : EIO;
-      return -1;
-    }
-    done += (size_t)w;
-  }
-  return (ssize_t)size;
-}
-
-static int gz_close(void *cookie) {
-  return gzclose(cookie) == Z_OK ? 0 : EOF;
-}
-
-static FILE *gzip_writer(FILE *tmp) {
-  int fd = dup(fileno(tmp));
-  if (fd < 0)
-    return NULL;
-  gzFile gz = gzdopen(fd, "wb1");
-  if (!gz) {
-    close(fd);
-    errno = ENOMEM;
-    return NULL;
-  }
-  FILE *f = fopencookie(gz, "w", (cookie_io_functions_t){.write = gz_write, .close = gz_close});
-  if (!f) {
-    gzclose(gz);
-    errno = ENOMEM;
-  }
-  return f;
-}
-#endif
 
 int trace_file_check(const char *path, char *err, size_t errlen) {
   char tmp[TRACE_TMP_MAX], dir[TRACE_TMP_MAX];
@@ -453,26 +455,8 @@ int trace_write_file(const char *path) {
     fprintf(stderr, "gpupool: trace_file: cannot create %s: %s\n", tmp, strerror(errno));
     return -1;
   }
-  FILE *out = f;
-#ifdef GPUPOOL_HAVE_ZLIB
-  if (gzip_named(path) && !(out = gzip_writer(f))) {
-    int why = errno;
-    fclose(f);
-    unlink(tmp);
-    pool_fail(GPUPOOL_ERR_BACKEND, "trace_file: cannot deflate into %s: %s", tmp, strerror(why));
-    fprintf(stderr, "gpupool: trace_file: cannot deflate into %s: %s\n", tmp, strerror(why));
-    return -1;
-  }
-#endif
-  gpupool_status st = gpupool_trace_write(out); /* flushes out */
-  int err = 0;
-  if (out != f) { /* writes the deflate's end and the gzip trailer */
-    errno = 0;
-    if (fclose(out) != 0 && st == GPUPOOL_OK)
-      err = errno ? errno : EIO;
-  }
-  if (st == GPUPOOL_OK && !err && fsync(fileno(f)) != 0)
-    err = errno;
+  gpupool_status st = trace_write_whole(f, gzip_named(path)); /* flushes f */
+  int err = st == GPUPOOL_OK && fsync(fileno(f)) != 0 ? errno : 0;
   if (fclose(f) != 0 && st == GPUPOOL_OK && !err)
     err = errno;
   if (st == GPUPOOL_OK && !err && rename(tmp, path) != 0)

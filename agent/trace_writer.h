@@ -7,9 +7,12 @@
 #define GPUPOOL_TRACE_WRITER_H
 
 #include <stddef.h>
+#include <stdio.h>
 #include <sys/types.h>
 
+#include "endpoint.h"
 #include "trace_query.h"
+#include "gpupool/gpupool.h"
 
 typedef struct trace_stream trace_stream;
 
@@ -19,6 +22,12 @@ trace_stream *trace_stream_open(const trace_query *q);
  * many, 0 at the end, -1 if memory ran out (the document is then cut). */
 ssize_t trace_stream_read(trace_stream *s, char *buf, size_t max);
 void trace_stream_close(trace_stream *s);
+/* A stream opened with q as out's streamed body (endpoint.h): /trace's, and
+ * the files'. -1 (out unchanged) when memory runs out. */
+int trace_stream_body(const trace_query *q, endpoint_body *out);
+/* The whole trace into f, flushed; gzip'd (deflated as /trace is on the
+ * wire) where gzip is nonzero. Errors as gpupool_trace_write's. */
+gpupool_status trace_write_whole(FILE *f, int gzip);
 
 /* Writes the whole trace to path atomically (a temporary file in the same
  * directory, then rename). 0 on success; -1 with a one-line reason on stderr
