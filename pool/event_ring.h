@@ -312,10 +312,11 @@ static inline int event_ring_repeat_newest(event_ring *r, uint64_t ts, uint64_t 
   /* the repeats, the lowest bits, are what is left where the rest matches */
   uint64_t repeats =
       (have & ~EVENT_REC_TF(0, EVF_PREV_FREED)) - (EVENT_REC_REQUESTED(requested) | tf);
-  if (repeats >= EVENT_REC_REPEATS_MAX ||
-      atomic_load_explicit(&s->word[0], memory_order_relaxed) != ts ||
-      atomic_load_explicit(&s->word[1], memory_order_relaxed) != addr ||
-      atomic_load_explicit(&s->word[2], memory_order_relaxed) != size)
+  if (__builtin_expect(repeats >= EVENT_REC_REPEATS_MAX ||
+                           atomic_load_explicit(&s->word[0], memory_order_relaxed) != ts ||
+                           atomic_load_explicit(&s->word[1], memory_order_relaxed) != addr ||
+                           atomic_load_explicit(&s->word[2], memory_order_relaxed) != size,
+                       0)) /* the caller's straight path is the repeat (shard.c) */
     return 0;
   atomic_store_explicit(&s->word[3], have + 1, EVENT_RING_WORD_STORE);
   r->repeated++;

@@ -501,9 +501,14 @@ static inline uint64_t record_block_event(shard *sh, uint8_t type, unsigned flag
   uint64_t ts = event_clock_stamp();
   /* b allocated again, its last lifetime the newest record and ended with
    * no record of its free: the same lifetime again, in the same tick, is a
-   * repeat of that record (event_ring.h, "Repeated lifetimes") */
-  if (r->last_block == b && type == EV_ALLOC &&
-      event_ring_repeat_newest(r, ts, b->addr, b->size, requested, tf))
+   * repeat of that record (event_ring.h, "Repeated lifetimes"). Expected:
+   * the compiler then lays the repeat out as the straight path, with no
+   * taken branch, where it jumped to it out of line; in an allocation
+   * storm that path is all that recording adds, and the jumps were about a
+   * third of what it cost (bench_events; bench/README.md). */
+  if (__builtin_expect(r->last_block == b && type == EV_ALLOC &&
+                           event_ring_repeat_newest(r, ts, b->addr, b->size, requested, tf),
+                       1))
     return ts;
   _Static_assert(EVF_PREV_FREED == 1 << 6, "the shift below sets EVF_PREV_FREED");
   tf |= EVENT_REC_TF(0, (unsigned)newest_allocation_ended(r, b, type) << 6);
