@@ -21,8 +21,12 @@ int http_gzip_available(void) {
 }
 
 int http_gzip(const char *in, size_t len, char **out, size_t *outlen) {
+  return http_gzip_level(in, len, GZIP_LEVEL, out, outlen);
+}
+
+int http_gzip_level(const char *in, size_t len, int level, char **out, size_t *outlen) {
   z_stream z = {0};
-  if (len > UINT_MAX || deflateInit2(&z, GZIP_LEVEL, Z_DEFLATED, GZIP_WINDOW_BITS, GZIP_MEM_LEVEL,
+  if (len > UINT_MAX || deflateInit2(&z, level, Z_DEFLATED, GZIP_WINDOW_BITS, GZIP_MEM_LEVEL,
                                      Z_DEFAULT_STRATEGY) != Z_OK)
     return -1;
   size_t cap = deflateBound(&z, (uLong)len);
@@ -52,6 +56,11 @@ int http_gzip_available(void) {
 
 int http_gzip(const char *in, size_t len, char **out, size_t *outlen) {
   (void)in, (void)len, (void)out, (void)outlen;
+  return -1;
+}
+
+int http_gzip_level(const char *in, size_t len, int level, char **out, size_t *outlen) {
+  (void)in, (void)len, (void)level, (void)out, (void)outlen;
   return -1;
 }
 #endif

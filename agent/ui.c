@@ -1,9 +1,12 @@
 #include "ui.h"
 
 #include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "http_accept.h"
+#include "http_gzip.h"
 #include "ui_assets.h"
 
 /* The page loads only its own script and style and fetches only this agent;
@@ -25,16 +28,49 @@ static const char *const security_headers[UI_SECURITY_HEADERS + 1] = {"Content-S
                                                                       "no-referrer",
                                                                       NULL};
 
-/* Each asset's response headers, with its ETag; made once. */
-static const char *asset_headers[UI_ASSETS_MAX][UI_SECURITY_HEADERS + 3];
-static pthread_once_t headers_once = PTHREAD_ONCE_INIT;
+/* Each asset as served: as it is, and gzip'd for a client that accepts
+ * gzip (where this build has zlib and deflating makes it smaller). Each form
+ * has an ETag of its own (RFC 9110 8.8.3: a validator names one
+ * representation), the gzip'd one the asset's with "-gzip", so that a
+ * cache never takes one for the other. Made once: the assets are fixed. */
+typedef struct asset_form {
+  const unsigned char *data;
+  size_t len;
+  const char *headers[UI_SECURITY_HEADERS + 3]; /* the security headers, then its ETag */
+} asset_form;
+typedef struct asset_forms {
+  asset_form plain, gzip; /* gzip.data NULL: served as it is only */
+  char gzip_etag[48];
+} asset_forms;
+static asset_forms forms[UI_ASSETS_MAX];
+static pthread_once_t forms_once = PTHREAD_ONCE_INIT;
 
-static void make_headers(void) {
+static void set_headers(asset_form *f, const char *etag) {
+  memcpy(f->headers, security_headers, UI_SECURITY_HEADERS * sizeof *f->headers);
+  f->headers[UI_SECURITY_HEADERS] = "ETag", f->headers[UI_SECURITY_HEADERS + 1] = etag;
+  f->headers[UI_SECURITY_HEADERS + 2] = NULL;
+}
+
+static void make_forms(void) {
   for (unsigned i = 0; i < ui_asset_count && i < UI_ASSETS_MAX; i++) {
-    const char **h = asset_headers[i];
-    memcpy(h, security_headers, UI_SECURITY_HEADERS * sizeof *h);
-    h[UI_SECURITY_HEADERS] = "ETag", h[UI_SECURITY_HEADERS + 1] = ui_assets[i].etag;
-    h[UI_SECURITY_HEADERS + 2] = NULL;
+    const ui_asset *a = &ui_assets[i];
+    asset_forms *f = &forms[i];
+    f->plain.data = a->data;
+    f->plain.len = a->len;
+    set_headers(&f->plain, a->etag);
+    char *zipped;
+    size_t n;
+    if (http_gzip_level((const char *)a->data, a->len, 9, &zipped, &n) != 0)
+      continue;
+    if (n >= a->len) { /* a small file: gzip's header and trailer outweigh the saving */
+      free(zipped);
+      continue;
+    }
+    /* the asset's quoted ETag, its closing quote replaced */
+    snprintf(f->gzip_etag, sizeof f->gzip_etag, "%.*s-gzip\"", (int)strlen(a->etag) - 1, a->etag);
+    f->gzip.data = (const unsigned char *)zipped; /* kept for the process's life, as the assets */
+    f->gzip.len = n;
+    set_headers(&f->gzip, f->gzip_etag);
   }
 }
 
@@ -100,24 +136,29 @@ static void serve_asset(const endpoint_args *args, endpoint_body *out, const ui_
   int device; /* read by the page's script: only checked here */
   if (is_page && endpoint_device_param(args, args->path, &device, out) != 0)
     return;
-  pthread_once(&headers_once, make_headers);
+  pthread_once(&forms_once, make_forms);
+  const asset_forms *f = &forms[a - ui_assets];
+  const asset_form *form =
+      f->gzip.data && http_accepts_gzip(args->accept_encoding) ? &f->gzip : &f->plain;
   out->cache_control =
       !is_page && names_content(v, a) ? "public, max-age=31536000, immutable" : "no-cache";
-  out->headers = asset_headers[a - ui_assets];
-  if (etag_matches(args->if_none_match, a->etag)) {
+  out->headers = form->headers;
+  if (etag_matches(args->if_none_match, form->headers[UI_SECURITY_HEADERS + 1])) {
     out->status = 304;
-    out->len = a->len;
+    out->len = form->len;
     return;
   }
   out->status = 200;
   out->content_type = a->content_type;
-  out->data = malloc(a->len ? a->len : 1);
+  if (form == &f->gzip)
+    out->content_encoding = "gzip";
+  out->data = malloc(form->len ? form->len : 1);
   if (!out->data) {
     endpoint_out_of_memory(out, "serving /ui");
     return;
   }
-  memcpy(out->data, a->data, a->len);
-  out->len = a->len;
+  memcpy(out->data, form->data, form->len);
+  out->len = form->len;
 }
 
 void ui_endpoint(const endpoint_args *args, endpoint_body *out) {

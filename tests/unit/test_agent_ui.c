@@ -142,6 +142,90 @@ Test(agent_ui, page_and_assets) {
   http_response_free(&r);
 }
 
+static http_response request(int port, const char *method, const char *target,
+                             const char *headers) {
+  http_response r;
+  cr_assert_eq(http_request("127.0.0.1", port, method, target, headers, &r), 0,
+               "%s %s: no complete answer", method, target);
+  return r;
+}
+
+/* The page and its script and style, asked by a client that accepts gzip:
+ * gzip'd, the same bytes once inflated, under an ETag of their own (the
+ * plain one with "-gzip", so that no cache takes one form for the other),
+ * which a revalidation of that form matches and the plain one's does not;
+ * HEAD announces the gzip'd length. A client that does not accept gzip gets
+ * the file as it is. Built without zlib, every answer is plain. */
+Test(agent_ui, files_gzip_when_accepted) {
+  int port = start_local();
+  http_response page = get(port, "/ui", NULL);
+  char *targets[] = {strdup("/ui"), asset_url(page.body, "/ui/ui.js?v="),
+                     asset_url(page.body, "/ui/ui.css?v=")};
+  http_response_free(&page);
+  for (size_t i = 0; i < sizeof targets / sizeof *targets; i++) {
+    const char *t = targets[i];
+    http_response plain = get(port, t, NULL);
+    cr_assert_eq(plain.status, 200, "%s", t);
+    cr_assert_null(header(&plain, "Content-Encoding"), "%s", t);
+    char plain_etag[128];
+    snprintf(plain_etag, sizeof plain_etag, "%s", header(&plain, "ETag"));
+    http_response refused = get(port, t, "Accept-Encoding: gzip;q=0, identity\r\n");
+    cr_assert_null(header(&refused, "Content-Encoding"), "%s", t);
+    cr_assert_eq(refused.body_len, plain.body_len, "%s", t);
+    http_response_free(&refused);
+    http_response zipped = get(port, t, "Accept-Encoding: gzip, deflate, br\r\n");
+    cr_assert_eq(zipped.status, 200, "%s", t);
+    cr_assert(strstr(header(&zipped, "Vary"), "Accept-Encoding"), "%s", t);
+#ifdef GPUPOOL_HAVE_ZLIB
+    cr_assert_str_eq(header(&zipped, "Content-Encoding"), "gzip", "%s", t);
+    cr_assert_lt(zipped.body_len, plain.body_len, "%s", t);
+    char *text;
+    size_t len;
+    cr_assert_eq(http_gunzip(zipped.body, zipped.body_len, &text, &len), 0, "%s", t);
+    cr_assert(len == plain.body_len && memcmp(text, plain.body, len) == 0,
+              "%s: inflated, not the plain file", t);
+    free(text);
+    char want[160];
+    snprintf(want, sizeof want, "%.*s-gzip\"", (int)strlen(plain_etag) - 1, plain_etag);
+    cr_assert_str_eq(header(&zipped, "ETag"), want, "%s", t);
+    cr_assert_str_eq(header(&zipped, "Cache-Control"), header(&plain, "Cache-Control"), "%s", t);
+    cr_assert_str_eq(header(&zipped, "Content-Security-Policy"),
+                     header(&plain, "Content-Security-Policy"), "%s", t);
+
+    char cond[256];
+    snprintf(cond, sizeof cond, "Accept-Encoding: gzip\r\nIf-None-Match: %s\r\n", want);
+    http_response same = get(port, t, cond);
+    cr_assert_eq(same.status, 304, "%s: the gzip'd form's ETag", t);
+    cr_assert_str_eq(header(&same, "ETag"), want, "%s", t);
+    http_response_free(&same);
+    snprintf(cond, sizeof cond, "Accept-Encoding: gzip\r\nIf-None-Match: %s\r\n", plain_etag);
+    http_response other = get(port, t, cond);
+    cr_assert_eq(other.status, 200, "%s: the plain form's ETag validates the plain form only", t);
+    cr_assert_str_eq(header(&other, "Content-Encoding"), "gzip", "%s", t);
+    http_response_free(&other);
+    snprintf(cond, sizeof cond, "If-None-Match: %s\r\n", want);
+    other = get(port, t, cond);
+    cr_assert_eq(other.status, 200, "%s: the gzip'd form's ETag, asked plain", t);
+    cr_assert_null(header(&other, "Content-Encoding"), "%s", t);
+    http_response_free(&other);
+
+    http_response head = request(port, "HEAD", t, "Accept-Encoding: gzip\r\n");
+    char announced[32];
+    snprintf(announced, sizeof announced, "%zu", zipped.body_len);
+    cr_assert_str_eq(header(&head, "Content-Length"), announced, "%s", t);
+    cr_assert_str_eq(header(&head, "Content-Encoding"), "gzip", "%s", t);
+    cr_assert_eq(head.body_len, 0);
+    http_response_free(&head);
+#else
+    cr_assert_null(header(&zipped, "Content-Encoding"), "built without zlib: %s plain", t);
+    cr_assert_str_eq(header(&zipped, "ETag"), plain_etag, "%s", t);
+#endif
+    http_response_free(&zipped);
+    http_response_free(&plain);
+    free(targets[i]);
+  }
+}
+
 /* A 304 announces no length but the one its 200 has (RFC 9110 8.6), sends
  * no body, and leaves a kept-alive connection ready for the next request:
  * the page and a script revalidated by GET and HEAD, then /healthz, all on

@@ -28,6 +28,31 @@ Test(http_gzip, one_shot_reads_back) {
   }
 }
 
+/* At the smallest level (/ui's files, deflated once): the same bytes read
+ * back, in no more than the fastest level takes; a level zlib does not
+ * have is refused with nothing allocated. */
+Test(http_gzip, levels_read_back) {
+  static uint8_t in[200000], back[200001];
+  for (int kind = 0; kind < 3; kind++) {
+    size_t n = sizeof in;
+    gz_fill(in, n, kind);
+    char *fast, *small;
+    size_t fast_len, small_len;
+    cr_assert_eq(http_gzip_level((const char *)in, n, 1, &fast, &fast_len), 0);
+    cr_assert_eq(http_gzip_level((const char *)in, n, 9, &small, &small_len), 0);
+    cr_assert_eq(gz_read_member((uint8_t *)small, small_len, back, sizeof back), n);
+    cr_assert_eq(memcmp(back, in, n), 0);
+    cr_assert_leq(small_len, fast_len, "kind %d: level 9 %zu bytes, level 1 %zu", kind, small_len,
+                  fast_len);
+    free(fast);
+    free(small);
+  }
+  char *z = (char *)0x1;
+  size_t zlen = 7;
+  cr_assert_eq(http_gzip_level("abc", 3, 42, &z, &zlen), -1);
+  cr_assert_eq(z, (char *)0x1, "nothing allocated");
+}
+
 /* A compressor reused for many bodies (the /metrics one, on one thread:
  * one zlib stream reset per body) gives each body on its own. */
 Test(http_gzip, a_reused_compressor_resets_between_bodies) {
