@@ -8,14 +8,11 @@
  * both).
  *
  * The ticker costs wake-ups, so it ticks only while events are frequent: it
- * measures the rate of writes into the rings (records, and lifetimes
- * folded into records: the function event_clock_set_event_source gave it)
- * every 50 ms, switches ticking on at EVENT_CLOCK_ON_RATE writes/s and off
- * again below a quarter of that. The gap keeps a rate near the threshold
- * from flapping: once ticked, a storm of malloc+free pairs makes one write a
- * pair instead of two (event_ring.h, "One record per lifetime" and
- * "Repeated lifetimes"), so its count halves while its rate does not.
- * Why
+ * measures the event rate (two events an allocation of a recording pool, it
+ * and its free, however few records they took: the function
+ * event_clock_set_event_source gave it) every 50 ms, switches ticking on at
+ * EVENT_CLOCK_ON_RATE events/s and off again below a quarter of that. The
+ * gap keeps a rate near the threshold from flapping. Why
  * 1,000,000 events/s: above that rate the ticker's fixed cost (its wake-ups)
  * is less than what exact stamps cost at that rate, below it more;
  * bench/README.md (bench_events) gives the measured costs behind the choice.
@@ -128,10 +125,11 @@ void event_clock_set_on_rate(uint64_t events_per_s);
 /* Sets the published stamp (0: exact mode). The ticker's only store; for
  * tests, while no ticker runs. */
 void event_clock_publish(uint64_t stamp);
-/* Sets the function the ticker measures the event rate with: the number of
- * writes ever made into the rings it stamps. The clock knows no pools:
- * whoever gives them rings sets it (pool_events_enable sets
- * pool_events_written_total). NULL, the default: no events, never ticked. */
+/* Sets the function the ticker measures the event rate with: a count of
+ * the events ever made by those whose events it stamps (a count that steps
+ * back leaves that period unjudged). The clock knows no pools: whoever gives
+ * them rings sets it (pool_events_enable sets pool_events_lifetimes_total).
+ * NULL, the default: no events, never ticked. */
 void event_clock_set_event_source(uint64_t (*events_total)(void));
 
 #endif

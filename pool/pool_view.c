@@ -128,23 +128,25 @@ static void give_rings(gpupool *p, void *arg) {
   }
 }
 
-/* What p's rings have written, summed over its streams. */
+/* What p's rings have written, summed over its streams, and the
+ * allocations of the shards that have a ring. */
 typedef struct ring_counts {
-  uint64_t recorded; /* records pushed */
-  uint64_t dropped;  /* of those, overwritten */
-  uint64_t repeated; /* repeats added to records (event_ring_repeat_newest) */
+  uint64_t recorded;    /* records pushed */
+  uint64_t dropped;     /* of those, overwritten */
+  uint64_t allocations; /* ever (the size histogram's count: reset with it) */
 } ring_counts;
 
 static ring_counts ring_counts_of(gpupool *p) {
   ring_counts c = {0};
   for (shard *sh = atomic_load(&p->shards); sh; sh = sh->next_shard) {
-    /* the writer's lock, which repeated is read under; a ring replaced
-     * meanwhile is released after the swap */
+    /* the writer's lock, which the histogram is read under; a ring
+     * replaced meanwhile is released after the swap */
     spin_lock(&sh->lock);
     if (sh->ring) {
       c.recorded += event_ring_head(sh->ring);
       c.dropped += event_ring_dropped(sh->ring);
-      c.repeated += sh->ring->repeated;
+      for (int i = 0; i < POOL_HIST_BUCKETS; i++)
+        c.allocations += sh->st.hist_bucket[i];
     }
     spin_unlock(&sh->lock);
   }
@@ -161,14 +163,13 @@ uint64_t pool_events_recorded_total(void) {
   return total;
 }
 
-static void add_written(gpupool *p, void *arg) {
-  ring_counts c = ring_counts_of(p);
-  *(uint64_t *)arg += c.recorded + c.repeated;
+static void add_lifetime_events(gpupool *p, void *arg) {
+  *(uint64_t *)arg += 2 * ring_counts_of(p).allocations;
 }
 
-uint64_t pool_events_written_total(void) {
+uint64_t pool_events_lifetimes_total(void) {
   uint64_t total = 0;
-  registry_foreach(add_written, &total);
+  registry_foreach(add_lifetime_events, &total);
   return total;
 }
 
@@ -179,7 +180,7 @@ void pool_events_enable(size_t capacity) {
   shard_set_events_capacity(capacity);
   registry_foreach(give_rings, &capacity);
   pthread_mutex_unlock(&events_lock);
-  event_clock_set_event_source(pool_events_written_total);
+  event_clock_set_event_source(pool_events_lifetimes_total);
 }
 
 /* Points each shard of p at its ring (*arg, the capacity, > 0) or at none.

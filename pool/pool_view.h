@@ -85,12 +85,15 @@ void pool_events_switch(size_t capacity);
 int pool_events_enabled(void);
 /* Records ever pushed into the rings of all registered pools. */
 uint64_t pool_events_recorded_total(void);
-/* Records ever pushed into those rings and lifetimes folded into their
- * records (event_ring_repeat_newest): the writes a storm of malloc+free
- * pairs makes, one a pair whether each pair has a record or repeats one.
- * The event clock's measure of the event rate (pool_events_enable hands it
- * over). */
-uint64_t pool_events_written_total(void);
+/* The events that the allocations of the shards with rings stand for, two
+ * an allocation (it and its free), whether they have records of their own,
+ * share one (event_ring.h, "One record per lifetime") or repeat one
+ * ("Repeated lifetimes"): the event clock's measure of the event rate
+ * (pool_events_enable hands it over). Counted from the size histogram, which
+ * the hot path keeps anyway, so that a repeat stores nothing but its
+ * record's word; it steps back where a pool is destroyed or its accumulated
+ * statistics are reset, and the clock does not judge such a period. */
+uint64_t pool_events_lifetimes_total(void);
 /* Events p's rings have recorded and overwritten, summed over its streams. */
 void pool_event_counts(gpupool *p, uint64_t *recorded, uint64_t *dropped);
 /* Takes a reference on each ring of p (at most max), its newest record

@@ -126,9 +126,8 @@ Test(event_clock, pool_events_keep_their_order_across_mode_switches) {
   pool_events_disable();
 }
 
-/* The meter counts records (a free in its allocation's tick writes none,
- * which halves a storm of pairs' count once ticked): off below a quarter of the
- * threshold keeps such a storm from flapping. */
+/* Off below a quarter of the threshold keeps a rate near it from
+ * flapping. */
 Test(event_clock, meter_switches_on_at_the_threshold_and_off_below_a_quarter) {
   event_clock_meter m = {0};
   cr_assert_eq(event_clock_meter_step(&m, 1000 * MS, 50000), 0, "a first measurement: no rate");
@@ -170,6 +169,30 @@ Test(event_clock, counts_the_events_of_every_pool) {
   gpupool_destroy(p);
   gpupool_destroy(q);
   pool_events_disable();
+}
+
+/* The clock's count: two events an allocation of a pool with rings, taken
+ * from the allocation counts that gpupool_reset_accumulated_stats resets
+ * (a step back, which the meter leaves unjudged: above). */
+Test(event_clock, the_rate_counts_two_events_an_allocation_of_recording_pools) {
+  pool_events_enable(64);
+  gpupool *p = pc_pool(GPUPOOL_STRATEGY_BFC, 64 * PC_MiB, NULL);
+  uint64_t before = pool_events_lifetimes_total();
+  for (int i = 0; i < 100; i++) {
+    void *x;
+    cr_assert_eq(gpupool_malloc(p, &x, 4096 + (size_t)i, NULL), GPUPOOL_OK);
+    cr_assert_eq(gpupool_free(p, x), GPUPOOL_OK);
+  }
+  cr_assert_eq(pool_events_lifetimes_total() - before, 200);
+  before = pool_events_lifetimes_total();
+  void *y;
+  cr_assert_eq(gpupool_malloc(p, &y, 512, NULL), GPUPOOL_OK); /* live: counts already */
+  cr_assert_eq(pool_events_lifetimes_total() - before, 2);
+  gpupool_reset_accumulated_stats(p);
+  cr_assert_eq(pool_events_lifetimes_total(), 0, "p's counts reset: a step back");
+  cr_assert_eq(gpupool_free(p, y), GPUPOOL_OK);
+  pool_events_disable();
+  gpupool_destroy(p);
 }
 
 /* One malloc+free pair on stream s of p. */
