@@ -107,17 +107,27 @@ int64_t event_clock_thread_cpu_ns(void);
 /* The ticker's decisions, separated from its thread so that tests can drive
  * them with made-up event counts and times. */
 typedef struct event_clock_meter {
-  uint64_t last_ns, last_events; /* the previous measurement */
+  uint64_t last_before, last_after, last_events; /* the previous measurement */
   int have_last;
-  int ticked;  /* the mode decided */
-  double rate; /* events/s over the last period measured */
+  int ticked; /* the mode decided */
+  /* The event rate over the last period judged, events/s: at least
+   * rate_low, at most rate_high (INFINITY where the two counts' times
+   * overlap); equal where each count was taken at one instant. */
+  double rate_low, rate_high;
 } event_clock_meter;
-/* One measurement at now_ns with events_total events ever pushed: updates
- * the rate and the mode (on at EVENT_CLOCK_ON_RATE or the rate set with
- * event_clock_set_on_rate, off below a quarter of it; a
- * period in which the total went down, when rings went away, is not
- * measured). Returns the mode: 1 ticked, 0 exact. Publishes nothing. */
-int event_clock_meter_step(event_clock_meter *m, uint64_t now_ns, uint64_t events_total);
+/* One measurement: events_total events ever made, counted at some instant
+ * between before_ns and after_ns (a count of many pools and streams, which
+ * a preempted ticker may take long over). The period since the previous
+ * measurement then lasted at least from its after to this before and at
+ * most from its before to this after, which bounds the rate; the mode
+ * switches only where the bound decides it: on where the lower bound
+ * reaches EVENT_CLOCK_ON_RATE (or the rate set with
+ * event_clock_set_on_rate), off where the upper bound is below a quarter
+ * of it. A period in which the total went down (rings went away, counts
+ * were reset) is not judged. Returns the mode: 1 ticked, 0 exact.
+ * Publishes nothing. */
+int event_clock_meter_step(event_clock_meter *m, uint64_t before_ns, uint64_t after_ns,
+                           uint64_t events_total);
 /* The rate at which ticking switches on (off below a quarter of it), records/s;
  * 0 restores EVENT_CLOCK_ON_RATE. For tests, so that the ticker's switching
  * can be driven by a rate any machine reaches. */

@@ -92,7 +92,9 @@ uint64_t pool_events_recorded_total(void);
  * (pool_events_enable hands it over). Counted from the size histogram, which
  * the hot path keeps anyway, so that a repeat stores nothing but its
  * record's word; it steps back where a pool is destroyed or its accumulated
- * statistics are reset, and the clock does not judge such a period. */
+ * statistics are reset, and the clock does not judge such a period. Takes
+ * no shard lock: it never waits for an allocating thread, even one
+ * preempted inside its critical section. */
 uint64_t pool_events_lifetimes_total(void);
 /* Events p's rings have recorded and overwritten, summed over its streams. */
 void pool_event_counts(gpupool *p, uint64_t *recorded, uint64_t *dropped);

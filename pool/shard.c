@@ -547,9 +547,13 @@ static void note_active_peak(shard *sh) {
   }
 }
 
+/* hist_bucket's one writer, under the lock: a relaxed load and store, no
+ * read-modify-write, which the event clock's count reads without the lock
+ * (pool_events_lifetimes_total). */
 static void count_request(shard *sh, size_t requested) {
   unsigned i = requested <= 1 ? 0 : 64 - (unsigned)__builtin_clzll(requested - 1);
-  sh->st.hist_bucket[i < POOL_HIST_BUCKETS ? i : POOL_HIST_BUCKETS - 1]++;
+  uint64_t *bucket = &sh->st.hist_bucket[i < POOL_HIST_BUCKETS ? i : POOL_HIST_BUCKETS - 1];
+  __atomic_store_n(bucket, *bucket + 1, __ATOMIC_RELAXED);
   sh->st.hist_sum += requested;
 }
 

@@ -278,7 +278,8 @@ void gpupool_reset_accumulated_stats(gpupool *p) {
       stat_reset_accumulated(&sh->st.s[id]);
     sh->st.device_sourced = sh->st.sync_events = 0;
     /* the size histogram counts allocations too: its count stays theirs */
-    memset(sh->st.hist_bucket, 0, sizeof sh->st.hist_bucket);
+    for (int i = 0; i < POOL_HIST_BUCKETS; i++) /* read without the lock: count_request */
+      __atomic_store_n(&sh->st.hist_bucket[i], 0, __ATOMIC_RELAXED);
     sh->st.hist_sum = 0;
     spin_unlock(&sh->lock);
   }

@@ -218,7 +218,9 @@ typedef struct shard_stats {
     int64_t count[GPUPOOL_STAT_TYPES], bytes[GPUPOOL_STAT_TYPES];
   } active_peak;
   uint64_t device_sourced, sync_events;
-  uint64_t hist_bucket[POOL_HIST_BUCKETS]; /* requests (pool_histogram) */
+  /* requests (pool_histogram); stored with __atomic_store_n: the event
+   * clock's count reads them without the lock (pool_events_lifetimes_total) */
+  uint64_t hist_bucket[POOL_HIST_BUCKETS];
   uint64_t hist_sum;
 } shard_stats;
 
@@ -245,7 +247,9 @@ struct shard {
   shard_stats st;
   int64_t tag_bytes[POOL_TAG_SLOTS]; /* allocated bytes per tag id ([0] unused) */
   addrmap live;                      /* allocated and not yet freed blocks, by address */
-  event_ring *ring;                  /* NULL until events are first turned on */
+  /* NULL until events are first turned on; stored with __atomic_store_n
+   * once the shard is listed (pool_events_lifetimes_total reads it unlocked) */
+  event_ring *ring;
   /* ring while events are on, NULL while off: the hot path's one test of
    * whether to record, read under the shard lock. Stored relaxed by
    * pool_events_switch without that lock (a thread allocating in a loop

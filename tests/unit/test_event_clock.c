@@ -4,6 +4,7 @@
  * No test depends on how fast anything runs: waits on the real ticker are
  * for a state, with a deadline only as a safety net. */
 #include <criterion/criterion.h>
+#include <math.h>
 #include <sched.h>
 #include <stdint.h>
 #include <sys/wait.h>
@@ -14,6 +15,7 @@
 #include "helpers/pool_check.h"
 #include "core/clock.h"
 #include "pool/event_clock.h"
+#include "pool/pool_internal.h"
 #include "pool/pool_view.h"
 
 #define MS 1000000ull /* ns */
@@ -130,28 +132,64 @@ Test(event_clock, pool_events_keep_their_order_across_mode_switches) {
  * flapping. */
 Test(event_clock, meter_switches_on_at_the_threshold_and_off_below_a_quarter) {
   event_clock_meter m = {0};
-  cr_assert_eq(event_clock_meter_step(&m, 1000 * MS, 50000), 0, "a first measurement: no rate");
+  cr_assert_eq(event_clock_meter_step(&m, 1000 * MS, 1000 * MS, 50000), 0,
+               "a first measurement: no rate");
   /* 10 ms periods: 10,000 records = 1,000,000/s. */
-  cr_assert_eq(event_clock_meter_step(&m, 1010 * MS, 59990), 0, "999,000/s: below");
-  cr_assert_eq(event_clock_meter_step(&m, 1020 * MS, 69990), 1, "1,000,000/s: on");
-  cr_assert_eq(m.rate, 1000000.0);
-  cr_assert_eq(event_clock_meter_step(&m, 1030 * MS, 74990), 1, "500,000/s: stays on");
-  cr_assert_eq(event_clock_meter_step(&m, 1040 * MS, 77490), 1, "250,000/s: stays on");
-  cr_assert_eq(event_clock_meter_step(&m, 1050 * MS, 79980), 0, "249,000/s: off");
-  cr_assert_eq(event_clock_meter_step(&m, 1060 * MS, 89000), 0, "902,000/s: stays off");
-  cr_assert_eq(event_clock_meter_step(&m, 1070 * MS, 89000), 0, "idle");
-  cr_assert_eq(event_clock_meter_step(&m, 2070 * MS, 10089000), 1, "10,000,000/s over 1 s: on");
-  cr_assert_eq(event_clock_meter_step(&m, 2080 * MS, 10089000), 0, "idle: off");
+  cr_assert_eq(event_clock_meter_step(&m, 1010 * MS, 1010 * MS, 59990), 0, "999,000/s: below");
+  cr_assert_eq(event_clock_meter_step(&m, 1020 * MS, 1020 * MS, 69990), 1, "1,000,000/s: on");
+  cr_assert_eq(m.rate_low, 1000000.0, "counts at one instant: the bounds are the rate");
+  cr_assert_eq(m.rate_high, 1000000.0);
+  cr_assert_eq(event_clock_meter_step(&m, 1030 * MS, 1030 * MS, 74990), 1, "500,000/s: stays on");
+  cr_assert_eq(event_clock_meter_step(&m, 1040 * MS, 1040 * MS, 77490), 1, "250,000/s: stays on");
+  cr_assert_eq(event_clock_meter_step(&m, 1050 * MS, 1050 * MS, 79980), 0, "249,000/s: off");
+  cr_assert_eq(event_clock_meter_step(&m, 1060 * MS, 1060 * MS, 89000), 0, "902,000/s: stays off");
+  cr_assert_eq(event_clock_meter_step(&m, 1070 * MS, 1070 * MS, 89000), 0, "idle");
+  cr_assert_eq(event_clock_meter_step(&m, 2070 * MS, 2070 * MS, 10089000), 1,
+               "10,000,000/s over 1 s: on");
+  cr_assert_eq(event_clock_meter_step(&m, 2080 * MS, 2080 * MS, 10089000), 0, "idle: off");
+}
+
+/* A count taken over a long time (the ticker preempted while counting, or
+ * waiting for the registry's lock) bounds the period: the mode switches
+ * where the bound decides it, and stays where the bounds straddle the
+ * threshold. */
+Test(event_clock, meter_judges_a_slow_count_by_the_bounds_of_its_period) {
+  event_clock_meter m = {0};
+  event_clock_meter_step(&m, 0, 0, 0);
+  /* 40 ms of counting: the period lasted 50 to 90 ms; 45,000 events are
+   * 500,000 to 900,000/s, below 1,000,000/s whatever the period was */
+  cr_assert_eq(event_clock_meter_step(&m, 50 * MS, 90 * MS, 45000), 0);
+  cr_assert_eq(m.rate_low, 500000.0);
+  cr_assert_eq(m.rate_high, 900000.0);
+  /* from the count over 50-90 ms to one at 140 ms: 50 to 90 ms again;
+   * 70,000 more: 777,778 to 1,400,000/s, which may be either: no switch */
+  cr_assert_eq(event_clock_meter_step(&m, 140 * MS, 140 * MS, 115000), 0);
+  /* 30 ms of counting again, period 50 to 80 ms, 80,000 more: at least
+   * 1,000,000/s: on */
+  cr_assert_eq(event_clock_meter_step(&m, 190 * MS, 220 * MS, 195000), 1);
+  cr_assert_eq(m.rate_low, 1000000.0);
+  /* from 190-220 to 230: 10 to 40 ms; 10,000 more: 250,000 to 1,000,000/s:
+   * perhaps a quarter: stays on */
+  cr_assert_eq(event_clock_meter_step(&m, 230 * MS, 230 * MS, 205000), 1);
+  /* a count begun as the previous one ended (a clock that did not move
+   * between them): no upper bound */
+  cr_assert_eq(event_clock_meter_step(&m, 230 * MS, 260 * MS, 205000), 1, "idle, but unbounded");
+  cr_assert(isinf(m.rate_high));
+  /* 30 ms after a count that ended at 260: idle: off */
+  cr_assert_eq(event_clock_meter_step(&m, 290 * MS, 290 * MS, 205000), 0);
+  cr_assert_eq(m.rate_high, 0.0);
 }
 
 Test(event_clock, meter_keeps_its_mode_when_rings_go_away) {
   event_clock_meter m = {0};
-  event_clock_meter_step(&m, 0, 0);
-  cr_assert_eq(event_clock_meter_step(&m, 10 * MS, 100000), 1);
-  cr_assert_eq(event_clock_meter_step(&m, 20 * MS, 40), 1, "the total fell: not a rate");
-  cr_assert_eq(event_clock_meter_step(&m, 30 * MS, 20040), 1, "2,000,000/s from the new total");
-  cr_assert_eq(event_clock_meter_step(&m, 30 * MS, 20040), 1, "no time passed: not a rate");
-  cr_assert_eq(event_clock_meter_step(&m, 40 * MS, 20040), 0);
+  event_clock_meter_step(&m, 0, 0, 0);
+  cr_assert_eq(event_clock_meter_step(&m, 10 * MS, 10 * MS, 100000), 1);
+  cr_assert_eq(event_clock_meter_step(&m, 20 * MS, 20 * MS, 40), 1, "the total fell: not a rate");
+  cr_assert_eq(event_clock_meter_step(&m, 30 * MS, 30 * MS, 20040), 1,
+               "2,000,000/s from the new total");
+  cr_assert_eq(event_clock_meter_step(&m, 30 * MS, 30 * MS, 20040), 1,
+               "no time passed: not a rate");
+  cr_assert_eq(event_clock_meter_step(&m, 40 * MS, 40 * MS, 20040), 0);
 }
 
 Test(event_clock, counts_the_events_of_every_pool) {
@@ -191,6 +229,28 @@ Test(event_clock, the_rate_counts_two_events_an_allocation_of_recording_pools) {
   gpupool_reset_accumulated_stats(p);
   cr_assert_eq(pool_events_lifetimes_total(), 0, "p's counts reset: a step back");
   cr_assert_eq(gpupool_free(p, y), GPUPOOL_OK);
+  pool_events_disable();
+  gpupool_destroy(p);
+}
+
+/* The ticker's count takes no shard lock: where busy threads outnumber
+ * cores, one preempted inside its pool call held its shard's lock for a
+ * time slice, the count waited, and the ticker judged no period (measure).
+ * Here this thread holds the lock: a count that took it would never return
+ * (the timeout fails the test). */
+Test(event_clock, the_rate_count_does_not_wait_for_a_held_shard_lock, .timeout = 30) {
+  pool_events_enable(64);
+  gpupool *p = pc_pool(GPUPOOL_STRATEGY_BFC, 64 * PC_MiB, NULL);
+  uint64_t before = pool_events_lifetimes_total();
+  void *x;
+  cr_assert_eq(gpupool_malloc(p, &x, 4096, NULL), GPUPOOL_OK);
+  cr_assert_eq(gpupool_free(p, x), GPUPOOL_OK);
+  shard *sh = atomic_load(&p->shards);
+  cr_assert_not_null(sh);
+  spin_lock(&sh->lock);
+  uint64_t counted = pool_events_lifetimes_total() - before;
+  spin_unlock(&sh->lock);
+  cr_assert_eq(counted, 2, "one allocation and its free");
   pool_events_disable();
   gpupool_destroy(p);
 }
@@ -315,16 +375,17 @@ Test(event_clock, the_ticker_ticks_while_events_are_frequent_and_stops_when_idle
 Test(event_clock, the_rate_that_switches_ticking_on_can_be_set) {
   event_clock_meter m = {0};
   event_clock_set_on_rate(1000);
-  event_clock_meter_step(&m, 0, 0);
-  cr_assert_eq(event_clock_meter_step(&m, 1000 * MS, 999), 0, "999/s: below");
-  cr_assert_eq(event_clock_meter_step(&m, 2000 * MS, 1999), 1, "1000/s: on");
-  cr_assert_eq(event_clock_meter_step(&m, 3000 * MS, 2249), 1, "250/s: stays on");
-  cr_assert_eq(event_clock_meter_step(&m, 4000 * MS, 2498), 0, "249/s: off");
+  event_clock_meter_step(&m, 0, 0, 0);
+  cr_assert_eq(event_clock_meter_step(&m, 1000 * MS, 1000 * MS, 999), 0, "999/s: below");
+  cr_assert_eq(event_clock_meter_step(&m, 2000 * MS, 2000 * MS, 1999), 1, "1000/s: on");
+  cr_assert_eq(event_clock_meter_step(&m, 3000 * MS, 3000 * MS, 2249), 1, "250/s: stays on");
+  cr_assert_eq(event_clock_meter_step(&m, 4000 * MS, 4000 * MS, 2498), 0, "249/s: off");
   event_clock_set_on_rate(0);
   m = (event_clock_meter){0};
-  event_clock_meter_step(&m, 0, 0);
-  cr_assert_eq(event_clock_meter_step(&m, 1000 * MS, 999999), 0, "the default again: below");
-  cr_assert_eq(event_clock_meter_step(&m, 2000 * MS, 1999999), 1, "1,000,000/s: on");
+  event_clock_meter_step(&m, 0, 0, 0);
+  cr_assert_eq(event_clock_meter_step(&m, 1000 * MS, 1000 * MS, 999999), 0,
+               "the default again: below");
+  cr_assert_eq(event_clock_meter_step(&m, 2000 * MS, 2000 * MS, 1999999), 1, "1,000,000/s: on");
 }
 
 /* The agent runs the ticker while it records events, with its tick. */

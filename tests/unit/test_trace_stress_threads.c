@@ -216,6 +216,31 @@ Test(trace_stress_threads, events_switched_off_and_on_while_threads_allocate) {
   pool_events_disable();
 }
 
+/* The event clock's count reads the shards' allocation counts without
+ * their locks, while 8 threads allocate: it never steps back while no pool
+ * goes away, and the ticker, counting too, switches to ticked stamps. */
+Test(trace_stress_threads, the_rate_count_reads_while_threads_allocate) {
+  pool_events_enable(256);
+  event_clock_set_on_rate(1000); /* a rate any machine reaches, TSan's too */
+  cr_assert_eq(event_clock_start(1000), 0);
+  workload wl;
+  workload_start(&wl, 0);
+  uint64_t first = pool_events_lifetimes_total(), last = first;
+  for (int i = 0; i < 2000 && (i < 200 || !event_clock_resolution_us()); i++) {
+    uint64_t now = pool_events_lifetimes_total();
+    cr_assert_geq(now, last, "the count stepped back: %llu after %llu", (unsigned long long)now,
+                  (unsigned long long)last);
+    last = now;
+    usleep(500);
+  }
+  cr_assert_gt(last, first, "the workers' allocations were not counted");
+  cr_assert_eq(event_clock_resolution_us(), 1000, "the ticker never went ticked");
+  workload_stop(&wl);
+  event_clock_stop();
+  event_clock_set_on_rate(0);
+  pool_events_disable();
+}
+
 Test(trace_stress_threads, trace_and_snapshot_over_http_while_threads_allocate) {
   gpupool_agent_options o = {.listen = "127.0.0.1:0",
                              .sample_interval_ms = 5,
