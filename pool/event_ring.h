@@ -28,6 +28,8 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "core/assert.h"
+
 typedef enum {
   EV_ALLOC = 1,      /* addr, size (block), requested, stream; flags: EVF_FROM_DEVICE */
   EV_FREE,           /* addr, size, requested, stream; flags: EVF_DEFERRED if waiting on events */
@@ -218,18 +220,26 @@ typedef struct event_ring {
    * Next to head, so that its store joins head's on the hot path. The pool
    * reads the block's state through it (shard.c); the ring never does. */
   const void *last_block;
-  event_ring_rec *newest_block; /* writer only: last_block's record, where set */
-  uint64_t last_stamp;          /* writer only: the newest timestamp pushed (event_clock.h) */
-  size_t mask;                  /* slots - 1 */
-  event_ring_slot *slots;       /* full layout; NULL in a compact ring */
-  event_ring_rec *recs;         /* compact layout: the records */
-  event_ring_slot *side;        /* compact layout: the other events (mapped, touched as used) */
-  uint64_t side_next;           /* writer only: side events ever pushed */
-  uint64_t stream;              /* compact layout: the stream of every block event */
-  int stamped;                  /* ts_ns holds clock_stamp() values */
+  event_ring_rec *newest_block; /* writer only: the newest block record, where one was pushed */
+  /* Writer only: what newest_block holds, and how many more repeats it
+   * takes (0 where it takes none), so that a repeat is told on this line
+   * alone, with no type and flags to compose (event_ring_repeat_newest). */
+  uint64_t repeat_ts, repeat_addr, repeat_size, repeat_requested;
+  unsigned repeats_left;
+  /* the second line: what pushing a record reads */
+  _Alignas(EVENT_RING_SLOT) size_t mask; /* slots - 1 */
+  event_ring_rec *recs;                  /* compact layout: the records */
+  event_ring_slot *slots;                /* full layout; NULL in a compact ring */
+  event_ring_slot *side; /* compact layout: the other events (mapped, touched as used) */
+  uint64_t last_stamp;   /* writer only: the newest timestamp pushed (event_clock.h) */
+  uint64_t side_next;    /* writer only: side events ever pushed */
+  uint64_t stream;       /* compact layout: the stream of every block event */
+  int stamped;           /* ts_ns holds clock_stamp() values */
   _Atomic int refs;
 } event_ring;
 _Static_assert(sizeof(event_ring) % EVENT_RING_SLOT == 0, "a ring shares no cache line");
+_Static_assert(offsetof(event_ring, repeats_left) < EVENT_RING_SLOT,
+               "a repeat reads the ring's first line alone");
 
 /* capacity rounded up to a power of two (at least 16) slots, which keep one
  * event fewer (see above): event_ring_capacity() says how many. */
@@ -274,6 +284,13 @@ static inline void event_ring_push_block(event_ring *r, uint64_t ts, uint64_t tf
   atomic_store_explicit(&r->head, n + 1, memory_order_release);
   r->last_block = last;
   r->newest_block = s;
+  r->repeat_ts = ts;
+  r->repeat_addr = addr;
+  r->repeat_size = size;
+  r->repeat_requested = requested;
+  /* a plain allocation (EVF_LARGE and EVF_PREV_FREED at most) repeats */
+  const uint64_t plain = EVENT_REC_TF(0xff, ~(EVF_LARGE | EVF_PREV_FREED));
+  r->repeats_left = (tf & plain) == EVENT_REC_TF(EV_ALLOC, 0) ? EVENT_REC_REPEATS_MAX : 0;
   /* A few lines ahead, unmasked (a prefetch never faults; past the end it
    * is only wasted): an add, not the index arithmetic of a masked one. */
   __builtin_prefetch((const void *)((uintptr_t)s + EVENT_RING_SLOT * EVENT_RING_PREFETCH), 1);
@@ -295,28 +312,27 @@ static inline int event_ring_mark_newest_freed(event_ring *r) {
   atomic_store_explicit(&s->word[3], w3 | EVENT_REC_TF(0, EVF_FREED), EVENT_RING_WORD_STORE);
   return 1;
 }
-/* Writer side, the pool's hot path, where r->last_block is set (its
- * allocation is the newest record): where that record is stamped ts, of a
- * block at addr of size bytes, of requested bytes and type and flags tf
- * (EVENT_REC_TF) but for EVF_PREV_FREED (so neither marked EVF_FREED nor a
- * side event), with room for one more repeat, adds one (the block allocated
- * again, its last lifetime ended with no record) and returns 1. Else 0: the
- * caller pushes a record. Compact rings only. */
+/* Writer side, the pool's hot path: where the newest record is a plain
+ * allocation (no flag but EVF_LARGE and EVF_PREV_FREED, as the caller's is:
+ * the same block, so the same EVF_LARGE) stamped ts, of a block at addr of
+ * size bytes and of requested bytes, with room for one more repeat, adds
+ * one (the block allocated again, its last lifetime ended with no record)
+ * and returns 1. Else 0: the caller pushes a record. Compact rings only.
+ * The test reads the ring's first line alone; the record's word 3 is the
+ * one store after publication. */
 static inline int event_ring_repeat_newest(event_ring *r, uint64_t ts, uint64_t addr, uint64_t size,
-                                           uint64_t requested, uint64_t tf) {
-  event_ring_rec *s = r->newest_block;
-  uint64_t have = atomic_load_explicit(&s->word[3], memory_order_relaxed);
-  /* the repeats, the lowest bits, are what is left where the rest matches */
-  uint64_t repeats =
-      (have & ~EVENT_REC_TF(0, EVF_PREV_FREED)) - (EVENT_REC_REQUESTED(requested) | tf);
-  if (__builtin_expect(repeats >= EVENT_REC_REPEATS_MAX ||
-                           atomic_load_explicit(&s->word[0], memory_order_relaxed) != ts ||
-                           atomic_load_explicit(&s->word[1], memory_order_relaxed) != addr ||
-                           atomic_load_explicit(&s->word[2], memory_order_relaxed) != size,
+                                           uint64_t requested) {
+  if (__builtin_expect(!r->repeats_left || r->repeat_ts != ts || r->repeat_addr != addr ||
+                           r->repeat_size != size || r->repeat_requested != requested,
                        0)) /* the caller's straight path is the repeat (shard.c) */
     return 0;
-  /* the record's word 3 and nothing else: a count of repeats here too cost
-   * 2 % of a cache-hit pair (bench_events on the dev VM, bench/README.md) */
+  r->repeats_left--;
+  event_ring_rec *s = r->newest_block;
+  uint64_t have = atomic_load_explicit(&s->word[3], memory_order_relaxed);
+  gp_assert_internal((have & EVENT_REC_REPEATS_MAX) < EVENT_REC_REPEATS_MAX);
+  /* the record's word 3, and the count left on the line the test has just
+   * read: no other line is written (bench/README.md, the forty-first
+   * session: a test on that line alone cut what a storm's pair adds) */
   atomic_store_explicit(&s->word[3], have + 1, EVENT_RING_WORD_STORE);
   return 1;
 }

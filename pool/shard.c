@@ -491,25 +491,28 @@ event_ring_end shard_events_end(shard *sh) {
 static inline uint64_t record_block_event(shard *sh, uint8_t type, unsigned flags, const block *b,
                                           int large, size_t requested) {
   event_ring *r = shard_recording(sh);
-  if (!r)
+  if (__builtin_expect(!r, 0)) /* events are on by default: theirs is the straight path */
     return 0;
   gp_assert_internal(large == 0 || large == 1);
+  uint64_t ts = event_clock_stamp();
+  /* b allocated again from the cache, its last lifetime the newest record
+   * and ended with no record of its free: the same lifetime again, in the
+   * same tick, is a repeat of that record (event_ring.h, "Repeated
+   * lifetimes"). Tried first, before the record's type and flags are
+   * composed, and laid out as the straight path: in an allocation storm it
+   * is all that recording adds (bench_events; bench/README.md). */
+  if (__builtin_expect(r->last_block == b && type == EV_ALLOC && flags == 0 &&
+                           event_ring_repeat_newest(r, ts, b->addr, b->size, requested),
+                       1)) {
+    gp_assert_internal((atomic_load_explicit(&r->newest_block->word[3], memory_order_relaxed) >>
+                            EVENT_REC_FLAGS_SHIFT &
+                        EVF_LARGE) == (unsigned)large << 2); /* b's segment: its record's */
+    return ts;
+  }
   _Static_assert(EVF_LARGE == 1 << 2, "the shift below sets EVF_LARGE");
   uint64_t tf = EVENT_REC_TF(type, flags | (unsigned)large << 2);
   if (__builtin_expect(requested >> EVENT_REC_REQUESTED_BITS != 0, 0))
     return record_block_event_whole(sh, r, tf, b, requested);
-  uint64_t ts = event_clock_stamp();
-  /* b allocated again, its last lifetime the newest record and ended with
-   * no record of its free: the same lifetime again, in the same tick, is a
-   * repeat of that record (event_ring.h, "Repeated lifetimes"). Expected:
-   * the compiler then lays the repeat out as the straight path, with no
-   * taken branch, where it jumped to it out of line; in an allocation
-   * storm that path is all that recording adds, and the jumps were about a
-   * third of what it cost (bench_events; bench/README.md). */
-  if (__builtin_expect(r->last_block == b && type == EV_ALLOC &&
-                           event_ring_repeat_newest(r, ts, b->addr, b->size, requested, tf),
-                       1))
-    return ts;
   _Static_assert(EVF_PREV_FREED == 1 << 6, "the shift below sets EVF_PREV_FREED");
   tf |= EVENT_REC_TF(0, (unsigned)newest_allocation_ended(r, b, type) << 6);
   event_ring_push_block(r, ts, tf, b->addr, b->size, requested, type == EV_ALLOC ? b : NULL);

@@ -566,6 +566,42 @@ Test(event_ring_freed, a_filtered_out_pair_does_not_count_against_the_limit) {
   pool_events_disable();
 }
 
+/* The ring's own rule for a repeat, apart from the pool's: only the newest
+ * record, only a plain allocation (EVF_LARGE and EVF_PREV_FREED at most),
+ * only with its stamp, address and sizes, at most EVENT_REC_REPEATS_MAX. */
+Test(event_ring_freed, a_repeat_takes_only_the_newest_plain_allocation_as_it_was) {
+  event_ring *r = event_ring_create_pool(1024, STREAM);
+  cr_assert_not_null(r);
+  r->stamped = 0;
+  const uint64_t ts = 10, addr = 0x1000, size = 4096, requested = 1000 + ts;
+  push(r, ts, EV_ALLOC, EVF_LARGE | EVF_PREV_FREED, addr);
+  cr_expect_not(event_ring_repeat_newest(r, ts + 1, addr, size, requested), "another stamp");
+  cr_expect_not(event_ring_repeat_newest(r, ts, addr + 512, size, requested), "another address");
+  cr_expect_not(event_ring_repeat_newest(r, ts, addr, size + 512, requested), "another size");
+  cr_expect_not(event_ring_repeat_newest(r, ts, addr, size, requested - 1), "another request");
+  for (unsigned i = 0; i < EVENT_REC_REPEATS_MAX; i++)
+    cr_assert(event_ring_repeat_newest(r, ts, addr, size, requested), "repeat %u", i);
+  cr_expect_not(event_ring_repeat_newest(r, ts, addr, size, requested), "a record takes 127");
+  uint64_t cursor = 0, skipped = 0;
+  pool_event ev[2];
+  cr_assert_eq(event_ring_read(r, &cursor, ev, 2, &skipped), 1);
+  cr_expect_eq(ev[0].repeats, EVENT_REC_REPEATS_MAX);
+  cr_expect_eq(ev[0].flags, EVF_LARGE, "the repeats changed no flag (readers move EVF_PREV_FREED)");
+
+  const struct {
+    event_type type;
+    unsigned flags;
+  } refused[] = {{EV_ALLOC, EVF_FROM_DEVICE}, {EV_ALLOC, EVF_PAGES}, {EV_FREE, 0}};
+  for (size_t i = 0; i < sizeof refused / sizeof refused[0]; i++) {
+    push(r, ts, refused[i].type, refused[i].flags, addr);
+    cr_expect_not(event_ring_repeat_newest(r, ts, addr, size, requested),
+                  "type %d, flags %u: no repeat", refused[i].type, refused[i].flags);
+  }
+  push(r, ts, EV_ALLOC, 0, addr);
+  cr_expect(event_ring_repeat_newest(r, ts, addr, size, requested), "a plain allocation again");
+  event_ring_unref(r);
+}
+
 /* Repeated lifetimes: a storm of pairs on one block in one tick writes one
  * record per 128 pairs, and every reader still gets each allocation and
  * free, in order, at the tick's time. */

@@ -153,8 +153,7 @@ static void race(size_t capacity, uint64_t events, int compact) {
         cr_assert(event_ring_mark_newest_freed(r));
       for (unsigned k = 0; k < repeats_of(n); k++)
         cr_assert(event_ring_repeat_newest(r, n, word_of(n, 2), word_of(n, 3),
-                                           word_of(n, 4) & REQUESTED_MASK,
-                                           EVENT_REC_TF(EV_ALLOC, n & 7)));
+                                           word_of(n, 4) & REQUESTED_MASK));
       continue;
     }
     pool_event ev = event_of(n);
