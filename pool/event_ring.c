@@ -94,6 +94,7 @@ void event_ring_push_compact(event_ring *r, const pool_event *ev) {
                         EVENT_RING_WORD_STORE);
   atomic_store_explicit(&r->head, n + 1, memory_order_release);
   r->last_block = NULL;
+  r->repeats_left = 0; /* the newest record is this one */
 }
 
 event_ring *event_ring_create_stamped(size_t capacity) {

@@ -310,6 +310,7 @@ static inline int event_ring_mark_newest_freed(event_ring *r) {
   if ((w3 & what) != EVENT_REC_TF(EV_ALLOC, 0))
     return 0;
   atomic_store_explicit(&s->word[3], w3 | EVENT_REC_TF(0, EVF_FREED), EVENT_RING_WORD_STORE);
+  r->repeats_left = 0; /* a record marked freed takes no repeat */
   return 1;
 }
 /* Writer side, the pool's hot path: where the newest record is a plain

@@ -599,6 +599,13 @@ Test(event_ring_freed, a_repeat_takes_only_the_newest_plain_allocation_as_it_was
   }
   push(r, ts, EV_ALLOC, 0, addr);
   cr_expect(event_ring_repeat_newest(r, ts, addr, size, requested), "a plain allocation again");
+  cr_assert(event_ring_mark_newest_freed(r));
+  cr_expect_not(event_ring_repeat_newest(r, ts, addr, size, requested), "marked freed: no repeat");
+  push(r, ts, EV_ALLOC, 0, addr);
+  pool_event side = {.ts_ns = ts, .type = EV_SEGMENT_ALLOC, .addr = addr, .size = 1 << 20};
+  event_ring_push(r, &side);
+  cr_expect_not(event_ring_repeat_newest(r, ts, addr, size, requested),
+                "a side event is the newest record: no repeat of the one before");
   event_ring_unref(r);
 }
 
