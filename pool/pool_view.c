@@ -159,8 +159,9 @@ uint64_t pool_events_recorded_total(void) {
 
 /* Without the shards' locks: the ticker that counts would otherwise wait
  * for any thread preempted while it held one, a time slice or more where
- * busy threads outnumber cores, and a count that slow leaves its period
- * unjudged (event_clock.c, measure): the clock then never went ticked there
+ * busy threads outnumber cores, and a count that slow widens the bounds of
+ * the rate the meter judges (event_clock.c, measure); under the old rule,
+ * which judged no such period, the clock never went ticked there
  * (bench_events, 8 threads on 2 cores). The shard list only grows, and the
  * ring pointer and histogram are stored atomically by their writers. */
 static void add_lifetime_events(gpupool *p, void *arg) {

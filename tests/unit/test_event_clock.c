@@ -235,9 +235,10 @@ Test(event_clock, the_rate_counts_two_events_an_allocation_of_recording_pools) {
 
 /* The ticker's count takes no shard lock: where busy threads outnumber
  * cores, one preempted inside its pool call held its shard's lock for a
- * time slice, the count waited, and the ticker judged no period (measure).
- * Here this thread holds the lock: a count that took it would never return
- * (the timeout fails the test). */
+ * time slice, and the count waited for it (the ticker then judged no
+ * period; now such a wait would widen the meter's bounds). Here this thread
+ * holds the lock: a count that took it would never return (the timeout
+ * fails the test). */
 Test(event_clock, the_rate_count_does_not_wait_for_a_held_shard_lock, .timeout = 30) {
   pool_events_enable(64);
   gpupool *p = pc_pool(GPUPOOL_STRATEGY_BFC, 64 * PC_MiB, NULL);
