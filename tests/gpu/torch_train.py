@@ -547,6 +547,16 @@ TIMING_CONFIGS = [  # (label, allocator, environment): nothing is recorded
     # against "torch expandable_segments" (the agent's cost is issue 15's)
     ("gpupool expandable_segments, no agent", "gpupool",
      {"GPUPOOL_CONF": "expandable_segments:True"}),
+    # where the agent's cost with expandable segments goes: each part off
+    ("gpupool expandable_segments, agent, cupti:off", "gpupool",
+     {"GPUPOOL_AGENT_CONF": "listen:127.0.0.1:0,cupti:off",
+      "GPUPOOL_CONF": "expandable_segments:True"}),
+    ("gpupool expandable_segments, agent, trace_events:0", "gpupool",
+     {"GPUPOOL_AGENT_CONF": "listen:127.0.0.1:0,trace_events:0",
+      "GPUPOOL_CONF": "expandable_segments:True"}),
+    ("gpupool expandable_segments, agent, trace_events:0, cupti:off", "gpupool",
+     {"GPUPOOL_AGENT_CONF": "listen:127.0.0.1:0,trace_events:0,cupti:off",
+      "GPUPOOL_CONF": "expandable_segments:True"}),
 ]
 
 
