@@ -339,26 +339,26 @@ static int alternate(const bench_alloc *a, size_t size, void *const *streams, in
   return rc;
 }
 
-/* A phase of N threads, ns: 10 ms, longer than a time slice, times the
- * threads each core runs in turn where they outnumber the cores, so that a
- * phase sees every thread run (the scheduler's turn of 8 threads on 2 cores
- * is 4 slices, and phases shorter than it spread the ratios by 0.3). */
-static uint64_t threads_phase_ns(int threads) {
-  long cores = sysconf(_SC_NPROCESSORS_ONLN);
+/* A phase of N threads on `cores` online cores (sysconf's answer; -1 where
+ * unknown), ns: 10 ms, longer than a time slice, times the threads each core
+ * runs in turn where they outnumber the cores, so that a phase sees every
+ * thread run (the scheduler's turn of 8 threads on 2 cores is 4 slices, and
+ * phases shorter than it spread the ratios by 0.3). */
+static uint64_t threads_phase_ns(int threads, long cores) {
   uint64_t turns = cores > 0 && threads > cores ? (uint64_t)((threads + cores - 1) / cores) : 1;
   return 10000000 * turns;
 }
 
 static int alternating_table(const bench_alloc *a, void *const *streams, const options *o) {
   const int phases = o->quick ? 40 : 200;
+  const long cores = sysconf(_SC_NPROCESSORS_ONLN); /* asked once: the note and the phases */
   printf("\n### Events on (ticker) / off in alternating phases\n\n");
   printf("- the threads run pairs without stopping; events are switched on and off every phase "
          "(2 ms on one thread, %.0f ms on %d: longer than a time slice, times the threads a core "
          "runs in turn where they outnumber the %ld online cores), %d pairs of phases, the order "
          "within a pair alternating; on/off is taken per pair of adjacent phases: its median and "
          "quartiles\n",
-         (double)threads_phase_ns(o->threads) / 1e6, o->threads, sysconf(_SC_NPROCESSORS_ONLN),
-         phases);
+         (double)threads_phase_ns(o->threads, cores) / 1e6, o->threads, cores, phases);
   printf("- clock: the phases with events on that began with the clock ticked, of those "
          "measured (the rest took exact stamps: a record per event, no repeats)\n");
   printf("- issue 15's target: on/off at most 1.05 at every size, 1 and %d threads\n\n",
@@ -374,7 +374,8 @@ static int alternating_table(const bench_alloc *a, void *const *streams, const o
       bench_bytes(sizes[s], size, sizeof size);
       double off = NAN, on = NAN, q[3];
       int ticked = 0, got = 0;
-      uint64_t phase_ns = thread_counts[t] == 1 ? 2000000 : threads_phase_ns(thread_counts[t]);
+      uint64_t phase_ns =
+          thread_counts[t] == 1 ? 2000000 : threads_phase_ns(thread_counts[t], cores);
       if (alternate(a, sizes[s], streams, thread_counts[t], o, phases, phase_ns, &off, &on, q,
                     &ticked, &got) != 0) {
         printf("| %s | %d | failed | | | | | |\n", size, thread_counts[t]);
