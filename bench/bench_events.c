@@ -16,6 +16,13 @@
  * a slow stretch of a shared machine hits both halves of a pair alike.
  *
  *   bench_events [--quick] [--threads N] [--capacity EVENTS] [--tick-us US]
+ *   bench_events --count-pairs N on|off
+ *
+ * --count-pairs runs N cache-hit 512 B pairs on one thread in count_pairs,
+ * with events on (ticked mode: one stamp published, no ticker, so every
+ * pair is the storm's repeat) or off, and nothing else: for an instruction
+ * count, `valgrind --tool=callgrind --toggle-collect=count_pairs`, the
+ * layout-free figure of what events add to a pair (bench/README.md).
  *
  * Exit status 1 when a measurement failed. */
 #include <math.h>
@@ -46,6 +53,8 @@ typedef struct options {
   int quick, threads;
   size_t capacity;
   unsigned tick_us;
+  long count_pairs; /* --count-pairs N: only that, events on or off */
+  int count_events; /* its on|off */
 } options;
 
 static int parse_args(int argc, char **argv, options *o) {
@@ -59,9 +68,18 @@ static int parse_args(int argc, char **argv, options *o) {
       o->capacity = (size_t)strtoull(argv[++i], NULL, 10);
     } else if (!strcmp(argv[i], "--tick-us") && i + 1 < argc) {
       o->tick_us = (unsigned)strtoul(argv[++i], NULL, 10);
+    } else if (!strcmp(argv[i], "--count-pairs") && i + 2 < argc &&
+               (!strcmp(argv[i + 2], "on") || !strcmp(argv[i + 2], "off"))) {
+      o->count_pairs = atol(argv[i + 1]);
+      o->count_events = !strcmp(argv[i + 2], "on");
+      if (o->count_pairs < 1) {
+        fprintf(stderr, "bench_events: --count-pairs takes at least 1 pair\n");
+        return -1;
+      }
+      i += 2;
     } else {
       fprintf(stderr, "usage: bench_events [--quick] [--threads N] [--capacity EVENTS] "
-                      "[--tick-us US]\n");
+                      "[--tick-us US]\n       bench_events --count-pairs N on|off\n");
       return -1;
     }
   }
@@ -390,6 +408,46 @@ static int alternating_table(const bench_alloc *a, void *const *streams, const o
   return failed;
 }
 
+/* --count-pairs: n pairs and nothing else, the function callgrind counts
+ * (--toggle-collect=count_pairs); -1 when an allocation failed. */
+static __attribute__((noinline)) int count_pairs(const bench_alloc *a, size_t size, void *stream,
+                                                 long n) {
+  for (long i = 0; i < n; i++) {
+    void *p;
+    if (a->alloc(a->ctx, &p, size, stream) != 0)
+      return -1;
+    a->free(a->ctx, p, size, stream);
+  }
+  return 0;
+}
+
+/* --count-pairs N on|off: a warm-up outside count_pairs (the block cached,
+ * with events on its record written and the stamp published), then N
+ * pairs in it. */
+static int count_only(const bench_alloc *a, void *stream, const options *o) {
+  const size_t size = 512;
+  if (o->count_events) {
+    pool_events_enable(o->capacity);
+    clock_stamp_init();
+    event_clock_publish(clock_stamp()); /* ticked mode, the stamp standing still */
+  }
+  for (int i = 0; i < 1000; i++) {
+    void *p;
+    if (a->alloc(a->ctx, &p, size, stream) != 0)
+      return -1;
+    a->free(a->ctx, p, size, stream);
+  }
+  uint64_t before = pool_events_recorded_total();
+  if (count_pairs(a, size, stream, o->count_pairs) != 0)
+    return -1;
+  printf("bench_events --count-pairs: %ld pairs of %zu B, events %s, %llu records written\n",
+         o->count_pairs, size, o->count_events ? "on (ticked)" : "off",
+         (unsigned long long)(pool_events_recorded_total() - before));
+  event_clock_publish(0);
+  pool_events_disable();
+  return 0;
+}
+
 int main(int argc, char **argv) {
   options o;
   if (parse_args(argc, argv, &o) != 0)
@@ -414,6 +472,13 @@ int main(int argc, char **argv) {
   void *streams[MAX_THREADS];
   for (int i = 0; i < o.threads; i++)
     streams[i] = gpupool_host_stream_create();
+  if (o.count_pairs) {
+    int rc = count_only(&a, streams[0], &o);
+    for (int i = 0; i < o.threads; i++)
+      gpupool_host_stream_destroy(streams[i]);
+    bench_alloc_destroy(&a);
+    return rc != 0;
+  }
 
   printf("## bench_events%s\n\n", o.quick ? " (--quick: few repetitions)" : "");
   printf("- gpupool %s, host backend, bfc; events ring of %zu per stream when on\n",
