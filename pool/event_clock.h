@@ -59,12 +59,11 @@ static inline uint64_t event_clock_stamp(void) {
 }
 
 /* Whether an event now would take stamp, a stamp event_clock_stamp() gave
- * earlier (never 0, the published word's value in exact mode: no stamp is
- * 0, so no test of its own): in ticked mode, while the same tick is
- * published. */
+ * earlier: in ticked mode, while the same tick is published (an exact stamp
+ * is never the published word, which is 0 then). 0, no stamp (an event not
+ * recorded), never. */
 static inline int event_clock_ticked_at(uint64_t stamp) {
-  gp_assert_internal(stamp != 0);
-  return atomic_load_explicit(&event_clock_coarse.stamp, memory_order_relaxed) == stamp;
+  return stamp && atomic_load_explicit(&event_clock_coarse.stamp, memory_order_relaxed) == stamp;
 }
 
 /* The timestamp for the next event pushed into r (writer side, under the

@@ -15,14 +15,11 @@ static size_t slots_for(size_t capacity) {
   return slots;
 }
 
-/* A zeroed ring struct on cache lines of its own (see event_ring), with no
- * record to repeat. */
+/* A zeroed ring struct on cache lines of its own (see event_ring). */
 static event_ring *ring_alloc(void) {
   event_ring *r = aligned_alloc(EVENT_RING_SLOT, sizeof *r);
-  if (r) {
+  if (r)
     memset(r, 0, sizeof *r);
-    r->repeat_ts = EVENT_RING_NO_REPEAT;
-  }
   return r;
 }
 
@@ -97,7 +94,7 @@ void event_ring_push_compact(event_ring *r, const pool_event *ev) {
                         EVENT_RING_WORD_STORE);
   atomic_store_explicit(&r->head, n + 1, memory_order_release);
   r->last_block = NULL;
-  r->repeat_ts = EVENT_RING_NO_REPEAT; /* the newest record is this one */
+  r->repeats_left = 0; /* the newest record is this one */
 }
 
 event_ring *event_ring_create_stamped(size_t capacity) {

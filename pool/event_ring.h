@@ -209,10 +209,6 @@ _Static_assert(sizeof(event_ring_rec) == 32, "two records to a cache line");
 #define EVENT_REC_TF(type, flags)                                                                  \
   ((uint64_t)(type) << EVENT_REC_TYPE_SHIFT | (uint64_t)(flags) << EVENT_REC_FLAGS_SHIFT)
 
-/* event_ring's repeat_ts where the newest record takes no repeat: no stamp
- * (an rdtsc or CLOCK_REALTIME ns) reaches it. */
-#define EVENT_RING_NO_REPEAT UINT64_MAX
-
 /* Cache-line aligned, on lines of its own (ring_alloc): the writer stores
  * head on every event, and the rings of two streams, created one after the
  * other in adjacent heap chunks, would otherwise share a line between the
@@ -225,12 +221,11 @@ typedef struct event_ring {
    * reads the block's state through it (shard.c); the ring never does. */
   const void *last_block;
   event_ring_rec *newest_block; /* writer only: the newest block record, where one was pushed */
-  /* Writer only: what newest_block holds, so that a repeat is told on this
-   * line alone, with no type and flags to compose
-   * (event_ring_repeat_newest); repeat_ts is EVENT_RING_NO_REPEAT where it
-   * takes no more repeats (no stamp is that value), which spares the test a
-   * count of its own. */
+  /* Writer only: what newest_block holds, and how many more repeats it
+   * takes (0 where it takes none), so that a repeat is told on this line
+   * alone, with no type and flags to compose (event_ring_repeat_newest). */
   uint64_t repeat_ts, repeat_addr, repeat_size, repeat_requested;
+  unsigned repeats_left;
   /* the second line: what pushing a record reads */
   _Alignas(EVENT_RING_SLOT) size_t mask; /* slots - 1 */
   event_ring_rec *recs;                  /* compact layout: the records */
@@ -243,7 +238,7 @@ typedef struct event_ring {
   _Atomic int refs;
 } event_ring;
 _Static_assert(sizeof(event_ring) % EVENT_RING_SLOT == 0, "a ring shares no cache line");
-_Static_assert(offsetof(event_ring, repeat_requested) < EVENT_RING_SLOT,
+_Static_assert(offsetof(event_ring, repeats_left) < EVENT_RING_SLOT,
                "a repeat reads the ring's first line alone");
 
 /* capacity rounded up to a power of two (at least 16) slots, which keep one
@@ -289,12 +284,13 @@ static inline void event_ring_push_block(event_ring *r, uint64_t ts, uint64_t tf
   atomic_store_explicit(&r->head, n + 1, memory_order_release);
   r->last_block = last;
   r->newest_block = s;
-  /* a plain allocation (EVF_LARGE and EVF_PREV_FREED at most) repeats */
-  const uint64_t plain = EVENT_REC_TF(0xff, ~(EVF_LARGE | EVF_PREV_FREED));
-  r->repeat_ts = (tf & plain) == EVENT_REC_TF(EV_ALLOC, 0) ? ts : EVENT_RING_NO_REPEAT;
+  r->repeat_ts = ts;
   r->repeat_addr = addr;
   r->repeat_size = size;
   r->repeat_requested = requested;
+  /* a plain allocation (EVF_LARGE and EVF_PREV_FREED at most) repeats */
+  const uint64_t plain = EVENT_REC_TF(0xff, ~(EVF_LARGE | EVF_PREV_FREED));
+  r->repeats_left = (tf & plain) == EVENT_REC_TF(EV_ALLOC, 0) ? EVENT_REC_REPEATS_MAX : 0;
   /* A few lines ahead, unmasked (a prefetch never faults; past the end it
    * is only wasted): an add, not the index arithmetic of a masked one. */
   __builtin_prefetch((const void *)((uintptr_t)s + EVENT_RING_SLOT * EVENT_RING_PREFETCH), 1);
@@ -314,7 +310,7 @@ static inline int event_ring_mark_newest_freed(event_ring *r) {
   if ((w3 & what) != EVENT_REC_TF(EV_ALLOC, 0))
     return 0;
   atomic_store_explicit(&s->word[3], w3 | EVENT_REC_TF(0, EVF_FREED), EVENT_RING_WORD_STORE);
-  r->repeat_ts = EVENT_RING_NO_REPEAT; /* a record marked freed takes no repeat */
+  r->repeats_left = 0; /* a record marked freed takes no repeat */
   return 1;
 }
 /* Writer side, the pool's hot path: where the newest record is a plain
@@ -327,20 +323,18 @@ static inline int event_ring_mark_newest_freed(event_ring *r) {
  * one store after publication. */
 static inline int event_ring_repeat_newest(event_ring *r, uint64_t ts, uint64_t addr, uint64_t size,
                                            uint64_t requested) {
-  gp_assert_internal(ts != EVENT_RING_NO_REPEAT);
-  if (__builtin_expect(r->repeat_ts != ts || r->repeat_addr != addr || r->repeat_size != size ||
-                           r->repeat_requested != requested,
+  if (__builtin_expect(!r->repeats_left || r->repeat_ts != ts || r->repeat_addr != addr ||
+                           r->repeat_size != size || r->repeat_requested != requested,
                        0)) /* the caller's straight path is the repeat (shard.c) */
     return 0;
+  r->repeats_left--;
   event_ring_rec *s = r->newest_block;
-  uint64_t w3 = atomic_load_explicit(&s->word[3], memory_order_relaxed) + 1;
-  gp_assert_internal((w3 & EVENT_REC_REPEATS_MAX) != 0); /* the count did not wrap */
-  /* the record's word 3 is the one store after publication; the test read
-   * the ring's first line alone (bench/README.md, the forty-first session:
-   * a test on that line alone cut what a storm's pair adds) */
-  atomic_store_explicit(&s->word[3], w3, EVENT_RING_WORD_STORE);
-  if (__builtin_expect((w3 & EVENT_REC_REPEATS_MAX) == EVENT_REC_REPEATS_MAX, 0))
-    r->repeat_ts = EVENT_RING_NO_REPEAT; /* full: the next lifetime takes a record */
+  uint64_t have = atomic_load_explicit(&s->word[3], memory_order_relaxed);
+  gp_assert_internal((have & EVENT_REC_REPEATS_MAX) < EVENT_REC_REPEATS_MAX);
+  /* the record's word 3, and the count left on the line the test has just
+   * read: no other line is written (bench/README.md, the forty-first
+   * session: a test on that line alone cut what a storm's pair adds) */
+  atomic_store_explicit(&s->word[3], have + 1, EVENT_RING_WORD_STORE);
   return 1;
 }
 

@@ -531,7 +531,6 @@ static inline void record_free_event(shard *sh, int deferred, const block *b, in
   event_ring *r = shard_recording(sh);
   if (!r)
     return;
-  /* b the last block: its allocation was recorded, so its stamp is not 0 */
   if (!deferred && r->last_block == b && event_clock_ticked_at(b->alloc_stamp))
     return;
   record_block_event(sh, EV_FREE, deferred ? EVF_DEFERRED : 0, b, large, b->requested);
