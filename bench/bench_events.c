@@ -21,8 +21,9 @@
  * --count-pairs runs N cache-hit 512 B pairs on one thread in count_pairs,
  * with events on (ticked mode: one stamp published, no ticker, so every
  * pair is the storm's repeat) or off, and nothing else: for an instruction
- * count, `valgrind --tool=callgrind --toggle-collect=count_pairs`, the
- * layout-free figure of what events add to a pair (bench/README.md).
+ * count, `valgrind --tool=callgrind --toggle-collect='count_pairs*'` (the
+ * optimiser may clone it under a suffixed name), the layout-free figure of
+ * what events add to a pair (bench/README.md).
  *
  * Exit status 1 when a measurement failed. */
 #include <math.h>
@@ -409,7 +410,7 @@ static int alternating_table(const bench_alloc *a, void *const *streams, const o
 }
 
 /* --count-pairs: n pairs and nothing else, the function callgrind counts
- * (--toggle-collect=count_pairs); -1 when an allocation failed. */
+ * (--toggle-collect='count_pairs*'); -1 when an allocation failed. */
 static __attribute__((noinline)) int count_pairs(const bench_alloc *a, size_t size, void *stream,
                                                  long n) {
   for (long i = 0; i < n; i++) {
@@ -421,9 +422,9 @@ static __attribute__((noinline)) int count_pairs(const bench_alloc *a, size_t si
   return 0;
 }
 
-/* --count-pairs N on|off: a warm-up outside count_pairs (the block cached,
- * with events on its record written and the stamp published), then N
- * pairs in it. */
+/* --count-pairs N on|off: a warm-up outside count_pairs, so that callgrind
+ * counts none of it (the block cached, with events on its record written
+ * and the stamp published), then N pairs in it. */
 static int count_only(const bench_alloc *a, void *stream, const options *o) {
   const size_t size = 512;
   if (o->count_events) {
