@@ -258,7 +258,7 @@ typedef struct alt_worker {
  * the compiler keeps in registers across the calls, where alt_loop reloads
  * them through w after every call (a call may change *w, as far as the
  * compiler knows). The same pairs; on the dev VM the events' ratio
- * measured about 0.02 lower in this shape, with the same events-off time
+ * measured 0.01-0.02 lower in this shape, with the same events-off time
  * (bench/README.md, the forty-third session). */
 static void *alt_loop_in_registers(alt_worker *w) {
   int (*alloc)(void *, void **, size_t, void *) = w->a->alloc;
