@@ -180,6 +180,18 @@ typedef struct result {
 
 #define RECORD_PAIRS 10000
 
+/* n cache-hit pairs of size bytes on stream, one after the other; -1 when
+ * an allocation failed. Inline: count_pairs is this loop and nothing else. */
+static inline int run_pairs(const bench_alloc *a, size_t size, void *stream, long n) {
+  for (long i = 0; i < n; i++) {
+    void *p;
+    if (a->alloc(a->ctx, &p, size, stream) != 0)
+      return -1;
+    a->free(a->ctx, p, size, stream);
+  }
+  return 0;
+}
+
 /* Ring records RECORD_PAIRS pairs on stream write, a pair's share: 2 with
  * exact stamps; with ticked stamps 1 where the allocation's record stands
  * for the free too (a free in its allocation's tick writes none), and 1/128
@@ -187,12 +199,8 @@ typedef struct result {
  * lifetimes a record). -1 when an allocation failed. */
 static double records_a_pair(const bench_alloc *a, size_t size, void *stream) {
   uint64_t before = pool_events_recorded_total();
-  for (int i = 0; i < RECORD_PAIRS; i++) {
-    void *p;
-    if (a->alloc(a->ctx, &p, size, stream) != 0)
-      return -1;
-    a->free(a->ctx, p, size, stream);
-  }
+  if (run_pairs(a, size, stream, RECORD_PAIRS) != 0)
+    return -1;
   return (double)(pool_events_recorded_total() - before) / RECORD_PAIRS;
 }
 
@@ -462,13 +470,7 @@ static int alternating_table(const bench_alloc *a, void *const *streams, const o
  * (--toggle-collect='count_pairs*'); -1 when an allocation failed. */
 static __attribute__((noinline)) int count_pairs(const bench_alloc *a, size_t size, void *stream,
                                                  long n) {
-  for (long i = 0; i < n; i++) {
-    void *p;
-    if (a->alloc(a->ctx, &p, size, stream) != 0)
-      return -1;
-    a->free(a->ctx, p, size, stream);
-  }
-  return 0;
+  return run_pairs(a, size, stream, n);
 }
 
 /* --count-pairs N on|off: a warm-up outside count_pairs, so that callgrind
@@ -481,12 +483,8 @@ static int count_only(const bench_alloc *a, void *stream, const options *o) {
     clock_stamp_init();
     event_clock_publish(clock_stamp()); /* ticked mode, the stamp standing still */
   }
-  for (int i = 0; i < 1000; i++) {
-    void *p;
-    if (a->alloc(a->ctx, &p, size, stream) != 0)
-      return -1;
-    a->free(a->ctx, p, size, stream);
-  }
+  if (run_pairs(a, size, stream, 1000) != 0)
+    return -1;
   uint64_t before = pool_events_recorded_total();
   if (count_pairs(a, size, stream, o->count_pairs) != 0)
     return -1;
