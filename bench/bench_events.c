@@ -517,16 +517,16 @@ int main(int argc, char **argv) {
     fprintf(stderr, "bench_events: %s\n", why);
     return 1;
   }
-  void *streams[MAX_THREADS];
-  for (int i = 0; i < o.threads; i++)
-    streams[i] = gpupool_host_stream_create();
-  if (o.count_pairs) {
-    int rc = count_only(&a, streams[0], &o);
-    for (int i = 0; i < o.threads; i++)
-      gpupool_host_stream_destroy(streams[i]);
+  if (o.count_pairs) { /* one thread, one stream */
+    void *stream = gpupool_host_stream_create();
+    int rc = count_only(&a, stream, &o);
+    gpupool_host_stream_destroy(stream);
     bench_alloc_destroy(&a);
     return rc != 0;
   }
+  void *streams[MAX_THREADS];
+  for (int i = 0; i < o.threads; i++)
+    streams[i] = gpupool_host_stream_create();
 
   printf("## bench_events%s\n\n", o.quick ? " (--quick: few repetitions)" : "");
   printf("- gpupool %s, host backend, bfc; events ring of %zu per stream when on\n",
