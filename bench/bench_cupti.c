@@ -47,10 +47,10 @@ typedef struct row {
 
 /* One physical page mapped into a reserved range and unmapped again, behind
  * the allocator interface (the requested size is ignored: a page is the
- * unit): what moving one idle page costs expandable segments. */
+ * unit): what moving one idle page costs expandable segments. The driver's
+ * functions are looked up through the runtime, so that the program still
+ * starts (and says "no GPU") where there is no driver. */
 #ifdef GPUPOOL_HAVE_CUDA
-/* The driver's functions, looked up through the runtime, so that the program
- * still starts (and says "no GPU") where there is no driver. */
 static struct {
   PFN_cuMemGetAllocationGranularity_v10020 granularity;
   PFN_cuMemAddressReserve_v10020 reserve;
@@ -216,7 +216,7 @@ int main(int argc, char **argv) {
   rows[ROW_VMM].ok =
       rows[ROW_CUDA].ok &&
       !vmm_page_alloc(&rows[ROW_VMM].a, dev.device, rows[ROW_VMM].why, sizeof rows[ROW_VMM].why);
-  if (!rows[ROW_CUDA].ok && !rows[ROW_VMM].why[0])
+  if (!rows[ROW_CUDA].ok)
     snprintf(rows[ROW_VMM].why, sizeof rows[ROW_VMM].why, "%s", rows[ROW_CUDA].why);
   rows[ROW_POOL].ok =
       !bench_alloc_gpupool(&rows[ROW_POOL].a, "gpupool_bfc", dev.backend, GPUPOOL_STRATEGY_BFC,
@@ -234,7 +234,7 @@ int main(int argc, char **argv) {
   /* Rounds of one phase off and one on, the order alternating, so that a
    * slow stretch of the host (the GPU machine's has one) hits both alike. */
   const int rounds = quick ? 2 : 5;
-  double ns[NPHASES][MAX_ROUNDS][NROWS], ratio[NROWS][MAX_ROUNDS];
+  double ns[NPHASES][MAX_ROUNDS][NROWS];
   cupti_metrics m = {0};
   for (int k = 0; k < rounds; k++)
     for (int half = 0; half < 2; half++) {
@@ -261,18 +261,18 @@ int main(int argc, char **argv) {
       printf("| %s | n/a (%s) | | | |\n", row_names[r], rows[r].why);
       continue;
     }
-    double off[MAX_ROUNDS], on[MAX_ROUNDS], lo = INFINITY, hi = -INFINITY;
+    double off[MAX_ROUNDS], on[MAX_ROUNDS], ratio[MAX_ROUNDS], lo = INFINITY, hi = -INFINITY;
     for (int k = 0; k < rounds; k++) {
       off[k] = ns[OFF][k][r];
       on[k] = ns[ON][k][r];
-      ratio[r][k] = on[k] / off[k];
-      failed |= isnan(ratio[r][k]);
-      lo = ratio[r][k] < lo ? ratio[r][k] : lo;
-      hi = ratio[r][k] > hi ? ratio[r][k] : hi;
+      ratio[k] = on[k] / off[k];
+      failed |= isnan(ratio[k]);
+      lo = ratio[k] < lo ? ratio[k] : lo;
+      hi = ratio[k] > hi ? ratio[k] : hi;
     }
     double off_ns = bench_median(off, rounds), on_ns = bench_median(on, rounds);
     printf("| %s | %.0f | %.0f | %.2fx | %.2f-%.2f |\n", row_names[r], off_ns, on_ns,
-           bench_median(ratio[r], rounds), lo, hi);
+           bench_median(ratio, rounds), lo, hi);
   }
   printf("\nWhile on, in the last round: %llu records decoded, %llu dropped by CUPTI, %llu buffer "
          "requests refused, %llu flushes.\n",
