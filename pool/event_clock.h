@@ -44,12 +44,16 @@
 #define EVENT_CLOCK_MAX_TICK     100000    /* us */
 
 /* The stamp published by the ticker; 0 = exact mode. Alone on its cache
- * line: written once a tick, read by every event. */
+ * line: written once a tick, read by every event. Hidden: position-
+ * independent code then loads it straight from its address, where a symbol
+ * that could be exported costs an extra load of that address (through the
+ * GOT, which the linker can only turn into a lea) at each of a pair's two
+ * reads. */
 typedef struct event_clock_word {
   _Alignas(64) _Atomic uint64_t stamp;
   char pad[64 - sizeof(uint64_t)];
 } event_clock_word;
-extern event_clock_word event_clock_coarse;
+extern __attribute__((visibility("hidden"))) event_clock_word event_clock_coarse;
 
 /* A timestamp for an event: the published stamp in ticked mode, else an
  * exact clock_stamp(). */
@@ -59,11 +63,12 @@ static inline uint64_t event_clock_stamp(void) {
 }
 
 /* Whether an event now would take stamp, a stamp event_clock_stamp() gave
- * earlier: in ticked mode, while the same tick is published (an exact stamp
- * is never the published word, which is 0 then). 0, no stamp (an event not
- * recorded), never. */
+ * earlier (never 0: the caller knows the event was recorded): in ticked
+ * mode, while the same tick is published (an exact stamp is never the
+ * published word, which is 0 then). */
 static inline int event_clock_ticked_at(uint64_t stamp) {
-  return stamp && atomic_load_explicit(&event_clock_coarse.stamp, memory_order_relaxed) == stamp;
+  gp_assert_internal(stamp != 0);
+  return atomic_load_explicit(&event_clock_coarse.stamp, memory_order_relaxed) == stamp;
 }
 
 /* The timestamp for the next event pushed into r (writer side, under the

@@ -75,6 +75,7 @@ void event_ring_push_compact(event_ring *r, const pool_event *ev) {
                           ev->requested, NULL);
     return;
   }
+  event_ring_flush_repeats(r);
   uint64_t n = atomic_load_explicit(&r->head, memory_order_relaxed), k = r->side_next++;
   event_ring_slot *e = &r->side[k & r->mask];
   event_ring_rec *s = &r->recs[n & r->mask];
@@ -94,7 +95,7 @@ void event_ring_push_compact(event_ring *r, const pool_event *ev) {
                         EVENT_RING_WORD_STORE);
   atomic_store_explicit(&r->head, n + 1, memory_order_release);
   r->last_block = NULL;
-  r->repeats_left = 0; /* the newest record is this one */
+  r->repeats_left = r->repeats_room = 0; /* the newest record is this one */
 }
 
 event_ring *event_ring_create_stamped(size_t capacity) {

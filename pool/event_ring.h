@@ -137,15 +137,19 @@ typedef struct pool_event {
  *
  * Repeated lifetimes. Where the pool allocates the block of the newest
  * record again, with the same timestamp, address and sizes, after a free that
- * wrote no record, it writes no record either: it adds one to that record's
- * repeats (word 3, one store after publication, event_ring_repeat_newest),
- * up to EVENT_REC_REPEATS_MAX. The record then stands for that many
- * lifetimes (allocation, then free) before its own allocation. A storm of
- * malloc+free pairs on one block thus writes one record per 128 pairs, and
- * the ring keeps that many more events. A reader copies word 3 before or
- * after such a store, either whole: fewer lifetimes, which is what there
- * were then. A reader that stops at a moment takes the newest record's
- * repeats then (event_ring_end_now) and keeps those (event_ring_read_to). */
+ * wrote no record, it writes no record either: it counts one more repeat
+ * of that record (event_ring_repeat_newest), up to EVENT_REC_REPEATS_MAX.
+ * The record then stands for that many lifetimes (allocation, then free)
+ * before its own allocation. A storm of malloc+free pairs on one block thus
+ * writes one record per 128 pairs, and the ring keeps that many more
+ * events. The count lives in the ring's header until the next push, or the
+ * pool's settle where a reader asks under its lock, adds it to the record's
+ * repeats (word 3, one store after publication, event_ring_flush_repeats).
+ * A reader copies word 3 before or after such a store, either whole: fewer
+ * lifetimes, which is what there were when the count was last flushed. A
+ * reader that stops at a moment takes the newest record's repeats then
+ * (event_ring_end_now, after the settle) and keeps those
+ * (event_ring_read_to). */
 _Static_assert(offsetof(pool_event, oom.reserved_bytes) == offsetof(pool_event, addr) &&
                    offsetof(pool_event, oom.largest_free) == offsetof(pool_event, b),
                "an OOM event's fields are the words of the others");
@@ -226,6 +230,10 @@ typedef struct event_ring {
    * alone, with no type and flags to compose (event_ring_repeat_newest). */
   uint64_t repeat_ts, repeat_addr, repeat_size, repeat_requested;
   unsigned repeats_left;
+  /* Writer only: repeats_left when the newest record's word 3 last took the
+   * repeats counted (event_ring_flush_repeats): repeats_room - repeats_left
+   * are counted on this line and not yet in the record. */
+  unsigned repeats_room;
   /* the second line: what pushing a record reads */
   _Alignas(EVENT_RING_SLOT) size_t mask; /* slots - 1 */
   event_ring_rec *recs;                  /* compact layout: the records */
@@ -266,6 +274,23 @@ static inline uint64_t event_ring_word1(const pool_event *ev) {
 
 /* Writer side: the caller serialises pushes (the shard lock). */
 
+/* Writer side: brings the newest record's word 3 up to date with the
+ * repeats counted since (event_ring_repeat_newest counts them on the ring's
+ * first line alone; one add and store here, after publication, as each
+ * repeat's was). Every push calls it first, and so does the pool where a
+ * reader asks under its lock (shard_settle_events); a reader sees the
+ * repeats from then on. */
+static inline void event_ring_flush_repeats(event_ring *r) {
+  unsigned added = r->repeats_room - r->repeats_left;
+  if (__builtin_expect(!added, 1))
+    return;
+  event_ring_rec *s = r->newest_block;
+  uint64_t have = atomic_load_explicit(&s->word[3], memory_order_relaxed);
+  gp_assert_internal((have & EVENT_REC_REPEATS_MAX) + added <= EVENT_REC_REPEATS_MAX);
+  atomic_store_explicit(&s->word[3], have + added, EVENT_RING_WORD_STORE);
+  r->repeats_room = r->repeats_left;
+}
+
 /* A block event (EV_ALLOC, EV_FREE, EV_FREE_COMPLETED) into a compact ring:
  * tf = EVENT_REC_TF(type, flags), requested < 2^EVENT_REC_REQUESTED_BITS
  * (event_ring_push checks; a block that size cannot exist); last becomes
@@ -274,6 +299,7 @@ static inline uint64_t event_ring_word1(const pool_event *ev) {
  * neighbouring record, and the head with last_block beside it. */
 static inline void event_ring_push_block(event_ring *r, uint64_t ts, uint64_t tf, uint64_t addr,
                                          uint64_t size, uint64_t requested, const void *last) {
+  event_ring_flush_repeats(r); /* the record it follows takes its repeats first */
   uint64_t n = atomic_load_explicit(&r->head, memory_order_relaxed);
   event_ring_rec *s = &r->recs[n & r->mask];
   EVENT_RING_FENCE(memory_order_release); /* head = n (stored before) -> these words */
@@ -290,7 +316,8 @@ static inline void event_ring_push_block(event_ring *r, uint64_t ts, uint64_t tf
   r->repeat_requested = requested;
   /* a plain allocation (EVF_LARGE and EVF_PREV_FREED at most) repeats */
   const uint64_t plain = EVENT_REC_TF(0xff, ~(EVF_LARGE | EVF_PREV_FREED));
-  r->repeats_left = (tf & plain) == EVENT_REC_TF(EV_ALLOC, 0) ? EVENT_REC_REPEATS_MAX : 0;
+  r->repeats_left = r->repeats_room =
+      (tf & plain) == EVENT_REC_TF(EV_ALLOC, 0) ? EVENT_REC_REPEATS_MAX : 0;
   /* A few lines ahead, unmasked (a prefetch never faults; past the end it
    * is only wasted): an add, not the index arithmetic of a masked one. */
   __builtin_prefetch((const void *)((uintptr_t)s + EVENT_RING_SLOT * EVENT_RING_PREFETCH), 1);
@@ -303,6 +330,7 @@ static inline void event_ring_push_block(event_ring *r, uint64_t ts, uint64_t tf
  * newest record is no such allocation (none, another type, a side event,
  * marked already). Compact rings only. */
 static inline int event_ring_mark_newest_freed(event_ring *r) {
+  event_ring_flush_repeats(r);
   uint64_t n = atomic_load_explicit(&r->head, memory_order_relaxed);
   event_ring_rec *s = &r->recs[(n - 1) & r->mask]; /* n = 0: a zeroed record, no EV_ALLOC */
   uint64_t w3 = atomic_load_explicit(&s->word[3], memory_order_relaxed);
@@ -310,7 +338,7 @@ static inline int event_ring_mark_newest_freed(event_ring *r) {
   if ((w3 & what) != EVENT_REC_TF(EV_ALLOC, 0))
     return 0;
   atomic_store_explicit(&s->word[3], w3 | EVENT_REC_TF(0, EVF_FREED), EVENT_RING_WORD_STORE);
-  r->repeats_left = 0; /* a record marked freed takes no repeat */
+  r->repeats_left = r->repeats_room = 0; /* a record marked freed takes no repeat */
   return 1;
 }
 /* Writer side, the pool's hot path: where the newest record is a plain
@@ -327,14 +355,10 @@ static inline int event_ring_repeat_newest(event_ring *r, uint64_t ts, uint64_t 
                            r->repeat_size != size || r->repeat_requested != requested,
                        0)) /* the caller's straight path is the repeat (shard.c) */
     return 0;
+  /* counted on the line the test has just read, and nothing else written:
+   * the record takes it at the next push or settle
+   * (event_ring_flush_repeats; bench/README.md, the forty-sixth session) */
   r->repeats_left--;
-  event_ring_rec *s = r->newest_block;
-  uint64_t have = atomic_load_explicit(&s->word[3], memory_order_relaxed);
-  gp_assert_internal((have & EVENT_REC_REPEATS_MAX) < EVENT_REC_REPEATS_MAX);
-  /* the record's word 3, and the count left on the line the test has just
-   * read: no other line is written (bench/README.md, the forty-first
-   * session: a test on that line alone cut what a storm's pair adds) */
-  atomic_store_explicit(&s->word[3], have + 1, EVENT_RING_WORD_STORE);
   return 1;
 }
 

@@ -461,9 +461,10 @@ static inline int newest_allocation_ended(const event_ring *r, const block *b, u
 
 void shard_settle_events(shard *sh, event_ring *r, int forget) {
   const block *last = r->last_block;
-  if (!last)
+  if (!last) /* so no repeat waits to be flushed: only last_block's record takes them */
     return;
   gp_assert_internal(r == sh->ring);
+  event_ring_flush_repeats(r);
   if (allocation_ended(last)) {
     int marked = event_ring_mark_newest_freed(r);
     gp_assert_internal(marked);
@@ -476,6 +477,7 @@ void shard_settle_events(shard *sh, event_ring *r, int forget) {
 
 event_ring_end shard_events_end(shard *sh) {
   shard_settle_events(sh, sh->ring, 0);
+  gp_assert_internal(sh->ring->repeats_room == sh->ring->repeats_left); /* flushed */
   return event_ring_end_now(sh->ring);
 }
 
@@ -531,6 +533,7 @@ static inline void record_free_event(shard *sh, int deferred, const block *b, in
   event_ring *r = shard_recording(sh);
   if (!r)
     return;
+  /* last_block == b: b's allocation was recorded, so its stamp is not 0 */
   if (!deferred && r->last_block == b && event_clock_ticked_at(b->alloc_stamp))
     return;
   record_block_event(sh, EV_FREE, deferred ? EVF_DEFERRED : 0, b, large, b->requested);

@@ -585,6 +585,11 @@ Test(event_ring_freed, a_repeat_takes_only_the_newest_plain_allocation_as_it_was
   uint64_t cursor = 0, skipped = 0;
   pool_event ev[2];
   cr_assert_eq(event_ring_read(r, &cursor, ev, 2, &skipped), 1);
+  cr_expect_eq(ev[0].repeats, 0, "counted in the ring's header until flushed");
+  event_ring_flush_repeats(r);
+  event_ring_flush_repeats(r); /* a second flush adds nothing */
+  cursor = 0;
+  cr_assert_eq(event_ring_read(r, &cursor, ev, 2, &skipped), 1);
   cr_expect_eq(ev[0].repeats, EVENT_REC_REPEATS_MAX);
   cr_expect_eq(ev[0].flags, EVF_LARGE, "the repeats changed no flag (readers move EVF_PREV_FREED)");
 
@@ -684,7 +689,16 @@ Test(event_ring_freed, a_storm_on_one_block_repeats_its_record) {
   cursor = ends[0].head - 1;
   n = event_ring_read(rings[0], &cursor, ev, 4, &skipped);
   cr_assert_eq(n, 1);
-  cr_expect_eq(ev[0].repeats, 5, "read on: the later ones too");
+  cr_expect_eq(ev[0].repeats, 2, "the later ones wait in the ring's header for a reader to ask");
+  event_ring_end later;
+  cr_assert_eq(pool_event_rings_at(p, rings + 1, &later, 1), 1);
+  cr_assert_eq(rings[1], rings[0]);
+  cr_expect_eq(later.newest_repeats, 5);
+  cursor = ends[0].head - 1;
+  n = event_ring_read(rings[0], &cursor, ev, 4, &skipped);
+  cr_assert_eq(n, 1);
+  cr_expect_eq(ev[0].repeats, 5, "read on once a reader asked: the later ones too");
+  event_ring_unref(rings[1]);
   event_ring_unref(rings[0]);
 
   /* a copy of the pool keeps at most its limit of events, whole records */
