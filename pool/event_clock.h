@@ -45,10 +45,9 @@
 
 /* The stamp published by the ticker; 0 = exact mode. Alone on its cache
  * line: written once a tick, read by every event. Hidden: position-
- * independent code then loads it straight from its address, where a symbol
- * that could be exported costs an extra load of that address (through the
- * GOT, which the linker can only turn into a lea) at each of a pair's two
- * reads. */
+ * independent code then reads it in one instruction, where a symbol that
+ * could be exported takes two (its address first: a GOT load, which the
+ * linker at best turns into a lea), at each of a pair's two reads. */
 typedef struct event_clock_word {
   _Alignas(64) _Atomic uint64_t stamp;
   char pad[64 - sizeof(uint64_t)];
