@@ -94,10 +94,8 @@ uint64_t clock_stamp_to_ns(uint64_t stamp) {
   pthread_mutex_lock(&anchor_lock);
   const anchor *last = &anchors[(nanchors - 1) % ANCHORS];
   uint64_t now_ns = clock_realtime_ns();
-  if (now_ns - last->ns >= ANCHOR_NS) {
+  if (now_ns - last->ns >= ANCHOR_NS)
     add_anchor(__rdtsc(), clock_realtime_ns());
-    last = &anchors[(nanchors - 1) % ANCHORS];
-  }
   /* The last anchor at or before the stamp (binary search over the kept
    * ones, oldest first); stamps older than all of them use the oldest. */
   uint64_t lo = nanchors > ANCHORS ? nanchors - ANCHORS : 0, hi = nanchors - 1;

@@ -314,7 +314,8 @@ static int same_window(const shard *sh, const block *b, size_t rounded, int foun
 static inline int mapped_past_start(const shard *sh, block *b, size_t rounded, uintptr_t *at) {
   size_t longest;
   int found = mapped_window_past_start(b, rounded, vmm_min_rest(b, rounded), at, &longest);
-  gp_assert_internal(same_window(sh, b, rounded, found, *at, longest));
+  /* *at is set only where found, longest only where not */
+  gp_assert_internal(same_window(sh, b, rounded, found, found ? *at : 0, found ? 0 : longest));
   if (!found)
     b->mapped_run = longest | 1; /* not all mapped, or its start would have served */
   return found;

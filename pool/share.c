@@ -768,9 +768,9 @@ static gpupool_status import_backend(const share_msg *m, int device, backend **o
 }
 
 /* Whether m is the first message of an export: a header that adds up (the
- * block within its pages, written so that no sum can wrap). */
-/* Whether m is an export's first message (the descriptors it came with
- * are checked apart: m->nfds says how many it should have brought). */
+ * block within its pages, written so that no sum can wrap). The descriptors
+ * it came with are checked apart: m->nfds says how many it should have
+ * brought. */
 static int valid_header(const share_msg *m) {
   uint64_t ps = m->page_size;
   return m->version == SHARE_VERSION && m->kind == MSG_EXPORT && m->first == 0 &&
