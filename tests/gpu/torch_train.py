@@ -558,7 +558,7 @@ TIMING_CONFIGS = [  # (label, allocator, environment): nothing is recorded
      {"GPUPOOL_AGENT_CONF": "listen:127.0.0.1:0,trace_events:0,cupti:off",
       "GPUPOOL_CONF": "expandable_segments:True"}),
     # the moves' share of expandable segments' cost, like for like with
-    # PyTorch's: a growth of 8 stops the LM's page moves early, for memory
+    # PyTorch's: a growth of 8 cuts the LM's page moves, for memory
     ("gpupool expandable_segments, growth 8, no agent", "gpupool",
      {"GPUPOOL_CONF": "expandable_segments:True,expandable_growth_moves:8"}),
 ]
