@@ -29,6 +29,12 @@
 
 #define MiB ((size_t)1 << 20)
 
+/* expandable_map_threads when not given: MAP_THREADS_DEFAULT helpers where
+ * page calls go to a driver, none on the host and simulated backends
+ * (pages.c crew_start). */
+#define MAP_THREADS_AUTO    UINT32_MAX
+#define MAP_THREADS_DEFAULT 3
+
 /* A pool's configuration: defaults, then gpupool_options, then its tunables
  * string, then GPUPOOL_CONF; later wins (conf.c). */
 typedef struct pool_config {
@@ -46,6 +52,9 @@ typedef struct pool_config {
   int expandable;                    /* expandable_segments: large segments on vmm pages */
   double expandable_slack;           /* expandable_slack_percent / 100 */
   unsigned expandable_growth_moves;  /* pages moved per page added to the slack; 0: never */
+  /* helper threads sharing a long run's page calls (page_crew.h); 0: none;
+   * MAP_THREADS_AUTO: the backend's (pages.c) */
+  unsigned expandable_map_threads;
   unsigned fault_every_n;
   double fault_rate;
   uint64_t fault_seed;
@@ -292,6 +301,11 @@ struct gpupool {
   /* Expandable segments: pages moved so far, under slow_lock; every
    * expandable_growth_moves of them add a page to the slack (pages.c). */
   uint64_t moves_for_growth;
+  /* Expandable segments: the helpers that share long runs of page calls
+   * (page_crew.h), started by the first such run; crew_failed: they could
+   * not be, the runs go on alone. Under slow_lock. */
+  struct page_crew *crew;
+  int crew_failed;
   /* Old mappings of moved pages waiting for their stream's fence (pages.c),
    * under slow_lock; freed when empty. */
   struct stale_page *stale;

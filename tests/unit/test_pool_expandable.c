@@ -704,3 +704,18 @@ Test(pool_expandable, running_out_of_address_space_is_not_a_device_oom) {
   for (size_t i = 0; i <= n; i++)
     gpupool_host_stream_destroy(s[i]);
 }
+
+Test(pool_expandable, map_threads_is_checked) {
+  static const char *bad[] = {"expandable_map_threads:17", "expandable_map_threads:-1",
+                              "expandable_map_threads:three"};
+  for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+    gpupool_options o = {.backend = GPUPOOL_BACKEND_HOST, .ignore_env = 1, .tunables = bad[i]};
+    gpupool *p = NULL;
+    cr_assert_eq(gpupool_create(&o, &p), GPUPOOL_ERR_INVALID, "%s", bad[i]);
+    cr_assert_null(p);
+    cr_assert(strstr(gpupool_last_error(), "expandable_map_threads: ") &&
+                  strstr(gpupool_last_error(), "(0 to 16)"),
+              "%s", gpupool_last_error());
+    cr_assert_eq(gpupool_conf_check(&o, bad[i]), GPUPOOL_ERR_INVALID, "%s", bad[i]);
+  }
+}
