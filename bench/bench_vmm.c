@@ -8,6 +8,9 @@
  * runs of 1 to 64 pages mapped and unmapped per page against per run (one
  * cuMemSetAccess, one cuMemUnmap over the run's mappings), and one page
  * mapped and unmapped on an idle device and on one busy with other work.
+ * Last, gpupool's page crew (pool/page_crew.h) through the cuda backend's
+ * own calls: a run mapped and unmapped by the calling thread alone against
+ * shared with 1, 3 and 7 helper threads, taking turns.
  *
  *   bench_vmm [--quick]
  *
@@ -21,6 +24,8 @@
 #include <unistd.h>
 
 #include "bench_device.h"
+#include "pool/backend_cuda_common.h"
+#include "pool/page_crew.h"
 
 enum { OP_CREATE, OP_MAP, OP_UNMAP, OP_RELEASE, OP_EXPORT, N_OPS };
 static const char *const op_name[N_OPS] = {"cuMemCreate", "cuMemMap + cuMemSetAccess", "cuMemUnmap",
@@ -238,6 +243,77 @@ static int busy_table(vmm_ctx *c, int rounds) {
   return 0;
 }
 
+/* A run of n pages mapped and unmapped through crew (NULL: the calling
+ * thread alone) with the cuda backend's calls; ns for the map and the unmap. */
+static void crew_run_once(page_crew *crew, backend *be, const vmm_ctx *c, void **h, int n,
+                          double *map_ns, double *unmap_ns) {
+  double t0 = now_ns();
+  if (page_crew_map(crew, be, (void *)(uintptr_t)c->base, h, (size_t)n) != GPUPOOL_OK) {
+    fprintf(stderr, "bench_vmm: page_crew_map: %s\n", gpupool_last_error());
+    exit(1);
+  }
+  double t1 = now_ns();
+  page_crew_unmap(crew, be, (void *)(uintptr_t)c->base, (size_t)n);
+  *map_ns = t1 - t0;
+  *unmap_ns = now_ns() - t1;
+}
+
+/* What the page crew saves the allocating thread: runs of 8 to 64 pages,
+ * alone against shared with k helpers, the two taking turns round by round. */
+static int crew_table(vmm_ctx *c, int rounds) {
+  size_t page = 0;
+  int shareable = 0;
+  const backend_vmm_ops *vmm = cuda_vmm_ops(0, &page, &shareable);
+  if (!vmm || page != c->page) {
+    printf("\npage crew: the cuda backend's pages are not this table's (%s)\n",
+           vmm ? "another page size" : cuda_vmm_unavailable_reason());
+    return 0;
+  }
+  backend_ops ops = {.vmm = vmm};
+  backend be = {.ops = &ops, .name = "cuda", .device = 0, .page_size = page};
+  CUmemAllocationProp prop = page_prop(c->dev, 0);
+  void **h = calloc((size_t)c->pages, sizeof *h);
+  double *v = calloc((size_t)rounds * 4, sizeof(double));
+  if (!h || !v)
+    return -1;
+  for (int i = 0; i < c->pages; i++) {
+    CHECK(cuMemCreate(&c->h[i], c->page, &prop, 0));
+    h[i] = (void *)(uintptr_t)c->h[i];
+  }
+  printf("\ngpupool's page crew: a run of pages mapped (+ access) and unmapped through the cuda "
+         "backend by the calling thread alone, and shared with k helper threads (µs per run, "
+         "median over rounds, the two taking turns):\n\n");
+  printf("| pages | helpers | map alone | map shared | alone / shared | unmap alone | unmap "
+         "shared | alone / shared |\n|---:|---:|---:|---:|---:|---:|---:|---:|\n");
+  static const unsigned helpers[] = {1, 3, 7};
+  for (size_t k = 0; k < sizeof helpers / sizeof helpers[0]; k++) {
+    page_crew *crew = NULL;
+    if (page_crew_create(helpers[k], &crew) != GPUPOOL_OK) {
+      fprintf(stderr, "bench_vmm: page_crew_create: %s\n", gpupool_last_error());
+      return -1;
+    }
+    for (int n = 8; n <= c->pages; n *= 2) {
+      for (int r = 0; r < rounds; r++)
+        for (int j = 0; j < 2; j++) {
+          int shared = (j + r) % 2;
+          crew_run_once(shared ? crew : NULL, &be, c, h, n, &v[(shared * 2) * rounds + r],
+                        &v[(shared * 2 + 1) * rounds + r]);
+        }
+      double m[4];
+      for (int i = 0; i < 4; i++)
+        m[i] = median(&v[i * rounds], rounds) / 1000;
+      printf("| %d | %u | %.0f | %.0f | %.2f | %.0f | %.0f | %.2f |\n", n, helpers[k], m[0], m[2],
+             m[0] / m[2], m[1], m[3], m[1] / m[3]);
+    }
+    page_crew_destroy(crew);
+  }
+  for (int i = 0; i < c->pages; i++)
+    CHECK(cuMemRelease(c->h[i]));
+  free(h);
+  free(v);
+  return 0;
+}
+
 int main(int argc, char **argv) {
   int quick = argc > 1 && !strcmp(argv[1], "--quick");
   if (argc > 2 || (argc == 2 && !quick)) {
@@ -301,7 +377,7 @@ int main(int argc, char **argv) {
   }
   if (kinds == 1)
     printf("\nthe device cannot export POSIX file descriptors: shareable pages not measured\n");
-  if (runs_table(&c, rounds) != 0 || busy_table(&c, rounds) != 0)
+  if (runs_table(&c, rounds) != 0 || busy_table(&c, rounds) != 0 || crew_table(&c, rounds) != 0)
     return 1;
   cuMemAddressFree(c.base, c.page * (size_t)c.pages);
   cuDevicePrimaryCtxRelease(c.dev);
