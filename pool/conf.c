@@ -20,7 +20,6 @@ static void set_defaults(pool_config *c) {
   c->fault_seed = 1;
   c->expandable_slack = 0.05;
   c->expandable_growth_moves = 0;
-  c->expandable_map_threads = MAP_THREADS_AUTO;
   c->memory_fraction = -1;
 }
 

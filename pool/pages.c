@@ -593,20 +593,15 @@ static gpupool_status create_pages(gpupool *p, pages_work *w, void **h, size_t n
   return p->be->ops->vmm->create(p->be, h, n);
 }
 
-/* Starts p's page crew (page_crew.h) for the first run long enough to share;
- * one that cannot start is not asked again. By default only where page
- * calls go to a driver (tens of microseconds a page: bench_vmm): a host
- * backend's page is one mmap, and the simulated backend's replays make no
- * call at all. */
+/* Starts p's page crew (page_crew.h; expandable_map_threads helpers) for
+ * the first run long enough to share; one that cannot start is not asked
+ * again. Never for a replay: the simulated backend makes no call at all. */
 static void crew_start(gpupool *p) {
-  unsigned helpers = p->cfg.expandable_map_threads;
-  if (helpers == MAP_THREADS_AUTO)
-    helpers = backend_is_simulated(p->be) ? 0 : MAP_THREADS_DEFAULT;
-  if (p->crew || p->crew_failed || !helpers || backend_is_sim(p->be))
+  if (p->crew || p->crew_failed || !p->cfg.expandable_map_threads || backend_is_sim(p->be))
     return;
   pool_error_scope scope; /* the allocation does not fail for it */
   pool_error_scope_enter(&scope);
-  p->crew_failed = page_crew_create(helpers, &p->crew) != GPUPOOL_OK;
+  p->crew_failed = page_crew_create(p->cfg.expandable_map_threads, &p->crew) != GPUPOOL_OK;
   pool_error_scope_leave(&scope, GPUPOOL_OK);
 }
 

@@ -29,12 +29,6 @@
 
 #define MiB ((size_t)1 << 20)
 
-/* expandable_map_threads when not given: MAP_THREADS_DEFAULT helpers where
- * page calls go to a driver, none on the host and simulated backends
- * (pages.c crew_start). */
-#define MAP_THREADS_AUTO    UINT32_MAX
-#define MAP_THREADS_DEFAULT 3
-
 /* A pool's configuration: defaults, then gpupool_options, then its tunables
  * string, then GPUPOOL_CONF; later wins (conf.c). */
 typedef struct pool_config {
@@ -52,9 +46,7 @@ typedef struct pool_config {
   int expandable;                    /* expandable_segments: large segments on vmm pages */
   double expandable_slack;           /* expandable_slack_percent / 100 */
   unsigned expandable_growth_moves;  /* pages moved per page added to the slack; 0: never */
-  /* helper threads sharing a long run's page calls (page_crew.h); 0: none;
-   * MAP_THREADS_AUTO: the backend's (pages.c) */
-  unsigned expandable_map_threads;
+  unsigned expandable_map_threads;   /* helpers sharing long runs of page calls; 0: none */
   unsigned fault_every_n;
   double fault_rate;
   uint64_t fault_seed;
