@@ -2,6 +2,7 @@
 
 #include <pthread.h>
 #include <semaphore.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -60,6 +61,7 @@ static void sem_wait_intr(sem_t *s) {
 
 static void *helper_main(void *arg) {
   crew_helper *h = arg;
+  pthread_setname_np(pthread_self(), "gpupool-crew");
   for (;;) {
     sem_wait_intr(&h->go);
     if (!h->share)
@@ -82,6 +84,10 @@ gpupool_status page_crew_create(unsigned helpers, page_crew **out) {
   }
   pthread_mutex_init(&c->busy, NULL);
   c->pid = getpid();
+  /* the helpers block every signal: the program's handlers run on its own threads */
+  sigset_t all, old;
+  sigfillset(&all);
+  pthread_sigmask(SIG_SETMASK, &all, &old);
   for (unsigned i = 0; i < helpers; i++) {
     crew_helper *h = &c->helper[i];
     h->crew = c;
@@ -93,6 +99,7 @@ gpupool_status page_crew_create(unsigned helpers, page_crew **out) {
     }
     c->n++;
   }
+  pthread_sigmask(SIG_SETMASK, &old, NULL);
   if (c->n == 0) {
     page_crew_destroy(c);
     return pool_fail(GPUPOOL_ERR_HOST_OOM, "page crew: no helper thread could be started");

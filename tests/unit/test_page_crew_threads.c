@@ -7,6 +7,7 @@
  * sequence to the same pages moved and the same bytes. */
 #include <criterion/criterion.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdatomic.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -32,6 +33,10 @@ static _Atomic uintptr_t state[PAGES];
 static atomic_int calls[PAGES];
 static pthread_t thread[PAGES];
 static size_t fail_at = SIZE_MAX;
+/* maps made on a thread other than the test's, and those of them made on a
+ * thread that does not block SIGINT (helpers block every signal) */
+static pthread_t test_thread;
+static atomic_int helper_maps, helper_maps_unblocked;
 
 static size_t page_index(void *addr) {
   return (size_t)((char *)addr - BASE) / PAGE_SZ;
@@ -59,6 +64,13 @@ static gpupool_status rec_map(backend *b, void *addr, void *const *handles, size
     atomic_fetch_add(&calls[first + i], 1);
     thread[first + i] = pthread_self();
   }
+  if (!pthread_equal(pthread_self(), test_thread)) {
+    sigset_t mask;
+    pthread_sigmask(SIG_BLOCK, NULL, &mask);
+    atomic_fetch_add(&helper_maps, 1);
+    if (!sigismember(&mask, SIGINT))
+      atomic_fetch_add(&helper_maps_unblocked, 1);
+  }
   (void)b;
   return GPUPOOL_OK;
 }
@@ -76,6 +88,9 @@ static void reset(void) {
     handles[i] = (void *)(uintptr_t)(i + 1);
   }
   fail_at = SIZE_MAX;
+  test_thread = pthread_self();
+  atomic_store(&helper_maps, 0);
+  atomic_store(&helper_maps_unblocked, 0);
 }
 
 /* How many threads mapped pages [first, first + n): distinct values of thread[]. */
@@ -106,6 +121,8 @@ Test(page_crew, long_run_is_shared_and_mapped_once) {
   }
   cr_assert_eq(atomic_load(&state[37]), 0, "past the run");
   cr_assert_eq(mappers(0, 37), 4, "the caller and three helpers");
+  cr_assert_eq(atomic_load(&helper_maps), 3);
+  cr_assert_eq(atomic_load(&helper_maps_unblocked), 0, "a helper takes the program's signals");
   page_crew_unmap(c, &rec, BASE, 37);
   for (size_t i = 0; i < 37; i++) {
     cr_assert_eq(atomic_load(&state[i]), 0, "page %zu", i);
