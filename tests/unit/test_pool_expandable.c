@@ -491,19 +491,30 @@ Test(pool_expandable, a_full_device_moves_pages_despite_the_slack) {
   gpupool_destroy(p);
 }
 
-Test(pool_expandable, slack_percent_is_checked) {
-  static const char *bad[] = {"expandable_slack_percent:101", "expandable_slack_percent:-1",
-                              "expandable_slack_percent:five", "expandable_growth_moves:-1",
-                              "expandable_growth_moves:1048577"};
+/* Each expandable key's bad values: refused by gpupool_create and
+ * gpupool_conf_check alike, the reason naming the key and its range. */
+Test(pool_expandable, expandable_keys_are_checked) {
+  static const struct {
+    const char *conf, *key, *range;
+  } bad[] = {
+      {"expandable_slack_percent:101", "expandable_slack_percent: ", "(0 <= x <= 100)"},
+      {"expandable_slack_percent:-1", "expandable_slack_percent: ", "(0 <= x <= 100)"},
+      {"expandable_slack_percent:five", "expandable_slack_percent: ", "(0 <= x <= 100)"},
+      {"expandable_growth_moves:-1", "expandable_growth_moves: ", "1048576"},
+      {"expandable_growth_moves:1048577", "expandable_growth_moves: ", "1048576"},
+      {"expandable_map_threads:17", "expandable_map_threads: ", "(0 to 16)"},
+      {"expandable_map_threads:-1", "expandable_map_threads: ", "(0 to 16)"},
+      {"expandable_map_threads:three", "expandable_map_threads: ", "(0 to 16)"},
+  };
   for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
-    gpupool_options o = {.backend = GPUPOOL_BACKEND_HOST, .ignore_env = 1, .tunables = bad[i]};
+    gpupool_options o = {.backend = GPUPOOL_BACKEND_HOST, .ignore_env = 1, .tunables = bad[i].conf};
     gpupool *p = NULL;
-    cr_assert_eq(gpupool_create(&o, &p), GPUPOOL_ERR_INVALID, "%s", bad[i]);
+    cr_assert_eq(gpupool_create(&o, &p), GPUPOOL_ERR_INVALID, "%s", bad[i].conf);
     cr_assert_null(p);
-    cr_assert(strstr(gpupool_last_error(),
-                     i < 3 ? "expandable_slack_percent: " : "expandable_growth_moves: ") &&
-                  strstr(gpupool_last_error(), i < 3 ? "(0 <= x <= 100)" : "1048576"),
+    cr_assert(strstr(gpupool_last_error(), bad[i].key) &&
+                  strstr(gpupool_last_error(), bad[i].range),
               "%s", gpupool_last_error());
+    cr_assert_eq(gpupool_conf_check(&o, bad[i].conf), GPUPOOL_ERR_INVALID, "%s", bad[i].conf);
   }
 }
 
@@ -703,19 +714,4 @@ Test(pool_expandable, running_out_of_address_space_is_not_a_device_oom) {
   gpupool_destroy(p);
   for (size_t i = 0; i <= n; i++)
     gpupool_host_stream_destroy(s[i]);
-}
-
-Test(pool_expandable, map_threads_is_checked) {
-  static const char *bad[] = {"expandable_map_threads:17", "expandable_map_threads:-1",
-                              "expandable_map_threads:three"};
-  for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
-    gpupool_options o = {.backend = GPUPOOL_BACKEND_HOST, .ignore_env = 1, .tunables = bad[i]};
-    gpupool *p = NULL;
-    cr_assert_eq(gpupool_create(&o, &p), GPUPOOL_ERR_INVALID, "%s", bad[i]);
-    cr_assert_null(p);
-    cr_assert(strstr(gpupool_last_error(), "expandable_map_threads: ") &&
-                  strstr(gpupool_last_error(), "(0 to 16)"),
-              "%s", gpupool_last_error());
-    cr_assert_eq(gpupool_conf_check(&o, bad[i]), GPUPOOL_ERR_INVALID, "%s", bad[i]);
-  }
 }
