@@ -29,8 +29,9 @@ typedef struct backend_vmm_ops {
   /* Maps handles[i] at addr + i * page_size, readable and writable by the
    * device; all or none. */
   gpupool_status (*map)(backend *b, void *addr, void *const *handles, size_t n);
-  /* Unmaps n pages mapped at addr (the handles stay valid). */
-  void (*unmap)(backend *b, void *addr, size_t n);
+  /* Unmaps n pages mapped at addr (the handles stay valid). Every page is
+   * tried; GPUPOOL_ERR_BACKEND with the reason where one failed. */
+  gpupool_status (*unmap)(backend *b, void *addr, size_t n);
   /* Sharing with other processes (share.c). export_page: a new file
    * descriptor (the caller closes it) for the memory of page handle h, which
    * starts at *offset in that file (the caller checks b->shareable first;

@@ -40,16 +40,16 @@ gpupool_status cuda_status(cudaError_t err, const char *call, int device, size_t
                    cudaGetErrorName(err));
 }
 
-void cuda_report_free_error(const char *what, int device, cudaError_t err) {
+gpupool_status cuda_report_free_error(const char *what, int device, cudaError_t err) {
   if (err == cudaSuccess)
-    return;
+    return GPUPOOL_OK;
   (void)cudaGetLastError();
   /* At exit the runtime may be torn down before the last pool: expected. */
   if (err == cudaErrorCudartUnloading)
-    return;
+    return GPUPOOL_OK;
   /* pool/ prints nothing: the reason is the freeing thread's last error. */
-  pool_fail(GPUPOOL_ERR_BACKEND, "%s on device %d failed: %s", what, device,
-            cudaGetErrorString(err));
+  return pool_fail(GPUPOOL_ERR_BACKEND, "%s on device %d failed: %s", what, device,
+                   cudaGetErrorString(err));
 }
 
 gpupool_status cuda_check_device(const char *backend_name, int device) {

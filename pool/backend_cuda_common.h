@@ -25,10 +25,11 @@ void cuda_guard_leave(const cuda_device_guard *g);
  * not show up in the application's next error check. */
 gpupool_status cuda_status(cudaError_t err, const char *call, int device, size_t bytes);
 
-/* For the free paths, which return nothing: clears the runtime's error and
- * keeps the reason as the thread's gpupool_last_error() (pool/ prints
- * nothing). Silent during process exit. */
-void cuda_report_free_error(const char *what, int device, cudaError_t err);
+/* For the free paths: clears the runtime's error and keeps the reason as
+ * the thread's gpupool_last_error() (pool/ prints nothing), returning
+ * GPUPOOL_ERR_BACKEND; GPUPOOL_OK for success, and silent during process
+ * exit. */
+gpupool_status cuda_report_free_error(const char *what, int device, cudaError_t err);
 
 /* UNSUPPORTED when no device is visible (no driver, no GPU), INVALID when
  * device is not a valid ordinal, OK otherwise; the reason names the backend. */

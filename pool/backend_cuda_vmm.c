@@ -129,11 +129,12 @@ static gpupool_status cu_status(CUresult r, const char *call, int device, size_t
 
 /* cuda_report_free_error for the driver API; silent once the driver is
  * shutting down. */
-static void cu_report_free_error(const char *what, int device, CUresult r) {
+static gpupool_status cu_report_free_error(const char *what, int device, CUresult r) {
   if (r == CUDA_SUCCESS || r == CUDA_ERROR_DEINITIALIZED)
-    return;
+    return GPUPOOL_OK;
   /* pool/ prints nothing: the reason is the freeing thread's last error. */
-  pool_fail(GPUPOOL_ERR_BACKEND, "%s on device %d failed: %s", what, device, cu_error_name(r));
+  return pool_fail(GPUPOOL_ERR_BACKEND, "%s on device %d failed: %s", what, device,
+                   cu_error_name(r));
 }
 
 /* Makes the device current (the guard) and its primary context exist and be
@@ -292,9 +293,9 @@ static gpupool_status vmm_map(backend *b, void *addr, void *const *handles, size
 
 /* One cuMemUnmap per page: each page is a mapping of its own, and the driver
  * unmaps only whole mappings. */
-static void vmm_unmap(backend *b, void *addr, size_t n) {
+static gpupool_status vmm_unmap(backend *b, void *addr, size_t n) {
   if (n == 0)
-    return;
+    return GPUPOOL_OK;
   const CUdeviceptr base = dptr(addr);
   cuda_device_guard g;
   cudaError_t err = vmm_enter(&g, b->device);
@@ -305,8 +306,8 @@ static void vmm_unmap(backend *b, void *addr, size_t n) {
       first = r;
   }
   cuda_guard_leave(&g);
-  cuda_report_free_error("cuMemUnmap", b->device, err);
-  cu_report_free_error("cuMemUnmap", b->device, first);
+  gpupool_status st = cuda_report_free_error("cuMemUnmap", b->device, err);
+  return st != GPUPOOL_OK ? st : cu_report_free_error("cuMemUnmap", b->device, first);
 }
 
 /* The caller checked b->shareable; a page created before the driver refused

@@ -100,10 +100,14 @@ static gpupool_status vmm_create(backend *b, void **handles, size_t n) {
                    strerror(err));
 }
 
-static void vmm_unmap(backend *b, void *addr, size_t n) {
+static gpupool_status vmm_unmap(backend *b, void *addr, size_t n) {
+  (void)b;
   /* back to reserved address space, not memory */
-  mmap(addr, n * HOST_PAGE_SIZE, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED,
-       -1, 0);
+  if (n && mmap(addr, n * HOST_PAGE_SIZE, PROT_NONE,
+                MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED, -1, 0) == MAP_FAILED)
+    return pool_fail(GPUPOOL_ERR_BACKEND, "host backend: unmapping %zu pages at %p failed: %s", n,
+                     addr, strerror(errno));
+  return GPUPOOL_OK;
 }
 
 static gpupool_status vmm_map(backend *b, void *addr, void *const *handles, size_t n) {

@@ -173,7 +173,9 @@ static gpupool_status vmm_map(backend *b, void *addr, void *const *handles, size
   return GPUPOOL_OK;
 }
 
-static void vmm_unmap(backend *b, void *addr, size_t n) {}
+static gpupool_status vmm_unmap(backend *b, void *addr, size_t n) {
+  return GPUPOOL_OK;
+}
 
 static const backend_vmm_ops sim_vmm_ops = {
     .reserve = vmm_reserve,

@@ -5,7 +5,6 @@
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
-#include <string.h>
 #include <unistd.h>
 
 #include "core/errors.h"
@@ -17,7 +16,7 @@ typedef struct crew_share {
   char *addr;
   void *const *handles;
   size_t n;
-  gpupool_status st; /* map: its status; unmap: GPUPOOL_ERR_BACKEND where it reported an error */
+  gpupool_status st; /* the backend call's status */
   char why[512]; /* the helper's gpupool_last_error() where st failed (a backend call's reason) */
 } crew_share;
 
@@ -38,18 +37,7 @@ struct page_crew {
 
 static void share_run(crew_share *s) {
   const backend_vmm_ops *vmm = s->be->ops->vmm;
-  s->st = GPUPOOL_OK;
-  if (s->unmap) { /* reports a failure through gpupool_last_error() only */
-    char before[sizeof s->why];
-    snprintf(before, sizeof before, "%s", gpupool_last_error());
-    vmm->unmap(s->be, s->addr, s->n);
-    if (strcmp(before, gpupool_last_error()) != 0) {
-      s->st = GPUPOOL_ERR_BACKEND;
-      snprintf(s->why, sizeof s->why, "%s", gpupool_last_error());
-    }
-    return;
-  }
-  s->st = vmm->map(s->be, s->addr, s->handles, s->n);
+  s->st = s->unmap ? vmm->unmap(s->be, s->addr, s->n) : vmm->map(s->be, s->addr, s->handles, s->n);
   if (s->st != GPUPOOL_OK) /* the reason is this thread's: the asking thread reports it */
     snprintf(s->why, sizeof s->why, "%s", gpupool_last_error());
 }
@@ -182,16 +170,13 @@ gpupool_status page_crew_map(page_crew *c, backend *be, void *addr, void *const 
   return pool_fail(sh[failed].st, "%s", sh[failed].why);
 }
 
-void page_crew_unmap(page_crew *c, backend *be, void *addr, size_t n) {
+gpupool_status page_crew_unmap(page_crew *c, backend *be, void *addr, size_t n) {
   crew_share sh[PAGE_CREW_MAX + 1];
   size_t k = crew_run(c, sh, 1, be, addr, NULL, n);
-  if (k == 0) {
-    be->ops->vmm->unmap(be, addr, n);
-    return;
-  }
+  if (k == 0)
+    return be->ops->vmm->unmap(be, addr, n);
   for (size_t i = 0; i < k; i++) /* a reason reported on a helper becomes this thread's */
-    if (sh[i].st != GPUPOOL_OK) {
-      pool_fail(sh[i].st, "%s", sh[i].why);
-      return;
-    }
+    if (sh[i].st != GPUPOOL_OK)
+      return pool_fail(sh[i].st, "%s", sh[i].why);
+  return GPUPOOL_OK;
 }

@@ -40,7 +40,9 @@ unsigned page_crew_size(const page_crew *c);
  * status and gpupool_last_error() are those of the first share that failed,
  * by address. */
 gpupool_status page_crew_map(page_crew *c, backend *be, void *addr, void *const *handles, size_t n);
-/* be->ops->vmm->unmap(be, addr, n), shared. */
-void page_crew_unmap(page_crew *c, backend *be, void *addr, size_t n);
+/* be->ops->vmm->unmap(be, addr, n), shared: every share runs; the status and
+ * gpupool_last_error() are those of the first share that failed, by
+ * address. */
+gpupool_status page_crew_unmap(page_crew *c, backend *be, void *addr, size_t n);
 
 #endif

@@ -493,7 +493,7 @@ Test(gpu_cuda, vmm_pages_hold_data_and_move) {
 
   /* Unmap pages 1 and 2; map a fresh page at 1 and page 1's old memory at 2,
    * as the pool does when it moves an idle page. */
-  vmm->unmap(b, at + page, 2);
+  cr_assert_eq(vmm->unmap(b, at + page, 2), GPUPOOL_OK, "%s", gpupool_last_error());
   vmm->release(b, &h[2], 1);
   void *fresh = NULL;
   cr_assert_eq(vmm->create(b, &fresh, 1), GPUPOOL_OK, "%s", gpupool_last_error());
@@ -510,7 +510,7 @@ Test(gpu_cuda, vmm_pages_hold_data_and_move) {
   CUDA_OK(cudaMemcpy(base, out, size, cudaMemcpyHostToDevice));
   expect_pattern(base, out, size, "all four pages, remapped");
 
-  vmm->unmap(b, base, 4);
+  cr_assert_eq(vmm->unmap(b, base, 4), GPUPOOL_OK, "%s", gpupool_last_error());
   vmm->release(b, h, 4);
   vmm->unreserve(b, base, size);
   CUDA_OK(cudaDeviceSynchronize());
@@ -540,8 +540,8 @@ Test(gpu_cuda, vmm_map_is_all_or_none) {
   CUDA_OK(cudaMemset(base, 0x5C, 2 * page));
   expect_bytes(base, 2 * page, 0x5C);
 
-  vmm->unmap(b, base, 1);
-  vmm->unmap(b, at + page, 1);
+  cr_assert_eq(vmm->unmap(b, base, 1), GPUPOOL_OK, "%s", gpupool_last_error());
+  cr_assert_eq(vmm->unmap(b, at + page, 1), GPUPOOL_OK, "%s", gpupool_last_error());
   vmm->release(b, h, 3);
   vmm->unreserve(b, base, 2 * page);
   CUDA_OK(cudaGetLastError());
@@ -558,7 +558,7 @@ Test(gpu_cuda, vmm_empty_and_invalid_requests) {
   cr_assert_eq(vmm->create(b, &h, 0), GPUPOOL_OK);
   cr_assert_eq(h, (void *)0x1);
   cr_assert_eq(vmm->map(b, base, NULL, 0), GPUPOOL_OK);
-  vmm->unmap(b, base, 0);
+  cr_assert_eq(vmm->unmap(b, base, 0), GPUPOOL_OK, "%s", gpupool_last_error());
   vmm->release(b, NULL, 0);
   /* Sizes that are not whole pages are refused before the driver sees them. */
   void *other = NULL;

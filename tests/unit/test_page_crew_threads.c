@@ -27,12 +27,13 @@
 /* The recording backend: page i of a fake address range starting at BASE is
  * mapped to handle h when state[i] == h; calls[i] counts the calls that
  * touched it; thread[i] is the thread that mapped it last. fail_at: the page
- * whose map fails (SIZE_MAX: none). */
+ * whose map fails, unmap_fail_at: the page whose unmap reports a failure,
+ * after unmapping it as the real backends try every page (SIZE_MAX: none). */
 #define BASE ((char *)(uintptr_t)0x100000000ull)
 static _Atomic uintptr_t state[PAGES];
 static atomic_int calls[PAGES];
 static pthread_t thread[PAGES];
-static size_t fail_at = SIZE_MAX;
+static size_t fail_at = SIZE_MAX, unmap_fail_at = SIZE_MAX;
 /* maps made on a thread other than the test's, and those of them made on a
  * thread that does not block SIGINT (helpers block every signal) */
 static pthread_t test_thread;
@@ -42,12 +43,16 @@ static size_t page_index(void *addr) {
   return (size_t)((char *)addr - BASE) / PAGE_SZ;
 }
 
-static void rec_unmap(backend *b, void *addr, size_t n) {
+static gpupool_status rec_unmap(backend *b, void *addr, size_t n) {
   (void)b;
+  gpupool_status st = GPUPOOL_OK;
   for (size_t i = page_index(addr); i < page_index(addr) + n; i++) {
     cr_assert_neq(atomic_exchange(&state[i], 0), 0, "page %zu unmapped but not mapped", i);
     atomic_fetch_add(&calls[i], 1);
+    if (i == unmap_fail_at)
+      st = pool_fail(GPUPOOL_ERR_BACKEND, "recording backend: unmap of page %zu failed", i);
   }
+  return st;
 }
 
 static gpupool_status rec_map(backend *b, void *addr, void *const *handles, size_t n) {
@@ -88,6 +93,7 @@ static void reset(void) {
     handles[i] = (void *)(uintptr_t)(i + 1);
   }
   fail_at = SIZE_MAX;
+  unmap_fail_at = SIZE_MAX;
   test_thread = pthread_self();
   atomic_store(&helper_maps, 0);
   atomic_store(&helper_maps_unblocked, 0);
@@ -123,7 +129,7 @@ Test(page_crew, long_run_is_shared_and_mapped_once) {
   cr_assert_eq(mappers(0, 37), 4, "the caller and three helpers");
   cr_assert_eq(atomic_load(&helper_maps), 3);
   cr_assert_eq(atomic_load(&helper_maps_unblocked), 0, "a helper takes the program's signals");
-  page_crew_unmap(c, &rec, BASE, 37);
+  cr_assert_eq(page_crew_unmap(c, &rec, BASE, 37), GPUPOOL_OK);
   for (size_t i = 0; i < 37; i++) {
     cr_assert_eq(atomic_load(&state[i]), 0, "page %zu", i);
     cr_assert_eq(atomic_load(&calls[i]), 2, "page %zu", i);
@@ -151,7 +157,7 @@ Test(page_crew, short_runs_and_no_crew_stay_on_the_caller) {
   cr_assert_eq(page_crew_map(NULL, &rec, BASE + 128 * PAGE_SZ, handles + 128, 64), GPUPOOL_OK);
   cr_assert_eq(mappers(128, 64), 1);
   cr_assert(pthread_equal(thread[128], pthread_self()));
-  page_crew_unmap(NULL, &rec, BASE + 128 * PAGE_SZ, 64);
+  cr_assert_eq(page_crew_unmap(NULL, &rec, BASE + 128 * PAGE_SZ, 64), GPUPOOL_OK);
   cr_assert_eq(atomic_load(&state[191]), 0);
   page_crew_destroy(NULL);
 }
@@ -180,6 +186,29 @@ Test(page_crew, a_failed_share_leaves_nothing_mapped) {
   page_crew_destroy(c);
 }
 
+/* An unmap failure on a helper reaches the asking thread, each time it
+ * happens: the same reason twice in a row is two failures. */
+Test(page_crew, a_failed_unmap_is_reported_every_time) {
+  page_crew *c;
+  cr_assert_eq(page_crew_create(3, &c), GPUPOOL_OK);
+  reset();
+  unmap_fail_at = 33; /* 40 pages in 4 shares of 10: the last share, a helper's */
+  for (int round = 0; round < 2; round++) {
+    cr_assert_eq(page_crew_map(c, &rec, BASE, handles, 40), GPUPOOL_OK);
+    pool_fail(GPUPOOL_ERR_INVALID, "before round %d", round);
+    cr_assert_eq(page_crew_unmap(c, &rec, BASE, 40), GPUPOOL_ERR_BACKEND, "round %d", round);
+    cr_assert_str_eq(gpupool_last_error(), "recording backend: unmap of page 33 failed");
+    for (size_t i = 0; i < 40; i++) /* every page was still unmapped */
+      cr_assert_eq(atomic_load(&state[i]), 0, "page %zu stayed mapped", i);
+  }
+  cr_assert_eq(mappers(0, 40), 4);
+  /* without the failure: GPUPOOL_OK */
+  unmap_fail_at = SIZE_MAX;
+  cr_assert_eq(page_crew_map(c, &rec, BASE, handles, 40), GPUPOOL_OK);
+  cr_assert_eq(page_crew_unmap(c, &rec, BASE, 40), GPUPOOL_OK);
+  page_crew_destroy(c);
+}
+
 typedef struct runner {
   page_crew *c;
   size_t first;
@@ -191,7 +220,8 @@ static void *map_unmap(void *arg) {
   for (int i = 0; i < r->rounds; i++) {
     if (page_crew_map(r->c, &rec, BASE + r->first * PAGE_SZ, handles + r->first, 32) != GPUPOOL_OK)
       return (void *)1;
-    page_crew_unmap(r->c, &rec, BASE + r->first * PAGE_SZ, 32);
+    if (page_crew_unmap(r->c, &rec, BASE + r->first * PAGE_SZ, 32) != GPUPOOL_OK)
+      return (void *)1;
   }
   return NULL;
 }
