@@ -253,9 +253,13 @@ static void crew_run_once(page_crew *crew, backend *be, const vmm_ctx *c, void *
     exit(1);
   }
   double t1 = now_ns();
-  page_crew_unmap(crew, be, (void *)(uintptr_t)c->base, (size_t)n);
-  *map_ns = t1 - t0;
+  gpupool_status st = page_crew_unmap(crew, be, (void *)(uintptr_t)c->base, (size_t)n);
   *unmap_ns = now_ns() - t1;
+  *map_ns = t1 - t0;
+  if (st != GPUPOOL_OK) {
+    fprintf(stderr, "bench_vmm: page_crew_unmap: %s\n", gpupool_last_error());
+    exit(1);
+  }
 }
 
 /* What the page crew saves the allocating thread: runs of 8 to 64 pages,
