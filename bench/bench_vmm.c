@@ -8,14 +8,15 @@
  * runs of 1 to 64 pages mapped and unmapped per page against per run (one
  * cuMemSetAccess, one cuMemUnmap over the run's mappings), and one page
  * mapped and unmapped on an idle device and on one busy with other work.
- * Last, gpupool's page crew (pool/page_crew.h) through the cuda backend's
- * own calls: a run mapped and unmapped by the calling thread alone against
- * shared with 1, 3 and 7 helper threads, taking turns.
+ * Last, whether the driver lets several threads' page calls overlap: a run
+ * mapped and unmapped by one thread against split among 2, 4 and 8 threads
+ * calling at once, taking turns.
  *
  *   bench_vmm [--quick]
  *
  * Needs a CUDA device; without one it says so and exits 0. */
 #include <cuda.h>
+#include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -24,8 +25,6 @@
 #include <unistd.h>
 
 #include "bench_device.h"
-#include "pool/backend_cuda_common.h"
-#include "pool/page_crew.h"
 
 enum { OP_CREATE, OP_MAP, OP_UNMAP, OP_RELEASE, OP_EXPORT, N_OPS };
 static const char *const op_name[N_OPS] = {"cuMemCreate", "cuMemMap + cuMemSetAccess", "cuMemUnmap",
@@ -243,77 +242,123 @@ static int busy_table(vmm_ctx *c, int rounds) {
   return 0;
 }
 
-/* A run of n pages mapped and unmapped through crew (NULL: the calling
- * thread alone) with the cuda backend's calls; ns for the map and the unmap. */
-static void crew_run_once(page_crew *crew, backend *be, const vmm_ctx *c, void **h, int n,
-                          double *map_ns, double *unmap_ns) {
+/* One thread's share of a run in threads_table: pages [first, first + n)
+ * mapped (+ access), then unmapped, `rounds` times, each phase started by
+ * a barrier shared with the other threads of the run. */
+typedef struct slice {
+  const vmm_ctx *c;
+  pthread_barrier_t *phase;
+  int first, n, rounds;
+  CUresult err;
+  const char *call; /* the call that failed */
+} slice;
+
+/* Maps and unmaps s's pages once, between the run's barriers; where map_ns
+ * is not NULL, the time from the first barrier to the end of everyone's maps
+ * (the second), and to the end of everyone's unmaps (the third). */
+static void slice_once(slice *s, double *map_ns, double *unmap_ns) {
+  CUmemAccessDesc access = {.location = {.type = CU_MEM_LOCATION_TYPE_DEVICE, .id = (int)s->c->dev},
+                            .flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE};
+  CUdeviceptr at = s->c->base + (size_t)s->first * s->c->page;
+  size_t len = (size_t)s->n * s->c->page;
   double t0 = now_ns();
-  if (page_crew_map(crew, be, (void *)(uintptr_t)c->base, h, (size_t)n) != GPUPOOL_OK) {
-    fprintf(stderr, "bench_vmm: page_crew_map: %s\n", gpupool_last_error());
-    exit(1);
+  pthread_barrier_wait(s->phase);
+  for (int i = 0; i < s->n && !s->err; i++) {
+    s->err = cuMemMap(at + (size_t)i * s->c->page, s->c->page, 0, s->c->h[s->first + i], 0);
+    s->call = "cuMemMap";
   }
+  if (!s->err) {
+    s->err = cuMemSetAccess(at, len, &access, 1);
+    s->call = "cuMemSetAccess";
+  }
+  pthread_barrier_wait(s->phase);
   double t1 = now_ns();
-  gpupool_status st = page_crew_unmap(crew, be, (void *)(uintptr_t)c->base, (size_t)n);
-  *unmap_ns = now_ns() - t1;
-  *map_ns = t1 - t0;
-  if (st != GPUPOOL_OK) {
-    fprintf(stderr, "bench_vmm: page_crew_unmap: %s\n", gpupool_last_error());
-    exit(1);
+  if (!s->err) {
+    s->err = cuMemUnmap(at, len);
+    s->call = "cuMemUnmap";
+  }
+  pthread_barrier_wait(s->phase);
+  if (map_ns) {
+    *map_ns = t1 - t0;
+    *unmap_ns = now_ns() - t1;
   }
 }
 
-/* What the page crew saves the allocating thread: runs of 8 to 64 pages,
- * alone against shared with k helpers, the two taking turns round by round. */
-static int crew_table(vmm_ctx *c, int rounds) {
-  size_t page = 0;
-  int shareable = 0;
-  const backend_vmm_ops *vmm = cuda_vmm_ops(0, &page, &shareable);
-  if (!vmm || page != c->page) {
-    printf("\npage crew: the cuda backend's pages are not this table's (%s)\n",
-           vmm ? "another page size" : cuda_vmm_unavailable_reason());
-    return 0;
-  }
-  backend_ops ops = {.vmm = vmm};
-  backend be = {.ops = &ops, .name = "cuda", .device = 0, .page_size = page};
+static void *slice_thread(void *arg) {
+  slice *s = arg;
+  for (int r = 0; r < s->rounds; r++)
+    slice_once(s, NULL, NULL);
+  return NULL;
+}
+
+/* Whether the driver lets several threads' page calls overlap: a run of n
+ * pages mapped (+ access) and unmapped by one thread, against the same run
+ * split into k slices, one per thread, all started at once (k - 1 threads
+ * of its own, started once, and the measuring thread). The two forms take
+ * turns round by round. Where the calls overlap, k threads take about 1/k
+ * of one thread's time; where the driver serializes them, as long or
+ * longer. */
+static int threads_table(vmm_ctx *c, int rounds) {
   CUmemAllocationProp prop = page_prop(c->dev, 0);
-  void **h = calloc((size_t)c->pages, sizeof *h);
-  double *v = calloc((size_t)rounds * 4, sizeof(double));
-  if (!h || !v)
-    return -1;
-  for (int i = 0; i < c->pages; i++) {
+  for (int i = 0; i < c->pages; i++)
     CHECK(cuMemCreate(&c->h[i], c->page, &prop, 0));
-    h[i] = (void *)(uintptr_t)c->h[i];
-  }
-  printf("\ngpupool's page crew: a run of pages mapped (+ access) and unmapped through the cuda "
-         "backend by the calling thread alone, and shared with k helper threads (µs per run, "
-         "median over rounds, the two taking turns):\n\n");
-  printf("| pages | helpers | map alone | map shared | alone / shared | unmap alone | unmap "
-         "shared | alone / shared |\n|---:|---:|---:|---:|---:|---:|---:|---:|\n");
-  static const unsigned helpers[] = {1, 3, 7};
-  for (size_t k = 0; k < sizeof helpers / sizeof helpers[0]; k++) {
-    page_crew *crew = NULL;
-    if (page_crew_create(helpers[k], &crew) != GPUPOOL_OK) {
-      fprintf(stderr, "bench_vmm: page_crew_create: %s\n", gpupool_last_error());
-      return -1;
+  double *v = calloc((size_t)rounds * 4, sizeof(double));
+  if (!v)
+    return -1;
+  printf("\nA run of pages mapped (+ access) and unmapped by one thread, and split among k "
+         "threads calling at once (µs per run, median over rounds, the two taking turns; "
+         "one / k above 1 means the calls overlap):\n\n");
+  printf("| pages | threads | map, one | map, k | one / k | unmap, one | unmap, k | one / k "
+         "|\n|---:|---:|---:|---:|---:|---:|---:|---:|\n");
+  static const int threads[] = {2, 4, 8};
+  int n = c->pages;
+  for (size_t t = 0; t < sizeof threads / sizeof threads[0]; t++) {
+    int k = threads[t];
+    slice s[8];
+    pthread_t tid[8];
+    pthread_barrier_t phase;
+    pthread_barrier_init(&phase, NULL, (unsigned)k);
+    for (int i = 0; i < k; i++)
+      s[i] = (slice){.c = c,
+                     .phase = &phase,
+                     .first = i * n / k,
+                     .n = (i + 1) * n / k - i * n / k,
+                     .rounds = rounds};
+    for (int i = 1; i < k; i++)
+      if (pthread_create(&tid[i], NULL, slice_thread, &s[i]) != 0) {
+        fprintf(stderr, "bench_vmm: pthread_create failed\n");
+        return -1;
+      }
+    pthread_barrier_t solo;
+    pthread_barrier_init(&solo, NULL, 1);
+    slice alone = {.c = c, .phase = &solo, .first = 0, .n = n};
+    for (int r = 0; r < rounds; r++)
+      for (int j = 0; j < 2; j++) {
+        int split = (j + r) % 2;
+        slice_once(split ? &s[0] : &alone, &v[(split * 2) * rounds + r],
+                   &v[(split * 2 + 1) * rounds + r]);
+      }
+    for (int i = 1; i < k; i++)
+      pthread_join(tid[i], NULL);
+    pthread_barrier_destroy(&phase);
+    pthread_barrier_destroy(&solo);
+    for (int i = 0; i <= k; i++) {
+      const slice *f = i < k ? &s[i] : &alone;
+      if (f->err) {
+        const char *why = NULL;
+        cuGetErrorString(f->err, &why);
+        fprintf(stderr, "bench_vmm: %s: %s\n", f->call, why ? why : "unknown error");
+        return -1;
+      }
     }
-    for (int n = 8; n <= c->pages; n *= 2) {
-      for (int r = 0; r < rounds; r++)
-        for (int j = 0; j < 2; j++) {
-          int shared = (j + r) % 2;
-          crew_run_once(shared ? crew : NULL, &be, c, h, n, &v[(shared * 2) * rounds + r],
-                        &v[(shared * 2 + 1) * rounds + r]);
-        }
-      double m[4];
-      for (int i = 0; i < 4; i++)
-        m[i] = median(&v[i * rounds], rounds) / 1000;
-      printf("| %d | %u | %.0f | %.0f | %.2f | %.0f | %.0f | %.2f |\n", n, helpers[k], m[0], m[2],
-             m[0] / m[2], m[1], m[3], m[1] / m[3]);
-    }
-    page_crew_destroy(crew);
+    double m[4];
+    for (int i = 0; i < 4; i++)
+      m[i] = median(&v[i * rounds], rounds) / 1000;
+    printf("| %d | %d | %.0f | %.0f | %.2f | %.0f | %.0f | %.2f |\n", n, k, m[0], m[2], m[0] / m[2],
+           m[1], m[3], m[1] / m[3]);
   }
   for (int i = 0; i < c->pages; i++)
     CHECK(cuMemRelease(c->h[i]));
-  free(h);
   free(v);
   return 0;
 }
@@ -381,7 +426,7 @@ int main(int argc, char **argv) {
   }
   if (kinds == 1)
     printf("\nthe device cannot export POSIX file descriptors: shareable pages not measured\n");
-  if (runs_table(&c, rounds) != 0 || busy_table(&c, rounds) != 0 || crew_table(&c, rounds) != 0)
+  if (runs_table(&c, rounds) != 0 || busy_table(&c, rounds) != 0 || threads_table(&c, rounds) != 0)
     return 1;
   cuMemAddressFree(c.base, c.page * (size_t)c.pages);
   cuDevicePrimaryCtxRelease(c.dev);

@@ -7,7 +7,6 @@
 
 #include "core/errors.h"
 #include "core/kvconf.h"
-#include "page_crew.h"
 #include "pool_name.h"
 
 static void set_defaults(pool_config *c) {
@@ -50,7 +49,6 @@ FIELD_SETTER(set_memory_fraction, c->memory_fraction = v.d)
 FIELD_SETTER(set_expandable, c->expandable = (int)v.u)
 FIELD_SETTER(set_expandable_slack, c->expandable_slack = v.d / 100)
 FIELD_SETTER(set_expandable_growth, c->expandable_growth_moves = (unsigned)v.u)
-FIELD_SETTER(set_expandable_map_threads, c->expandable_map_threads = (unsigned)v.u)
 FIELD_SETTER(set_round_linear_cutoff, c->round_linear_cutoff = (unsigned)v.u)
 FIELD_SETTER(set_fault_every_n, c->fault_every_n = (unsigned)v.u; c->fault_key = o->key)
 FIELD_SETTER(set_fault_rate, c->fault_rate = v.d; c->fault_key = o->key)
@@ -103,7 +101,6 @@ static const kvopt pool_options[] = {
     {"expandable_segments", KVOPT_BOOL, .set = set_expandable},
     {"expandable_slack_percent", KVOPT_DOUBLE, .dmin = 0, .dmax = 100, .set = set_expandable_slack},
     {"expandable_growth_moves", KVOPT_U64, 0, 1 << 20, .set = set_expandable_growth},
-    {"expandable_map_threads", KVOPT_U64, 0, PAGE_CREW_MAX, .set = set_expandable_map_threads},
     {"round_linear_cutoff", KVOPT_U64, 12, 40, .set = set_round_linear_cutoff},
     {"fault_every_n", KVOPT_U64, 0, UINT32_MAX, .set = set_fault_every_n},
     {"fault_rate", KVOPT_DOUBLE, .dmin = 0, .dmax = 1, .set = set_fault_rate},

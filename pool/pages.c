@@ -5,7 +5,6 @@
 
 #include "core/clock.h"
 #include "core/errors.h"
-#include "page_crew.h"
 #include "segment_observers.h"
 
 char pages_stale_marker;
@@ -117,7 +116,7 @@ static void unmap_list(gpupool *p, page_list *l, int mode, pages_work *w) {
     segment *seg = l->v[i].seg;
     uintptr_t at = seg->addr + l->v[i].index * seg->page_size;
     uint64_t t_run = clock_monotonic_ns();
-    page_crew_unmap(p->crew, be, (void *)at, j - i);
+    be->ops->vmm->unmap(be, (void *)at, j - i);
     if (w) {
       w->unmapped += j - i;
       pages_tell(w, 0, at, (j - i) * seg->page_size, clock_monotonic_ns() - t_run);
@@ -181,7 +180,7 @@ static size_t stale_flush(gpupool *p, segment *seg, size_t first, size_t last, i
     }
     p->stale[i] = p->stale[--p->nstale];
   }
-  /* in address order: neighbours become one run (one call, shared by the crew) */
+  /* in address order: neighbours become one run (one call, one trace event) */
   if (l.n > 1)
     qsort(l.v, l.n, sizeof *l.v, address_order);
   unmap_list(p, &l, PAGES_KEEP, NULL);
@@ -502,7 +501,7 @@ static size_t map_missing(gpupool *p, block *b, size_t first, size_t last, void 
     for (j = i + 1; j <= last && !page_mapped(seg, j); j++)
       ;
     uint64_t t_run = clock_monotonic_ns();
-    *st = page_crew_map(p->crew, be, (void *)(seg->addr + i * seg->page_size), h + used, j - i);
+    *st = be->ops->vmm->map(be, (void *)(seg->addr + i * seg->page_size), h + used, j - i);
     if (*st != GPUPOOL_OK)
       return used;
     uint64_t ns = clock_monotonic_ns() - t_run;
@@ -593,18 +592,6 @@ static gpupool_status create_pages(gpupool *p, pages_work *w, void **h, size_t n
   return p->be->ops->vmm->create(p->be, h, n);
 }
 
-/* Starts p's page crew (page_crew.h; expandable_map_threads helpers) for
- * the first run long enough to share; one that cannot start is not asked
- * again. Never for a replay: the simulated backend makes no call at all. */
-static void crew_start(gpupool *p) {
-  if (p->crew || p->crew_failed || !p->cfg.expandable_map_threads || backend_is_sim(p->be))
-    return;
-  pool_error_scope scope; /* the allocation does not fail for it */
-  pool_error_scope_enter(&scope);
-  p->crew_failed = page_crew_create(p->cfg.expandable_map_threads, &p->crew) != GPUPOOL_OK;
-  pool_error_scope_leave(&scope, GPUPOOL_OK);
-}
-
 gpupool_status pages_back(gpupool *p, block *b, pages_work *w) {
   backend *be = p->be;
   segment *seg = b->seg;
@@ -628,8 +615,6 @@ gpupool_status pages_back(gpupool *p, block *b, pages_work *w) {
     return pool_fail(GPUPOOL_ERR_HOST_OOM, "pool '%s': out of host memory", p->cfg.name);
   }
 
-  if (missing >= 2 * PAGE_CREW_SHARE_MIN)
-    crew_start(p);
   size_t create = pages_to_create(p, seg, len, missing);
   if (create > w->may_create / ps) /* the cap leaves room for fewer: move more */
     create = w->may_create / ps;

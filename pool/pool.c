@@ -9,7 +9,6 @@
 #include "core/errors.h"
 #include "conf.h"
 #include "oom_report.h"
-#include "page_crew.h"
 #include "pool_blocks.h"
 #include "pool_internal.h"
 #include "pool_view.h"
@@ -147,7 +146,6 @@ void gpupool_destroy(gpupool *p) {
     next = sh->next_shard;
     shard_destroy(p, sh, segment_free_memory);
   }
-  page_crew_destroy(p->crew);
   p->be->ops->destroy(p->be);
   pthread_mutex_destroy(&p->shard_create_lock);
   pthread_mutex_destroy(&p->slow_lock);

@@ -46,7 +46,6 @@ typedef struct pool_config {
   int expandable;                    /* expandable_segments: large segments on vmm pages */
   double expandable_slack;           /* expandable_slack_percent / 100 */
   unsigned expandable_growth_moves;  /* pages moved per page added to the slack; 0: never */
-  unsigned expandable_map_threads;   /* helpers sharing long runs of page calls; 0: none */
   unsigned fault_every_n;
   double fault_rate;
   uint64_t fault_seed;
@@ -293,11 +292,6 @@ struct gpupool {
   /* Expandable segments: pages moved so far, under slow_lock; every
    * expandable_growth_moves of them add a page to the slack (pages.c). */
   uint64_t moves_for_growth;
-  /* Expandable segments: the helpers that share long runs of page calls
-   * (page_crew.h), started by the first such run; crew_failed: they could
-   * not be, the runs go on alone. Under slow_lock. */
-  struct page_crew *crew;
-  int crew_failed;
   /* Old mappings of moved pages waiting for their stream's fence (pages.c),
    * under slow_lock; freed when empty. */
   struct stale_page *stale;

@@ -561,9 +561,6 @@ TIMING_CONFIGS = [  # (label, allocator, environment): nothing is recorded
     # PyTorch's: a growth of 8 cuts the LM's page moves, for memory
     ("gpupool expandable_segments, growth 8, no agent", "gpupool",
      {"GPUPOOL_CONF": "expandable_segments:True,expandable_growth_moves:8"}),
-    # what the page crew saves: long runs of page calls shared with 3 helpers
-    ("gpupool expandable_segments, no agent, 3 map helpers", "gpupool",
-     {"GPUPOOL_CONF": "expandable_segments:True,expandable_map_threads:3"}),
 ]
 
 

@@ -502,9 +502,6 @@ Test(pool_expandable, expandable_keys_are_checked) {
       {"expandable_slack_percent:five", "expandable_slack_percent: ", "(0 <= x <= 100)"},
       {"expandable_growth_moves:-1", "expandable_growth_moves: ", "1048576"},
       {"expandable_growth_moves:1048577", "expandable_growth_moves: ", "1048576"},
-      {"expandable_map_threads:17", "expandable_map_threads: ", "(0 to 16)"},
-      {"expandable_map_threads:-1", "expandable_map_threads: ", "(0 to 16)"},
-      {"expandable_map_threads:three", "expandable_map_threads: ", "(0 to 16)"},
   };
   for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
     gpupool_options o = {.backend = GPUPOOL_BACKEND_HOST, .ignore_env = 1, .tunables = bad[i].conf};
